@@ -1,0 +1,208 @@
+"""``solutions/`` → ``labs/<lang>/<id>/``: language split, nbgrader generate_assignment, integrity.
+
+The whole build is written to a temporary folder first and swapped in lab by lab, so a
+failed build leaves ``labs/`` as it was. ``check`` compares a fresh build with ``labs/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import filecmp
+import io
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from .catalog import LANGUAGES, Lab, LabError
+from .source import MARKERS, for_language, read_notebook
+
+CONFIG_FILE = Path("autograder") / "nbgrader_config.py"
+LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+def nbgrader_config(root: Path, course: Path, db_url: str | None = None):
+    """The course's nbgrader config with this run's folder and gradebook."""
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    _interpreter_bin_on_path()
+    config = Config()
+    config_file = root / CONFIG_FILE
+    if config_file.is_file():
+        config.merge(PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config())
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.db_url = db_url or f"sqlite:///{course / 'gradebook.db'}"
+    return config
+
+
+def _interpreter_bin_on_path() -> None:
+    """nbgrader runs ``alembic`` by name: make the tools installed beside this Python findable."""
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def write_notebook(nb, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.validate(nb)
+    with open(path, "w", encoding="utf-8") as fh:
+        nbformat.write(nb, fh)
+
+
+def solution_notebook(lab: Lab, lang: str = "en") -> nbformat.NotebookNode:
+    """The instructor notebook in one language: what ``rocmlab run`` executes."""
+    return for_language(lab, read_notebook(lab), lang)
+
+
+def _generate_student(root: Path, lab: Lab, nb, dest: Path) -> None:
+    """Run nbgrader generate_assignment on ``nb`` and copy its release folder to ``dest``."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    with tempfile.TemporaryDirectory(prefix="rocmlab-course-") as tmp:
+        course = Path(tmp)
+        source = course / "source" / lab.id
+        write_notebook(nb, source / f"{lab.id}.ipynb")
+        if lab.data_dir.is_dir():
+            shutil.copytree(lab.data_dir, source / "data")
+        config = nbgrader_config(root, course)
+        coursedir = CourseDirectory(config=config)
+        api = NbGraderAPI(coursedir=coursedir, config=config)
+        with _quiet_nbgrader():
+            result = api.generate_assignment(lab.id, force=True, create=True)
+        if not result["success"]:
+            log = (result.get("log") or "") + (result.get("error") or "")
+            raise LabError(f"{lab.source}: nbgrader generate_assignment failed:\n{log.strip()[-2000:]}")
+        shutil.copytree(course / "release" / lab.id, dest)
+
+
+@contextlib.contextmanager
+def _quiet_nbgrader():
+    logger = logging.getLogger("traitlets")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _solution_lines(nb) -> set[str]:
+    """Substantial lines that occur only inside solution or hidden-test blocks of the source."""
+    inside, outside = set(), set()
+    for cell in nb.cells:
+        region = None
+        for line in cell.source.splitlines():
+            stripped = line.strip()
+            for begin, end in MARKERS.values():
+                if stripped.startswith(begin):
+                    region = begin
+                elif stripped.startswith(end):
+                    region = None
+            target = inside if region else outside
+            if len(stripped) >= 16 and not stripped.startswith("#"):
+                target.add(stripped)
+    return inside - outside
+
+
+def check_integrity(lab: Lab, source_nb, student_path: Path) -> None:
+    """No solution text and no hidden test reaches the student notebook."""
+    text = student_path.read_text(encoding="utf-8")
+    student = nbformat.reads(text, as_version=4)
+    for marker in LEAK_MARKERS:
+        if marker in text:
+            raise LabError(f"{lab.source}: the student notebook {student_path.name} still contains {marker!r}")
+    leaked = sorted(line for line in _solution_lines(source_nb)
+                    if any(line in cell.source for cell in student.cells))
+    if leaked:
+        raise LabError(f"{lab.source}: solution text leaks into the student notebook: {leaked[0]!r}")
+    meta = student.metadata.get("rocmlab", {})
+    if meta.get("id") != lab.id or meta.get("version") != lab.version:
+        raise LabError(f"{lab.source}: the student notebook lost its rocmlab metadata (got {meta!r})")
+
+
+def render_lab(root: Path, lab: Lab, lang: str, dest: Path) -> Path:
+    """Write ``dest`` = the student folder of one lab in one language; returns the notebook."""
+    nb = read_notebook(lab)
+    localized = for_language(lab, nb, lang)
+    _generate_student(root, lab, localized, dest)
+    notebook = dest / f"{lab.id}.ipynb"
+    student = nbformat.read(notebook, as_version=4)
+    student.metadata["rocmlab"] = localized.metadata["rocmlab"]
+    write_notebook(student, notebook)
+    check_integrity(lab, nb, notebook)
+    return notebook
+
+
+def languages(choice: str) -> list[str]:
+    if choice == "all":
+        return list(LANGUAGES)
+    if choice not in LANGUAGES:
+        raise LabError(f"unknown language {choice!r} (expected zh, en or all)")
+    return [choice]
+
+
+def render_all(root: Path, labs: list[Lab], langs: list[str], staging: Path, progress=print) -> None:
+    for lab in labs:
+        for lang in langs:
+            progress(f"build  {lab.id} [{lang}]")
+            render_lab(root, lab, lang, staging / lang / lab.id)
+
+
+def build(root: Path, labs: list[Lab], langs: list[str], out: Path, progress=print) -> list[Path]:
+    """Build into a staging folder beside ``out`` and swap each lab folder in only when all succeeded."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=out) as tmp:
+        staging = Path(tmp)
+        render_all(root, labs, langs, staging, progress)
+        built = []
+        for lang in langs:
+            for lab in labs:
+                built.append(_swap_in(staging / lang / lab.id, out / lang / lab.id))
+    return built
+
+
+def _swap_in(new: Path, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    if old.exists():
+        shutil.rmtree(old)
+    return target
+
+
+def _tree_files(folder: Path) -> set[str]:
+    if not folder.is_dir():
+        return set()
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def drift(root: Path, labs: list[Lab], langs: list[str], out: Path) -> list[str]:
+    """Files under ``out`` that differ from what the build would write (added, removed, changed)."""
+    with tempfile.TemporaryDirectory(prefix="rocmlab-check-") as tmp:
+        staging = Path(tmp)
+        render_all(root, labs, langs, staging, progress=lambda _msg: None)
+        differences = []
+        for lang in langs:
+            for lab in labs:
+                fresh, current = staging / lang / lab.id, out / lang / lab.id
+                for rel in sorted(_tree_files(fresh) | _tree_files(current)):
+                    a, b = fresh / rel, current / rel
+                    where = f"{out.name}/{lang}/{lab.id}/{rel}"
+                    if not b.exists():
+                        differences.append(f"missing  {where}")
+                    elif not a.exists():
+                        differences.append(f"extra    {where}")
+                    elif not filecmp.cmp(a, b, shallow=False):
+                        differences.append(f"changed  {where}")
+        return differences

@@ -1,0 +1,45 @@
+"""The helper library that lab notebooks import (``from rocmlab import lab``).
+
+Plumbing only: device choice, seeding, synchronized timers, plotting, loading the course
+model and data, launching torchrun. The idea a lab teaches is written in the notebook.
+Names load lazily so that ``import rocmlab.lab`` stays cheap and torch-free.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "describe_environment": "env",
+    "pick_device": "env",
+    "seed_everything": "env",
+    "synchronize": "env",
+    "Timer": "timing",
+    "time_it": "timing",
+    "plot_lines": "plotting",
+    "plot_bars": "plotting",
+    "load_qc_reports": "data",
+    "load_qc_kb": "data",
+    "qc_taxonomy": "data",
+    "qc_signals": "data",
+    "load_model": "models",
+    "resolve_model": "models",
+    "run_torchrun": "launch",
+    "TorchrunResult": "launch",
+    "RankOutput": "launch",
+    "leftover_processes": "launch",
+    "ScriptedSSEServer": "sse",
+    "active_sse_servers": "sse",
+}
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"rocmlab.lab has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__():
+    return sorted(_EXPORTS)
+
+
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,178 @@
+"""``rocmlab run``: execute labs in a profile, in parallel, one result record per lab and environment."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .build import solution_notebook, write_notebook
+from .catalog import Lab, LabError, Profile
+from .execute import Outcome, Spec, run_notebook
+from .results import Record, fingerprint, write_record
+
+LOCAL_ENV = "local"
+
+
+@dataclass
+class Target:
+    """Where and how labs run: the environment's name, its interpreter and what it has."""
+
+    name: str
+    python: str
+    fingerprint: dict
+
+    @property
+    def gpus(self) -> int:
+        return len(self.fingerprint.get("gpus") or [])
+
+
+def local_target() -> Target:
+    return Target(LOCAL_ENV, sys.executable, fingerprint())
+
+
+def env_target(name: str) -> Target:
+    """A release-matrix environment created by ``rocmlab env create NAME``."""
+    from .environments import python_for
+
+    python = str(python_for(name))
+    proc = subprocess.run([python, "-m", "rocmlab.results"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise LabError(f"environment {name!r}: cannot read its fingerprint with {python}: {proc.stderr.strip()[-500:]}")
+    return Target(name, python, json.loads(proc.stdout))
+
+
+def choose_profile(lab: Lab, requested: str, gpus: int) -> tuple[Profile | None, str]:
+    """The profile to run and, when the lab must be skipped, why."""
+    if requested == "auto":
+        for name in ("multi-gpu", "gpu"):
+            profile = lab.profiles.get(name)
+            if profile and gpus >= max(profile.requires.gpus, 1):
+                return profile, ""
+        return lab.profiles["smoke"], ""
+    if requested not in lab.profiles:
+        return None, f"lab has no {requested!r} profile"
+    profile = lab.profiles[requested]
+    if gpus < profile.requires.gpus:
+        return None, f"profile {requested} needs {profile.requires.gpus} GPU(s), this environment has {gpus}"
+    return profile, ""
+
+
+class Progress:
+    """One line per state change, and a heartbeat naming the labs still running."""
+
+    def __init__(self, total: int, stream=sys.stderr, heartbeat_s: float = 30.0):
+        self.total, self.stream, self.heartbeat_s = total, stream, heartbeat_s
+        self.started = time.monotonic()
+        self.running: dict[str, float] = {}
+        self.done = 0
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+
+    def _say(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] {text}", file=self.stream, flush=True)
+
+    def start(self, key: str) -> None:
+        with self.lock:
+            self.running[key] = time.monotonic()
+            self._say(f"start   {key}")
+
+    def finish(self, key: str, status: str, seconds: float) -> None:
+        with self.lock:
+            self.running.pop(key, None)
+            self.done += 1
+            self._say(f"{status:<7} {key} ({seconds:.1f}s) [{self.done}/{self.total}]")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            with self.lock:
+                if self.running:
+                    now = time.monotonic()
+                    names = ", ".join(f"{k} {now - t:.0f}s" for k, t in self.running.items())
+                    self._say(f"running {names}")
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _input_notebook(root: Path, lab: Lab, lang: str, student: bool, work: Path) -> Path:
+    target = work / f"{lab.id}.input.ipynb"
+    if student:
+        built = root / "labs" / lang / lab.id / f"{lab.id}.ipynb"
+        if not built.is_file():
+            raise LabError(f"{built}: missing; run `rocmlab build {lab.id}` first")
+        shutil.copyfile(built, target)
+    else:
+        write_notebook(solution_notebook(lab, lang), target)
+    return target
+
+
+def run_lab(root: Path, lab: Lab, profile_name: str, target: Target, out: Path, *, lang: str = "en",
+            student: bool = False, allow_errors: bool = False,
+            notebook: Path | None = None) -> tuple[Record, Outcome | None]:
+    """Execute one lab and write its record (and executed notebook) under ``out/<env>/``.
+
+    ``notebook`` overrides the input (the solution, or with ``student`` the built student version).
+    """
+    env_dir = out / target.name
+    record_path = env_dir / f"{lab.id}.json"
+    profile, reason = choose_profile(lab, profile_name, target.gpus)
+    started = _now()
+    if profile is None:
+        record = Record(lab.id, lab.version, profile_name, target.name, "skipped", started, reason=reason,
+                        fingerprint=target.fingerprint, student=student)
+        write_record(record, record_path)
+        return record, None
+    work = env_dir / ".work" / lab.id
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    if lab.data_dir.is_dir():
+        shutil.copytree(lab.data_dir, work / "data")
+    output = env_dir / f"{lab.id}.ipynb"
+    spec = Spec(
+        input=str(notebook or _input_notebook(root, lab, lang, student, work)), output=str(output), cwd=str(work),
+        parameters={**profile.params, "PROFILE": profile.name}, cell_timeout_s=profile.cell_timeout_s,
+        timeout_s=profile.timeout_s, allow_errors=allow_errors, python=target.python,
+    )
+    outcome = run_notebook(spec)
+    record = Record(
+        lab.id, lab.version, profile.name, target.name, outcome.status, started,
+        duration_s=round(outcome.duration_s, 2), reason=outcome.reason, failing_cell=outcome.failing_cell,
+        warnings=outcome.warnings, fingerprint=target.fingerprint, notebook=output.name, student=student,
+    )
+    write_record(record, record_path)
+    if outcome.status == "passed" or allow_errors:
+        shutil.rmtree(work, ignore_errors=True)
+    return record, outcome
+
+
+def run_labs(root: Path, labs: list[Lab], profile: str, target: Target, out: Path, *, jobs: int = 1,
+             lang: str = "en", student: bool = False, stream=sys.stderr) -> list[Record]:
+    """Run ``labs`` with up to ``jobs`` at once; returns the records in lab order."""
+    progress = Progress(len(labs), stream)
+
+    def one(lab: Lab) -> Record:
+        progress.start(lab.id)
+        record, _ = run_lab(root, lab, profile, target, out, lang=lang, student=student)
+        progress.finish(lab.id, record.status, record.duration_s)
+        return record
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(one, labs))
+    finally:
+        progress.close()
