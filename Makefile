@@ -1,0 +1,56 @@
+# rocmlab — every target bootstraps .venv itself (CPU setup path: torch pinned to the CPU build).
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+ROCMLAB   := $(VENV)/bin/rocmlab
+STAMP     := $(VENV)/.rocmlab-installed
+TORCH     ?= torch==2.13.0
+JOBS      ?= 2
+RESULTS   ?= results
+
+.PHONY: setup build check verify run report test test-slow test-all bench clean help
+
+help:
+	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
+	@echo "make test       fast tests (unit + quick end-to-end)"
+	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
+	@echo "make build | check | verify | report | bench | clean"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[labs,hub,dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+build: setup
+	$(ROCMLAB) build
+
+check: setup
+	$(ROCMLAB) build --check
+
+verify: setup
+	$(ROCMLAB) build --verify --jobs $(JOBS)
+
+run: build
+	$(ROCMLAB) run --profile smoke --jobs $(JOBS) --out $(RESULTS); status=$$?; \
+	$(ROCMLAB) report --results $(RESULTS); exit $$status
+
+report: setup
+	$(ROCMLAB) report --results $(RESULTS)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+test-all: setup
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: setup
+	$(PY) benchmarks/run_overhead.py
+
+clean:
+	rm -rf $(RESULTS) .pytest_cache

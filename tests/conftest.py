@@ -1,0 +1,69 @@
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
+
+GOOD_TOML = """\
+id = "{id}"
+version = "1.0.0"
+title = {{ zh = "测试", en = "Test" }}
+minutes = 10
+
+[profiles.smoke]
+params = {{ SCALE = 2 }}
+timeout_s = 60
+"""
+
+GOOD_PY = '''\
+# %% [markdown] tags=["zh"]
+# 中文说明
+
+# %% [markdown] tags=["en"]
+# English text
+
+# %% tags=["parameters"]
+PROFILE = "smoke"
+SEED = 0
+SCALE = 1
+
+# %% tags=["solution"] grade_id="t-sol"
+def f(x):
+    ### BEGIN SOLUTION
+    return x * SCALE
+    ### END SOLUTION
+
+# %% tags=["test"] grade_id="t-1" points=1
+assert f(1) == SCALE
+'''
+
+
+@pytest.fixture
+def make_course(tmp_path):
+    """A course folder with labs written from (toml, py) text; returns its root."""
+
+    def make(labs: dict[str, tuple[str, str]] | None = None) -> Path:
+        root = tmp_path / "course"
+        labs = labs if labs is not None else {"01-demo": (None, None)}
+        for lab_id, (toml, py) in labs.items():
+            folder = root / "solutions" / lab_id
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "lab.toml").write_text(toml if toml is not None else GOOD_TOML.format(id=lab_id), encoding="utf-8")
+            (folder / "lab.py").write_text(py if py is not None else GOOD_PY, encoding="utf-8")
+        return root
+
+    return make
+
+
+@pytest.fixture
+def fixture_course(tmp_path):
+    """A private copy of tests/fixtures/course, so runs never write into the repository."""
+    root = tmp_path / "fixture-course"
+    shutil.copytree(FIXTURE_COURSE, root)
+    return root
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text)

@@ -1,0 +1,62 @@
+import pytest
+
+from rocmlab.catalog import LabError, discover, select
+from conftest import GOOD_TOML
+
+
+def write_toml(make_course, text, lab_id="01-demo"):
+    return make_course({lab_id: (text, None)})
+
+
+def test_discovers_and_types_a_valid_lab(make_course):
+    root = make_course()
+    (lab,) = discover(root)
+    assert lab.id == "01-demo" and lab.version == "1.0.0" and lab.minutes == 10
+    smoke = lab.profile("smoke")
+    assert smoke.params == {"SCALE": 2} and smoke.timeout_s == 60 and smoke.cell_timeout_s == 60
+    assert smoke.requires.gpus == 0
+
+
+@pytest.mark.parametrize("mutation, message", [
+    (lambda t: t.replace('version = "1.0.0"', 'version = "1.0"'), "field version: expected a semantic version"),
+    (lambda t: t.replace('minutes = 10', 'minutes = "ten"'), "field minutes: expected a positive integer"),
+    (lambda t: t.replace('minutes = 10\n', ''), "missing field minutes"),
+    (lambda t: t.replace('en = "Test"', 'fr = "Test"'), "field title: expected a table with non-empty zh and en"),
+    (lambda t: t.replace('timeout_s = 60', 'timeout = 60'), "unknown field profiles.smoke.timeout"),
+    (lambda t: t.replace('[profiles.smoke]', '[profiles.huge]'), "unknown profile profiles.huge"),
+    (lambda t: 'color = "red"\n' + t, "unknown field color"),
+    (lambda t: t.replace('timeout_s = 60', 'timeout_s = 60\ncell_timeout_s = 90'), "cell_timeout_s: expected a positive integer no larger than timeout_s"),
+    (lambda t: t + '[profiles.gpu]\ntimeout_s = 10\nrequires = { gpus = -1 }\n', "profiles.gpu.requires.gpus"),
+    (lambda t: t.replace('id = "01-demo"', 'id = "01-other"'), "field id: expected the folder name '01-demo'"),
+    (lambda t: t.replace('minutes = 10', 'minutes = ['), "not valid TOML"),
+])
+def test_bad_lab_toml_names_file_and_field(make_course, mutation, message):
+    root = write_toml(make_course, mutation(GOOD_TOML.format(id="01-demo")))
+    with pytest.raises(LabError) as err:
+        discover(root)
+    assert message in str(err.value)
+    assert "lab.toml" in str(err.value)
+
+
+def test_smoke_profile_is_required(make_course):
+    text = GOOD_TOML.format(id="01-demo").replace("[profiles.smoke]", "[profiles.gpu]")
+    with pytest.raises(LabError, match="missing field profiles.smoke"):
+        discover(write_toml(make_course, text))
+
+
+def test_duplicate_ids_are_rejected(make_course, tmp_path):
+    root = make_course({"01-demo": (None, None)})
+    copy = root / "solutions" / "01-demo-copy"
+    copy.mkdir()
+    (copy / "lab.toml").write_text(GOOD_TOML.format(id="01-demo"))
+    with pytest.raises(LabError, match="field id"):
+        discover(root)
+
+
+def test_select_by_number_and_suggests_closest(make_course):
+    root = make_course({"01-demo": (None, None), "02-inference": (None, None)})
+    labs = discover(root)
+    assert [lab.id for lab in select(labs, ["02"])] == ["02-inference"]
+    assert [lab.id for lab in select(labs, [])] == ["01-demo", "02-inference"]
+    with pytest.raises(LabError, match="did you mean '02-inference'"):
+        select(labs, ["02-inferense"])
