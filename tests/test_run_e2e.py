@@ -1,0 +1,113 @@
+"""End to end: real papermill kernels on the fixture labs in tests/fixtures/course."""
+
+import json
+
+import psutil
+import pytest
+
+from rocmlab.catalog import discover, select
+from rocmlab.cli import main
+from rocmlab.execute import RUN_TAG
+from rocmlab.run import local_target, run_lab
+from rocmlab.verify import verify_lab
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def target():
+    return local_target()
+
+
+def lab(root, lab_id):
+    return select(discover(root), [lab_id])[0]
+
+
+def no_tagged_processes(folder):
+    """No process started by a run (tagged environment) still works inside ``folder``."""
+    for proc in psutil.process_iter():
+        try:
+            if RUN_TAG in proc.environ() and proc.cwd().startswith(str(folder)):
+                return False
+        except (psutil.Error, OSError):
+            continue
+    return True
+
+
+def test_passing_lab_gets_profile_parameters_and_a_full_record(fixture_course, tmp_path, target):
+    record, outcome = run_lab(fixture_course, lab(fixture_course, "01-pass"), "smoke", target, tmp_path)
+    assert record.status == "passed", record.reason
+    saved = json.loads((tmp_path / "local" / "01-pass.json").read_text())
+    assert saved["lab_version"] == "1.2.0" and saved["profile"] == "smoke"
+    assert saved["fingerprint"]["packages"]["papermill"]
+    executed = (tmp_path / "local" / "01-pass.ipynb").read_text()
+    assert '{\\"result\\": 18}' in executed  # 6 * SCALE with SCALE=3 injected from lab.toml
+    assert not (tmp_path / "local" / ".work" / "01-pass").exists()
+
+
+def test_failing_cell_is_named(fixture_course, tmp_path, target):
+    record, _ = run_lab(fixture_course, lab(fixture_course, "02-fail"), "smoke", target, tmp_path)
+    assert record.status == "failed"
+    assert record.failing_cell["ename"] == "ValueError"
+    assert "broken on purpose" in record.failing_cell["evalue"]
+    assert "raise ValueError" in record.failing_cell["source"]
+
+
+def test_cell_that_sleeps_forever_is_stopped_and_cleaned_up(fixture_course, tmp_path, target):
+    record, _ = run_lab(fixture_course, lab(fixture_course, "03-sleep"), "smoke", target, tmp_path)
+    assert record.status == "timeout"
+    assert "8 s" in record.reason
+    assert no_tagged_processes(tmp_path)
+
+
+def test_hung_child_and_escaped_grandchild_are_reaped(fixture_course, tmp_path, target):
+    record, _ = run_lab(fixture_course, lab(fixture_course, "04-child-hang"), "smoke", target, tmp_path)
+    assert record.status == "timeout"
+    child_pid = int((tmp_path / "local" / ".work" / "04-child-hang" / "pids.txt").read_text())
+    assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE
+    assert no_tagged_processes(tmp_path)
+
+
+def test_deprecation_and_future_warnings_are_captured(fixture_course, tmp_path, target):
+    record, _ = run_lab(fixture_course, lab(fixture_course, "05-deprecation"), "smoke", target, tmp_path)
+    assert record.status == "passed"
+    categories = sorted(w["category"] for w in record.warnings)
+    assert categories == ["DeprecationWarning", "FutureWarning"]
+    assert any("removed in version 3.0" in w["message"] for w in record.warnings)
+
+
+def test_dead_kernel_is_recorded_as_crashed(fixture_course, tmp_path, target):
+    record, _ = run_lab(fixture_course, lab(fixture_course, "07-dies"), "smoke", target, tmp_path)
+    assert record.status == "crashed"
+    assert (tmp_path / "local" / "07-dies.json").is_file()
+
+
+def test_gpu_profile_is_skipped_with_a_reason_on_a_cpu_machine(fixture_course, tmp_path, target):
+    if target.gpus:
+        pytest.skip("this machine has a GPU")
+    record, _ = run_lab(fixture_course, lab(fixture_course, "01-pass"), "gpu", target, tmp_path)
+    assert record.status == "skipped" and "needs 1 GPU" in record.reason
+
+
+def test_verify_rejects_a_test_that_passes_on_the_student_version(fixture_course, tmp_path, target):
+    result = verify_lab(fixture_course, lab(fixture_course, "06-weak-test"), target, tmp_path)
+    verdicts = {t.grade_id: (t.on_solution, t.on_student) for t in result.tests}
+    assert verdicts == {"06-double-1": ("pass", "fail"), "06-weak-1": ("pass", "pass")}
+    assert not result.ok
+    assert any("06-weak-1" in p and "student version" in p for p in result.problems)
+
+
+def test_verify_accepts_a_sound_lab(fixture_course, tmp_path, target):
+    result = verify_lab(fixture_course, lab(fixture_course, "01-pass"), target, tmp_path)
+    assert result.ok, result.problems
+    assert [(t.grade_id, t.on_solution, t.on_student) for t in result.tests] == [("01-sum-1", "pass", "fail")]
+
+
+def test_cli_run_in_parallel_then_report(fixture_course, tmp_path, capsys):
+    out = tmp_path / "results"
+    status = main(["--root", str(fixture_course), "run", "01", "02", "05", "--jobs", "2", "--out", str(out)])
+    assert status == 1  # 02-fail failed
+    assert main(["--root", str(fixture_course), "report", "--results", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "| 01-pass | 1.2.0 | ✅ passed" in report and "❌ failed" in report
+    assert no_tagged_processes(tmp_path)
