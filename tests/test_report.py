@@ -52,3 +52,29 @@ def test_removal_version_is_read_from_warning_text():
     assert removal_version("`foo` is deprecated and will be removed in v5.0") == "5.0"
     assert removal_version("will be removed in version 4.50.1 of Transformers") == "4.50.1"
     assert removal_version("just deprecated") is None
+
+
+def test_stamp_is_idempotent_and_fills_the_readme_markers(make_course):
+    from rocmlab.report import README_END, README_START, stamp
+
+    root = make_course()
+    (root / "README.md").write_text(f"# Course\n\n{README_START}\nold table\n{README_END}\n\nMore text.\n", encoding="utf-8")
+    records = [make_record(env="cpu-current", fingerprint=fp("2.13.0"))]
+    report = freshness(discover(root), records, matrix_order=[])
+    first = stamp(report, records, root)
+    assert {p.name for p in first} == {"01-demo.json", "freshness.json", "README.md"}
+    readme = (root / "README.md").read_text()
+    assert "old table" not in readme and "| 01-demo | 1.0.0 | ✅ passed 4s |" in readme and "More text." in readme
+    report_again = freshness(discover(root), records, matrix_order=[])
+    assert stamp(report_again, records, root) == []
+
+
+def test_stamp_refuses_a_readme_without_markers(make_course):
+    import pytest
+    from rocmlab.report import stamp
+
+    root = make_course()
+    (root / "README.md").write_text("# Course\n")
+    records = [make_record()]
+    with pytest.raises(ValueError, match="add the markers"):
+        stamp(freshness(discover(root), records, matrix_order=[]), records, root)

@@ -101,7 +101,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import RENDERERS, freshness, load_records
+    from .report import RENDERERS, freshness, load_records, stamp
 
     root = Path(args.root).resolve() if args.root else find_root()
     labs = discover(root)
@@ -109,6 +109,14 @@ def cmd_report(args) -> int:
     records, problems = load_records(dirs)
     report = freshness(labs, records)
     report.problems = problems
+    if args.stamp:
+        try:
+            changed = stamp(report, records, root)
+        except ValueError as exc:
+            raise LabError(str(exc)) from None
+        for path in changed:
+            print(f"stamped {path.relative_to(root)}", file=sys.stderr)
+        print(f"{len(changed)} file(s) changed", file=sys.stderr)
     text = RENDERERS[args.format](report)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -157,6 +165,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", nargs="*", help="results folders (default results/)")
     p.add_argument("--format", default="md", choices=["md", "html", "json"])
     p.add_argument("--output", help="write to this file instead of stdout")
+    p.add_argument("--stamp", action="store_true",
+                   help="keep the latest records in ci/results/ and refresh the README's freshness table")
     p.set_defaults(func=cmd_report)
 
     for name, (module_name, help_text) in MODULE_COMMANDS.items():

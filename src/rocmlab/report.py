@@ -146,7 +146,7 @@ def _verified_text(row: LabRow) -> str:
     return f"{row.last_verified.started_at[:10]} on {row.last_verified.env}"
 
 
-def to_markdown(report: Freshness) -> str:
+def to_markdown(report: Freshness, timestamp: bool = True) -> str:
     envs = report.environments
     lines = [
         "| lab | version | " + " | ".join(envs) + " | last verified | freshness |",
@@ -158,8 +158,9 @@ def to_markdown(report: Freshness) -> str:
         lines.append(f"| {row.lab.id} | {row.lab.version} | {cells} | {_verified_text(row)} | {fresh} |")
     lines.append("")
     if report.newest:
+        when = f" Generated {report.generated_at}." if timestamp else ""
         lines.append(f"Newest environment: **{report.newest}**. A lab is stale when its current version has no "
-                     f"passing run there. Generated {report.generated_at}.")
+                     f"passing run there.{when}")
     details = _markdown_details(report)
     return "\n".join(lines + details) + "\n"
 
@@ -179,9 +180,9 @@ def _markdown_details(report: Freshness) -> list[str]:
     return ["", "Details:", ""] + out if out else []
 
 
-def to_json(report: Freshness) -> str:
+def to_json(report: Freshness, timestamp: bool = True) -> str:
     data = {
-        "generated_at": report.generated_at,
+        "generated_at": report.generated_at if timestamp else None,
         "environments": report.environments,
         "newest": report.newest,
         "problems": report.problems,
@@ -227,3 +228,42 @@ def to_html(report: Freshness) -> str:
 
 
 RENDERERS = {"md": to_markdown, "html": to_html, "json": to_json}
+
+
+README_START, README_END = "<!-- freshness:start -->", "<!-- freshness:end -->"
+
+
+def stamp(report: Freshness, records: list[Record], root: Path) -> list[Path]:
+    """Keep the latest records in ci/results/ and refresh the README's freshness table.
+
+    Outputs carry no generation time, so stamping the same records twice changes nothing.
+    """
+    from .results import write_record
+
+    changed = []
+    latest = {(row.lab.id, env): rec for row in report.rows for env, rec in row.cells.items()}
+    for (lab_id, env), record in sorted(latest.items()):
+        path = root / "ci" / "results" / env / f"{lab_id}.json"
+        if not path.is_file() or read_record(path) != record:
+            write_record(record, path)
+            changed.append(path)
+    summary = root / "ci" / "results" / "freshness.json"
+    changed += _write_if_changed(summary, to_json(report, timestamp=False) + "\n")
+    readme = root / "README.md"
+    if readme.is_file():
+        text = readme.read_text(encoding="utf-8")
+        if README_START not in text or README_END not in text:
+            raise ValueError(f"{readme}: add the markers {README_START} and {README_END} where the table goes")
+        head, rest = text.split(README_START, 1)
+        _, tail = rest.split(README_END, 1)
+        table = to_markdown(report, timestamp=False)
+        changed += _write_if_changed(readme, f"{head}{README_START}\n{table}{README_END}{tail}")
+    return changed
+
+
+def _write_if_changed(path: Path, text: str) -> list[Path]:
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return [path]
