@@ -62,7 +62,6 @@ def kernel_environment(tag: str, extra: dict) -> dict:
     env = dict(os.environ)
     env.update({
         RUN_TAG: tag,
-        "MPLBACKEND": "Agg",
         "PYTHONWARNINGS": "default::DeprecationWarning,default::FutureWarning",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
         "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"),
