@@ -107,12 +107,3 @@ def test_efficiency_table_and_triage(sol):
     triaged = sol["triage"](report)
     assert [t["status"] for t in triaged] == sorted((t["status"] for t in triaged), key=lambda s: s != "fail")
     assert {"access", "torch"} <= {t["check"] for t in triaged if t["status"] == "fail"}
-
-
-@pytest.mark.slow
-def test_lab01_verifies(tmp_path):
-    """Every graded test passes on the solution and fails on the student version (smoke profile)."""
-    done = subprocess.run([sys.executable, "-m", "rocmlab.cli", "build", "--verify", "01-rocm-setup",
-                           "--out", str(tmp_path / "labs"), "--results", str(tmp_path / "verify")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
