@@ -1,8 +1,6 @@
 """Lab 01 (ROCm setup): metadata, data files, and the solution functions run outside the notebook."""
 
 import filecmp
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
