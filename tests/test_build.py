@@ -58,3 +58,23 @@ def test_failed_build_leaves_labs_as_they_were(make_course):
         build(root, discover(root), ["en"], out, progress=lambda _m: None)
     assert (out / "en" / "01-demo" / "01-demo.ipynb").read_bytes() == before
     assert sorted(p.name for p in out.iterdir()) == ["en"]
+
+
+@pytest.mark.slow
+def test_in_process_alembic_head_matches_nbgrader_subprocess():
+    import nbgrader.api
+
+    from rocmlab.build import _alembic_head, _interpreter_bin_on_path
+
+    _interpreter_bin_on_path()
+    original = nbgrader.api.get_alembic_version
+    if original is _alembic_head:  # already replaced in this process: call the subprocess path by hand
+        import subprocess
+
+        from nbgrader.api import _temp_alembic_ini
+
+        with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
+            head = subprocess.check_output(["alembic", "-c", ini, "heads"]).decode().split()[0]
+    else:
+        head = original()
+    assert _alembic_head() == head
