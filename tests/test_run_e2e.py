@@ -111,3 +111,11 @@ def test_cli_run_in_parallel_then_report(fixture_course, tmp_path, capsys):
     report = capsys.readouterr().out
     assert "| 01-pass | 1.2.0 | ✅ passed" in report and "❌ failed" in report
     assert no_tagged_processes(tmp_path)
+
+
+def test_cells_after_a_timeout_count_as_not_run(fixture_course, tmp_path, target):
+    record, outcome = run_lab(fixture_course, lab(fixture_course, "03-sleep"), "smoke", target, tmp_path)
+    assert record.status == "timeout"
+    sleeping, unreached = outcome.cells[-2:]
+    assert sleeping["executed"] and sleeping["error"] is not None
+    assert not unreached["executed"]

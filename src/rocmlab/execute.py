@@ -168,15 +168,18 @@ def _read_outcome(path: Path, timed_out: bool, spec: Spec, returncode: int, stde
 
 
 def inspect_output(outcome: Outcome, output: Path) -> Outcome:
-    """Add what the executed notebook shows: warnings seen, and each code cell's error if any."""
+    """Add what the executed notebook shows: warnings seen, and each code cell's error if any.
+
+    A cell counts as executed only when the kernel gave it an execution count and it finished;
+    papermill's own cell status cannot tell (after a timeout it marks unreached cells completed).
+    The cell that was running when a run timed out or its kernel died gets that as its error.
+    """
     try:
         nb = json.loads(output.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return outcome
-    code_index = 0
-    for index, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
+    code_cells = [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
+    for code_index, (index, cell) in enumerate(code_cells):
         error = None
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":
@@ -184,14 +187,23 @@ def inspect_output(outcome: Outcome, output: Path) -> Outcome:
             elif out.get("output_type") == "error":
                 error = {"ename": out.get("ename", ""), "evalue": out.get("evalue", "")}
         meta = cell.get("metadata", {})
-        executed = meta.get("papermill", {}).get("status") not in (None, "pending")
+        running = meta.get("papermill", {}).get("status") == "running"
         grading = meta.get("nbgrader", {})
         outcome.cells.append({
             "index": index, "code_index": code_index, "grade_id": grading.get("grade_id"),
-            "graded": bool(grading.get("grade")), "error": error, "executed": executed,
+            "graded": bool(grading.get("grade")), "error": error,
+            "executed": cell.get("execution_count") is not None and not running,
         })
-        code_index += 1
+    _mark_interrupted_cell(outcome)
     return outcome
+
+
+def _mark_interrupted_cell(outcome: Outcome) -> None:
+    if outcome.status not in ("timeout", "crashed"):
+        return
+    ran = [c for c in outcome.cells if c["executed"]]
+    if ran and ran[-1]["error"] is None:
+        ran[-1]["error"] = {"ename": outcome.status, "evalue": outcome.reason}
 
 
 def _warnings_in(text: str, cell_index: int) -> list[dict]:
