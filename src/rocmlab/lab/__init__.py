@@ -28,6 +28,7 @@ _EXPORTS = {
     "leftover_processes": "launch",
     "ScriptedSSEServer": "sse",
     "active_sse_servers": "sse",
+    "trusted": "integrity",
 }
 
 
