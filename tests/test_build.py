@@ -78,3 +78,14 @@ def test_in_process_alembic_head_matches_nbgrader_subprocess():
     else:
         head = original()
     assert _alembic_head() == head
+
+
+def test_hidden_test_data_stays_out_of_student_folders(make_course):
+    root = make_course()
+    data = root / "solutions" / "01-demo" / "data"
+    data.mkdir()
+    (data / "queries.json").write_text("[]")
+    (data / "queries_hidden.json").write_text("[1]")
+    build(root, discover(root), ["en"], root / "labs", progress=lambda _m: None)
+    shipped = sorted(p.name for p in (root / "labs" / "en" / "01-demo" / "data").iterdir())
+    assert shipped == ["queries.json"]

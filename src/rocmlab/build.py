@@ -23,6 +23,7 @@ from .catalog import LANGUAGES, Lab, LabError
 from .source import MARKERS, for_language, read_notebook
 
 CONFIG_FILE = Path("autograder") / "nbgrader_config.py"
+HIDDEN_DATA = "*_hidden.*"  # data files only hidden tests read: kept from students, given to graders
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 
@@ -87,7 +88,7 @@ def _generate_student(root: Path, lab: Lab, nb, dest: Path) -> None:
         source = course / "source" / lab.id
         write_notebook(nb, source / f"{lab.id}.ipynb")
         if lab.data_dir.is_dir():
-            shutil.copytree(lab.data_dir, source / "data")
+            shutil.copytree(lab.data_dir, source / "data", ignore=shutil.ignore_patterns(HIDDEN_DATA))
         config = nbgrader_config(root, course)
         coursedir = CourseDirectory(config=config)
         api = NbGraderAPI(coursedir=coursedir, config=config)
@@ -140,6 +141,9 @@ def check_integrity(lab: Lab, source_nb, student_path: Path) -> None:
                     if any(line in cell.source for cell in student.cells))
     if leaked:
         raise LabError(f"{lab.source}: solution text leaks into the student notebook: {leaked[0]!r}")
+    hidden = sorted(p.name for p in student_path.parent.rglob(HIDDEN_DATA))
+    if hidden:
+        raise LabError(f"{lab.source}: hidden test data reached the student folder: {hidden[0]}")
     meta = student.metadata.get("rocmlab", {})
     if meta.get("id") != lab.id or meta.get("version") != lab.version:
         raise LabError(f"{lab.source}: the student notebook lost its rocmlab metadata (got {meta!r})")
