@@ -44,6 +44,9 @@ def test_drift_lists_changed_missing_and_extra_files(make_course):
     assert "changed  labs/en/01-demo/01-demo.ipynb" in lines
     assert "extra    labs/en/01-demo/stray.txt" in lines
     assert "missing  labs/zh/01-demo/01-demo.ipynb" in lines
+    (out / "en" / "09-removed").mkdir()
+    assert "orphan   labs/en/09-removed/ (no solutions/09-removed)" in drift(root, labs, ["en"], out)
+    assert not any("orphan" in line for line in drift(root, labs, ["en"], out, orphans=False))
 
 
 def test_failed_build_leaves_labs_as_they_were(make_course):

@@ -209,8 +209,11 @@ def _tree_files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
-def drift(root: Path, labs: list[Lab], langs: list[str], out: Path) -> list[str]:
-    """Files under ``out`` that differ from what the build would write (added, removed, changed)."""
+def drift(root: Path, labs: list[Lab], langs: list[str], out: Path, orphans: bool = True) -> list[str]:
+    """Files under ``out`` that differ from what the build would write (added, removed, changed).
+
+    With ``orphans``, lab folders under ``out`` that no source builds any more are listed too.
+    """
     with tempfile.TemporaryDirectory(prefix="rocmlab-check-") as tmp:
         staging = Path(tmp)
         render_all(root, labs, langs, staging, progress=lambda _msg: None)
@@ -227,4 +230,9 @@ def drift(root: Path, labs: list[Lab], langs: list[str], out: Path) -> list[str]
                         differences.append(f"extra    {where}")
                     elif not filecmp.cmp(a, b, shallow=False):
                         differences.append(f"changed  {where}")
+        if orphans:
+            known = {lab.id for lab in labs}
+            differences += [f"orphan   {out.name}/{folder.parent.name}/{folder.name}/ (no solutions/{folder.name})"
+                            for lang in langs for folder in sorted((out / lang).glob("[0-9]*"))
+                            if folder.is_dir() and folder.name not in known]
         return differences

@@ -49,7 +49,7 @@ def cmd_build(args) -> int:
     langs = languages(args.lang)
     out = Path(args.out) if args.out else root / "labs"
     if args.check:
-        differences = drift(root, labs, langs, out)
+        differences = drift(root, labs, langs, out, orphans=not args.labs)
         for line in differences:
             print(line)
         if differences:
