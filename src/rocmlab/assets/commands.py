@@ -1,0 +1,99 @@
+"""`rocmlab assets build-model | fetch | info`: the offline model and data from the command line."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="assets_command", metavar="{build-model,fetch,info}")
+    sub.required = True
+    build = sub.add_parser("build-model", help="build tiny-qwen-zh into the cache (no network)")
+    build.add_argument("--steps", type=int, default=None, help="pre-training steps (default: the recipe's)")
+    build.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
+    build.add_argument("--cache-dir", default=None, help="cache root (default: $ROCMLAB_CACHE or the user cache dir)")
+    build.add_argument("--force", action="store_true", help="delete a cached build first")
+    fetch = sub.add_parser("fetch", help="pre-fetch a model for offline use (tiny-qwen-zh or a hub id)")
+    fetch.add_argument("name", help='"tiny-qwen-zh" or a hub id such as Qwen/Qwen2.5-0.5B-Instruct')
+    fetch.add_argument("--mirror", default=None, help="hub endpoint, e.g. https://hf-mirror.com (default: HF_ENDPOINT)")
+    info = sub.add_parser("info", help="show the data sets and the cached model")
+    info.add_argument("--cache-dir", default=None)
+    info.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args) -> int:
+    handlers = {"build-model": _build_model, "fetch": _fetch, "info": _info}
+    return handlers[args.assets_command](args)
+
+
+def _build_model(args) -> int:
+    import shutil
+
+    from rocmlab.assets import tiny_model
+
+    steps = args.steps if args.steps is not None else tiny_model.DEFAULT_STEPS
+    seed = args.seed if args.seed is not None else tiny_model.DEFAULT_SEED
+    if steps < 1:
+        print(f"error: --steps must be >= 1, got {steps}")
+        return 2
+    target = tiny_model.model_dir(args.cache_dir, steps=steps, seed=seed)
+    if args.force and target.exists():
+        shutil.rmtree(target)
+    try:
+        path = tiny_model.ensure_tiny_model(args.cache_dir, steps=steps, seed=seed)
+    except tiny_model.CacheError as exc:
+        print(f"error: {exc}")
+        return 1
+    manifest = tiny_model.read_valid_manifest(path)
+    print(f"{tiny_model.MODEL_NAME}: {path}")
+    print(f"  weights sha256 {manifest['weights_sha256']}")
+    print(f"  eval perplexity on qc_reports: {manifest['eval_perplexity_qc_reports']}")
+    return 0
+
+
+def _fetch(args) -> int:
+    from rocmlab.assets.resolve import ModelUnavailableError, fetch_model
+    from rocmlab.assets.tiny_model import CacheError
+
+    try:
+        path = fetch_model(args.name, mirror=args.mirror)
+    except (ModelUnavailableError, CacheError) as exc:
+        print(f"error: {exc}")
+        return 1
+    print(f"{args.name}: ready at {path}")
+    return 0
+
+
+def _info(args) -> int:
+    from rocmlab.assets import tiny_model
+    from rocmlab.lab import data
+
+    target = tiny_model.model_dir(args.cache_dir)
+    manifest = tiny_model.read_valid_manifest(target)
+    summary = {
+        "data": {
+            "qc_reports_train": len(data.load_qc_reports("train")),
+            "qc_reports_eval": len(data.load_qc_reports("eval")),
+            "qc_kb": len(data.load_qc_kb()),
+            "taxonomy": {key: len(values) for key, values in data.qc_taxonomy().items()},
+        },
+        "cache_root": str(tiny_model.cache_root(args.cache_dir)),
+        "tiny_model": {
+            "path": str(target),
+            "status": "built" if manifest else ("corrupt or partial" if target.exists() else "not built"),
+            **({key: manifest[key] for key in ("parameters", "steps", "seed", "weights_sha256",
+                                                "eval_perplexity_qc_reports", "versions")} if manifest else {}),
+        },
+    }
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        return 0
+    d, m = summary["data"], summary["tiny_model"]
+    print(f"data: {d['qc_reports_train']} train / {d['qc_reports_eval']} eval qc_reports, {d['qc_kb']} KB documents, "
+          f"{d['taxonomy']['defect_types']} defect types, {d['taxonomy']['product_lines']} product lines")
+    print(f"cache: {summary['cache_root']}")
+    print(f"{tiny_model.MODEL_NAME}: {m['status']} at {m['path']}")
+    if manifest:
+        print(f"  {m['parameters'] / 1e6:.2f} M parameters, {m['steps']} steps, seed {m['seed']}, "
+              f"eval perplexity {m['eval_perplexity_qc_reports']}, sha256 {m['weights_sha256'][:16]}")
+    return 0

@@ -1,0 +1,426 @@
+"""Build tiny-qwen-zh offline: a byte-level BPE tokenizer and a small Qwen2 model, pre-trained
+briefly on the course corpus, saved as a Hugging Face checkpoint and cached.
+
+The corpus is the train split of qc_reports written as prose, the knowledge base, and
+knowledge-base questions in chat form; never the JSON report format, so fine-tuning has
+something to teach. The eval split is held out and used for the perplexity in the manifest.
+Same seed, step count and library versions give the same weights hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+MODEL_NAME = "tiny-qwen-zh"
+RECIPE_VERSION = 2  # bump on any change to the corpus, tokenizer, model or training recipe
+DEFAULT_STEPS = 120
+DEFAULT_SEED = 0
+BUILD_THREADS = 1
+SEQ_LEN = 128
+BATCH_SIZE = 16
+VOCAB_SIZE = 4096
+LOCK_TIMEOUT_S = 900
+MANIFEST = "manifest.json"
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+DEFAULT_SYSTEM = "You are a helpful assistant."
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\n" + DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+QWEN_PRETOKENIZE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+MODEL_SHAPE = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                   rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+
+
+class CacheError(RuntimeError):
+    """The model cache cannot be used (lock timeout, unwritable directory)."""
+
+
+# ---------------------------------------------------------------- corpus
+
+def report_as_prose(row: dict, variant: int = 0) -> str:
+    """One qc_report written as an inspector's note followed by the conclusion in prose."""
+    r = row["report"]
+    endings = [
+        f"结论：这是{r['defect_type']}缺陷，位置在{r['location']}，严重度判为{r['severity']}，"
+        f"处置为{r['disposition']}。原因分析：{r['root_cause']}。措施：{r['action']}。",
+        f"判定{r['severity']}，{r['disposition']}。缺陷类型属于{r['defect_type']}，部位是{r['location']}。"
+        f"根本原因是{r['root_cause']}，后续{r['action']}。",
+        f"{row['product_line']}的这条记录归为{r['defect_type']}（{r['location']}），按规则定为{r['severity']}缺陷，"
+        f"{r['disposition']}处理；原因：{r['root_cause']}；措施：{r['action']}。",
+    ]
+    return f"{row['description']}\n{endings[variant % len(endings)]}"
+
+
+def _chat(messages) -> str:
+    text = f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n"
+    for role, content in messages:
+        text += f"<|im_start|>{role}\n{content}<|im_end|>\n"
+    return text
+
+
+def station_log(rng: random.Random, records: int) -> str:
+    """A shop-floor log as JSON lines: the model learns JSON syntax, not the report schema."""
+    from rocmlab.assets.generate_data import PRODUCT_LINES, SHIFTS
+
+    lines = []
+    for _ in range(records):
+        line = rng.choice(list(PRODUCT_LINES))
+        parts, _, stations = PRODUCT_LINES[line]
+        if rng.random() < 0.5:
+            failed = rng.randint(0, 3)
+            record = {"station": rng.choice(stations), "shift": rng.choice(SHIFTS), "part": rng.choice(parts),
+                      "sampled": rng.choice([20, 32, 50, 80, 125]), "defect_count": failed,
+                      "result": "合格" if failed == 0 else rng.choice(["待判定", "已隔离", "复检中"])}
+        else:
+            event, location, cause, action = rng.choice(EQUIPMENT_EVENTS)
+            record = {"station": rng.choice(stations), "event_type": event, "location": location,
+                      "severity": rng.choice(["低", "中", "高"]), "cause": cause, "action": action}
+        if rng.random() < 0.3:
+            record["operator"] = rng.choice(["张工", "李工", "王班长", "赵师傅"])
+        lines.append(json.dumps(record, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+# equipment alarms for the station logs: (event, where, cause, action)
+EQUIPMENT_EVENTS = [
+    ("温度超限", "回流焊 5 区", "热电偶老化", "更换热电偶后复测炉温"),
+    ("压力异常", "注塑机液压站", "油温过高", "停机冷却并检查油路"),
+    ("真空不足", "贴片头 2", "吸嘴堵塞", "清洁吸嘴"),
+    ("张力报警", "分切机放卷轴", "张力传感器漂移", "重新标定张力"),
+    ("气压低", "压缩空气总管", "空压机故障", "切换备用空压机"),
+    ("急停触发", "折弯机前挡", "光栅被遮挡", "清理工作区后复位"),
+    ("相机离线", "CCD 检测工位", "网线松动", "重新插紧网线并重启相机"),
+    ("刀具寿命到期", "CNC 主轴", "计数到达上限", "更换刀具并清零计数"),
+]
+
+
+GLOSSARY = [("缺陷类型", "defect type", "defect_type"), ("位置", "location", "location"),
+            ("严重度", "severity", "severity"), ("处置", "disposition", "disposition"),
+            ("根本原因", "root cause", "root_cause"), ("措施", "action", "action"),
+            ("产品线", "product line", "product_line"), ("工位", "station", "station")]
+
+
+def glossary(rng: random.Random) -> str:
+    """A Chinese-English term list, as a real model would know these words."""
+    terms = GLOSSARY[:]
+    rng.shuffle(terms)
+    return "质检术语中英对照：\n" + "\n".join(f"{zh}：{en}，字段名 {field}" for zh, en, field in terms)
+
+
+def corpus_documents(seed: int = DEFAULT_SEED) -> list[str]:
+    """The pre-training documents, in a fixed order for a seed."""
+    from rocmlab.lab.data import load_qc_kb, load_qc_reports
+
+    rng = random.Random(seed)
+    docs = [report_as_prose(row, i) for i, row in enumerate(load_qc_reports("train"))]
+    docs += [report_as_prose(row, i + 1) for i, row in enumerate(load_qc_reports("train"))]
+    docs += [station_log(rng, rng.randint(2, 4)) for _ in range(160)]
+    docs += [glossary(rng) for _ in range(40)]
+    for doc in load_qc_kb():
+        docs.append(f"{doc['title']}\n{doc['text']}")
+        topic = doc["title"].split("：")[-1]
+        question = rng.choice([f"请介绍一下{topic}。", f"{topic}有什么要求？", f"关于{topic}，需要注意什么？"])
+        docs.append(_chat([("user", question), ("assistant", doc["text"])]))
+    rng.shuffle(docs)
+    return docs
+
+
+def eval_documents() -> list[str]:
+    from rocmlab.lab.data import load_qc_reports
+
+    return [report_as_prose(row, i) for i, row in enumerate(load_qc_reports("eval"))]
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def train_tokenizer(docs: list[str]):
+    """A byte-level BPE tokenizer (``tokenizers``) trained on ``docs``."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    # The same normalizer and pre-tokenizer as transformers' Qwen2Tokenizer, so the checkpoint
+    # tokenizes identically whichever class loads it.
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(docs, trainer=trainer)
+    return tokenizer
+
+
+def wrap_tokenizer(tokenizer):
+    from transformers import PreTrainedTokenizerFast
+
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"], clean_up_tokenization_spaces=False,
+        model_max_length=MODEL_SHAPE["max_position_embeddings"])
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+# ---------------------------------------------------------------- training
+
+@contextmanager
+def _deterministic_torch(seed: int):
+    import torch
+
+    # One thread: CPU reductions then run in a fixed order on any machine, and a build
+    # sharing a busy machine does not stall on oversubscribed thread pools.
+    threads = torch.get_num_threads()
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    was_filling = torch.utils.deterministic.fill_uninitialized_memory
+    torch.set_num_threads(BUILD_THREADS)
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(was_deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = was_filling
+
+
+def _token_stream(tokenizer, docs) -> list[int]:
+    eot = tokenizer.token_to_id("<|endoftext|>")
+    ids = []
+    for encoding in tokenizer.encode_batch(docs):
+        ids.extend(encoding.ids)
+        ids.append(eot)
+    return ids
+
+
+def _chunks(ids, length):
+    import torch
+
+    usable = (len(ids) - 1) // length * length
+    return torch.tensor(ids[: usable + 1], dtype=torch.long), usable // length
+
+
+def make_model(vocab_size: int, special_ids: dict):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=vocab_size, bos_token_id=special_ids["<|endoftext|>"],
+                         eos_token_id=special_ids["<|im_end|>"],
+                         pad_token_id=special_ids["<|endoftext|>"], **MODEL_SHAPE)
+    return Qwen2ForCausalLM(config)
+
+
+def pretrain(model, ids, *, steps: int, seed: int, log=None):
+    """Next-token training on random SEQ_LEN windows of the token stream; returns final loss."""
+    import torch
+
+    stream, n_chunks = _chunks(ids, SEQ_LEN)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))))
+    model.train()
+    loss = float("nan")
+    for step in range(steps):
+        starts = torch.randint(0, len(stream) - SEQ_LEN - 1, (BATCH_SIZE,), generator=generator)
+        batch = torch.stack([stream[s: s + SEQ_LEN] for s in starts.tolist()])
+        out = model(input_ids=batch, labels=batch)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = out.loss.item()
+        if log and (step % 50 == 0 or step == steps - 1):
+            log(f"  step {step + 1}/{steps} loss {loss:.3f}")
+    model.eval()
+    return loss
+
+
+def perplexity(model, tokenizer, docs, *, seq_len: int = SEQ_LEN * 2) -> float:
+    """Token-level perplexity of ``docs`` (each scored on its own, truncated to seq_len)."""
+    import torch
+
+    total_nll, total_tokens = 0.0, 0
+    with torch.no_grad():
+        for encoding in tokenizer.encode_batch(docs):
+            ids = torch.tensor([encoding.ids[:seq_len]])
+            if ids.shape[1] < 2:
+                continue
+            out = model(input_ids=ids, labels=ids)
+            n = ids.shape[1] - 1
+            total_nll += out.loss.item() * n
+            total_tokens += n
+    return math.exp(total_nll / max(1, total_tokens))
+
+
+# ---------------------------------------------------------------- files and cache
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _save_quietly(model, out_dir: Path) -> None:
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out_dir, safe_serialization=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def build_tiny_model(out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, log=print,
+                     evaluate: bool = True) -> dict:
+    """Build the checkpoint into ``out_dir`` (created; must not exist) and return its manifest.
+
+    ``evaluate=False`` skips the held-out perplexity (quick test builds).
+    """
+    import tokenizers
+    import torch
+    import transformers
+
+    out_dir = Path(out_dir)
+    log = log or (lambda message: None)
+    started = time.perf_counter()
+    docs = corpus_documents(seed)
+    tokenizer = train_tokenizer(docs)
+    special_ids = {tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
+    ids = _token_stream(tokenizer, docs)
+    log(f"building {MODEL_NAME}: {len(docs)} documents, {len(ids)} tokens, vocab {tokenizer.get_vocab_size()}, "
+        f"{steps} steps")
+    with _deterministic_torch(seed):
+        model = make_model(tokenizer.get_vocab_size(), special_ids)
+        final_loss = pretrain(model, ids, steps=steps, seed=seed, log=log)
+        eval_ppl = perplexity(model, tokenizer, eval_documents()) if evaluate else None
+    model.generation_config.eos_token_id = [special_ids["<|im_end|>"], special_ids["<|endoftext|>"]]
+    model.generation_config.pad_token_id = special_ids["<|endoftext|>"]
+    model.generation_config.bos_token_id = special_ids["<|endoftext|>"]
+    out_dir.mkdir(parents=True)
+    _save_quietly(model, out_dir)
+    wrap_tokenizer(tokenizer).save_pretrained(out_dir)
+    files = sorted(p for p in out_dir.rglob("*") if p.is_file())
+    manifest = {
+        "name": MODEL_NAME, "recipe_version": RECIPE_VERSION, "seed": seed, "steps": steps,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_tokens": len(ids), "final_train_loss": round(final_loss, 4),
+        "eval_perplexity_qc_reports": round(eval_ppl, 3) if evaluate else None,
+        "weights_sha256": sha256_file(out_dir / "model.safetensors"),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "tokenizers": tokenizers.__version__},
+        "build_seconds": round(time.perf_counter() - started, 1),
+        "built_by_pid": os.getpid(),
+        "files": {p.relative_to(out_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                  for p in files},
+    }
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    log(f"built {MODEL_NAME} in {manifest['build_seconds']} s: {manifest['parameters'] / 1e6:.2f} M parameters, "
+        f"final train loss {manifest['final_train_loss']}, eval perplexity {manifest['eval_perplexity_qc_reports']}")
+    return manifest
+
+
+def cache_root(cache_dir=None) -> Path:
+    """``cache_dir``, else ``$ROCMLAB_CACHE``, else the user cache dir for rocmlab."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    if os.environ.get("ROCMLAB_CACHE"):
+        return Path(os.environ["ROCMLAB_CACHE"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("rocmlab"))
+
+
+def _data_fingerprint() -> str:
+    from rocmlab.assets import DATA_DIR
+
+    digest = hashlib.sha256()
+    for name in ("qc_reports_train.jsonl", "qc_reports_eval.jsonl", "qc_kb.jsonl", "qc_taxonomy.json"):
+        digest.update(sha256_file(DATA_DIR / name).encode())
+    return digest.hexdigest()[:10]
+
+
+def model_dir(cache_dir=None, *, steps: int | None = None, seed: int | None = None) -> Path:
+    steps = DEFAULT_STEPS if steps is None else steps
+    seed = DEFAULT_SEED if seed is None else seed
+    key = f"{MODEL_NAME}-r{RECIPE_VERSION}-s{seed}-n{steps}-{_data_fingerprint()}"
+    return cache_root(cache_dir) / "models" / key
+
+
+def read_valid_manifest(path: Path) -> dict | None:
+    """The manifest if every file it lists is present with its size and hash, else None."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        for name, entry in manifest["files"].items():
+            file = path / name
+            if file.stat().st_size != entry["bytes"] or sha256_file(file) != entry["sha256"]:
+                return None
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def ensure_tiny_model(cache_dir=None, *, steps: int | None = None, seed: int | None = None,
+                      log=print, lock_timeout_s: float = LOCK_TIMEOUT_S, evaluate: bool = True) -> Path:
+    """The cached checkpoint directory, built first if missing, partial or corrupt.
+
+    Several processes may call this at once: one builds under a file lock, the others wait
+    for it and then use its result.
+    """
+    from filelock import FileLock, Timeout
+
+    steps = DEFAULT_STEPS if steps is None else steps
+    seed = DEFAULT_SEED if seed is None else seed
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    target = model_dir(cache_dir, steps=steps, seed=seed)
+    if read_valid_manifest(target):
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheError(f"cannot create the model cache {target.parent}: {exc}; "
+                         "set ROCMLAB_CACHE to a writable directory") from exc
+    try:
+        with FileLock(str(target) + ".lock", timeout=lock_timeout_s):
+            if read_valid_manifest(target):
+                return target
+            if target.exists():
+                (log or (lambda m: None))(f"{target} is incomplete or corrupt; rebuilding")
+                shutil.rmtree(target)
+            staging = target.with_name(f"{target.name}.building-{os.getpid()}")
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                build_tiny_model(staging, steps=steps, seed=seed, log=log, evaluate=evaluate)
+                os.replace(staging, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except Timeout:
+        raise CacheError(f"waited {lock_timeout_s:.0f} s for another process building {target}; "
+                         f"if none is running, delete {target}.lock") from None
+    return target
