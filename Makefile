@@ -7,12 +7,13 @@ TORCH     ?= torch==2.13.0
 JOBS      ?= 2
 RESULTS   ?= results
 
-.PHONY: setup model build check verify run report test test-slow test-all bench clean help
+.PHONY: setup model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
 	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
 	@echo "make test       fast tests (unit + quick end-to-end)"
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
+	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
 	@echo "make build | check | verify | report | bench | clean"
 
 $(STAMP): pyproject.toml
@@ -43,6 +44,14 @@ run: build model
 
 report: setup
 	$(ROCMLAB) report --results $(RESULTS)
+
+# The release matrix's CPU environments, every lab in each, stamped into ci/results and the README.
+# A lab failing on one environment is a finding for the matrix, so the runs do not stop the target.
+FRESHNESS_ENVS ?= cpu-current cpu-previous
+freshness: model
+	for env in $(FRESHNESS_ENVS); do $(ROCMLAB) env create $$env || exit 2; done
+	for env in $(FRESHNESS_ENVS); do $(ROCMLAB) run --env $$env --profile smoke --jobs $(JOBS) --out $(RESULTS); done; true
+	$(ROCMLAB) report --results $(RESULTS) --stamp
 
 test: setup
 	$(PY) -m pytest -q
