@@ -1,0 +1,213 @@
+"""Lab 02 (LLM inference and honest benchmarking): source shape, golden data, solution functions.
+
+Fast tests read solutions/02-llm-inference directly; the slow test executes the notebook
+in the smoke profile with papermill.
+"""
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomllib
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "02-llm-inference"
+SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
+GOLDEN = json.loads((LAB / "data" / "metrics_golden.json").read_text(encoding="utf-8"))
+CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+
+
+def cells():
+    """(marker options, body) for every cell of lab.py."""
+    parts = CELL.split(SOURCE)
+    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+def solution_namespace(*names):
+    """Run the solution cells defining `names` in a fresh namespace (no model needed)."""
+    import time
+
+    import torch
+
+    from rocmlab import lab
+
+    ns = {"np": np, "math": math, "json": json, "time": time, "torch": torch, "lab": lab}
+    for options, body in cells():
+        if '"solution"' in options and any(f"def {n}(" in body for n in names):
+            exec(compile(body, f"lab.py:{options}", "exec"), ns)  # noqa: S102 (our own source)
+    missing = [n for n in names if n not in ns]
+    assert not missing, f"no solution cell defines {missing}"
+    return ns
+
+
+# -- source shape --------------------------------------------------------------------------
+
+def test_profiles_only_set_parameters_the_notebook_defines():
+    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
+    params_cell = next(body for options, body in cells() if '"parameters"' in options)
+    assigned = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", params_cell, re.MULTILINE))
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
+    for name, profile in toml["profiles"].items():
+        unknown = set(profile["params"]) - assigned
+        assert not unknown, f"lab.toml [profiles.{name}] sets {unknown}, not in the parameters cell"
+    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
+    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_grade_ids_unique_and_every_test_has_hidden_checks():
+    ids, tests = [], 0
+    for options, body in cells():
+        match = re.search(r'grade_id="([^"]+)"', options)
+        if match:
+            ids.append(match.group(1))
+            assert match.group(1).startswith("02-")
+        if '"test"' in options:
+            tests += 1
+            assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
+            assert re.search(r"points=\d+", options), options
+        if '"solution"' in options:
+            assert "### BEGIN SOLUTION" in body and "### END SOLUTION" in body, options
+    assert len(ids) == len(set(ids)), "duplicate grade_id"
+    assert tests == 9
+
+
+def test_prose_comes_in_zh_en_pairs():
+    tags = [options for options, _ in cells() if options.startswith("[markdown]")]
+    zh = sum('"zh"' in t for t in tags)
+    en = sum('"en"' in t for t in tags)
+    assert zh == en and zh >= 15
+
+
+# -- golden metrics ------------------------------------------------------------------------
+
+def reference_metrics(traces, duration, percentiles, slo):
+    """numpy restatement of vLLM's calculate_metrics, written apart from the lab's solution."""
+    ok = [t for t in traces if t["success"]]
+    tpot_all = np.array([(t["latency"] - t["ttft"]) / (t["output_len"] - 1) if t["output_len"] > 1 else 0.0
+                         for t in ok])
+    multi = np.array([t["output_len"] > 1 for t in ok], dtype=bool)
+    series = {"ttft": np.array([t["ttft"] for t in ok]), "tpot": tpot_all[multi] if len(ok) else np.array([]),
+              "itl": np.concatenate([np.array(t["itl"], dtype=float) for t in ok]) if ok else np.array([]),
+              "e2el": np.array([t["latency"] for t in ok])}
+    out = {}
+    for name, values in series.items():
+        ms = (values if values.size else np.zeros(1)) * 1000
+        out[f"mean_{name}_ms"] = ms.mean()
+        out[f"std_{name}_ms"] = ms.std()
+        out[f"median_{name}_ms"] = np.median(ms)
+        for p in percentiles:
+            out[f"p{int(p) if int(p) == p else p}_{name}_ms"] = np.percentile(ms, p)
+    tin = sum(t["prompt_len"] for t in ok)
+    tout = sum(t["output_len"] for t in ok)
+    out.update(completed=len(ok), total_input=tin, total_output=tout, request_throughput=len(ok) / duration,
+               output_throughput=tout / duration, total_token_throughput=(tin + tout) / duration)
+    if slo:
+        limits = {k: v / 1000 for k, v in slo.items()}
+        columns = {"ttft": series["ttft"], "tpot": tpot_all, "e2el": series["e2el"]}
+        good = np.all([columns[k] <= v for k, v in limits.items()], axis=0)
+        out["request_goodput"] = int(np.sum(good)) / duration
+    return out
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: c["name"])
+def test_golden_values_match_an_independent_reference(case):
+    ref = reference_metrics(case["traces"], case["duration_s"], case["percentiles"], case["slo_ms"])
+    for key, value in ref.items():
+        assert math.isclose(case["expected"][key], value, rel_tol=1e-9, abs_tol=1e-9), key
+
+
+def test_golden_cases_cover_the_edge_cases():
+    traces = [t for c in GOLDEN["cases"] for t in c["traces"]]
+    assert any(not t["success"] for t in traces)
+    assert any(t["success"] and t["output_len"] == 1 for t in traces)
+    assert any(c["slo_ms"] for c in GOLDEN["cases"]) and any(not c["slo_ms"] for c in GOLDEN["cases"])
+    assert any(any(not float(p).is_integer() for p in c["percentiles"]) for c in GOLDEN["cases"])
+    single = next(c for c in GOLDEN["cases"] if c["name"] == "single-token-only")
+    assert single["expected"]["mean_tpot_ms"] == 0.0
+
+
+def test_golden_values_catch_common_mistakes():
+    case = next(c for c in GOLDEN["cases"] if c["name"] == "mixed-40")
+    ok = [t for t in case["traces"] if t["success"]]
+    exp = case["expected"]
+    # TPOT over every request (single-token ones as 0) instead of only output_len > 1
+    wrong_tpot = statistics.fmean([(t["latency"] - t["ttft"]) / (t["output_len"] - 1) if t["output_len"] > 1
+                                   else 0.0 for t in ok]) * 1000
+    assert not math.isclose(wrong_tpot, exp["mean_tpot_ms"], rel_tol=1e-6)
+    # TPOT that counts the first token: latency / output_len
+    assert not math.isclose(statistics.fmean([t["latency"] / t["output_len"] for t in ok if t["output_len"] > 1])
+                            * 1000, exp["mean_tpot_ms"], rel_tol=1e-6)
+    # ITL averaged per request first
+    per_request = statistics.fmean([statistics.fmean(t["itl"]) for t in ok if t["itl"]]) * 1000
+    assert not math.isclose(per_request, exp["mean_itl_ms"], rel_tol=1e-6)
+    # failed requests counted / throughput from summed latencies
+    assert exp["completed"] != len(case["traces"])
+    assert not math.isclose(len(ok) / sum(t["latency"] for t in ok), exp["request_throughput"], rel_tol=1e-6)
+
+
+# -- solution functions ----------------------------------------------------------------------
+
+def test_solution_metrics_reproduce_golden():
+    compute_metrics = solution_namespace("compute_metrics")["compute_metrics"]
+    for case in GOLDEN["cases"]:
+        got = compute_metrics(case["traces"], case["duration_s"], percentiles=case["percentiles"],
+                              slo_ms=case["slo_ms"])
+        for key, value in case["expected"].items():
+            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9) if value is not None \
+                else got[key] is None, (case["name"], key)
+    with pytest.raises(ValueError, match="slo_ms"):
+        compute_metrics(case["traces"], 1.0, slo_ms={"latency": 1})
+
+
+def test_solution_memory_math_on_published_configs():
+    ns = solution_namespace("kv_cache_bytes", "param_count", "decode_roofline")
+    qwen = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
+    llama = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+             "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256,
+             "tie_word_embeddings": False}
+    assert ns["kv_cache_bytes"](qwen, 1) == 2 * 24 * 2 * 64 * 2
+    assert ns["kv_cache_bytes"](llama, 1) == 2 * 80 * 8 * 128 * 2
+    assert ns["param_count"](qwen) == 494_032_768
+    weights = ns["param_count"](llama) * 2
+    assert 80e9 < weights < 192e9, "70B in bf16: over one 80 GB card, under one 192 GB MI300X"
+    assert ns["decode_roofline"](weights, 327680, 0, 1, 5.3e12) == pytest.approx(5.3e12 / weights)
+
+
+def test_solution_param_count_matches_a_real_qwen2_module():
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(config)
+    ns = solution_namespace("param_count")
+    assert ns["param_count"](config.to_dict()) == sum(p.numel() for p in model.parameters())
+
+
+def test_solution_arrivals_and_concurrency():
+    ns = solution_namespace("arrival_times", "mean_concurrency")
+    times = ns["arrival_times"](1000, 5.0, burstiness=2.0, seed=3)
+    assert times[0] == 0 and np.all(np.diff(times) >= 0)
+    assert np.array_equal(times, ns["arrival_times"](1000, 5.0, burstiness=2.0, seed=3))
+    assert ns["mean_concurrency"]([(0, 1), (0, 1)]) == 2.0
+
+
+def test_solution_stream_client_against_the_scripted_server():
+    from rocmlab.lab import ScriptedSSEServer, active_sse_servers
+
+    stream = solution_namespace("stream_completion")["stream_completion"]
+    with ScriptedSSEServer(["质", "检"], ttft_s=0.05, itl_s=0.05) as server:
+        trace = stream(server.base_url, "p", max_tokens=8, prompt_len=3)
+        chat = stream(server.base_url, "p", max_tokens=1, chat=True)
+    assert trace["success"] and trace["text"] == "质检" and trace["output_len"] == 2 and len(trace["itl"]) == 1
+    assert trace["ttft"] >= 0.049 and trace["itl"][0] >= 0.049 and trace["prompt_len"] == 3
+    assert chat["text"] == "质" and chat["itl"] == []
+    assert not active_sse_servers()
+
+
+# -- the whole notebook ---------------------------------------------------------------------

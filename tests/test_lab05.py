@@ -1,0 +1,257 @@
+"""Lab 05 (distributed training and fault tolerance): its solutions against their meaning.
+
+Fast tests run the exercises that need no process group (bucketing with a fake all-reduce,
+atomic checkpoints killed mid-write, resume, the QC batch builder) straight from the lab source,
+and check that the student version of each raises NotImplementedError. The slow test executes
+the whole notebook in the smoke profile (torchrun, elastic restart, DDP fine-tune).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import pickle
+import re
+from pathlib import Path
+
+import jupytext
+import pytest
+import tomllib
+import torch
+
+from rocmlab.catalog import parse_lab
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "05-distributed-training"
+SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    return jupytext.read(LAB / "lab.py")
+
+
+@pytest.fixture(scope="module")
+def cells(notebook):
+    return {c.metadata["grade_id"]: c.source for c in notebook.cells if c.metadata.get("grade_id")}
+
+
+def student(source: str) -> str:
+    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+
+
+def definitions(source: str) -> str:
+    """Only the imports and function definitions of a cell (no launches, no demos)."""
+    tree = ast.parse(source)
+    keep = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom))]
+    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+
+
+def lab_namespace(notebook, tmp_path, *solution_sources):
+    """The lab's imports and helper functions, plus the given solution cells, in one namespace."""
+    namespace = {"__name__": "lab05_test"}
+    code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+    exec(compile(code_cells[0].source, "<lab05 imports>", "exec"), namespace)  # noqa: S102 (runs lab cells)
+    namespace.update(WORK=tmp_path, WORLD_SIZE=2, SEED=0, BACKEND="auto")
+    for cell in code_cells[1:]:
+        if {"parameters", "solution", "test"} & set(cell.metadata.get("tags", [])):
+            continue
+        exec(compile(definitions(cell.source), "<lab05 cell>", "exec"), namespace)  # noqa: S102
+    for source in solution_sources:
+        exec(compile(source, "<lab05 solution>", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+# ---------------------------------------------------------------- structure
+
+def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
+    lab = parse_lab(LAB)
+    assert lab.id == LAB.name
+    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
+    for name, profile in tomllib.loads((LAB / "lab.toml").read_text())["profiles"].items():
+        missing = set(profile["params"]) - assigned
+        assert not missing, f"profile {name}: {missing} not assigned in the parameters cell"
+
+
+def test_grade_ids_are_unique_paired_and_solutions_marked(notebook, cells):
+    ids = [c.metadata["grade_id"] for c in notebook.cells if c.metadata.get("grade_id")]
+    assert len(ids) == len(set(ids)) and all(g.startswith("05-") for g in ids)
+    topics_with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
+    topics_with_test = {g.split("-")[1] for g in ids if "-sol-" not in g}
+    assert topics_with_solution == topics_with_test == {"scratch", "ddp", "bucket", "nosync", "ckpt",
+                                                        "elastic", "finetune"}
+    for cell in notebook.cells:
+        tags = cell.metadata.get("tags", [])
+        if "solution" in tags:
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+        if "test" in tags:
+            assert int(cell.metadata["points"]) > 0
+
+
+def test_prose_comes_in_zh_en_pairs(notebook):
+    tags = [tuple(c.metadata.get("tags", [])) for c in notebook.cells if c.cell_type == "markdown"]
+    assert tags.count(("zh",)) == tags.count(("en",)) >= 10
+
+
+# ---------------------------------------------------------------- bucketing
+
+def test_bucketing_calls_ceil_total_over_cap_and_averages(notebook, cells, tmp_path):
+    ns = lab_namespace(notebook, tmp_path, cells["05-bucket-sol-1"])
+    ranks = [[torch.randn(s, dtype=torch.float64, generator=torch.Generator().manual_seed(r)) for s in [(9, 5), (7,), (1,)]]
+             for r in range(3)]
+    total = sum(t.numel() * 8 for t in ranks[0])
+    for cap in (8, 64, 136, total, 10 * total):
+        grads = [t.clone() for t in ranks[0]]
+        others = [sum(torch.cat([t.reshape(-1) for t in ranks[r]]) for r in (1, 2))]
+        sizes, offset = [], [0]
+
+        def fake_sum(t, sizes=sizes, others=others, offset=offset):  # adds ranks 1 and 2 at the same offset
+            sizes.append(t.numel() * 8)
+            t.add_(others[0][offset[0]:offset[0] + t.numel()])
+            offset[0] += t.numel()
+
+        calls = ns["bucketed_all_reduce_"](grads, cap, 3, fake_sum)
+        assert calls == len(sizes) == math.ceil(total / cap)
+        for g, *per_rank in zip(grads, *ranks):
+            assert torch.allclose(g, sum(per_rank) / 3, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError):
+        ns["bucketed_all_reduce_"]([torch.ones(3, dtype=torch.float64)], 12, 1, lambda t: None)
+    empty = lab_namespace(notebook, tmp_path, student(cells["05-bucket-sol-1"]))
+    with pytest.raises(NotImplementedError):
+        empty["bucketed_all_reduce_"]([torch.ones(3)], 4, 1, lambda t: None)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def test_atomic_checkpoint_survives_a_writer_killed_mid_write(notebook, cells, tmp_path):
+    ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
+    for delay in (0.004, 0.017, 0.041):
+        report = ns["kill_writer_mid_write"](ns["save_checkpoint_atomic"], tmp_path / "ckpt.pt", delay,
+                                             numel=1_000_000)
+        assert report["wrote_one"] and report["loaded"] and report["whole"], report
+    assert not list(tmp_path.glob("ckpt.pt.tmp-*"))
+
+
+def slow_in_place_save(state, path):
+    """Writes in place like plain torch.save, slowly: the file is incomplete for all but an instant."""
+    import io
+    import time
+
+    with open(path, "wb") as f:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getvalue()
+        for start in range(0, len(data), 1 << 16):
+            f.write(data[start:start + (1 << 16)])
+            f.flush()
+            time.sleep(0.002)
+
+
+def test_the_kill_harness_catches_a_torn_in_place_write(notebook, cells, tmp_path):
+    """The graded harness can tell: an in-place writer killed mid-write leaves a torn file."""
+    ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
+    for delay in (0.01, 0.05):
+        report = ns["kill_writer_mid_write"](slow_in_place_save, tmp_path / "naive.pt", delay, numel=500_000)
+        assert report["wrote_one"] and not (report["loaded"] and report["whole"]), report
+
+
+def test_ckpt_graded_cell_passes_on_the_solution_and_fails_on_the_student_version(notebook, cells, tmp_path):
+    ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
+    ns["CKPT_DIR"] = tmp_path
+    exec(compile(cells["05-ckpt-1"], "<05-ckpt-1>", "exec"), ns)  # noqa: S102 (runs the graded cell)
+    in_place = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
+    in_place.update(CKPT_DIR=tmp_path, save_checkpoint_atomic=slow_in_place_save)
+    with pytest.raises(AssertionError):
+        exec(compile(cells["05-ckpt-1"], "<05-ckpt-1>", "exec"), in_place)  # noqa: S102
+    empty = lab_namespace(notebook, tmp_path, student(cells["05-ckpt-sol-1"]))
+    empty["CKPT_DIR"] = tmp_path
+    with pytest.raises(AssertionError):
+        exec(compile(cells["05-ckpt-1"], "<05-ckpt-1>", "exec"), empty)  # noqa: S102
+
+
+def test_failed_atomic_save_keeps_the_old_file_and_leaves_no_temp(notebook, cells, tmp_path):
+    ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
+    target = tmp_path / "c.pt"
+    ns["save_checkpoint_atomic"]({"step": 1}, target)
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        ns["save_checkpoint_atomic"]({"step": 2, "bad": lambda: None}, target)
+    assert torch.load(target, weights_only=True)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+    empty = lab_namespace(notebook, tmp_path, student(cells["05-ckpt-sol-1"]))
+    with pytest.raises(NotImplementedError):
+        empty["save_checkpoint_atomic"]({"step": 3}, target)
+
+
+def test_resume_restores_model_optimizer_and_step(notebook, cells, tmp_path):
+    ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"], cells["05-elastic-sol-1"])
+    src = ns["make_mlp"](1)
+    opt = torch.optim.SGD(src.parameters(), lr=0.1, momentum=0.9)
+    x, y = ns["make_data"](8, 0)
+    torch.nn.functional.mse_loss(src(x), y).backward()
+    opt.step()
+    ns["save_checkpoint_atomic"]({"step": 4, "model": src.state_dict(), "optimizer": opt.state_dict()},
+                                 tmp_path / "r.pt")
+    dst = ns["make_mlp"](2)
+    dst_opt = torch.optim.SGD(dst.parameters(), lr=0.1, momentum=0.9)
+    assert ns["resume_from_checkpoint"](tmp_path / "absent.pt", dst, dst_opt) == 0
+    assert ns["resume_from_checkpoint"](tmp_path / "r.pt", dst, dst_opt) == 4
+    for p, q in zip(dst.parameters(), src.parameters()):
+        assert torch.equal(p, q)
+        assert torch.equal(dst_opt.state[p]["momentum_buffer"], opt.state[q]["momentum_buffer"])
+    empty = lab_namespace(notebook, tmp_path, student(cells["05-elastic-sol-1"]))
+    with pytest.raises(NotImplementedError):
+        empty["resume_from_checkpoint"](tmp_path / "r.pt", dst, dst_opt)
+
+
+# ---------------------------------------------------------------- QC batches
+
+class CharTokenizer:
+    """A stand-in for the course tokenizer: one id per character, the Qwen chat template."""
+
+    eos_token, pad_token, pad_token_id = "<|im_end|>", "<|endoftext|>", 0
+
+    def __init__(self):
+        self.vocab = {self.pad_token: 0}
+        self.chars = {0: self.pad_token}
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [self.vocab.setdefault(ch, len(self.vocab)) for ch in text]
+        for ch, i in zip(text, ids):
+            self.chars[i] = ch
+        return {"input_ids": ids}
+
+    def decode(self, ids):
+        return "".join(self.chars[i] for i in ids)
+
+
+QC_ITEMS = [
+    {"id": "t-1", "product_line": "注塑件", "description": "外壳边缘有 3 毫米划痕。",
+     "report": {"defect_type": "划痕", "location": "边缘", "severity": "轻微", "disposition": "放行",
+                "root_cause": "搬运", "action": "加保护膜"}},
+    {"id": "t-2", "product_line": "PCB", "description": "焊点虚焊，通电后间歇断路，需要进一步检查与确认。",
+     "report": {"defect_type": "虚焊", "location": "焊点", "severity": "严重", "disposition": "返工",
+                "root_cause": "炉温", "action": "调整回流焊曲线"}},
+    {"id": "t-3", "product_line": "铸件", "description": "气孔。",
+     "report": {"defect_type": "气孔", "location": "表面", "severity": "一般", "disposition": "让步接收",
+                "root_cause": "排气", "action": "改排气槽"}},
+]
+
+
+def test_qc_batch_solution_passes_its_graded_test_and_student_fails(notebook, cells, tmp_path):
+    ns = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
+    ns.update(ft_tokenizer=CharTokenizer(), qc_items=QC_ITEMS)
+    exec(compile(cells["05-finetune-1"], "<05-finetune-1>", "exec"), ns)  # noqa: S102
+    batch = ns["build_qc_batch"](QC_ITEMS, ns["ft_tokenizer"], 8)
+    assert tuple(batch["labels"].shape) == (3, 8) and bool((batch["labels"] == -100).all())  # prompt only
+    empty = lab_namespace(notebook, tmp_path, student(cells["05-finetune-sol-1"]))
+    empty.update(ft_tokenizer=CharTokenizer(), qc_items=QC_ITEMS)
+    with pytest.raises(NotImplementedError):
+        exec(compile(cells["05-finetune-1"], "<05-finetune-1>", "exec"), empty)  # noqa: S102
+
+
+# ---------------------------------------------------------------- the whole notebook (slow)

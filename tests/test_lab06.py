@@ -1,0 +1,299 @@
+"""Lab 06 (multi-agent pipeline): its solution cells against its graded tests.
+
+The runtime exercises run on the virtual clock, so they execute here straight from the lab
+source in about a second: each graded test passes on the solution, fails on the empty student
+version, and fails on a plausible wrong answer (a mutation of the solution). The BM25 and schema
+exercises run the same way. The whole notebook (LLM reporter, real-clock sweep) is executed by
+tests/test_labs.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import jupytext
+import pytest
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "06-multi-agent"
+SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+
+
+def student(source: str) -> str:
+    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    return jupytext.read(LAB / "lab.py")
+
+
+@pytest.fixture(scope="module")
+def code_cells(notebook):
+    return [c for c in notebook.cells if c.cell_type == "code"]
+
+
+def by_grade_id(cells, grade_id):
+    return next(c.source for c in cells if c.metadata.get("grade_id") == grade_id)
+
+
+def index_of(cells, needle):
+    return next(i for i, c in enumerate(cells) if needle in c.source)
+
+
+@pytest.fixture(scope="module")
+def runtime_ns(code_cells):
+    """Namespace after every code cell of sections 0-5 (solutions and graded tests run)."""
+    stop = index_of(code_cells, "import jieba")
+    return run(code_cells[:stop])
+
+
+def run(cells, namespace=None):
+    import os
+
+    namespace = {"__name__": "__main__"} if namespace is None else namespace
+    here = os.getcwd()
+    os.chdir(LAB)   # the lab reads data/ relative to its working folder
+    try:
+        for cell in cells:
+            source = cell if isinstance(cell, str) else cell.source
+            exec(compile(source, "<lab06 cell>", "exec"), namespace)  # noqa: S102 (runs lab cells)
+    finally:
+        os.chdir(here)
+    return namespace
+
+
+def test_every_profile_parameter_is_in_the_parameters_cell(notebook):
+    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+    config = tomllib.loads((LAB / "lab.toml").read_text())
+    assert config["id"] == LAB.name
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
+    for name, profile in config["profiles"].items():
+        assert not set(profile["params"]) - assigned, name
+
+
+def test_grade_ids_are_unique_and_every_solution_has_a_test(code_cells):
+    ids = [c.metadata["grade_id"] for c in code_cells if "grade_id" in c.metadata]
+    assert len(ids) == len(set(ids)) and all(i.startswith("06-") for i in ids)
+    tests = {i for i in ids if "-sol-" not in i}
+    graded_by = {"06-runtime-sol-1": {"06-dedupe-1", "06-shutdown-1"}}
+    for sol in (i for i in ids if "-sol-" in i):
+        assert graded_by.get(sol, {sol.replace("-sol-", "-")}) <= tests, sol
+    assert len(tests) >= 8
+
+
+def test_prose_comes_in_zh_en_pairs(notebook):
+    tags = [tuple(c.metadata.get("tags", [])) for c in notebook.cells if c.cell_type == "markdown"]
+    assert tags.count(("zh",)) == tags.count(("en",)) >= 10
+
+
+def test_failure_script_and_queries_are_well_formed():
+    script = json.loads((LAB / "data" / "failure_script.json").read_text(encoding="utf-8"))
+    assert set(script) == {"detect", "localize", "retrieve", "report"}
+    for per_id in script.values():
+        for outcomes in per_id.values():
+            assert all(o in ("ok", "hang") or o.startswith("error:") for o in outcomes)
+    for name in ("retrieval_queries.json", "retrieval_queries_hidden.json"):
+        rows = json.loads((LAB / "data" / name).read_text(encoding="utf-8"))
+        assert rows and all(set(r) == {"query", "relevant"} for r in rows)
+
+
+def test_runtime_solutions_pass_their_graded_tests(runtime_ns):
+    assert runtime_ns["golden_trace"].first_difference(
+        runtime_ns["Trace"].load_rows(LAB / "data" / "golden_trace.json")) is None
+
+
+RUNTIME_EXERCISES = [
+    # (solution grade_id, cells to re-run after it (by a line they contain), test grade_id)
+    ("06-pipeline-sol-1", [], "06-pipeline-1"),
+    ("06-retry-sol-1", [], "06-retry-1"),
+    ("06-runtime-sol-1", ["def golden_run("], "06-dedupe-1"),
+    ("06-runtime-sol-1", [], "06-shutdown-1"),
+    ("06-cycle-sol-1", [], "06-cycle-1"),
+    ("06-deadlock-sol-1", [], "06-deadlock-1"),
+]
+
+
+@pytest.mark.parametrize("sol,between,test", RUNTIME_EXERCISES, ids=[t for _, _, t in RUNTIME_EXERCISES])
+def test_empty_student_version_fails(runtime_ns, code_cells, sol, between, test):
+    ns = dict(runtime_ns)
+    cells = [student(by_grade_id(code_cells, sol))]
+    cells += [code_cells[index_of(code_cells, needle)].source for needle in between]
+    cells.append(by_grade_id(code_cells, test))
+    with pytest.raises((NotImplementedError, AssertionError, TypeError)):
+        run(cells, ns)
+
+
+MUTATIONS = [
+    # (solution grade_id, text, replacement, cells to re-run, test grade_id): wrong answers to catch
+    ("06-pipeline-sol-1", 'InstrumentedQueue(queue_size, f"q-{s.name}")', "asyncio.Queue()", [],
+     "06-pipeline-1"),
+    ("06-pipeline-sol-1", "        for w in workers:\n            w.cancel()\n", "", [], "06-pipeline-1"),
+    ("06-pipeline-sol-1", "        for q in queues:\n            await q.join()\n", "", [], "06-pipeline-1"),
+    ("06-retry-sol-1", "            await asyncio.sleep(backoff_delay(policy, msg_id, attempt))\n", "            pass\n", [],
+     "06-retry-1"),
+    ("06-retry-sol-1", "2 ** (attempt - 1)", "2 ** attempt", [], "06-retry-1"),
+    ("06-retry-sol-1", 'reason = "timeout"', 'reason = "timed out"', [], "06-retry-1"),
+    ("06-runtime-sol-1", "        if msg_id in self._seen:", "        if False:", ["def golden_run("],
+     "06-dedupe-1"),
+    ("06-runtime-sol-1", "        for q in self._queues:\n            await q.join()\n",
+     "        await self._queues[0].join()\n", [], "06-shutdown-1"),
+    ("06-runtime-sol-1", "        for w in self._workers:\n            w.cancel()\n", "", [], "06-shutdown-1"),
+    ("06-cycle-sol-1", "return path[path.index(nxt):]", "return path", [], "06-cycle-1"),
+    ("06-cycle-sol-1", "elif color.get(nxt, WHITE) == GREY:", "elif color.get(nxt, WHITE) != WHITE:", [],
+     "06-cycle-1"),
+]
+
+
+@pytest.mark.parametrize("sol,old,new,between,test", MUTATIONS,
+                         ids=[f"{m[4]}-{i}" for i, m in enumerate(MUTATIONS)])
+def test_wrong_answers_fail(runtime_ns, code_cells, sol, old, new, between, test):
+    source = by_grade_id(code_cells, sol)
+    assert old in source, f"mutation target not found in {sol}: {old!r}"
+    ns = dict(runtime_ns)
+    cells = [source.replace(old, new)]
+    cells += [code_cells[index_of(code_cells, needle)].source for needle in between]
+    cells.append(by_grade_id(code_cells, test))
+    with pytest.raises((AssertionError, TimeoutError, ValueError, runtime_ns["Deadlock"])):
+        run(cells, ns)
+
+
+def test_golden_traces_are_reproduced_by_the_seeded_runs(runtime_ns):
+    _, hidden_trace, _ = runtime_ns["golden_run"](seed=5, n=30, workers=1, queue_size=1)
+    golden = runtime_ns["Trace"].load_rows(LAB / "data" / "golden_trace_hidden.json")
+    assert hidden_trace.first_difference(golden) is None
+    events = {row[3] for row in golden}
+    assert {"admit", "start", "end", "fail", "dead", "done", "duplicate"} <= events
+
+
+@pytest.fixture(scope="module")
+def retrieval_ns(runtime_ns, code_cells):
+    start = index_of(code_cells, "import jieba")
+    stop = next(i for i, c in enumerate(code_cells) if c.metadata.get("grade_id") == "06-bm25-1")
+    return run(code_cells[start:stop], dict(runtime_ns))
+
+
+def test_bm25_solution_passes_and_wrong_versions_fail(retrieval_ns, code_cells):
+    test = by_grade_id(code_cells, "06-bm25-1")
+    run([test], dict(retrieval_ns))
+    sol = by_grade_id(code_cells, "06-bm25-sol-1")
+    with pytest.raises((NotImplementedError, AssertionError)):
+        run([student(sol), "KB_INDEX = BM25(KB_TOKENS)", test], dict(retrieval_ns))
+    no_length_norm = sol.replace("(1 - self.b + self.b * length / self.avgdl)", "1")
+    assert no_length_norm != sol
+    with pytest.raises(AssertionError):
+        run([no_length_norm, "KB_INDEX = BM25(KB_TOKENS)", test], dict(retrieval_ns))
+
+
+def test_expected_documents_rank_in_the_top_3_with_an_independent_bm25(retrieval_ns):
+    """The query files hold for the course's qc_kb (recomputed here, not by the lab's code)."""
+    import math
+    from collections import Counter
+
+    docs = retrieval_ns["KB_TOKENS"]
+    kb = retrieval_ns["KB"]
+    avgdl = sum(map(len, docs)) / len(docs)
+    df = Counter(t for d in docs for t in set(d))
+
+    def score(d, query):
+        tf = Counter(d)
+        return sum(math.log(1 + (len(docs) - df[q] + 0.5) / (df[q] + 0.5)) * tf[q] * 2.5
+                   / (tf[q] + 1.5 * (0.25 + 0.75 * len(d) / avgdl)) for q in query if q in tf)
+
+    for name in ("retrieval_queries.json", "retrieval_queries_hidden.json"):
+        for row in json.loads((LAB / "data" / name).read_text(encoding="utf-8")):
+            query = retrieval_ns["tokenize_zh"](row["query"])
+            ranked = sorted(range(len(kb)), key=lambda i: -score(docs[i], query))
+            assert row["relevant"] in [kb[i]["id"] for i in ranked[:3]], row
+
+
+def test_schema_validation_solution_passes_and_student_fails(runtime_ns, code_cells):
+    ns = dict(runtime_ns)
+    from rocmlab import lab
+
+    ns.update(TAXONOMY=lab.qc_taxonomy(),
+              REPORT_FIELDS=("defect_type", "location", "severity", "disposition", "root_cause", "action"))
+    sol, test = by_grade_id(code_cells, "06-schema-sol-1"), by_grade_id(code_cells, "06-schema-1")
+    run([sol, test], dict(ns))
+    with pytest.raises(NotImplementedError):
+        run([student(sol), test], dict(ns))
+    lenient = sol.replace("not value.strip()", "False")
+    with pytest.raises(AssertionError):
+        run([lenient, test], dict(ns))
+
+
+PORTABLE_RUN = r'''
+import os, sys
+sys.path.insert(0, sys.argv[1])
+src = open(sys.argv[2], encoding="utf-8").read()
+cells = src.split("\n# %%")
+start = next(i for i, c in enumerate(cells) if "class Stage:" in c)
+stop = next(i for i, c in enumerate(cells) if "import jieba" in c)
+prelude = (
+    "import asyncio, json, math, random\n"
+    "from dataclasses import dataclass\n"
+    "from pathlib import Path\n"
+    "from rocmlab.lab.agents import Deadlock, InstrumentedQueue, Trace, run_async, wait_for_graph\n"
+    "SEED = 0\nDATA = Path('data')\n")
+os.chdir(os.path.dirname(sys.argv[2]))
+exec(compile(prelude + "\n".join("#" + c for c in cells[start:stop]), "lab06", "exec"), {"__name__": "__main__"})
+print("PORTABLE-OK")
+'''
+
+
+def find_python(version):
+    """A working interpreter for `version` (PATH, then pyenv's versions folder), or None."""
+    import glob
+    import shutil
+    import subprocess
+
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / f"{version}.*" / "bin" / "python")))
+    for python in filter(None, candidates):
+        try:
+            if subprocess.run([python, "-c", "pass"], capture_output=True, timeout=30).returncode == 0:
+                return python
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])
+def test_runtime_sections_and_golden_traces_hold_on_other_pythons(version, tmp_path):
+    """The virtual-clock traces must not depend on the asyncio of one Python release."""
+    import subprocess
+
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"python{version} not installed")
+    script = tmp_path / "portable.py"
+    script.write_text(PORTABLE_RUN)
+    src = Path(__file__).resolve().parents[1] / "src"
+    done = subprocess.run([python, str(script), str(src), str(LAB / "lab.py")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "PORTABLE-OK" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_redis_streams_extension_runs_and_leaves_nothing_behind(code_cells, tmp_path, monkeypatch):
+    import shutil
+
+    import psutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed (Debian package redis-server)")
+    pytest.importorskip("redis")
+    agent = next(c.source for c in code_cells if c.source.startswith("%%writefile redis_agent.py"))
+    driver = next(c.source for c in code_cells if "def redis_pipeline(" in c.source)
+    (tmp_path / "redis_agent.py").write_text(agent.split("\n", 1)[1])
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__main__", "json": json}
+    exec(compile(driver, "<lab06 redis cell>", "exec"), ns)  # noqa: S102 (runs the lab cell)
+    assert ns["REDIS_RESULTS"] is not None and len(ns["REDIS_RESULTS"]) == 20
+    results = ns["redis_pipeline"](7, timeout_s=30.0)
+    assert sorted(results) == [f"r{i:03d}" for i in range(7)]
+    assert psutil.Process().children(recursive=True) == []
