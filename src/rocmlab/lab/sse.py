@@ -115,6 +115,7 @@ class ScriptedSSEServer:
         httpd, thread, deadline = self._httpd, self._thread, self._deadline
         if deadline is not None and deadline is not threading.current_thread():
             deadline.cancel()
+            deadline.join(timeout_s)  # a cancelled Timer lingers until its wait wakes
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
