@@ -1,0 +1,161 @@
+"""``rocmlab check NOTEBOOK``: a learner's self-check, offline, without a gradebook.
+
+Runs the notebook the way the grader would (smoke parameters unless ``--keep-params``, the
+lab's time limits when the course is at hand, the same sandboxed execution path), then
+prints each visible test's result and message and the visible score. Exit 0 when every
+visible test passed, 1 when one failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .build import write_notebook
+from .catalog import Lab, LabError, discover, find_root
+from .execute import Spec, run_notebook
+from .grade import (
+    INJECTED_TAG,
+    _grading,
+    injected_cells,
+    mark_unrun_tests,
+    trusted_names,
+)
+from .sandbox import KERNEL_NAME, Limits, Sandbox
+
+DEFAULT_TIMEOUT_S = 1800
+
+
+@dataclass
+class VisibleTest:
+    grade_id: str
+    points: float
+    passed: bool
+    message: str
+
+
+def read_learner_notebook(path: Path):
+    try:
+        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    except FileNotFoundError:
+        raise LabError(f"{path}: no such notebook") from None
+    except Exception as exc:  # noqa: BLE001 (any parse failure is the learner's input)
+        raise LabError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
+    tests = [c for c in nb.cells if _grading(c).get("grade")]
+    if not tests:
+        raise LabError(f"{path}: no graded test cell (cells with nbgrader metadata grade=true): "
+                       "is this a rocmlab lab notebook?")
+    return nb
+
+
+def find_lab(nb, root_arg: str | None, notebook: Path) -> Lab | None:
+    """The notebook's lab in the course repository, when there is one (for its profiles)."""
+    lab_id = nb.metadata.get("rocmlab", {}).get("id")
+    if not lab_id:
+        return None
+    try:
+        root = Path(root_arg).resolve() if root_arg else find_root(notebook.parent)
+    except LabError:
+        try:
+            root = find_root()
+        except LabError:
+            return None
+    try:
+        return next((lab for lab in discover(root) if lab.id == lab_id), None)
+    except LabError:  # another lab of the course is broken: check this notebook without lab.toml
+        return None
+
+
+def prepare(nb, keep_params: bool):
+    cells = [c for c in nb.cells if INJECTED_TAG not in c.metadata.get("tags", [])
+             and (keep_params or "injected-parameters" not in c.metadata.get("tags", []))]
+    names = trusted_names(nbformat.v4.new_notebook(cells=cells))
+    capture, report = injected_cells(names)
+    nb.cells = [capture, *cells, report]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def run_check(path: Path, keep_params: bool = False, root_arg: str | None = None) -> tuple[list[VisibleTest], str]:
+    nb = read_learner_notebook(path)
+    lab = find_lab(nb, root_arg, path)
+    params, timeout_s, cell_timeout_s = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+    if lab is not None:
+        smoke = lab.profile("smoke")
+        timeout_s, cell_timeout_s = smoke.timeout_s, smoke.cell_timeout_s
+        if not keep_params:
+            params = {**smoke.params, "PROFILE": "smoke"}
+    prepared = prepare(nb, keep_params)
+    # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
+    sandbox = Sandbox(Limits(memory_mb=0) if keep_params else Limits(), slots=1)
+    run = sandbox.new_run(0, cell_timeout_s)
+    try:
+        data = path.parent / "data"
+        if data.is_dir():
+            shutil.copytree(data, run.work / "data")
+        elif lab is not None and lab.data_dir.is_dir():
+            shutil.copytree(lab.data_dir, run.work / "data")
+        source = run.private / "input.ipynb"
+        try:
+            write_notebook(prepared, source)
+        except Exception as exc:  # noqa: BLE001 (nbformat's schema validation)
+            raise LabError(f"{path}: not a valid Jupyter notebook: {str(exc).splitlines()[0][:300]}") from None
+        output = run.private / "output" / path.name
+        outcome = run_notebook(Spec(str(source), str(output), str(run.work), params, cell_timeout_s, timeout_s,
+                                    allow_errors=True, python=str(run.launcher), kernel_name=KERNEL_NAME,
+                                    extra_env=run.env))
+        try:
+            executed = nbformat.read(output, as_version=4)
+        except (OSError, ValueError):
+            executed = prepared
+    finally:
+        run.cleanup()
+        sandbox.close()
+    mark_unrun_tests(executed)
+    return visible_results(executed), outcome.reason if outcome.status in ("timeout", "crashed") else ""
+
+
+def visible_results(executed) -> list[VisibleTest]:
+    results = []
+    for cell in executed.cells:
+        meta = _grading(cell)
+        if not meta.get("grade"):
+            continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        stderr = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+        failed = bool(errors or stderr)
+        message = ""
+        if errors:
+            message = f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}".strip()[:1000]
+        elif stderr:
+            message = "wrote to stderr (the grader counts that as a failure): " + "".join(stderr[0].get("text", ""))[:300]
+        results.append(VisibleTest(meta["grade_id"], float(meta.get("points", 0)), not failed, message))
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebook", metavar="NOTEBOOK", help="your lab notebook (.ipynb)")
+    parser.add_argument("--keep-params", action="store_true",
+                        help="run with the notebook's own parameter values instead of the smoke profile's")
+
+
+def run(args) -> int:
+    path = Path(args.notebook).resolve()
+    tests, problem = run_check(path, args.keep_params, getattr(args, "root", None))
+    for test in tests:
+        verdict = "PASS" if test.passed else "FAIL"
+        print(f"{verdict}  {test.grade_id:<32} {test.points:g} pt{'s' if test.points != 1 else ''}"
+              + (f"\n      {test.message}" if test.message else ""))
+    earned = sum(t.points for t in tests if t.passed)
+    total = sum(t.points for t in tests)
+    if problem:
+        print(f"note: {problem}", file=sys.stderr)
+    print(f"visible score: {earned:g} / {total:g} (hidden tests run when the lab is graded)")
+    return 0 if tests and all(t.passed for t in tests) else 1

@@ -1,0 +1,423 @@
+"""Limits around untrusted notebook code (grading a class, a learner's self-check).
+
+A run goes through ``rocmlab.execute`` like any other; this module only changes *how* its
+worker and kernel are started:
+
+- the worker (papermill) starts through a launcher script: as root it gets its own network,
+  PID and mount namespaces (``unshare``); inside, loopback is brought up (kernel and worker
+  talk over 127.0.0.1), the paths the kernel must not see (solutions, gradebook, other
+  submissions) are covered with empty read-only tmpfs mounts, and papermill's client caps
+  each cell's output and interrupts a cell that runs past its limit instead of stopping;
+- the kernel starts through a kernelspec whose command applies the resource limits
+  (address space, processes, file size), switches to an unprivileged grader user (one per
+  parallel job, because RLIMIT_NPROC counts per real uid), sets no_new_privs and then execs
+  ipykernel. The worker stays root, so the kernel cannot touch the input, output or outcome
+  files, which live in root-only folders.
+
+Without root (a laptop, a hub user) only the resource limits apply; ``Sandbox.isolation``
+says which guarantees hold, and the grading summary records it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import pwd
+import resource
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+KERNEL_NAME = "rocmlab-sandbox"
+USER_PREFIX = "rocmlab-grader-"
+TRUNCATED_MARK = "[rocmlab] output truncated: this cell printed more than the grader keeps"
+TIMEOUT_ENAME = "CellTimeoutError"
+# Optional imports the worker never needs, each guarded by ``except ImportError`` where it is used:
+# jsonschema's IRI checker (it compiles a grammar at import, about 1 s; nbformat's schema has no
+# IRI fields) and papermill's cloud storage handlers (grading reads and writes local files only).
+# Blocking them roughly halves a worker's start-up, which every graded notebook pays.
+UNUSED_IN_WORKER = ("rfc3987_syntax", "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
+
+
+@dataclass
+class Limits:
+    """Per-kernel limits; wall times come from the lab's profile (lab.toml)."""
+
+    memory_mb: int = 4096            # RLIMIT_AS of the kernel and each process it starts; 0: none
+    max_processes: int = 256         # RLIMIT_NPROC for the grader user (threads count too)
+    max_file_mb: int = 256           # RLIMIT_FSIZE: largest file the kernel may write
+    max_cell_output_kb: int = 1024   # stream/display output kept per cell
+    max_output_kb: int = 8192        # output kept per notebook
+
+
+@dataclass
+class Policy:
+    """What the worker and kernel entry points apply; written as JSON beside each run."""
+
+    limits: dict
+    uid: int | None = None
+    gid: int | None = None
+    home: str = ""
+    isolate: bool = False            # inside fresh namespaces: bring lo up, hide paths
+    hide: list = field(default_factory=list)
+    cell_timeout_s: int = 0
+    scratch: str = ""                # root-only folder for mount bookkeeping
+
+
+# ------------------------------------------------------------------ host side
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def namespaces_work() -> bool:
+    """True when ``unshare`` can give us network, PID and mount namespaces here."""
+    if not is_root() or not shutil.which("unshare"):
+        return False
+    try:
+        proc = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
+                              capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def ensure_user(slot: int) -> tuple[int, int]:
+    """The unprivileged grader user of one job slot, created (as a system user) when missing."""
+    name = f"{USER_PREFIX}{slot}"
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        proc = subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                               "--shell", "/usr/sbin/nologin", "--user-group", name],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0 and "already exists" not in proc.stderr:
+            raise RuntimeError(f"cannot create the grader user {name}: {proc.stderr.strip()}")
+        entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0:
+        raise RuntimeError(f"the grader user {name} has uid 0: refusing to run learner code as root")
+    return entry.pw_uid, entry.pw_gid
+
+
+def end_user_processes(uid: int) -> None:
+    """Kill every process of a grader user (a fork bomb's leftovers, a daemonized child)."""
+    for _ in range(3):
+        procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
+        if not procs:
+            return
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+
+
+@dataclass
+class Run:
+    """The folders of one sandboxed execution: ``private`` is root-only, ``work`` is the kernel's."""
+
+    folder: Path
+    private: Path
+    work: Path
+    launcher: Path
+    env: dict
+    uid: int | None
+
+    def cleanup(self) -> None:
+        if self.uid is not None:
+            end_user_processes(self.uid)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Sandbox:
+    """Creates runs for up to ``slots`` parallel jobs under one root-owned base folder."""
+
+    def __init__(self, limits: Limits | None = None, hide: list[Path] | None = None, slots: int = 1,
+                 isolate: bool | None = None, switch_user: bool | None = None):
+        self.limits = limits or Limits()
+        self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
+        os.chmod(self.base, 0o711)
+        self.isolate = namespaces_work() if isolate is None else isolate
+        self.switch_user = is_root() if switch_user is None else switch_user
+        if self.switch_user and not self.isolate and any(closed_ancestor(p) for p in interpreter_paths()):
+            self.switch_user = False  # the grader user could not even start Python here
+        self.problems: list[str] = []
+        self._locks = self._claim_users(slots) if self.switch_user else []
+        try:
+            self.users = [ensure_user(index) for index, _ in self._locks]
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self.problems.append(f"kernels run as this user: {exc}")
+            self.switch_user, self.users = False, []
+        self.hide = [str(Path(p).resolve()) for p in (hide or []) if Path(p).exists()]
+        self._counter = 0
+
+    @staticmethod
+    def _claim_users(slots: int) -> list:
+        """Grader users no other grading run on this machine holds (a run kills its users' leftovers)."""
+        from filelock import FileLock, Timeout
+
+        claimed, index = [], 0
+        while len(claimed) < slots:
+            lock = FileLock(str(Path(tempfile.gettempdir()) / f"{USER_PREFIX}{index}.lock"))
+            try:
+                lock.acquire(timeout=0)
+                claimed.append((index, lock))
+            except Timeout:
+                pass
+            index += 1
+        return claimed
+
+    @property
+    def isolation(self) -> dict:
+        return {"network": self.isolate, "hidden_paths": self.hide if self.isolate else [],
+                "unprivileged_user": self.switch_user, "limits": asdict(self.limits), "problems": self.problems}
+
+    def new_run(self, slot: int, cell_timeout_s: int) -> Run:
+        self._counter += 1
+        folder = Path(tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.base))
+        os.chmod(folder, 0o711)
+        private = folder / "private"
+        private.mkdir(mode=0o700)
+        work = folder / "work"
+        work.mkdir(mode=0o700)
+        uid = gid = None
+        if self.switch_user:
+            uid, gid = self.users[slot]
+            os.chown(work, uid, gid)
+        policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s,
+                        str(private))
+        policy_path = private / "policy.json"
+        policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
+        launcher = self._write_launcher(private, policy_path)
+        jupyter = self._write_kernelspec(private, policy_path)
+        env = {"JUPYTER_PATH": str(jupyter), "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
+               "HOME": str(work), "IPYTHONDIR": str(work / ".ipython"), "MPLCONFIGDIR": str(work / ".matplotlib"),
+               "TMPDIR": str(work), "XDG_CACHE_HOME": str(work / ".cache"), "NO_PROXY": "*",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+        return Run(folder, private, work, launcher, env, uid)
+
+    def _write_launcher(self, private: Path, policy_path: Path) -> Path:
+        """The ``python`` a Spec names: the worker's entry, in fresh namespaces when allowed."""
+        launcher = private / "python"
+        prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
+        launcher.write_text(
+            "#!/bin/sh\n"
+            f"{prefix}{sys.executable} -m rocmlab.sandbox worker {policy_path} \"$@\"\n", encoding="utf-8")
+        launcher.chmod(0o700)
+        return launcher
+
+    def _write_kernelspec(self, private: Path, policy_path: Path) -> Path:
+        jupyter = private / "jupyter"
+        spec_dir = jupyter / "kernels" / KERNEL_NAME
+        spec_dir.mkdir(parents=True)
+        spec = {"argv": [sys.executable, "-m", "rocmlab.sandbox", "kernel", str(policy_path), "{connection_file}"],
+                "display_name": "rocmlab sandbox", "language": "python", "metadata": {"debugger": False}}
+        (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+        return jupyter
+
+    def close(self) -> None:
+        for uid, _ in self.users:
+            end_user_processes(uid)
+        for _, lock in self._locks:
+            lock.release()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ inside the namespaces
+
+
+def bring_loopback_up() -> None:
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def hide_paths(paths: list[str]) -> None:
+    """Cover each folder with an empty read-only tmpfs and each file with /dev/null (this mount ns only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 1, 2, 4, 8, 4096
+    for path in paths:
+        if os.path.isdir(path):
+            rc = libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                            b"size=4k,mode=000")
+        elif os.path.exists(path):
+            rc = libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None)
+        else:
+            continue
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), f"cannot hide {path}")
+
+
+def _bind(source: str, target: str) -> None:
+    MS_BIND, MS_REC = 4096, 16384
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
+        raise OSError(ctypes.get_errno(), f"cannot bind {source} to {target}")
+
+
+def closed_ancestor(path: Path) -> tuple[Path, Path] | None:
+    """The first folder above ``path`` that others cannot enter, and its child on the way down."""
+    parts = path.resolve().parts
+    for i in range(1, len(parts)):
+        folder = Path(*parts[:i])
+        if not folder.stat().st_mode & 0o001:
+            return folder, Path(*parts[: i + 1])
+    return None
+
+
+def interpreter_paths() -> list[Path]:
+    return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parent]
+
+
+def expose_paths(paths: list[Path], scratch: Path) -> None:
+    """Make ``paths`` reachable by the grader user: a closed folder above one (e.g. /root holding
+    pyenv) is covered with a tmpfs that holds only the child on the way down (this mount ns only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for n, path in enumerate(paths):
+        found = closed_ancestor(path)
+        if found is None:
+            continue
+        folder, child = found
+        keep = scratch / f"keep{n}"
+        keep.mkdir(mode=0o700, exist_ok=True)
+        _bind(str(child), str(keep))
+        if libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", 0, b"size=64k,mode=0711") != 0:
+            raise OSError(ctypes.get_errno(), f"cannot cover {folder}")
+        Path(child).mkdir(mode=0o755)
+        _bind(str(keep), str(child))
+
+
+def apply_limits(limits: dict, uid: int | None) -> None:
+    if limits["memory_mb"] > 0:  # 0: no address-space limit (GPU runtimes reserve huge virtual ranges)
+        mem = limits["memory_mb"] * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    size = limits["max_file_mb"] * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    procs = limits["max_processes"]
+    if uid is None:  # our own uid: the count includes the user's other processes
+        procs += sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == os.getuid())
+    resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    PR_SET_NO_NEW_PRIVS = 38
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise RuntimeError("failed to drop privileges")
+
+
+def _message_size(msg: dict) -> int:
+    content = msg.get("content", {})
+    if "text" in content:
+        return len(content["text"])
+    return sum(len(str(v)) for v in content.get("data", {}).values())
+
+
+def patch_notebook_client(limits: dict) -> None:
+    """Cap kept output per cell and per notebook; interrupt a cell at its limit and record it."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    per_cell, total = limits["max_cell_output_kb"] * 1024, limits["max_output_kb"] * 1024
+    original_output = NotebookClient.output
+    original_init = NotebookClient.__init__
+    original_timeout = NotebookClient._async_handle_timeout
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg["msg_type"] in ("error", "clear_output"):
+            return original_output(self, outs, msg, display_id, cell_index)
+        used = self._rocmlab_used
+        size = _message_size(msg)
+        used[cell_index] = used.get(cell_index, 0) + size
+        used["all"] = used.get("all", 0) + size
+        if used[cell_index] > per_cell or used["all"] > total:
+            if cell_index not in self._rocmlab_truncated:
+                self._rocmlab_truncated.add(cell_index)
+                outs.append(nbformat.v4.new_output("stream", name="stderr", text=TRUNCATED_MARK + "\n"))
+            return None
+        return original_output(self, outs, msg, display_id, cell_index)
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self._rocmlab_used, self._rocmlab_truncated = {}, set()
+        self.interrupt_on_timeout = True
+
+    async def handle_timeout(self, timeout, cell=None):
+        if cell is not None:
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename=TIMEOUT_ENAME, evalue=f"the cell ran past its limit of {timeout} s and was interrupted",
+                traceback=[]))
+        return await original_timeout(self, timeout, cell)
+
+    NotebookClient.output = output
+    NotebookClient.__init__ = init
+    NotebookClient._async_handle_timeout = handle_timeout
+
+
+def worker_entry(policy: dict, argv: list[str]) -> int:
+    """``python -m rocmlab.sandbox worker POLICY -m rocmlab.execute SPEC OUTCOME`` (runs as root)."""
+    if argv[:2] != ["-m", "rocmlab.execute"] or len(argv) != 4:
+        print(f"rocmlab.sandbox: unexpected worker arguments {argv!r}", file=sys.stderr)
+        return 2
+    os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
+    if policy["isolate"]:
+        bring_loopback_up()
+        hide_paths(policy["hide"])
+        if policy["uid"] is not None:
+            expose_paths(interpreter_paths(), Path(policy["scratch"]))
+    for name in UNUSED_IN_WORKER:
+        sys.modules.setdefault(name, None)
+    patch_notebook_client(policy["limits"])
+    from .execute import worker_main
+
+    return worker_main(argv[2], argv[3])
+
+
+def kernel_entry(policy: dict, connection_file: str) -> int:
+    """Limits, then the grader user, then ipykernel (exec: nothing of this process stays)."""
+    uid, gid = policy["uid"], policy["gid"]
+    home = policy["home"]
+    if uid is not None:  # the runtime folder is root-only: hand the kernel its own copy
+        copy = Path(home) / ".connection.json"
+        copy.write_bytes(Path(connection_file).read_bytes())
+        os.chown(copy, uid, gid)
+        copy.chmod(0o600)
+        connection_file = str(copy)
+    apply_limits(policy["limits"], uid)
+    if uid is not None:
+        drop_privileges(uid, gid)
+    if home:
+        os.environ.update({"HOME": home, "TMPDIR": home})
+    os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
+    return 1  # not reached
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("worker", "kernel"):
+        print("usage: python -m rocmlab.sandbox {worker|kernel} POLICY ...", file=sys.stderr)
+        return 2
+    policy = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    if argv[0] == "worker":
+        return worker_entry(policy, argv[2:])
+    return kernel_entry(policy, argv[2])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,58 @@
+"""``rocmlab check``: a learner's offline self-check."""
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from rocmlab.check import prepare
+from rocmlab.cli import main
+from rocmlab.grade import INJECTED_TAG
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
+import classroom
+
+
+def test_missing_notebook_is_a_clear_error(tmp_path, capsys):
+    assert main(["--root", str(classroom.COURSE), "check", str(tmp_path / "nope.ipynb")]) == 2
+    assert "no such notebook" in capsys.readouterr().err
+
+
+def test_not_a_notebook_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("{ not json")
+    assert main(["--root", str(classroom.COURSE), "check", str(bad)]) == 2
+    assert "not a readable Jupyter notebook" in capsys.readouterr().err
+
+
+def test_notebook_without_tests_is_a_clear_error(tmp_path, capsys):
+    plain = tmp_path / "plain.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), str(plain))
+    assert main(["--root", str(classroom.COURSE), "check", str(plain)]) == 2
+    assert "no graded test cell" in capsys.readouterr().err
+
+
+def test_prepare_drops_old_injected_parameters_unless_kept():
+    test = nbformat.v4.new_code_cell("assert lab.trusted('math.isclose')(1, 1)")
+    test.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1}
+    injected = nbformat.v4.new_code_cell("SCALE = 9")
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb = prepare(nbformat.v4.new_notebook(cells=[injected, test]), keep_params=False)
+    assert [c.metadata.get("tags") for c in nb.cells] == [[INJECTED_TAG], None, [INJECTED_TAG]]
+    assert "math.isclose" in nb.cells[0].source
+    nb = prepare(nbformat.v4.new_notebook(cells=[injected, test]), keep_params=True)
+    assert len(nb.cells) == 4
+
+
+@pytest.mark.slow
+def test_check_reports_visible_results_and_exit_status(tmp_path, capsys):
+    base = classroom.student_notebook(classroom.COURSE, tmp_path)
+    good = classroom.write(classroom.answer(base), tmp_path / "good" / "lab.ipynb")
+    bad = classroom.write(classroom.answer(base, classroom.SUM_WRONG), tmp_path / "bad" / "lab.ipynb")
+    assert main(["--root", str(classroom.COURSE), "check", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS  01-grade-sum" in out and "visible score: 5 / 5" in out
+    assert main(["--root", str(classroom.COURSE), "check", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  01-grade-sum" in out and "should be 3" in out and "visible score: 3 / 5" in out

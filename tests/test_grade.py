@@ -1,0 +1,261 @@
+"""Grading units: finding submissions, validation, restoring test cells, hidden failures, feedback."""
+
+import copy
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from rocmlab.build import solution_notebook
+from rocmlab.catalog import LabError, discover, select
+from rocmlab.grade import (
+    INJECTED_TAG,
+    NOT_RUN_ENAME,
+    GradedTest,
+    StudentResult,
+    Submission,
+    failure_message,
+    feedback_html,
+    find_submissions,
+    load_submission,
+    mark_unrun_tests,
+    restore_cells,
+    trusted_names,
+    visible_part,
+)
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
+import classroom
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return select(discover(classroom.COURSE), [classroom.LAB])[0]
+
+
+@pytest.fixture(scope="module")
+def source(lab):
+    return solution_notebook(lab, "en")
+
+
+@pytest.fixture
+def student(source):
+    """What nbgrader hands out, near enough: hidden tests removed, solutions stubbed."""
+    nb = copy.deepcopy(source)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            cell.source = visible_part(cell.source)
+        elif meta.get("solution"):
+            cell.source = "raise NotImplementedError()"
+    return nb
+
+
+def grade_ids(nb):
+    return [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells if c.metadata.get("nbgrader")]
+
+
+def cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+# ---------------------------------------------------------------- finding submissions
+
+
+def test_finds_nbgrader_layout_and_flat_files(tmp_path):
+    (tmp_path / "submitted" / "ann" / "01-grade").mkdir(parents=True)
+    (tmp_path / "submitted" / "ann" / "01-grade" / "01-grade.ipynb").write_text("{}")
+    (tmp_path / "submitted" / "bob" / "02-other").mkdir(parents=True)
+    (tmp_path / "submitted" / "bob" / "02-other" / "x.ipynb").write_text("{}")
+    (tmp_path / "submitted" / "cat.ipynb").write_text("{}")
+    found = find_submissions(tmp_path, "01-grade")
+    assert [(s.student, s.path.name) for s in found] == [("ann", "01-grade.ipynb"), ("cat", "cat.ipynb")]
+
+
+def test_no_submissions_is_a_clear_error(tmp_path):
+    with pytest.raises(LabError, match="no submissions of 01-grade"):
+        find_submissions(tmp_path, "01-grade")
+    with pytest.raises(LabError, match="no such submissions folder"):
+        find_submissions(tmp_path / "missing", "01-grade")
+
+
+def test_a_learner_in_both_layouts_is_refused(tmp_path):
+    (tmp_path / "ann" / "01-grade").mkdir(parents=True)
+    (tmp_path / "ann" / "01-grade" / "a.ipynb").write_text("{}")
+    (tmp_path / "ann.ipynb").write_text("{}")
+    with pytest.raises(LabError, match="also has a submission"):
+        find_submissions(tmp_path, "01-grade")
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _load(tmp_path, lab, nb_or_text, student="ann"):
+    path = tmp_path / f"{student}.ipynb"
+    if isinstance(nb_or_text, str):
+        path.write_text(nb_or_text)
+    else:
+        nbformat.write(nb_or_text, str(path))
+    result = StudentResult(student, str(path))
+    return load_submission(Submission(student, path), lab, result), result
+
+
+def test_invalid_json_is_flagged_invalid(tmp_path, lab):
+    nb, result = _load(tmp_path, lab, '{"cells": [')
+    assert nb is None and result.status == "invalid" and result.flags == ["invalid"]
+    assert "not a readable notebook" in result.notes[0]
+
+
+def test_another_labs_notebook_is_flagged(tmp_path, lab, student):
+    student.metadata["rocmlab"] = dict(student.metadata["rocmlab"], id="02-other")
+    nb, result = _load(tmp_path, lab, student)
+    assert nb is None and result.flags == ["wrong_lab"] and "02-other" in result.notes[0]
+
+
+def test_older_version_is_graded_with_a_warning_newer_is_refused(tmp_path, lab, student):
+    student.metadata["rocmlab"] = dict(student.metadata["rocmlab"], version="1.0.3")
+    nb, result = _load(tmp_path, lab, student)
+    assert nb is not None and result.flags == ["old_version"] and result.status == "graded"
+    student.metadata["rocmlab"] = dict(student.metadata["rocmlab"], version="2.0.0")
+    nb, result = _load(tmp_path, lab, student)
+    assert nb is None and result.flags == ["invalid"] and "2.0.0" in result.notes[0]
+
+
+def test_notebook_without_course_metadata_is_invalid(tmp_path, lab, student):
+    del student.metadata["rocmlab"]
+    nb, result = _load(tmp_path, lab, student)
+    assert nb is None and "no rocmlab metadata" in result.notes[0]
+
+
+def test_unsafe_learner_id_is_invalid(tmp_path, lab, student):
+    nb, result = _load(tmp_path, lab, student, student="..bad")
+    assert nb is None and "not a valid id" in result.notes[0]
+
+
+# ---------------------------------------------------------------- restoring cells
+
+
+def test_untouched_submission_gets_hidden_tests_back_and_no_notes(student, source):
+    restored, notes = restore_cells(student, source)
+    assert notes == []
+    assert "hidden-sum-secret" in cell(restored, "01-grade-sum").source
+    assert restored.cells[0].metadata["tags"] == [INJECTED_TAG]
+    assert "numpy.testing.assert_allclose" in restored.cells[0].source
+    assert restored.cells[-1].metadata["tags"] == [INJECTED_TAG]
+
+
+def test_edited_test_cell_is_restored_and_noted(student, source):
+    cell(student, "01-grade-sum").source = "pass"
+    restored, notes = restore_cells(student, source)
+    assert cell(restored, "01-grade-sum").source == cell(source, "01-grade-sum").source
+    assert notes == ["edited test cell 01-grade-sum (restored from the source)"]
+
+
+def test_deleted_test_cell_is_put_back_after_its_solution(student, source):
+    student.cells.remove(cell(student, "01-grade-sum"))
+    restored, notes = restore_cells(student, source, inject=False)
+    assert grade_ids(restored) == ["01-grade-sum-sol", "01-grade-sum", "01-grade-norm-sol", "01-grade-norm"]
+    assert notes == ["deleted test cell 01-grade-sum (put back from the source)"]
+
+
+def test_duplicated_test_cell_is_dropped(student, source):
+    student.cells.append(copy.deepcopy(cell(student, "01-grade-norm")))
+    restored, notes = restore_cells(student, source, inject=False)
+    assert grade_ids(restored).count("01-grade-norm") == 1
+    assert "duplicated test cell 01-grade-norm" in notes[0]
+
+
+def test_parameters_are_restored_and_old_injected_parameters_dropped(student, source):
+    params = next(c for c in student.cells if "parameters" in c.metadata.get("tags", []))
+    params.source = 'PROFILE = "gpu"\nSCALE = 100'
+    injected = nbformat.v4.new_code_cell('MODEL = "Qwen/Qwen2.5-7B"')
+    injected.metadata["tags"] = ["injected-parameters"]
+    student.cells.insert(student.cells.index(params) + 1, injected)
+    restored, notes = restore_cells(student, source, inject=False)
+    assert notes == []
+    assert not any("injected-parameters" in c.metadata.get("tags", []) for c in restored.cells)
+    assert 'PROFILE = "smoke"' in next(c for c in restored.cells if "parameters" in c.metadata.get("tags", [])).source
+
+
+def test_trusted_names_come_from_the_source_tests(source):
+    assert trusted_names(source) == ["numpy.testing.assert_allclose"]
+
+
+# ---------------------------------------------------------------- executed notebooks
+
+
+def _error(line, ename="AssertionError", evalue="boom"):
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                  traceback=["\x1b[0;31m---\x1b[0m", f"Cell \x1b[0;32mIn[7], line {line}\x1b[0m", "x"])
+
+
+def test_failure_on_a_visible_line_shows_its_message(source):
+    test = copy.deepcopy(cell(source, "01-grade-sum"))
+    test.outputs = [_error(2, evalue="should be 3")]
+    assert failure_message(test, test) == (False, "AssertionError: should be 3")
+
+
+def test_failure_inside_the_hidden_block_is_named_without_message(source):
+    test = copy.deepcopy(cell(source, "01-grade-sum"))
+    test.outputs = [_error(4, evalue="hidden-sum-secret")]
+    assert failure_message(test, test) == (True, "")
+    test.outputs = [_error(None, evalue="hidden-sum-secret")]
+    test.outputs[0].traceback = ["no line number here"]
+    assert failure_message(test, test) == (True, "")
+
+
+def test_tests_that_never_ran_get_an_error(source):
+    nb = copy.deepcopy(source)
+    for c in nb.cells:  # papermill says "completed" even for cells after a dead kernel
+        c.metadata["papermill"] = {"status": "completed"}
+        if "sum" in c.metadata.get("nbgrader", {}).get("grade_id", ""):
+            c.metadata["execution"] = {"shell.execute_reply": "2026-01-01T00:00:00Z"}
+    assert mark_unrun_tests(nb) == 1
+    assert cell(nb, "01-grade-norm").outputs[0].ename == NOT_RUN_ENAME
+    assert cell(nb, "01-grade-sum").get("outputs") == []
+
+
+def test_feedback_names_hidden_failures_in_the_learners_language(lab):
+    result = StudentResult("ann", "ann.ipynb", lang="zh", score=2, max_score=5, flags=["tampered"])
+    result.tests = [GradedTest("01-grade-sum", 2, 2, True), GradedTest("01-grade-norm", 3, 0, False, hidden_failed=True,
+                                                                        message="hidden-norm-secret")]
+    page = feedback_html(lab, result)
+    assert "评分反馈" in page and "隐藏测试未通过" in page and "01-grade-norm" in page
+    assert "hidden-norm-secret" not in page and "测试单元被改动" in page
+    result.lang = "en"
+    assert "a hidden test failed" in feedback_html(lab, result)
+
+
+def test_trusted_restores_monkeypatched_functions():
+    import numpy.testing
+
+    from rocmlab import lab as helpers
+    from rocmlab.lab import integrity
+
+    original = numpy.testing.assert_allclose
+    integrity.capture(["numpy.testing.assert_allclose"])
+    try:
+        numpy.testing.assert_allclose = lambda *a, **k: None
+        check = helpers.trusted("numpy.testing.assert_allclose")
+        assert check is original and numpy.testing.assert_allclose is original
+        with pytest.raises(AssertionError):
+            check(1.0, 2.0)
+        assert "numpy.testing.assert_allclose" in integrity.patched()
+    finally:
+        numpy.testing.assert_allclose = original
+        integrity._PATCHED.clear()
+
+
+def test_copied_answer_cell_becomes_plain_code_without_a_flag(student, source):
+    answer = cell(student, "01-grade-sum-sol")
+    student.cells.insert(student.cells.index(answer) + 1, copy.deepcopy(answer))
+    restored, notes = restore_cells(student, source, inject=False)
+    assert notes == [] and grade_ids(restored).count("01-grade-sum-sol") == 1
+
+
+def test_malformed_cell_is_invalid_not_a_crash(tmp_path, lab):
+    text = '{"nbformat": 4, "nbformat_minor": 5, "metadata": {"rocmlab": {"id": "01-grade", "version": "1.1.0"}}, ' \
+           '"cells": [{"id": "c1", "cell_type": "weird", "source": 3, "metadata": {}}]}'
+    nb, result = _load(tmp_path, lab, text)
+    assert nb is None and result.flags == ["invalid"]
