@@ -25,6 +25,9 @@ import psutil
 from .results import write_json_atomic
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
+# Optional modules that papermill's imports pull in (jsonschema's URI grammar, cloud I/O) and a
+# local notebook run never uses; blocking them saves about 1.5 s of worker start-up.
+UNUSED_IN_WORKER = ("rfc3987_syntax", "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 KILL_GRACE_S = 5
 WARNING_LINE = re.compile(
     r"^(?P<file>[^\n]*?):(?P<line>\d+): (?P<category>\w*(?:DeprecationWarning|FutureWarning)): (?P<message>.*)$",
@@ -255,6 +258,11 @@ def _execute(spec: Spec) -> dict:
         return {"status": "crashed", "reason": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
+def block_unused_imports() -> None:
+    for name in UNUSED_IN_WORKER:
+        sys.modules.setdefault(name, None)
+
+
 def worker_main(spec_path: str, outcome_path: str) -> int:
     _become_subreaper()
     spec = Spec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
@@ -269,4 +277,5 @@ def worker_main(spec_path: str, outcome_path: str) -> int:
 
 
 if __name__ == "__main__":
+    block_unused_imports()
     sys.exit(worker_main(sys.argv[1], sys.argv[2]))

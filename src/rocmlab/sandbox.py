@@ -45,7 +45,6 @@ TIMEOUT_ENAME = "CellTimeoutError"
 # jsonschema's IRI checker (it compiles a grammar at import, about 1 s; nbformat's schema has no
 # IRI fields) and papermill's cloud storage handlers (grading reads and writes local files only).
 # Blocking them roughly halves a worker's start-up, which every graded notebook pays.
-UNUSED_IN_WORKER = ("rfc3987_syntax", "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 
 
 @dataclass
@@ -382,10 +381,10 @@ def worker_entry(policy: dict, argv: list[str]) -> int:
         hide_paths(policy["hide"])
         if policy["uid"] is not None:
             expose_paths(interpreter_paths(), Path(policy["scratch"]))
-    for name in UNUSED_IN_WORKER:
-        sys.modules.setdefault(name, None)
+    from .execute import block_unused_imports, worker_main
+
+    block_unused_imports()
     patch_notebook_client(policy["limits"])
-    from .execute import worker_main
 
     return worker_main(argv[2], argv[3])
 
