@@ -1,0 +1,254 @@
+"""Lab 03 (Chinese-domain LoRA fine-tuning): source shape and the solution functions.
+
+Fast tests read solutions/03-lora-finetune-zh/lab.py and run its solution cells against tiny
+random Qwen2 models and a byte-level tokenizer built here; the slow test executes the whole
+notebook in the smoke profile with papermill.
+"""
+
+import hashlib
+import json
+import math
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+import tomllib
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "03-lora-finetune-zh"
+SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
+CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content']"
+    " + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def cells():
+    """(marker options, body) for every cell of lab.py."""
+    parts = CELL.split(SOURCE)
+    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+@pytest.fixture(scope="module")
+def ns():
+    """Every solution cell run in one namespace (they need no model)."""
+    import torch.nn.functional as F
+
+    namespace = {"torch": torch, "F": F, "json": json, "math": math, "hashlib": hashlib,
+                 "unicodedata": unicodedata, "PeftModel": peft.PeftModel}
+    for options, body in cells():
+        if '"solution"' in options:
+            exec(compile(body, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own source)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A byte-level tokenizer with the Qwen specials, eos/pad and chat template of the contract."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core)
+    tok.add_special_tokens({"additional_special_tokens": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]})
+    tok.eos_token, tok.pad_token = "<|im_end|>", "<|endoftext|>"
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_config(**overrides):
+    shape = dict(vocab_size=300, hidden_size=32, intermediate_size=72, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2)
+    return transformers.Qwen2Config(**{**shape, **overrides})
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return transformers.Qwen2ForCausalLM(tiny_config(**overrides)).eval()
+
+
+MESSAGES = [{"role": "system", "content": "整理成 JSON。"},
+            {"role": "user", "content": "焊点虚焊"},
+            {"role": "assistant", "content": '{"defect_type": "虚焊"}'}]
+
+
+# -- source shape --------------------------------------------------------------------------
+
+def test_profiles_only_set_parameters_the_notebook_defines():
+    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
+    assert toml["id"] == LAB.name
+    params_cell = next(body for options, body in cells() if '"parameters"' in options)
+    assigned = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", params_cell, re.MULTILINE))
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
+    for name, profile in toml["profiles"].items():
+        unknown = set(profile["params"]) - assigned
+        assert not unknown, f"lab.toml [profiles.{name}] sets {unknown}, not in the parameters cell"
+    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
+    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_catalog_accepts_the_lab():
+    from rocmlab import catalog
+
+    labs = {lab.id: lab for lab in catalog.discover(LAB.parents[1])}
+    assert LAB.name in labs
+
+
+def test_graded_cells_are_well_formed():
+    graded = [(o, b) for o, b in cells() if '"test"' in o or '"solution"' in o]
+    ids = [re.search(r'grade_id="([^"]+)"', o).group(1) for o, _ in graded]
+    assert len(ids) == len(set(ids)) and all(i.startswith("03-") for i in ids)
+    tests = [(o, b) for o, b in graded if '"test"' in o]
+    assert len(tests) >= 7
+    for options, body in tests:
+        assert re.search(r"points=\d+", options), options
+        assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
+    for options, body in graded:
+        if '"solution"' in options:
+            assert body.count("### BEGIN SOLUTION") == body.count("### END SOLUTION") >= 1, options
+
+
+def test_prose_comes_in_language_pairs():
+    tags = [o for o, _ in cells() if o.startswith("[markdown]")]
+    assert sum('"zh"' in t for t in tags) == sum('"en"' in t for t in tags) == len(tags) // 2
+
+
+# -- exercise 1: SFT sample -------------------------------------------------------------------
+
+def test_sft_sample_matches_the_chat_template_and_ends_with_im_end(ns, tokenizer):
+    sample = ns["build_sft_sample"](tokenizer, MESSAGES)
+    full = tokenizer.apply_chat_template(MESSAGES, tokenize=False)
+    assert sample["input_ids"] == tokenizer(full.rstrip("\n"), add_special_tokens=False)["input_ids"]
+    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert sample["labels"][-1] == end_id != tokenizer.pad_token_id
+    prompt = tokenizer.apply_chat_template(MESSAGES[:-1], tokenize=False, add_generation_prompt=True)
+    n_prompt = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert sample["labels"][:n_prompt] == [-100] * n_prompt
+    assert sample["labels"][n_prompt:] == sample["input_ids"][n_prompt:]
+
+
+def test_sft_sample_padding_is_masked_and_overflow_raises(ns, tokenizer):
+    n = len(ns["build_sft_sample"](tokenizer, MESSAGES)["input_ids"])
+    padded = ns["build_sft_sample"](tokenizer, MESSAGES, pad_to=n + 3)
+    assert padded["input_ids"][-3:] == [tokenizer.pad_token_id] * 3
+    assert padded["labels"][-3:] == [-100] * 3 and padded["attention_mask"][-4:] == [1, 0, 0, 0]
+    with pytest.raises(ValueError):
+        ns["build_sft_sample"](tokenizer, MESSAGES, pad_to=n - 1)
+
+
+# -- exercise 2: LoRA count and B = 0 -------------------------------------------------------
+
+@pytest.mark.parametrize("r,targets", [(8, PROJECTIONS), (3, ("q_proj", "v_proj")), (5, ("down_proj",))])
+def test_lora_count_matches_peft(ns, r, targets):
+    model = tiny_model(head_dim=12)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=r, target_modules=list(targets), task_type="CAUSAL_LM"))
+    assert ns["lora_param_count"](model.config, r, targets) == wrapped.get_nb_trainable_parameters()[0]
+
+
+def test_lora_at_init_leaves_logits_bit_identical():
+    model = tiny_model()
+    ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=list(PROJECTIONS),
+                                                             task_type="CAUSAL_LM"))
+        assert torch.equal(before, wrapped(input_ids=ids).logits)
+
+
+# -- exercise 3: data pipeline --------------------------------------------------------------
+
+def test_dedupe_normalises_width_and_spaces(ns):
+    records = [{"id": "1", "description": "Ａ 面划痕"}, {"id": "2", "description": "A面划痕"},
+               {"id": "3", "description": "气泡"}]
+    assert [r["id"] for r in ns["dedupe_records"](records)] == ["1", "3"]
+
+
+def test_split_is_deterministic_order_free_and_stable_when_data_grows(ns):
+    records = [{"id": f"q{i}", "description": ""} for i in range(300)]
+    train, dev = ns["split_by_hash"](records, 0.2, seed=1)
+    assert 30 < len(dev) < 90 and len(train) + len(dev) == 300
+    assert ns["split_by_hash"](records[::-1], 0.2, seed=1)[1] == dev[::-1]
+    grown = ns["split_by_hash"](records + [{"id": f"n{i}", "description": ""} for i in range(100)], 0.2, seed=1)[1]
+    assert [r for r in grown if r["id"].startswith("q")] == dev
+
+
+def test_collate_masks_come_from_lengths_even_when_pad_is_a_real_token(ns):
+    batch = ns["collate"]([{"input_ids": [7, 7], "labels": [-100, 7]}, {"input_ids": [7], "labels": [7]}], pad_id=7)
+    assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
+    assert batch["labels"].tolist() == [[-100, 7], [7, -100]]
+
+
+# -- exercise 4: loss ----------------------------------------------------------------------
+
+def test_causal_lm_loss_equals_the_model_loss(ns):
+    model = tiny_model()
+    ids = torch.randint(0, 300, (3, 11), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[:, :4] = -100
+    labels[1, 8:] = -100
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=labels)
+    assert torch.allclose(ns["causal_lm_loss"](out.logits, labels), out.loss, atol=1e-6)
+
+
+# -- exercise 5: metrics -------------------------------------------------------------------
+
+@pytest.mark.parametrize("a,b,expected", [("", "", 0), ("质检", "", 0), ("划痕返工", "划痕报废返工", 4),
+                                          ("ABCBDAB", "BDCABA", 4), ("abc", "cba", 1)])
+def test_lcs_golden(ns, a, b, expected):
+    assert ns["lcs_length"](a, b) == expected == ns["lcs_length"](b, a)
+
+
+def test_rouge_and_scores_golden(ns):
+    assert ns["rouge_l_f1"]("质检报告", "质量检测报告") == pytest.approx(0.8)
+    ref = {"defect_type": "划痕", "location": "边缘", "severity": "轻微", "disposition": "放行",
+           "root_cause": "磨损", "action": "更换"}
+    preds = [json.dumps(ref, ensure_ascii=False), '["not", "an", "object"]', '{"defect_type": "划痕", "location": "边"}']
+    scores = ns["score_predictions"](preds, [ref] * 3)
+    assert scores["valid_json"] == pytest.approx(2 / 3)
+    assert scores["exact_match"] == pytest.approx({"defect_type": 2 / 3, "severity": 1 / 3, "disposition": 1 / 3})
+    assert scores["rouge_l"] == pytest.approx((3 + 2 / 3) / 9)
+
+
+# -- exercise 6: save, reload, merge -------------------------------------------------------
+
+def test_reload_and_merge_reproduces_the_adapter_model(ns, tmp_path):
+    wrapped = peft.get_peft_model(tiny_model(), peft.LoraConfig(r=4, target_modules=list(PROJECTIONS),
+                                                                task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    wrapped.save_pretrained(tmp_path)
+    ids = torch.randint(0, 300, (1, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = wrapped(input_ids=ids).logits
+        merged = ns["reload_and_merge"](tiny_model(), tmp_path)
+        got = merged(input_ids=ids).logits
+    assert not torch.allclose(expected, tiny_model()(input_ids=ids).logits, atol=1e-3)
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    size = (tmp_path / "adapter_model.safetensors").stat().st_size
+    n_lora = ns["lora_param_count"](tiny_config(), 4)
+    header = int.from_bytes((tmp_path / "adapter_model.safetensors").read_bytes()[:8], "little")
+    assert size == 8 + header + 4 * n_lora
+
+
+# -- exercise 7: memory --------------------------------------------------------------------
+
+def test_memory_budget_formula(ns):
+    assert ns["training_memory_gib"](2**30) == 16
+    assert ns["training_memory_gib"](2**30, 2**26) == 2 + 1
+    assert ns["training_memory_gib"](7_615_616_512) == pytest.approx(113.48, abs=0.01)
+
+
+# -- the whole notebook --------------------------------------------------------------------
