@@ -7,7 +7,7 @@ Prints, for generated CPU-bound labs:
   * the wall time of four independent labs with --jobs 1 and --jobs 2, and the speed-up.
 Targets on a 2-core machine: overhead within 3 s of kernel start-up; --jobs 2 at least 1.6x.
 
-Usage: python benchmarks/run_overhead.py [--work-s 3]
+Usage: python benchmarks/run_overhead.py [--work-s 6] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def timed_run(root: Path, labs, jobs: int, out: Path, target) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-s", type=float, default=3.0, help="CPU seconds of work per lab")
+    parser.add_argument("--work-s", type=float, default=6.0, help="CPU seconds of work per lab (real smoke labs: 30-100 s)")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     target = local_target()
