@@ -239,3 +239,18 @@ def test_short_lora_fine_tune_raises_valid_json_rate():
         torch.set_num_threads(threads)
     print(f"valid-JSON rate on {len(held_out)} held-out reports: base {base:.0%}, after LoRA {tuned:.0%}")
     assert tuned >= base + 0.5
+
+
+def test_tokenizer_config_loads_in_both_transformers_generations(tmp_path):
+    import json
+
+    from rocmlab.assets.tiny_model import make_tokenizer_config_portable
+
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({"tokenizer_class": "TokenizersBackend", "extra_special_tokens": ["<|im_start|>"],
+                                "eos_token": "<|im_end|>"}))
+    make_tokenizer_config_portable(path)
+    config = json.loads(path.read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert config["additional_special_tokens"] == ["<|im_start|>"] and "extra_special_tokens" not in config
+    assert config["eos_token"] == "<|im_end|>"

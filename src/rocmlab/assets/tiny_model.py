@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MODEL_NAME = "tiny-qwen-zh"
-RECIPE_VERSION = 2  # bump on any change to the corpus, tokenizer, model or training recipe
+RECIPE_VERSION = 3  # bump on any change to the corpus, tokenizer, model or training recipe
 DEFAULT_STEPS = 120
 DEFAULT_SEED = 0
 BUILD_THREADS = 1
@@ -296,6 +296,20 @@ def _save_quietly(model, out_dir: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
+def make_tokenizer_config_portable(path: Path) -> None:
+    """Name a tokenizer class and special-token field every transformers generation reads.
+
+    transformers 5 writes ``TokenizersBackend`` and a list under ``extra_special_tokens``;
+    transformers 4 (the cpu-previous environment) knows neither and refuses to load.
+    """
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = config.pop("extra_special_tokens", None)
+    if isinstance(extra, list):
+        config["additional_special_tokens"] = extra
+    path.write_text(json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def build_tiny_model(out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, log=print,
                      evaluate: bool = True) -> dict:
     """Build the checkpoint into ``out_dir`` (created; must not exist) and return its manifest.
@@ -325,6 +339,7 @@ def build_tiny_model(out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT
     out_dir.mkdir(parents=True)
     _save_quietly(model, out_dir)
     wrap_tokenizer(tokenizer).save_pretrained(out_dir)
+    make_tokenizer_config_portable(out_dir / "tokenizer_config.json")
     files = sorted(p for p in out_dir.rglob("*") if p.is_file())
     manifest = {
         "name": MODEL_NAME, "recipe_version": RECIPE_VERSION, "seed": seed, "steps": steps,
