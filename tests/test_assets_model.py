@@ -254,3 +254,4 @@ def test_tokenizer_config_loads_in_both_transformers_generations(tmp_path):
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert config["additional_special_tokens"] == ["<|im_start|>"] and "extra_special_tokens" not in config
     assert config["eos_token"] == "<|im_end|>"
+    assert config["model_input_names"] == ["input_ids", "attention_mask"]

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MODEL_NAME = "tiny-qwen-zh"
-RECIPE_VERSION = 3  # bump on any change to the corpus, tokenizer, model or training recipe
+RECIPE_VERSION = 4  # bump on any change to the corpus, tokenizer, model or training recipe
 DEFAULT_STEPS = 120
 DEFAULT_SEED = 0
 BUILD_THREADS = 1
@@ -300,10 +300,12 @@ def make_tokenizer_config_portable(path: Path) -> None:
     """Name a tokenizer class and special-token field every transformers generation reads.
 
     transformers 5 writes ``TokenizersBackend`` and a list under ``extra_special_tokens``;
-    transformers 4 (the cpu-previous environment) knows neither and refuses to load.
+    transformers 4 (the cpu-previous environment) knows neither and refuses to load, and its
+    generic fast tokenizer adds token_type_ids, which Qwen2's generate() rejects.
     """
     config = json.loads(path.read_text(encoding="utf-8"))
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["model_input_names"] = ["input_ids", "attention_mask"]
     extra = config.pop("extra_special_tokens", None)
     if isinstance(extra, list):
         config["additional_special_tokens"] = extra
