@@ -16,9 +16,8 @@ import psutil
 import pytest
 
 from rocmlab.catalog import discover, select
-from rocmlab.execute import Spec, run_notebook
 from rocmlab.grade import find_submissions, grade_class
-from rocmlab.sandbox import KERNEL_NAME, USER_PREFIX, Limits, Sandbox
+from rocmlab.sandbox import USER_PREFIX, Limits, Sandbox
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
 import classroom
@@ -34,10 +33,7 @@ def _run_cells(sources, limits, hide=(), timeout_s=60):
         nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
         source = run.private / "in.ipynb"
         nbformat.write(nb, str(source))
-        output = run.private / "out.ipynb"
-        run_notebook(Spec(str(source), str(output), str(run.work), {}, 20, timeout_s, allow_errors=True,
-                          python=str(run.launcher), kernel_name=KERNEL_NAME, extra_env=run.env))
-        executed = nbformat.read(output, as_version=4)
+        executed, _ = run.execute(source, run.private / "out.ipynb", {}, 20, timeout_s)
         return ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream") for c in executed.cells]
     finally:
         run.cleanup()

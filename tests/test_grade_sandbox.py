@@ -91,9 +91,6 @@ def test_without_root_powers_the_limits_still_apply():
     """The fallback a non-root grader or learner gets: no namespaces, no user switch, same limits."""
     import nbformat
 
-    from rocmlab.execute import Spec, run_notebook
-    from rocmlab.sandbox import KERNEL_NAME
-
     sandbox = Sandbox(Limits(memory_mb=2048), slots=1, isolate=False, switch_user=False)
     run = sandbox.new_run(0, 20)
     try:
@@ -101,10 +98,8 @@ def test_without_root_powers_the_limits_still_apply():
             "import os, resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20, os.getuid() == os.geteuid())")])
         source = run.private / "in.ipynb"
         nbformat.write(nb, str(source))
-        outcome = run_notebook(Spec(str(source), str(run.private / "out.ipynb"), str(run.work), {}, 20, 60,
-                                    python=str(run.launcher), kernel_name=KERNEL_NAME, extra_env=run.env))
+        executed, outcome = run.execute(source, run.private / "out.ipynb", {}, 20, 60)
         assert outcome.status == "passed", outcome.reason
-        executed = nbformat.read(run.private / "out.ipynb", as_version=4)
         assert executed.cells[0].outputs[0].text.split() == ["2048", "True"]
     finally:
         run.cleanup()

@@ -18,7 +18,6 @@ import nbformat
 
 from .build import write_notebook
 from .catalog import Lab, LabError, discover, find_root
-from .execute import Spec, run_notebook
 from .grade import (
     INJECTED_TAG,
     _grading,
@@ -26,7 +25,7 @@ from .grade import (
     mark_unrun_tests,
     trusted_names,
 )
-from .sandbox import KERNEL_NAME, Limits, Sandbox
+from .sandbox import Limits, Sandbox
 
 DEFAULT_TIMEOUT_S = 1800
 
@@ -107,14 +106,8 @@ def run_check(path: Path, keep_params: bool = False, root_arg: str | None = None
             write_notebook(prepared, source)
         except Exception as exc:  # noqa: BLE001 (nbformat's schema validation)
             raise LabError(f"{path}: not a valid Jupyter notebook: {str(exc).splitlines()[0][:300]}") from None
-        output = run.private / "output" / path.name
-        outcome = run_notebook(Spec(str(source), str(output), str(run.work), params, cell_timeout_s, timeout_s,
-                                    allow_errors=True, python=str(run.launcher), kernel_name=KERNEL_NAME,
-                                    extra_env=run.env))
-        try:
-            executed = nbformat.read(output, as_version=4)
-        except (OSError, ValueError):
-            executed = prepared
+        executed, outcome = run.execute(source, run.private / "output" / path.name, params, cell_timeout_s, timeout_s)
+        executed = executed or prepared
     finally:
         run.cleanup()
         sandbox.close()

@@ -36,9 +36,9 @@ import nbformat
 
 from .build import nbgrader_config, solution_notebook, write_notebook
 from .catalog import LANGUAGES, Lab, LabError, Profile, discover, find_root, select
-from .execute import Outcome, Spec, run_notebook
+from .execute import Outcome
 from .results import write_json_atomic
-from .sandbox import KERNEL_NAME, TIMEOUT_ENAME, TRUNCATED_MARK, Limits, Sandbox
+from .sandbox import TIMEOUT_ENAME, TRUNCATED_MARK, Limits, Sandbox
 from .source import MARKERS
 
 FLAGS = ("invalid", "wrong_lab", "old_version", "tampered", "monkeypatched", "timeout", "crashed",
@@ -566,16 +566,10 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
             shutil.copytree(lab.data_dir, run.work / "data", dirs_exist_ok=True)
         source = run.private / "input" / f"{lab.id}.ipynb"
         write_notebook(prepared, source)
-        output = run.private / "output" / f"{lab.id}.ipynb"
-        spec = Spec(input=str(source), output=str(output), cwd=str(run.work),
-                    parameters={**profile.params, "PROFILE": profile.name}, cell_timeout_s=profile.cell_timeout_s,
-                    timeout_s=profile.timeout_s, allow_errors=True, python=str(run.launcher),
-                    kernel_name=KERNEL_NAME, extra_env=run.env)
-        outcome = run_notebook(spec)
-        try:
-            executed = nbformat.read(output, as_version=4)
-        except (OSError, ValueError):
-            executed = prepared
+        executed, outcome = run.execute(source, run.private / "output" / f"{lab.id}.ipynb",
+                                        {**profile.params, "PROFILE": profile.name},
+                                        profile.cell_timeout_s, profile.timeout_s)
+        executed = executed or prepared
     finally:
         run.cleanup()
     read_flags(executed, outcome, result)

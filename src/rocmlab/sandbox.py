@@ -133,6 +133,21 @@ class Run:
     env: dict
     uid: int | None
 
+    def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int):
+        """Run the notebook at ``source`` here, every cell even after errors; ``(executed or None, outcome)``."""
+        import nbformat
+
+        from .execute import Spec, run_notebook
+
+        outcome = run_notebook(Spec(
+            input=str(source), output=str(output), cwd=str(self.work), parameters=parameters,
+            cell_timeout_s=cell_timeout_s, timeout_s=timeout_s, allow_errors=True,
+            python=str(self.launcher), kernel_name=KERNEL_NAME, extra_env=self.env))
+        try:
+            return nbformat.read(output, as_version=4), outcome
+        except (OSError, ValueError):
+            return None, outcome
+
     def cleanup(self) -> None:
         if self.uid is not None:
             end_user_processes(self.uid)
