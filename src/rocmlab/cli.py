@@ -21,7 +21,6 @@ MODULE_COMMANDS = {
     "env": ("rocmlab.environments", "create the release matrix's CPU environments"),
     "grade": ("rocmlab.grade", "autograde a class of submissions with nbgrader"),
     "check": ("rocmlab.check", "run your notebook's visible tests offline (for learners)"),
-    "hub": ("rocmlab.hub", "start the workshop JupyterHub"),
 }
 
 
