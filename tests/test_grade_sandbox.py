@@ -37,7 +37,9 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
         policy = json.loads((run.private / "policy.json").read_text())
         assert policy["limits"]["memory_mb"] == 1024 and policy["cell_timeout_s"] == 5
         assert policy["hide"] == [str(tmp_path.resolve())]
-        assert "rocmlab.sandbox worker" in run.launcher.read_text() and "unshare" not in run.launcher.read_text()
+        launcher = Path(run.worker.python)
+        assert stat.S_IMODE(launcher.parent.stat().st_mode) == 0o700
+        assert "rocmlab.sandbox worker" in launcher.read_text() and "unshare" not in launcher.read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
         assert spec["argv"][1:4] == ["-m", "rocmlab.sandbox", "kernel"]
         assert run.env["HOME"] == str(run.work) and run.env["JUPYTER_PATH"].startswith(str(run.private))
@@ -55,7 +57,7 @@ def test_isolated_runs_start_in_fresh_namespaces(tmp_path):
     sandbox = Sandbox(slots=1)
     try:
         assert sandbox.isolate, "unshare --net --pid --mount should work for root here"
-        assert "unshare --net --pid --fork --mount-proc" in sandbox.new_run(0, 5).launcher.read_text()
+        assert "unshare --net --pid --fork --mount-proc" in Path(sandbox.new_run(0, 5).worker.python).read_text()
     finally:
         sandbox.close()
 

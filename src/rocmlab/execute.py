@@ -1,20 +1,26 @@
-"""Execute one notebook with papermill, in a worker process we can always clean up.
+"""Execute notebooks with papermill, in a worker process we can always clean up.
 
-The parent starts ``python -m rocmlab.execute SPEC`` in a new session. The worker becomes a
-child subreaper (orphans of the kernel re-parent to it), runs papermill, writes an outcome
-file and ends what is left. The parent enforces the whole-lab timeout; every process that
-carries the run's tag in its environment is ended, whatever happened to the worker.
+A ``Worker`` is a ``python -m rocmlab.execute --serve`` process in its own session that runs
+notebooks one after another: for each it reads a request naming the spec, runs papermill,
+writes an outcome file and ends what the run left behind. It is a child subreaper, so orphans
+of the kernel re-parent to it. The parent enforces the whole-lab timeout; on a timeout or a
+crash it ends the worker, and the next run starts a fresh one. Every process that carries a
+run's tag in its environment is ended after that run, whatever happened to the worker.
+Reusing a worker saves a Python start-up and the notebook machinery's imports per notebook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,9 +31,11 @@ import psutil
 from .results import write_json_atomic
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
-# Optional modules that papermill's imports pull in (jsonschema's URI grammar, cloud I/O) and a
-# local notebook run never uses; blocking them saves about 1.5 s of worker start-up.
-UNUSED_IN_WORKER = ("rfc3987_syntax", "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
+# Optional modules that papermill's imports pull in and a local notebook run never uses; blocking
+# them saves about 1.5 s of start-up. The first, jsonschema's IRI grammar (compiled at import;
+# nbformat's schema has no IRI fields), is blocked in the CLI too.
+UNUSED_IN_CLI = ("rfc3987_syntax",)
+UNUSED_IN_WORKER = (*UNUSED_IN_CLI, "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 KILL_GRACE_S = 5
 WARNING_LINE = re.compile(
     r"^(?P<file>[^\n]*?):(?P<line>\d+): (?P<category>\w*(?:DeprecationWarning|FutureWarning)): (?P<message>.*)$",
@@ -118,56 +126,110 @@ def end_tree(root: psutil.Process | None, tag: str) -> None:
 
 # ---------------------------------------------------------------- parent side
 
-def _write_spec(spec: Spec, folder: Path) -> Path:
-    path = folder / f".run-{uuid.uuid4().hex[:8]}.json"
-    write_json_atomic(path, spec.__dict__)
-    return path
+class Worker:
+    """One worker process, started on first use, reused until it times out, crashes or is closed."""
+
+    def __init__(self, python: str = sys.executable):
+        self.python = python
+        self.tag = uuid.uuid4().hex
+        self.proc: subprocess.Popen | None = None
+        self.log = None
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen:
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "rocmlab.execute", "--serve"], env=kernel_environment(self.tag, {}),
+            start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        return self.proc
+
+    def run(self, spec: Spec) -> Outcome:
+        """Execute ``spec.input`` into ``spec.output``; never hangs, never leaves a process behind."""
+        Path(spec.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec.cwd).mkdir(parents=True, exist_ok=True)
+        tag = uuid.uuid4().hex
+        request = Path(spec.output).parent / f".run-{tag[:8]}.json"
+        outcome_path = request.with_suffix(".outcome.json")
+        write_json_atomic(request, {"spec": spec.__dict__, "env": kernel_environment(tag, spec.extra_env),
+                                    "outcome": str(outcome_path)})
+        started = time.monotonic()
+        try:
+            outcome = self._wait(request, outcome_path, spec, started)
+        finally:
+            end_tree(None, tag)
+            request.unlink(missing_ok=True)
+            outcome_path.unlink(missing_ok=True)
+        return inspect_output(outcome, Path(spec.output))
+
+    def _wait(self, request: Path, outcome_path: Path, spec: Spec, started: float) -> Outcome:
+        answered = self._request(request, started + spec.timeout_s)
+        duration = time.monotonic() - started
+        if answered is False:
+            self.close(kill=True)
+            return Outcome("timeout", duration, f"the lab ran past its limit of {spec.timeout_s} s and was stopped")
+        try:
+            data = json.loads(outcome_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            tail = self._log_tail()
+            returncode = self.close(kill=True)
+            return Outcome("crashed", duration, f"the runner exited with status {returncode} without a result: "
+                           + (" | ".join(tail) or "no output"))
+        return Outcome(data["status"], duration, data.get("reason", ""), data.get("failing_cell"))
+
+    def _request(self, request: Path, deadline: float) -> bool | None:
+        """True when the worker answered, False on the deadline, None when it died first."""
+        proc = self.proc if self.proc and self.proc.poll() is None else self._start()
+        self._log_start = self.log.seek(0, os.SEEK_END)
+        try:
+            proc.stdin.write(f"{request}\n".encode())
+            proc.stdin.flush()
+        except (OSError, ValueError):
+            return None
+        fd = proc.stdout.fileno()
+        while (left := deadline - time.monotonic()) > 0:
+            if select.select([fd], [], [], left)[0]:
+                return True if os.read(fd, 4096) else None
+        return False
+
+    def _log_tail(self) -> list[str]:
+        try:
+            self.log.seek(self._log_start)
+            return self.log.read()[-4000:].decode("utf-8", "replace").strip().splitlines()[-5:]
+        except (OSError, ValueError):  # closed by another thread's close()
+            return []
+
+    def close(self, kill: bool = False) -> int | None:
+        """Stop the worker (politely unless ``kill``) and end everything it started; its exit status."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if not kill:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=KILL_GRACE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        try:
+            root = psutil.Process(proc.pid) if proc.poll() is None else None
+        except psutil.Error:
+            root = None
+        end_tree(root, self.tag)
+        returncode = proc.wait()
+        for stream in (proc.stdin, proc.stdout, self.log):
+            with contextlib.suppress(OSError):
+                stream.close()
+        return returncode
 
 
 def run_notebook(spec: Spec) -> Outcome:
-    """Execute ``spec.input`` into ``spec.output``; never hangs, never leaves a process behind."""
-    Path(spec.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(spec.cwd).mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex
-    spec_path = _write_spec(spec, Path(spec.output).parent)
-    outcome_path = spec_path.with_suffix(".outcome.json")
-    env = kernel_environment(tag, spec.extra_env)
-    started = time.monotonic()
-    worker = subprocess.Popen(
-        [spec.python, "-m", "rocmlab.execute", str(spec_path), str(outcome_path)],
-        env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    root = psutil.Process(worker.pid)
-    timed_out = False
-    try:
-        _, stderr = worker.communicate(timeout=spec.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        end_tree(root, tag)
-        _, stderr = worker.communicate()
-    finally:
-        end_tree(None, tag)
-    duration = time.monotonic() - started
-    try:
-        outcome = _read_outcome(outcome_path, timed_out, spec, worker.returncode, stderr, duration)
-    finally:
-        spec_path.unlink(missing_ok=True)
-        outcome_path.unlink(missing_ok=True)
-    return inspect_output(outcome, Path(spec.output))
-
-
-def _read_outcome(path: Path, timed_out: bool, spec: Spec, returncode: int, stderr: bytes,
-                  duration: float) -> Outcome:
-    if timed_out:
-        return Outcome("timeout", duration, f"the lab ran past its limit of {spec.timeout_s} s and was stopped")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        tail = stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
-        return Outcome("crashed", duration, f"the runner exited with status {returncode} without a result: "
-                       + (" | ".join(tail) or "no output"))
-    return Outcome(data["status"], duration, data.get("reason", ""), data.get("failing_cell"))
+    """Execute one notebook in a worker of its own."""
+    with Worker(spec.python) as worker:
+        return worker.run(spec)
 
 
 def inspect_output(outcome: Outcome, output: Path) -> Outcome:
@@ -258,24 +320,34 @@ def _execute(spec: Spec) -> dict:
         return {"status": "crashed", "reason": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
-def block_unused_imports() -> None:
-    for name in UNUSED_IN_WORKER:
+def block_unused_imports(names: tuple = UNUSED_IN_WORKER) -> None:
+    for name in names:
         sys.modules.setdefault(name, None)
 
 
-def worker_main(spec_path: str, outcome_path: str) -> int:
+def serve() -> int:
+    """The worker's loop: one request path per line on stdin, ``done`` on stdout after each run."""
     _become_subreaper()
-    spec = Spec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything printed (papermill, a kernel) goes to the log, not into the answers
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        result = _execute(spec)
-    finally:
-        me = psutil.Process()
-        end_processes(me.children(recursive=True))
-    write_json_atomic(Path(outcome_path), result)
+    for line in sys.stdin:
+        request = json.loads(Path(line.strip()).read_text(encoding="utf-8"))
+        os.environ.clear()
+        os.environ.update(request["env"])  # the kernel inherits the run's tag and settings
+        tempfile.tempdir = None  # read $TMPDIR again: the last run's folder is gone
+        try:
+            result = _execute(Spec(**request["spec"]))
+        finally:
+            end_processes(psutil.Process().children(recursive=True))
+        write_json_atomic(Path(request["outcome"]), result)
+        answer.write("done\n")
+        answer.flush()
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: python -m rocmlab.execute --serve (requests on stdin; see rocmlab.execute.Worker)")
     block_unused_imports()
-    sys.exit(worker_main(sys.argv[1], sys.argv[2]))
+    sys.exit(serve())

@@ -3,7 +3,8 @@
 A run goes through ``rocmlab.execute`` like any other; this module only changes *how* its
 worker and kernel are started:
 
-- the worker (papermill) starts through a launcher script: as root it gets its own network,
+- each parallel job slot has one worker (papermill), reused for the slot's runs; it starts
+  through a launcher script: as root it gets its own network,
   PID and mount namespaces (``unshare``); inside, loopback is brought up (kernel and worker
   talk over 127.0.0.1), the paths the kernel must not see (solutions, gradebook, other
   submissions) are covered with empty read-only tmpfs mounts, and papermill's client caps
@@ -34,17 +35,17 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from .execute import Worker
 
 KERNEL_NAME = "rocmlab-sandbox"
 USER_PREFIX = "rocmlab-grader-"
 TRUNCATED_MARK = "[rocmlab] output truncated: this cell printed more than the grader keeps"
 TIMEOUT_ENAME = "CellTimeoutError"
-# Optional imports the worker never needs, each guarded by ``except ImportError`` where it is used:
-# jsonschema's IRI checker (it compiles a grammar at import, about 1 s; nbformat's schema has no
-# IRI fields) and papermill's cloud storage handlers (grading reads and writes local files only).
-# Blocking them roughly halves a worker's start-up, which every graded notebook pays.
 
 
 @dataclass
@@ -129,7 +130,7 @@ class Run:
     folder: Path
     private: Path
     work: Path
-    launcher: Path
+    worker: Worker
     env: dict
     uid: int | None
 
@@ -137,12 +138,12 @@ class Run:
         """Run the notebook at ``source`` here, every cell even after errors; ``(executed or None, outcome)``."""
         import nbformat
 
-        from .execute import Spec, run_notebook
+        from .execute import Spec
 
-        outcome = run_notebook(Spec(
+        outcome = self.worker.run(Spec(
             input=str(source), output=str(output), cwd=str(self.work), parameters=parameters,
             cell_timeout_s=cell_timeout_s, timeout_s=timeout_s, allow_errors=True,
-            python=str(self.launcher), kernel_name=KERNEL_NAME, extra_env=self.env))
+            python=self.worker.python, kernel_name=KERNEL_NAME, extra_env=self.env))
         try:
             return nbformat.read(output, as_version=4), outcome
         except (OSError, ValueError):
@@ -174,7 +175,7 @@ class Sandbox:
             self.problems.append(f"kernels run as this user: {exc}")
             self.switch_user, self.users = False, []
         self.hide = [str(Path(p).resolve()) for p in (hide or []) if Path(p).exists()]
-        self._counter = 0
+        self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
 
     @staticmethod
     def _claim_users(slots: int) -> list:
@@ -197,39 +198,47 @@ class Sandbox:
         return {"network": self.isolate, "hidden_paths": self.hide if self.isolate else [],
                 "unprivileged_user": self.switch_user, "limits": asdict(self.limits), "problems": self.problems}
 
+    def _uid_gid(self, slot: int) -> tuple[int | None, int | None]:
+        return self.users[slot] if self.switch_user else (None, None)
+
+    def _new_worker(self, slot: int) -> Worker:
+        """The slot's worker: started on its first run, through a launcher in a root-only folder."""
+        from .execute import Worker
+
+        folder = self.base / f"slot{slot}"
+        folder.mkdir(mode=0o700)
+        uid, gid = self._uid_gid(slot)
+        policy = folder / "policy.json"
+        policy.write_text(json.dumps(asdict(Policy(asdict(self.limits), uid, gid, "", self.isolate, self.hide, 0,
+                                                   str(folder)))), encoding="utf-8")
+        launcher = folder / "python"
+        prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
+        launcher.write_text(
+            "#!/bin/sh\n"
+            f"{prefix}{sys.executable} -m rocmlab.sandbox worker {policy}\n", encoding="utf-8")
+        launcher.chmod(0o700)
+        return Worker(str(launcher))
+
     def new_run(self, slot: int, cell_timeout_s: int) -> Run:
-        self._counter += 1
         folder = Path(tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.base))
         os.chmod(folder, 0o711)
         private = folder / "private"
         private.mkdir(mode=0o700)
         work = folder / "work"
         work.mkdir(mode=0o700)
-        uid = gid = None
-        if self.switch_user:
-            uid, gid = self.users[slot]
+        uid, gid = self._uid_gid(slot)
+        if uid is not None:
             os.chown(work, uid, gid)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s,
                         str(private))
         policy_path = private / "policy.json"
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
-        launcher = self._write_launcher(private, policy_path)
         jupyter = self._write_kernelspec(private, policy_path)
         env = {"JUPYTER_PATH": str(jupyter), "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
                "HOME": str(work), "IPYTHONDIR": str(work / ".ipython"), "MPLCONFIGDIR": str(work / ".matplotlib"),
                "TMPDIR": str(work), "XDG_CACHE_HOME": str(work / ".cache"), "NO_PROXY": "*",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-        return Run(folder, private, work, launcher, env, uid)
-
-    def _write_launcher(self, private: Path, policy_path: Path) -> Path:
-        """The ``python`` a Spec names: the worker's entry, in fresh namespaces when allowed."""
-        launcher = private / "python"
-        prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
-        launcher.write_text(
-            "#!/bin/sh\n"
-            f"{prefix}{sys.executable} -m rocmlab.sandbox worker {policy_path} \"$@\"\n", encoding="utf-8")
-        launcher.chmod(0o700)
-        return launcher
+        return Run(folder, private, work, self.workers[slot], env, uid)
 
     def _write_kernelspec(self, private: Path, policy_path: Path) -> Path:
         jupyter = private / "jupyter"
@@ -241,6 +250,8 @@ class Sandbox:
         return jupyter
 
     def close(self) -> None:
+        for worker in self.workers:
+            worker.close(kill=True)
         for uid, _ in self.users:
             end_user_processes(uid)
         for _, lock in self._locks:
@@ -385,23 +396,19 @@ def patch_notebook_client(limits: dict) -> None:
     NotebookClient._async_handle_timeout = handle_timeout
 
 
-def worker_entry(policy: dict, argv: list[str]) -> int:
-    """``python -m rocmlab.sandbox worker POLICY -m rocmlab.execute SPEC OUTCOME`` (runs as root)."""
-    if argv[:2] != ["-m", "rocmlab.execute"] or len(argv) != 4:
-        print(f"rocmlab.sandbox: unexpected worker arguments {argv!r}", file=sys.stderr)
-        return 2
+def worker_entry(policy: dict) -> int:
+    """``python -m rocmlab.sandbox worker POLICY``: a ``rocmlab.execute`` worker, as root, in the namespaces."""
     os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
     if policy["isolate"]:
         bring_loopback_up()
         hide_paths(policy["hide"])
         if policy["uid"] is not None:
             expose_paths(interpreter_paths(), Path(policy["scratch"]))
-    from .execute import block_unused_imports, worker_main
+    from .execute import block_unused_imports, serve
 
     block_unused_imports()
     patch_notebook_client(policy["limits"])
-
-    return worker_main(argv[2], argv[3])
+    return serve()
 
 
 def kernel_entry(policy: dict, connection_file: str) -> int:
@@ -429,7 +436,7 @@ def main(argv: list[str]) -> int:
         return 2
     policy = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     if argv[0] == "worker":
-        return worker_entry(policy, argv[2:])
+        return worker_entry(policy)
     return kernel_entry(policy, argv[2])
 
 

@@ -1,0 +1,56 @@
+"""A reused worker: notebooks run one after another in it, and a run that kills or outlives it
+costs only that run (real kernels, so slow)."""
+
+import nbformat
+import psutil
+import pytest
+
+from rocmlab.execute import Spec, Worker
+
+pytestmark = pytest.mark.slow
+
+
+def notebook(folder, name, *sources):
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), str(path))
+    return path
+
+
+def spec(folder, path, timeout_s=60, **extra_env):
+    return Spec(input=str(path), output=str(folder / "out" / path.name), cwd=str(folder / "work"),
+                parameters={}, cell_timeout_s=30, timeout_s=timeout_s, extra_env=extra_env)
+
+
+def printed(folder, path):
+    executed = nbformat.read(str(folder / "out" / path.name), as_version=4)
+    return "".join(o.get("text", "") for c in executed.cells for o in c.outputs)
+
+
+def test_one_worker_runs_notebooks_in_turn_each_with_its_own_environment(tmp_path):
+    show = notebook(tmp_path, "show", "import os\nprint(os.getpid(), os.environ['LESSON'])")
+    with Worker() as worker:
+        first = worker.run(spec(tmp_path, show, LESSON="one"))
+        kernel_pid, lesson = printed(tmp_path, show).split()
+        worker_pid = worker.proc.pid
+        assert first.status == "passed", first.reason
+        assert lesson == "one"
+        assert not psutil.pid_exists(int(kernel_pid))  # the run's kernel ended with the run
+        second = worker.run(spec(tmp_path, show, LESSON="two"))
+        assert second.status == "passed", second.reason
+        assert printed(tmp_path, show).split()[1] == "two"
+        assert worker.proc.pid == worker_pid
+    assert not psutil.pid_exists(worker_pid)
+
+
+def test_a_run_past_its_time_or_killing_the_worker_costs_only_that_run(tmp_path):
+    hang = notebook(tmp_path, "hang", "import time\ntime.sleep(600)")
+    kill = notebook(tmp_path, "kill", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    fine = notebook(tmp_path, "fine", "print('still grading')")
+    with Worker() as worker:
+        assert worker.run(spec(tmp_path, hang, timeout_s=8)).status == "timeout"
+        assert worker.proc is None
+        crashed = worker.run(spec(tmp_path, kill))
+        assert crashed.status == "crashed" and "without a result" in crashed.reason
+        after = worker.run(spec(tmp_path, fine))
+        assert after.status == "passed", after.reason
+        assert printed(tmp_path, fine).strip() == "still grading"
