@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .catalog import LabError, discover, find_root, select
+from .execute import UNUSED_IN_CLI, block_unused_imports
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
 
@@ -129,7 +130,7 @@ def _lab_args(parser) -> None:
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
 
 
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rocmlab", description="Versioned, autograded, CI-executed labs for AMD GPUs.")
     parser.add_argument("--version", action="version", version=f"rocmlab {__version__}")
     parser.add_argument("--root", help="course repository root (default: nearest folder above holding solutions/)")
@@ -168,19 +169,30 @@ def make_parser() -> argparse.ArgumentParser:
                    help="keep the latest records in ci/results/ and refresh the README's freshness table")
     p.set_defaults(func=cmd_report)
 
+    wanted = requested_command(sys.argv[1:] if argv is None else argv)
     for name, (module_name, help_text) in MODULE_COMMANDS.items():
-        try:
-            module = import_module(module_name)
-        except ImportError:
-            continue
         p = sub.add_parser(name, help=help_text)
-        module.add_arguments(p)
-        p.set_defaults(func=module.run)
+        if name == wanted:  # only the chosen command's module is imported (some pull in heavy packages)
+            module = import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(func=module.run)
     return parser
 
 
+def requested_command(argv: list[str]) -> str | None:
+    """The first word of ``argv`` that is not an option or the value of --root."""
+    words = iter(argv)
+    for word in words:
+        if word == "--root":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser()
+    block_unused_imports(UNUSED_IN_CLI)
+    parser = make_parser(argv)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

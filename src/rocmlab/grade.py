@@ -15,6 +15,7 @@ gradebook), ``feedback/<student>/<lab>.html``, ``grades.csv`` (nbgrader's CSV ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import json
 import logging
@@ -29,7 +30,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
@@ -369,6 +370,28 @@ def _fast_sqlite_commits() -> None:
         event.listen(Engine, "connect", _sqlite_pragmas)
 
 
+@contextlib.contextmanager
+def shared_gradebook_engines():
+    """nbgrader opens a new Gradebook, with a new engine and a check of every table, about ten
+    times per autograded notebook; within one grading run they share one engine per database."""
+    import nbgrader.api
+
+    original, engines = nbgrader.api.create_engine, {}
+
+    def create_engine(url, **kwargs):
+        if url not in engines:
+            engines[url] = original(url, **kwargs)
+        return engines[url]
+
+    nbgrader.api.create_engine = create_engine
+    try:
+        yield
+    finally:
+        nbgrader.api.create_engine = original
+        for engine in engines.values():
+            engine.dispose()
+
+
 def _sqlite_pragmas(connection, _record) -> None:
     if type(connection).__module__.startswith("sqlite3"):
         cursor = connection.cursor()
@@ -589,9 +612,14 @@ def fill_tests(plan: Plan, executed, result: StudentResult, grades: dict) -> Non
         result.tests.append(test)
 
 
-def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, *, profile_name: str = "smoke",
-                jobs: int = 1, db_url: str | None = None, limits: Limits | None = None,
-                extra_hidden: list[Path] = (), progress=print) -> list[StudentResult]:
+def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, **options) -> list[StudentResult]:
+    with shared_gradebook_engines():
+        return _grade_class(root, lab, submissions, out, **options)
+
+
+def _grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, *, profile_name: str = "smoke",
+                 jobs: int = 1, db_url: str | None = None, limits: Limits | None = None,
+                 extra_hidden: list[Path] = (), progress=print) -> list[StudentResult]:
     profile = lab.profile(profile_name)
     out.mkdir(parents=True, exist_ok=True)
     course = Course(root, lab, out / "course", db_url)
@@ -669,7 +697,7 @@ def write_outputs(lab: Lab, profile: Profile, course: Course, results: list[Stud
     course.export_csv(out / "grades.csv")
     summary = {
         "lab": lab.id, "version": lab.version, "profile": profile.name,
-        "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "graded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "gradebook": _safe_url(course.db_url),
         "sandbox": isolation,
         "students": [asdict(r) for r in results],
