@@ -1,0 +1,140 @@
+# JupyterHub config of the rocmlab workshop hub, for both modes of `rocmlab hub`:
+#
+#   server (default): real Unix accounts through PAM, each server run as its user (needs root);
+#                     members of the Unix group ROCMLAB_HUB_LEARNER_GROUP and of the instructor
+#                     group may log in; instructors are hub admins and get nbgrader's formgrader.
+#   demo:             NOT SECURE. A shared password (SharedPasswordAuthenticator), every server run as the
+#                     hub's own user, loopback only. For trying the course and for tests.
+#
+# Everything comes from environment variables (set by `rocmlab hub`, or by hand):
+#   ROCMLAB_HUB_MODE         server | demo
+#   ROCMLAB_HUB_IP           public address (server: all interfaces; demo: always 127.0.0.1)
+#   ROCMLAB_HUB_PORT         public port of the proxy (8000); ROCMLAB_HUB_API_PORT the proxy's
+#                            API (8001); ROCMLAB_HUB_INTERNAL_PORT the hub itself (8081)
+#   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
+#   ROCMLAB_ROOT             the rocmlab checkout (labs/, solutions/, autograder/)
+#   ROCMLAB_HUB_LANG         en | zh: language of the notebooks delivered to homes
+#   ROCMLAB_HUB_LABS         comma-separated lab ids delivered on spawn (default: every built lab)
+#   ROCMLAB_HUB_INSTRUCTOR_GROUP, ROCMLAB_HUB_LEARNER_GROUP   (instructors, rocmlab)
+#   ROCMLAB_HUB_INSTRUCTORS  demo: comma-separated hub users put in the instructor group
+#   ROCMLAB_HUB_PASSWORD     demo: the shared password (8 characters or more)
+#   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
+#   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
+#                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
+#                            than it uses, and an RLIMIT_AS would break it)
+#   ROCMLAB_HUB_MAX_PROCESSES  processes per Unix user (server mode, default 512; 0: none)
+#   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
+#   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
+#   ROCMLAB_HUB_PROXY        path of configurable-http-proxy
+#   ROCMLAB_HUB_ID           a marker put in every process's environment (for clean-up)
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from rocmlab_spawner import CourseSpawner, DemoCourseSpawner  # (after the path is set)
+
+c = get_config()  # noqa: F821  (injected by traitlets)
+env = os.environ.get
+
+
+def _seconds(name: str, default: int) -> int:
+    value = env(name, str(default))
+    if not value.isdigit():
+        raise ValueError(f"{name}={value!r}: expected a whole number of seconds")
+    return int(value)
+
+
+def _names(value: str) -> list:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+mode = env("ROCMLAB_HUB_MODE", "server")
+if mode not in ("server", "demo"):
+    raise ValueError(f"ROCMLAB_HUB_MODE={mode!r}: expected server or demo")
+demo = mode == "demo"
+course_repo = Path(env("ROCMLAB_ROOT") or HERE.parent.parent).resolve()
+data = Path(env("ROCMLAB_HUB_DATA") or "/srv/rocmlab-hub").resolve()
+lang = env("ROCMLAB_HUB_LANG", "en")
+if lang not in ("en", "zh"):
+    raise ValueError(f"ROCMLAB_HUB_LANG={lang!r}: expected en or zh")
+built = course_repo / "labs" / lang
+labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob("*") if p.is_dir())
+instructor_group = env("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
+venv_bin = Path(sys.executable).parent
+
+# ------------------------------------------------------------------ state and the exchange
+state = data / "hub"
+state.mkdir(parents=True, exist_ok=True)
+os.chmod(state, 0o700)
+os.chmod(data, 0o755)
+exchange = data / "exchange"
+exchange.mkdir(exist_ok=True)
+os.chmod(exchange, 0o1777)  # every user writes here; nbgrader sets the modes of the course's folders
+c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+
+# ------------------------------------------------------------------ network
+ip = "127.0.0.1" if demo else env("ROCMLAB_HUB_IP", "")
+c.JupyterHub.bind_url = f"http://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(env("ROCMLAB_HUB_INTERNAL_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(env('ROCMLAB_HUB_API_PORT', '8001'))}"
+c.ConfigurableHTTPProxy.command = [env("ROCMLAB_HUB_PROXY", "configurable-http-proxy")]
+c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
+
+# ------------------------------------------------------------------ who may log in
+if demo:
+    c.JupyterHub.authenticator_class = "shared-password"
+    c.SharedPasswordAuthenticator.user_password = env("ROCMLAB_HUB_PASSWORD") or None
+    c.Authenticator.allow_all = True
+    c.JupyterHub.load_groups = {instructor_group: {"users": _names(env("ROCMLAB_HUB_INSTRUCTORS", ""))}}
+else:
+    c.JupyterHub.authenticator_class = "pam"
+    c.PAMAuthenticator.allowed_groups = {env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"), instructor_group}
+    c.PAMAuthenticator.admin_groups = {instructor_group}
+
+# ------------------------------------------------------------------ single-user servers
+c.JupyterHub.spawner_class = DemoCourseSpawner if demo else CourseSpawner
+c.Spawner.cmd = [str(venv_bin / "jupyterhub-singleuser")]  # the course's environment, and its python3 kernel
+c.Spawner.default_url = "/lab"
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 90
+c.Spawner.environment = {"ROCMLAB_HUB_MODE": mode}
+kernel_idle = _seconds("ROCMLAB_HUB_KERNEL_IDLE_S", 1800)
+server_args = [f"--MappingKernelManager.cull_idle_timeout={kernel_idle}",
+               "--MappingKernelManager.cull_interval=60"] if kernel_idle else []
+if demo and os.geteuid() == 0:
+    server_args.append("--ServerApp.allow_root=True")  # demo servers run as the hub's user
+c.Spawner.args = server_args
+
+default_memory = "0" if Path("/dev/kfd").exists() else "8G"
+memory = env("ROCMLAB_HUB_MEM_LIMIT", default_memory)
+c.Spawner.mem_limit = None if memory in ("0", "", "none") else memory
+c.DemoCourseSpawner.home_dir_template = str(data / "homes" / "{username}")
+c.CourseSpawner.course_repo = str(course_repo)  # DemoCourseSpawner inherits all of these
+c.CourseSpawner.lang = lang
+c.CourseSpawner.labs = labs
+c.CourseSpawner.instructor_group = instructor_group
+c.CourseSpawner.course_id = "rocmlab"
+c.CourseSpawner.exchange_root = str(exchange)
+c.CourseSpawner.hub_marker = env("ROCMLAB_HUB_ID", "")
+# RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
+c.CourseSpawner.max_processes = _seconds("ROCMLAB_HUB_MAX_PROCESSES", 512)
+c.DemoCourseSpawner.max_processes = 0
+
+# ------------------------------------------------------------------ services
+services, roles = [], []
+cull_idle = _seconds("ROCMLAB_HUB_CULL_IDLE_S", 3600)
+if cull_idle:
+    services.append({"name": "idle-culler",
+                     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={cull_idle}"]})
+    roles.append({"name": "idle-culler", "services": ["idle-culler"],
+                  "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]})
+if env("ROCMLAB_HUB_ADMIN_TOKEN"):
+    services.append({"name": "rocmlab-admin", "api_token": env("ROCMLAB_HUB_ADMIN_TOKEN")})
+    roles.append({"name": "rocmlab-admin", "services": ["rocmlab-admin"],
+                  "scopes": ["admin:users", "admin:groups", "admin:servers", "tokens", "list:users", "read:users"]})
+c.JupyterHub.services = services
+c.JupyterHub.load_roles = roles

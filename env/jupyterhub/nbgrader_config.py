@@ -1,0 +1,27 @@
+# nbgrader config of every single-user server of the rocmlab hub (found through JUPYTER_CONFIG_PATH).
+# The spawner (env/jupyterhub/rocmlab_spawner.py) sets the variables read here.
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821  (injected by traitlets)
+
+# The course's own settings (solution stubs, hidden tests, execution limits) come first.
+_course_config = Path(os.environ.get("ROCMLAB_ROOT", "")) / "autograder" / "nbgrader_config.py"
+if os.environ.get("ROCMLAB_ROOT") and _course_config.is_file():
+    load_subconfig(str(_course_config))  # noqa: F821
+
+c.CourseDirectory.course_id = os.environ.get("ROCMLAB_COURSE_ID", "rocmlab")
+c.Exchange.root = os.environ.get("ROCMLAB_EXCHANGE", "/srv/nbgrader/exchange")
+# Fetched assignments go to ~/<course id>/<lab>/, beside the delivered ~/<lab>/ folders.
+c.Exchange.path_includes_course = True
+
+if os.environ.get("ROCMLAB_HUB_ROLE") == "instructor" and os.environ.get("ROCMLAB_COURSE_ROOT"):
+    c.CourseDirectory.root = os.environ["ROCMLAB_COURSE_ROOT"]
+    c.CourseDirectory.db_url = "sqlite:///" + os.path.join(os.environ["ROCMLAB_COURSE_ROOT"], "gradebook.db")
+
+# Demo hub only: every server runs as the same Unix user, so nbgrader (which names the student
+# after the process's Unix user) is told the hub user's name instead.
+if os.environ.get("ROCMLAB_STUDENT_ID"):
+    c.CourseDirectory.student_id = os.environ["ROCMLAB_STUDENT_ID"]
+if os.environ.get("ROCMLAB_HUB_MODE") == "demo":
+    c.ExchangeCollect.check_owner = False  # every submission is owned by the one Unix user

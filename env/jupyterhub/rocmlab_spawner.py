@@ -1,0 +1,173 @@
+"""Spawners of the rocmlab hub: local processes with per-user limits, the course delivered on spawn.
+
+``CourseSpawner`` runs each user's server as that Unix user (PAM accounts, needs root);
+``DemoCourseSpawner`` runs every server as the hub's own user with a home under the hub's data
+folder (the ``--demo`` mode: no isolation between users). Both
+
+- set resource limits in the child before it execs (``RLIMIT_AS`` per process, ``RLIMIT_NPROC``
+  per Unix user where users are real), inherited by every kernel the server starts;
+- copy the built student notebooks of the chosen labs into the home on spawn (never over a
+  learner's existing folder) and, for instructors, the solution notebooks into the course
+  root's ``source/`` where nbgrader's formgrader generates and releases them;
+- point the server at the role's Jupyter config (learners get no formgrader) and at the shared
+  nbgrader config (course id, exchange root, course root or student id).
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import resource
+import shutil
+from pathlib import Path
+
+from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
+from traitlets import Integer, List, Unicode
+
+HERE = Path(__file__).resolve().parent
+ROLES = ("instructor", "learner")
+
+
+def limit_resources(memory_bytes: int, max_processes: int) -> None:
+    """Run in the child between fork and exec: the limits pass on to kernels and their children."""
+    if memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    if max_processes > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+
+def copy_missing(src: Path, dest: Path, owner: tuple[int, int] | None) -> bool:
+    """Copy the folder ``src`` to ``dest`` unless ``dest`` exists; chown the copy to ``owner``."""
+    if dest.exists() or not src.is_dir():
+        return False
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    if owner:
+        for path in [dest, *dest.rglob("*")]:
+            os.chown(path, *owner, follow_symlinks=False)
+    return True
+
+
+class CourseSpawner(LocalProcessSpawner):
+    """Real Unix accounts: the server runs as the user, in the user's home; traits set by jupyterhub_config.py."""
+
+    course_repo = Unicode(help="the rocmlab checkout: labs/, solutions/, autograder/").tag(config=True)
+    lang = Unicode("en", help="language of the delivered notebooks (en or zh)").tag(config=True)
+    labs = List(Unicode(), help="lab ids delivered to every home on spawn").tag(config=True)
+    instructor_group = Unicode("instructors", help="hub group (or Unix group) of instructors").tag(config=True)
+    course_id = Unicode("rocmlab", help="nbgrader course id").tag(config=True)
+    exchange_root = Unicode(help="nbgrader exchange root shared by all users").tag(config=True)
+    course_folder = Unicode("course", help="instructor's nbgrader course root, relative to the home").tag(config=True)
+    max_processes = Integer(0, help="RLIMIT_NPROC for the user's processes (0: none)").tag(config=True)
+    hub_marker = Unicode("", help="value of ROCMLAB_HUB_ID in every server's environment").tag(config=True)
+
+    def home(self) -> Path:
+        return Path(pwd.getpwnam(self.user.name).pw_dir)
+
+    def owner(self) -> tuple[int, int] | None:
+        entry = pwd.getpwnam(self.user.name)
+        return entry.pw_uid, entry.pw_gid
+
+    def is_instructor(self) -> bool:
+        if self.instructor_group in {group.name for group in self.user.groups}:
+            return True
+        try:
+            return self.user.name in grp.getgrnam(self.instructor_group).gr_mem
+        except KeyError:
+            return False
+
+    def role(self) -> str:
+        return "instructor" if self.is_instructor() else "learner"
+
+    def course_root(self) -> Path:
+        return self.home() / self.course_folder
+
+    def get_env(self):
+        env = super().get_env()
+        env.update(self.course_env())
+        return env
+
+    def course_env(self) -> dict:
+        """What the user's server and nbgrader need to know about the course and the user's role."""
+        env = {
+            "ROCMLAB_HUB_ROLE": self.role(),
+            "ROCMLAB_HUB_ID": self.hub_marker,
+            "ROCMLAB_ROOT": self.course_repo,
+            "ROCMLAB_COURSE_ID": self.course_id,
+            "ROCMLAB_EXCHANGE": self.exchange_root,
+            "JUPYTER_CONFIG_PATH": os.pathsep.join([str(HERE / "jupyter" / self.role()), str(HERE)]),
+            "PATH": os.pathsep.join([str(Path(self.cmd[0]).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
+        }
+        if self.is_instructor():
+            env["ROCMLAB_COURSE_ROOT"] = str(self.course_root())
+        return env
+
+    def make_preexec_fn(self, name):
+        switch_user = super().make_preexec_fn(name)
+        memory, processes = int(self.mem_limit or 0), self.max_processes
+
+        def preexec():
+            limit_resources(memory, processes)
+            if switch_user:
+                switch_user()
+
+        return preexec
+
+    def deliver_course(self) -> list[str]:
+        """Copy the labs into the home (and the instructor's sources into the course root)."""
+        home, owner, delivered = self.home(), self.owner(), []
+        home.mkdir(parents=True, exist_ok=True)
+        built = Path(self.course_repo) / "labs" / self.lang
+        for lab_id in self.labs:
+            if copy_missing(built / lab_id, home / lab_id, owner):
+                delivered.append(lab_id)
+        if self.is_instructor():
+            self.write_sources(owner)
+        return delivered
+
+    def write_sources(self, owner) -> None:
+        from rocmlab.build import HIDDEN_DATA, solution_notebook, write_notebook
+        from rocmlab.catalog import discover, select
+
+        root = self.course_root()
+        if not root.exists():
+            root.mkdir(parents=True)
+            if owner:
+                os.chown(root, *owner)
+        for lab in select(discover(Path(self.course_repo)), list(self.labs)) if self.labs else []:
+            source = root / "source" / lab.id
+            if source.exists():
+                continue
+            write_notebook(solution_notebook(lab, self.lang), source / f"{lab.id}.ipynb")
+            if lab.data_dir.is_dir():
+                shutil.copytree(lab.data_dir, source / "data", ignore=shutil.ignore_patterns(HIDDEN_DATA))
+            if owner:
+                for path in [root / "source", *(root / "source").rglob("*")]:
+                    os.chown(path, *owner, follow_symlinks=False)
+
+    async def start(self):
+        delivered = self.deliver_course()
+        if delivered:
+            self.log.info("rocmlab: delivered %s to %s (%s)", ", ".join(delivered), self.user.name, self.role())
+        return await super().start()
+
+
+class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
+    """Every server runs as the hub's user; nbgrader tells learners apart by ROCMLAB_STUDENT_ID.
+
+    nbgrader 0.9 names the student after the process's Unix user (``pwd.getpwuid(os.getuid())``),
+    which is the same for everyone here, so the shared nbgrader config sets
+    ``CourseDirectory.student_id`` from this variable instead.
+    """
+
+    def home(self) -> Path:
+        return Path(self.home_dir)
+
+    def owner(self) -> None:
+        return None
+
+    def course_env(self) -> dict:
+        env = super().course_env()
+        if not self.is_instructor():
+            env["ROCMLAB_STUDENT_ID"] = self.user.name
+        return env

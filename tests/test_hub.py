@@ -1,0 +1,299 @@
+"""The hub's config per mode, its spawners and the ``rocmlab hub`` command, without starting a hub."""
+
+import argparse
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from traitlets.config.loader import PyFileConfigLoader
+
+from rocmlab import hub
+from rocmlab.catalog import LabError, find_root
+
+ROOT = find_root(Path(__file__).parent)
+HUB_DIR = ROOT / "env" / "jupyterhub"
+FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
+sys.path.insert(0, str(HUB_DIR))
+import rocmlab_spawner
+
+HUB_VARIABLES = [name for name in os.environ if name.startswith("ROCMLAB_")]
+
+
+def load(path: Path, monkeypatch, **variables):
+    for name in HUB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, str(value))
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+
+
+def hub_config(monkeypatch, tmp_path, **variables):
+    return load(HUB_DIR / "jupyterhub_config.py", monkeypatch, ROCMLAB_HUB_DATA=tmp_path / "data", **variables)
+
+
+# ------------------------------------------------------------------ jupyterhub_config.py
+
+
+def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_IP="0.0.0.0", ROCMLAB_HUB_PORT=8123,
+                   ROCMLAB_HUB_PASSWORD="s3cret", ROCMLAB_HUB_INSTRUCTORS="ann,bob", ROCMLAB_HUB_LABS="01-rocm-setup")
+    assert c.JupyterHub.bind_url == "http://127.0.0.1:8123"
+    assert c.JupyterHub.authenticator_class == "shared-password"
+    assert c.SharedPasswordAuthenticator.user_password == "s3cret"
+    assert c.JupyterHub.spawner_class is rocmlab_spawner.DemoCourseSpawner
+    assert c.JupyterHub.load_groups == {"instructors": {"users": ["ann", "bob"]}}
+    assert c.DemoCourseSpawner.max_processes == 0
+    assert c.DemoCourseSpawner.home_dir_template == str(tmp_path / "data" / "homes" / "{username}")
+    assert c.CourseSpawner.labs == ["01-rocm-setup"]
+    assert ("--ServerApp.allow_root=True" in c.Spawner.args) == (os.geteuid() == 0)
+
+
+def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_IP="10.0.0.5", ROCMLAB_HUB_MEM_LIMIT="6G",
+                   ROCMLAB_HUB_INSTRUCTOR_GROUP="teachers", ROCMLAB_HUB_LEARNER_GROUP="class")
+    assert c.JupyterHub.bind_url == "http://10.0.0.5:8000"
+    assert c.JupyterHub.authenticator_class == "pam"
+    assert c.PAMAuthenticator.allowed_groups == {"class", "teachers"}
+    assert c.PAMAuthenticator.admin_groups == {"teachers"}
+    assert c.JupyterHub.spawner_class is rocmlab_spawner.CourseSpawner
+    assert c.CourseSpawner.max_processes == 512 and c.Spawner.mem_limit == "6G"
+    assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
+    assert "--MappingKernelManager.cull_idle_timeout=1800" in c.Spawner.args
+    assert "--ServerApp.allow_root=True" not in c.Spawner.args
+    assert [s["name"] for s in c.JupyterHub.services] == ["idle-culler"]
+    assert "--timeout=3600" in c.JupyterHub.services[0]["command"]
+    built = sorted(p.name for p in (ROOT / "labs" / "en").iterdir() if p.is_dir())
+    assert c.CourseSpawner.labs == built
+
+
+def test_state_is_private_and_the_exchange_shared(monkeypatch, tmp_path):
+    c = hub_config(monkeypatch, tmp_path)
+    data = tmp_path / "data"
+    assert (data / "hub").stat().st_mode & 0o777 == 0o700
+    assert (data / "exchange").stat().st_mode & 0o7777 == 0o1777
+    assert c.CourseSpawner.exchange_root == str(data / "exchange")
+    assert c.JupyterHub.db_url == f"sqlite:///{data / 'hub' / 'jupyterhub.sqlite'}"
+
+
+def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_CULL_IDLE_S=0, ROCMLAB_HUB_KERNEL_IDLE_S=0,
+                   ROCMLAB_HUB_ADMIN_TOKEN="abc", ROCMLAB_HUB_MEM_LIMIT=0)
+    assert [s["name"] for s in c.JupyterHub.services] == ["rocmlab-admin"]
+    assert c.JupyterHub.services[0]["api_token"] == "abc"
+    assert "tokens" in c.JupyterHub.load_roles[0]["scopes"]
+    assert c.Spawner.args == [] and c.Spawner.mem_limit is None
+
+
+@pytest.mark.parametrize("name, value, expected", [("ROCMLAB_HUB_MODE", "open", "server or demo"),
+                                                   ("ROCMLAB_HUB_LANG", "fr", "en or zh"),
+                                                   ("ROCMLAB_HUB_CULL_IDLE_S", "soon", "whole number")])
+def test_bad_settings_are_named(monkeypatch, tmp_path, name, value, expected):
+    with pytest.raises(Exception, match=expected) as info:
+        hub_config(monkeypatch, tmp_path, **{name: value})
+    assert name in str(info.value)
+
+
+# ------------------------------------------------------------------ nbgrader_config.py
+
+
+def test_nbgrader_sees_each_demo_learner_as_its_own_student(monkeypatch, tmp_path):
+    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_ROOT=ROOT, ROCMLAB_EXCHANGE=tmp_path,
+             ROCMLAB_HUB_ROLE="learner", ROCMLAB_STUDENT_ID="learner2", ROCMLAB_HUB_MODE="demo")
+    assert c.CourseDirectory.student_id == "learner2"
+    assert c.CourseDirectory.course_id == "rocmlab" and c.Exchange.root == str(tmp_path)
+    assert c.Exchange.path_includes_course is True
+    assert "root" not in c.CourseDirectory
+    assert c.ExchangeCollect.check_owner is False
+    assert c.ClearSolutions.code_stub["python"].endswith("raise NotImplementedError()")  # the course's config
+
+
+def test_nbgrader_gives_instructors_their_course_root(monkeypatch, tmp_path):
+    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor",
+             ROCMLAB_COURSE_ROOT=tmp_path / "course")
+    assert c.CourseDirectory.root == str(tmp_path / "course")
+    assert c.CourseDirectory.db_url == f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}"
+    assert "student_id" not in c.CourseDirectory and "check_owner" not in c.ExchangeCollect
+
+
+def test_learners_get_no_formgrader():
+    import json
+
+    learner = json.loads((HUB_DIR / "jupyter" / "learner" / "jupyter_server_config.json").read_text())
+    assert learner["ServerApp"]["jpserver_extensions"]["nbgrader.server_extensions.formgrader"] is False
+    page = json.loads((HUB_DIR / "jupyter" / "learner" / "labconfig" / "page_config.json").read_text())
+    assert page["disabledExtensions"]["@jupyter/nbgrader:formgrader"] is True
+
+
+# ------------------------------------------------------------------ spawners
+
+
+def user(name: str, *groups: str):
+    return SimpleNamespace(name=name, groups=[SimpleNamespace(name=g) for g in groups])
+
+
+def demo_spawner(tmp_path, name="learner1", *groups, **traits):
+    traits = {"course_repo": str(ROOT), "labs": ["01-rocm-setup"], "exchange_root": str(tmp_path / "x"),
+              "cmd": [str(Path(sys.executable).parent / "jupyterhub-singleuser")], **traits}
+    return rocmlab_spawner.DemoCourseSpawner(user=user(name, *groups), home_dir=str(tmp_path / name), **traits)
+
+
+def test_the_spawner_limits_are_set_in_the_child(tmp_path):
+    spawner = demo_spawner(tmp_path, mem_limit="1G")
+    probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    out = subprocess.run([sys.executable, "-c", probe], preexec_fn=spawner.make_preexec_fn("learner1"),
+                         capture_output=True, text=True, check=True)
+    assert int(out.stdout) == 2**30
+    assert (tmp_path / "learner1").is_dir()  # the demo spawner's own preexec still ran
+
+
+def _has_nobody() -> bool:
+    import pwd
+
+    try:
+        return pwd.getpwnam("nobody") is not None
+    except KeyError:
+        return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _has_nobody(), reason="switching to another Unix user needs root "
+                    "and a `nobody` account")
+def test_real_accounts_run_as_the_user_with_the_limits():
+    spawner = rocmlab_spawner.CourseSpawner(user=user("nobody"), mem_limit="2G", max_processes=50)
+    out = subprocess.run(["/bin/bash", "-c", "id -un; ulimit -v; ulimit -u"], preexec_fn=spawner.make_preexec_fn("nobody"),
+                         cwd="/", capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["nobody", str(2 * 2**20), "50"]
+
+
+def test_the_process_limit_reaches_the_child_only():
+    before = resource.getrlimit(resource.RLIMIT_NPROC)
+    probe = "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])"
+    out = subprocess.run([sys.executable, "-c", probe], preexec_fn=lambda: rocmlab_spawner.limit_resources(0, 300),
+                         capture_output=True, text=True, check=True)
+    assert int(out.stdout) == 300
+    assert resource.getrlimit(resource.RLIMIT_NPROC) == before
+
+
+def test_learners_get_the_labs_and_their_own_student_id(tmp_path):
+    spawner = demo_spawner(tmp_path)
+    assert spawner.deliver_course() == ["01-rocm-setup"]
+    notebook = tmp_path / "learner1" / "01-rocm-setup" / "01-rocm-setup.ipynb"
+    assert notebook.read_bytes() == (ROOT / "labs" / "en" / "01-rocm-setup" / "01-rocm-setup.ipynb").read_bytes()
+    notebook.write_text("my work")
+    assert spawner.deliver_course() == [] and notebook.read_text() == "my work"
+    env = spawner.course_env()
+    assert env["ROCMLAB_STUDENT_ID"] == "learner1" and env["ROCMLAB_HUB_ROLE"] == "learner"
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(HUB_DIR / "jupyter" / "learner"), str(HUB_DIR)]
+    assert "ROCMLAB_COURSE_ROOT" not in env
+
+
+def test_instructors_get_the_sources_for_the_formgrader(tmp_path):
+    spawner = demo_spawner(tmp_path, "ann", "instructors", lang="zh")
+    spawner.deliver_course()
+    source = tmp_path / "ann" / "course" / "source" / "01-rocm-setup"
+    assert (source / "01-rocm-setup.ipynb").is_file() and (source / "data").is_dir()
+    assert "BEGIN SOLUTION" in (source / "01-rocm-setup.ipynb").read_text()
+    env = spawner.course_env()
+    assert env["ROCMLAB_HUB_ROLE"] == "instructor" and "ROCMLAB_STUDENT_ID" not in env
+    assert env["ROCMLAB_COURSE_ROOT"] == str(tmp_path / "ann" / "course")
+
+
+# ------------------------------------------------------------------ rocmlab hub
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    hub.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_arguments():
+    args = parse("--demo", "--port", "0", "--labs", "01", "02", "--lang", "zh")
+    assert args.demo and args.port == 0 and args.labs == ["01", "02"] and args.lang == "zh"
+    assert parse().port == 8000 and not parse().demo and parse().labs == []
+
+
+def test_server_mode_needs_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(hub.HubError, match="--demo"):
+        hub.run(parse())
+
+
+def test_a_short_demo_password_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("ROCMLAB_HUB_PASSWORD", "short")
+    with pytest.raises(hub.HubError, match="8 characters"):
+        hub.run(parse("--demo", "--labs", "01", "--data-dir", str(tmp_path)))
+
+
+def test_a_missing_proxy_says_make_hub_setup(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(hub.HubError, match="make hub-setup"):
+        hub.find_proxy(tmp_path)
+
+
+def test_labs_must_be_built():
+    with pytest.raises(hub.HubError, match="rocmlab build"):
+        hub.resolve_labs(FIXTURE_COURSE, "en", ["01"])
+    with pytest.raises(LabError):
+        hub.resolve_labs(ROOT, "en", ["99-nothing"])
+    assert hub.resolve_labs(ROOT, "en", ["01"]) == ["01-rocm-setup"]
+
+
+def test_demo_environment_is_loopback_on_free_ports(tmp_path):
+    env = hub.hub_environment(ROOT, tmp_path, demo=True, port=8123, ip="0.0.0.0", proxy=Path("/bin/true"))
+    assert env["ROCMLAB_HUB_IP"] == "127.0.0.1" and env["ROCMLAB_HUB_MODE"] == "demo"
+    assert len({env["ROCMLAB_HUB_PORT"], env["ROCMLAB_HUB_API_PORT"], env["ROCMLAB_HUB_INTERNAL_PORT"]}) == 3
+    assert env["ROCMLAB_HUB_ID"] and env["ROCMLAB_HUB_PROXY"] == "/bin/true"
+
+
+def sleeper(*_args, **_kwargs):
+    return subprocess.Popen(["sleep", "60"], start_new_session=True)
+
+
+def test_demo_prints_the_banner_and_cleans_up_a_failed_start(monkeypatch, tmp_path, capsys):
+    started = []
+    monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
+    monkeypatch.setattr(hub, "launch", lambda *a: started.append(sleeper()) or started[-1])
+
+    def never_ready(process, url, timeout_s, log_path):
+        raise hub.HubError("not ready")
+
+    monkeypatch.setattr(hub, "wait_ready", never_ready)
+    with pytest.raises(hub.HubError, match="not ready"):
+        hub.run(parse("--demo", "--port", "0", "--labs", "01", "--data-dir", str(tmp_path)))
+    assert "NOT SECURE" in capsys.readouterr().err
+    assert started[0].poll() == -signal.SIGTERM
+
+
+def test_demo_hub_stops_what_it_started_when_the_start_fails(monkeypatch, tmp_path):
+    started = []
+    monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
+    monkeypatch.setattr(hub, "launch", lambda *a: started.append(sleeper()) or started[-1])
+    monkeypatch.setattr(hub, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("no answer")))
+    demo = hub.DemoHub(tmp_path, root=ROOT)
+    assert demo.url == f"http://127.0.0.1:{demo.port}" and demo.password
+    with pytest.raises(hub.HubError, match="no answer"), demo:
+        pass
+    assert started[0].poll() is not None
+
+
+def test_server_mode_needs_a_course_every_user_can_read(tmp_path):
+    private = tmp_path / "private"
+    (private / "bin").mkdir(parents=True)
+    python, config = private / "bin" / "python", tmp_path / "config.py"
+    python.write_text("")
+    config.write_text("")
+    python.chmod(0o755)
+    config.chmod(0o644)
+    tmp_path.chmod(0o755)
+    private.chmod(0o700)
+    inside = lambda problems: [p for p in problems if p.startswith(f"{tmp_path}/")]  # pytest's base is 0700
+    assert inside(hub.unshared_paths([python, config])) == [f"{private} (mode 700)"]
+    private.chmod(0o755)
+    config.chmod(0o600)
+    python.chmod(0o744)
+    assert inside(hub.unshared_paths([python, config])) == [f"{config} (mode 600)", f"{python} (mode 744)"]
