@@ -1,0 +1,339 @@
+"""The Kubernetes values of the hub (env/jupyterhub/helm/) agree with the chart and with the repo.
+
+No cluster here: the values are parsed, their Python parts (the nbgrader config of extraFiles,
+the roles hook of hub.extraConfig) are executed against stand-ins, and the postStart command that
+delivers the labs is run by sh in a temporary home.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+from traitlets.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+HELM = ROOT / "env" / "jupyterhub" / "helm"
+VALUES = yaml.safe_load((HELM / "values.yaml").read_text(encoding="utf-8"))
+CUSTOM = VALUES["custom"]["rocmlab"]
+SINGLEUSER = VALUES["singleuser"]
+LAB_IDS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / "lab.toml").is_file())
+
+# Keys the z2jh chart accepts (jupyterhub/values.schema.yaml, chart 4.x; the schema sets
+# additionalProperties: false, so helm rejects anything else). Only the parts these values use.
+CHART_TOP = {"custom", "hub", "singleuser", "cull", "proxy", "prePuller", "scheduling", "ingress", "debug",
+             "rbac", "global", "imagePullSecret", "imagePullSecrets", "fullnameOverride", "nameOverride", "enabled"}
+CHART_HUB = {"config", "extraConfig", "extraFiles", "extraEnv", "baseUrl", "command", "args", "cookieSecret", "image",
+             "networkPolicy", "db", "labels", "annotations", "initContainers", "services", "resources",
+             "nodeSelector", "tolerations", "extraVolumes", "extraVolumeMounts", "loadRoles", "revisionHistoryLimit"}
+CHART_SINGLEUSER = {"networkPolicy", "podNameTemplate", "cpu", "memory", "image", "initContainers", "profileList",
+                    "extraFiles", "extraEnv", "nodeSelector", "extraTolerations", "extraNodeAffinity",
+                    "extraPodAffinity", "extraPodAntiAffinity", "cloudMetadata", "cmd", "defaultUrl", "events",
+                    "extraAnnotations", "extraContainers", "extraLabels", "extraPodConfig", "extraResource", "fsGid",
+                    "lifecycleHooks", "networkTools", "serviceAccountName", "startTimeout", "storage",
+                    "allowPrivilegeEscalation", "uid"}
+CHART_STORAGE = {"capacity", "dynamic", "extraLabels", "extraVolumeMounts", "extraVolumes", "homeMountPath", "static",
+                 "type"}
+CHART_CULL = {"enabled", "users", "adminUsers", "removeNamedServers", "timeout", "every", "concurrency", "maxAge"}
+# KubeSpawner traits the profiles override (kubespawner_override sets them by name).
+KUBESPAWNER_OVERRIDES = {"cpu_guarantee", "cpu_limit", "mem_guarantee", "mem_limit", "extra_resource_limits",
+                         "extra_resource_guarantees", "environment", "tolerations", "supplemental_gids",
+                         "node_selector", "image"}
+
+
+def in_repo(image_path: str) -> Path:
+    """Where a path of the image's course folder comes from in this checkout."""
+    prefix = CUSTOM["courseDir"].rstrip("/") + "/"
+    assert image_path.startswith(prefix), f"{image_path} is outside custom.rocmlab.courseDir ({prefix})"
+    return ROOT / image_path[len(prefix):]
+
+
+def bytes_of(quantity: str) -> float:
+    units = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    number, unit = re.fullmatch(r"([0-9.]+)([KMGT]i?)?", str(quantity)).groups()
+    return float(number) * units.get(unit, 1)
+
+
+def profile(slug: str) -> dict:
+    found = [p for p in SINGLEUSER["profileList"] if p.get("slug") == slug]
+    assert len(found) == 1, f"singleuser.profileList: expected one profile with slug {slug!r}, got {len(found)}"
+    return found[0]
+
+
+def volume_mount(sub_path: str) -> dict:
+    mounts = [m for m in SINGLEUSER["storage"]["extraVolumeMounts"]
+              if m["name"] == CUSTOM["volume"] and m.get("subPath") == sub_path]
+    assert len(mounts) == 1, f"expected one mount of {CUSTOM['volume']}/{sub_path}, got {mounts}"
+    return mounts[0]
+
+
+def nbgrader_config(monkeypatch, role: str, user: str = "learner7") -> tuple[Config, list[str]]:
+    """Execute the nbgrader_config.py of singleuser.extraFiles as a pod of ``role`` would."""
+    monkeypatch.setenv("ROCMLAB_HUB_ROLE", role)
+    monkeypatch.setenv("JUPYTERHUB_USER", user)
+    config, subconfigs = Config(), []
+    code = SINGLEUSER["extraFiles"]["nbgrader-config"]["stringData"]
+    exec(compile(code, "nbgrader_config.py", "exec"),
+         {"get_config": lambda: config, "load_subconfig": subconfigs.append})
+    return config, subconfigs
+
+
+# ------------------------------------------------------------------ the chart's schema
+
+
+def test_values_use_only_keys_the_chart_accepts():
+    assert set(VALUES) <= CHART_TOP, set(VALUES) - CHART_TOP
+    assert set(VALUES["hub"]) <= CHART_HUB, set(VALUES["hub"]) - CHART_HUB
+    assert set(SINGLEUSER) <= CHART_SINGLEUSER, set(SINGLEUSER) - CHART_SINGLEUSER
+    assert set(SINGLEUSER["storage"]) <= CHART_STORAGE, set(SINGLEUSER["storage"]) - CHART_STORAGE
+    assert set(VALUES["cull"]) <= CHART_CULL, set(VALUES["cull"]) - CHART_CULL
+    assert set(SINGLEUSER["lifecycleHooks"]) <= {"postStart", "preStop"}
+    for entry in SINGLEUSER["profileList"]:
+        assert {"display_name", "slug"} <= set(entry), entry
+        assert set(entry["kubespawner_override"]) <= KUBESPAWNER_OVERRIDES, entry["slug"]
+    for key, extra_file in SINGLEUSER["extraFiles"].items():
+        assert extra_file["mountPath"].startswith("/"), key
+        assert len({"data", "stringData", "binaryData"} & set(extra_file)) == 1, key
+        if "data" in extra_file:  # the chart renders data by the file's extension
+            assert Path(extra_file["mountPath"]).suffix in (".json", ".yaml", ".yml", ".toml"), key
+
+
+# ------------------------------------------------------------------ profiles
+
+
+def test_cpu_profile_is_the_default_and_sized_for_the_smoke_profile():
+    cpu = profile("cpu-smoke")
+    override = cpu["kubespawner_override"]
+    assert cpu.get("default") is True
+    assert [p["slug"] for p in SINGLEUSER["profileList"] if p.get("default")] == ["cpu-smoke"]
+    assert override["environment"]["ROCMLAB_PROFILE"] == "smoke"
+    assert 0 < override["cpu_guarantee"] <= override["cpu_limit"]
+    assert 0 < bytes_of(override["mem_guarantee"]) <= bytes_of(override["mem_limit"])
+    assert not any("gpu" in key for key in override.get("extra_resource_limits", {}))
+
+
+def test_gpu_profile_asks_the_amd_device_plugin_for_one_gpu():
+    override = profile("amd-gpu")["kubespawner_override"]
+    # Kubernetes takes extended resources under limits only, as whole devices.
+    assert override["extra_resource_limits"] == {"amd.com/gpu": "1"}
+    assert "amd.com/gpu" not in override.get("extra_resource_guarantees", {})
+    assert override["environment"]["ROCMLAB_PROFILE"] == "gpu"
+    assert 0 < override["cpu_guarantee"] <= override["cpu_limit"]
+    assert 0 < bytes_of(override["mem_guarantee"]) <= bytes_of(override["mem_limit"])
+    assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in override["tolerations"]
+
+
+def test_every_profile_names_a_profile_that_every_lab_has():
+    for lab_id in LAB_IDS:
+        lab = tomllib.loads((ROOT / "solutions" / lab_id / "lab.toml").read_text(encoding="utf-8"))
+        for entry in SINGLEUSER["profileList"]:
+            name = entry["kubespawner_override"]["environment"]["ROCMLAB_PROFILE"]
+            assert name in lab["profiles"], f"{lab_id}/lab.toml has no [profiles.{name}] (profile {entry['slug']})"
+
+
+# ------------------------------------------------------------------ the image
+
+
+def test_image_is_a_release_matrix_entry_built_from_env_docker():
+    image = SINGLEUSER["image"]
+    matrix = tomllib.loads((ROOT / "env" / "matrix.toml").read_text(encoding="utf-8"))
+    assert image["tag"] in {entry["name"] for entry in matrix["rocm"]}, \
+        f"singleuser.image.tag {image['tag']!r} is not a [[rocm]] entry of env/matrix.toml"
+    base_dockerfile = ROOT / "env" / "docker" / f"{image['tag']}.Dockerfile"
+    assert base_dockerfile.is_file(), base_dockerfile
+    assert f"-t rocmlab:{image['tag']} " in base_dockerfile.read_text(encoding="utf-8")
+    hub_dockerfile = (HELM / "Dockerfile").read_text(encoding="utf-8")
+    assert f"ARG BASE=rocmlab:{image['tag']}\n" in hub_dockerfile
+    assert image["name"].rsplit("/", 1)[-1] == "rocmlab-hub"
+    assert f"-t REGISTRY/{image['name']}:{image['tag']} " in hub_dockerfile
+    assert f"-t REGISTRY/{image['name']}:{image['tag']}-instructor " in hub_dockerfile
+
+
+def test_only_the_instructor_image_holds_the_solutions():
+    dockerfile = (HELM / "Dockerfile").read_text(encoding="utf-8")
+    learner, _, instructor = dockerfile.partition("AS instructor")
+    assert "AS learner" in learner and instructor, "the Dockerfile needs a learner and an instructor target"
+    assert "solutions" not in re.findall(r"^COPY (\S+)", learner, re.M)
+    assert "solutions" in re.findall(r"^COPY (\S+)", instructor, re.M)
+    copied = dict(re.findall(r"^COPY (\S+) (\S+)$", learner, re.M))
+    for folder in ("labs", "autograder", "env"):
+        assert copied.get(folder) == f"{CUSTOM['courseDir']}/{folder}", f"COPY {folder} -> {copied.get(folder)}"
+
+
+# ------------------------------------------------------------------ the exchange and nbgrader
+
+
+def test_the_exchange_is_mounted_where_the_nbgrader_config_says(monkeypatch):
+    config, subconfigs = nbgrader_config(monkeypatch, "learner")
+    assert config.Exchange.root == volume_mount("exchange")["mountPath"]
+    assert config.CourseDirectory.course_id
+    assert [in_repo(path) for path in subconfigs] == [ROOT / "autograder" / "nbgrader_config.py"]
+    assert in_repo(subconfigs[0]).is_file()
+
+
+def test_learners_are_named_by_their_hub_user_and_instructors_get_the_course_root(monkeypatch):
+    learner, _ = nbgrader_config(monkeypatch, "learner", user="ada")
+    assert learner.CourseDirectory.student_id == "ada"
+    assert "root" not in learner.CourseDirectory
+    instructor, _ = nbgrader_config(monkeypatch, "instructor")
+    assert instructor.CourseDirectory.root == CUSTOM["courseMountPath"]
+    assert "student_id" not in instructor.CourseDirectory
+
+
+def test_the_nbgrader_volume_is_a_read_write_many_claim_with_both_folders():
+    documents = list(yaml.safe_load_all((HELM / "nbgrader-volume.yaml").read_text(encoding="utf-8")))
+    claim = next(d for d in documents if d["kind"] == "PersistentVolumeClaim")
+    job = next(d for d in documents if d["kind"] == "Job")
+    volumes = {v["name"]: v for v in SINGLEUSER["storage"]["extraVolumes"]}
+    assert volumes[CUSTOM["volume"]]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mount = pod["containers"][0]["volumeMounts"][0]["mountPath"]
+    script = pod["containers"][0]["command"][-1]
+    for sub_path in ("exchange", "course"):
+        assert f"{mount}/{sub_path}" in script, sub_path
+    assert f"chmod 1777 {mount}/exchange" in script
+    assert pod["containers"][0]["image"] == f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
+
+
+# ------------------------------------------------------------------ roles: the hub.extraConfig hook
+
+
+def roles_hook(monkeypatch):
+    """Execute hub.extraConfig as the chart's jupyterhub_config.py would; return the pod hook."""
+    def get_config(key, default=None):
+        node = VALUES
+        for part in key.split("."):
+            node = node.get(part, {}) if isinstance(node, dict) else default
+        return node
+
+    models = types.ModuleType("kubernetes_asyncio.client.models")
+    models.V1EnvVar = lambda name, value: types.SimpleNamespace(name=name, value=value)
+    models.V1VolumeMount = lambda name, mount_path, sub_path=None: types.SimpleNamespace(
+        name=name, mount_path=mount_path, sub_path=sub_path)
+    monkeypatch.setitem(sys.modules, "kubernetes_asyncio.client.models", models)
+    monkeypatch.setitem(sys.modules, "z2jh", types.SimpleNamespace(get_config=get_config))
+    config = Config()
+    for name, code in sorted(VALUES["hub"]["extraConfig"].items()):
+        exec(compile(code, name, "exec"), {"c": config})
+    return config.KubeSpawner.modify_pod_hook
+
+
+def spawn(hook, groups):
+    image = f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
+    exchange = types.SimpleNamespace(name=CUSTOM["volume"], mount_path=volume_mount("exchange")["mountPath"],
+                                     sub_path="exchange")
+    container = types.SimpleNamespace(image=image, env=[types.SimpleNamespace(name="ROCMLAB_PROFILE", value="smoke")],
+                                      volume_mounts=[exchange])
+    pod = types.SimpleNamespace(spec=types.SimpleNamespace(containers=[container]))
+    user = types.SimpleNamespace(name="someone", groups=[types.SimpleNamespace(name=g) for g in groups])
+    assert hook(types.SimpleNamespace(user=user), pod) is pod
+    return container, {var.name: var.value for var in container.env}
+
+
+def test_instructors_get_the_course_folder_the_formgrader_and_the_instructor_image(monkeypatch):
+    container, env = spawn(roles_hook(monkeypatch), groups=["other", CUSTOM["instructorGroup"]])
+    assert env["ROCMLAB_HUB_ROLE"] == "instructor"
+    assert env["ROCMLAB_PROFILE"] == "smoke"  # the profile's variables stay
+    assert container.image == f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}-instructor"
+    course = [m for m in container.volume_mounts if m.sub_path == "course"]
+    assert [(m.name, m.mount_path) for m in course] == [(CUSTOM["volume"], CUSTOM["courseMountPath"])]
+    role_dir, config_dir = env["JUPYTER_CONFIG_PATH"].split(":")
+    assert in_repo(role_dir) == ROOT / "env" / "jupyterhub" / "jupyter" / "instructor"
+    assert in_repo(role_dir).is_dir()
+    assert config_dir == CUSTOM["jupyterConfigDir"]
+
+
+def test_learners_get_neither_course_folder_nor_solutions(monkeypatch):
+    container, env = spawn(roles_hook(monkeypatch), groups=["students"])
+    assert env["ROCMLAB_HUB_ROLE"] == "learner"
+    assert env["ROCMLAB_HUB_LANG"] == CUSTOM["lang"]
+    assert container.image == f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
+    assert [m.mount_path for m in container.volume_mounts] == [volume_mount("exchange")["mountPath"]]
+    role_dir = env["JUPYTER_CONFIG_PATH"].split(":")[0]
+    assert in_repo(role_dir).is_dir() and in_repo(role_dir).name == "learner"
+
+
+def test_the_jupyter_config_files_land_in_the_folder_on_the_config_path():
+    for key in ("nbgrader-config", "server-config"):
+        mount_path = Path(SINGLEUSER["extraFiles"][key]["mountPath"])
+        assert str(mount_path.parent) == CUSTOM["jupyterConfigDir"], key
+
+
+def test_the_instructor_group_can_log_in():
+    hub_config = VALUES["hub"]["config"]
+    groups = hub_config["JupyterHub"]["load_groups"]
+    assert CUSTOM["instructorGroup"] in groups
+    allowed = set(hub_config["Authenticator"]["allowed_users"]) | set(hub_config["Authenticator"]["admin_users"])
+    assert set(groups[CUSTOM["instructorGroup"]]["users"]) <= allowed
+
+
+# ------------------------------------------------------------------ notebooks delivered to learners
+
+
+def deliver(home: Path, lang: str, role: str = "learner", course: Path | None = None) -> None:
+    """Run the postStart command here: the image's paths mapped onto this checkout and tmp folders."""
+    script = SINGLEUSER["lifecycleHooks"]["postStart"]["exec"]["command"]
+    assert script[:2] == ["sh", "-c"]
+    local = script[2].replace(CUSTOM["courseDir"], str(ROOT))
+    if course is not None:
+        sources = course.parent / "course_sources.py"
+        sources.write_text(SINGLEUSER["extraFiles"]["course-sources"]["stringData"], encoding="utf-8")
+        local = local.replace(SINGLEUSER["extraFiles"]["course-sources"]["mountPath"], str(sources))
+        local = local.replace(CUSTOM["courseMountPath"], str(course))
+    env = {"HOME": str(home), "ROCMLAB_HUB_LANG": lang, "ROCMLAB_HUB_ROLE": role, "ROCMLAB_ROOT": str(ROOT),
+           "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    subprocess.run(["sh", "-c", local], env=env, check=True, timeout=120)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_built_lab_reaches_the_home_and_a_learners_work_is_kept(tmp_path, lang):
+    built = sorted(p.name for p in (ROOT / "labs" / lang).iterdir() if p.is_dir())
+    assert built == LAB_IDS, f"labs/{lang}/ is not built for every lab of solutions/ (make build)"
+    deliver(tmp_path, lang)
+    assert sorted(p.name for p in tmp_path.iterdir()) == LAB_IDS
+    first = tmp_path / LAB_IDS[0] / f"{LAB_IDS[0]}.ipynb"
+    assert first.read_bytes() == (ROOT / "labs" / lang / LAB_IDS[0] / first.name).read_bytes()
+    first.write_text("the learner's work", encoding="utf-8")
+    deliver(tmp_path, lang)
+    assert first.read_text(encoding="utf-8") == "the learner's work"
+
+
+def test_instructors_get_every_labs_nbgrader_source_in_the_course_folder(tmp_path):
+    home, course = tmp_path / "home", tmp_path / "course"
+    home.mkdir()
+    deliver(home, "en", role="instructor", course=course)
+    assert sorted(p.name for p in (course / "source").iterdir()) == LAB_IDS
+    for lab_id in LAB_IDS:
+        notebook = (course / "source" / lab_id / f"{lab_id}.ipynb").read_text(encoding="utf-8")
+        assert "BEGIN SOLUTION" in notebook, lab_id
+    assert not list((course / "source").rglob("*_hidden.*")), "hidden-test data must not be released"
+    assert CUSTOM["courseMountPath"] + "/source" in SINGLEUSER["lifecycleHooks"]["postStart"]["exec"]["command"][2]
+
+
+def test_learners_get_no_course_folder(tmp_path):
+    deliver(tmp_path, "en", role="learner", course=tmp_path / "course")
+    assert not (tmp_path / "course").exists()
+
+
+def test_the_values_list_no_labs():
+    """Labs are delivered as the whole labs/<lang>/ tree: a new lab needs no change here."""
+    text = (HELM / "values.yaml").read_text(encoding="utf-8")
+    assert not [lab_id for lab_id in LAB_IDS if lab_id in text]
+
+
+# ------------------------------------------------------------------ culling
+
+
+def test_idle_servers_and_kernels_are_culled():
+    cull = VALUES["cull"]
+    assert cull["enabled"] is True and cull["timeout"] > 0 and cull["every"] > 0
+    kernels = SINGLEUSER["extraFiles"]["server-config"]["data"]["MappingKernelManager"]
+    assert 0 < kernels["cull_idle_timeout"] < cull["timeout"]
