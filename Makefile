@@ -7,13 +7,14 @@ TORCH     ?= torch==2.13.0
 JOBS      ?= 2
 RESULTS   ?= results
 
-.PHONY: setup model build check verify run report freshness test test-slow test-all bench clean help
+.PHONY: setup hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
 	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
 	@echo "make test       fast tests (unit + quick end-to-end)"
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
+	@echo "make hub-setup  configurable-http-proxy (npm) for rocmlab hub"
 	@echo "make build | check | verify | report | bench | clean"
 
 $(STAMP): pyproject.toml
@@ -24,6 +25,25 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# configurable-http-proxy for `rocmlab hub`, from npm into the venv (no global install).
+HUB_PROXY := $(VENV)/hub-node/node_modules/.bin/configurable-http-proxy
+$(HUB_PROXY): | $(STAMP)
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-node configurable-http-proxy@4
+
+hub-setup: $(HUB_PROXY)
+
+# Debian packages of the slow tests: redis-server (lab 06's broker) and chromium (the hub's
+# browser test). Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
+SYSTEM_PACKAGES := redis-server chromium
+system-deps:
+	@missing=""; for pkg in $(SYSTEM_PACKAGES); do command -v $$pkg >/dev/null || missing="$$missing $$pkg"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing (apt-get)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	        || echo "could not install$$missing: the tests that need them will skip"; \
+	else echo "not installed:$$missing (needs root and apt-get): the tests that need them will skip"; fi
 
 # The offline course model, built once into the user cache (about two minutes on 2 cores).
 model: setup
@@ -56,10 +76,10 @@ freshness: model
 test: setup
 	$(PY) -m pytest -q
 
-test-slow: model
+test-slow: model hub-setup system-deps
 	$(PY) -m pytest -q -m slow
 
-test-all: model
+test-all: model hub-setup system-deps
 	$(PY) -m pytest -q -m "slow or not slow"
 
 bench: setup

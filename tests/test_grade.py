@@ -21,6 +21,7 @@ from rocmlab.grade import (
     load_submission,
     mark_unrun_tests,
     restore_cells,
+    stage_feedback,
     trusted_names,
     visible_part,
 )
@@ -259,3 +260,16 @@ def test_malformed_cell_is_invalid_not_a_crash(tmp_path, lab):
            '"cells": [{"id": "c1", "cell_type": "weird", "source": 3, "metadata": {}}]}'
     nb, result = _load(tmp_path, lab, text)
     assert nb is None and result.flags == ["invalid"]
+
+
+def test_feedback_is_staged_beside_the_submission_secret(tmp_path):
+    submitted = tmp_path / "course" / "submitted" / "ann" / "01-rocm-setup"
+    submitted.mkdir(parents=True)
+    (submitted / "timestamp.txt").write_text("2026-11-30 01:00:00 UTC")
+    (submitted / "submission_secret.txt").write_text("abc")
+    for student in ("ann", "ghost"):
+        (tmp_path / "grades" / "feedback" / student).mkdir(parents=True)
+        (tmp_path / "grades" / "feedback" / student / "01-rocm-setup.html").write_text(f"<p>{student}</p>")
+    assert stage_feedback(tmp_path / "course", "01-rocm-setup", tmp_path / "grades") == ["ann"]
+    staged = tmp_path / "course" / "feedback" / "ann" / "01-rocm-setup"
+    assert sorted(p.name for p in staged.iterdir()) == ["01-rocm-setup.html", "submission_secret.txt", "timestamp.txt"]

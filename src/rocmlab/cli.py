@@ -22,6 +22,7 @@ MODULE_COMMANDS = {
     "env": ("rocmlab.environments", "create the release matrix's CPU environments"),
     "grade": ("rocmlab.grade", "autograde a class of submissions with nbgrader"),
     "check": ("rocmlab.check", "run your notebook's visible tests offline (for learners)"),
+    "hub": ("rocmlab.hub", "start the workshop JupyterHub (--demo: loopback, shared password, not secure)"),
 }
 
 

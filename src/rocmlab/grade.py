@@ -706,6 +706,26 @@ def write_outputs(lab: Lab, profile: Profile, course: Course, results: list[Stud
     write_json_atomic(out / "summary.json", summary)
 
 
+def stage_feedback(course_root: Path, lab_id: str, grades: Path) -> list[str]:
+    """Put ``rocmlab grade``'s feedback (``<grades>/feedback/<student>/<lab>.html``) where nbgrader's
+    release_feedback takes it: ``<course_root>/feedback/<student>/<lab>/<lab>.html`` beside the
+    timestamp and secret of the collected submission. Returns the learners staged."""
+    staged = []
+    for html_file in sorted((grades / "feedback").glob(f"*/{lab_id}.html")):
+        student = html_file.parent.name
+        submitted = course_root / "submitted" / student / lab_id
+        if not (submitted / "timestamp.txt").is_file():
+            continue
+        dest = course_root / "feedback" / student / lab_id
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(html_file, dest / f"{lab_id}.html")
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            if (submitted / name).is_file():
+                shutil.copyfile(submitted / name, dest / name)
+        staged.append(student)
+    return staged
+
+
 # ------------------------------------------------------------------ CLI
 
 
@@ -724,6 +744,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes and threads a kernel may have")
     parser.add_argument("--max-output-kb", type=int, default=Limits.max_cell_output_kb,
                         help="output kept per cell")
+    parser.add_argument("--feedback-to", metavar="COURSE_ROOT",
+                        help="also put each learner's feedback page in this nbgrader course's feedback/ folder, "
+                             "ready for `nbgrader release_feedback` (submissions collected by nbgrader only)")
 
 
 def _exit_on_sigterm() -> None:
@@ -750,4 +773,9 @@ def run(args) -> int:
         print(f"{r.student:<24} {r.score:>6g} / {r.max_score:<6g} {','.join(r.flags) or '-'}")
     print(f"graded {len(results)} submission(s) of {lab.id} {lab.version}: {out / 'grades.csv'}, "
           f"{out / 'summary.json'}, feedback in {out / 'feedback'}")
+    if args.feedback_to:
+        course_root = Path(args.feedback_to).resolve()
+        staged = stage_feedback(course_root, lab.id, out)
+        print(f"feedback of {len(staged)} learner(s) staged in {course_root / 'feedback'}: "
+              f"release it with `nbgrader release_feedback {lab.id}`")
     return 0
