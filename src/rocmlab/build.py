@@ -2,14 +2,18 @@
 
 The whole build is written to a temporary folder first and swapped in lab by lab, so a
 failed build leaves ``labs/`` as it was. ``check`` compares a fresh build with ``labs/``.
+A profile build (``--profile gpu --out DIR``) appends the profile's parameters to each
+notebook's parameters cell; it never writes into ``labs/``, which holds the smoke build.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import filecmp
 import functools
 import io
+import json
 import logging
 import os
 import shutil
@@ -149,10 +153,44 @@ def check_integrity(lab: Lab, source_nb, student_path: Path) -> None:
         raise LabError(f"{lab.source}: the student notebook lost its rocmlab metadata (got {meta!r})")
 
 
-def render_lab(root: Path, lab: Lab, lang: str, dest: Path) -> Path:
-    """Write ``dest`` = the student folder of one lab in one language; returns the notebook."""
+def _literal(lab: Lab, profile: str, key: str, value) -> str:
+    """``value`` (from lab.toml) as Python source that evaluates back to it."""
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
+    try:
+        same = ast.literal_eval(text) == value
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise LabError(f"{lab.folder / 'lab.toml'}: field profiles.{profile}.params.{key}: {value!r} cannot be "
+                       "written into the parameters cell (expected a string, number, boolean, list or table)")
+    return text
+
+
+def profile_assignments(lab: Lab, name: str) -> str:
+    """The lines a profile build appends to the parameters cell: a comment, the params, PROFILE."""
+    values = lab.profile(name).parameters
+    lines = [f"# Parameters of the {name} profile ({lab.folder.parent.name}/{lab.id}/lab.toml [profiles.{name}])"]
+    lines += [f"{key} = {_literal(lab, name, key, value)}" for key, value in values.items()]
+    return "\n".join(lines)
+
+
+def with_profile(lab: Lab, nb, name: str):
+    """``nb`` with the profile's assignments after the defaults of its parameters cell (same cell,
+    same tags: the cell carries no nbgrader metadata, so nbgrader neither locks nor checks it)."""
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = cell.source.rstrip("\n") + "\n\n" + profile_assignments(lab, name)
+    nb.metadata["rocmlab"]["profile"] = name
+    return nb
+
+
+def render_lab(root: Path, lab: Lab, lang: str, dest: Path, profile: str | None = None) -> Path:
+    """Write ``dest`` = the student folder of one lab in one language; returns the notebook.
+
+    With ``profile``, the parameters cell also sets that profile's parameters."""
     nb = read_notebook(lab)
     localized = for_language(lab, nb, lang)
+    if profile:
+        localized = with_profile(lab, localized, profile)
     _generate_student(root, lab, localized, dest)
     notebook = dest / f"{lab.id}.ipynb"
     student = nbformat.read(notebook, as_version=4)
@@ -170,19 +208,53 @@ def languages(choice: str) -> list[str]:
     return [choice]
 
 
-def render_all(root: Path, labs: list[Lab], langs: list[str], staging: Path, progress=print) -> None:
+def render_all(root: Path, labs: list[Lab], langs: list[str], staging: Path, progress=print,
+               profile: str | None = None) -> None:
     for lab in labs:
         for lang in langs:
-            progress(f"build  {lab.id} [{lang}]")
-            render_lab(root, lab, lang, staging / lang / lab.id)
+            progress(f"build  {lab.id} [{lang}]" + (f" ({profile} profile)" if profile else ""))
+            render_lab(root, lab, lang, staging / lang / lab.id, profile)
 
 
-def build(root: Path, labs: list[Lab], langs: list[str], out: Path, progress=print) -> list[Path]:
-    """Build into a staging folder beside ``out`` and swap each lab folder in only when all succeeded."""
+def labs_with_profile(labs: list[Lab], profile: str, progress=print) -> list[Lab]:
+    """The labs that have ``profile``; each other one is reported and left out."""
+    kept = []
+    for lab in labs:
+        if profile in lab.profiles:
+            kept.append(lab)
+        else:
+            progress(f"skip   {lab.id}: {lab.folder / 'lab.toml'} has no [profiles.{profile}] "
+                     f"(it has: {', '.join(lab.profiles)})")
+    return kept
+
+
+def profile_out(root: Path, out: str | None, *, check: bool = False, verify: bool = False) -> Path:
+    """The output folder of a profile build; refuses ``labs/`` (the smoke build) and --check/--verify."""
+    if check or verify:
+        raise LabError(f"--profile cannot be combined with --{'check' if check else 'verify'}: they judge the "
+                       "smoke build in labs/ (run them without --profile)")
+    labs_dir = (root / "labs").resolve()
+    if out is None:
+        raise LabError(f"--profile needs --out DIR: {labs_dir} holds the smoke build that `rocmlab build --check` "
+                       "compares, so a profile build never goes there")
+    target = Path(out).resolve()
+    if target == labs_dir or labs_dir in target.parents:
+        raise LabError(f"--out {out}: {labs_dir} holds the smoke build that `rocmlab build --check` compares; "
+                       "write a profile build elsewhere (e.g. --out build/labs-gpu)")
+    return target
+
+
+def build(root: Path, labs: list[Lab], langs: list[str], out: Path, progress=print,
+          profile: str | None = None) -> list[Path]:
+    """Build into a staging folder beside ``out`` and swap each lab folder in only when all succeeded.
+
+    With ``profile``, labs without that profile are skipped (and reported through ``progress``)."""
+    if profile:
+        labs = labs_with_profile(labs, profile, progress)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=out) as tmp:
         staging = Path(tmp)
-        render_all(root, labs, langs, staging, progress)
+        render_all(root, labs, langs, staging, progress, profile)
         built = []
         for lang in langs:
             for lab in labs:

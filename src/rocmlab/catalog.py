@@ -39,6 +39,11 @@ class Profile:
     cell_timeout_s: int
     requires: Requires = field(default_factory=Requires)
 
+    @property
+    def parameters(self) -> dict:
+        """What a run sets in the parameters cell: the profile's params and PROFILE."""
+        return {**self.params, "PROFILE": self.name}
+
 
 @dataclass(frozen=True)
 class Lab:

@@ -90,7 +90,7 @@ def run_check(path: Path, keep_params: bool = False, root_arg: str | None = None
         smoke = lab.profile("smoke")
         timeout_s, cell_timeout_s = smoke.timeout_s, smoke.cell_timeout_s
         if not keep_params:
-            params = {**smoke.params, "PROFILE": "smoke"}
+            params = smoke.parameters
     prepared = prepare(nb, keep_params)
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
     sandbox = Sandbox(Limits(memory_mb=0) if keep_params else Limits(), slots=1)

@@ -48,6 +48,8 @@ def cmd_build(args) -> int:
 
     root, labs = _labs(args)
     langs = languages(args.lang)
+    if args.profile:
+        return _build_profile(root, labs, langs, args)
     out = Path(args.out) if args.out else root / "labs"
     if args.check:
         differences = drift(root, labs, langs, out, orphans=not args.labs)
@@ -62,6 +64,15 @@ def cmd_build(args) -> int:
     print(f"built {len(built)} notebook folder(s) under {out}")
     if args.verify:
         return _verify(root, labs, args)
+    return EXIT_OK
+
+
+def _build_profile(root: Path, labs, langs, args) -> int:
+    from .build import build, profile_out
+
+    out = profile_out(root, args.out, check=args.check, verify=args.verify)
+    built = build(root, labs, langs, out, profile=args.profile, progress=lambda msg: print(msg, file=sys.stderr))
+    print(f"built {len(built)} notebook folder(s) with the {args.profile} profile's parameters under {out}")
     return EXIT_OK
 
 
@@ -146,6 +157,8 @@ def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     _lab_args(p)
     p.add_argument("--lang", default="all", help="zh, en or all (default all)")
     p.add_argument("--out", help="output folder (default labs/)")
+    p.add_argument("--profile", choices=["smoke", "gpu", "multi-gpu"],
+                   help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)")
     p.add_argument("--check", action="store_true", help="exit 1 listing files when labs/ differs from a fresh build")
     p.add_argument("--verify", action="store_true", help="prove each graded test passes on the solution, fails on the student version")
     p.add_argument("--jobs", type=int, default=1, help="labs verified at once")

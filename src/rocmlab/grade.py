@@ -590,7 +590,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
         source = run.private / "input" / f"{lab.id}.ipynb"
         write_notebook(prepared, source)
         executed, outcome = run.execute(source, run.private / "output" / f"{lab.id}.ipynb",
-                                        {**profile.params, "PROFILE": profile.name},
+                                        profile.parameters,
                                         profile.cell_timeout_s, profile.timeout_s)
         executed = executed or prepared
     finally:

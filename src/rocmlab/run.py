@@ -145,7 +145,7 @@ def run_lab(root: Path, lab: Lab, profile_name: str, target: Target, out: Path, 
     output = env_dir / f"{lab.id}.ipynb"
     spec = Spec(
         input=str(notebook or _input_notebook(root, lab, lang, student, work)), output=str(output), cwd=str(work),
-        parameters={**profile.params, "PROFILE": profile.name}, cell_timeout_s=profile.cell_timeout_s,
+        parameters=profile.parameters, cell_timeout_s=profile.cell_timeout_s,
         timeout_s=profile.timeout_s, allow_errors=allow_errors, python=target.python,
     )
     outcome = run_notebook(spec)
