@@ -71,6 +71,15 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert c.CourseSpawner.labs == built
 
 
+def test_the_labs_folder_comes_from_the_environment(monkeypatch, tmp_path):
+    assert hub_config(monkeypatch, tmp_path).CourseSpawner.labs_dir == str(ROOT / "labs" / "en")
+    rendered = tmp_path / "labs-gpu" / "zh"
+    (rendered / "01-rocm-setup").mkdir(parents=True)
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_LABS_DIR=rendered, ROCMLAB_HUB_LANG="zh")
+    assert c.CourseSpawner.labs_dir == str(rendered)
+    assert c.CourseSpawner.labs == ["01-rocm-setup"]  # every lab of that folder
+
+
 def test_state_is_private_and_the_exchange_shared(monkeypatch, tmp_path):
     c = hub_config(monkeypatch, tmp_path)
     data = tmp_path / "data"
@@ -191,6 +200,15 @@ def test_learners_get_the_labs_and_their_own_student_id(tmp_path):
     assert "ROCMLAB_COURSE_ROOT" not in env
 
 
+def test_the_spawner_delivers_from_its_labs_folder(tmp_path):
+    rendered = tmp_path / "rendered"
+    (rendered / "01-rocm-setup").mkdir(parents=True)
+    (rendered / "01-rocm-setup" / "01-rocm-setup.ipynb").write_text("gpu notebook")
+    spawner = demo_spawner(tmp_path, labs_dir=str(rendered))
+    assert spawner.deliver_course() == ["01-rocm-setup"]
+    assert (tmp_path / "learner1" / "01-rocm-setup" / "01-rocm-setup.ipynb").read_text() == "gpu notebook"
+
+
 def test_instructors_get_the_sources_for_the_formgrader(tmp_path):
     spawner = demo_spawner(tmp_path, "ann", "instructors", lang="zh")
     spawner.deliver_course()
@@ -212,9 +230,39 @@ def parse(*argv):
 
 
 def test_arguments():
-    args = parse("--demo", "--port", "0", "--labs", "01", "02", "--lang", "zh")
+    args = parse("--demo", "--port", "0", "--labs", "01", "02", "--lang", "zh", "--profile", "gpu")
     assert args.demo and args.port == 0 and args.labs == ["01", "02"] and args.lang == "zh"
-    assert parse().port == 8000 and not parse().demo and parse().labs == []
+    assert args.profile == "gpu"
+    assert parse().port == 8000 and not parse().demo and parse().labs == [] and parse().profile == "smoke"
+
+
+def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path):
+    from conftest import GOOD_TOML
+
+    gpu_toml = GOOD_TOML + "\n[profiles.gpu]\nparams = {{ SCALE = 9 }}\ntimeout_s = 60\n"
+    root = make_course({"01-demo": (gpu_toml.format(id="01-demo"), None), "02-smoke-only": (None, None)})
+    messages = []
+    folder, labs = hub.render_profile(root, tmp_path / "data", "en", ["01", "02"], "gpu", progress=messages.append)
+    assert folder == tmp_path / "data" / "labs-gpu" / "en" and labs == ["01-demo"]
+    assert 'SCALE = 9' in (folder / "01-demo" / "01-demo.ipynb").read_text()
+    assert any("02-smoke-only" in m and "[profiles.gpu]" in m for m in messages)
+    with pytest.raises(hub.HubError, match="--profile"):
+        hub.render_profile(root, tmp_path / "data", "en", ["01"], "multi-gpu")
+
+
+def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypatch, tmp_path):
+    environments = []
+    monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
+    monkeypatch.setattr(hub, "launch", lambda root, env, log: environments.append(env) or sleeper())
+    monkeypatch.setattr(hub, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("stop here")))
+    with pytest.raises(hub.HubError, match="stop here"), hub.DemoHub(tmp_path, root=ROOT, profile="gpu"):
+        pass
+    rendered = tmp_path / "labs-gpu" / "en"
+    assert environments[0]["ROCMLAB_HUB_LABS_DIR"] == str(rendered)
+    assert environments[0]["ROCMLAB_HUB_LABS"] == "01-rocm-setup"
+    assert 'PROFILE = \\"gpu\\"' in (rendered / "01-rocm-setup" / "01-rocm-setup.ipynb").read_text()
+    with pytest.raises(hub.HubError, match="profile"):
+        hub.DemoHub(tmp_path, root=ROOT, profile="fast")
 
 
 def test_server_mode_needs_root(monkeypatch):
@@ -248,6 +296,10 @@ def test_demo_environment_is_loopback_on_free_ports(tmp_path):
     assert env["ROCMLAB_HUB_IP"] == "127.0.0.1" and env["ROCMLAB_HUB_MODE"] == "demo"
     assert len({env["ROCMLAB_HUB_PORT"], env["ROCMLAB_HUB_API_PORT"], env["ROCMLAB_HUB_INTERNAL_PORT"]}) == 3
     assert env["ROCMLAB_HUB_ID"] and env["ROCMLAB_HUB_PROXY"] == "/bin/true"
+    assert env["ROCMLAB_HUB_LABS_DIR"] == str(ROOT / "labs" / "en")
+    rendered = tmp_path / "labs-gpu" / "en"
+    assert hub.hub_environment(ROOT, tmp_path, demo=True, port=1, proxy=Path("/bin/true"),
+                               labs_dir=rendered)["ROCMLAB_HUB_LABS_DIR"] == str(rendered)
 
 
 def sleeper(*_args, **_kwargs):

@@ -24,6 +24,8 @@ VALUES = yaml.safe_load((HELM / "values.yaml").read_text(encoding="utf-8"))
 CUSTOM = VALUES["custom"]["rocmlab"]
 SINGLEUSER = VALUES["singleuser"]
 LAB_IDS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / "lab.toml").is_file())
+POST_START = SINGLEUSER["lifecycleHooks"]["postStart"]["exec"]["command"][2]
+GPU_LABS = CUSTOM["courseDir"] + "/labs-gpu"  # where the image keeps the gpu profile's notebooks
 
 # Keys the z2jh chart accepts (jupyterhub/values.schema.yaml, chart 4.x; the schema sets
 # additionalProperties: false, so helm rejects anything else). Only the parts these values use.
@@ -155,15 +157,37 @@ def test_image_is_a_release_matrix_entry_built_from_env_docker():
     assert f"-t REGISTRY/{image['name']}:{image['tag']}-instructor " in hub_dockerfile
 
 
+def dockerfile_stages() -> dict[str, tuple[str, str]]:
+    """Each stage of the hub Dockerfile: name -> (the image it starts FROM, its instructions)."""
+    text = (HELM / "Dockerfile").read_text(encoding="utf-8")
+    parts = re.split(r"^FROM (\S+) AS (\S+)\n", text, flags=re.MULTILINE)
+    return {name: (base, body) for base, name, body in zip(parts[1::3], parts[2::3], parts[3::3])}
+
+
 def test_only_the_instructor_image_holds_the_solutions():
-    dockerfile = (HELM / "Dockerfile").read_text(encoding="utf-8")
-    learner, _, instructor = dockerfile.partition("AS instructor")
-    assert "AS learner" in learner and instructor, "the Dockerfile needs a learner and an instructor target"
-    assert "solutions" not in re.findall(r"^COPY (\S+)", learner, re.M)
-    assert "solutions" in re.findall(r"^COPY (\S+)", instructor, re.M)
-    copied = dict(re.findall(r"^COPY (\S+) (\S+)$", learner, re.M))
+    stages = dockerfile_stages()
+    assert {"learner", "instructor"} <= set(stages), "the Dockerfile needs a learner and an instructor target"
+    learner_base, learner = stages["learner"]
+    assert learner_base == "${BASE}", "the learner image must not start from a stage that holds solutions/"
+    assert stages["instructor"][0] == "learner"
+    assert "solutions" not in re.findall(r"^COPY (\S+)", learner, re.MULTILINE)
+    assert "solutions" in re.findall(r"^COPY (\S+)", stages["instructor"][1], re.MULTILINE)
+    copied = dict(re.findall(r"^COPY (\S+) (\S+)$", learner, re.MULTILINE))
     for folder in ("labs", "autograder", "env"):
         assert copied.get(folder) == f"{CUSTOM['courseDir']}/{folder}", f"COPY {folder} -> {copied.get(folder)}"
+
+
+def test_the_gpu_notebooks_are_rendered_in_a_stage_of_their_own():
+    """labs-gpu/ is built from solutions/ with `rocmlab build --profile gpu`; only its output reaches the image."""
+    stages = dockerfile_stages()
+    renders = [(name, re.search(r"^RUN rocmlab --root (\S+) build --profile gpu --out (\S+)$", body, re.MULTILINE))
+               for name, (_, body) in stages.items()]
+    renders = [(name, match.groups()) for name, match in renders if match]
+    assert len(renders) == 1, f"expected one stage running `rocmlab build --profile gpu`, got {renders}"
+    stage, (root, out) = renders[0]
+    assert stage not in ("learner", "instructor") and root == CUSTOM["courseDir"]
+    assert out == GPU_LABS and GPU_LABS in POST_START  # where the postStart hook copies from
+    assert f"COPY --from={stage} {out} {out}\n" in stages["learner"][1]
 
 
 # ------------------------------------------------------------------ the exchange and nbgrader
@@ -278,18 +302,21 @@ def test_the_instructor_group_can_log_in():
 # ------------------------------------------------------------------ notebooks delivered to learners
 
 
-def deliver(home: Path, lang: str, role: str = "learner", course: Path | None = None) -> None:
-    """Run the postStart command here: the image's paths mapped onto this checkout and tmp folders."""
+def deliver(home: Path, lang: str, role: str = "learner", course: Path | None = None, profile: str = "smoke",
+            gpu_labs: Path | None = None) -> None:
+    """Run the postStart command here: the image's paths mapped onto this checkout and tmp folders
+    (``gpu_labs``: a local `rocmlab build --profile gpu` standing for the image's labs-gpu/)."""
     script = SINGLEUSER["lifecycleHooks"]["postStart"]["exec"]["command"]
     assert script[:2] == ["sh", "-c"]
-    local = script[2].replace(CUSTOM["courseDir"], str(ROOT))
+    local = script[2].replace(GPU_LABS, str(gpu_labs or ROOT / "labs-gpu"))
+    local = local.replace(CUSTOM["courseDir"], str(ROOT))
     if course is not None:
         sources = course.parent / "course_sources.py"
         sources.write_text(SINGLEUSER["extraFiles"]["course-sources"]["stringData"], encoding="utf-8")
         local = local.replace(SINGLEUSER["extraFiles"]["course-sources"]["mountPath"], str(sources))
         local = local.replace(CUSTOM["courseMountPath"], str(course))
     env = {"HOME": str(home), "ROCMLAB_HUB_LANG": lang, "ROCMLAB_HUB_ROLE": role, "ROCMLAB_ROOT": str(ROOT),
-           "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+           "ROCMLAB_PROFILE": profile, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     subprocess.run(["sh", "-c", local], env=env, check=True, timeout=120)
 
 
@@ -304,6 +331,35 @@ def test_every_built_lab_reaches_the_home_and_a_learners_work_is_kept(tmp_path, 
     first.write_text("the learner's work", encoding="utf-8")
     deliver(tmp_path, lang)
     assert first.read_text(encoding="utf-8") == "the learner's work"
+
+
+@pytest.fixture(scope="module")
+def gpu_labs(tmp_path_factory):
+    """The first lab built as the image's gpu-labs stage does (both languages), in a tmp folder."""
+    from rocmlab.build import build
+    from rocmlab.catalog import discover, select
+
+    out = tmp_path_factory.mktemp("labs-gpu")
+    build(ROOT, select(discover(ROOT), LAB_IDS[:1]), ["en", "zh"], out, progress=lambda _msg: None, profile="gpu")
+    return out
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_gpu_profile_delivers_the_gpu_notebooks(tmp_path, gpu_labs, lang):
+    deliver(tmp_path, lang, profile="gpu", gpu_labs=gpu_labs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == LAB_IDS[:1]
+    name = f"{LAB_IDS[0]}/{LAB_IDS[0]}.ipynb"
+    delivered = (tmp_path / name).read_bytes()
+    assert delivered == (gpu_labs / lang / name).read_bytes()
+    assert delivered != (ROOT / "labs" / lang / name).read_bytes()
+    assert b'PROFILE = \\"gpu\\"' in delivered
+
+
+def test_a_home_keeps_its_notebooks_when_the_profile_changes(tmp_path, gpu_labs):
+    deliver(tmp_path, "en", profile="smoke")
+    name = f"{LAB_IDS[0]}/{LAB_IDS[0]}.ipynb"
+    deliver(tmp_path, "en", profile="gpu", gpu_labs=gpu_labs)
+    assert (tmp_path / name).read_bytes() == (ROOT / "labs" / "en" / name).read_bytes()
 
 
 def test_instructors_get_every_labs_nbgrader_source_in_the_course_folder(tmp_path):

@@ -14,7 +14,10 @@
 #   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
 #   ROCMLAB_ROOT             the rocmlab checkout (labs/, solutions/, autograder/)
 #   ROCMLAB_HUB_LANG         en | zh: language of the notebooks delivered to homes
-#   ROCMLAB_HUB_LABS         comma-separated lab ids delivered on spawn (default: every built lab)
+#   ROCMLAB_HUB_LABS_DIR     folder of the student notebooks delivered, one sub-folder per lab
+#                            (default ROCMLAB_ROOT/labs/<lang>, the smoke build; `rocmlab hub
+#                            --profile gpu` renders the gpu profile's into DATA/labs-gpu/<lang>)
+#   ROCMLAB_HUB_LABS         comma-separated lab ids delivered on spawn (default: every lab there)
 #   ROCMLAB_HUB_INSTRUCTOR_GROUP, ROCMLAB_HUB_LEARNER_GROUP   (instructors, rocmlab)
 #   ROCMLAB_HUB_INSTRUCTORS  demo: comma-separated hub users put in the instructor group
 #   ROCMLAB_HUB_PASSWORD     demo: the shared password (8 characters or more)
@@ -59,7 +62,7 @@ data = Path(env("ROCMLAB_HUB_DATA") or "/srv/rocmlab-hub").resolve()
 lang = env("ROCMLAB_HUB_LANG", "en")
 if lang not in ("en", "zh"):
     raise ValueError(f"ROCMLAB_HUB_LANG={lang!r}: expected en or zh")
-built = course_repo / "labs" / lang
+built = Path(env("ROCMLAB_HUB_LABS_DIR") or course_repo / "labs" / lang).resolve()
 labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob("*") if p.is_dir())
 instructor_group = env("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
 venv_bin = Path(sys.executable).parent
@@ -115,6 +118,7 @@ c.Spawner.mem_limit = None if memory in ("0", "", "none") else memory
 c.DemoCourseSpawner.home_dir_template = str(data / "homes" / "{username}")
 c.CourseSpawner.course_repo = str(course_repo)  # DemoCourseSpawner inherits all of these
 c.CourseSpawner.lang = lang
+c.CourseSpawner.labs_dir = str(built)
 c.CourseSpawner.labs = labs
 c.CourseSpawner.instructor_group = instructor_group
 c.CourseSpawner.course_id = "rocmlab"

@@ -6,7 +6,8 @@ folder (the ``--demo`` mode: no isolation between users). Both
 
 - set resource limits in the child before it execs (``RLIMIT_AS`` per process, ``RLIMIT_NPROC``
   per Unix user where users are real), inherited by every kernel the server starts;
-- copy the built student notebooks of the chosen labs into the home on spawn (never over a
+- copy the built student notebooks of the chosen labs (from ``labs_dir``: the smoke build
+  ``labs/<lang>/``, or the hub's render of another profile) into the home on spawn (never over a
   learner's existing folder) and, for instructors, the solution notebooks into the course
   root's ``source/`` where nbgrader's formgrader generates and releases them;
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
@@ -54,6 +55,9 @@ class CourseSpawner(LocalProcessSpawner):
     course_repo = Unicode(help="the rocmlab checkout: labs/, solutions/, autograder/").tag(config=True)
     lang = Unicode("en", help="language of the delivered notebooks (en or zh)").tag(config=True)
     labs = List(Unicode(), help="lab ids delivered to every home on spawn").tag(config=True)
+    labs_dir = Unicode("", help="folder of the built student notebooks delivered, one sub-folder per lab "
+                                "(default: <course_repo>/labs/<lang>; `rocmlab hub --profile gpu` renders "
+                                "its own)").tag(config=True)
     instructor_group = Unicode("instructors", help="hub group (or Unix group) of instructors").tag(config=True)
     course_id = Unicode("rocmlab", help="nbgrader course id").tag(config=True)
     exchange_root = Unicode(help="nbgrader exchange root shared by all users").tag(config=True)
@@ -117,7 +121,7 @@ class CourseSpawner(LocalProcessSpawner):
         """Copy the labs into the home (and the instructor's sources into the course root)."""
         home, owner, delivered = self.home(), self.owner(), []
         home.mkdir(parents=True, exist_ok=True)
-        built = Path(self.course_repo) / "labs" / self.lang
+        built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
         for lab_id in self.labs:
             if copy_missing(built / lab_id, home / lab_id, owner):
                 delivered.append(lab_id)

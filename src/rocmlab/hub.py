@@ -5,6 +5,9 @@ config driven by ``ROCMLAB_HUB_*`` variables (see the config file). The server m
 Unix accounts (PAM, one process per user, needs root); ``--demo`` uses a shared password on
 loopback and is not secure. Every process of a hub carries a marker in its environment
 (``ROCMLAB_HUB_ID``), so stopping it also finds servers and kernels the hub lost track of.
+
+Learners get the smoke build ``labs/<lang>/`` (parameters for a CPU), or with ``--profile gpu`` the
+notebooks rendered at start with the gpu profile's parameters into ``<data>/labs-gpu/<lang>/``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .catalog import LabError, discover, find_root, select
 CONFIG = Path("env") / "jupyterhub" / "jupyterhub_config.py"
 LOCAL_PROXY = Path(".venv") / "hub-node" / "node_modules" / ".bin" / "configurable-http-proxy"
 DEFAULT_SERVER_DATA = Path("/srv/rocmlab-hub")
+PROFILES = ("smoke", "gpu")  # smoke: the labs/ build as it is; gpu: rendered by the hub at start
 COURSE_ID = "rocmlab"
 BANNER = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -102,10 +106,24 @@ def resolve_labs(root: Path, lang: str, labs) -> list[str]:
     return ids
 
 
+def render_profile(root: Path, data: Path, lang: str, lab_ids, profile: str, progress=print) -> tuple[Path, list[str]]:
+    """The student notebooks of ``lab_ids`` with ``profile``'s parameters, built into
+    ``<data>/labs-<profile>/<lang>/``; returns that folder and the labs in it (a lab without the
+    profile is left out, and ``progress`` says why)."""
+    from .build import build
+
+    if profile not in PROFILES:
+        raise HubError(f"--profile: expected {' or '.join(PROFILES)}, got {profile!r}")
+    out = data / f"labs-{profile}"
+    labs = select(discover(root), list(lab_ids)) if lab_ids else []
+    built = build(root, labs, [lang], out, progress=progress, profile=profile)
+    return out / lang, [folder.name for folder in built]
+
+
 def hub_environment(root: Path, data: Path, *, demo: bool, port: int, ip: str = "", lang: str = "en",
                     labs=(), api_port: int | None = None, internal_port: int | None = None,
                     password: str = "", admin_token: str = "", instructors=(), marker: str = "",
-                    proxy: Path | None = None) -> dict:
+                    proxy: Path | None = None, labs_dir: Path | None = None) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
     env.update({
@@ -117,6 +135,7 @@ def hub_environment(root: Path, data: Path, *, demo: bool, port: int, ip: str = 
         "ROCMLAB_HUB_DATA": str(data),
         "ROCMLAB_ROOT": str(root),
         "ROCMLAB_HUB_LANG": lang,
+        "ROCMLAB_HUB_LABS_DIR": str(labs_dir or root / "labs" / lang),
         "ROCMLAB_HUB_LABS": ",".join(labs),
         "ROCMLAB_HUB_PASSWORD": password,
         "ROCMLAB_HUB_ADMIN_TOKEN": admin_token,
@@ -231,7 +250,8 @@ class DemoHub:
     """The ``--demo`` hub on a free loopback port, with users created through the REST API.
 
     ``password`` is the shared password of every user (JupyterHub's SharedPasswordAuthenticator);
-    ``api`` uses the token of the hub's ``rocmlab-admin`` service.
+    ``api`` uses the token of the hub's ``rocmlab-admin`` service. ``profile="gpu"`` delivers the
+    notebooks rendered with the gpu profile's parameters (into ``workdir/labs-gpu/``) on start.
 
     ``with DemoHub(workdir) as hub:`` starts it; leaving the block (or a failed start) stops
     every single-user server, the hub and the proxy, and ends whatever of theirs is left.
@@ -239,12 +259,16 @@ class DemoHub:
 
     def __init__(self, workdir: Path, *, learners=("learner1", "learner2"), instructors=("instructor",),
                  lang: str = "en", labs=("01-rocm-setup",), port: int | None = None, timeout_s: float = 90,
-                 root: Path | None = None):
+                 root: Path | None = None, profile: str = "smoke"):
         self.root = Path(root).resolve() if root else find_root()
         self.workdir = Path(workdir).resolve()
         self.learners, self.instructors = tuple(learners), tuple(instructors)
         self.lang, self.timeout_s = lang, timeout_s
+        if profile not in PROFILES:
+            raise HubError(f"profile: expected {' or '.join(PROFILES)}, got {profile!r}")
+        self.profile = profile
         self.labs = resolve_labs(self.root, lang, labs)
+        self.labs_dir = self.root / "labs" / lang
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.password = secrets.token_urlsafe(12)
@@ -265,8 +289,12 @@ class DemoHub:
         self.close()
 
     def start(self) -> None:
+        if self.profile != "smoke":
+            self.labs_dir, self.labs = render_profile(self.root, self.workdir, self.lang, self.labs, self.profile,
+                                                      progress=lambda _msg: None)
         env = hub_environment(self.root, self.workdir, demo=True, port=self.port, lang=self.lang, labs=self.labs,
-                              password=self.password, admin_token=self._token, marker=self.marker)
+                              password=self.password, admin_token=self._token, marker=self.marker,
+                              labs_dir=self.labs_dir)
         self._process = launch(self.root, env, self.log_path)
         wait_ready(self._process, self.url, self.timeout_s, self.log_path)
         users = [*self.instructors, *self.learners]
@@ -348,6 +376,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ip", default="", help="public address (default: all; --demo: always 127.0.0.1)")
     parser.add_argument("--lang", default="en", choices=["en", "zh"], help="language of the delivered notebooks")
     parser.add_argument("--labs", nargs="*", default=[], help="labs put in every home (default: every built lab)")
+    parser.add_argument("--profile", default="smoke", choices=PROFILES,
+                        help="parameters of the delivered notebooks: smoke (labs/ as built, for CPUs) or gpu "
+                             "(rendered at start into DATA_DIR/labs-gpu/; labs without a gpu profile are left out)")
     parser.add_argument("--data-dir", help=f"hub state, exchange, demo homes (default {DEFAULT_SERVER_DATA}; "
                                            "--demo: a folder in your user data dir)")
     parser.add_argument("--instructors", nargs="*", default=["instructor"],
@@ -375,13 +406,17 @@ def run(args) -> int:
     labs = resolve_labs(root, args.lang, args.labs)
     port = args.port or free_port()
     data = _data_dir(args)
+    labs_dir = None
+    if args.profile != "smoke":
+        labs_dir, labs = render_profile(root, data, args.lang, labs, args.profile,
+                                        progress=lambda msg: print(msg, file=sys.stderr))
     password = os.environ.get("ROCMLAB_HUB_PASSWORD") or secrets.token_urlsafe(9)
     if args.demo and len(password) < 8:
         raise HubError("ROCMLAB_HUB_PASSWORD: the demo hub's shared password needs 8 characters or more")
     marker = secrets.token_hex(8)
     env = hub_environment(root, data, demo=args.demo, port=port, ip=args.ip, lang=args.lang, labs=labs,
                           password=password if args.demo else "", instructors=args.instructors if args.demo else (),
-                          marker=marker)
+                          marker=marker, labs_dir=labs_dir)
     url = f"http://{'127.0.0.1' if args.demo else (args.ip or socket.getfqdn())}:{port}"
     if args.demo:
         print(BANNER.format(url=url, user=_whoami()), file=sys.stderr)
@@ -392,8 +427,8 @@ def run(args) -> int:
         process = launch(root, env, log_path)
         probe = f"http://{args.ip if args.ip and args.ip != '0.0.0.0' and not args.demo else '127.0.0.1'}:{port}"
         wait_ready(process, probe, args.timeout, log_path)
-        print(f"rocmlab hub ({'demo' if args.demo else 'server'}) at {url}  labs: {', '.join(labs) or '-'}  "
-              f"log: {log_path}")
+        print(f"rocmlab hub ({'demo' if args.demo else 'server'}) at {url}  labs: {', '.join(labs) or '-'} "
+              f"({args.profile} profile)  log: {log_path}")
         if args.demo:
             print(f"log in with any user name and the password {password}; "
                   f"instructors ({', '.join(args.instructors) or '-'}) get the formgrader")
