@@ -67,6 +67,7 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert "--ServerApp.allow_root=True" not in c.Spawner.args
     assert [s["name"] for s in c.JupyterHub.services] == ["idle-culler"]
     assert "--timeout=3600" in c.JupyterHub.services[0]["command"]
+    assert {"ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE"} <= set(c.Spawner.env_keep)  # shared model caches
     built = sorted(p.name for p in (ROOT / "labs" / "en").iterdir() if p.is_dir())
     assert c.CourseSpawner.labs == built
 

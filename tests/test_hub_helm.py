@@ -190,6 +190,19 @@ def test_the_gpu_notebooks_are_rendered_in_a_stage_of_their_own():
     assert f"COPY --from={stage} {out} {out}\n" in stages["learner"][1]
 
 
+def test_the_image_holds_every_model_the_gpu_profiles_name():
+    """Pods run offline: each real MODEL of a [profiles.gpu] is fetched into the image at build time."""
+    from rocmlab.catalog import discover
+
+    named = {lab.profile("gpu").params["MODEL"] for lab in discover(ROOT)
+             if "gpu" in lab.profiles and "MODEL" in lab.profile("gpu").params} - {"tiny-qwen-zh"}
+    learner = dockerfile_stages()["learner"][1]
+    fetched = re.search(r'^ARG GPU_MODELS="([^"]*)"$', learner, re.MULTILINE)
+    assert fetched, "the learner stage needs ARG GPU_MODELS"
+    assert named <= set(fetched.group(1).split()), f"not fetched into the image: {named - set(fetched.group(1).split())}"
+    assert 'rocmlab assets fetch "$model"' in learner and "HF_HUB_OFFLINE=1" in learner
+
+
 # ------------------------------------------------------------------ the exchange and nbgrader
 
 

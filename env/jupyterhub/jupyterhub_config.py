@@ -105,6 +105,11 @@ c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 90
 c.Spawner.environment = {"ROCMLAB_HUB_MODE": mode}
+# Shared, read-only model caches set where the hub starts, so that no learner builds the course
+# model or downloads a real one: ROCMLAB_CACHE (`rocmlab assets build-model`) and HF_HOME
+# (`rocmlab assets fetch NAME`), plus a mirror or offline switch for the Hugging Face hub.
+c.Spawner.env_keep = ["JUPYTERHUB_SINGLEUSER_APP", "LANG", "ROCMLAB_CACHE", "HF_HOME", "HF_ENDPOINT",
+                      "HF_HUB_OFFLINE"]
 kernel_idle = _seconds("ROCMLAB_HUB_KERNEL_IDLE_S", 1800)
 server_args = [f"--MappingKernelManager.cull_idle_timeout={kernel_idle}",
                "--MappingKernelManager.cull_interval=60"] if kernel_idle else []

@@ -403,6 +403,11 @@ def run(args) -> int:
                        "run it as root (`sudo rocmlab hub`), or try `rocmlab hub --demo` on this machine")
     if not args.demo:
         check_shared_install(root)
+        if not os.environ.get("ROCMLAB_CACHE"):
+            print("warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
+                  "their own cache (about two minutes of CPU each): build it once with "
+                  "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
+                  "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)", file=sys.stderr)
     labs = resolve_labs(root, args.lang, args.labs)
     port = args.port or free_port()
     data = _data_dir(args)
