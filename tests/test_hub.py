@@ -221,6 +221,96 @@ def test_instructors_get_the_sources_for_the_formgrader(tmp_path):
     assert env["ROCMLAB_COURSE_ROOT"] == str(tmp_path / "ann" / "course")
 
 
+def test_the_nbgrader_config_collects_with_the_owner_check(monkeypatch):
+    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor")
+    assert c.ExchangeFactory.collect == "rocmlab_exchange.OwnerCheckedCollect"
+    import rocmlab_exchange
+    from nbgrader.exchange.default.collect import ExchangeCollect
+
+    assert issubclass(rocmlab_exchange.OwnerCheckedCollect, ExchangeCollect)
+
+
+needs_root_and_nobody = pytest.mark.skipif(os.geteuid() != 0 or not _has_nobody(), reason="changing owners needs "
+                                           "root and a `nobody` account")
+
+
+def _submission(inbound: Path, student: str, day: int, owner: str) -> Path:
+    import pwd
+
+    folder = inbound / f"{student}+lab+2026-01-0{day} 00:00:00.000000 UTC+r{day}"
+    folder.mkdir(parents=True)
+    (folder / "timestamp.txt").write_text(f"2026-01-0{day} 00:00:00.000000 UTC")
+    (folder / "lab.ipynb").write_text(f"day {day}")
+    entry = pwd.getpwnam(owner)
+    for path in (folder, *folder.iterdir()):
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    return folder
+
+
+def _collect(tmp_path, monkeypatch, check_owner: bool) -> Path:
+    import rocmlab_exchange
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    (tmp_path / "course").mkdir()
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))  # alembic
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path / "course")
+    config.CourseDirectory.course_id = "c"
+    config.CourseDirectory.assignment_id = "lab"
+    config.Exchange.root = str(tmp_path / "exchange")
+    config.ExchangeCollect.check_owner = check_owner
+    coursedir = CourseDirectory(config=config)
+    rocmlab_exchange.OwnerCheckedCollect(coursedir=coursedir, config=config).start()
+    return tmp_path / "course" / "submitted"
+
+
+@needs_root_and_nobody
+@pytest.mark.parametrize("check_owner", [True, False])
+def test_collect_takes_the_newest_submission_the_student_owns(tmp_path, monkeypatch, check_owner):
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    inbound = tmp_path / "exchange" / "c" / "inbound"
+    _submission(inbound, me, 1, owner=me)
+    _submission(inbound, me, 2, owner="nobody")  # newer, filed under my name by someone else
+    _submission(inbound, "nobody", 3, owner=me)  # nobody's name, but mine
+    submitted = _collect(tmp_path, monkeypatch, check_owner)
+    if check_owner:
+        assert [p.name for p in submitted.iterdir()] == [me]
+        assert (submitted / me / "lab" / "lab.ipynb").read_text() == "day 1"
+    else:  # the demo hub: one Unix user owns everything, nbgrader's own collect
+        assert sorted(p.name for p in submitted.iterdir()) == sorted([me, "nobody"])
+        assert (submitted / me / "lab" / "lab.ipynb").read_text() == "day 2"
+
+
+@needs_root_and_nobody
+def test_a_real_home_is_the_users_and_closed_to_others(tmp_path):
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    owner = (nobody.pw_uid, nobody.pw_gid)
+    missing = tmp_path / "homes" / "new"
+    rocmlab_spawner.prepare_home(missing, owner, private=True)
+    assert (missing.stat().st_uid, missing.stat().st_mode & 0o777) == (nobody.pw_uid, 0o700)
+    opened = tmp_path / "open"
+    opened.mkdir(mode=0o755)
+    os.chown(opened, *owner)
+    rocmlab_spawner.prepare_home(opened, owner, private=False)
+    assert opened.stat().st_mode & 0o777 == 0o755
+    rocmlab_spawner.prepare_home(opened, owner, private=True)
+    assert opened.stat().st_mode & 0o777 == 0o700
+    shared = tmp_path / "shared"  # not the user's own folder: never changed
+    shared.mkdir(mode=0o755)
+    rocmlab_spawner.prepare_home(shared, owner, private=True)
+    assert shared.stat().st_mode & 0o777 == 0o755
+
+
+def test_the_spawner_closes_real_homes_unless_told_not_to():
+    assert rocmlab_spawner.CourseSpawner().private_homes is True
+    assert rocmlab_spawner.CourseSpawner(private_homes=False).private_homes is False
+
+
 # ------------------------------------------------------------------ rocmlab hub
 
 
@@ -254,7 +344,7 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
 def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypatch, tmp_path):
     environments = []
     monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
-    monkeypatch.setattr(hub, "launch", lambda root, env, log: environments.append(env) or sleeper())
+    monkeypatch.setattr(hub, "launch", lambda root, env, log, launcher=(): environments.append(env) or sleeper())
     monkeypatch.setattr(hub, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("stop here")))
     with pytest.raises(hub.HubError, match="stop here"), hub.DemoHub(tmp_path, root=ROOT, profile="gpu"):
         pass

@@ -10,6 +10,9 @@ folder (the ``--demo`` mode: no isolation between users). Both
   ``labs/<lang>/``, or the hub's render of another profile) into the home on spawn (never over a
   learner's existing folder) and, for instructors, the solution notebooks into the course
   root's ``source/`` where nbgrader's formgrader generates and releases them;
+- with real accounts, create a missing home owned by its user, and (``private_homes``) close a
+  home others may enter (Debian's useradd makes them 755), so learners cannot read each
+  other's answers;
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
   nbgrader config (course id, exchange root, course root or student id).
 """
@@ -24,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
-from traitlets import Integer, List, Unicode
+from traitlets import Bool, Integer, List, Unicode
 
 HERE = Path(__file__).resolve().parent
 ROLES = ("instructor", "learner")
@@ -36,6 +39,21 @@ def limit_resources(memory_bytes: int, max_processes: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     if max_processes > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+
+def prepare_home(home: Path, owner: tuple[int, int] | None, private: bool) -> None:
+    """The home exists; with a real ``owner`` a new one is theirs (mode 700), and with ``private`` a
+    home of theirs that others may enter is closed to group and others. A home the user does not
+    own (a shared or system folder) is never changed."""
+    if owner is None:
+        home.mkdir(parents=True, exist_ok=True)
+        return
+    if not home.exists():
+        home.mkdir(parents=True, mode=0o700)
+        os.chown(home, *owner)
+    status = home.stat()
+    if private and status.st_uid == owner[0] and status.st_mode & 0o077:
+        home.chmod(status.st_mode & 0o700)
 
 
 def copy_missing(src: Path, dest: Path, owner: tuple[int, int] | None) -> bool:
@@ -63,6 +81,8 @@ class CourseSpawner(LocalProcessSpawner):
     exchange_root = Unicode(help="nbgrader exchange root shared by all users").tag(config=True)
     course_folder = Unicode("course", help="instructor's nbgrader course root, relative to the home").tag(config=True)
     max_processes = Integer(0, help="RLIMIT_NPROC for the user's processes (0: none)").tag(config=True)
+    private_homes = Bool(True, help="close each real home to group and others on spawn (learners cannot "
+                                    "read each other's answers)").tag(config=True)
     hub_marker = Unicode("", help="value of ROCMLAB_HUB_ID in every server's environment").tag(config=True)
 
     def home(self) -> Path:
@@ -120,7 +140,7 @@ class CourseSpawner(LocalProcessSpawner):
     def deliver_course(self) -> list[str]:
         """Copy the labs into the home (and the instructor's sources into the course root)."""
         home, owner, delivered = self.home(), self.owner(), []
-        home.mkdir(parents=True, exist_ok=True)
+        prepare_home(home, owner, self.private_homes)
         built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
         for lab_id in self.labs:
             if copy_missing(built / lab_id, home / lab_id, owner):

@@ -1,4 +1,5 @@
-"""``rocmlab hub [--demo]``: the workshop JupyterHub of this machine, and ``DemoHub`` for tests.
+"""``rocmlab hub [--demo]``: the workshop JupyterHub of this machine, and ``LocalHub`` (either mode)
+and ``DemoHub`` (``LocalHub(demo=True)``) to start one from Python, e.g. in tests.
 
 Both run ``jupyterhub -f env/jupyterhub/jupyterhub_config.py`` in its own process group, the
 config driven by ``ROCMLAB_HUB_*`` variables (see the config file). The server mode uses real
@@ -150,10 +151,11 @@ def hub_environment(root: Path, data: Path, *, demo: bool, port: int, ip: str = 
 # ------------------------------------------------------------------ the hub process
 
 
-def launch(root: Path, env: dict, log_path: Path) -> subprocess.Popen:
-    """jupyterhub in its own session and process group, its output in ``log_path``."""
+def launch(root: Path, env: dict, log_path: Path, launcher=()) -> subprocess.Popen:
+    """jupyterhub in its own session and process group, its output in ``log_path``; ``launcher``: a
+    command that execs the one after it (e.g. ``unshare ...``), put before jupyterhub's."""
     jupyterhub = Path(sys.executable).parent / "jupyterhub"
-    command = [str(jupyterhub) if jupyterhub.exists() else "jupyterhub", "-f", str(root / CONFIG)]
+    command = [*launcher, str(jupyterhub) if jupyterhub.exists() else "jupyterhub", "-f", str(root / CONFIG)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, cwd=env["ROCMLAB_HUB_DATA"], env=env, stdout=log,
@@ -243,26 +245,36 @@ def _signal(proc, sig) -> None:
         proc.send_signal(sig)
 
 
-# ------------------------------------------------------------------ DemoHub
+# ------------------------------------------------------------------ LocalHub, DemoHub
 
 
-class DemoHub:
-    """The ``--demo`` hub on a free loopback port, with users created through the REST API.
+class LocalHub:
+    """A hub of this machine started from Python, on a free loopback port, with users created
+    through the REST API (the token of the hub's ``rocmlab-admin`` service).
 
-    ``password`` is the shared password of every user (JupyterHub's SharedPasswordAuthenticator);
-    ``api`` uses the token of the hub's ``rocmlab-admin`` service. ``profile="gpu"`` delivers the
-    notebooks rendered with the gpu profile's parameters (into ``workdir/labs-gpu/``) on start.
+    ``demo=True`` is ``rocmlab hub --demo`` (see DemoHub). ``demo=False`` is the workshop server
+    mode: PAM accounts, every server run as its Unix user; needs root, and ``learners`` and
+    ``instructors`` must be Unix users, members of ``learner_group`` and ``instructor_group``
+    (Unix groups: they decide who may log in and who is an instructor). ``launcher`` is a command
+    that execs the one after it, run before jupyterhub (e.g. ``unshare`` into a mount namespace);
+    ``check_install=False`` skips the check that every user can read the course's interpreter
+    (for a launcher that makes it readable). ``profile="gpu"`` delivers the notebooks rendered with
+    the gpu profile's parameters (into ``workdir/labs-gpu/``) on start.
 
-    ``with DemoHub(workdir) as hub:`` starts it; leaving the block (or a failed start) stops
-    every single-user server, the hub and the proxy, and ends whatever of theirs is left.
+    ``with LocalHub(...) as hub:`` starts it; leaving the block (or a failed start) stops every
+    single-user server, the hub and the proxy, and ends whatever of theirs is left.
     """
 
-    def __init__(self, workdir: Path, *, learners=("learner1", "learner2"), instructors=("instructor",),
-                 lang: str = "en", labs=("01-rocm-setup",), port: int | None = None, timeout_s: float = 90,
-                 root: Path | None = None, profile: str = "smoke"):
+    def __init__(self, workdir: Path, *, demo: bool, learners=("learner1", "learner2"),
+                 instructors=("instructor",), lang: str = "en", labs=("01-rocm-setup",), port: int | None = None,
+                 timeout_s: float = 90, root: Path | None = None, profile: str = "smoke",
+                 learner_group: str = "rocmlab", instructor_group: str = "instructors", launcher=(),
+                 check_install: bool = True):
         self.root = Path(root).resolve() if root else find_root()
         self.workdir = Path(workdir).resolve()
+        self.demo = demo
         self.learners, self.instructors = tuple(learners), tuple(instructors)
+        self.learner_group, self.instructor_group = learner_group, instructor_group
         self.lang, self.timeout_s = lang, timeout_s
         if profile not in PROFILES:
             raise HubError(f"profile: expected {' or '.join(PROFILES)}, got {profile!r}")
@@ -271,9 +283,10 @@ class DemoHub:
         self.labs_dir = self.root / "labs" / lang
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.password = secrets.token_urlsafe(12)
+        self.password = secrets.token_urlsafe(12) if demo else ""
         self.marker = secrets.token_hex(8)
         self.log_path = self.workdir / "hub.log"
+        self.launcher, self.check_install = tuple(launcher), check_install
         self._token = secrets.token_hex(32)
         self._process: subprocess.Popen | None = None
 
@@ -288,21 +301,51 @@ class DemoHub:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def check_accounts(self) -> None:
+        """Server mode: root, and every user a Unix account in the group of its role."""
+        import grp
+        import pwd
+
+        if os.geteuid() != 0:
+            raise HubError("the server-mode hub runs each server as its Unix user: it needs root")
+        for names, group in ((self.learners, self.learner_group), (self.instructors, self.instructor_group)):
+            try:
+                entry = grp.getgrnam(group)
+            except KeyError:
+                raise HubError(f"Unix group {group!r} does not exist") from None
+            for name in names:
+                try:
+                    account = pwd.getpwnam(name)
+                except KeyError:
+                    raise HubError(f"{name!r} is not a Unix user of this machine") from None
+                if name not in entry.gr_mem and account.pw_gid != entry.gr_gid:
+                    raise HubError(f"Unix user {name!r} is not in the group {group!r}")
+        if self.check_install:
+            check_shared_install(self.root)
+
+    def environment(self) -> dict:
+        env = hub_environment(self.root, self.workdir, demo=self.demo, port=self.port, ip="127.0.0.1",
+                              lang=self.lang, labs=self.labs, api_port=free_port(), internal_port=free_port(),
+                              password=self.password, admin_token=self._token, marker=self.marker,
+                              labs_dir=self.labs_dir, instructors=self.instructors if self.demo else ())
+        env.update({"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group,
+                    "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group})
+        return env
+
     def start(self) -> None:
+        if not self.demo:
+            self.check_accounts()
         if self.profile != "smoke":
             self.labs_dir, self.labs = render_profile(self.root, self.workdir, self.lang, self.labs, self.profile,
                                                       progress=lambda _msg: None)
-        env = hub_environment(self.root, self.workdir, demo=True, port=self.port, lang=self.lang, labs=self.labs,
-                              password=self.password, admin_token=self._token, marker=self.marker,
-                              labs_dir=self.labs_dir)
-        self._process = launch(self.root, env, self.log_path)
+        self._process = launch(self.root, self.environment(), self.log_path, self.launcher)
         wait_ready(self._process, self.url, self.timeout_s, self.log_path)
         users = [*self.instructors, *self.learners]
         existing = {user["name"] for user in self.api("GET", "/users")}
         if set(users) - existing:
             self.api("POST", "/users", {"usernames": sorted(set(users) - existing)})
-        if self.instructors:
-            self.api("POST", "/groups/instructors/users", {"users": list(self.instructors)})
+        if self.instructors and self.demo:  # server mode: the Unix group says who is an instructor
+            self.api("POST", f"/groups/{self.instructor_group}/users", {"users": list(self.instructors)})
 
     def api(self, method: str, path: str, body=None):
         """The hub's REST API (``/hub/api`` + path) with the admin service's token; parsed JSON or None."""
@@ -346,10 +389,14 @@ class DemoHub:
 
     def user_token(self, name: str) -> str:
         """A new API token of ``name`` (for that user's Jupyter server API)."""
-        return self.api("POST", f"/users/{name}/tokens", {"note": "rocmlab DemoHub", "expires_in": 3600})["token"]
+        return self.api("POST", f"/users/{name}/tokens", {"note": "rocmlab LocalHub", "expires_in": 3600})["token"]
 
     def home(self, name: str) -> Path:
-        return self.workdir / "homes" / name
+        if self.demo:
+            return self.workdir / "homes" / name
+        import pwd
+
+        return Path(pwd.getpwnam(name).pw_dir)
 
     @property
     def exchange(self) -> Path:
@@ -364,6 +411,20 @@ class DemoHub:
                     break
         stop(self._process, self.marker)
         self._process = None
+
+
+class DemoHub(LocalHub):
+    """The ``--demo`` hub on a free loopback port (``LocalHub(demo=True)``).
+
+    ``password`` is the shared password of every user (JupyterHub's SharedPasswordAuthenticator);
+    every server runs as this process's user, with a home under ``workdir/homes/``.
+    """
+
+    def __init__(self, workdir: Path, *, learners=("learner1", "learner2"), instructors=("instructor",),
+                 lang: str = "en", labs=("01-rocm-setup",), port: int | None = None, timeout_s: float = 90,
+                 root: Path | None = None, profile: str = "smoke"):
+        super().__init__(workdir, demo=True, learners=learners, instructors=instructors, lang=lang, labs=labs,
+                         port=port, timeout_s=timeout_s, root=root, profile=profile)
 
 
 # ------------------------------------------------------------------ the command
