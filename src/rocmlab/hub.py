@@ -420,11 +420,8 @@ class DemoHub(LocalHub):
     every server runs as this process's user, with a home under ``workdir/homes/``.
     """
 
-    def __init__(self, workdir: Path, *, learners=("learner1", "learner2"), instructors=("instructor",),
-                 lang: str = "en", labs=("01-rocm-setup",), port: int | None = None, timeout_s: float = 90,
-                 root: Path | None = None, profile: str = "smoke"):
-        super().__init__(workdir, demo=True, learners=learners, instructors=instructors, lang=lang, labs=labs,
-                         port=port, timeout_s=timeout_s, root=root, profile=profile)
+    def __init__(self, workdir: Path, **options):
+        super().__init__(workdir, demo=True, **options)
 
 
 # ------------------------------------------------------------------ the command
