@@ -29,6 +29,7 @@ setup: $(STAMP)
 # configurable-http-proxy for `rocmlab hub`, from npm into the venv (no global install).
 HUB_PROXY := $(VENV)/hub-node/node_modules/.bin/configurable-http-proxy
 $(HUB_PROXY): | $(STAMP)
+	@command -v npm >/dev/null || { echo "make hub-setup needs npm (Node.js): e.g. apt-get install nodejs npm" >&2; exit 2; }
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-node configurable-http-proxy@4
 
 hub-setup: $(HUB_PROXY)
