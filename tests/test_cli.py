@@ -38,3 +38,8 @@ def test_check_reports_drift_with_exit_1(make_course, capsys):
 def test_console_script_is_installed():
     out = subprocess.run([sys.executable, "-m", "rocmlab.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("rocmlab ")
+
+
+def test_an_unknown_or_missing_environment_is_bad_input_not_a_traceback(capsys, tmp_path):
+    assert main(["run", "01", "--env", "no-such-env", "--out", str(tmp_path)]) == 2
+    assert "no entry named 'no-such-env'" in capsys.readouterr().err

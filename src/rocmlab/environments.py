@@ -26,6 +26,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from . import releases
+from .catalog import LabError
 from .releases import Entry, MatrixError
 
 ENVS_DIR = ".envs"
@@ -37,7 +38,7 @@ CONTAINER_VARIABLE = "ROCMLAB_ENV"  # set by the generated Dockerfiles to the en
 DOCKER_RUN = "docker run --rm -it --device /dev/kfd --device /dev/dri --group-add video --ipc=host --shm-size 8g"
 
 
-class EnvError(Exception):
+class EnvError(LabError):
     """An environment that cannot be created or used; the message says what to do."""
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from .catalog import LabError
+
 MATRIX_RELATIVE = Path("env") / "matrix.toml"
 STATUSES = ("current", "previous", "eol")
 ERAS = ("6.x", "7.x", "therock")
@@ -40,7 +42,7 @@ EXIT_UPDATES = 10
 EXIT_OFFLINE = 11
 
 
-class MatrixError(Exception):
+class MatrixError(LabError):
     """A matrix file that does not follow the schema; the message names file, entry and field."""
 
 
