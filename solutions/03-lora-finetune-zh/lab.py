@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # Lab 03 · 中文垂直领域 LoRA 微调
 #
-# **版本** 1.1.0 · **时长** 约 120 分钟 · **目标**：训练一个 LoRA 适配器 (adapter)，把质检员的中文缺陷描述
+# **版本** 1.1.1 · **时长** 约 120 分钟 · **目标**：训练一个 LoRA 适配器 (adapter)，把质检员的中文缺陷描述
 # 转成结构化的质检报告 (JSON)。
 #
 # 你将亲手完成：用聊天模板 (chat template) 构造 SFT 样本、手算 LoRA 参数量、数据管线、训练循环、
@@ -25,7 +25,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 03 · Chinese-domain LoRA fine-tuning
 #
-# **Version** 1.1.0 · **Time** about 120 minutes · **Goal**: train a LoRA adapter that turns an
+# **Version** 1.1.1 · **Time** about 120 minutes · **Goal**: train a LoRA adapter that turns an
 # inspector's Chinese defect description into a structured QC report (JSON).
 #
 # You will build: an SFT sample with the chat template, a LoRA parameter count by hand, the data
@@ -555,8 +555,9 @@ def train_plain_loop(peft_model, samples, *, steps, batch_size, lr, seed):
 def train_with_trainer(peft_model, samples, *, steps, batch_size, lr, seed):
     from transformers import Trainer, TrainingArguments
 
+    scratch = tempfile.TemporaryDirectory(prefix="lab03-trainer-")   # removed when training is done
     args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix="lab03-trainer-"), max_steps=steps,
+        output_dir=scratch.name, max_steps=steps,
         per_device_train_batch_size=batch_size, learning_rate=lr, weight_decay=0.0,
         lr_scheduler_type="linear", warmup_steps=int(steps * WARMUP_FRACTION), max_grad_norm=1.0,
         logging_steps=1, save_strategy="no", report_to=[], seed=seed, data_seed=seed,
@@ -567,6 +568,7 @@ def train_with_trainer(peft_model, samples, *, steps, batch_size, lr, seed):
     trainer = Trainer(model=peft_model, args=args, train_dataset=samples,
                       data_collator=lambda batch: collate(batch, PAD_ID))
     trainer.train()
+    scratch.cleanup()
     peft_model.eval()
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
@@ -823,7 +825,8 @@ assert score_predictions(tuned_predictions, EVAL_REFERENCES) == tuned_scores, "s
 # **fresh** base: `get_peft_model` already changed the earlier `model` in place.
 
 # %%
-adapter_dir = pathlib.Path(tempfile.mkdtemp(prefix="lab03-adapter-"))
+ADAPTER_TMP = tempfile.TemporaryDirectory(prefix="lab03-adapter-")   # removed when the kernel exits
+adapter_dir = pathlib.Path(ADAPTER_TMP.name)
 peft_model.save_pretrained(adapter_dir)
 adapter_file = adapter_dir / "adapter_model.safetensors"
 print(sorted(p.name for p in adapter_dir.iterdir()), f"{adapter_file.stat().st_size:,} bytes")
