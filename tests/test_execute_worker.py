@@ -1,6 +1,8 @@
 """A reused worker: notebooks run one after another in it, and a run that kills or outlives it
 costs only that run (real kernels, so slow)."""
 
+import tempfile
+
 import nbformat
 import psutil
 import pytest
@@ -42,7 +44,11 @@ def test_one_worker_runs_notebooks_in_turn_each_with_its_own_environment(tmp_pat
     assert not psutil.pid_exists(worker_pid)
 
 
-def test_a_run_past_its_time_or_killing_the_worker_costs_only_that_run(tmp_path):
+def test_a_run_past_its_time_or_killing_the_worker_costs_only_that_run(tmp_path, monkeypatch):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the worker's and its kernels'
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     hang = notebook(tmp_path, "hang", "import time\ntime.sleep(600)")
     kill = notebook(tmp_path, "kill", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     fine = notebook(tmp_path, "fine", "print('still grading')")
@@ -54,3 +60,4 @@ def test_a_run_past_its_time_or_killing_the_worker_costs_only_that_run(tmp_path)
         after = worker.run(spec(tmp_path, fine))
         assert after.status == "passed", after.reason
         assert printed(tmp_path, fine).strip() == "still grading"
+    assert list(temp.iterdir()) == []  # the killed kernels' connection files went with their runs

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,8 +156,11 @@ class Worker:
         tag = uuid.uuid4().hex
         request = Path(spec.output).parent / f".run-{tag[:8]}.json"
         outcome_path = request.with_suffix(".outcome.json")
-        write_json_atomic(request, {"spec": spec.__dict__, "env": kernel_environment(tag, spec.extra_env),
-                                    "outcome": str(outcome_path)})
+        # The run's own temporary folder, removed after it: a killed kernel leaves its connection
+        # file, and labs their temporary files, in $TMPDIR (a sandbox run brings its own).
+        scratch = None if "TMPDIR" in spec.extra_env else tempfile.mkdtemp(prefix="rocmlab-run-")
+        env = kernel_environment(tag, {**({"TMPDIR": scratch} if scratch else {}), **spec.extra_env})
+        write_json_atomic(request, {"spec": spec.__dict__, "env": env, "outcome": str(outcome_path)})
         started = time.monotonic()
         try:
             outcome = self._wait(request, outcome_path, spec, started)
@@ -164,6 +168,8 @@ class Worker:
             end_tree(None, tag)
             request.unlink(missing_ok=True)
             outcome_path.unlink(missing_ok=True)
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
         return inspect_output(outcome, Path(spec.output))
 
     def _wait(self, request: Path, outcome_path: Path, spec: Spec, started: float) -> Outcome:
