@@ -333,12 +333,14 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
     gpu_toml = GOOD_TOML + "\n[profiles.gpu]\nparams = {{ SCALE = 9 }}\ntimeout_s = 60\n"
     root = make_course({"01-demo": (gpu_toml.format(id="01-demo"), None), "02-smoke-only": (None, None)})
     messages = []
-    folder, labs = hub.render_profile(root, tmp_path / "data", "en", ["01", "02"], "gpu", progress=messages.append)
+    folder, labs = hub.delivered_labs(root, tmp_path / "data", "en", ["01", "02"], "gpu", progress=messages.append)
     assert folder == tmp_path / "data" / "labs-gpu" / "en" and labs == ["01-demo"]
     assert 'SCALE = 9' in (folder / "01-demo" / "01-demo.ipynb").read_text()
     assert any("02-smoke-only" in m and "[profiles.gpu]" in m for m in messages)
     with pytest.raises(hub.HubError, match="--profile"):
-        hub.render_profile(root, tmp_path / "data", "en", ["01"], "multi-gpu")
+        hub.delivered_labs(root, tmp_path / "data", "en", ["01"], "multi-gpu")
+    smoke = hub.delivered_labs(root, tmp_path / "data", "en", ["01-demo"], "smoke")
+    assert smoke == (root / "labs" / "en", ["01-demo"])  # the build as it is: nothing rendered
 
 
 def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypatch, tmp_path):

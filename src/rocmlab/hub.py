@@ -107,14 +107,20 @@ def resolve_labs(root: Path, lang: str, labs) -> list[str]:
     return ids
 
 
-def render_profile(root: Path, data: Path, lang: str, lab_ids, profile: str, progress=print) -> tuple[Path, list[str]]:
-    """The student notebooks of ``lab_ids`` with ``profile``'s parameters, built into
-    ``<data>/labs-<profile>/<lang>/``; returns that folder and the labs in it (a lab without the
-    profile is left out, and ``progress`` says why)."""
-    from .build import build
-
+def check_profile(profile: str) -> None:
     if profile not in PROFILES:
         raise HubError(f"--profile: expected {' or '.join(PROFILES)}, got {profile!r}")
+
+
+def delivered_labs(root: Path, data: Path, lang: str, lab_ids, profile: str, progress=print) -> tuple[Path, list[str]]:
+    """The folder the hub delivers notebooks from, and the labs in it: ``labs/<lang>/`` as built for
+    smoke; for another profile the notebooks with its parameters, built into
+    ``<data>/labs-<profile>/<lang>/`` (a lab without the profile is left out, ``progress`` says why)."""
+    from .build import build
+
+    check_profile(profile)
+    if profile == "smoke":
+        return root / "labs" / lang, list(lab_ids)
     out = data / f"labs-{profile}"
     labs = select(discover(root), list(lab_ids)) if lab_ids else []
     built = build(root, labs, [lang], out, progress=progress, profile=profile)
@@ -276,8 +282,7 @@ class LocalHub:
         self.learners, self.instructors = tuple(learners), tuple(instructors)
         self.learner_group, self.instructor_group = learner_group, instructor_group
         self.lang, self.timeout_s = lang, timeout_s
-        if profile not in PROFILES:
-            raise HubError(f"profile: expected {' or '.join(PROFILES)}, got {profile!r}")
+        check_profile(profile)
         self.profile = profile
         self.labs = resolve_labs(self.root, lang, labs)
         self.labs_dir = self.root / "labs" / lang
@@ -335,9 +340,8 @@ class LocalHub:
     def start(self) -> None:
         if not self.demo:
             self.check_accounts()
-        if self.profile != "smoke":
-            self.labs_dir, self.labs = render_profile(self.root, self.workdir, self.lang, self.labs, self.profile,
-                                                      progress=lambda _msg: None)
+        self.labs_dir, self.labs = delivered_labs(self.root, self.workdir, self.lang, self.labs, self.profile,
+                                                  progress=lambda _msg: None)
         self._process = launch(self.root, self.environment(), self.log_path, self.launcher)
         wait_ready(self._process, self.url, self.timeout_s, self.log_path)
         users = [*self.instructors, *self.learners]
@@ -469,10 +473,8 @@ def run(args) -> int:
     labs = resolve_labs(root, args.lang, args.labs)
     port = args.port or free_port()
     data = _data_dir(args)
-    labs_dir = None
-    if args.profile != "smoke":
-        labs_dir, labs = render_profile(root, data, args.lang, labs, args.profile,
-                                        progress=lambda msg: print(msg, file=sys.stderr))
+    labs_dir, labs = delivered_labs(root, data, args.lang, labs, args.profile,
+                                    progress=lambda msg: print(msg, file=sys.stderr))
     password = os.environ.get("ROCMLAB_HUB_PASSWORD") or secrets.token_urlsafe(9)
     if args.demo and len(password) < 8:
         raise HubError("ROCMLAB_HUB_PASSWORD: the demo hub's shared password needs 8 characters or more")
