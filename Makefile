@@ -7,7 +7,7 @@ TORCH     ?= torch==2.13.0
 JOBS      ?= 2
 RESULTS   ?= results
 
-.PHONY: setup hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
+.PHONY: lint setup hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
 	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
@@ -15,6 +15,7 @@ help:
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
 	@echo "make hub-setup  configurable-http-proxy (npm) for rocmlab hub"
+	@echo "make lint       ruff check and ruff format --check"
 	@echo "make build | check | verify | report | bench | clean"
 
 $(STAMP): pyproject.toml
@@ -73,6 +74,10 @@ freshness: model
 	for env in $(FRESHNESS_ENVS); do $(ROCMLAB) env create $$env || exit 2; done
 	for env in $(FRESHNESS_ENVS); do $(ROCMLAB) run --env $$env --profile smoke --jobs $(JOBS) --out $(RESULTS); done; true
 	$(ROCMLAB) report --results $(RESULTS) --stamp
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: setup
 	$(PY) -m pytest -q

@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "submissions"))
 
-import classroom
+import classroom  # noqa: E402 (after the sys.path setup)
 
-from rocmlab.build import solution_notebook, write_notebook
-from rocmlab.catalog import discover, select
+from rocmlab.build import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
+from rocmlab.catalog import discover, select  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
 SLOW_SECONDS = 2
@@ -52,9 +52,25 @@ def children_cpu_s() -> float:
 
 def run_rocmlab(course_root: Path, submissions: Path, out: Path, jobs: int) -> tuple[float, dict]:
     started = time.monotonic()
-    proc = subprocess.run([str(BIN / "rocmlab"), "--root", str(course_root), "grade", classroom.LAB,
-                           "--submissions", str(submissions), "--jobs", str(jobs), "--out", str(out)],
-                          capture_output=True, text=True, timeout=3600, check=False)
+    proc = subprocess.run(
+        [
+            str(BIN / "rocmlab"),
+            "--root",
+            str(course_root),
+            "grade",
+            classroom.LAB,
+            "--submissions",
+            str(submissions),
+            "--jobs",
+            str(jobs),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     wall = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"rocmlab grade failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -69,25 +85,42 @@ def stock_course(course_root: Path, submissions: Path, course: Path) -> None:
     write_notebook(solution_notebook(lab, "en"), source / f"{lab.id}.ipynb")
     shutil.copytree(lab.data_dir, source / "data")
     config = (REPO / "autograder" / "nbgrader_config.py").read_text(encoding="utf-8")
-    (course / "nbgrader_config.py").write_text(config + f"\nc.CourseDirectory.root = {str(course)!r}\n",
-                                               encoding="utf-8")
+    (course / "nbgrader_config.py").write_text(
+        config + f"\nc.CourseDirectory.root = {str(course)!r}\n", encoding="utf-8"
+    )
     for path in submissions.glob("*.ipynb"):
         target = course / "submitted" / path.stem / lab.id / f"{lab.id}.ipynb"
         target.parent.mkdir(parents=True)
         shutil.copyfile(path, target)
-    subprocess.run([str(BIN / "nbgrader"), "generate_assignment", lab.id, "--create", "--force"],
-                   cwd=course, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [str(BIN / "nbgrader"), "generate_assignment", lab.id, "--create", "--force"],
+        cwd=course,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 def run_stock(course: Path) -> tuple[float, dict]:
     started = time.monotonic()
-    proc = subprocess.run([str(BIN / "nbgrader"), "autograde", classroom.LAB, "--create", "--force"],
-                          cwd=course, capture_output=True, text=True, timeout=3600, check=False)
+    proc = subprocess.run(
+        [str(BIN / "nbgrader"), "autograde", classroom.LAB, "--create", "--force"],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     wall = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"nbgrader autograde failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    subprocess.run([str(BIN / "nbgrader"), "export", "--to", str(course / "grades.csv")],
-                   cwd=course, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [str(BIN / "nbgrader"), "export", "--to", str(course / "grades.csv")],
+        cwd=course,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     with (course / "grades.csv").open() as fh:
         return wall, {row["student_id"]: float(row["score"]) for row in csv.DictReader(fh)}
 
@@ -105,8 +138,11 @@ def main() -> int:
         for name, nb in make_class(base, args.students).items():
             classroom.write(nb, submissions / f"{name}.ipynb")
         stock_course(classroom.COURSE, submissions, work / "stock")
-        print(f"class: {args.students} submissions of {classroom.LAB} (correct, partial, wrong, slow "
-              f"with a {SLOW_SECONDS} s cell)", flush=True)
+        print(
+            f"class: {args.students} submissions of {classroom.LAB} (correct, partial, wrong, slow "
+            f"with a {SLOW_SECONDS} s cell)",
+            flush=True,
+        )
         cpu = children_cpu_s()
         stock_s, stock = run_stock(work / "stock")
         stock_cpu, cpu = children_cpu_s() - cpu, children_cpu_s()
@@ -119,8 +155,10 @@ def main() -> int:
         for student in differ:
             print(f"score differs for {student}: rocmlab {ours.get(student)} vs nbgrader {stock.get(student)}")
         print(f"scores identical: {not differ} ({len(ours)} learners)")
-        print(f"speed-up: {stock_s / ours_s:.2f}x (target >= 1.7x on 2 cores; timings on a shared machine "
-              "are inflated by other load)")
+        print(
+            f"speed-up: {stock_s / ours_s:.2f}x (target >= 1.7x on 2 cores; timings on a shared machine "
+            "are inflated by other load)"
+        )
         return 1 if differ else 0
     finally:
         if not args.keep:

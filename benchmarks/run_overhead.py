@@ -97,7 +97,9 @@ def timed_run(root: Path, labs, jobs: int, out: Path, target) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-s", type=float, default=6.0, help="CPU seconds of work per lab (real smoke labs: 30-100 s)")
+    parser.add_argument(
+        "--work-s", type=float, default=6.0, help="CPU seconds of work per lab (real smoke labs: 30-100 s)"
+    )
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     target = local_target()
@@ -114,7 +116,9 @@ def main() -> None:
     print(f"plain python script, one lab        {plain:7.2f} s")
     print(f"bare kernel start-up                {kernel:7.2f} s")
     print(f"rocmlab run, one lab                {one:7.2f} s")
-    print(f"overhead over the script            {overhead:7.2f} s  ({overhead - kernel:+.2f} s beyond kernel start-up; target <= 3 s)")
+    print(
+        f"overhead over the script            {overhead:7.2f} s  ({overhead - kernel:+.2f} s beyond kernel start-up; target <= 3 s)"
+    )
     print(f"four labs, --jobs 1                 {serial:7.2f} s")
     print(f"four labs, --jobs 2                 {parallel:7.2f} s")
     print(f"speed-up of --jobs 2                {serial / parallel:7.2f} x  (target >= 1.6 x)")

@@ -1,7 +1,7 @@
 """Print the ids of the labs a change touches (solutions/<id>/...), space separated.
 
-    python ci/changed_labs.py origin/main                # diff of HEAD against its merge base
-    python ci/changed_labs.py origin/main --github-output labs
+python ci/changed_labs.py origin/main                # diff of HEAD against its merge base
+python ci/changed_labs.py origin/main --github-output labs
 """
 
 import argparse
@@ -15,8 +15,14 @@ LAB_PATH = re.compile(r"^solutions/([0-9]{2}-[a-z0-9-]+)/")
 
 
 def changed_files(base: str, cwd: Path | None = None) -> list[str]:
-    out = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=cwd, capture_output=True,
-                         text=True, check=True, timeout=60)
+    out = subprocess.run(
+        ["git", "diff", "--name-only", f"{base}...HEAD"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return [line for line in out.stdout.splitlines() if line]
 
 

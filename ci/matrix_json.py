@@ -15,14 +15,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from rocmlab import releases
+from rocmlab import releases  # noqa: E402 (after the sys.path setup)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=("rocm", "cpu"), default="rocm")
-    parser.add_argument("--status", action="append", choices=releases.STATUSES,
-                        help="statuses to include (repeatable; default: current)")
+    parser.add_argument(
+        "--status",
+        action="append",
+        choices=releases.STATUSES,
+        help="statuses to include (repeatable; default: current)",
+    )
     parser.add_argument("--matrix", type=Path, default=ROOT / releases.MATRIX_RELATIVE)
     parser.add_argument("--github-output", metavar="NAME", help="also append NAME=<json> to $GITHUB_OUTPUT")
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ params = {{ SCALE = 2 }}
 timeout_s = 60
 """
 
-GOOD_PY = '''\
+GOOD_PY = """\
 # %% [markdown] tags=["zh"]
 # 中文说明
 
@@ -37,7 +37,7 @@ def f(x):
 
 # %% tags=["test"] grade_id="t-1" points=1
 assert f(1) == SCALE
-'''
+"""
 
 
 @pytest.fixture
@@ -50,7 +50,9 @@ def make_course(tmp_path):
         for lab_id, (toml, py) in labs.items():
             folder = root / "solutions" / lab_id
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "lab.toml").write_text(toml if toml is not None else GOOD_TOML.format(id=lab_id), encoding="utf-8")
+            (folder / "lab.toml").write_text(
+                toml if toml is not None else GOOD_TOML.format(id=lab_id), encoding="utf-8"
+            )
             (folder / "lab.py").write_text(py if py is not None else GOOD_PY, encoding="utf-8")
         return root
 

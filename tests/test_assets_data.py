@@ -67,8 +67,9 @@ def test_kb_documents():
 
 def _write(tmp_path: Path, rows) -> Path:
     path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)
-                              for r in rows) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -102,8 +103,10 @@ def test_signals_are_seeded_and_labelled(kind):
     first = data.qc_signals(40, seed=3, kind=kind, anomaly_rate=0.6)
     second = data.qc_signals(40, seed=3, kind=kind, anomaly_rate=0.6)
     other = data.qc_signals(40, seed=4, kind=kind, anomaly_rate=0.6)
-    assert all(np.array_equal(a["data"], b["data"]) and a["label"] == b["label"]
-               and a["region"] == b["region"] for a, b in zip(first, second))
+    assert all(
+        np.array_equal(a["data"], b["data"]) and a["label"] == b["label"] and a["region"] == b["region"]
+        for a, b in zip(first, second)
+    )
     assert not all(np.array_equal(a["data"], b["data"]) for a, b in zip(first, other))
     types = data.TRACE_ANOMALIES if kind == "trace" else data.IMAGE_ANOMALIES
     ndim = 1 if kind == "trace" else 2

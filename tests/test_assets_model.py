@@ -46,15 +46,24 @@ def test_checkpoint_is_a_small_qwen2_with_the_chat_template(quick_build):
     assert model.config.tie_word_embeddings
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
     assert model.config.eos_token_id == tokenizer.eos_token_id
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "焊点发灰"}], tokenize=False,
-                                         add_generation_prompt=True)
-    assert text == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-                    "<|im_start|>user\n焊点发灰<|im_end|>\n<|im_start|>assistant\n")
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "焊点发灰"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\n焊点发灰<|im_end|>\n<|im_start|>assistant\n"
+    )
     with_system = tokenizer.apply_chat_template(
-        [{"role": "system", "content": "质检"}, {"role": "user", "content": "x"},
-         {"role": "assistant", "content": "y"}], tokenize=False)
-    assert with_system == ("<|im_start|>system\n质检<|im_end|>\n<|im_start|>user\nx<|im_end|>\n"
-                           "<|im_start|>assistant\ny<|im_end|>\n")
+        [
+            {"role": "system", "content": "质检"},
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "y"},
+        ],
+        tokenize=False,
+    )
+    assert with_system == (
+        "<|im_start|>system\n质检<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\ny<|im_end|>\n"
+    )
     sample = '主控板 BGA 区域虚焊 3 个焊点，ΔE 0.4 {"a": 1}<|im_end|>'
     raw = Tokenizer.from_file(str(path / "tokenizer.json"))
     assert tokenizer(sample).input_ids == raw.encode(sample).ids
@@ -89,9 +98,15 @@ print(json.dumps({"pid": os.getpid(), "built_by": manifest["built_by_pid"],
 
 
 def test_two_processes_building_at_once_build_once(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT, str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD_SCRIPT, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = []
     try:
         for proc in procs:
@@ -120,8 +135,9 @@ def test_load_model_from_cache(quick_build, monkeypatch):
     print(f"cached tiny-qwen-zh loaded in {elapsed:.2f} s")
     assert not model.training and next(model.parameters()).device.type == "cpu"
     assert tokenizer.eos_token == "<|im_end|>"
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "划痕"}], add_generation_prompt=True,
-                                           tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "划痕"}], add_generation_prompt=True, tokenize=False
+    )
     ids = tokenizer(prompt, return_tensors="pt")
     out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     assert out.shape[1] > ids.input_ids.shape[1]
@@ -165,7 +181,9 @@ SYSTEM = "你是质检助手。把缺陷描述转换成 JSON 质检报告。"
 def _prompt(tokenizer, row):
     return tokenizer.apply_chat_template(
         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": row["description"]}],
-        tokenize=False, add_generation_prompt=True)
+        tokenize=False,
+        add_generation_prompt=True,
+    )
 
 
 def _is_valid_report(text):
@@ -185,7 +203,7 @@ def _valid_json_rate(model, tokenizer, rows):
         for row in rows:
             enc = tokenizer(_prompt(tokenizer, row), return_tensors="pt")
             out = model.generate(**enc, max_new_tokens=160, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-            valid += _is_valid_report(tokenizer.decode(out[0, enc.input_ids.shape[1]:], skip_special_tokens=True))
+            valid += _is_valid_report(tokenizer.decode(out[0, enc.input_ids.shape[1] :], skip_special_tokens=True))
     return valid / len(rows)
 
 
@@ -194,8 +212,13 @@ def _lora_fine_tune(model, tokenizer, rows, *, steps, lr, batch_size=8, seed=0):
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(seed)
-    config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    config = LoraConfig(
+        r=16,
+        lora_alpha=32,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
     model = get_peft_model(model, config)
     examples = []
     for row in rows:
@@ -247,8 +270,15 @@ def test_tokenizer_config_loads_in_both_transformers_generations(tmp_path):
     from rocmlab.assets.tiny_model import make_tokenizer_config_portable
 
     path = tmp_path / "tokenizer_config.json"
-    path.write_text(json.dumps({"tokenizer_class": "TokenizersBackend", "extra_special_tokens": ["<|im_start|>"],
-                                "eos_token": "<|im_end|>"}))
+    path.write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "TokenizersBackend",
+                "extra_special_tokens": ["<|im_start|>"],
+                "eos_token": "<|im_end|>",
+            }
+        )
+    )
     make_tokenizer_config_portable(path)
     config = json.loads(path.read_text())
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"

@@ -35,7 +35,10 @@ def test_offline_error_lists_what_was_tried_and_the_fetch_command(empty_hf_cache
     assert f"Hugging Face cache {empty_hf_cache}: not cached" in message
     assert "skipped: HF_HUB_OFFLINE is set" in message
     assert f"rocmlab assets fetch {REPO} --mirror" in message
-    assert [source for source, _ in info.value.attempts][:2] == [f"local path {REPO}", f"Hugging Face cache {empty_hf_cache}"]
+    assert [source for source, _ in info.value.attempts][:2] == [
+        f"local path {REPO}",
+        f"Hugging Face cache {empty_hf_cache}",
+    ]
 
 
 def test_unreachable_mirror_is_reported(empty_hf_cache, monkeypatch):

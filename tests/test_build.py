@@ -1,10 +1,10 @@
 import json
 
 import pytest
+from conftest import GOOD_PY
 
 from rocmlab.build import build, drift
 from rocmlab.catalog import LabError, discover
-from conftest import GOOD_PY
 
 
 def test_build_writes_student_notebooks_without_solutions(make_course):
@@ -24,8 +24,10 @@ def test_build_writes_student_notebooks_without_solutions(make_course):
 
 
 def test_hidden_tests_never_reach_students(make_course):
-    py = GOOD_PY.replace("assert f(1) == SCALE",
-                         "assert f(1) == SCALE\n### BEGIN HIDDEN TESTS\nassert f(12345) == 12345 * SCALE\n### END HIDDEN TESTS")
+    py = GOOD_PY.replace(
+        "assert f(1) == SCALE",
+        "assert f(1) == SCALE\n### BEGIN HIDDEN TESTS\nassert f(12345) == 12345 * SCALE\n### END HIDDEN TESTS",
+    )
     root = make_course({"01-demo": (None, py)})
     build(root, discover(root), ["en"], root / "labs", progress=lambda _m: None)
     text = (root / "labs" / "en" / "01-demo" / "01-demo.ipynb").read_text()

@@ -12,11 +12,14 @@ from rocmlab.build import build, profile_assignments, profile_out
 from rocmlab.catalog import LabError, discover
 from rocmlab.cli import main
 
-GPU_TOML = GOOD_TOML + """
+GPU_TOML = (
+    GOOD_TOML
+    + """
 [profiles.gpu]
 params = {{ SCALE = 7, NAMES = ["a", "b"], RATE = 5e-3, FLAG = true }}
 timeout_s = 600
 """
+)
 GPU_PY_EXTRA = 'NAMES = ["x"]\nRATE = 0.5\nFLAG = False\n'
 
 
@@ -36,8 +39,12 @@ def parameters_cell(nb):
 
 def run_cell(source: str) -> dict:
     """The values a parameters cell assigns (the last assignment of a name wins, as when it runs)."""
-    return {target.id: ast.literal_eval(node.value)
-            for node in ast.parse(source).body if isinstance(node, ast.Assign) for target in node.targets}
+    return {
+        target.id: ast.literal_eval(node.value)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+    }
 
 
 def test_the_parameters_cell_sets_the_profiles_values_after_the_defaults(make_course, tmp_path):

@@ -1,7 +1,7 @@
 import pytest
+from conftest import GOOD_TOML
 
 from rocmlab.catalog import LabError, discover, select
-from conftest import GOOD_TOML
 
 
 def write_toml(make_course, text, lab_id="01-demo"):
@@ -17,19 +17,25 @@ def test_discovers_and_types_a_valid_lab(make_course):
     assert smoke.requires.gpus == 0
 
 
-@pytest.mark.parametrize("mutation, message", [
-    (lambda t: t.replace('version = "1.0.0"', 'version = "1.0"'), "field version: expected a semantic version"),
-    (lambda t: t.replace('minutes = 10', 'minutes = "ten"'), "field minutes: expected a positive integer"),
-    (lambda t: t.replace('minutes = 10\n', ''), "missing field minutes"),
-    (lambda t: t.replace('en = "Test"', 'fr = "Test"'), "field title: expected a table with non-empty zh and en"),
-    (lambda t: t.replace('timeout_s = 60', 'timeout = 60'), "unknown field profiles.smoke.timeout"),
-    (lambda t: t.replace('[profiles.smoke]', '[profiles.huge]'), "unknown profile profiles.huge"),
-    (lambda t: 'color = "red"\n' + t, "unknown field color"),
-    (lambda t: t.replace('timeout_s = 60', 'timeout_s = 60\ncell_timeout_s = 90'), "cell_timeout_s: expected a positive integer no larger than timeout_s"),
-    (lambda t: t + '[profiles.gpu]\ntimeout_s = 10\nrequires = { gpus = -1 }\n', "profiles.gpu.requires.gpus"),
-    (lambda t: t.replace('id = "01-demo"', 'id = "01-other"'), "field id: expected the folder name '01-demo'"),
-    (lambda t: t.replace('minutes = 10', 'minutes = ['), "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "mutation, message",
+    [
+        (lambda t: t.replace('version = "1.0.0"', 'version = "1.0"'), "field version: expected a semantic version"),
+        (lambda t: t.replace("minutes = 10", 'minutes = "ten"'), "field minutes: expected a positive integer"),
+        (lambda t: t.replace("minutes = 10\n", ""), "missing field minutes"),
+        (lambda t: t.replace('en = "Test"', 'fr = "Test"'), "field title: expected a table with non-empty zh and en"),
+        (lambda t: t.replace("timeout_s = 60", "timeout = 60"), "unknown field profiles.smoke.timeout"),
+        (lambda t: t.replace("[profiles.smoke]", "[profiles.huge]"), "unknown profile profiles.huge"),
+        (lambda t: 'color = "red"\n' + t, "unknown field color"),
+        (
+            lambda t: t.replace("timeout_s = 60", "timeout_s = 60\ncell_timeout_s = 90"),
+            "cell_timeout_s: expected a positive integer no larger than timeout_s",
+        ),
+        (lambda t: t + "[profiles.gpu]\ntimeout_s = 10\nrequires = { gpus = -1 }\n", "profiles.gpu.requires.gpus"),
+        (lambda t: t.replace('id = "01-demo"', 'id = "01-other"'), "field id: expected the folder name '01-demo'"),
+        (lambda t: t.replace("minutes = 10", "minutes = ["), "not valid TOML"),
+    ],
+)
 def test_bad_lab_toml_names_file_and_field(make_course, mutation, message):
     root = write_toml(make_course, mutation(GOOD_TOML.format(id="01-demo")))
     with pytest.raises(LabError) as err:

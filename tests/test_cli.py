@@ -2,8 +2,9 @@ import json
 import subprocess
 import sys
 
-from rocmlab.cli import main
 from conftest import GOOD_PY
+
+from rocmlab.cli import main
 
 
 def test_list_json(make_course, capsys):

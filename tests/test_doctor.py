@@ -8,7 +8,7 @@ import pytest
 from rocmlab import doctor, probes
 
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
-NO_MATRIX = Path("/nonexistent/matrix.toml")     # pin the built-in release table
+NO_MATRIX = Path("/nonexistent/matrix.toml")  # pin the built-in release table
 
 
 def report_for(name, matrix=NO_MATRIX):
@@ -22,18 +22,39 @@ def statuses(report):
     return out
 
 
-@pytest.mark.parametrize("name, worst, expected", [
-    ("mi300x-node", "ok", {"driver": "ok", "gpus": "ok", "access": "ok", "torch": "ok", "torch-arch": "ok",
-                           "iommu": "ok", "numa": "ok", "nccl-env": "ok"}),
-    ("mi250x-rocm57", "warn", {"rocm": "warn", "iommu": "warn", "numa": "warn", "torch-arch": "ok",
-                               "visible-devices": "ok"}),
-    ("rx7900xtx-desktop", "ok", {"driver": "ok", "torch-arch": "ok", "iommu": "skip"}),
-    ("no-render-group", "fail", {"access": "fail", "torch": "fail", "gpus": "ok"}),
-    ("wheel-lacks-arch", "fail", {"torch-arch": "fail", "hsa-override": "warn", "disk": "warn",
-                                  "gpu-support": "warn"}),
-    ("cuda-h100", "warn", {"driver": "ok", "torch": "ok", "torch-arch": "ok", "rocm": "skip", "nccl-env": "warn"}),
-    ("cpu-only", "warn", {"gpus": "warn", "torch": "ok", "access": "skip", "torch-arch": "skip"}),
-])
+@pytest.mark.parametrize(
+    "name, worst, expected",
+    [
+        (
+            "mi300x-node",
+            "ok",
+            {
+                "driver": "ok",
+                "gpus": "ok",
+                "access": "ok",
+                "torch": "ok",
+                "torch-arch": "ok",
+                "iommu": "ok",
+                "numa": "ok",
+                "nccl-env": "ok",
+            },
+        ),
+        (
+            "mi250x-rocm57",
+            "warn",
+            {"rocm": "warn", "iommu": "warn", "numa": "warn", "torch-arch": "ok", "visible-devices": "ok"},
+        ),
+        ("rx7900xtx-desktop", "ok", {"driver": "ok", "torch-arch": "ok", "iommu": "skip"}),
+        ("no-render-group", "fail", {"access": "fail", "torch": "fail", "gpus": "ok"}),
+        (
+            "wheel-lacks-arch",
+            "fail",
+            {"torch-arch": "fail", "hsa-override": "warn", "disk": "warn", "gpu-support": "warn"},
+        ),
+        ("cuda-h100", "warn", {"driver": "ok", "torch": "ok", "torch-arch": "ok", "rocm": "skip", "nccl-env": "warn"}),
+        ("cpu-only", "warn", {"gpus": "warn", "torch": "ok", "access": "skip", "torch-arch": "skip"}),
+    ],
+)
 def test_recorded_machines(name, worst, expected):
     report = report_for(name)
     assert report["worst"] == worst
@@ -83,31 +104,39 @@ def test_parse_amdsmi_static_and_version():
     gpus = probes.parse_amdsmi_static((MACHINES / "mi300x-node" / "amd-smi-static.txt").read_text())
     assert len(gpus) == 8 and gpus[7]["gpu"] == 7
     assert gpus[0]["target_graphics_version"] == "gfx942" and gpus[0]["num_compute_units"] == "304"
-    version = probes.parse_amdsmi_version("AMDSMI Tool: 26.2.2+7f | AMDSMI Library version: 26.2.2 | ROCm version: 7.2.4")
+    version = probes.parse_amdsmi_version(
+        "AMDSMI Tool: 26.2.2+7f | AMDSMI Library version: 26.2.2 | ROCm version: 7.2.4"
+    )
     assert version == {"tool": "26.2.2+7f", "library": "26.2.2", "rocm": "7.2.4"}
 
 
-@pytest.mark.parametrize("device, built, ok", [
-    ("gfx90a:sramecc+:xnack-", "gfx90a", True),
-    ("gfx90a:sramecc+:xnack-", "gfx90a:xnack-", True),
-    ("gfx90a:sramecc+:xnack-", "gfx90a:xnack+", False),
-    ("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-", "gfx942", True),
-    ("gfx1100", "gfx1101", False),
-    ("gfx1201", "gfx120", False),
-])
+@pytest.mark.parametrize(
+    "device, built, ok",
+    [
+        ("gfx90a:sramecc+:xnack-", "gfx90a", True),
+        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack-", True),
+        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack+", False),
+        ("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-", "gfx942", True),
+        ("gfx1100", "gfx1101", False),
+        ("gfx1201", "gfx120", False),
+    ],
+)
 def test_target_compatible(device, built, ok):
     assert probes.target_compatible(device, built) is ok
 
 
-@pytest.mark.parametrize("env, visible, problem", [
-    ({}, [0, 1, 2, 3], False),
-    ({"ROCR_VISIBLE_DEVICES": "2,3"}, [2, 3], False),
-    ({"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"}, [3], False),
-    ({"HIP_VISIBLE_DEVICES": "3,0"}, [3, 0], False),
-    ({"CUDA_VISIBLE_DEVICES": "1"}, [1], False),
-    ({"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"}, [], True),
-    ({"HIP_VISIBLE_DEVICES": "0,7,1"}, [0], True),
-])
+@pytest.mark.parametrize(
+    "env, visible, problem",
+    [
+        ({}, [0, 1, 2, 3], False),
+        ({"ROCR_VISIBLE_DEVICES": "2,3"}, [2, 3], False),
+        ({"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"}, [3], False),
+        ({"HIP_VISIBLE_DEVICES": "3,0"}, [3, 0], False),
+        ({"CUDA_VISIBLE_DEVICES": "1"}, [1], False),
+        ({"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"}, [], True),
+        ({"HIP_VISIBLE_DEVICES": "0,7,1"}, [0], True),
+    ],
+)
 def test_visible_devices(env, visible, problem):
     got, problems = doctor.visible_devices(4, env)
     assert got == visible and bool(problems) is problem
@@ -142,13 +171,17 @@ def test_release_table_read_from_matrix_with_fallback(tmp_path):
     releases, source = doctor.load_releases(matrix)
     assert releases == [{"rocm": "6.4.4", "gpu_targets": ["gfx942"]}] and source == str(matrix)
     got = statuses(report_for("rx7900xtx-desktop", matrix=matrix))
-    assert got["gpu-support"] == "warn"            # gfx1100 is not in this one-entry matrix
+    assert got["gpu-support"] == "warn"  # gfx1100 is not in this one-entry matrix
     matrix.write_text("not = [valid toml")
     assert doctor.load_releases(matrix) == (doctor.BUILTIN_RELEASES, "built-in table")
 
 
 def test_release_for_picks_newest_not_newer():
-    releases = [{"rocm": "6.2", "gpu_targets": []}, {"rocm": "6.4", "gpu_targets": []}, {"rocm": "7.0", "gpu_targets": []}]
+    releases = [
+        {"rocm": "6.2", "gpu_targets": []},
+        {"rocm": "6.4", "gpu_targets": []},
+        {"rocm": "7.0", "gpu_targets": []},
+    ]
     assert doctor.release_for("6.4.4-129", releases)["rocm"] == "6.4"
     assert doctor.release_for("6.3.1", releases)["rocm"] == "6.2"
     assert doctor.release_for("5.7.1", releases) is None
@@ -157,6 +190,7 @@ def test_release_for_picks_newest_not_newer():
 def test_a_broken_check_becomes_a_warning(monkeypatch):
     def broken(machine, facts, releases):
         raise KeyError("boom")
+
     monkeypatch.setattr(doctor, "CHECKS", [doctor.check_os, broken])
     report = report_for("mi300x-node")
     assert report["worst"] == "warn" and "KeyError" in report["findings"][-1]["detail"]
@@ -195,7 +229,7 @@ def test_live_machine_report_is_well_formed():
 
 def test_vendor_follows_the_gpu_torch_uses():
     cuda_torch = {"importable": True, "hip": None, "cuda": "12.8", "devices": [{"name": "NVIDIA RTX 4090"}]}
-    mixed = doctor.Facts(amd_driver=True, nvidia_driver=True, torch=cuda_torch)   # AMD iGPU + NVIDIA card
+    mixed = doctor.Facts(amd_driver=True, nvidia_driver=True, torch=cuda_torch)  # AMD iGPU + NVIDIA card
     assert mixed.vendor == "nvidia"
     assert doctor.Facts(amd_driver=True, torch={"importable": True, "hip": None, "cuda": None}).vendor == "amd"
     assert doctor.Facts(nvidia_driver=True).vendor == "nvidia" and doctor.Facts().vendor is None

@@ -97,9 +97,9 @@ def test_labs_dependencies_count_but_dev_extras_do_not(course, monkeypatch):
     environments.create("cpu-current", root=course, log=lambda *_: None)
     pyproject = course / "pyproject.toml"
     text = pyproject.read_text()
-    pyproject.write_text(text.replace('dev = [', 'dev = ["some-linter>=1", '))
+    pyproject.write_text(text.replace("dev = [", 'dev = ["some-linter>=1", '))
     assert environments.python_for("cpu-current", root=course)
-    pyproject.write_text(text.replace('labs = [', 'labs = ["some-lab-package>=1", '))
+    pyproject.write_text(text.replace("labs = [", 'labs = ["some-lab-package>=1", '))
     with pytest.raises(EnvError, match="out of date"):
         environments.python_for("cpu-current", root=course)
 
@@ -109,8 +109,11 @@ def test_pin_that_did_not_hold_is_an_error(course, monkeypatch):
     monkeypatch.setattr(environments, "_check_versions", REAL_CHECK_VERSIONS)
 
     def wrong_versions(cmd, capture_output, text, timeout, check):
-        return type("R", (), {"returncode": 0, "stdout": json.dumps({"torch": "2.13.0+cpu",
-                                                                     "transformers": "4.57.5"}), "stderr": ""})()
+        return type(
+            "R",
+            (),
+            {"returncode": 0, "stdout": json.dumps({"torch": "2.13.0+cpu", "transformers": "4.57.5"}), "stderr": ""},
+        )()
 
     monkeypatch.setattr(environments.subprocess, "run", wrong_versions)
     with pytest.raises(EnvError, match="transformers is 4.57.5 after install, pinned 4.57.6"):
@@ -159,7 +162,7 @@ def test_dockerfile_per_install_method():
     assert "FROM python:3.12-slim-bookworm" in multiarch and "ARG GFX=gfx90a" in multiarch
     assert '"torch[device-${GFX}]==2.12.0+rocm7.14.0"' in multiarch
     wheel = environments.render_dockerfile(entry("rocm-6.4"))
-    assert "--index-url https://download.pytorch.org/whl/rocm6.4 \"torch==2.8.0+rocm6.4\"" in wheel
+    assert '--index-url https://download.pytorch.org/whl/rocm6.4 "torch==2.8.0+rocm6.4"' in wheel
     image = environments.render_dockerfile(entry("rocm-7.2"))
     assert image.splitlines()[6].startswith("FROM rocm/pytorch:rocm7.2.4_")
     for text, name in ((multiarch, "rocm-7.14"), (wheel, "rocm-6.4"), (image, "rocm-7.2")):
@@ -177,8 +180,10 @@ def test_drifted_dockerfile_is_reported_and_rewritten(course):
 
 def test_install_recipe_has_the_exact_commands():
     recipe = environments.install_recipe(entry("rocm-7.14"))
-    assert ('.envs/rocm-7.14/bin/pip install "torch[device-gfx90a]==2.12.0+rocm7.14.0" '
-            "--index-url https://repo.amd.com/rocm/whl-multi-arch/") in recipe
+    assert (
+        '.envs/rocm-7.14/bin/pip install "torch[device-gfx90a]==2.12.0+rocm7.14.0" '
+        "--index-url https://repo.amd.com/rocm/whl-multi-arch/"
+    ) in recipe
     assert "docker build -f env/docker/rocm-7.14.Dockerfile" in recipe
     assert "docker pull rocm/pytorch:rocm7.2.4_" in environments.install_recipe(entry("rocm-7.2"))
 

@@ -19,8 +19,15 @@ def notebook(folder, name, *sources):
 
 
 def spec(folder, path, timeout_s=60, **extra_env):
-    return Spec(input=str(path), output=str(folder / "out" / path.name), cwd=str(folder / "work"),
-                parameters={}, cell_timeout_s=30, timeout_s=timeout_s, extra_env=extra_env)
+    return Spec(
+        input=str(path),
+        output=str(folder / "out" / path.name),
+        cwd=str(folder / "work"),
+        parameters={},
+        cell_timeout_s=30,
+        timeout_s=timeout_s,
+        extra_env=extra_env,
+    )
 
 
 def printed(folder, path):

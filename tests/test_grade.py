@@ -187,8 +187,12 @@ def test_trusted_names_come_from_the_source_tests(source):
 
 
 def _error(line, ename="AssertionError", evalue="boom"):
-    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                  traceback=["\x1b[0;31m---\x1b[0m", f"Cell \x1b[0;32mIn[7], line {line}\x1b[0m", "x"])
+    return nbformat.v4.new_output(
+        "error",
+        ename=ename,
+        evalue=evalue,
+        traceback=["\x1b[0;31m---\x1b[0m", f"Cell \x1b[0;32mIn[7], line {line}\x1b[0m", "x"],
+    )
 
 
 def test_failure_on_a_visible_line_shows_its_message(source):
@@ -219,8 +223,10 @@ def test_tests_that_never_ran_get_an_error(source):
 
 def test_feedback_names_hidden_failures_in_the_learners_language(lab):
     result = StudentResult("ann", "ann.ipynb", lang="zh", score=2, max_score=5, flags=["tampered"])
-    result.tests = [GradedTest("01-grade-sum", 2, 2, True), GradedTest("01-grade-norm", 3, 0, False, hidden_failed=True,
-                                                                        message="hidden-norm-secret")]
+    result.tests = [
+        GradedTest("01-grade-sum", 2, 2, True),
+        GradedTest("01-grade-norm", 3, 0, False, hidden_failed=True, message="hidden-norm-secret"),
+    ]
     page = feedback_html(lab, result)
     assert "评分反馈" in page and "隐藏测试未通过" in page and "01-grade-norm" in page
     assert "hidden-norm-secret" not in page and "测试单元被改动" in page
@@ -256,8 +262,10 @@ def test_copied_answer_cell_becomes_plain_code_without_a_flag(student, source):
 
 
 def test_malformed_cell_is_invalid_not_a_crash(tmp_path, lab):
-    text = '{"nbformat": 4, "nbformat_minor": 5, "metadata": {"rocmlab": {"id": "01-grade", "version": "1.1.0"}}, ' \
-           '"cells": [{"id": "c1", "cell_type": "weird", "source": 3, "metadata": {}}]}'
+    text = (
+        '{"nbformat": 4, "nbformat_minor": 5, "metadata": {"rocmlab": {"id": "01-grade", "version": "1.1.0"}}, '
+        '"cells": [{"id": "c1", "cell_type": "weird", "source": 3, "metadata": {}}]}'
+    )
     nb, result = _load(tmp_path, lab, text)
     assert nb is None and result.flags == ["invalid"]
 

@@ -34,7 +34,9 @@ def _run_cells(sources, limits, hide=(), timeout_s=60):
         source = run.private / "in.ipynb"
         nbformat.write(nb, str(source))
         executed, _ = run.execute(source, run.private / "out.ipynb", {}, 20, timeout_s)
-        return ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream") for c in executed.cells]
+        return [
+            "".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream") for c in executed.cells
+        ]
     finally:
         run.cleanup()
         sandbox.close()
@@ -43,9 +45,11 @@ def _run_cells(sources, limits, hide=(), timeout_s=60):
 @pytest.fixture(scope="module")
 def process_limit_holds():
     """A kernel limited to 40 processes (threads count) cannot start 60 sleepers."""
-    spawn = ("import subprocess\nprocs = []\ntry:\n    for _ in range(60):\n"
-             "        procs.append(subprocess.Popen(['sleep', '30']))\nexcept OSError:\n    pass\n"
-             "print('started', len(procs))\nfor p in procs:\n    p.kill()")
+    spawn = (
+        "import subprocess\nprocs = []\ntry:\n    for _ in range(60):\n"
+        "        procs.append(subprocess.Popen(['sleep', '30']))\nexcept OSError:\n    pass\n"
+        "print('started', len(procs))\nfor p in procs:\n    p.kill()"
+    )
     out = _run_cells([spawn], Limits(max_processes=40))
     started = int(out[0].split()[-1])
     assert 0 < started < 40, out
@@ -98,14 +102,31 @@ def graded(tmp_path_factory, listener, process_limit_holds):
     secrets = {"solution": lab.source, "gradebook": out / "course" / "gradebook.db"}
     entries = {**classroom.regular_class(base), **classroom.adversarial_class(base, secrets, listener[0])}
     classroom.write_class(entries, work / "submitted")
-    results = grade_class(root, lab, find_submissions(work / "submitted", lab.id), out, jobs=2,
-                          progress=lambda _m: None)
+    results = grade_class(
+        root, lab, find_submissions(work / "submitted", lab.id), out, jobs=2, progress=lambda _m: None
+    )
     return {r.student: r for r in results}, entries, out, lab
 
 
-EXPECTED = ["correct", "partial", "wrong", "unanswered", "loops_forever", "allocates_50gb", "network",
-            "rewrites_test", "deletes_test", "duplicates_test", "monkeypatches", "reads_secrets",
-            "prints_100mb", "invalid_json", "other_lab", "exits_kernel", "old_version"]
+EXPECTED = [
+    "correct",
+    "partial",
+    "wrong",
+    "unanswered",
+    "loops_forever",
+    "allocates_50gb",
+    "network",
+    "rewrites_test",
+    "deletes_test",
+    "duplicates_test",
+    "monkeypatches",
+    "reads_secrets",
+    "prints_100mb",
+    "invalid_json",
+    "other_lab",
+    "exits_kernel",
+    "old_version",
+]
 
 
 @pytest.mark.parametrize("name", EXPECTED)
@@ -113,7 +134,11 @@ def test_each_submission_gets_what_it_earned_and_its_flags(graded, name):
     results, entries, _, _ = graded
     _, score, flags = entries[name]
     result = results[name]
-    assert result.score == score, (result.flags, result.notes, [(t.grade_id, t.points, t.message) for t in result.tests])
+    assert result.score == score, (
+        result.flags,
+        result.notes,
+        [(t.grade_id, t.points, t.message) for t in result.tests],
+    )
     assert set(flags) <= set(result.flags), result.flags
     if not flags:
         assert not {"tampered", "monkeypatched", "invalid", "wrong_lab"} & set(result.flags)

@@ -28,8 +28,20 @@ def test_regrading_a_class_is_idempotent(tmp_path, capsys):
     classroom.write_class(entries, tmp_path / "course" / "submitted", layout="nbgrader")
     db = tmp_path / "books" / "gradebook.db"
     db.parent.mkdir()
-    argv = ["--root", str(classroom.COURSE), "grade", "01", "--submissions", str(tmp_path / "course"),
-            "--jobs", "2", "--gradebook", f"sqlite:///{db}", "--out", str(tmp_path / "out")]
+    argv = [
+        "--root",
+        str(classroom.COURSE),
+        "grade",
+        "01",
+        "--submissions",
+        str(tmp_path / "course"),
+        "--jobs",
+        "2",
+        "--gradebook",
+        f"sqlite:///{db}",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 0
     first = gradebook_rows(db)
     assert first == [("correct", 5.0, 2), ("partial", 2.0, 2)]

@@ -96,8 +96,13 @@ def test_without_root_powers_the_limits_still_apply():
     sandbox = Sandbox(Limits(memory_mb=2048), slots=1, isolate=False, switch_user=False)
     run = sandbox.new_run(0, 20)
     try:
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-            "import os, resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20, os.getuid() == os.geteuid())")])
+        nb = nbformat.v4.new_notebook(
+            cells=[
+                nbformat.v4.new_code_cell(
+                    "import os, resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20, os.getuid() == os.geteuid())"
+                )
+            ]
+        )
         source = run.private / "in.ipynb"
         nbformat.write(nb, str(source))
         executed, outcome = run.execute(source, run.private / "out.ipynb", {}, 20, 60)

@@ -19,7 +19,7 @@ ROOT = find_root(Path(__file__).parent)
 HUB_DIR = ROOT / "env" / "jupyterhub"
 FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
 sys.path.insert(0, str(HUB_DIR))
-import rocmlab_spawner
+import rocmlab_spawner  # noqa: E402 (after the sys.path setup)
 
 HUB_VARIABLES = [name for name in os.environ if name.startswith("ROCMLAB_")]
 
@@ -40,8 +40,16 @@ def hub_config(monkeypatch, tmp_path, **variables):
 
 
 def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
-    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_IP="0.0.0.0", ROCMLAB_HUB_PORT=8123,
-                   ROCMLAB_HUB_PASSWORD="s3cret", ROCMLAB_HUB_INSTRUCTORS="ann,bob", ROCMLAB_HUB_LABS="01-rocm-setup")
+    c = hub_config(
+        monkeypatch,
+        tmp_path,
+        ROCMLAB_HUB_MODE="demo",
+        ROCMLAB_HUB_IP="0.0.0.0",
+        ROCMLAB_HUB_PORT=8123,
+        ROCMLAB_HUB_PASSWORD="s3cret",
+        ROCMLAB_HUB_INSTRUCTORS="ann,bob",
+        ROCMLAB_HUB_LABS="01-rocm-setup",
+    )
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8123"
     assert c.JupyterHub.authenticator_class == "shared-password"
     assert c.SharedPasswordAuthenticator.user_password == "s3cret"
@@ -54,8 +62,14 @@ def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
 
 
 def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
-    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_IP="10.0.0.5", ROCMLAB_HUB_MEM_LIMIT="6G",
-                   ROCMLAB_HUB_INSTRUCTOR_GROUP="teachers", ROCMLAB_HUB_LEARNER_GROUP="class")
+    c = hub_config(
+        monkeypatch,
+        tmp_path,
+        ROCMLAB_HUB_IP="10.0.0.5",
+        ROCMLAB_HUB_MEM_LIMIT="6G",
+        ROCMLAB_HUB_INSTRUCTOR_GROUP="teachers",
+        ROCMLAB_HUB_LEARNER_GROUP="class",
+    )
     assert c.JupyterHub.bind_url == "http://10.0.0.5:8000"
     assert c.JupyterHub.authenticator_class == "pam"
     assert c.PAMAuthenticator.allowed_groups == {"class", "teachers"}
@@ -91,17 +105,28 @@ def test_state_is_private_and_the_exchange_shared(monkeypatch, tmp_path):
 
 
 def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
-    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_CULL_IDLE_S=0, ROCMLAB_HUB_KERNEL_IDLE_S=0,
-                   ROCMLAB_HUB_ADMIN_TOKEN="abc", ROCMLAB_HUB_MEM_LIMIT=0)
+    c = hub_config(
+        monkeypatch,
+        tmp_path,
+        ROCMLAB_HUB_CULL_IDLE_S=0,
+        ROCMLAB_HUB_KERNEL_IDLE_S=0,
+        ROCMLAB_HUB_ADMIN_TOKEN="abc",
+        ROCMLAB_HUB_MEM_LIMIT=0,
+    )
     assert [s["name"] for s in c.JupyterHub.services] == ["rocmlab-admin"]
     assert c.JupyterHub.services[0]["api_token"] == "abc"
     assert "tokens" in c.JupyterHub.load_roles[0]["scopes"]
     assert c.Spawner.args == [] and c.Spawner.mem_limit is None
 
 
-@pytest.mark.parametrize("name, value, expected", [("ROCMLAB_HUB_MODE", "open", "server or demo"),
-                                                   ("ROCMLAB_HUB_LANG", "fr", "en or zh"),
-                                                   ("ROCMLAB_HUB_CULL_IDLE_S", "soon", "whole number")])
+@pytest.mark.parametrize(
+    "name, value, expected",
+    [
+        ("ROCMLAB_HUB_MODE", "open", "server or demo"),
+        ("ROCMLAB_HUB_LANG", "fr", "en or zh"),
+        ("ROCMLAB_HUB_CULL_IDLE_S", "soon", "whole number"),
+    ],
+)
 def test_bad_settings_are_named(monkeypatch, tmp_path, name, value, expected):
     with pytest.raises(Exception, match=expected) as info:
         hub_config(monkeypatch, tmp_path, **{name: value})
@@ -112,8 +137,15 @@ def test_bad_settings_are_named(monkeypatch, tmp_path, name, value, expected):
 
 
 def test_nbgrader_sees_each_demo_learner_as_its_own_student(monkeypatch, tmp_path):
-    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_ROOT=ROOT, ROCMLAB_EXCHANGE=tmp_path,
-             ROCMLAB_HUB_ROLE="learner", ROCMLAB_STUDENT_ID="learner2", ROCMLAB_HUB_MODE="demo")
+    c = load(
+        HUB_DIR / "nbgrader_config.py",
+        monkeypatch,
+        ROCMLAB_ROOT=ROOT,
+        ROCMLAB_EXCHANGE=tmp_path,
+        ROCMLAB_HUB_ROLE="learner",
+        ROCMLAB_STUDENT_ID="learner2",
+        ROCMLAB_HUB_MODE="demo",
+    )
     assert c.CourseDirectory.student_id == "learner2"
     assert c.CourseDirectory.course_id == "rocmlab" and c.Exchange.root == str(tmp_path)
     assert c.Exchange.path_includes_course is True
@@ -123,8 +155,12 @@ def test_nbgrader_sees_each_demo_learner_as_its_own_student(monkeypatch, tmp_pat
 
 
 def test_nbgrader_gives_instructors_their_course_root(monkeypatch, tmp_path):
-    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor",
-             ROCMLAB_COURSE_ROOT=tmp_path / "course")
+    c = load(
+        HUB_DIR / "nbgrader_config.py",
+        monkeypatch,
+        ROCMLAB_HUB_ROLE="instructor",
+        ROCMLAB_COURSE_ROOT=tmp_path / "course",
+    )
     assert c.CourseDirectory.root == str(tmp_path / "course")
     assert c.CourseDirectory.db_url == f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}"
     assert "student_id" not in c.CourseDirectory and "check_owner" not in c.ExchangeCollect
@@ -147,16 +183,26 @@ def user(name: str, *groups: str):
 
 
 def demo_spawner(tmp_path, name="learner1", *groups, **traits):
-    traits = {"course_repo": str(ROOT), "labs": ["01-rocm-setup"], "exchange_root": str(tmp_path / "x"),
-              "cmd": [str(Path(sys.executable).parent / "jupyterhub-singleuser")], **traits}
+    traits = {
+        "course_repo": str(ROOT),
+        "labs": ["01-rocm-setup"],
+        "exchange_root": str(tmp_path / "x"),
+        "cmd": [str(Path(sys.executable).parent / "jupyterhub-singleuser")],
+        **traits,
+    }
     return rocmlab_spawner.DemoCourseSpawner(user=user(name, *groups), home_dir=str(tmp_path / name), **traits)
 
 
 def test_the_spawner_limits_are_set_in_the_child(tmp_path):
     spawner = demo_spawner(tmp_path, mem_limit="1G")
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
-    out = subprocess.run([sys.executable, "-c", probe], preexec_fn=spawner.make_preexec_fn("learner1"),
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        preexec_fn=spawner.make_preexec_fn("learner1"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(out.stdout) == 2**30
     assert (tmp_path / "learner1").is_dir()  # the demo spawner's own preexec still ran
 
@@ -170,20 +216,32 @@ def _has_nobody() -> bool:
         return False
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not _has_nobody(), reason="switching to another Unix user needs root "
-                    "and a `nobody` account")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _has_nobody(), reason="switching to another Unix user needs root and a `nobody` account"
+)
 def test_real_accounts_run_as_the_user_with_the_limits():
     spawner = rocmlab_spawner.CourseSpawner(user=user("nobody"), mem_limit="2G", max_processes=50)
-    out = subprocess.run(["/bin/bash", "-c", "id -un; ulimit -v; ulimit -u"], preexec_fn=spawner.make_preexec_fn("nobody"),
-                         cwd="/", capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["/bin/bash", "-c", "id -un; ulimit -v; ulimit -u"],
+        preexec_fn=spawner.make_preexec_fn("nobody"),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["nobody", str(2 * 2**20), "50"]
 
 
 def test_the_process_limit_reaches_the_child_only():
     before = resource.getrlimit(resource.RLIMIT_NPROC)
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])"
-    out = subprocess.run([sys.executable, "-c", probe], preexec_fn=lambda: rocmlab_spawner.limit_resources(0, 300),
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        preexec_fn=lambda: rocmlab_spawner.limit_resources(0, 300),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(out.stdout) == 300
     assert resource.getrlimit(resource.RLIMIT_NPROC) == before
 
@@ -230,8 +288,9 @@ def test_the_nbgrader_config_collects_with_the_owner_check(monkeypatch):
     assert issubclass(rocmlab_exchange.OwnerCheckedCollect, ExchangeCollect)
 
 
-needs_root_and_nobody = pytest.mark.skipif(os.geteuid() != 0 or not _has_nobody(), reason="changing owners needs "
-                                           "root and a `nobody` account")
+needs_root_and_nobody = pytest.mark.skipif(
+    os.geteuid() != 0 or not _has_nobody(), reason="changing owners needs root and a `nobody` account"
+)
 
 
 def _submission(inbound: Path, student: str, day: int, owner: str) -> Path:
@@ -335,7 +394,7 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
     messages = []
     folder, labs = hub.delivered_labs(root, tmp_path / "data", "en", ["01", "02"], "gpu", progress=messages.append)
     assert folder == tmp_path / "data" / "labs-gpu" / "en" and labs == ["01-demo"]
-    assert 'SCALE = 9' in (folder / "01-demo" / "01-demo.ipynb").read_text()
+    assert "SCALE = 9" in (folder / "01-demo" / "01-demo.ipynb").read_text()
     assert any("02-smoke-only" in m and "[profiles.gpu]" in m for m in messages)
     with pytest.raises(hub.HubError, match="--profile"):
         hub.delivered_labs(root, tmp_path / "data", "en", ["01"], "multi-gpu")
@@ -391,8 +450,9 @@ def test_demo_environment_is_loopback_on_free_ports(tmp_path):
     assert env["ROCMLAB_HUB_ID"] and env["ROCMLAB_HUB_PROXY"] == "/bin/true"
     assert env["ROCMLAB_HUB_LABS_DIR"] == str(ROOT / "labs" / "en")
     rendered = tmp_path / "labs-gpu" / "en"
-    assert hub.hub_environment(ROOT, tmp_path, demo=True, port=1, proxy=Path("/bin/true"),
-                               labs_dir=rendered)["ROCMLAB_HUB_LABS_DIR"] == str(rendered)
+    assert hub.hub_environment(ROOT, tmp_path, demo=True, port=1, proxy=Path("/bin/true"), labs_dir=rendered)[
+        "ROCMLAB_HUB_LABS_DIR"
+    ] == str(rendered)
 
 
 def sleeper(*_args, **_kwargs):
@@ -436,7 +496,10 @@ def test_server_mode_needs_a_course_every_user_can_read(tmp_path):
     config.chmod(0o644)
     tmp_path.chmod(0o755)
     private.chmod(0o700)
-    inside = lambda problems: [p for p in problems if p.startswith(f"{tmp_path}/")]  # pytest's base is 0700
+
+    def inside(problems):  # pytest's base is 0700
+        return [p for p in problems if p.startswith(f"{tmp_path}/")]
+
     assert inside(hub.unshared_paths([python, config])) == [f"{private} (mode 700)"]
     private.chmod(0o755)
     config.chmod(0o600)

@@ -36,9 +36,11 @@ ROOT = find_root(Path(__file__).parent)
 LAB = "01-rocm-setup"
 MEMORY, PROCESSES = "6G", 300  # not the config's defaults, so they must come through
 # Runs as the launcher of jupyterhub: argv = [-c, scratch, checkout, jupyterhub, ...].
-EXPOSE = ("import os, sys; from pathlib import Path; from rocmlab.sandbox import expose_paths, interpreter_paths; "
-          "expose_paths([*interpreter_paths(), Path(sys.argv[2])], Path(sys.argv[1])); "
-          "os.execv(sys.argv[3], sys.argv[3:])")
+EXPOSE = (
+    "import os, sys; from pathlib import Path; from rocmlab.sandbox import expose_paths, interpreter_paths; "
+    "expose_paths([*interpreter_paths(), Path(sys.argv[2])], Path(sys.argv[1])); "
+    "os.execv(sys.argv[3], sys.argv[3:])"
+)
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "chpasswd", "unshare")
 
 
@@ -48,8 +50,9 @@ def _skip_unless_possible():
     missing = [tool for tool in TOOLS if not shutil.which(tool)]
     if missing:
         pytest.skip(f"needs {', '.join(missing)}")
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True,
-                           timeout=20, check=False)
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, timeout=20, check=False
+    )
     if probe.returncode != 0:
         pytest.skip(f"unshare --mount does not work here: {probe.stderr.decode(errors='replace').strip()}")
     try:
@@ -104,8 +107,17 @@ def accounts(base: Path):
             made_groups.append(group)
         member = {"teach": groups["instructors"], "ann": groups["learners"], "bob": groups["learners"], "eve": ""}
         for role, name in names.items():
-            _run("useradd", "--create-home", "--home-dir", str(homes / name), "--shell", "/bin/sh", "--user-group",
-                 *(["--groups", member[role]] if member[role] else []), name)
+            _run(
+                "useradd",
+                "--create-home",
+                "--home-dir",
+                str(homes / name),
+                "--shell",
+                "/bin/sh",
+                "--user-group",
+                *(["--groups", member[role]] if member[role] else []),
+                name,
+            )
             made_users.append(name)
         _run("chpasswd", stdin="".join(f"{name}:{password}\n" for name in names.values()))
         yield names, groups, password
@@ -117,8 +129,9 @@ def accounts(base: Path):
         _end_processes(uids)
         problems = []
         for name in made_users:
-            proc = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=60,
-                                  check=False)
+            proc = subprocess.run(
+                ["userdel", "--remove", name], capture_output=True, text=True, timeout=60, check=False
+            )
             if proc.returncode not in (0, 12):  # 12: home already gone / mail spool missing
                 problems.append(f"userdel {name}: {proc.stderr.strip()}")
         for group in made_groups:
@@ -147,8 +160,17 @@ def limits(pid: int) -> dict:
 
 def as_user(name: str, *command: str) -> subprocess.CompletedProcess:
     entry = pwd.getpwnam(name)
-    return subprocess.run(command, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/",
-                          capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run(
+        command,
+        user=entry.pw_uid,
+        group=entry.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 def owner(path: Path) -> str:
@@ -193,11 +215,30 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
         with accounts(base) as (names, groups, password):
             teach, ann, bob, eve = (names[role] for role in ("teach", "ann", "bob", "eve"))
             uids = {pwd.getpwnam(name).pw_uid for name in names.values()}
-            launcher = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", EXPOSE,
-                        str(scratch), str(ROOT)]
-            hub = LocalHub(base / "hub", demo=False, learners=(ann, bob), instructors=(teach,), labs=(LAB,),
-                           learner_group=groups["learners"], instructor_group=groups["instructors"],
-                           launcher=launcher, check_install=False, timeout_s=120, root=ROOT)
+            launcher = [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                sys.executable,
+                "-c",
+                EXPOSE,
+                str(scratch),
+                str(ROOT),
+            ]
+            hub = LocalHub(
+                base / "hub",
+                demo=False,
+                learners=(ann, bob),
+                instructors=(teach,),
+                labs=(LAB,),
+                learner_group=groups["learners"],
+                instructor_group=groups["instructors"],
+                launcher=launcher,
+                check_install=False,
+                timeout_s=120,
+                root=ROOT,
+            )
             marker = hub.marker
             with hub:
                 assert login_status(hub, ann, password) == 302

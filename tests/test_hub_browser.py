@@ -21,7 +21,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (.venv/bin/pip install playwright)")
+    "playwright.sync_api", reason="playwright is not installed (.venv/bin/pip install playwright)"
+)
 
 LEARNER = "learner1"
 LAB = "01-rocm-setup"
@@ -29,15 +30,21 @@ NOTEBOOK = f"{LAB}/{LAB}.ipynb"
 # The learner's (wrong) answer to the first exercise: the visible test right below must fail on it.
 WRONG_ANSWER = (
     "def backend_of(torch_module):\n"
-    "    return \"cpu\"   # a first, wrong answer\n"
+    '    return "cpu"   # a first, wrong answer\n'
     "\n\n"
-    "print(\"this kernel's torch:\", backend_of(torch))\n"
+    'print("this kernel\'s torch:", backend_of(torch))\n'
 )
 TEST_FAILURE = "expected 'rocm', got 'cpu'"
 CHROMIUM_ARGS = [
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--no-first-run", "--no-default-browser-check",
-    "--metrics-recording-only", "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--metrics-recording-only",
+    "--disable-dev-shm-usage",
 ]
 NAV_TIMEOUT_MS = 90_000
 RUN_TIMEOUT_MS = 180_000

@@ -55,11 +55,28 @@ def call(base: str, token: str, method: str, path: str, body=None, form: dict | 
 
 
 def message(session: str, code: str) -> dict:
-    return {"header": {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "username": "learner",
-                       "session": session, "date": datetime.now(UTC).isoformat(), "version": "5.3"},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": False}}
+    return {
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "msg_type": "execute_request",
+            "username": "learner",
+            "session": session,
+            "date": datetime.now(UTC).isoformat(),
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "channel": "shell",
+        "buffers": [],
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        },
+    }
 
 
 async def execute_in_kernel(base: str, token: str, nb, cwd: str, timeout_s: float = 120) -> list[str]:
@@ -104,8 +121,9 @@ def answer(nb, solutions: dict, wrong: bool) -> None:
         if cell.metadata.get("nbgrader", {}).get("solution") and grade_id in solutions:
             cell.source = solutions[grade_id]
             if wrong and grade_id == "01-arith-sol-1":
-                cell.source = cell.source.replace("return 2 * n_elements * element_size",
-                                                  "return n_elements * element_size")
+                cell.source = cell.source.replace(
+                    "return 2 * n_elements * element_size", "return n_elements * element_size"
+                )
                 assert cell.source != solutions[grade_id]
 
 
@@ -152,8 +170,11 @@ def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path):
     import psutil
 
     lab = select(discover(ROOT), [LAB])[0]
-    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution_notebook(lab, "en").cells
-                 if c.metadata.get("nbgrader", {}).get("solution")}
+    solutions = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solution_notebook(lab, "en").cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
     started = time.monotonic()
     hub = DemoHub(tmp_path / "hub", learners=(RIGHT, WRONG), instructors=("teacher",), labs=(LAB,), timeout_s=120)
     processes = []
@@ -181,8 +202,25 @@ def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path):
         assert collected["success"], collected
         assert sorted(p.name for p in (course / "submitted").iterdir()) == [RIGHT, WRONG]
         out = tmp_path / "grades"
-        assert main(["--root", str(ROOT), "grade", LAB, "--submissions", str(course), "--jobs", "2",
-                     "--out", str(out), "--feedback-to", str(course)]) == 0
+        assert (
+            main(
+                [
+                    "--root",
+                    str(ROOT),
+                    "grade",
+                    LAB,
+                    "--submissions",
+                    str(course),
+                    "--jobs",
+                    "2",
+                    "--out",
+                    str(out),
+                    "--feedback-to",
+                    str(course),
+                ]
+            )
+            == 0
+        )
         summary = {s["student"]: s for s in json.loads((out / "summary.json").read_text())["students"]}
         right, wrong = summary[RIGHT], summary[WRONG]
         assert right["score"] == right["max_score"] > 0 and not right["flags"], right
@@ -194,8 +232,9 @@ def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path):
         assert released["success"], released
         for name, score in ((RIGHT, right), (WRONG, wrong)):
             base, token = hub.start_server(name), hub.user_token(name)
-            listed = call(base, token, "POST", "assignments/fetch_feedback",
-                          form={"course_id": COURSE_ID, "assignment_id": LAB})
+            listed = call(
+                base, token, "POST", "assignments/fetch_feedback", form={"course_id": COURSE_ID, "assignment_id": LAB}
+            )
             assert listed["success"], listed
             feedback = list((hub.home(name) / COURSE_ID / LAB / "feedback").glob(f"*/{LAB}.html"))
             assert len(feedback) == 1, feedback

@@ -29,31 +29,113 @@ GPU_LABS = CUSTOM["courseDir"] + "/labs-gpu"  # where the image keeps the gpu pr
 
 # Keys the z2jh chart accepts (jupyterhub/values.schema.yaml, chart 4.x; the schema sets
 # additionalProperties: false, so helm rejects anything else). Only the parts these values use.
-CHART_TOP = {"custom", "hub", "singleuser", "cull", "proxy", "prePuller", "scheduling", "ingress", "debug",
-             "rbac", "global", "imagePullSecret", "imagePullSecrets", "fullnameOverride", "nameOverride", "enabled"}
-CHART_HUB = {"config", "extraConfig", "extraFiles", "extraEnv", "baseUrl", "command", "args", "cookieSecret", "image",
-             "networkPolicy", "db", "labels", "annotations", "initContainers", "services", "resources",
-             "nodeSelector", "tolerations", "extraVolumes", "extraVolumeMounts", "loadRoles", "revisionHistoryLimit"}
-CHART_SINGLEUSER = {"networkPolicy", "podNameTemplate", "cpu", "memory", "image", "initContainers", "profileList",
-                    "extraFiles", "extraEnv", "nodeSelector", "extraTolerations", "extraNodeAffinity",
-                    "extraPodAffinity", "extraPodAntiAffinity", "cloudMetadata", "cmd", "defaultUrl", "events",
-                    "extraAnnotations", "extraContainers", "extraLabels", "extraPodConfig", "extraResource", "fsGid",
-                    "lifecycleHooks", "networkTools", "serviceAccountName", "startTimeout", "storage",
-                    "allowPrivilegeEscalation", "uid"}
-CHART_STORAGE = {"capacity", "dynamic", "extraLabels", "extraVolumeMounts", "extraVolumes", "homeMountPath", "static",
-                 "type"}
+CHART_TOP = {
+    "custom",
+    "hub",
+    "singleuser",
+    "cull",
+    "proxy",
+    "prePuller",
+    "scheduling",
+    "ingress",
+    "debug",
+    "rbac",
+    "global",
+    "imagePullSecret",
+    "imagePullSecrets",
+    "fullnameOverride",
+    "nameOverride",
+    "enabled",
+}
+CHART_HUB = {
+    "config",
+    "extraConfig",
+    "extraFiles",
+    "extraEnv",
+    "baseUrl",
+    "command",
+    "args",
+    "cookieSecret",
+    "image",
+    "networkPolicy",
+    "db",
+    "labels",
+    "annotations",
+    "initContainers",
+    "services",
+    "resources",
+    "nodeSelector",
+    "tolerations",
+    "extraVolumes",
+    "extraVolumeMounts",
+    "loadRoles",
+    "revisionHistoryLimit",
+}
+CHART_SINGLEUSER = {
+    "networkPolicy",
+    "podNameTemplate",
+    "cpu",
+    "memory",
+    "image",
+    "initContainers",
+    "profileList",
+    "extraFiles",
+    "extraEnv",
+    "nodeSelector",
+    "extraTolerations",
+    "extraNodeAffinity",
+    "extraPodAffinity",
+    "extraPodAntiAffinity",
+    "cloudMetadata",
+    "cmd",
+    "defaultUrl",
+    "events",
+    "extraAnnotations",
+    "extraContainers",
+    "extraLabels",
+    "extraPodConfig",
+    "extraResource",
+    "fsGid",
+    "lifecycleHooks",
+    "networkTools",
+    "serviceAccountName",
+    "startTimeout",
+    "storage",
+    "allowPrivilegeEscalation",
+    "uid",
+}
+CHART_STORAGE = {
+    "capacity",
+    "dynamic",
+    "extraLabels",
+    "extraVolumeMounts",
+    "extraVolumes",
+    "homeMountPath",
+    "static",
+    "type",
+}
 CHART_CULL = {"enabled", "users", "adminUsers", "removeNamedServers", "timeout", "every", "concurrency", "maxAge"}
 # KubeSpawner traits the profiles override (kubespawner_override sets them by name).
-KUBESPAWNER_OVERRIDES = {"cpu_guarantee", "cpu_limit", "mem_guarantee", "mem_limit", "extra_resource_limits",
-                         "extra_resource_guarantees", "environment", "tolerations", "supplemental_gids",
-                         "node_selector", "image"}
+KUBESPAWNER_OVERRIDES = {
+    "cpu_guarantee",
+    "cpu_limit",
+    "mem_guarantee",
+    "mem_limit",
+    "extra_resource_limits",
+    "extra_resource_guarantees",
+    "environment",
+    "tolerations",
+    "supplemental_gids",
+    "node_selector",
+    "image",
+}
 
 
 def in_repo(image_path: str) -> Path:
     """Where a path of the image's course folder comes from in this checkout."""
     prefix = CUSTOM["courseDir"].rstrip("/") + "/"
     assert image_path.startswith(prefix), f"{image_path} is outside custom.rocmlab.courseDir ({prefix})"
-    return ROOT / image_path[len(prefix):]
+    return ROOT / image_path[len(prefix) :]
 
 
 def bytes_of(quantity: str) -> float:
@@ -69,8 +151,11 @@ def profile(slug: str) -> dict:
 
 
 def volume_mount(sub_path: str) -> dict:
-    mounts = [m for m in SINGLEUSER["storage"]["extraVolumeMounts"]
-              if m["name"] == CUSTOM["volume"] and m.get("subPath") == sub_path]
+    mounts = [
+        m
+        for m in SINGLEUSER["storage"]["extraVolumeMounts"]
+        if m["name"] == CUSTOM["volume"] and m.get("subPath") == sub_path
+    ]
     assert len(mounts) == 1, f"expected one mount of {CUSTOM['volume']}/{sub_path}, got {mounts}"
     return mounts[0]
 
@@ -81,8 +166,9 @@ def nbgrader_config(monkeypatch, role: str, user: str = "learner7") -> tuple[Con
     monkeypatch.setenv("JUPYTERHUB_USER", user)
     config, subconfigs = Config(), []
     code = SINGLEUSER["extraFiles"]["nbgrader-config"]["stringData"]
-    exec(compile(code, "nbgrader_config.py", "exec"),
-         {"get_config": lambda: config, "load_subconfig": subconfigs.append})
+    exec(  # noqa: S102 (runs the course's own source)
+        compile(code, "nbgrader_config.py", "exec"), {"get_config": lambda: config, "load_subconfig": subconfigs.append}
+    )
     return config, subconfigs
 
 
@@ -145,8 +231,9 @@ def test_every_profile_names_a_profile_that_every_lab_has():
 def test_image_is_a_release_matrix_entry_built_from_env_docker():
     image = SINGLEUSER["image"]
     matrix = tomllib.loads((ROOT / "env" / "matrix.toml").read_text(encoding="utf-8"))
-    assert image["tag"] in {entry["name"] for entry in matrix["rocm"]}, \
+    assert image["tag"] in {entry["name"] for entry in matrix["rocm"]}, (
         f"singleuser.image.tag {image['tag']!r} is not a [[rocm]] entry of env/matrix.toml"
+    )
     base_dockerfile = ROOT / "env" / "docker" / f"{image['tag']}.Dockerfile"
     assert base_dockerfile.is_file(), base_dockerfile
     assert f"-t rocmlab:{image['tag']} " in base_dockerfile.read_text(encoding="utf-8")
@@ -180,8 +267,10 @@ def test_only_the_instructor_image_holds_the_solutions():
 def test_the_gpu_notebooks_are_rendered_in_a_stage_of_their_own():
     """labs-gpu/ is built from solutions/ with `rocmlab build --profile gpu`; only its output reaches the image."""
     stages = dockerfile_stages()
-    renders = [(name, re.search(r"^RUN rocmlab --root (\S+) build --profile gpu --out (\S+)$", body, re.MULTILINE))
-               for name, (_, body) in stages.items()]
+    renders = [
+        (name, re.search(r"^RUN rocmlab --root (\S+) build --profile gpu --out (\S+)$", body, re.MULTILINE))
+        for name, (_, body) in stages.items()
+    ]
     renders = [(name, match.groups()) for name, match in renders if match]
     assert len(renders) == 1, f"expected one stage running `rocmlab build --profile gpu`, got {renders}"
     stage, (root, out) = renders[0]
@@ -194,12 +283,17 @@ def test_the_image_holds_every_model_the_gpu_profiles_name():
     """Pods run offline: each real MODEL of a [profiles.gpu] is fetched into the image at build time."""
     from rocmlab.catalog import discover
 
-    named = {lab.profile("gpu").params["MODEL"] for lab in discover(ROOT)
-             if "gpu" in lab.profiles and "MODEL" in lab.profile("gpu").params} - {"tiny-qwen-zh"}
+    named = {
+        lab.profile("gpu").params["MODEL"]
+        for lab in discover(ROOT)
+        if "gpu" in lab.profiles and "MODEL" in lab.profile("gpu").params
+    } - {"tiny-qwen-zh"}
     learner = dockerfile_stages()["learner"][1]
     fetched = re.search(r'^ARG GPU_MODELS="([^"]*)"$', learner, re.MULTILINE)
     assert fetched, "the learner stage needs ARG GPU_MODELS"
-    assert named <= set(fetched.group(1).split()), f"not fetched into the image: {named - set(fetched.group(1).split())}"
+    assert named <= set(fetched.group(1).split()), (
+        f"not fetched into the image: {named - set(fetched.group(1).split())}"
+    )
     assert 'rocmlab assets fetch "$model"' in learner and "HF_HUB_OFFLINE=1" in learner
 
 
@@ -245,6 +339,7 @@ def test_the_nbgrader_volume_is_a_read_write_many_claim_with_both_folders():
 
 def roles_hook(monkeypatch):
     """Execute hub.extraConfig as the chart's jupyterhub_config.py would; return the pod hook."""
+
     def get_config(key, default=None):
         node = VALUES
         for part in key.split("."):
@@ -254,21 +349,24 @@ def roles_hook(monkeypatch):
     models = types.ModuleType("kubernetes_asyncio.client.models")
     models.V1EnvVar = lambda name, value: types.SimpleNamespace(name=name, value=value)
     models.V1VolumeMount = lambda name, mount_path, sub_path=None: types.SimpleNamespace(
-        name=name, mount_path=mount_path, sub_path=sub_path)
+        name=name, mount_path=mount_path, sub_path=sub_path
+    )
     monkeypatch.setitem(sys.modules, "kubernetes_asyncio.client.models", models)
     monkeypatch.setitem(sys.modules, "z2jh", types.SimpleNamespace(get_config=get_config))
     config = Config()
     for name, code in sorted(VALUES["hub"]["extraConfig"].items()):
-        exec(compile(code, name, "exec"), {"c": config})
+        exec(compile(code, name, "exec"), {"c": config})  # noqa: S102 (runs the course's own source)
     return config.KubeSpawner.modify_pod_hook
 
 
 def spawn(hook, groups):
     image = f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
-    exchange = types.SimpleNamespace(name=CUSTOM["volume"], mount_path=volume_mount("exchange")["mountPath"],
-                                     sub_path="exchange")
-    container = types.SimpleNamespace(image=image, env=[types.SimpleNamespace(name="ROCMLAB_PROFILE", value="smoke")],
-                                      volume_mounts=[exchange])
+    exchange = types.SimpleNamespace(
+        name=CUSTOM["volume"], mount_path=volume_mount("exchange")["mountPath"], sub_path="exchange"
+    )
+    container = types.SimpleNamespace(
+        image=image, env=[types.SimpleNamespace(name="ROCMLAB_PROFILE", value="smoke")], volume_mounts=[exchange]
+    )
     pod = types.SimpleNamespace(spec=types.SimpleNamespace(containers=[container]))
     user = types.SimpleNamespace(name="someone", groups=[types.SimpleNamespace(name=g) for g in groups])
     assert hook(types.SimpleNamespace(user=user), pod) is pod
@@ -315,8 +413,14 @@ def test_the_instructor_group_can_log_in():
 # ------------------------------------------------------------------ notebooks delivered to learners
 
 
-def deliver(home: Path, lang: str, role: str = "learner", course: Path | None = None, profile: str = "smoke",
-            gpu_labs: Path | None = None) -> None:
+def deliver(
+    home: Path,
+    lang: str,
+    role: str = "learner",
+    course: Path | None = None,
+    profile: str = "smoke",
+    gpu_labs: Path | None = None,
+) -> None:
     """Run the postStart command here: the image's paths mapped onto this checkout and tmp folders
     (``gpu_labs``: a local `rocmlab build --profile gpu` standing for the image's labs-gpu/)."""
     script = SINGLEUSER["lifecycleHooks"]["postStart"]["exec"]["command"]
@@ -328,8 +432,14 @@ def deliver(home: Path, lang: str, role: str = "learner", course: Path | None = 
         sources.write_text(SINGLEUSER["extraFiles"]["course-sources"]["stringData"], encoding="utf-8")
         local = local.replace(SINGLEUSER["extraFiles"]["course-sources"]["mountPath"], str(sources))
         local = local.replace(CUSTOM["courseMountPath"], str(course))
-    env = {"HOME": str(home), "ROCMLAB_HUB_LANG": lang, "ROCMLAB_HUB_ROLE": role, "ROCMLAB_ROOT": str(ROOT),
-           "ROCMLAB_PROFILE": profile, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    env = {
+        "HOME": str(home),
+        "ROCMLAB_HUB_LANG": lang,
+        "ROCMLAB_HUB_ROLE": role,
+        "ROCMLAB_ROOT": str(ROOT),
+        "ROCMLAB_PROFILE": profile,
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    }
     subprocess.run(["sh", "-c", local], env=env, check=True, timeout=120)
 
 

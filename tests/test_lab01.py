@@ -10,8 +10,17 @@ from rocmlab import catalog, doctor, probes
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "solutions" / "01-rocm-setup"
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
-SOLUTION_CELLS = ("01-backend-sol-1", "01-rocminfo-sol-1", "01-arch-sol-1", "01-wheel-sol-1",
-                  "01-visible-sol-1", "01-arith-sol-1", "01-harness-sol-1", "01-watt-sol-1", "01-doctor-sol-1")
+SOLUTION_CELLS = (
+    "01-backend-sol-1",
+    "01-rocminfo-sol-1",
+    "01-arch-sol-1",
+    "01-wheel-sol-1",
+    "01-visible-sol-1",
+    "01-arith-sol-1",
+    "01-harness-sol-1",
+    "01-watt-sol-1",
+    "01-doctor-sol-1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +54,19 @@ def test_lab_toml_is_valid():
 
 def test_lab_machine_data_matches_the_doctor_fixtures():
     for folder in (LAB / "data" / "machines").iterdir():
-        _, mismatch, errors = filecmp.cmpfiles(folder, MACHINES / folder.name,
-                                                   [p.name for p in folder.iterdir()], shallow=False)
+        _, mismatch, errors = filecmp.cmpfiles(
+            folder, MACHINES / folder.name, [p.name for p in folder.iterdir()], shallow=False
+        )
         assert not mismatch and not errors, (folder.name, mismatch, errors)
 
 
 @pytest.mark.parametrize("path", sorted((LAB / "data" / "rocminfo").glob("*.txt")), ids=lambda p: p.stem)
 def test_parse_rocminfo_solution_agrees_with_probes(sol, path):
     text = path.read_text()
-    want = [{"name": a.marketing_name, "gfx": a.name, "compute_units": a.compute_units,
-             "wavefront_size": a.wavefront_size} for a in probes.gpu_agents(text)]
+    want = [
+        {"name": a.marketing_name, "gfx": a.name, "compute_units": a.compute_units, "wavefront_size": a.wavefront_size}
+        for a in probes.gpu_agents(text)
+    ]
     assert want and sol["parse_rocminfo"](text) == want
     for gpu in want:
         assert sol["arch_family"](gpu["gfx"])[1] == gpu["wavefront_size"]
@@ -68,14 +80,28 @@ def test_backend_of_uses_version_not_capability(sol):
     assert [sol["backend_of"](t) for t in (rocm, cuda, NS(version=NS()))] == ["rocm", "cuda", "cpu"]
 
 
-@pytest.mark.parametrize("device, built", [("gfx90a:sramecc+:xnack-", "gfx90a:xnack+"), ("gfx1100", "gfx110"),
-                                           ("gfx942:sramecc+:xnack-", "gfx942"), ("gfx90a", "gfx90a:xnack-")])
+@pytest.mark.parametrize(
+    "device, built",
+    [
+        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack+"),
+        ("gfx1100", "gfx110"),
+        ("gfx942:sramecc+:xnack-", "gfx942"),
+        ("gfx90a", "gfx90a:xnack-"),
+    ],
+)
 def test_wheel_supports_matches_doctor_rule(sol, device, built):
     assert sol["wheel_supports"](device, [built]) is probes.target_compatible(device, built)
 
 
-@pytest.mark.parametrize("env", [{}, {"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"},
-                                 {"HIP_VISIBLE_DEVICES": "5,0"}, {"HIP_VISIBLE_DEVICES": "1,8,2"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"},
+        {"HIP_VISIBLE_DEVICES": "5,0"},
+        {"HIP_VISIBLE_DEVICES": "1,8,2"},
+    ],
+)
 def test_visible_gpus_matches_doctor(sol, env):
     assert sol["visible_gpus"](8, env) == doctor.visible_devices(8, env)[0]
 

@@ -8,11 +8,11 @@ import json
 import math
 import re
 import statistics
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 
 LAB = Path(__file__).resolve().parents[1] / "solutions" / "02-llm-inference"
 SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
@@ -44,6 +44,7 @@ def solution_namespace(*names):
 
 
 # -- source shape --------------------------------------------------------------------------
+
 
 def test_smoke_uses_the_offline_model_and_gpu_a_real_qwen():
     # that profile parameters exist in the parameters cell is checked for every lab by rocmlab.source
@@ -78,15 +79,20 @@ def test_prose_comes_in_zh_en_pairs():
 
 # -- golden metrics ------------------------------------------------------------------------
 
+
 def reference_metrics(traces, duration, percentiles, slo):
     """numpy restatement of vLLM's calculate_metrics, written apart from the lab's solution."""
     ok = [t for t in traces if t["success"]]
-    tpot_all = np.array([(t["latency"] - t["ttft"]) / (t["output_len"] - 1) if t["output_len"] > 1 else 0.0
-                         for t in ok])
+    tpot_all = np.array(
+        [(t["latency"] - t["ttft"]) / (t["output_len"] - 1) if t["output_len"] > 1 else 0.0 for t in ok]
+    )
     multi = np.array([t["output_len"] > 1 for t in ok], dtype=bool)
-    series = {"ttft": np.array([t["ttft"] for t in ok]), "tpot": tpot_all[multi] if len(ok) else np.array([]),
-              "itl": np.concatenate([np.array(t["itl"], dtype=float) for t in ok]) if ok else np.array([]),
-              "e2el": np.array([t["latency"] for t in ok])}
+    series = {
+        "ttft": np.array([t["ttft"] for t in ok]),
+        "tpot": tpot_all[multi] if len(ok) else np.array([]),
+        "itl": np.concatenate([np.array(t["itl"], dtype=float) for t in ok]) if ok else np.array([]),
+        "e2el": np.array([t["latency"] for t in ok]),
+    }
     out = {}
     for name, values in series.items():
         ms = (values if values.size else np.zeros(1)) * 1000
@@ -97,8 +103,14 @@ def reference_metrics(traces, duration, percentiles, slo):
             out[f"p{int(p) if int(p) == p else p}_{name}_ms"] = np.percentile(ms, p)
     tin = sum(t["prompt_len"] for t in ok)
     tout = sum(t["output_len"] for t in ok)
-    out.update(completed=len(ok), total_input=tin, total_output=tout, request_throughput=len(ok) / duration,
-               output_throughput=tout / duration, total_token_throughput=(tin + tout) / duration)
+    out.update(
+        completed=len(ok),
+        total_input=tin,
+        total_output=tout,
+        request_throughput=len(ok) / duration,
+        output_throughput=tout / duration,
+        total_token_throughput=(tin + tout) / duration,
+    )
     if slo:
         limits = {k: v / 1000 for k, v in slo.items()}
         columns = {"ttft": series["ttft"], "tpot": tpot_all, "e2el": series["e2el"]}
@@ -129,12 +141,19 @@ def test_golden_values_catch_common_mistakes():
     ok = [t for t in case["traces"] if t["success"]]
     exp = case["expected"]
     # TPOT over every request (single-token ones as 0) instead of only output_len > 1
-    wrong_tpot = statistics.fmean([(t["latency"] - t["ttft"]) / (t["output_len"] - 1) if t["output_len"] > 1
-                                   else 0.0 for t in ok]) * 1000
+    wrong_tpot = (
+        statistics.fmean(
+            [(t["latency"] - t["ttft"]) / (t["output_len"] - 1) if t["output_len"] > 1 else 0.0 for t in ok]
+        )
+        * 1000
+    )
     assert not math.isclose(wrong_tpot, exp["mean_tpot_ms"], rel_tol=1e-6)
     # TPOT that counts the first token: latency / output_len
-    assert not math.isclose(statistics.fmean([t["latency"] / t["output_len"] for t in ok if t["output_len"] > 1])
-                            * 1000, exp["mean_tpot_ms"], rel_tol=1e-6)
+    assert not math.isclose(
+        statistics.fmean([t["latency"] / t["output_len"] for t in ok if t["output_len"] > 1]) * 1000,
+        exp["mean_tpot_ms"],
+        rel_tol=1e-6,
+    )
     # ITL averaged per request first
     per_request = statistics.fmean([statistics.fmean(t["itl"]) for t in ok if t["itl"]]) * 1000
     assert not math.isclose(per_request, exp["mean_itl_ms"], rel_tol=1e-6)
@@ -145,25 +164,44 @@ def test_golden_values_catch_common_mistakes():
 
 # -- solution functions ----------------------------------------------------------------------
 
+
 def test_solution_metrics_reproduce_golden():
     compute_metrics = solution_namespace("compute_metrics")["compute_metrics"]
     for case in GOLDEN["cases"]:
-        got = compute_metrics(case["traces"], case["duration_s"], percentiles=case["percentiles"],
-                              slo_ms=case["slo_ms"])
+        got = compute_metrics(
+            case["traces"], case["duration_s"], percentiles=case["percentiles"], slo_ms=case["slo_ms"]
+        )
         for key, value in case["expected"].items():
-            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9) if value is not None \
-                else got[key] is None, (case["name"], key)
+            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9) if value is not None else got[key] is None, (
+                case["name"],
+                key,
+            )
     with pytest.raises(ValueError, match="slo_ms"):
         compute_metrics(case["traces"], 1.0, slo_ms={"latency": 1})
 
 
 def test_solution_memory_math_on_published_configs():
     ns = solution_namespace("kv_cache_bytes", "param_count", "decode_roofline")
-    qwen = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
-            "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
-    llama = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
-             "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256,
-             "tie_word_embeddings": False}
+    qwen = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 24,
+        "hidden_size": 896,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    }
+    llama = {
+        "model_type": "llama",
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    }
     assert ns["kv_cache_bytes"](qwen, 1) == 2 * 24 * 2 * 64 * 2
     assert ns["kv_cache_bytes"](llama, 1) == 2 * 80 * 8 * 128 * 2
     assert ns["param_count"](qwen) == 494_032_768
@@ -177,8 +215,15 @@ def test_solution_param_count_matches_a_real_qwen2_module():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    config = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
     model = Qwen2ForCausalLM(config)
     ns = solution_namespace("param_count")
     assert ns["param_count"](config.to_dict()) == sum(p.numel() for p in model.parameters())

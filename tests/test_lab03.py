@@ -9,11 +9,11 @@ import hashlib
 import json
 import math
 import re
+import tomllib
 import unicodedata
 from pathlib import Path
 
 import pytest
-import tomllib
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -41,8 +41,15 @@ def ns():
     """Every solution cell run in one namespace (they need no model)."""
     import torch.nn.functional as F
 
-    namespace = {"torch": torch, "F": F, "json": json, "math": math, "hashlib": hashlib,
-                 "unicodedata": unicodedata, "PeftModel": peft.PeftModel}
+    namespace = {
+        "torch": torch,
+        "F": F,
+        "json": json,
+        "math": math,
+        "hashlib": hashlib,
+        "unicodedata": unicodedata,
+        "PeftModel": peft.PeftModel,
+    }
     for options, body in cells():
         if '"solution"' in options:
             exec(compile(body, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own source)
@@ -66,8 +73,14 @@ def tokenizer():
 
 
 def tiny_config(**overrides):
-    shape = dict(vocab_size=300, hidden_size=32, intermediate_size=72, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2)
+    shape = dict(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     return transformers.Qwen2Config(**{**shape, **overrides})
 
 
@@ -76,12 +89,15 @@ def tiny_model(seed=0, **overrides):
     return transformers.Qwen2ForCausalLM(tiny_config(**overrides)).eval()
 
 
-MESSAGES = [{"role": "system", "content": "整理成 JSON。"},
-            {"role": "user", "content": "焊点虚焊"},
-            {"role": "assistant", "content": '{"defect_type": "虚焊"}'}]
+MESSAGES = [
+    {"role": "system", "content": "整理成 JSON。"},
+    {"role": "user", "content": "焊点虚焊"},
+    {"role": "assistant", "content": '{"defect_type": "虚焊"}'},
+]
 
 
 # -- source shape --------------------------------------------------------------------------
+
 
 def test_smoke_uses_the_offline_model_and_gpu_a_real_qwen():
     # that profile parameters exist in the parameters cell is checked for every lab by rocmlab.source
@@ -119,6 +135,7 @@ def test_prose_comes_in_language_pairs():
 
 # -- exercise 1: SFT sample -------------------------------------------------------------------
 
+
 def test_sft_sample_matches_the_chat_template_and_ends_with_im_end(ns, tokenizer):
     sample = ns["build_sft_sample"](tokenizer, MESSAGES)
     full = tokenizer.apply_chat_template(MESSAGES, tokenize=False)
@@ -142,6 +159,7 @@ def test_sft_sample_padding_is_masked_and_overflow_raises(ns, tokenizer):
 
 # -- exercise 2: LoRA count and B = 0 -------------------------------------------------------
 
+
 @pytest.mark.parametrize("r,targets", [(8, PROJECTIONS), (3, ("q_proj", "v_proj")), (5, ("down_proj",))])
 def test_lora_count_matches_peft(ns, r, targets):
     model = tiny_model(head_dim=12)
@@ -154,16 +172,21 @@ def test_lora_at_init_leaves_logits_bit_identical():
     ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         before = model(input_ids=ids).logits
-        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=list(PROJECTIONS),
-                                                             task_type="CAUSAL_LM"))
+        wrapped = peft.get_peft_model(
+            model, peft.LoraConfig(r=4, target_modules=list(PROJECTIONS), task_type="CAUSAL_LM")
+        )
         assert torch.equal(before, wrapped(input_ids=ids).logits)
 
 
 # -- exercise 3: data pipeline --------------------------------------------------------------
 
+
 def test_dedupe_normalises_width_and_spaces(ns):
-    records = [{"id": "1", "description": "Ａ 面划痕"}, {"id": "2", "description": "A面划痕"},
-               {"id": "3", "description": "气泡"}]
+    records = [
+        {"id": "1", "description": "Ａ 面划痕"},
+        {"id": "2", "description": "A面划痕"},
+        {"id": "3", "description": "气泡"},
+    ]
     assert [r["id"] for r in ns["dedupe_records"](records)] == ["1", "3"]
 
 
@@ -184,6 +207,7 @@ def test_collate_masks_come_from_lengths_even_when_pad_is_a_real_token(ns):
 
 # -- exercise 4: loss ----------------------------------------------------------------------
 
+
 def test_causal_lm_loss_equals_the_model_loss(ns):
     model = tiny_model()
     ids = torch.randint(0, 300, (3, 11), generator=torch.Generator().manual_seed(1))
@@ -197,17 +221,30 @@ def test_causal_lm_loss_equals_the_model_loss(ns):
 
 # -- exercise 5: metrics -------------------------------------------------------------------
 
-@pytest.mark.parametrize("a,b,expected", [("", "", 0), ("质检", "", 0), ("划痕返工", "划痕报废返工", 4),
-                                          ("ABCBDAB", "BDCABA", 4), ("abc", "cba", 1)])
+
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [("", "", 0), ("质检", "", 0), ("划痕返工", "划痕报废返工", 4), ("ABCBDAB", "BDCABA", 4), ("abc", "cba", 1)],
+)
 def test_lcs_golden(ns, a, b, expected):
     assert ns["lcs_length"](a, b) == expected == ns["lcs_length"](b, a)
 
 
 def test_rouge_and_scores_golden(ns):
     assert ns["rouge_l_f1"]("质检报告", "质量检测报告") == pytest.approx(0.8)
-    ref = {"defect_type": "划痕", "location": "边缘", "severity": "轻微", "disposition": "放行",
-           "root_cause": "磨损", "action": "更换"}
-    preds = [json.dumps(ref, ensure_ascii=False), '["not", "an", "object"]', '{"defect_type": "划痕", "location": "边"}']
+    ref = {
+        "defect_type": "划痕",
+        "location": "边缘",
+        "severity": "轻微",
+        "disposition": "放行",
+        "root_cause": "磨损",
+        "action": "更换",
+    }
+    preds = [
+        json.dumps(ref, ensure_ascii=False),
+        '["not", "an", "object"]',
+        '{"defect_type": "划痕", "location": "边"}',
+    ]
     scores = ns["score_predictions"](preds, [ref] * 3)
     assert scores["valid_json"] == pytest.approx(2 / 3)
     assert scores["exact_match"] == pytest.approx({"defect_type": 2 / 3, "severity": 1 / 3, "disposition": 1 / 3})
@@ -216,9 +253,11 @@ def test_rouge_and_scores_golden(ns):
 
 # -- exercise 6: save, reload, merge -------------------------------------------------------
 
+
 def test_reload_and_merge_reproduces_the_adapter_model(ns, tmp_path):
-    wrapped = peft.get_peft_model(tiny_model(), peft.LoraConfig(r=4, target_modules=list(PROJECTIONS),
-                                                                task_type="CAUSAL_LM"))
+    wrapped = peft.get_peft_model(
+        tiny_model(), peft.LoraConfig(r=4, target_modules=list(PROJECTIONS), task_type="CAUSAL_LM")
+    )
     with torch.no_grad():
         for name, param in wrapped.named_parameters():
             if "lora_B" in name:
@@ -239,6 +278,7 @@ def test_reload_and_merge_reproduces_the_adapter_model(ns, tmp_path):
 
 
 # -- exercise 7: memory --------------------------------------------------------------------
+
 
 def test_memory_budget_formula(ns):
     assert ns["training_memory_gib"](2**30) == 16

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import jupytext
 import pytest
-import tomllib
 import torch
 
 LAB = Path(__file__).resolve().parents[1] / "solutions" / "04-collectives-rccl"
@@ -124,21 +124,25 @@ def test_debug_kit_rejects_a_wrong_flight_recorder_name(cells):
 
 # ---------------------------------------------------------------- torchrun (slow)
 
+
 def ring_run(tmp_path, cells, nproc, sizes, *, break_it=False):
     from rocmlab.lab import run_torchrun
 
     write_module(tmp_path, cells, "04-init-sol-1")
     ring = write_module(tmp_path, cells, "04-ring-sol-1")
     if break_it:  # all-gather forgotten: each rank keeps only its own reduced chunk
-        ring.write_text(ring.read_text().replace(
-            "    for step in range(n - 1):\n        exchange((rank + 1 - step)", "    for step in range(0):\n        exchange((rank + 1 - step)"))
+        ring.write_text(
+            ring.read_text().replace(
+                "    for step in range(n - 1):\n        exchange((rank + 1 - step)",
+                "    for step in range(0):\n        exchange((rank + 1 - step)",
+            )
+        )
     notebook = jupytext.read(LAB / "lab.py")
     driver = next(c.source for c in notebook.cells if c.source.startswith("%%writefile run_ring.py"))
     (tmp_path / "run_ring.py").write_text(as_code(driver))
     runs = tmp_path / "runs"
     runs.mkdir()
-    result = run_torchrun("run_ring.py", nproc=nproc, args=[runs, 0, *sizes], cwd=tmp_path,
-                          timeout_s=180, show=False)
+    result = run_torchrun("run_ring.py", nproc=nproc, args=[runs, 0, *sizes], cwd=tmp_path, timeout_s=180, show=False)
     return result, [json.loads((runs / f"ring_ws{nproc}_rank{r}.json").read_text()) for r in range(nproc)]
 
 

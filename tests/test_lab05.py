@@ -12,11 +12,11 @@ import ast
 import math
 import pickle
 import re
+import tomllib
 from pathlib import Path
 
 import jupytext
 import pytest
-import tomllib
 import torch
 
 from rocmlab.catalog import parse_lab
@@ -63,6 +63,7 @@ def lab_namespace(notebook, tmp_path, *solution_sources):
 
 # ---------------------------------------------------------------- structure
 
+
 def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
     lab = parse_lab(LAB)
     assert lab.id == LAB.name
@@ -79,8 +80,11 @@ def test_grade_ids_are_unique_paired_and_solutions_marked(notebook, cells):
     assert len(ids) == len(set(ids)) and all(g.startswith("05-") for g in ids)
     topics_with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
     topics_with_test = {g.split("-")[1] for g in ids if "-sol-" not in g}
-    assert topics_with_solution == topics_with_test == {"scratch", "ddp", "bucket", "nosync", "ckpt",
-                                                        "elastic", "finetune"}
+    assert (
+        topics_with_solution
+        == topics_with_test
+        == {"scratch", "ddp", "bucket", "nosync", "ckpt", "elastic", "finetune"}
+    )
     for cell in notebook.cells:
         tags = cell.metadata.get("tags", [])
         if "solution" in tags:
@@ -96,10 +100,13 @@ def test_prose_comes_in_zh_en_pairs(notebook):
 
 # ---------------------------------------------------------------- bucketing
 
+
 def test_bucketing_calls_ceil_total_over_cap_and_averages(notebook, cells, tmp_path):
     ns = lab_namespace(notebook, tmp_path, cells["05-bucket-sol-1"])
-    ranks = [[torch.randn(s, dtype=torch.float64, generator=torch.Generator().manual_seed(r)) for s in [(9, 5), (7,), (1,)]]
-             for r in range(3)]
+    ranks = [
+        [torch.randn(s, dtype=torch.float64, generator=torch.Generator().manual_seed(r)) for s in [(9, 5), (7,), (1,)]]
+        for r in range(3)
+    ]
     total = sum(t.numel() * 8 for t in ranks[0])
     for cap in (8, 64, 136, total, 10 * total):
         grads = [t.clone() for t in ranks[0]]
@@ -108,7 +115,7 @@ def test_bucketing_calls_ceil_total_over_cap_and_averages(notebook, cells, tmp_p
 
         def fake_sum(t, sizes=sizes, others=others, offset=offset):  # adds ranks 1 and 2 at the same offset
             sizes.append(t.numel() * 8)
-            t.add_(others[0][offset[0]:offset[0] + t.numel()])
+            t.add_(others[0][offset[0] : offset[0] + t.numel()])
             offset[0] += t.numel()
 
         calls = ns["bucketed_all_reduce_"](grads, cap, 3, fake_sum)
@@ -124,11 +131,11 @@ def test_bucketing_calls_ceil_total_over_cap_and_averages(notebook, cells, tmp_p
 
 # ---------------------------------------------------------------- checkpoints
 
+
 def test_atomic_checkpoint_survives_a_writer_killed_mid_write(notebook, cells, tmp_path):
     ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
     for delay in (0.004, 0.017, 0.041):
-        report = ns["kill_writer_mid_write"](ns["save_checkpoint_atomic"], tmp_path / "ckpt.pt", delay,
-                                             numel=1_000_000)
+        report = ns["kill_writer_mid_write"](ns["save_checkpoint_atomic"], tmp_path / "ckpt.pt", delay, numel=1_000_000)
         assert report["wrote_one"] and report["loaded"] and report["whole"], report
     assert not list(tmp_path.glob("ckpt.pt.tmp-*"))
 
@@ -143,7 +150,7 @@ def slow_in_place_save(state, path):
         torch.save(state, buffer)
         data = buffer.getvalue()
         for start in range(0, len(data), 1 << 16):
-            f.write(data[start:start + (1 << 16)])
+            f.write(data[start : start + (1 << 16)])
             f.flush()
             time.sleep(0.002)
 
@@ -190,8 +197,9 @@ def test_resume_restores_model_optimizer_and_step(notebook, cells, tmp_path):
     x, y = ns["make_data"](8, 0)
     torch.nn.functional.mse_loss(src(x), y).backward()
     opt.step()
-    ns["save_checkpoint_atomic"]({"step": 4, "model": src.state_dict(), "optimizer": opt.state_dict()},
-                                 tmp_path / "r.pt")
+    ns["save_checkpoint_atomic"](
+        {"step": 4, "model": src.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "r.pt"
+    )
     dst = ns["make_mlp"](2)
     dst_opt = torch.optim.SGD(dst.parameters(), lr=0.1, momentum=0.9)
     assert ns["resume_from_checkpoint"](tmp_path / "absent.pt", dst, dst_opt) == 0
@@ -205,6 +213,7 @@ def test_resume_restores_model_optimizer_and_step(notebook, cells, tmp_path):
 
 
 # ---------------------------------------------------------------- QC batches
+
 
 class CharTokenizer:
     """A stand-in for the course tokenizer: one id per character, the Qwen chat template."""
@@ -230,15 +239,45 @@ class CharTokenizer:
 
 
 QC_ITEMS = [
-    {"id": "t-1", "product_line": "注塑件", "description": "外壳边缘有 3 毫米划痕。",
-     "report": {"defect_type": "划痕", "location": "边缘", "severity": "轻微", "disposition": "放行",
-                "root_cause": "搬运", "action": "加保护膜"}},
-    {"id": "t-2", "product_line": "PCB", "description": "焊点虚焊，通电后间歇断路，需要进一步检查与确认。",
-     "report": {"defect_type": "虚焊", "location": "焊点", "severity": "严重", "disposition": "返工",
-                "root_cause": "炉温", "action": "调整回流焊曲线"}},
-    {"id": "t-3", "product_line": "铸件", "description": "气孔。",
-     "report": {"defect_type": "气孔", "location": "表面", "severity": "一般", "disposition": "让步接收",
-                "root_cause": "排气", "action": "改排气槽"}},
+    {
+        "id": "t-1",
+        "product_line": "注塑件",
+        "description": "外壳边缘有 3 毫米划痕。",
+        "report": {
+            "defect_type": "划痕",
+            "location": "边缘",
+            "severity": "轻微",
+            "disposition": "放行",
+            "root_cause": "搬运",
+            "action": "加保护膜",
+        },
+    },
+    {
+        "id": "t-2",
+        "product_line": "PCB",
+        "description": "焊点虚焊，通电后间歇断路，需要进一步检查与确认。",
+        "report": {
+            "defect_type": "虚焊",
+            "location": "焊点",
+            "severity": "严重",
+            "disposition": "返工",
+            "root_cause": "炉温",
+            "action": "调整回流焊曲线",
+        },
+    },
+    {
+        "id": "t-3",
+        "product_line": "铸件",
+        "description": "气孔。",
+        "report": {
+            "defect_type": "气孔",
+            "location": "表面",
+            "severity": "一般",
+            "disposition": "让步接收",
+            "root_cause": "排气",
+            "action": "改排气槽",
+        },
+    },
 ]
 
 

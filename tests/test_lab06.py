@@ -55,7 +55,7 @@ def run(cells, namespace=None):
 
     namespace = {"__name__": "__main__"} if namespace is None else namespace
     here = os.getcwd()
-    os.chdir(LAB)   # the lab reads data/ relative to its working folder
+    os.chdir(LAB)  # the lab reads data/ relative to its working folder
     try:
         for cell in cells:
             source = cell if isinstance(cell, str) else cell.source
@@ -102,8 +102,10 @@ def test_failure_script_and_queries_are_well_formed():
 
 
 def test_runtime_solutions_pass_their_graded_tests(runtime_ns):
-    assert runtime_ns["golden_trace"].first_difference(
-        runtime_ns["Trace"].load_rows(LAB / "data" / "golden_trace.json")) is None
+    assert (
+        runtime_ns["golden_trace"].first_difference(runtime_ns["Trace"].load_rows(LAB / "data" / "golden_trace.json"))
+        is None
+    )
 
 
 RUNTIME_EXERCISES = [
@@ -129,27 +131,33 @@ def test_empty_student_version_fails(runtime_ns, code_cells, sol, between, test)
 
 MUTATIONS = [
     # (solution grade_id, text, replacement, cells to re-run, test grade_id): wrong answers to catch
-    ("06-pipeline-sol-1", 'InstrumentedQueue(queue_size, f"q-{s.name}")', "asyncio.Queue()", [],
-     "06-pipeline-1"),
+    ("06-pipeline-sol-1", 'InstrumentedQueue(queue_size, f"q-{s.name}")', "asyncio.Queue()", [], "06-pipeline-1"),
     ("06-pipeline-sol-1", "        for w in workers:\n            w.cancel()\n", "", [], "06-pipeline-1"),
     ("06-pipeline-sol-1", "        for q in queues:\n            await q.join()\n", "", [], "06-pipeline-1"),
-    ("06-retry-sol-1", "            await asyncio.sleep(backoff_delay(policy, msg_id, attempt))\n", "            pass\n", [],
-     "06-retry-1"),
+    (
+        "06-retry-sol-1",
+        "            await asyncio.sleep(backoff_delay(policy, msg_id, attempt))\n",
+        "            pass\n",
+        [],
+        "06-retry-1",
+    ),
     ("06-retry-sol-1", "2 ** (attempt - 1)", "2 ** attempt", [], "06-retry-1"),
     ("06-retry-sol-1", 'reason = "timeout"', 'reason = "timed out"', [], "06-retry-1"),
-    ("06-runtime-sol-1", "        if msg_id in self._seen:", "        if False:", ["def golden_run("],
-     "06-dedupe-1"),
-    ("06-runtime-sol-1", "        for q in self._queues:\n            await q.join()\n",
-     "        await self._queues[0].join()\n", [], "06-shutdown-1"),
+    ("06-runtime-sol-1", "        if msg_id in self._seen:", "        if False:", ["def golden_run("], "06-dedupe-1"),
+    (
+        "06-runtime-sol-1",
+        "        for q in self._queues:\n            await q.join()\n",
+        "        await self._queues[0].join()\n",
+        [],
+        "06-shutdown-1",
+    ),
     ("06-runtime-sol-1", "        for w in self._workers:\n            w.cancel()\n", "", [], "06-shutdown-1"),
     ("06-cycle-sol-1", "return path[path.index(nxt):]", "return path", [], "06-cycle-1"),
-    ("06-cycle-sol-1", "elif color.get(nxt, WHITE) == GREY:", "elif color.get(nxt, WHITE) != WHITE:", [],
-     "06-cycle-1"),
+    ("06-cycle-sol-1", "elif color.get(nxt, WHITE) == GREY:", "elif color.get(nxt, WHITE) != WHITE:", [], "06-cycle-1"),
 ]
 
 
-@pytest.mark.parametrize("sol,old,new,between,test", MUTATIONS,
-                         ids=[f"{m[4]}-{i}" for i, m in enumerate(MUTATIONS)])
+@pytest.mark.parametrize("sol,old,new,between,test", MUTATIONS, ids=[f"{m[4]}-{i}" for i, m in enumerate(MUTATIONS)])
 def test_wrong_answers_fail(runtime_ns, code_cells, sol, old, new, between, test):
     source = by_grade_id(code_cells, sol)
     assert old in source, f"mutation target not found in {sol}: {old!r}"
@@ -200,8 +208,14 @@ def test_expected_documents_rank_in_the_top_3_with_an_independent_bm25(retrieval
 
     def score(d, query):
         tf = Counter(d)
-        return sum(math.log(1 + (len(docs) - df[q] + 0.5) / (df[q] + 0.5)) * tf[q] * 2.5
-                   / (tf[q] + 1.5 * (0.25 + 0.75 * len(d) / avgdl)) for q in query if q in tf)
+        return sum(
+            math.log(1 + (len(docs) - df[q] + 0.5) / (df[q] + 0.5))
+            * tf[q]
+            * 2.5
+            / (tf[q] + 1.5 * (0.25 + 0.75 * len(d) / avgdl))
+            for q in query
+            if q in tf
+        )
 
     for name in ("retrieval_queries.json", "retrieval_queries_hidden.json"):
         for row in json.loads((LAB / "data" / name).read_text(encoding="utf-8")):
@@ -214,8 +228,10 @@ def test_schema_validation_solution_passes_and_student_fails(runtime_ns, code_ce
     ns = dict(runtime_ns)
     from rocmlab import lab
 
-    ns.update(TAXONOMY=lab.qc_taxonomy(),
-              REPORT_FIELDS=("defect_type", "location", "severity", "disposition", "root_cause", "action"))
+    ns.update(
+        TAXONOMY=lab.qc_taxonomy(),
+        REPORT_FIELDS=("defect_type", "location", "severity", "disposition", "root_cause", "action"),
+    )
     sol, test = by_grade_id(code_cells, "06-schema-sol-1"), by_grade_id(code_cells, "06-schema-1")
     run([sol, test], dict(ns))
     with pytest.raises(NotImplementedError):
@@ -225,7 +241,7 @@ def test_schema_validation_solution_passes_and_student_fails(runtime_ns, code_ce
         run([lenient, test], dict(ns))
 
 
-PORTABLE_RUN = r'''
+PORTABLE_RUN = r"""
 import os, sys
 sys.path.insert(0, sys.argv[1])
 src = open(sys.argv[2], encoding="utf-8").read()
@@ -241,7 +257,7 @@ prelude = (
 os.chdir(os.path.dirname(sys.argv[2]))
 exec(compile(prelude + "\n".join("#" + c for c in cells[start:stop]), "lab06", "exec"), {"__name__": "__main__"})
 print("PORTABLE-OK")
-'''
+"""
 
 
 def find_python(version):
@@ -273,8 +289,9 @@ def test_runtime_sections_and_golden_traces_hold_on_other_pythons(version, tmp_p
     script = tmp_path / "portable.py"
     script.write_text(PORTABLE_RUN)
     src = Path(__file__).resolve().parents[1] / "src"
-    done = subprocess.run([python, str(script), str(src), str(LAB / "lab.py")], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [python, str(script), str(src), str(LAB / "lab.py")], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and "PORTABLE-OK" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
 
 

@@ -66,16 +66,15 @@ def test_deadlock_is_raised_with_pending_tasks_and_wait_for_graph():
 
         async def left():
             await a.put(1)
-            await a.put(2)           # a is full until right reads it
+            await a.put(2)  # a is full until right reads it
             await b.get()
 
         async def right():
             await b.put(1)
-            await b.put(2)           # b is full until left reads it
+            await b.put(2)  # b is full until left reads it
             await a.get()
 
-        await asyncio.gather(asyncio.create_task(left(), name="left"),
-                             asyncio.create_task(right(), name="right"))
+        await asyncio.gather(asyncio.create_task(left(), name="left"), asyncio.create_task(right(), name="right"))
 
     with pytest.raises(Deadlock) as info:
         run_async(main, grace_s=0.05)
@@ -96,10 +95,9 @@ def test_request_reply_deadlock_graph_has_the_cycle():
 
         async def client():
             await inbox.put("ask")
-            await replies.get()          # nobody will ever answer
+            await replies.get()  # nobody will ever answer
 
-        tasks = [asyncio.create_task(server(), name="server"),
-                 asyncio.create_task(client(), name="client")]
+        tasks = [asyncio.create_task(server(), name="server"), asyncio.create_task(client(), name="client")]
         await tasks[1]
 
     with pytest.raises(Deadlock) as info:
@@ -164,8 +162,7 @@ def test_instrumented_queue_records_bound_traffic_and_roles():
                 await asyncio.sleep(0.001)
                 q.task_done()
 
-        await asyncio.gather(asyncio.create_task(producer(), name="p"),
-                             asyncio.create_task(consumer(), name="c"))
+        await asyncio.gather(asyncio.create_task(producer(), name="p"), asyncio.create_task(consumer(), name="c"))
         return q
 
     q = run_async(main).value
@@ -194,8 +191,7 @@ def test_wait_for_graph_edges():
             self.producers, self.consumers = set(producers), set(consumers)
             self.blocked_put, self.blocked_get = set(blocked_put), set(blocked_get)
 
-    graph = wait_for_graph([Fake({"a"}, {"b", "c"}, blocked_put={"a"}),
-                            Fake({"b"}, {"a"}, blocked_get={"a"})])
+    graph = wait_for_graph([Fake({"a"}, {"b", "c"}, blocked_put={"a"}), Fake({"b"}, {"a"}, blocked_get={"a"})])
     assert graph == {"a": ["b", "c"]}
 
 

@@ -49,4 +49,4 @@ def test_pick_device_and_environment_line():
 
 def test_unknown_helper_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        lab.nope
+        _ = lab.nope

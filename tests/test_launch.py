@@ -24,17 +24,21 @@ def write(path, source: str):
 
 # ---------------------------------------------------------------- fast units
 
+
 def test_missing_script_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.py"):
         run_torchrun("nope.py", cwd=tmp_path, show=False)
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"nproc": 0}, "nproc"),
-    ({"nproc": "2"}, "nproc"),
-    ({"timeout_s": 0}, "timeout_s"),
-    ({"max_restarts": -1}, "max_restarts"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"nproc": 0}, "nproc"),
+        ({"nproc": "2"}, "nproc"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"max_restarts": -1}, "max_restarts"),
+    ],
+)
 def test_bad_arguments_are_rejected(tmp_path, kwargs, word):
     script = write(tmp_path / "s.py", "print(1)\n")
     with pytest.raises(ValueError, match=word):
@@ -65,8 +69,7 @@ def test_collect_ranks_keeps_last_attempt_and_marks_missing(tmp_path):
     (tmp_path / "rank0.attempt1.rc").write_text("0")
     (tmp_path / "rank1.attempt1.log").write_text("hung\n")
     ranks = launch._collect_ranks(tmp_path, 3)
-    assert ranks == [RankOutput(0, 0, "second\n"), RankOutput(1, None, "hung\n"),
-                     RankOutput(2, None, "")]
+    assert ranks == [RankOutput(0, 0, "second\n"), RankOutput(1, None, "hung\n"), RankOutput(2, None, "")]
 
 
 def test_result_ok_and_summary():
@@ -80,14 +83,14 @@ def test_result_ok_and_summary():
 def run_rank_entry(tmp_path, source: str, rank="1", attempt="2"):
     script = write(tmp_path / "s.py", source)
     env = dict(os.environ, RANK=rank, TORCHELASTIC_RESTART_COUNT=attempt)
-    proc = subprocess.run([sys.executable, "-m", "rocmlab.lab.launch", str(tmp_path), str(script)],
-                          env=env, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocmlab.lab.launch", str(tmp_path), str(script)], env=env, timeout=60, check=False
+    )
     return proc.returncode, launch._collect_ranks(tmp_path, 2)
 
 
 def test_rank_entry_records_output_and_exit_code(tmp_path):
-    rc, ranks = run_rank_entry(tmp_path, "import sys\nprint('out')\nprint('err', file=sys.stderr)\n"
-                                         "sys.exit(7)\n")
+    rc, ranks = run_rank_entry(tmp_path, "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(7)\n")
     assert rc == 7
     assert ranks[1].returncode == 7 and "out" in ranks[1].output and "err" in ranks[1].output
     assert ranks[0] == RankOutput(0, None, "")
@@ -115,8 +118,9 @@ ALL_REDUCE = """
 @pytest.mark.slow
 def test_two_ranks_run_and_report(tmp_path, capsys):
     write(tmp_path / "ar.py", ALL_REDUCE)
-    result = run_torchrun("ar.py", nproc=2, args=["--flag", 3], cwd=tmp_path,
-                          env={"ROCMLAB_TEST_VAR": "seen"}, timeout_s=120)
+    result = run_torchrun(
+        "ar.py", nproc=2, args=["--flag", 3], cwd=tmp_path, env={"ROCMLAB_TEST_VAR": "seen"}, timeout_s=120
+    )
     assert result.ok, result.summary() + result.output
     assert [r.rank for r in result.ranks] == [0, 1]
     assert all(r.returncode == 0 for r in result.ranks)
@@ -171,8 +175,9 @@ def test_hanging_rank_is_killed_at_timeout_and_nothing_survives(tmp_path):
     for name in ("rank0.pid", "rank1.pid", "helper.pid"):
         assert (pids / name).exists(), f"{name} was never written: {result.output}"
         assert_dead(pids / name)
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if any(str(tmp_path) in part for part in (p.info["cmdline"] or []))]
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if any(str(tmp_path) in part for part in (p.info["cmdline"] or []))
+    ]
     assert leftovers == []
     assert launch.leftover_processes() == []
 
@@ -207,8 +212,7 @@ RESTART = """
 @pytest.mark.slow
 def test_max_restarts_reruns_and_keeps_the_last_attempt(tmp_path):
     write(tmp_path / "restart.py", RESTART)
-    result = run_torchrun("restart.py", nproc=2, cwd=tmp_path, max_restarts=1, timeout_s=90,
-                          show=False)
+    result = run_torchrun("restart.py", nproc=2, cwd=tmp_path, max_restarts=1, timeout_s=90, show=False)
     assert result.ok, result.summary() + result.output
     for rank in (0, 1):
         assert result.rank(rank).output.strip() == "attempt 1"

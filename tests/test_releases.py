@@ -109,7 +109,12 @@ BAD = [
     ('"transformers==5.24.0"', '"transformers>=5"', "'cpu-current'", "pins"),
     ('"torch==2.13.0+cpu", ', "", "'cpu-current'", "pins"),
     ('python = "3.11"', 'python = "py311"', "'cpu-current'", "python"),
-    ('sources = [{ url = "https://example.org/pypi"', 'sources = [{ url = "ftp://example.org/pypi"', "'cpu-current'", "url"),
+    (
+        'sources = [{ url = "https://example.org/pypi"',
+        'sources = [{ url = "ftp://example.org/pypi"',
+        "'cpu-current'",
+        "url",
+    ),
     ('status = "current"\npins', 'status = "current"\ncolour = "red"\npins', "'cpu-current'", "colour"),
     ("schema = 1", "schema = 2", "top level", "schema"),
 ]
@@ -165,27 +170,41 @@ def test_github_releases_keep_final_rocm_tags_only():
     found = releases.parse_github_releases(read("github-rocm.json"))
     assert [r.version for r in found] == ["7.14.1", "7.14.0", "7.2.4", "6.4.4", "6.3.4"]
     systems = releases.parse_github_releases(read("github-rocm-systems.json"))
-    assert [(r.version, r.date) for r in systems] == [("10.1.0", dt.date(2026, 11, 12)),
-                                                      ("10.0.0", dt.date(2026, 8, 26))]
+    assert [(r.version, r.date) for r in systems] == [
+        ("10.1.0", dt.date(2026, 11, 12)),
+        ("10.0.0", dt.date(2026, 8, 26)),
+    ]
 
 
 def test_wheel_index_lists_rocm_torch_builds_only():
     builds = releases.parse_wheel_index(read("pytorch-wheels.html"))
     assert {(b.torch, b.rocm, b.python) for b in builds} == {
-        ("2.8.0", "6.4", "3.12"), ("2.8.0", "6.4", "3.11"), ("2.10.0", "7.1", "3.12"), ("2.11.0", "7.1", "3.12")}
+        ("2.8.0", "6.4", "3.12"),
+        ("2.8.0", "6.4", "3.11"),
+        ("2.10.0", "7.1", "3.12"),
+        ("2.11.0", "7.1", "3.12"),
+    }
 
 
 def test_docker_tags_follow_the_release_naming_scheme():
     tags = releases.parse_docker_tags(read("dockerhub-rocm-pytorch.json"))
     assert [t.tag for t in tags] == [
-        "rocm10.1_ubuntu24.04_py3.12_pytorch_release_2.13.0", "rocm10.1_ubuntu24.04_py3.12_pytorch_release_2.12.0",
-        "rocm7.2.4_ubuntu24.04_py3.12_pytorch_release_2.10.0", "rocm7.2.4_ubuntu22.04_py3.10_pytorch_release_2.10.0"]
+        "rocm10.1_ubuntu24.04_py3.12_pytorch_release_2.13.0",
+        "rocm10.1_ubuntu24.04_py3.12_pytorch_release_2.12.0",
+        "rocm7.2.4_ubuntu24.04_py3.12_pytorch_release_2.10.0",
+        "rocm7.2.4_ubuntu22.04_py3.10_pytorch_release_2.10.0",
+    ]
     assert (tags[0].rocm, tags[0].python, tags[0].pytorch) == ("10.1", "3.12", "2.13.0")
 
 
-@pytest.mark.parametrize("parser,text", [
-    (releases.parse_pypi, "<html>"), (releases.parse_github_releases, '{"message": "rate limited"}'),
-    (releases.parse_docker_tags, '{"detail": "not found"}')])
+@pytest.mark.parametrize(
+    "parser,text",
+    [
+        (releases.parse_pypi, "<html>"),
+        (releases.parse_github_releases, '{"message": "rate limited"}'),
+        (releases.parse_docker_tags, '{"detail": "not found"}'),
+    ],
+)
 def test_unexpected_answers_are_source_errors(parser, text):
     with pytest.raises(releases.SourceError):
         parser(text)
@@ -202,8 +221,10 @@ def test_findings_from_recorded_responses():
     findings = releases.compare(releases.load_matrix(MATRIX), recorded(), today=TODAY)
     (proposal,) = findings.new_entries
     assert (proposal["name"], proposal["rocm"], proposal["pytorch"]) == ("rocm-10.1", "10.1.0", "2.13.0")
-    assert proposal["install"] == {"method": "image",
-                                   "image": "rocm/pytorch:rocm10.1_ubuntu24.04_py3.12_pytorch_release_2.13.0"}
+    assert proposal["install"] == {
+        "method": "image",
+        "image": "rocm/pytorch:rocm10.1_ubuntu24.04_py3.12_pytorch_release_2.13.0",
+    }
     text = "\n".join(findings.updates)
     assert "rocm-7.14: ROCm 7.14.0 -> 7.14.1" in text
     assert "rocm-7.1: PyTorch 2.10.0 -> 2.11.0" in text
@@ -215,8 +236,9 @@ def test_findings_from_recorded_responses():
 def test_proposed_entries_are_valid_matrix_entries(tmp_path):
     findings = releases.compare(releases.load_matrix(MATRIX), recorded(), today=TODAY)
     path = tmp_path / "matrix.toml"
-    path.write_text(MATRIX.read_text(encoding="utf-8") + "\n" + releases.render_entries_toml(findings.new_entries),
-                    encoding="utf-8")
+    path.write_text(
+        MATRIX.read_text(encoding="utf-8") + "\n" + releases.render_entries_toml(findings.new_entries), encoding="utf-8"
+    )
     names = [e.name for e in releases.load_matrix(path)]
     assert names[0] == "rocm-10.1"
 

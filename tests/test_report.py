@@ -1,8 +1,9 @@
 import json
 
+from test_results import make_record
+
 from rocmlab.catalog import discover
 from rocmlab.report import freshness, order_environments, removal_version, to_html, to_json, to_markdown
-from test_results import make_record
 
 
 def fp(torch):
@@ -34,15 +35,20 @@ def test_stale_when_newest_environment_lacks_a_passing_run_of_the_current_versio
 
 
 def test_matrix_order_wins_over_torch_version():
-    records = [make_record(env="rocm-7.14", fingerprint=fp("2.12.0")), make_record(env="local", fingerprint=fp("2.13.0"))]
+    records = [
+        make_record(env="rocm-7.14", fingerprint=fp("2.12.0")),
+        make_record(env="local", fingerprint=fp("2.13.0")),
+    ]
     assert order_environments(records, ["rocm-7.14"]) == ["rocm-7.14", "local"]
     assert order_environments(records, []) == ["local", "rocm-7.14"]
 
 
 def test_latest_record_per_lab_and_env_is_shown(make_course):
     labs = discover(make_course())
-    records = [make_record(status="failed", started_at="2026-11-01T00:00:00+00:00"),
-               make_record(status="passed", started_at="2026-11-02T00:00:00+00:00")]
+    records = [
+        make_record(status="failed", started_at="2026-11-01T00:00:00+00:00"),
+        make_record(status="passed", started_at="2026-11-02T00:00:00+00:00"),
+    ]
     row = freshness(labs, records, matrix_order=[]).rows[0]
     assert row.cells["local"].status == "passed"
     assert row.last_verified.started_at.startswith("2026-11-02")
@@ -58,7 +64,9 @@ def test_stamp_is_idempotent_and_fills_the_readme_markers(make_course):
     from rocmlab.report import README_END, README_START, stamp
 
     root = make_course()
-    (root / "README.md").write_text(f"# Course\n\n{README_START}\nold table\n{README_END}\n\nMore text.\n", encoding="utf-8")
+    (root / "README.md").write_text(
+        f"# Course\n\n{README_START}\nold table\n{README_END}\n\nMore text.\n", encoding="utf-8"
+    )
     records = [make_record(env="cpu-current", fingerprint=fp("2.13.0"))]
     report = freshness(discover(root), records, matrix_order=[])
     first = stamp(report, records, root)
@@ -71,6 +79,7 @@ def test_stamp_is_idempotent_and_fills_the_readme_markers(make_course):
 
 def test_stamp_refuses_a_readme_without_markers(make_course):
     import pytest
+
     from rocmlab.report import stamp
 
     root = make_course()

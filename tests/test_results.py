@@ -1,5 +1,4 @@
 import json
-import os
 
 import pytest
 
@@ -8,14 +7,23 @@ from rocmlab.results import Record, read_record, write_record
 
 
 def make_record(**kw):
-    base = dict(lab="01-demo", lab_version="1.0.0", profile="smoke", env="local", status="passed",
-                started_at="2026-11-01T10:00:00+00:00", duration_s=3.5)
+    base = dict(
+        lab="01-demo",
+        lab_version="1.0.0",
+        profile="smoke",
+        env="local",
+        status="passed",
+        started_at="2026-11-01T10:00:00+00:00",
+        duration_s=3.5,
+    )
     base.update(kw)
     return Record(**base)
 
 
 def test_record_round_trips(tmp_path):
-    record = make_record(warnings=[{"category": "FutureWarning", "message": "m", "filename": "f", "lineno": 1, "cell": 2}])
+    record = make_record(
+        warnings=[{"category": "FutureWarning", "message": "m", "filename": "f", "lineno": 1, "cell": 2}]
+    )
     path = tmp_path / "local" / "01-demo.json"
     write_record(record, path)
     assert read_record(path) == record
@@ -28,12 +36,15 @@ def test_unknown_status_is_refused():
         make_record(status="green")
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not a readable JSON result record"),
-    ("[]", "expected a JSON object"),
-    ('{"schema": 99}', "field schema: expected 1"),
-    ('{"schema": 1, "lab": "x"}', "missing field lab_version"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not a readable JSON result record"),
+        ("[]", "expected a JSON object"),
+        ('{"schema": 99}', "field schema: expected 1"),
+        ('{"schema": 1, "lab": "x"}', "missing field lab_version"),
+    ],
+)
 def test_malformed_records_name_the_file(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)

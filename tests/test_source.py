@@ -1,8 +1,8 @@
 import pytest
+from conftest import GOOD_PY
 
 from rocmlab.catalog import LabError, discover
 from rocmlab.source import for_language, read_notebook
-from conftest import GOOD_PY
 
 
 def lab_with(make_course, py):
@@ -27,26 +27,42 @@ def test_graded_cells_get_nbgrader_metadata(make_course):
     nb = for_language(lab, read_notebook(lab), "en")
     graded = {c.id: c.metadata["nbgrader"] for c in nb.cells if "nbgrader" in c.metadata}
     assert graded["t-sol"]["solution"] is True and graded["t-sol"]["grade"] is False
-    assert graded["t-1"] == {"grade_id": "t-1", "grade": True, "locked": True, "solution": False,
-                              "points": 1, "schema_version": 3, "task": False}
+    assert graded["t-1"] == {
+        "grade_id": "t-1",
+        "grade": True,
+        "locked": True,
+        "solution": False,
+        "points": 1,
+        "schema_version": 3,
+        "task": False,
+    }
     params = [c for c in nb.cells if c.metadata.get("tags") == ["parameters"]]
     assert len(params) == 1
 
 
-@pytest.mark.parametrize("mutation, message", [
-    (lambda s: s.replace('tags=["parameters"]', ''), "exactly one code cell tagged 'parameters'"),
-    (lambda s: s.replace('SEED = 0\n', ''), "must assign SEED"),
-    (lambda s: s.replace('SCALE = 1\n', ''), "profiles.smoke.params.SCALE: no such variable"),
-    (lambda s: s.replace('grade_id="t-1" ', ''), "field grade_id"),
-    (lambda s: s.replace('points=1', 'points=0'), "field points: expected a positive number"),
-    (lambda s: s.replace('grade_id="t-1"', 'grade_id="t-sol"'), "duplicate grade_id 't-sol'"),
-    (lambda s: s.replace('    ### END SOLUTION\n', ''), "'### END SOLUTION'"),
-    (lambda s: s.replace('tags=["solution"]', 'tags=["soluton"]'), "unknown tag 'soluton'"),
-    (lambda s: s.replace('# %% [markdown] tags=["en"]\n# English text\n', ''), "1 cells tagged zh and 0 tagged en"),
-    (lambda s: s.replace('# %% tags=["parameters"]', '# %%\nx = compute()\n\n# %% tags=["parameters"]'), "only imports may come before"),
-    (lambda s: s.replace('assert f(1) == SCALE', '### BEGIN SOLUTION\nassert f(1) == SCALE\n### END SOLUTION'), "only allowed in a cell tagged 'solution'"),
-    (lambda s: s.replace("# %%", "#"), "not jupytext percent format"),
-])
+@pytest.mark.parametrize(
+    "mutation, message",
+    [
+        (lambda s: s.replace('tags=["parameters"]', ""), "exactly one code cell tagged 'parameters'"),
+        (lambda s: s.replace("SEED = 0\n", ""), "must assign SEED"),
+        (lambda s: s.replace("SCALE = 1\n", ""), "profiles.smoke.params.SCALE: no such variable"),
+        (lambda s: s.replace('grade_id="t-1" ', ""), "field grade_id"),
+        (lambda s: s.replace("points=1", "points=0"), "field points: expected a positive number"),
+        (lambda s: s.replace('grade_id="t-1"', 'grade_id="t-sol"'), "duplicate grade_id 't-sol'"),
+        (lambda s: s.replace("    ### END SOLUTION\n", ""), "'### END SOLUTION'"),
+        (lambda s: s.replace('tags=["solution"]', 'tags=["soluton"]'), "unknown tag 'soluton'"),
+        (lambda s: s.replace('# %% [markdown] tags=["en"]\n# English text\n', ""), "1 cells tagged zh and 0 tagged en"),
+        (
+            lambda s: s.replace('# %% tags=["parameters"]', '# %%\nx = compute()\n\n# %% tags=["parameters"]'),
+            "only imports may come before",
+        ),
+        (
+            lambda s: s.replace("assert f(1) == SCALE", "### BEGIN SOLUTION\nassert f(1) == SCALE\n### END SOLUTION"),
+            "only allowed in a cell tagged 'solution'",
+        ),
+        (lambda s: s.replace("# %%", "#"), "not jupytext percent format"),
+    ],
+)
 def test_bad_lab_py_names_file_and_cell(make_course, mutation, message):
     lab = lab_with(make_course, mutation(GOOD_PY))
     with pytest.raises(LabError) as err:

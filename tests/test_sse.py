@@ -14,8 +14,7 @@ from rocmlab.lab.sse import THREAD_PREFIX, ScriptedSSEServer, active_servers
 
 
 def _post(url, body, timeout=10):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     return urllib.request.urlopen(req, timeout=timeout)
 
 
@@ -26,7 +25,7 @@ def _read_events(resp):
         line = raw.decode().strip()
         if not line.startswith("data:"):
             continue
-        data = line[len("data:"):].strip()
+        data = line[len("data:") :].strip()
         events.append((time.perf_counter(), data))
         if data == "[DONE]":
             break
@@ -48,8 +47,10 @@ def test_exported_from_lab():
 
 def test_completions_stream_tokens_in_order_then_done():
     tokens = ["质", "检", "报", "告"]
-    with ScriptedSSEServer(tokens, ttft_s=0.0, itl_s=0.0) as server, \
-            _post(server.url("/v1/completions"), {"prompt": "x", "stream": True}) as resp:
+    with (
+        ScriptedSSEServer(tokens, ttft_s=0.0, itl_s=0.0) as server,
+        _post(server.url("/v1/completions"), {"prompt": "x", "stream": True}) as resp,
+    ):
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         events = _read_events(resp)
     payloads = [json.loads(d) for _, d in events[:-1]]
@@ -61,8 +62,12 @@ def test_completions_stream_tokens_in_order_then_done():
 
 def test_chat_stream_uses_delta_and_usage_chunk():
     with ScriptedSSEServer(["a", "b", "c"], ttft_s=0.0, itl_s=0.0) as server:
-        body = {"messages": [{"role": "user", "content": "hi"}], "stream": True,
-                "max_tokens": 2, "stream_options": {"include_usage": True}}
+        body = {
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "max_tokens": 2,
+            "stream_options": {"include_usage": True},
+        }
         with _post(server.url("/v1/chat/completions"), body) as resp:
             events = _read_events(resp)
     payloads = [json.loads(d) for _, d in events[:-1]]
@@ -73,8 +78,7 @@ def test_chat_stream_uses_delta_and_usage_chunk():
 
 
 def test_non_streaming_returns_whole_text():
-    with ScriptedSSEServer(["x", "y"], ttft_s=0.0, itl_s=0.0) as server, \
-            _post(server.url(), {"prompt": "p"}) as resp:
+    with ScriptedSSEServer(["x", "y"], ttft_s=0.0, itl_s=0.0) as server, _post(server.url(), {"prompt": "p"}) as resp:
         body = json.loads(resp.read())
     assert body["choices"][0]["text"] == "xy"
     assert body["usage"]["completion_tokens"] == 2
@@ -83,8 +87,7 @@ def test_non_streaming_returns_whole_text():
 def test_schedule_is_not_shortened():
     """Each token leaves no earlier than its scripted delay (a lower bound, not a timing race)."""
     delays = [0.15, 0.0, 0.12, 0.0]
-    with ScriptedSSEServer(["a", "b", "c", "d", "e"], ttft_s=delays[0],
-                           itl_s=delays[1:] + [0.05]) as server:
+    with ScriptedSSEServer(["a", "b", "c", "d", "e"], ttft_s=delays[0], itl_s=delays[1:] + [0.05]) as server:
         start = time.perf_counter()
         with _post(server.url(), {"prompt": "p", "stream": True}) as resp:
             events = _read_events(resp)
@@ -136,12 +139,15 @@ def test_bad_requests_get_clear_errors():
             assert json.loads(resp.read())["data"][0]["id"] == "scripted"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"tokens": []}, "at least one token"),
-    ({"tokens": ["a", "b"], "itl_s": [0.1, 0.2]}, "need 1"),
-    ({"tokens": ["a"], "ttft_s": -1}, "ttft_s"),
-    ({"tokens": ["a", "b"], "itl_s": -0.1}, "itl_s"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"tokens": []}, "at least one token"),
+        ({"tokens": ["a", "b"], "itl_s": [0.1, 0.2]}, "need 1"),
+        ({"tokens": ["a"], "ttft_s": -1}, "ttft_s"),
+        ({"tokens": ["a", "b"], "itl_s": -0.1}, "itl_s"),
+    ],
+)
 def test_bad_scripts_are_rejected(kwargs, message):
     tokens = kwargs.pop("tokens")
     with pytest.raises(ValueError, match=message):

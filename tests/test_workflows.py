@@ -14,7 +14,7 @@ from rocmlab import releases
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 sys.path.insert(0, str(ROOT / "ci"))
-import changed_labs
+import changed_labs  # noqa: E402 (after the sys.path setup)
 
 
 def tool(name: str) -> str:
@@ -113,9 +113,15 @@ def test_release_check_runs_on_a_schedule_and_opens_an_issue():
 
 def test_matrix_script_prints_the_job_matrix_of_the_release_matrix(tmp_path):
     output = tmp_path / "github_output"
-    result = subprocess.run([sys.executable, "ci/matrix_json.py", "--kind", "rocm", "--github-output", "rocm"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-                            env={"GITHUB_OUTPUT": str(output), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "ci/matrix_json.py", "--kind", "rocm", "--github-output", "rocm"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"GITHUB_OUTPUT": str(output), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     expected = releases.job_matrix(releases.load_matrix(ROOT / "env" / "matrix.toml"))
     assert json.loads(result.stdout) == expected and expected["include"]
@@ -132,6 +138,11 @@ def test_shell_scripts_parse():
 def test_changed_labs_keeps_existing_lab_folders_only(tmp_path):
     (tmp_path / "solutions" / "03-lora-finetune-zh").mkdir(parents=True)
     (tmp_path / "solutions" / "03-lora-finetune-zh" / "lab.toml").write_text("")
-    paths = ["solutions/03-lora-finetune-zh/lab.py", "solutions/03-lora-finetune-zh/data/x.jsonl",
-             "solutions/09-deleted-lab/lab.py", "src/rocmlab/cli.py", "README.md"]
+    paths = [
+        "solutions/03-lora-finetune-zh/lab.py",
+        "solutions/03-lora-finetune-zh/data/x.jsonl",
+        "solutions/09-deleted-lab/lab.py",
+        "src/rocmlab/cli.py",
+        "README.md",
+    ]
     assert changed_labs.labs_in(paths, tmp_path) == ["03-lora-finetune-zh"]

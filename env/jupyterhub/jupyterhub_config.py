@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from rocmlab_spawner import CourseSpawner, DemoCourseSpawner  # (after the path is set)
+from rocmlab_spawner import CourseSpawner, DemoCourseSpawner  # (after the path is set)  # noqa: E402 (after the sys.path setup)
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 env = os.environ.get
@@ -108,11 +108,13 @@ c.Spawner.environment = {"ROCMLAB_HUB_MODE": mode}
 # Shared, read-only model caches set where the hub starts, so that no learner builds the course
 # model or downloads a real one: ROCMLAB_CACHE (`rocmlab assets build-model`) and HF_HOME
 # (`rocmlab assets fetch NAME`), plus a mirror or offline switch for the Hugging Face hub.
-c.Spawner.env_keep = ["JUPYTERHUB_SINGLEUSER_APP", "LANG", "ROCMLAB_CACHE", "HF_HOME", "HF_ENDPOINT",
-                      "HF_HUB_OFFLINE"]
+c.Spawner.env_keep = ["JUPYTERHUB_SINGLEUSER_APP", "LANG", "ROCMLAB_CACHE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE"]
 kernel_idle = _seconds("ROCMLAB_HUB_KERNEL_IDLE_S", 1800)
-server_args = [f"--MappingKernelManager.cull_idle_timeout={kernel_idle}",
-               "--MappingKernelManager.cull_interval=60"] if kernel_idle else []
+server_args = (
+    [f"--MappingKernelManager.cull_idle_timeout={kernel_idle}", "--MappingKernelManager.cull_interval=60"]
+    if kernel_idle
+    else []
+)
 if demo and os.geteuid() == 0:
     server_args.append("--ServerApp.allow_root=True")  # demo servers run as the hub's user
 c.Spawner.args = server_args
@@ -137,13 +139,24 @@ c.DemoCourseSpawner.max_processes = 0
 services, roles = [], []
 cull_idle = _seconds("ROCMLAB_HUB_CULL_IDLE_S", 3600)
 if cull_idle:
-    services.append({"name": "idle-culler",
-                     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={cull_idle}"]})
-    roles.append({"name": "idle-culler", "services": ["idle-culler"],
-                  "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]})
+    services.append(
+        {"name": "idle-culler", "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={cull_idle}"]}
+    )
+    roles.append(
+        {
+            "name": "idle-culler",
+            "services": ["idle-culler"],
+            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+        }
+    )
 if env("ROCMLAB_HUB_ADMIN_TOKEN"):
     services.append({"name": "rocmlab-admin", "api_token": env("ROCMLAB_HUB_ADMIN_TOKEN")})
-    roles.append({"name": "rocmlab-admin", "services": ["rocmlab-admin"],
-                  "scopes": ["admin:users", "admin:groups", "admin:servers", "tokens", "list:users", "read:users"]})
+    roles.append(
+        {
+            "name": "rocmlab-admin",
+            "services": ["rocmlab-admin"],
+            "scopes": ["admin:users", "admin:groups", "admin:servers", "tokens", "list:users", "read:users"],
+        }
+    )
 c.JupyterHub.services = services
 c.JupyterHub.load_roles = roles

@@ -28,8 +28,11 @@ class OwnerCheckedCollect(ExchangeCollect):
             return newest_first
         for record in newest_first:
             if not self.owned_by_student(record):
-                self.log.warning("not collected: %s is filed under %s but not owned by that user",
-                                 record["filename"], record["username"])
+                self.log.warning(
+                    "not collected: %s is filed under %s but not owned by that user",
+                    record["filename"],
+                    record["username"],
+                )
         return sorted(newest_first, key=lambda record: not self.owned_by_student(record))  # stable: owned first
 
     def copy_files(self):

@@ -73,16 +73,20 @@ class CourseSpawner(LocalProcessSpawner):
     course_repo = Unicode(help="the rocmlab checkout: labs/, solutions/, autograder/").tag(config=True)
     lang = Unicode("en", help="language of the delivered notebooks (en or zh)").tag(config=True)
     labs = List(Unicode(), help="lab ids delivered to every home on spawn").tag(config=True)
-    labs_dir = Unicode("", help="folder of the built student notebooks delivered, one sub-folder per lab "
-                                "(default: <course_repo>/labs/<lang>; `rocmlab hub --profile gpu` renders "
-                                "its own)").tag(config=True)
+    labs_dir = Unicode(
+        "",
+        help="folder of the built student notebooks delivered, one sub-folder per lab "
+        "(default: <course_repo>/labs/<lang>; `rocmlab hub --profile gpu` renders "
+        "its own)",
+    ).tag(config=True)
     instructor_group = Unicode("instructors", help="hub group (or Unix group) of instructors").tag(config=True)
     course_id = Unicode("rocmlab", help="nbgrader course id").tag(config=True)
     exchange_root = Unicode(help="nbgrader exchange root shared by all users").tag(config=True)
     course_folder = Unicode("course", help="instructor's nbgrader course root, relative to the home").tag(config=True)
     max_processes = Integer(0, help="RLIMIT_NPROC for the user's processes (0: none)").tag(config=True)
-    private_homes = Bool(True, help="close each real home to group and others on spawn (learners cannot "
-                                    "read each other's answers)").tag(config=True)
+    private_homes = Bool(
+        True, help="close each real home to group and others on spawn (learners cannot read each other's answers)"
+    ).tag(config=True)
     hub_marker = Unicode("", help="value of ROCMLAB_HUB_ID in every server's environment").tag(config=True)
 
     def home(self) -> Path:

@@ -141,8 +141,7 @@ def check_integrity(lab: Lab, source_nb, student_path: Path) -> None:
     for marker in LEAK_MARKERS:
         if marker in text:
             raise LabError(f"{lab.source}: the student notebook {student_path.name} still contains {marker!r}")
-    leaked = sorted(line for line in _solution_lines(source_nb)
-                    if any(line in cell.source for cell in student.cells))
+    leaked = sorted(line for line in _solution_lines(source_nb) if any(line in cell.source for cell in student.cells))
     if leaked:
         raise LabError(f"{lab.source}: solution text leaks into the student notebook: {leaked[0]!r}")
     hidden = sorted(p.name for p in student_path.parent.rglob(HIDDEN_DATA))
@@ -161,8 +160,10 @@ def _literal(lab: Lab, profile: str, key: str, value) -> str:
     except (ValueError, SyntaxError):
         same = False
     if not same:
-        raise LabError(f"{lab.folder / 'lab.toml'}: field profiles.{profile}.params.{key}: {value!r} cannot be "
-                       "written into the parameters cell (expected a string, number, boolean, list or table)")
+        raise LabError(
+            f"{lab.folder / 'lab.toml'}: field profiles.{profile}.params.{key}: {value!r} cannot be "
+            "written into the parameters cell (expected a string, number, boolean, list or table)"
+        )
     return text
 
 
@@ -208,8 +209,9 @@ def languages(choice: str) -> list[str]:
     return [choice]
 
 
-def render_all(root: Path, labs: list[Lab], langs: list[str], staging: Path, progress=print,
-               profile: str | None = None) -> None:
+def render_all(
+    root: Path, labs: list[Lab], langs: list[str], staging: Path, progress=print, profile: str | None = None
+) -> None:
     for lab in labs:
         for lang in langs:
             progress(f"build  {lab.id} [{lang}]" + (f" ({profile} profile)" if profile else ""))
@@ -223,29 +225,38 @@ def labs_with_profile(labs: list[Lab], profile: str, progress=print) -> list[Lab
         if profile in lab.profiles:
             kept.append(lab)
         else:
-            progress(f"skip   {lab.id}: {lab.folder / 'lab.toml'} has no [profiles.{profile}] "
-                     f"(it has: {', '.join(lab.profiles)})")
+            progress(
+                f"skip   {lab.id}: {lab.folder / 'lab.toml'} has no [profiles.{profile}] "
+                f"(it has: {', '.join(lab.profiles)})"
+            )
     return kept
 
 
 def profile_out(root: Path, out: str | None, *, check: bool = False, verify: bool = False) -> Path:
     """The output folder of a profile build; refuses ``labs/`` (the smoke build) and --check/--verify."""
     if check or verify:
-        raise LabError(f"--profile cannot be combined with --{'check' if check else 'verify'}: they judge the "
-                       "smoke build in labs/ (run them without --profile)")
+        raise LabError(
+            f"--profile cannot be combined with --{'check' if check else 'verify'}: they judge the "
+            "smoke build in labs/ (run them without --profile)"
+        )
     labs_dir = (root / "labs").resolve()
     if out is None:
-        raise LabError(f"--profile needs --out DIR: {labs_dir} holds the smoke build that `rocmlab build --check` "
-                       "compares, so a profile build never goes there")
+        raise LabError(
+            f"--profile needs --out DIR: {labs_dir} holds the smoke build that `rocmlab build --check` "
+            "compares, so a profile build never goes there"
+        )
     target = Path(out).resolve()
     if target == labs_dir or labs_dir in target.parents:
-        raise LabError(f"--out {out}: {labs_dir} holds the smoke build that `rocmlab build --check` compares; "
-                       "write a profile build elsewhere (e.g. --out build/labs-gpu)")
+        raise LabError(
+            f"--out {out}: {labs_dir} holds the smoke build that `rocmlab build --check` compares; "
+            "write a profile build elsewhere (e.g. --out build/labs-gpu)"
+        )
     return target
 
 
-def build(root: Path, labs: list[Lab], langs: list[str], out: Path, progress=print,
-          profile: str | None = None) -> list[Path]:
+def build(
+    root: Path, labs: list[Lab], langs: list[str], out: Path, progress=print, profile: str | None = None
+) -> list[Path]:
     """Build into a staging folder beside ``out`` and swap each lab folder in only when all succeeded.
 
     With ``profile``, labs without that profile are skipped (and reported through ``progress``)."""
@@ -304,7 +315,10 @@ def drift(root: Path, labs: list[Lab], langs: list[str], out: Path, orphans: boo
                         differences.append(f"changed  {where}")
         if orphans:
             known = {lab.id for lab in labs}
-            differences += [f"orphan   {out.name}/{folder.parent.name}/{folder.name}/ (no solutions/{folder.name})"
-                            for lang in langs for folder in sorted((out / lang).glob("[0-9]*"))
-                            if folder.is_dir() and folder.name not in known]
+            differences += [
+                f"orphan   {out.name}/{folder.parent.name}/{folder.name}/ (no solutions/{folder.name})"
+                for lang in langs
+                for folder in sorted((out / lang).glob("[0-9]*"))
+                if folder.is_dir() and folder.name not in known
+            ]
         return differences

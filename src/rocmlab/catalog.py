@@ -118,14 +118,18 @@ def _parse_profile(name: str, table, path: Path) -> Profile:
         raise _fail(path, where + ".timeout_s", "a positive integer of seconds", timeout)
     cell_timeout = table.get("cell_timeout_s", timeout)
     if not isinstance(cell_timeout, int) or isinstance(cell_timeout, bool) or not 0 < cell_timeout <= timeout:
-        raise _fail(path, where + ".cell_timeout_s", f"a positive integer no larger than timeout_s ({timeout})", cell_timeout)
+        raise _fail(
+            path, where + ".cell_timeout_s", f"a positive integer no larger than timeout_s ({timeout})", cell_timeout
+        )
     requires = _parse_requires(table.get("requires", {}), path, where + ".requires")
     return Profile(name, dict(params), timeout, cell_timeout, requires)
 
 
 def _parse_title(value, path: Path) -> dict:
-    if not isinstance(value, dict) or set(value) != set(LANGUAGES) or not all(
-        isinstance(v, str) and v.strip() for v in value.values()
+    if (
+        not isinstance(value, dict)
+        or set(value) != set(LANGUAGES)
+        or not all(isinstance(v, str) and v.strip() for v in value.values())
     ):
         raise _fail(path, "title", "a table with non-empty zh and en strings", value)
     return dict(value)

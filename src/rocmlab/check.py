@@ -47,8 +47,9 @@ def read_learner_notebook(path: Path):
         raise LabError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
     tests = [c for c in nb.cells if _grading(c).get("grade")]
     if not tests:
-        raise LabError(f"{path}: no graded test cell (cells with nbgrader metadata grade=true): "
-                       "is this a rocmlab lab notebook?")
+        raise LabError(
+            f"{path}: no graded test cell (cells with nbgrader metadata grade=true): is this a rocmlab lab notebook?"
+        )
     return nb
 
 
@@ -71,8 +72,12 @@ def find_lab(nb, root_arg: str | None, notebook: Path) -> Lab | None:
 
 
 def prepare(nb, keep_params: bool):
-    cells = [c for c in nb.cells if INJECTED_TAG not in c.metadata.get("tags", [])
-             and (keep_params or "injected-parameters" not in c.metadata.get("tags", []))]
+    cells = [
+        c
+        for c in nb.cells
+        if INJECTED_TAG not in c.metadata.get("tags", [])
+        and (keep_params or "injected-parameters" not in c.metadata.get("tags", []))
+    ]
     names = trusted_names(nbformat.v4.new_notebook(cells=cells))
     capture, report = injected_cells(names)
     nb.cells = [capture, *cells, report]
@@ -128,15 +133,20 @@ def visible_results(executed) -> list[VisibleTest]:
         if errors:
             message = f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}".strip()[:1000]
         elif stderr:
-            message = "wrote to stderr (the grader counts that as a failure): " + "".join(stderr[0].get("text", ""))[:300]
+            message = (
+                "wrote to stderr (the grader counts that as a failure): " + "".join(stderr[0].get("text", ""))[:300]
+            )
         results.append(VisibleTest(meta["grade_id"], float(meta.get("points", 0)), not failed, message))
     return results
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("notebook", metavar="NOTEBOOK", help="your lab notebook (.ipynb)")
-    parser.add_argument("--keep-params", action="store_true",
-                        help="run with the notebook's own parameter values instead of the smoke profile's")
+    parser.add_argument(
+        "--keep-params",
+        action="store_true",
+        help="run with the notebook's own parameter values instead of the smoke profile's",
+    )
 
 
 def run(args) -> int:
@@ -144,8 +154,10 @@ def run(args) -> int:
     tests, problem = run_check(path, args.keep_params, getattr(args, "root", None))
     for test in tests:
         verdict = "PASS" if test.passed else "FAIL"
-        print(f"{verdict}  {test.grade_id:<32} {test.points:g} pt{'s' if test.points != 1 else ''}"
-              + (f"\n      {test.message}" if test.message else ""))
+        print(
+            f"{verdict}  {test.grade_id:<32} {test.points:g} pt{'s' if test.points != 1 else ''}"
+            + (f"\n      {test.message}" if test.message else "")
+        )
     earned = sum(t.points for t in tests if t.passed)
     total = sum(t.points for t in tests)
     if problem:

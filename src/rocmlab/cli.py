@@ -34,12 +34,28 @@ def _labs(args):
 def cmd_list(args) -> int:
     _, labs = _labs(args)
     if args.json:
-        print(json.dumps([{"id": lab.id, "version": lab.version, "title": lab.title, "minutes": lab.minutes,
-                           "profiles": list(lab.profiles)} for lab in labs], ensure_ascii=False, indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": lab.id,
+                        "version": lab.version,
+                        "title": lab.title,
+                        "minutes": lab.minutes,
+                        "profiles": list(lab.profiles),
+                    }
+                    for lab in labs
+                ],
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
         return EXIT_OK
     for lab in labs:
-        print(f"{lab.id:<28} {lab.version:<8} {lab.minutes:>4} min  {','.join(lab.profiles):<20} "
-              f"{lab.title['zh']} / {lab.title['en']}")
+        print(
+            f"{lab.id:<28} {lab.version:<8} {lab.minutes:>4} min  {','.join(lab.profiles):<20} "
+            f"{lab.title['zh']} / {lab.title['en']}"
+        )
     return EXIT_OK
 
 
@@ -56,7 +72,9 @@ def cmd_build(args) -> int:
         for line in differences:
             print(line)
         if differences:
-            print(f"{len(differences)} file(s) under {out} differ from the sources: run `rocmlab build`", file=sys.stderr)
+            print(
+                f"{len(differences)} file(s) under {out} differ from the sources: run `rocmlab build`", file=sys.stderr
+            )
             return EXIT_FAILED
         print(f"{out} matches solutions/ ({len(labs)} lab(s), {', '.join(langs)})")
         return EXIT_OK
@@ -81,8 +99,9 @@ def _verify(root: Path, labs, args) -> int:
     from .verify import verify_labs
 
     out = Path(args.results or root / "results" / "verify")
-    results = verify_labs(root, labs, local_target(), out, jobs=args.jobs,
-                          progress=lambda msg: print(msg, file=sys.stderr))
+    results = verify_labs(
+        root, labs, local_target(), out, jobs=args.jobs, progress=lambda msg: print(msg, file=sys.stderr)
+    )
     for result in results:
         for test in result.tests:
             print(f"{result.lab:<28} {test.grade_id:<32} solution: {test.on_solution:<8} student: {test.on_student}")
@@ -105,7 +124,9 @@ def cmd_run(args) -> int:
     records = run_labs(root, labs, args.profile, target, out, jobs=args.jobs, lang=args.lang, student=args.student)
     for record in records:
         detail = f" — {record.reason}" if record.reason else ""
-        print(f"{record.lab:<28} {record.status:<8} {record.duration_s:7.1f}s  {len(record.warnings)} warning(s){detail}")
+        print(
+            f"{record.lab:<28} {record.status:<8} {record.duration_s:7.1f}s  {len(record.warnings)} warning(s){detail}"
+        )
     print(f"records and executed notebooks: {out / target.name}")
     if any(r.status in ("failed", "timeout", "crashed") for r in records):
         return EXIT_FAILED
@@ -143,7 +164,9 @@ def _lab_args(parser) -> None:
 
 
 def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rocmlab", description="Versioned, autograded, CI-executed labs for AMD GPUs.")
+    parser = argparse.ArgumentParser(
+        prog="rocmlab", description="Versioned, autograded, CI-executed labs for AMD GPUs."
+    )
     parser.add_argument("--version", action="version", version=f"rocmlab {__version__}")
     parser.add_argument("--root", help="course repository root (default: nearest folder above holding solutions/)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -157,10 +180,17 @@ def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     _lab_args(p)
     p.add_argument("--lang", default="all", help="zh, en or all (default all)")
     p.add_argument("--out", help="output folder (default labs/)")
-    p.add_argument("--profile", choices=["smoke", "gpu", "multi-gpu"],
-                   help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)")
+    p.add_argument(
+        "--profile",
+        choices=["smoke", "gpu", "multi-gpu"],
+        help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)",
+    )
     p.add_argument("--check", action="store_true", help="exit 1 listing files when labs/ differs from a fresh build")
-    p.add_argument("--verify", action="store_true", help="prove each graded test passes on the solution, fails on the student version")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="prove each graded test passes on the solution, fails on the student version",
+    )
     p.add_argument("--jobs", type=int, default=1, help="labs verified at once")
     p.add_argument("--results", help="where --verify keeps executed notebooks (default results/verify)")
     p.set_defaults(func=cmd_build)
@@ -179,8 +209,11 @@ def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--results", nargs="*", help="results folders (default results/)")
     p.add_argument("--format", default="md", choices=["md", "html", "json"])
     p.add_argument("--output", help="write to this file instead of stdout")
-    p.add_argument("--stamp", action="store_true",
-                   help="keep the latest records in ci/results/ and refresh the README's freshness table")
+    p.add_argument(
+        "--stamp",
+        action="store_true",
+        help="keep the latest records in ci/results/ and refresh the README's freshness table",
+    )
     p.set_defaults(func=cmd_report)
 
     wanted = requested_command(sys.argv[1:] if argv is None else argv)

@@ -65,8 +65,12 @@ def env_dir(name: str, root: Path | None = None) -> Path:
 
 def env_hash(entry: Entry, root: Path) -> str:
     """What the environment is built from: the pins, Python, index and rocmlab's installed requirements."""
-    material = {"pins": list(entry.pins), "python": entry.python, "torch_index": entry.torch_index,
-                "rocmlab": _installed_requirements(root)}
+    material = {
+        "pins": list(entry.pins),
+        "python": entry.python,
+        "torch_index": entry.torch_index,
+        "rocmlab": _installed_requirements(root),
+    }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
@@ -76,8 +80,11 @@ def _installed_requirements(root: Path) -> dict:
         project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
     except (FileNotFoundError, tomllib.TOMLDecodeError):
         return {}
-    return {"dependencies": project.get("dependencies", []), "requires-python": project.get("requires-python"),
-            "labs": project.get("optional-dependencies", {}).get(INSTALLED_EXTRA, [])}
+    return {
+        "dependencies": project.get("dependencies", []),
+        "requires-python": project.get("requires-python"),
+        "labs": project.get("optional-dependencies", {}).get(INSTALLED_EXTRA, []),
+    }
 
 
 def _read_stamp(folder: Path) -> dict | None:
@@ -111,14 +118,17 @@ def python_for(name: str, root: Path | None = None) -> Path:
     if os.environ.get(CONTAINER_VARIABLE) == name:
         return Path(sys.executable)
     if entry.kind == "rocm":
-        raise EnvError(f"{name} is a ROCm entry: run inside its container ({entry.dockerfile}); "
-                       f"`rocmlab env create {name}` prints how")
+        raise EnvError(
+            f"{name} is a ROCm entry: run inside its container ({entry.dockerfile}); "
+            f"`rocmlab env create {name}` prints how"
+        )
     folder = env_dir(name, root)
     if not _interpreter(folder).exists():
         raise EnvError(f"environment {name} does not exist at {folder}: run `rocmlab env create {name}`")
     if not _is_ready(entry, root):
-        raise EnvError(f"environment {name} at {folder} is out of date with env/matrix.toml: "
-                       f"run `rocmlab env create {name}`")
+        raise EnvError(
+            f"environment {name} at {folder} is out of date with env/matrix.toml: run `rocmlab env create {name}`"
+        )
     return _interpreter(folder)
 
 
@@ -135,8 +145,7 @@ def list_environments(root: Path | None = None) -> list[EnvState]:
     return states
 
 
-def create(name: str, root: Path | None = None, force: bool = False, timeout_s: float = 3600,
-           log=print) -> Path:
+def create(name: str, root: Path | None = None, force: bool = False, timeout_s: float = 3600, log=print) -> Path:
     """Build (or reuse) the virtual environment of CPU entry ``name``; returns its folder."""
     root = Path(root) if root else releases.repo_root()
     entry = _matrix(root).get(name)
@@ -154,8 +163,16 @@ def create(name: str, root: Path | None = None, force: bool = False, timeout_s: 
     _run([str(python), "-m", "venv", str(folder)], folder.parent / f"{name}.create.log", timeout_s)
     _install(entry, folder, root, timeout_s, log)
     versions = _check_versions(entry, folder, timeout_s)
-    _write_stamp(folder, {"name": name, "hash": env_hash(entry, root), "pins": list(entry.pins),
-                          "versions": versions, "created": dt.datetime.now(dt.timezone.utc).isoformat()})
+    _write_stamp(
+        folder,
+        {
+            "name": name,
+            "hash": env_hash(entry, root),
+            "pins": list(entry.pins),
+            "versions": versions,
+            "created": dt.datetime.now(dt.UTC).isoformat(),
+        },
+    )
     (folder.parent / f"{name}.create.log").unlink(missing_ok=True)
     log(f"{name}: ready: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     return folder
@@ -183,8 +200,9 @@ def _install(entry: Entry, folder: Path, root: Path, timeout_s: float, log) -> N
     log(f"{entry.name}: installing {torch_pin} (local wheels and configured indexes first)")
     if _run(pip + [torch_pin], logfile, timeout_s, check=False) != 0:
         if not entry.torch_index:
-            raise EnvError(f"{entry.name}: {torch_pin} is not installable here and the entry names no "
-                           f"torch_index; see {logfile}")
+            raise EnvError(
+                f"{entry.name}: {torch_pin} is not installable here and the entry names no torch_index; see {logfile}"
+            )
         log(f"{entry.name}: retrying {torch_pin} from {entry.torch_index}")
         _run(pip + [torch_pin, "--extra-index-url", entry.torch_index], logfile, timeout_s)
     log(f"{entry.name}: installing the pins and rocmlab (editable, with the labs extra)")
@@ -193,13 +211,16 @@ def _install(entry: Entry, folder: Path, root: Path, timeout_s: float, log) -> N
 
 def _check_versions(entry: Entry, folder: Path, timeout_s: float) -> dict:
     """Installed versions of the checked packages; a pin that did not hold is an error."""
-    code = ("import importlib.metadata as m, json; out = {}\n"
-            f"for p in {list(CHECKED_PACKAGES)!r}:\n"
-            "    try: out[p] = m.version(p)\n"
-            "    except m.PackageNotFoundError: pass\n"
-            "print(json.dumps(out))")
-    result = subprocess.run([str(_interpreter(folder)), "-c", code], capture_output=True, text=True,
-                            timeout=timeout_s, check=False)
+    code = (
+        "import importlib.metadata as m, json; out = {}\n"
+        f"for p in {list(CHECKED_PACKAGES)!r}:\n"
+        "    try: out[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
+    )
+    result = subprocess.run(
+        [str(_interpreter(folder)), "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
     if result.returncode != 0:
         raise EnvError(f"{entry.name}: could not read installed versions: {result.stderr.strip()[-500:]}")
     versions = json.loads(result.stdout)
@@ -246,22 +267,36 @@ def install_recipe(entry: Entry) -> str:
     """The exact commands that install a ROCm entry by hand, and how to use its container."""
     venv = f".envs/{entry.name}"
     method = entry.install.method
-    lines = [(f"# {entry.name}: ROCm {entry.rocm} ({entry.released}), PyTorch {entry.pytorch}, "
-              f"Python {entry.python}, {method}")]
+    lines = [
+        (
+            f"# {entry.name}: ROCm {entry.rocm} ({entry.released}), PyTorch {entry.pytorch}, "
+            f"Python {entry.python}, {method}"
+        )
+    ]
     if method == "image":
-        lines += [f"docker pull {entry.install.image}",
-                  (f"{DOCKER_RUN} -v \"$PWD:/work\" -w /work {entry.install.image} "
-                   "bash -c 'pip install -e \".[labs]\" && bash'")]
+        lines += [
+            f"docker pull {entry.install.image}",
+            (
+                f'{DOCKER_RUN} -v "$PWD:/work" -w /work {entry.install.image} '
+                "bash -c 'pip install -e \".[labs]\" && bash'"
+            ),
+        ]
     else:
         requirement = entry.install.requirement_for(entry.runner_gfx)
-        lines += [f"python{entry.python} -m venv {venv}",
-                  f"{venv}/bin/pip install \"{requirement}\" --index-url {entry.install.index_url}",
-                  f"{venv}/bin/pip install -e \".[labs]\""]
+        lines += [
+            f"python{entry.python} -m venv {venv}",
+            f'{venv}/bin/pip install "{requirement}" --index-url {entry.install.index_url}',
+            f'{venv}/bin/pip install -e ".[labs]"',
+        ]
         if method == "multiarch":
-            lines.append(f"# other GPUs: replace {entry.runner_gfx} by one of {' '.join(entry.gfx)} "
-                         "(several: torch[device-gfxA,device-gfxB])")
-    lines += [f"# or the container: docker build -f {entry.dockerfile.as_posix()} -t rocmlab:{entry.name} .",
-              f"#   {DOCKER_RUN} -v \"$PWD:/work\" rocmlab:{entry.name}"]
+            lines.append(
+                f"# other GPUs: replace {entry.runner_gfx} by one of {' '.join(entry.gfx)} "
+                "(several: torch[device-gfxA,device-gfxB])"
+            )
+    lines += [
+        f"# or the container: docker build -f {entry.dockerfile.as_posix()} -t rocmlab:{entry.name} .",
+        f'#   {DOCKER_RUN} -v "$PWD:/work" rocmlab:{entry.name}',
+    ]
     return "\n".join(lines)
 
 
@@ -272,7 +307,7 @@ def render_dockerfile(entry: Entry) -> str:
         f"# {entry.name}: ROCm {entry.rocm} ({entry.released}), PyTorch {entry.pytorch}, Python {entry.python}",
         f"# GPU targets: {' '.join(entry.gfx)}",
         f"# Build (from the repository root): docker build -f {entry.dockerfile.as_posix()} -t rocmlab:{entry.name} .",
-        f"# Run: {DOCKER_RUN} -v \"$PWD:/work\" rocmlab:{entry.name}",
+        f'# Run: {DOCKER_RUN} -v "$PWD:/work" rocmlab:{entry.name}',
     ]
     if method == "image":
         body = [f"FROM {entry.install.image}"]
@@ -281,14 +316,14 @@ def render_dockerfile(entry: Entry) -> str:
         requirement = entry.install.requirement.replace("{gfx}", "${GFX}")
         if method == "multiarch":
             body.append(f"ARG GFX={entry.runner_gfx}")
-        body.append(f"RUN pip install --no-cache-dir --index-url {entry.install.index_url} \"{requirement}\"")
+        body.append(f'RUN pip install --no-cache-dir --index-url {entry.install.index_url} "{requirement}"')
     body += [
         f"ENV {CONTAINER_VARIABLE}={entry.name} PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1",
         "WORKDIR /work",
         "COPY pyproject.toml README.md /work/",
         "COPY src /work/src",
-        "RUN pip install --no-cache-dir -e \"/work[labs]\"",
-        "CMD [\"bash\"]",
+        'RUN pip install --no-cache-dir -e "/work[labs]"',
+        'CMD ["bash"]',
     ]
     return "\n".join(head + [""] + body) + "\n"
 

@@ -62,22 +62,24 @@ class Spec:
 
 @dataclass
 class Outcome:
-    status: str                     # passed | failed | timeout | crashed
+    status: str  # passed | failed | timeout | crashed
     duration_s: float
     reason: str = ""
     failing_cell: dict | None = None
     warnings: list = field(default_factory=list)
-    cells: list = field(default_factory=list)   # per code cell: {"index", "tags", "grade_id", "error"}
+    cells: list = field(default_factory=list)  # per code cell: {"index", "tags", "grade_id", "error"}
 
 
 def kernel_environment(tag: str, extra: dict) -> dict:
     env = dict(os.environ)
-    env.update({
-        RUN_TAG: tag,
-        "PYTHONWARNINGS": "default::DeprecationWarning,default::FutureWarning",
-        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"),
-    })
+    env.update(
+        {
+            RUN_TAG: tag,
+            "PYTHONWARNINGS": "default::DeprecationWarning,default::FutureWarning",
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"),
+        }
+    )
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -127,6 +129,7 @@ def end_tree(root: psutil.Process | None, tag: str) -> None:
 
 # ---------------------------------------------------------------- parent side
 
+
 class Worker:
     """One worker process, started on first use, reused until it times out, crashes or is closed."""
 
@@ -145,8 +148,13 @@ class Worker:
     def _start(self) -> subprocess.Popen:
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [self.python, "-m", "rocmlab.execute", "--serve"], env=kernel_environment(self.tag, {}),
-            start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+            [self.python, "-m", "rocmlab.execute", "--serve"],
+            env=kernel_environment(self.tag, {}),
+            start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
         return self.proc
 
     def run(self, spec: Spec) -> Outcome:
@@ -183,8 +191,11 @@ class Worker:
         except (OSError, json.JSONDecodeError):
             tail = self._log_tail()
             returncode = self.close(kill=True)
-            return Outcome("crashed", duration, f"the runner exited with status {returncode} without a result: "
-                           + (" | ".join(tail) or "no output"))
+            return Outcome(
+                "crashed",
+                duration,
+                f"the runner exited with status {returncode} without a result: " + (" | ".join(tail) or "no output"),
+            )
         return Outcome(data["status"], duration, data.get("reason", ""), data.get("failing_cell"))
 
     def _request(self, request: Path, deadline: float) -> bool | None:
@@ -260,11 +271,16 @@ def inspect_output(outcome: Outcome, output: Path) -> Outcome:
         meta = cell.get("metadata", {})
         running = meta.get("papermill", {}).get("status") == "running"
         grading = meta.get("nbgrader", {})
-        outcome.cells.append({
-            "index": index, "code_index": code_index, "grade_id": grading.get("grade_id"),
-            "graded": bool(grading.get("grade")), "error": error,
-            "executed": cell.get("execution_count") is not None and not running,
-        })
+        outcome.cells.append(
+            {
+                "index": index,
+                "code_index": code_index,
+                "grade_id": grading.get("grade_id"),
+                "graded": bool(grading.get("grade")),
+                "error": error,
+                "executed": cell.get("execution_count") is not None and not running,
+            }
+        )
     _mark_interrupted_cell(outcome)
     return outcome
 
@@ -284,12 +300,20 @@ def _warnings_in(text: str, cell_index: int) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        found.append({"category": match["category"], "message": match["message"].strip(),
-                      "filename": match["file"].strip(), "lineno": int(match["line"]), "cell": cell_index})
+        found.append(
+            {
+                "category": match["category"],
+                "message": match["message"].strip(),
+                "filename": match["file"].strip(),
+                "lineno": int(match["line"]),
+                "cell": cell_index,
+            }
+        )
     return found
 
 
 # ---------------------------------------------------------------- worker side
+
 
 def _become_subreaper() -> None:
     PR_SET_CHILD_SUBREAPER = 36
@@ -306,23 +330,43 @@ def _execute(spec: Spec) -> dict:
 
     try:
         papermill.execute_notebook(
-            spec.input, spec.output, parameters=spec.parameters, kernel_name=spec.kernel_name,
-            cwd=spec.cwd, execution_timeout=spec.cell_timeout_s, progress_bar=False,
-            allow_errors=spec.allow_errors, start_timeout=120,
+            spec.input,
+            spec.output,
+            parameters=spec.parameters,
+            kernel_name=spec.kernel_name,
+            cwd=spec.cwd,
+            execution_timeout=spec.cell_timeout_s,
+            progress_bar=False,
+            allow_errors=spec.allow_errors,
+            start_timeout=120,
         )
         return {"status": "passed"}
     except PapermillExecutionError as exc:
-        cell = {"index": exc.cell_index, "ename": exc.ename, "evalue": str(exc.evalue)[:2000],
-                "source": exc.source[:2000]}
-        return {"status": "failed", "reason": f"cell {exc.cell_index}: {exc.ename}: {str(exc.evalue)[:300]}",
-                "failing_cell": cell}
+        cell = {
+            "index": exc.cell_index,
+            "ename": exc.ename,
+            "evalue": str(exc.evalue)[:2000],
+            "source": exc.source[:2000],
+        }
+        return {
+            "status": "failed",
+            "reason": f"cell {exc.cell_index}: {exc.ename}: {str(exc.evalue)[:300]}",
+            "failing_cell": cell,
+        }
     except CellTimeoutError as exc:
-        preview = [line for line in str(exc).splitlines() if line.strip() and not line.startswith(("-", "A cell", "The message", "Here is"))]
-        return {"status": "timeout", "reason": f"a cell ran past its limit of {spec.cell_timeout_s} s"
-                + (f" (it starts: {preview[0][:80]!r})" if preview else "")}
+        preview = [
+            line
+            for line in str(exc).splitlines()
+            if line.strip() and not line.startswith(("-", "A cell", "The message", "Here is"))
+        ]
+        return {
+            "status": "timeout",
+            "reason": f"a cell ran past its limit of {spec.cell_timeout_s} s"
+            + (f" (it starts: {preview[0][:80]!r})" if preview else ""),
+        }
     except DeadKernelError as exc:
         return {"status": "crashed", "reason": f"the kernel died: {str(exc)[:300]}"}
-    except Exception as exc:  # papermill or kernel start-up failed: record it, never lose the run
+    except Exception as exc:  # noqa: BLE001 (papermill or kernel start-up failed: record it, never lose the run)
         return {"status": "crashed", "reason": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 

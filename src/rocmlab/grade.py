@@ -42,8 +42,18 @@ from .results import write_json_atomic
 from .sandbox import TIMEOUT_ENAME, TRUNCATED_MARK, Limits, Sandbox
 from .source import MARKERS
 
-FLAGS = ("invalid", "wrong_lab", "old_version", "tampered", "monkeypatched", "timeout", "crashed",
-         "output_truncated", "memory_limit", "network")
+FLAGS = (
+    "invalid",
+    "wrong_lab",
+    "old_version",
+    "tampered",
+    "monkeypatched",
+    "timeout",
+    "crashed",
+    "output_truncated",
+    "memory_limit",
+    "network",
+)
 NETWORK_ERRORS = ("ConnectionRefusedError", "gaierror", "ConnectionError", "TimeoutError")
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 MAX_NOTEBOOK_BYTES = 50 * 2**20
@@ -77,7 +87,7 @@ class StudentResult:
     student: str
     file: str
     lang: str = "en"
-    status: str = "graded"            # graded | invalid
+    status: str = "graded"  # graded | invalid
     score: float = 0.0
     max_score: float = 0.0
     flags: list = field(default_factory=list)
@@ -113,8 +123,9 @@ def find_submissions(folder: Path, lab_id: str) -> list[Submission]:
             raise LabError(f"{path}: learner {path.stem!r} also has a submission in {found[path.stem].path}")
         found[path.stem] = Submission(path.stem, path)
     if not found:
-        raise LabError(f"{folder}: no submissions of {lab_id} found (expected <student>/{lab_id}/*.ipynb "
-                       f"or <student>.ipynb)")
+        raise LabError(
+            f"{folder}: no submissions of {lab_id} found (expected <student>/{lab_id}/*.ipynb or <student>.ipynb)"
+        )
     return [found[s] for s in sorted(found)]
 
 
@@ -160,8 +171,9 @@ def load_submission(sub: Submission, lab: Lab, result: StudentResult):
     submitted, current = _semver(result.submitted_version), _semver(lab.version)
     if not submitted or submitted > current:
         result.status = "invalid"
-        result.flag("invalid", f"{sub.path.name}: lab version {result.submitted_version!r} is not "
-                               f"{lab.version} or older")
+        result.flag(
+            "invalid", f"{sub.path.name}: lab version {result.submitted_version!r} is not {lab.version} or older"
+        )
         return None
     if submitted < current:
         result.flag("old_version", f"made from lab version {result.submitted_version}, graded against {lab.version}")
@@ -209,11 +221,13 @@ def injected_cells(names: list[str]) -> tuple:
     capture = nbformat.v4.new_code_cell(
         "# rocmlab grader: remember pristine functions before any learner code runs\n"
         "from rocmlab.lab import integrity as _rocmlab_integrity\n"
-        f"_rocmlab_integrity.capture({names!r})")
+        f"_rocmlab_integrity.capture({names!r})"
+    )
     report = nbformat.v4.new_code_cell(
         "# rocmlab grader: report functions replaced by learner code\n"
         "import json as _json, rocmlab.lab.integrity as _rocmlab_integrity\n"
-        f"print({INTEGRITY_MARK!r} + _json.dumps(_rocmlab_integrity.patched()))")
+        f"print({INTEGRITY_MARK!r} + _json.dumps(_rocmlab_integrity.patched()))"
+    )
     for cell, cell_id in ((capture, "rocmlab-capture"), (report, "rocmlab-integrity")):
         cell.metadata["tags"] = [INJECTED_TAG]
         cell.id = cell_id
@@ -223,8 +237,11 @@ def injected_cells(names: list[str]) -> tuple:
 def restore_cells(nb, source_nb, inject: bool = True) -> tuple:
     """The submission with the source's test and parameters cells; returns (notebook, notes)."""
     tests = {(_grading(c).get("grade_id")): c for c in source_nb.cells if _grading(c).get("grade")}
-    solutions = {_grading(c).get("grade_id"): c for c in source_nb.cells
-                 if _grading(c).get("solution") and not _grading(c).get("grade")}
+    solutions = {
+        _grading(c).get("grade_id"): c
+        for c in source_nb.cells
+        if _grading(c).get("solution") and not _grading(c).get("grade")
+    }
     params = next(c for c in source_nb.cells if "parameters" in c.metadata.get("tags", []))
     notes, seen, cells = [], set(), []
     for cell in nb.cells:
@@ -304,9 +321,14 @@ def mark_unrun_tests(nb) -> int:
         # papermill marks cells after a dead kernel "completed" too: only the kernel's reply proves it ran
         replied = "shell.execute_reply" in cell.metadata.get("execution", {})
         if not replied and not _errors(cell):
-            cell.setdefault("outputs", []).append(nbformat.v4.new_output(
-                "error", ename=NOT_RUN_ENAME, traceback=[],
-                evalue="this test did not run: the notebook stopped earlier (time limit or crash)"))
+            cell.setdefault("outputs", []).append(
+                nbformat.v4.new_output(
+                    "error",
+                    ename=NOT_RUN_ENAME,
+                    traceback=[],
+                    evalue="this test did not run: the notebook stopped earlier (time limit or crash)",
+                )
+            )
             count += 1
     return count
 
@@ -343,8 +365,9 @@ def read_flags(nb, outcome: Outcome, result: StudentResult) -> None:
                 result.flag("timeout", f"a cell ran past its limit: {out.get('evalue', '')}")
             if out.get("output_type") == "error" and out.get("ename") == "MemoryError":
                 result.flag("memory_limit", "a cell ran out of its memory limit (MemoryError)")
-            if out.get("output_type") == "error" and (out.get("ename") in NETWORK_ERRORS
-                                                      or "Network is unreachable" in out.get("evalue", "")):
+            if out.get("output_type") == "error" and (
+                out.get("ename") in NETWORK_ERRORS or "Network is unreachable" in out.get("evalue", "")
+            ):
                 result.flag("network", f"a network connection failed: {out.get('ename')} (grading is offline)")
             text = out.get("text", "") if out.get("output_type") == "stream" else ""
             if TRUNCATED_MARK in text:
@@ -352,8 +375,12 @@ def read_flags(nb, outcome: Outcome, result: StudentResult) -> None:
             if INJECTED_TAG in cell.metadata.get("tags", []) and INTEGRITY_MARK in text:
                 patched = json.loads(text.split(INTEGRITY_MARK, 1)[1].splitlines()[0])
                 if patched:
-                    result.flag("monkeypatched", "replaced functions the tests rely on: " + ", ".join(patched)
-                                + " (the tests used the originals)")
+                    result.flag(
+                        "monkeypatched",
+                        "replaced functions the tests rely on: "
+                        + ", ".join(patched)
+                        + " (the tests used the originals)",
+                    )
 
 
 # ------------------------------------------------------------------ nbgrader course and gradebook
@@ -422,10 +449,20 @@ class Course:
         self.db_url = db_url or f"sqlite:///{folder / 'gradebook.db'}"
         self.config = nbgrader_config(root, folder, self.db_url)
         # The notebook was executed in the sandbox: nbgrader must neither clear its outputs nor run it again.
-        self.config.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                                                        CheckCellMetadata]
-        self.config.Autograde.autograde_preprocessors = [IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-                                                         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+        self.config.Autograde.sanitize_preprocessors = [
+            DeduplicateIds,
+            OverwriteKernelspec,
+            OverwriteCells,
+            CheckCellMetadata,
+        ]
+        self.config.Autograde.autograde_preprocessors = [
+            IgnorePattern,
+            ClearMetadataPreprocessor,
+            LimitOutput,
+            SaveAutoGrades,
+            AssignLatePenalties,
+            CheckCellMetadata,
+        ]
         logging.getLogger("traitlets").setLevel(logging.ERROR)
         if self.db_url.startswith("sqlite"):
             _fast_sqlite_commits()
@@ -449,8 +486,10 @@ class Course:
         result = self._api().generate_assignment(self.lab.id, force=True, create=True)
         if not result["success"]:
             log = (result.get("log") or "") + (result.get("error") or "")
-            raise LabError(f"{self.lab.source}: nbgrader generate_assignment into the gradebook failed "
-                           f"({self.db_url}):\n{log.strip()[-2000:]}")
+            raise LabError(
+                f"{self.lab.source}: nbgrader generate_assignment into the gradebook failed "
+                f"({self.db_url}):\n{log.strip()[-2000:]}"
+            )
 
     def record(self, student: str, executed_nb) -> None:
         """Autograde one executed notebook (or zero an ungradable one) in the gradebook."""
@@ -501,27 +540,56 @@ class Course:
 
 
 TEXT = {
-    "en": {"title": "Feedback", "score": "Score", "test": "Test", "points": "Points", "result": "Result",
-           "message": "Message", "pass": "passed", "fail": "failed",
-           "hidden": "a hidden test failed (its code is not shown)", "notes": "Notes from the grader",
-           "invalid": "This submission could not be graded.",
-           "flags": {"invalid": "not a gradable notebook of this lab", "wrong_lab": "a notebook of another lab",
-                     "old_version": "made from an older version of the lab",
-                     "tampered": "test cells were changed: the original tests were used",
-                     "monkeypatched": "functions the tests rely on were replaced: the originals were used",
-                     "timeout": "a time limit was reached", "crashed": "the notebook's kernel stopped",
-                     "output_truncated": "too much output: it was cut",
-                     "memory_limit": "the memory limit was reached", "network": "a network connection was refused"}},
-    "zh": {"title": "评分反馈", "score": "得分", "test": "测试", "points": "分数", "result": "结果",
-           "message": "信息", "pass": "通过", "fail": "未通过",
-           "hidden": "隐藏测试未通过（不显示其代码）", "notes": "评分说明",
-           "invalid": "该提交无法评分。",
-           "flags": {"invalid": "不是本实验可评分的笔记本", "wrong_lab": "是另一个实验的笔记本",
-                     "old_version": "基于旧版本的实验", "tampered": "测试单元被改动：已使用原始测试",
-                     "monkeypatched": "测试依赖的函数被替换：已使用原始函数",
-                     "timeout": "超出时间限制", "crashed": "笔记本内核已终止",
-                     "output_truncated": "输出过多，已被截断", "memory_limit": "超出内存限制",
-                     "network": "网络连接被拒绝（评分时离线）"}},
+    "en": {
+        "title": "Feedback",
+        "score": "Score",
+        "test": "Test",
+        "points": "Points",
+        "result": "Result",
+        "message": "Message",
+        "pass": "passed",
+        "fail": "failed",
+        "hidden": "a hidden test failed (its code is not shown)",
+        "notes": "Notes from the grader",
+        "invalid": "This submission could not be graded.",
+        "flags": {
+            "invalid": "not a gradable notebook of this lab",
+            "wrong_lab": "a notebook of another lab",
+            "old_version": "made from an older version of the lab",
+            "tampered": "test cells were changed: the original tests were used",
+            "monkeypatched": "functions the tests rely on were replaced: the originals were used",
+            "timeout": "a time limit was reached",
+            "crashed": "the notebook's kernel stopped",
+            "output_truncated": "too much output: it was cut",
+            "memory_limit": "the memory limit was reached",
+            "network": "a network connection was refused",
+        },
+    },
+    "zh": {
+        "title": "评分反馈",
+        "score": "得分",
+        "test": "测试",
+        "points": "分数",
+        "result": "结果",
+        "message": "信息",
+        "pass": "通过",
+        "fail": "未通过",
+        "hidden": "隐藏测试未通过（不显示其代码）",
+        "notes": "评分说明",
+        "invalid": "该提交无法评分。",
+        "flags": {
+            "invalid": "不是本实验可评分的笔记本",
+            "wrong_lab": "是另一个实验的笔记本",
+            "old_version": "基于旧版本的实验",
+            "tampered": "测试单元被改动：已使用原始测试",
+            "monkeypatched": "测试依赖的函数被替换：已使用原始函数",
+            "timeout": "超出时间限制",
+            "crashed": "笔记本内核已终止",
+            "output_truncated": "输出过多，已被截断",
+            "memory_limit": "超出内存限制",
+            "network": "网络连接被拒绝（评分时离线）",
+        },
+    },
 }
 
 
@@ -532,21 +600,23 @@ def feedback_html(lab: Lab, result: StudentResult) -> str:
     for test in result.tests:
         verdict = t["pass"] if test.passed else t["fail"]
         message = t["hidden"] if test.hidden_failed else test.message
-        rows.append(f"<tr class=\"{'pass' if test.passed else 'fail'}\"><td><code>{esc(test.grade_id)}</code></td>"
-                    f"<td>{test.points:g} / {test.max_points:g}</td><td>{verdict}</td><td>{esc(message)}</td></tr>")
+        rows.append(
+            f'<tr class="{"pass" if test.passed else "fail"}"><td><code>{esc(test.grade_id)}</code></td>'
+            f"<td>{test.points:g} / {test.max_points:g}</td><td>{verdict}</td><td>{esc(message)}</td></tr>"
+        )
     flags = "".join(f"<li>{esc(t['flags'][f])}</li>" for f in result.flags)
     status = f"<p>{t['invalid']}</p>" if result.status == "invalid" else ""
-    return (f"<!DOCTYPE html>\n<html lang=\"{result.lang}\"><head><meta charset=\"utf-8\">"
-            f"<title>{esc(lab.title[result.lang])} — {t['title']}</title>"
-            "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:.3em .6em}"
-            "table{border-collapse:collapse}tr.pass td:nth-child(3){color:#070}tr.fail td:nth-child(3){color:#b00}"
-            "</style></head><body>"
-            f"<h1>{esc(lab.title[result.lang])} ({esc(lab.id)} {esc(lab.version)})</h1>"
-            f"<p>{esc(result.student)} — {t['score']}: <b>{result.score:g} / {result.max_score:g}</b></p>{status}"
-            f"<table><tr><th>{t['test']}</th><th>{t['points']}</th><th>{t['result']}</th><th>{t['message']}</th></tr>"
-            f"{''.join(rows)}</table>"
-            + (f"<h2>{t['notes']}</h2><ul>{flags}</ul>" if flags else "")
-            + "</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="{result.lang}"><head><meta charset="utf-8">'
+        f"<title>{esc(lab.title[result.lang])} — {t['title']}</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:.3em .6em}"
+        "table{border-collapse:collapse}tr.pass td:nth-child(3){color:#070}tr.fail td:nth-child(3){color:#b00}"
+        "</style></head><body>"
+        f"<h1>{esc(lab.title[result.lang])} ({esc(lab.id)} {esc(lab.version)})</h1>"
+        f"<p>{esc(result.student)} — {t['score']}: <b>{result.score:g} / {result.max_score:g}</b></p>{status}"
+        f"<table><tr><th>{t['test']}</th><th>{t['points']}</th><th>{t['result']}</th><th>{t['message']}</th></tr>"
+        f"{''.join(rows)}</table>" + (f"<h2>{t['notes']}</h2><ul>{flags}</ul>" if flags else "") + "</body></html>\n"
+    )
 
 
 # ------------------------------------------------------------------ one submission, the class
@@ -558,7 +628,7 @@ class Plan:
     lab: Lab
     profile: Profile
     sandbox: Sandbox
-    sources: dict          # lang -> solution notebook
+    sources: dict  # lang -> solution notebook
 
 
 def copy_learner_files(notebook: Path, lab: Lab, work: Path) -> None:
@@ -589,9 +659,13 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
             shutil.copytree(lab.data_dir, run.work / "data", dirs_exist_ok=True)
         source = run.private / "input" / f"{lab.id}.ipynb"
         write_notebook(prepared, source)
-        executed, outcome = run.execute(source, run.private / "output" / f"{lab.id}.ipynb",
-                                        profile.parameters,
-                                        profile.cell_timeout_s, profile.timeout_s)
+        executed, outcome = run.execute(
+            source,
+            run.private / "output" / f"{lab.id}.ipynb",
+            profile.parameters,
+            profile.cell_timeout_s,
+            profile.timeout_s,
+        )
         executed = executed or prepared
     finally:
         run.cleanup()
@@ -617,9 +691,19 @@ def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, 
         return _grade_class(root, lab, submissions, out, **options)
 
 
-def _grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, *, profile_name: str = "smoke",
-                 jobs: int = 1, db_url: str | None = None, limits: Limits | None = None,
-                 extra_hidden: list[Path] = (), progress=print) -> list[StudentResult]:
+def _grade_class(
+    root: Path,
+    lab: Lab,
+    submissions: list[Submission],
+    out: Path,
+    *,
+    profile_name: str = "smoke",
+    jobs: int = 1,
+    db_url: str | None = None,
+    limits: Limits | None = None,
+    extra_hidden: list[Path] = (),
+    progress=print,
+) -> list[StudentResult]:
     profile = lab.profile(profile_name)
     out.mkdir(parents=True, exist_ok=True)
     course = Course(root, lab, out / "course", db_url)
@@ -628,13 +712,16 @@ def _grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path,
     submitted = os.path.commonpath([str(Path(s.path).resolve().parent) for s in submissions])
     hidden = [root / "solutions", out, *extra_hidden, Path(submitted)]
     if db_url and db_url.startswith("sqlite:///"):
-        hidden.append(Path(db_url[len("sqlite:///"):]).parent)
+        hidden.append(Path(db_url[len("sqlite:///") :]).parent)
     sandbox = Sandbox(limits, hide=hidden, slots=max(1, jobs))
     plan = Plan(root, lab, profile, sandbox, sources)
     if not sandbox.isolate or not sandbox.switch_user:
-        progress("warning: limited sandbox: " + ("" if sandbox.isolate else "no network, PID or mount isolation "
-                 "(needs root and unshare); ") + ("" if sandbox.switch_user else "kernels run as this user; ")
-                 + "time, memory, process and output limits still apply")
+        progress(
+            "warning: limited sandbox: "
+            + ("" if sandbox.isolate else "no network, PID or mount isolation (needs root and unshare); ")
+            + ("" if sandbox.switch_user else "kernels run as this user; ")
+            + "time, memory, process and output limits still apply"
+        )
     slots: queue.Queue = queue.Queue()
     for slot in range(max(1, jobs)):
         slots.put(slot)
@@ -671,8 +758,10 @@ def _grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path,
             result.score, result.max_score, grades = course.scores(result.student)
             fill_tests(plan, executed, result, grades)
             results.append(result)
-            progress(f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "
-                     f"{','.join(result.flags)} ({result.duration_s:.1f}s)")
+            progress(
+                f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "
+                f"{','.join(result.flags)} ({result.duration_s:.1f}s)"
+            )
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         sandbox.close()  # ends the kernels of runs still going, so their workers return at once
@@ -688,15 +777,18 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def write_outputs(lab: Lab, profile: Profile, course: Course, results: list[StudentResult], out: Path,
-                  isolation: dict) -> None:
+def write_outputs(
+    lab: Lab, profile: Profile, course: Course, results: list[StudentResult], out: Path, isolation: dict
+) -> None:
     for result in results:
         path = out / "feedback" / result.student / f"{lab.id}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(feedback_html(lab, result), encoding="utf-8")
     course.export_csv(out / "grades.csv")
     summary = {
-        "lab": lab.id, "version": lab.version, "profile": profile.name,
+        "lab": lab.id,
+        "version": lab.version,
+        "profile": profile.name,
         "graded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "gradebook": _safe_url(course.db_url),
         "sandbox": isolation,
@@ -731,22 +823,29 @@ def stage_feedback(course_root: Path, lab_id: str, grades: Path) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("lab", metavar="LAB", help="lab id or its number")
-    parser.add_argument("--submissions", required=True,
-                        help="folder of submitted/<student>/<lab>/*.ipynb or of <student>.ipynb files")
+    parser.add_argument(
+        "--submissions", required=True, help="folder of submitted/<student>/<lab>/*.ipynb or of <student>.ipynb files"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="submissions executed at once")
     parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu"])
     parser.add_argument("--gradebook", help="SQLAlchemy URL of the gradebook (default: sqlite in --out)")
     parser.add_argument("--out", help="output folder (default grades/<lab>/ in the course root)")
-    parser.add_argument("--memory-mb", type=int,
-                        help=f"address-space limit per kernel process (default {Limits.memory_mb} in the smoke "
-                             "profile, none in GPU profiles, whose runtimes reserve large virtual ranges; 0: none)")
-    parser.add_argument("--max-processes", type=int, default=Limits.max_processes,
-                        help="processes and threads a kernel may have")
-    parser.add_argument("--max-output-kb", type=int, default=Limits.max_cell_output_kb,
-                        help="output kept per cell")
-    parser.add_argument("--feedback-to", metavar="COURSE_ROOT",
-                        help="also put each learner's feedback page in this nbgrader course's feedback/ folder, "
-                             "ready for `nbgrader release_feedback` (submissions collected by nbgrader only)")
+    parser.add_argument(
+        "--memory-mb",
+        type=int,
+        help=f"address-space limit per kernel process (default {Limits.memory_mb} in the smoke "
+        "profile, none in GPU profiles, whose runtimes reserve large virtual ranges; 0: none)",
+    )
+    parser.add_argument(
+        "--max-processes", type=int, default=Limits.max_processes, help="processes and threads a kernel may have"
+    )
+    parser.add_argument("--max-output-kb", type=int, default=Limits.max_cell_output_kb, help="output kept per cell")
+    parser.add_argument(
+        "--feedback-to",
+        metavar="COURSE_ROOT",
+        help="also put each learner's feedback page in this nbgrader course's feedback/ folder, "
+        "ready for `nbgrader release_feedback` (submissions collected by nbgrader only)",
+    )
 
 
 def _exit_on_sigterm() -> None:
@@ -764,18 +863,33 @@ def run(args) -> int:
     submissions = find_submissions(Path(args.submissions).resolve(), lab.id)
     out = Path(args.out).resolve() if args.out else root / "grades" / lab.id
     memory_mb = args.memory_mb if args.memory_mb is not None else Limits.memory_mb if args.profile == "smoke" else 0
-    limits = Limits(memory_mb=memory_mb, max_processes=args.max_processes,
-                    max_cell_output_kb=args.max_output_kb)
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)
-    results = grade_class(root, lab, submissions, out, profile_name=args.profile, jobs=args.jobs,
-                          db_url=args.gradebook, limits=limits, progress=say)
+    limits = Limits(memory_mb=memory_mb, max_processes=args.max_processes, max_cell_output_kb=args.max_output_kb)
+
+    def say(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    results = grade_class(
+        root,
+        lab,
+        submissions,
+        out,
+        profile_name=args.profile,
+        jobs=args.jobs,
+        db_url=args.gradebook,
+        limits=limits,
+        progress=say,
+    )
     for r in results:
         print(f"{r.student:<24} {r.score:>6g} / {r.max_score:<6g} {','.join(r.flags) or '-'}")
-    print(f"graded {len(results)} submission(s) of {lab.id} {lab.version}: {out / 'grades.csv'}, "
-          f"{out / 'summary.json'}, feedback in {out / 'feedback'}")
+    print(
+        f"graded {len(results)} submission(s) of {lab.id} {lab.version}: {out / 'grades.csv'}, "
+        f"{out / 'summary.json'}, feedback in {out / 'feedback'}"
+    )
     if args.feedback_to:
         course_root = Path(args.feedback_to).resolve()
         staged = stage_feedback(course_root, lab.id, out)
-        print(f"feedback of {len(staged)} learner(s) staged in {course_root / 'feedback'}: "
-              f"release it with `nbgrader release_feedback {lab.id}`")
+        print(
+            f"feedback of {len(staged)} learner(s) staged in {course_root / 'feedback'}: "
+            f"release it with `nbgrader release_feedback {lab.id}`"
+        )
     return 0

@@ -59,8 +59,10 @@ def find_proxy(root: Path) -> Path:
     on_path = shutil.which("configurable-http-proxy")
     if on_path:
         return Path(on_path)
-    raise HubError(f"configurable-http-proxy not found (looked in {local} and on PATH): run `make hub-setup` "
-                   "(it installs it with npm into .venv/hub-node)")
+    raise HubError(
+        f"configurable-http-proxy not found (looked in {local} and on PATH): run `make hub-setup` "
+        "(it installs it with npm into .venv/hub-node)"
+    )
 
 
 def unshared_paths(paths) -> list[str]:
@@ -80,12 +82,16 @@ def unshared_paths(paths) -> list[str]:
 
 def check_shared_install(root: Path) -> None:
     """Real accounts run the course's interpreter and read its configs as themselves."""
-    problems = unshared_paths([sys.executable, root / CONFIG.parent / "nbgrader_config.py",
-                               root / "autograder" / "nbgrader_config.py"])
+    problems = unshared_paths(
+        [sys.executable, root / CONFIG.parent / "nbgrader_config.py", root / "autograder" / "nbgrader_config.py"]
+    )
     if problems:
-        raise HubError("learners' servers run as their own Unix users, who cannot use: " + ", ".join(problems)
-                       + ". Install the course where every user can read it (e.g. /opt/rocmlab, its .venv "
-                       "made from a system Python), or open these modes")
+        raise HubError(
+            "learners' servers run as their own Unix users, who cannot use: "
+            + ", ".join(problems)
+            + ". Install the course where every user can read it (e.g. /opt/rocmlab, its .venv "
+            "made from a system Python), or open these modes"
+        )
 
 
 def free_port() -> int:
@@ -98,8 +104,11 @@ def resolve_labs(root: Path, lang: str, labs) -> list[str]:
     """Lab ids (numbers allowed) whose student notebooks are built under labs/<lang>/."""
     if lang not in ("en", "zh"):
         raise HubError(f"--lang: expected en or zh, got {lang!r}")
-    ids = [lab.id for lab in select(discover(root), list(labs))] if labs else \
-        [lab.id for lab in discover(root) if (root / "labs" / lang / lab.id).is_dir()]
+    ids = (
+        [lab.id for lab in select(discover(root), list(labs))]
+        if labs
+        else [lab.id for lab in discover(root) if (root / "labs" / lang / lab.id).is_dir()]
+    )
     for lab_id in ids:
         notebook = root / "labs" / lang / lab_id / f"{lab_id}.ipynb"
         if not notebook.is_file():
@@ -127,29 +136,45 @@ def delivered_labs(root: Path, data: Path, lang: str, lab_ids, profile: str, pro
     return out / lang, [folder.name for folder in built]
 
 
-def hub_environment(root: Path, data: Path, *, demo: bool, port: int, ip: str = "", lang: str = "en",
-                    labs=(), api_port: int | None = None, internal_port: int | None = None,
-                    password: str = "", admin_token: str = "", instructors=(), marker: str = "",
-                    proxy: Path | None = None, labs_dir: Path | None = None) -> dict:
+def hub_environment(
+    root: Path,
+    data: Path,
+    *,
+    demo: bool,
+    port: int,
+    ip: str = "",
+    lang: str = "en",
+    labs=(),
+    api_port: int | None = None,
+    internal_port: int | None = None,
+    password: str = "",
+    admin_token: str = "",
+    instructors=(),
+    marker: str = "",
+    proxy: Path | None = None,
+    labs_dir: Path | None = None,
+) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
-    env.update({
-        "ROCMLAB_HUB_MODE": "demo" if demo else "server",
-        "ROCMLAB_HUB_IP": "127.0.0.1" if demo else ip,
-        "ROCMLAB_HUB_PORT": str(port),
-        "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),
-        "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port or (free_port() if demo else 8081)),
-        "ROCMLAB_HUB_DATA": str(data),
-        "ROCMLAB_ROOT": str(root),
-        "ROCMLAB_HUB_LANG": lang,
-        "ROCMLAB_HUB_LABS_DIR": str(labs_dir or root / "labs" / lang),
-        "ROCMLAB_HUB_LABS": ",".join(labs),
-        "ROCMLAB_HUB_PASSWORD": password,
-        "ROCMLAB_HUB_ADMIN_TOKEN": admin_token,
-        "ROCMLAB_HUB_INSTRUCTORS": ",".join(instructors),
-        "ROCMLAB_HUB_ID": marker or secrets.token_hex(8),
-        "ROCMLAB_HUB_PROXY": str(proxy or find_proxy(root)),
-    })
+    env.update(
+        {
+            "ROCMLAB_HUB_MODE": "demo" if demo else "server",
+            "ROCMLAB_HUB_IP": "127.0.0.1" if demo else ip,
+            "ROCMLAB_HUB_PORT": str(port),
+            "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),
+            "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port or (free_port() if demo else 8081)),
+            "ROCMLAB_HUB_DATA": str(data),
+            "ROCMLAB_ROOT": str(root),
+            "ROCMLAB_HUB_LANG": lang,
+            "ROCMLAB_HUB_LABS_DIR": str(labs_dir or root / "labs" / lang),
+            "ROCMLAB_HUB_LABS": ",".join(labs),
+            "ROCMLAB_HUB_PASSWORD": password,
+            "ROCMLAB_HUB_ADMIN_TOKEN": admin_token,
+            "ROCMLAB_HUB_INSTRUCTORS": ",".join(instructors),
+            "ROCMLAB_HUB_ID": marker or secrets.token_hex(8),
+            "ROCMLAB_HUB_PROXY": str(proxy or find_proxy(root)),
+        }
+    )
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
     return env
 
@@ -164,8 +189,15 @@ def launch(root: Path, env: dict, log_path: Path, launcher=()) -> subprocess.Pop
     command = [*launcher, str(jupyterhub) if jupyterhub.exists() else "jupyterhub", "-f", str(root / CONFIG)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(command, cwd=env["ROCMLAB_HUB_DATA"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            command,
+            cwd=env["ROCMLAB_HUB_DATA"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def log_tail(log_path: Path, lines: int = 25) -> str:
@@ -180,8 +212,10 @@ def wait_ready(process: subprocess.Popen, url: str, timeout_s: float, log_path: 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise HubError(f"jupyterhub exited with status {process.returncode} while starting; "
-                           f"its log ({log_path}):\n{log_tail(log_path)}")
+            raise HubError(
+                f"jupyterhub exited with status {process.returncode} while starting; "
+                f"its log ({log_path}):\n{log_tail(log_path)}"
+            )
         try:
             with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as response:
                 if response.status == 200:
@@ -189,8 +223,9 @@ def wait_ready(process: subprocess.Popen, url: str, timeout_s: float, log_path: 
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.5)
-    raise HubError(f"jupyterhub did not answer at {url} within {timeout_s:g} s; its log ({log_path}):\n"
-                   f"{log_tail(log_path)}")
+    raise HubError(
+        f"jupyterhub did not answer at {url} within {timeout_s:g} s; its log ({log_path}):\n{log_tail(log_path)}"
+    )
 
 
 def marked_processes(marker: str) -> list:
@@ -271,11 +306,24 @@ class LocalHub:
     single-user server, the hub and the proxy, and ends whatever of theirs is left.
     """
 
-    def __init__(self, workdir: Path, *, demo: bool, learners=("learner1", "learner2"),
-                 instructors=("instructor",), lang: str = "en", labs=("01-rocm-setup",), port: int | None = None,
-                 timeout_s: float = 90, root: Path | None = None, profile: str = "smoke",
-                 learner_group: str = "rocmlab", instructor_group: str = "instructors", launcher=(),
-                 check_install: bool = True):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        demo: bool,
+        learners=("learner1", "learner2"),
+        instructors=("instructor",),
+        lang: str = "en",
+        labs=("01-rocm-setup",),
+        port: int | None = None,
+        timeout_s: float = 90,
+        root: Path | None = None,
+        profile: str = "smoke",
+        learner_group: str = "rocmlab",
+        instructor_group: str = "instructors",
+        launcher=(),
+        check_install: bool = True,
+    ):
         self.root = Path(root).resolve() if root else find_root()
         self.workdir = Path(workdir).resolve()
         self.demo = demo
@@ -329,19 +377,33 @@ class LocalHub:
             check_shared_install(self.root)
 
     def environment(self) -> dict:
-        env = hub_environment(self.root, self.workdir, demo=self.demo, port=self.port, ip="127.0.0.1",
-                              lang=self.lang, labs=self.labs, api_port=free_port(), internal_port=free_port(),
-                              password=self.password, admin_token=self._token, marker=self.marker,
-                              labs_dir=self.labs_dir, instructors=self.instructors if self.demo else ())
-        env.update({"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group,
-                    "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group})
+        env = hub_environment(
+            self.root,
+            self.workdir,
+            demo=self.demo,
+            port=self.port,
+            ip="127.0.0.1",
+            lang=self.lang,
+            labs=self.labs,
+            api_port=free_port(),
+            internal_port=free_port(),
+            password=self.password,
+            admin_token=self._token,
+            marker=self.marker,
+            labs_dir=self.labs_dir,
+            instructors=self.instructors if self.demo else (),
+        )
+        env.update(
+            {"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group, "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group}
+        )
         return env
 
     def start(self) -> None:
         if not self.demo:
             self.check_accounts()
-        self.labs_dir, self.labs = delivered_labs(self.root, self.workdir, self.lang, self.labs, self.profile,
-                                                  progress=lambda _msg: None)
+        self.labs_dir, self.labs = delivered_labs(
+            self.root, self.workdir, self.lang, self.labs, self.profile, progress=lambda _msg: None
+        )
         self._process = launch(self.root, self.environment(), self.log_path, self.launcher)
         wait_ready(self._process, self.url, self.timeout_s, self.log_path)
         users = [*self.instructors, *self.learners]
@@ -354,15 +416,19 @@ class LocalHub:
     def api(self, method: str, path: str, body=None):
         """The hub's REST API (``/hub/api`` + path) with the admin service's token; parsed JSON or None."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}/hub/api{path}", data=data, method=method,
-                                         headers={"Authorization": f"token {self._token}",
-                                                  "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/hub/api{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self._token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 text = response.read().decode()
         except urllib.error.HTTPError as exc:
-            raise HubError(f"hub API {method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}") \
-                from None
+            raise HubError(
+                f"hub API {method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}"
+            ) from None
         return json.loads(text) if text.strip() else None
 
     def start_server(self, name: str) -> str:
@@ -376,11 +442,15 @@ class LocalHub:
             if server and server.get("ready"):
                 return f"{self.url}/user/{name}/"
             if not server and time.monotonic() > started + 5:  # a failed spawn removes its entry
-                raise HubError(f"the server of {name} stopped while starting; hub log ({self.log_path}):\n"
-                               f"{log_tail(self.log_path)}")
+                raise HubError(
+                    f"the server of {name} stopped while starting; hub log ({self.log_path}):\n"
+                    f"{log_tail(self.log_path)}"
+                )
             time.sleep(0.5)
-        raise HubError(f"the server of {name} was not ready within {self.timeout_s:g} s; hub log "
-                       f"({self.log_path}):\n{log_tail(self.log_path)}")
+        raise HubError(
+            f"the server of {name} was not ready within {self.timeout_s:g} s; hub log "
+            f"({self.log_path}):\n{log_tail(self.log_path)}"
+        )
 
     def stop_server(self, name: str) -> None:
         try:
@@ -432,19 +502,27 @@ class DemoHub(LocalHub):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--demo", action="store_true",
-                        help="NOT SECURE: shared password, every server as this user, loopback only")
+    parser.add_argument(
+        "--demo", action="store_true", help="NOT SECURE: shared password, every server as this user, loopback only"
+    )
     parser.add_argument("--port", type=int, default=8000, help="public port (0: a free one)")
     parser.add_argument("--ip", default="", help="public address (default: all; --demo: always 127.0.0.1)")
     parser.add_argument("--lang", default="en", choices=["en", "zh"], help="language of the delivered notebooks")
     parser.add_argument("--labs", nargs="*", default=[], help="labs put in every home (default: every built lab)")
-    parser.add_argument("--profile", default="smoke", choices=PROFILES,
-                        help="parameters of the delivered notebooks: smoke (labs/ as built, for CPUs) or gpu "
-                             "(rendered at start into DATA_DIR/labs-gpu/; labs without a gpu profile are left out)")
-    parser.add_argument("--data-dir", help=f"hub state, exchange, demo homes (default {DEFAULT_SERVER_DATA}; "
-                                           "--demo: a folder in your user data dir)")
-    parser.add_argument("--instructors", nargs="*", default=["instructor"],
-                        help="--demo: hub users in the instructor group")
+    parser.add_argument(
+        "--profile",
+        default="smoke",
+        choices=PROFILES,
+        help="parameters of the delivered notebooks: smoke (labs/ as built, for CPUs) or gpu "
+        "(rendered at start into DATA_DIR/labs-gpu/; labs without a gpu profile are left out)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        help=f"hub state, exchange, demo homes (default {DEFAULT_SERVER_DATA}; --demo: a folder in your user data dir)",
+    )
+    parser.add_argument(
+        "--instructors", nargs="*", default=["instructor"], help="--demo: hub users in the instructor group"
+    )
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for the hub to start")
 
 
@@ -461,27 +539,43 @@ def _data_dir(args) -> Path:
 def run(args) -> int:
     root = Path(args.root).resolve() if getattr(args, "root", None) else find_root()
     if not args.demo and os.geteuid() != 0:
-        raise HubError("the workshop hub logs in real accounts (PAM) and runs each server as its user: "
-                       "run it as root (`sudo rocmlab hub`), or try `rocmlab hub --demo` on this machine")
+        raise HubError(
+            "the workshop hub logs in real accounts (PAM) and runs each server as its user: "
+            "run it as root (`sudo rocmlab hub`), or try `rocmlab hub --demo` on this machine"
+        )
     if not args.demo:
         check_shared_install(root)
         if not os.environ.get("ROCMLAB_CACHE"):
-            print("warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
-                  "their own cache (about two minutes of CPU each): build it once with "
-                  "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
-                  "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)", file=sys.stderr)
+            print(
+                "warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
+                "their own cache (about two minutes of CPU each): build it once with "
+                "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
+                "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)",
+                file=sys.stderr,
+            )
     labs = resolve_labs(root, args.lang, args.labs)
     port = args.port or free_port()
     data = _data_dir(args)
-    labs_dir, labs = delivered_labs(root, data, args.lang, labs, args.profile,
-                                    progress=lambda msg: print(msg, file=sys.stderr))
+    labs_dir, labs = delivered_labs(
+        root, data, args.lang, labs, args.profile, progress=lambda msg: print(msg, file=sys.stderr)
+    )
     password = os.environ.get("ROCMLAB_HUB_PASSWORD") or secrets.token_urlsafe(9)
     if args.demo and len(password) < 8:
         raise HubError("ROCMLAB_HUB_PASSWORD: the demo hub's shared password needs 8 characters or more")
     marker = secrets.token_hex(8)
-    env = hub_environment(root, data, demo=args.demo, port=port, ip=args.ip, lang=args.lang, labs=labs,
-                          password=password if args.demo else "", instructors=args.instructors if args.demo else (),
-                          marker=marker, labs_dir=labs_dir)
+    env = hub_environment(
+        root,
+        data,
+        demo=args.demo,
+        port=port,
+        ip=args.ip,
+        lang=args.lang,
+        labs=labs,
+        password=password if args.demo else "",
+        instructors=args.instructors if args.demo else (),
+        marker=marker,
+        labs_dir=labs_dir,
+    )
     url = f"http://{'127.0.0.1' if args.demo else (args.ip or socket.getfqdn())}:{port}"
     if args.demo:
         print(BANNER.format(url=url, user=_whoami()), file=sys.stderr)
@@ -492,11 +586,15 @@ def run(args) -> int:
         process = launch(root, env, log_path)
         probe = f"http://{args.ip if args.ip and args.ip != '0.0.0.0' and not args.demo else '127.0.0.1'}:{port}"
         wait_ready(process, probe, args.timeout, log_path)
-        print(f"rocmlab hub ({'demo' if args.demo else 'server'}) at {url}  labs: {', '.join(labs) or '-'} "
-              f"({args.profile} profile)  log: {log_path}")
+        print(
+            f"rocmlab hub ({'demo' if args.demo else 'server'}) at {url}  labs: {', '.join(labs) or '-'} "
+            f"({args.profile} profile)  log: {log_path}"
+        )
         if args.demo:
-            print(f"log in with any user name and the password {password}; "
-                  f"instructors ({', '.join(args.instructors) or '-'}) get the formgrader")
+            print(
+                f"log in with any user name and the password {password}; "
+                f"instructors ({', '.join(args.instructors) or '-'}) get the formgrader"
+            )
         print("Ctrl-C stops the hub and every server", flush=True)
         status = process.wait()
         print(f"jupyterhub exited with status {status}; log: {log_path}\n{log_tail(log_path)}", file=sys.stderr)

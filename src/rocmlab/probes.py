@@ -76,8 +76,9 @@ class LiveMachine(Machine):
         if exe is None:
             return None
         try:
-            done = subprocess.run([exe, *argv[1:]], capture_output=True, text=True,
-                                  timeout=timeout_s, errors="replace", check=False)
+            done = subprocess.run(
+                [exe, *argv[1:]], capture_output=True, text=True, timeout=timeout_s, errors="replace", check=False
+            )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "", f"{argv[0]} timed out after {timeout_s} s")
         except OSError as exc:
@@ -147,13 +148,15 @@ def collect_torch_info() -> dict | None:
         info["available"] = bool(torch.cuda.is_available())
         for index in range(torch.cuda.device_count() if info["available"] else 0):
             props = torch.cuda.get_device_properties(index)
-            info["devices"].append({
-                "name": props.name,
-                "arch": getattr(props, "gcnArchName", "") or "",
-                "capability": list(torch.cuda.get_device_capability(index)),
-                "warp_size": getattr(props, "warp_size", None),
-                "total_memory": props.total_memory,
-            })
+            info["devices"].append(
+                {
+                    "name": props.name,
+                    "arch": getattr(props, "gcnArchName", "") or "",
+                    "capability": list(torch.cuda.get_device_capability(index)),
+                    "warp_size": getattr(props, "warp_size", None),
+                    "total_memory": props.total_memory,
+                }
+            )
     except Exception as exc:  # noqa: BLE001 (a driver problem must become a finding, not a crash)
         info["error"] = f"{type(exc).__name__}: {exc}"
     return info
@@ -193,8 +196,9 @@ class RecordedMachine(Machine):
         record = self.data.get("commands", {}).get(" ".join(argv))
         if record is None:
             return None
-        return CommandResult(record.get("rc", 0), self._text(record.get("stdout", "")),
-                             self._text(record.get("stderr", "")))
+        return CommandResult(
+            record.get("rc", 0), self._text(record.get("stdout", "")), self._text(record.get("stderr", ""))
+        )
 
     def env(self):
         return dict(self.data.get("env", {}))
@@ -215,16 +219,17 @@ class RecordedMachine(Machine):
 
 # ---- parsers -------------------------------------------------------------------------------
 
+
 @dataclass
 class Agent:
     """One HSA agent from rocminfo."""
 
-    name: str                      # "gfx942" for a GPU, the CPU model for a CPU
+    name: str  # "gfx942" for a GPU, the CPU model for a CPU
     marketing_name: str = ""
-    device_type: str = ""          # "GPU" | "CPU"
+    device_type: str = ""  # "GPU" | "CPU"
     compute_units: int | None = None
     wavefront_size: int | None = None
-    isa: list[str] = field(default_factory=list)   # full target ids, e.g. "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"
+    isa: list[str] = field(default_factory=list)  # full target ids, e.g. "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"
 
     @property
     def gfx(self) -> str:

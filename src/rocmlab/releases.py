@@ -258,8 +258,20 @@ def _sources(table: dict, path: Path, where: str) -> tuple[Source, ...]:
     return tuple(sources)
 
 
-ROCM_KEYS = {"name", "rocm", "released", "era", "pytorch", "python", "status", "gfx", "runner_gfx",
-             "install", "sources", "notes"}
+ROCM_KEYS = {
+    "name",
+    "rocm",
+    "released",
+    "era",
+    "pytorch",
+    "python",
+    "status",
+    "gfx",
+    "runner_gfx",
+    "install",
+    "sources",
+    "notes",
+}
 CPU_KEYS = {"name", "python", "status", "torch_index", "pins", "sources", "notes"}
 
 
@@ -280,11 +292,19 @@ def _parse_rocm(table: dict, path: Path, index: int) -> Entry:
     if runner not in gfx:
         raise _fail(path, where, "runner_gfx", f"one of gfx {list(gfx)}", runner)
     return Entry(
-        name=name, kind="rocm", status=_choice(table, "status", STATUSES, path, where),
-        python=_python(table, path, where), sources=_sources(table, path, where),
+        name=name,
+        kind="rocm",
+        status=_choice(table, "status", STATUSES, path, where),
+        python=_python(table, path, where),
+        sources=_sources(table, path, where),
         notes=_get(table, "notes", str, path, where, "text", required=False),
-        rocm=rocm, released=released, era=_choice(table, "era", ERAS, path, where), pytorch=pytorch,
-        gfx=gfx, runner_gfx=runner, install=_parse_install(table, pytorch, path, where),
+        rocm=rocm,
+        released=released,
+        era=_choice(table, "era", ERAS, path, where),
+        pytorch=pytorch,
+        gfx=gfx,
+        runner_gfx=runner,
+        install=_parse_install(table, pytorch, path, where),
     )
 
 
@@ -336,10 +356,14 @@ def _parse_cpu(table: dict, path: Path, index: int) -> Entry:
     if torch_index is not None and not torch_index.startswith("https://"):
         raise _fail(path, where, "torch_index", "an https:// wheel index URL", torch_index)
     entry = Entry(
-        name=name, kind="cpu", status=_choice(table, "status", STATUSES, path, where),
-        python=_python(table, path, where), sources=_sources(table, path, where),
+        name=name,
+        kind="cpu",
+        status=_choice(table, "status", STATUSES, path, where),
+        python=_python(table, path, where),
+        sources=_sources(table, path, where),
         notes=_get(table, "notes", str, path, where, "text", required=False),
-        pins=_pins(table, path, where), torch_index=torch_index,
+        pins=_pins(table, path, where),
+        torch_index=torch_index,
     )
     return entry
 
@@ -391,8 +415,12 @@ def job_matrix(entries: list[Entry], kind: str = "rocm", statuses: tuple[str, ..
             continue
         job = {"name": entry.name, "python": entry.python, "torch": entry.torch_version}
         if kind == "rocm":
-            job |= {"rocm": entry.rocm, "gfx": entry.runner_gfx, "runs_on": runner_labels(entry),
-                    "dockerfile": entry.dockerfile.as_posix()}
+            job |= {
+                "rocm": entry.rocm,
+                "gfx": entry.runner_gfx,
+                "runs_on": runner_labels(entry),
+                "dockerfile": entry.dockerfile.as_posix(),
+            }
         include.append(job)
     return {"include": include}
 
@@ -527,8 +555,11 @@ def parse_github_releases(text: str) -> list[RocmRelease]:
         match = RELEASE_TAG.match(str(item.get("tag_name", "")))
         if not match or item.get("draft") or item.get("prerelease"):
             continue
-        releases.append(RocmRelease(version=_three_part(match[1]), date=_date(item.get("published_at")),
-                                    url=item.get("html_url") or ""))
+        releases.append(
+            RocmRelease(
+                version=_three_part(match[1]), date=_date(item.get("published_at")), url=item.get("html_url") or ""
+            )
+        )
     return releases
 
 
@@ -569,7 +600,8 @@ def parse_wheel_index(text: str) -> list[WheelBuild]:
 
 
 IMAGE_TAG = re.compile(
-    r"^rocm([0-9]+\.[0-9]+(?:\.[0-9]+)?)_ubuntu[0-9.]+_py([0-9]+\.[0-9]+)_pytorch_(?:release_)?([0-9]+\.[0-9]+\.[0-9]+)$")
+    r"^rocm([0-9]+\.[0-9]+(?:\.[0-9]+)?)_ubuntu[0-9.]+_py([0-9]+\.[0-9]+)_pytorch_(?:release_)?([0-9]+\.[0-9]+\.[0-9]+)$"
+)
 
 
 def parse_docker_tags(text: str) -> list[ImageTag]:
@@ -582,8 +614,15 @@ def parse_docker_tags(text: str) -> list[ImageTag]:
     for item in results:
         match = IMAGE_TAG.match(str(item.get("name", "")))
         if match:
-            tags.append(ImageTag(tag=item["name"], rocm=match[1], python=match[2], pytorch=match[3],
-                                 updated=_date(item.get("last_updated"))))
+            tags.append(
+                ImageTag(
+                    tag=item["name"],
+                    rocm=match[1],
+                    python=match[2],
+                    pytorch=match[3],
+                    updated=_date(item.get("last_updated")),
+                )
+            )
     return tags
 
 
@@ -657,7 +696,8 @@ def _compare_rocm(entries: list[Entry], upstream: Upstream, today: dt.date, find
             findings.new_entries.append(propose_entry(release, entries, upstream, today))
         elif entry is not None and Version(release.version) > Version(entry.rocm):
             findings.updates.append(
-                f"{entry.name}: ROCm {entry.rocm} -> {release.version} (released {release.date}, {release.url})")
+                f"{entry.name}: ROCm {entry.rocm} -> {release.version} (released {release.date}, {release.url})"
+            )
     for entry in entries:
         torch = _best_torch(entry.rocm, upstream)
         if torch and Version(torch[0]) > Version(entry.pytorch):
@@ -667,10 +707,14 @@ def _compare_rocm(entries: list[Entry], upstream: Upstream, today: dt.date, find
 def _best_torch(rocm: str, upstream: Upstream) -> tuple[str, str, str] | None:
     """(torch, python, where) of the newest PyTorch build for a ROCm series, images before wheels."""
     series = _series(rocm)
-    candidates = [(i.pytorch, i.python, f"image rocm/pytorch:{i.tag}") for i in upstream.images
-                  if _series(i.rocm) == series]
-    candidates += [(w.torch, w.python, f"wheel {SOURCES['pytorch-wheels']} torch=={w.torch}+rocm{w.rocm}")
-                   for w in upstream.wheels if _series(w.rocm) == series]
+    candidates = [
+        (i.pytorch, i.python, f"image rocm/pytorch:{i.tag}") for i in upstream.images if _series(i.rocm) == series
+    ]
+    candidates += [
+        (w.torch, w.python, f"wheel {SOURCES['pytorch-wheels']} torch=={w.torch}+rocm{w.rocm}")
+        for w in upstream.wheels
+        if _series(w.rocm) == series
+    ]
     return max(candidates, key=lambda c: (Version(c[0]), Version(c[1])), default=None)
 
 
@@ -679,22 +723,37 @@ def propose_entry(release: RocmRelease, entries: list[Entry], upstream: Upstream
     major, minor = _series(release.version)
     era = era_of(release.version)
     template = next((e for e in entries if e.era == era), entries[0] if entries else None)
-    image = max((i for i in upstream.images if _series(i.rocm) == (major, minor)),
-                key=lambda i: (Version(i.pytorch), Version(i.rocm)), default=None)
-    wheel = max((w for w in upstream.wheels if _series(w.rocm) == (major, minor)),
-                key=lambda w: (Version(w.torch), Version(w.python)), default=None)
-    sources = [{"url": release.url or SOURCES["github-rocm"], "seen": today,
-                "fact": f"ROCm {release.version} released {release.date}"}]
+    image = max(
+        (i for i in upstream.images if _series(i.rocm) == (major, minor)),
+        key=lambda i: (Version(i.pytorch), Version(i.rocm)),
+        default=None,
+    )
+    wheel = max(
+        (w for w in upstream.wheels if _series(w.rocm) == (major, minor)),
+        key=lambda w: (Version(w.torch), Version(w.python)),
+        default=None,
+    )
+    sources = [
+        {
+            "url": release.url or SOURCES["github-rocm"],
+            "seen": today,
+            "fact": f"ROCm {release.version} released {release.date}",
+        }
+    ]
     if image:
         pytorch, python = image.pytorch, image.python
         install = {"method": "image", "image": f"rocm/pytorch:{image.tag}"}
         sources.append({"url": SOURCES["dockerhub-rocm-pytorch"], "seen": today, "fact": f"tag {image.tag}"})
     elif wheel:
         pytorch, python = wheel.torch, wheel.python
-        install = {"method": "wheel", "index_url": f"https://download.pytorch.org/whl/rocm{major}.{minor}",
-                   "requirement": f"torch=={wheel.torch}+rocm{wheel.rocm}"}
-        sources.append({"url": SOURCES["pytorch-wheels"], "seen": today,
-                        "fact": f"torch-{wheel.torch}+rocm{wheel.rocm} wheels"})
+        install = {
+            "method": "wheel",
+            "index_url": f"https://download.pytorch.org/whl/rocm{major}.{minor}",
+            "requirement": f"torch=={wheel.torch}+rocm{wheel.rocm}",
+        }
+        sources.append(
+            {"url": SOURCES["pytorch-wheels"], "seen": today, "fact": f"torch-{wheel.torch}+rocm{wheel.rocm} wheels"}
+        )
     else:
         pytorch, python = "FILL-IN", template.python if template else "3.12"
         install = dict(dataclasses.asdict(template.install)) if template and template.install else {}
@@ -702,13 +761,19 @@ def propose_entry(release: RocmRelease, entries: list[Entry], upstream: Upstream
         if install.get("requirement"):
             install["requirement"] = "FILL-IN: " + install["requirement"]
     proposal = {
-        "name": f"rocm-{major}.{minor}", "rocm": release.version, "released": release.date or today,
-        "era": era, "pytorch": pytorch, "python": python, "status": "current",
+        "name": f"rocm-{major}.{minor}",
+        "rocm": release.version,
+        "released": release.date or today,
+        "era": era,
+        "pytorch": pytorch,
+        "python": python,
+        "status": "current",
         "gfx": list(template.gfx) if template else ["gfx942"],
         "runner_gfx": template.runner_gfx if template else "gfx942",
-        "install": install, "sources": sources,
+        "install": install,
+        "sources": sources,
         "notes": "Proposed by `rocmlab releases check`: confirm gfx targets and the install line; "
-                 "move the oldest current entry to previous.",
+        "move the oldest current entry to previous.",
     }
     return proposal
 
@@ -724,7 +789,8 @@ def _compare_pypi(cpu_entries: list[Entry], upstream: Upstream, findings: Findin
             if Version(latest).major > Version(pinned).major:
                 findings.updates.append(
                     f"cpu-previous: {package} {Version(pinned).major}.x becomes the previous generation "
-                    f"(move {package}=={Version(pinned).public} there)")
+                    f"(move {package}=={Version(pinned).public} there)"
+                )
 
 
 # ---------------------------------------------------------------- rendering
@@ -742,16 +808,26 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str
     if not findings.anything:
         lines += ["Nothing newer than the matrix was found.", ""]
     if findings.new_entries:
-        lines += [f"### Entries to add to `{matrix_path}`", "", "```toml",
-                  render_entries_toml(findings.new_entries).rstrip(), "```", ""]
+        lines += [
+            f"### Entries to add to `{matrix_path}`",
+            "",
+            "```toml",
+            render_entries_toml(findings.new_entries).rstrip(),
+            "```",
+            "",
+        ]
     if findings.updates:
         lines += ["### Updates to existing entries", ""] + [f"- {u}" for u in findings.updates] + [""]
     if findings.failures:
         lines += ["### Sources that could not be read", ""] + [f"- {f}" for f in findings.failures] + [""]
-    lines += ["### Checklist", "",
-              "- [ ] entries edited in env/matrix.toml, sources and dates checked",
-              "- [ ] `rocmlab env dockerfiles` run and env/docker/ committed",
-              "- [ ] freshness workflow run on the new entries; `rocmlab report --stamp` committed", ""]
+    lines += [
+        "### Checklist",
+        "",
+        "- [ ] entries edited in env/matrix.toml, sources and dates checked",
+        "- [ ] `rocmlab env dockerfiles` run and env/docker/ committed",
+        "- [ ] freshness workflow run on the new entries; `rocmlab report --stamp` committed",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -789,8 +865,11 @@ def _show(matrix: list[Entry], as_json: bool) -> int:
         print(json.dumps(job_matrix(matrix)))
         return EXIT_UP_TO_DATE
     for e in matrix:
-        detail = (f"ROCm {e.rocm} ({e.released}) PyTorch {e.pytorch} py{e.python} {e.install.method} "
-                  f"[{', '.join(e.gfx)}]" if e.kind == "rocm" else ", ".join(e.pins))
+        detail = (
+            f"ROCm {e.rocm} ({e.released}) PyTorch {e.pytorch} py{e.python} {e.install.method} [{', '.join(e.gfx)}]"
+            if e.kind == "rocm"
+            else ", ".join(e.pins)
+        )
         print(f"{e.name:14} {e.status:9} {detail}")
     return EXIT_UP_TO_DATE
 

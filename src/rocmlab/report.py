@@ -11,7 +11,7 @@ import html
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -20,8 +20,10 @@ from .catalog import Lab
 from .results import Record, read_record
 
 ICONS = {"passed": "✅", "failed": "❌", "timeout": "⏱️", "crashed": "💥", "skipped": "⏭️"}
-REMOVAL = re.compile(r"(?:removed|removal|deleted|dropped)\s+(?:in|from|by)\s+(?:version\s+|v)?(?P<version>\d+\.\d+(?:\.\d+)?)",
-                     re.IGNORECASE)
+REMOVAL = re.compile(
+    r"(?:removed|removal|deleted|dropped)\s+(?:in|from|by)\s+(?:version\s+|v)?(?P<version>\d+\.\d+(?:\.\d+)?)",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -74,7 +76,9 @@ def order_environments(records: list[Record], matrix_order: list[str] | None = N
     for record in records:
         newest_torch[record.env] = max(newest_torch.get(record.env, Version("0")), _torch_version(record))
     position = {name: i for i, name in enumerate(matrix_order)}
-    return sorted(newest_torch, key=lambda env: (position.get(env, len(position)), -_version_key(newest_torch[env]), env))
+    return sorted(
+        newest_torch, key=lambda env: (position.get(env, len(position)), -_version_key(newest_torch[env]), env)
+    )
 
 
 def _version_key(version: Version) -> float:
@@ -89,7 +93,7 @@ def _matrix_order() -> list[str]:
         return []
     try:
         return [entry.name for entry in load_matrix()]
-    except Exception:  # a broken matrix must not hide the results; `rocmlab releases` reports it
+    except Exception:  # noqa: BLE001 (a broken matrix must not hide the results; `rocmlab releases` reports it)
         return []
 
 
@@ -112,7 +116,7 @@ def freshness(labs: list[Lab], records: list[Record], matrix_order: list[str] | 
         last = max(current_passes, key=lambda r: r.started_at, default=None)
         warnings = _unique_warnings(cells.values())
         rows.append(LabRow(lab, cells, stale, last, warnings))
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
     return Freshness(envs, rows, generated)
 
 
@@ -159,8 +163,10 @@ def to_markdown(report: Freshness, timestamp: bool = True) -> str:
     lines.append("")
     if report.newest:
         when = f" Generated {report.generated_at}." if timestamp else ""
-        lines.append(f"Newest environment: **{report.newest}**. A lab is stale when its current version has no "
-                     f"passing run there.{when}")
+        lines.append(
+            f"Newest environment: **{report.newest}**. A lab is stale when its current version has no "
+            f"passing run there.{when}"
+        )
     details = _markdown_details(report)
     return "\n".join(lines + details) + "\n"
 
@@ -188,12 +194,24 @@ def to_json(report: Freshness, timestamp: bool = True) -> str:
         "problems": report.problems,
         "labs": [
             {
-                "id": row.lab.id, "version": row.lab.version, "title": row.lab.title, "stale": row.stale,
-                "last_verified": None if row.last_verified is None else
-                {"env": row.last_verified.env, "at": row.last_verified.started_at},
-                "runs": {env: {"status": r.status, "lab_version": r.lab_version, "profile": r.profile,
-                               "duration_s": r.duration_s, "warnings": len(r.warnings), "reason": r.reason}
-                         for env, r in row.cells.items()},
+                "id": row.lab.id,
+                "version": row.lab.version,
+                "title": row.lab.title,
+                "stale": row.stale,
+                "last_verified": None
+                if row.last_verified is None
+                else {"env": row.last_verified.env, "at": row.last_verified.started_at},
+                "runs": {
+                    env: {
+                        "status": r.status,
+                        "lab_version": r.lab_version,
+                        "profile": r.profile,
+                        "duration_s": r.duration_s,
+                        "warnings": len(r.warnings),
+                        "reason": r.reason,
+                    }
+                    for env, r in row.cells.items()
+                },
                 "warnings": row.warnings,
             }
             for row in report.rows
@@ -215,16 +233,22 @@ def to_html(report: Freshness) -> str:
     for row in report.rows:
         cells = "".join(
             f'<td class="{row.cells[env].status if env in row.cells else ""}" title="{esc(row.cells[env].reason if env in row.cells else "")}">'
-            f"{esc(_cell_text(row.cells.get(env), row.lab))}</td>" for env in report.environments)
+            f"{esc(_cell_text(row.cells.get(env), row.lab))}</td>"
+            for env in report.environments
+        )
         fresh = '<span class="stale">stale</span>' if row.stale else '<span class="fresh">fresh</span>'
-        body.append(f"<tr><td>{esc(row.lab.id)}<br><small>{esc(row.lab.title['zh'])} · {esc(row.lab.title['en'])}</small></td>"
-                    f"<td>{esc(row.lab.version)}</td>{cells}<td>{esc(_verified_text(row))}</td><td>{fresh}</td></tr>")
+        body.append(
+            f"<tr><td>{esc(row.lab.id)}<br><small>{esc(row.lab.title['zh'])} · {esc(row.lab.title['en'])}</small></td>"
+            f"<td>{esc(row.lab.version)}</td>{cells}<td>{esc(_verified_text(row))}</td><td>{fresh}</td></tr>"
+        )
     details = "".join(f"<li>{esc(line[2:])}</li>" for line in _markdown_details(report) if line.startswith("- "))
-    return (f"<!doctype html><html lang=\"en\"><meta charset=\"utf-8\"><title>rocmlab freshness</title>"
-            f"<style>{_CSS}</style><h1>rocmlab freshness matrix</h1>"
-            f"<p>Newest environment: <b>{esc(report.newest or 'none')}</b>. Generated {esc(report.generated_at)}.</p>"
-            f"<table><tr><th>lab</th><th>version</th>{head}<th>last verified</th><th>freshness</th></tr>"
-            f"{''.join(body)}</table>" + (f"<h2>Details</h2><ul>{details}</ul>" if details else "") + "</html>\n")
+    return (
+        f'<!doctype html><html lang="en"><meta charset="utf-8"><title>rocmlab freshness</title>'
+        f"<style>{_CSS}</style><h1>rocmlab freshness matrix</h1>"
+        f"<p>Newest environment: <b>{esc(report.newest or 'none')}</b>. Generated {esc(report.generated_at)}.</p>"
+        f"<table><tr><th>lab</th><th>version</th>{head}<th>last verified</th><th>freshness</th></tr>"
+        f"{''.join(body)}</table>" + (f"<h2>Details</h2><ul>{details}</ul>" if details else "") + "</html>\n"
+    )
 
 
 RENDERERS = {"md": to_markdown, "html": to_html, "json": to_json}

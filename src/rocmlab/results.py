@@ -68,7 +68,7 @@ def read_record(path: Path) -> Record:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable JSON result record ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise ValueError(f"{path}: expected a JSON object")  # noqa: TRY004 (a malformed file is a value error)
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: field schema: expected {SCHEMA}, got {data.get('schema')!r}")
     known = Record.__dataclass_fields__
@@ -90,9 +90,7 @@ def _package_version(name: str) -> str | None:
 
 def _os_name() -> str:
     try:
-        release = dict(
-            line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
-        )
+        release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
         return release.get("PRETTY_NAME", "").strip('"') or platform.platform()
     except OSError:
         return platform.platform()

@@ -10,7 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .build import solution_notebook, write_notebook
@@ -106,7 +106,7 @@ class Progress:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _input_notebook(root: Path, lab: Lab, lang: str, student: bool, work: Path) -> Path:
@@ -121,9 +121,18 @@ def _input_notebook(root: Path, lab: Lab, lang: str, student: bool, work: Path) 
     return target
 
 
-def run_lab(root: Path, lab: Lab, profile_name: str, target: Target, out: Path, *, lang: str = "en",
-            student: bool = False, allow_errors: bool = False,
-            notebook: Path | None = None) -> tuple[Record, Outcome | None]:
+def run_lab(
+    root: Path,
+    lab: Lab,
+    profile_name: str,
+    target: Target,
+    out: Path,
+    *,
+    lang: str = "en",
+    student: bool = False,
+    allow_errors: bool = False,
+    notebook: Path | None = None,
+) -> tuple[Record, Outcome | None]:
     """Execute one lab and write its record (and executed notebook) under ``out/<env>/``.
 
     ``notebook`` overrides the input (the solution, or with ``student`` the built student version).
@@ -133,8 +142,17 @@ def run_lab(root: Path, lab: Lab, profile_name: str, target: Target, out: Path, 
     profile, reason = choose_profile(lab, profile_name, target.gpus)
     started = _now()
     if profile is None:
-        record = Record(lab.id, lab.version, profile_name, target.name, "skipped", started, reason=reason,
-                        fingerprint=target.fingerprint, student=student)
+        record = Record(
+            lab.id,
+            lab.version,
+            profile_name,
+            target.name,
+            "skipped",
+            started,
+            reason=reason,
+            fingerprint=target.fingerprint,
+            student=student,
+        )
         write_record(record, record_path)
         return record, None
     work = env_dir / ".work" / lab.id
@@ -144,15 +162,30 @@ def run_lab(root: Path, lab: Lab, profile_name: str, target: Target, out: Path, 
         shutil.copytree(lab.data_dir, work / "data")
     output = env_dir / f"{lab.id}.ipynb"
     spec = Spec(
-        input=str(notebook or _input_notebook(root, lab, lang, student, work)), output=str(output), cwd=str(work),
-        parameters=profile.parameters, cell_timeout_s=profile.cell_timeout_s,
-        timeout_s=profile.timeout_s, allow_errors=allow_errors, python=target.python,
+        input=str(notebook or _input_notebook(root, lab, lang, student, work)),
+        output=str(output),
+        cwd=str(work),
+        parameters=profile.parameters,
+        cell_timeout_s=profile.cell_timeout_s,
+        timeout_s=profile.timeout_s,
+        allow_errors=allow_errors,
+        python=target.python,
     )
     outcome = run_notebook(spec)
     record = Record(
-        lab.id, lab.version, profile.name, target.name, outcome.status, started,
-        duration_s=round(outcome.duration_s, 2), reason=outcome.reason, failing_cell=outcome.failing_cell,
-        warnings=outcome.warnings, fingerprint=target.fingerprint, notebook=output.name, student=student,
+        lab.id,
+        lab.version,
+        profile.name,
+        target.name,
+        outcome.status,
+        started,
+        duration_s=round(outcome.duration_s, 2),
+        reason=outcome.reason,
+        failing_cell=outcome.failing_cell,
+        warnings=outcome.warnings,
+        fingerprint=target.fingerprint,
+        notebook=output.name,
+        student=student,
     )
     write_record(record, record_path)
     if outcome.status == "passed" or allow_errors:
@@ -160,8 +193,18 @@ def run_lab(root: Path, lab: Lab, profile_name: str, target: Target, out: Path, 
     return record, outcome
 
 
-def run_labs(root: Path, labs: list[Lab], profile: str, target: Target, out: Path, *, jobs: int = 1,
-             lang: str = "en", student: bool = False, stream=sys.stderr) -> list[Record]:
+def run_labs(
+    root: Path,
+    labs: list[Lab],
+    profile: str,
+    target: Target,
+    out: Path,
+    *,
+    jobs: int = 1,
+    lang: str = "en",
+    student: bool = False,
+    stream=sys.stderr,
+) -> list[Record]:
     """Run ``labs`` with up to ``jobs`` at once; returns the records in lab order."""
     progress = Progress(len(labs), stream)
 

@@ -52,11 +52,11 @@ TIMEOUT_ENAME = "CellTimeoutError"
 class Limits:
     """Per-kernel limits; wall times come from the lab's profile (lab.toml)."""
 
-    memory_mb: int = 4096            # RLIMIT_AS of the kernel and each process it starts; 0: none
-    max_processes: int = 256         # RLIMIT_NPROC for the grader user (threads count too)
-    max_file_mb: int = 256           # RLIMIT_FSIZE: largest file the kernel may write
-    max_cell_output_kb: int = 1024   # stream/display output kept per cell
-    max_output_kb: int = 8192        # output kept per notebook
+    memory_mb: int = 4096  # RLIMIT_AS of the kernel and each process it starts; 0: none
+    max_processes: int = 256  # RLIMIT_NPROC for the grader user (threads count too)
+    max_file_mb: int = 256  # RLIMIT_FSIZE: largest file the kernel may write
+    max_cell_output_kb: int = 1024  # stream/display output kept per cell
+    max_output_kb: int = 8192  # output kept per notebook
 
 
 @dataclass
@@ -67,10 +67,10 @@ class Policy:
     uid: int | None = None
     gid: int | None = None
     home: str = ""
-    isolate: bool = False            # inside fresh namespaces: bring lo up, hide paths
+    isolate: bool = False  # inside fresh namespaces: bring lo up, hide paths
     hide: list = field(default_factory=list)
     cell_timeout_s: int = 0
-    scratch: str = ""                # root-only folder for mount bookkeeping
+    scratch: str = ""  # root-only folder for mount bookkeeping
 
 
 # ------------------------------------------------------------------ host side
@@ -85,8 +85,12 @@ def namespaces_work() -> bool:
     if not is_root() or not shutil.which("unshare"):
         return False
     try:
-        proc = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
-                              capture_output=True, timeout=20, check=False)
+        proc = subprocess.run(
+            ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
@@ -98,11 +102,25 @@ def ensure_user(slot: int) -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        proc = subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-                               "--shell", "/usr/sbin/nologin", "--user-group", name],
-                              capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                "--user-group",
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if proc.returncode != 0 and "already exists" not in proc.stderr:
-            raise RuntimeError(f"cannot create the grader user {name}: {proc.stderr.strip()}")
+            raise RuntimeError(f"cannot create the grader user {name}: {proc.stderr.strip()}") from None
         entry = pwd.getpwnam(name)
     if entry.pw_uid == 0:
         raise RuntimeError(f"the grader user {name} has uid 0: refusing to run learner code as root")
@@ -140,10 +158,20 @@ class Run:
 
         from .execute import Spec
 
-        outcome = self.worker.run(Spec(
-            input=str(source), output=str(output), cwd=str(self.work), parameters=parameters,
-            cell_timeout_s=cell_timeout_s, timeout_s=timeout_s, allow_errors=True,
-            python=self.worker.python, kernel_name=KERNEL_NAME, extra_env=self.env))
+        outcome = self.worker.run(
+            Spec(
+                input=str(source),
+                output=str(output),
+                cwd=str(self.work),
+                parameters=parameters,
+                cell_timeout_s=cell_timeout_s,
+                timeout_s=timeout_s,
+                allow_errors=True,
+                python=self.worker.python,
+                kernel_name=KERNEL_NAME,
+                extra_env=self.env,
+            )
+        )
         try:
             return nbformat.read(output, as_version=4), outcome
         except (OSError, ValueError):
@@ -158,8 +186,14 @@ class Run:
 class Sandbox:
     """Creates runs for up to ``slots`` parallel jobs under one root-owned base folder."""
 
-    def __init__(self, limits: Limits | None = None, hide: list[Path] | None = None, slots: int = 1,
-                 isolate: bool | None = None, switch_user: bool | None = None):
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        hide: list[Path] | None = None,
+        slots: int = 1,
+        isolate: bool | None = None,
+        switch_user: bool | None = None,
+    ):
         self.limits = limits or Limits()
         self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
         os.chmod(self.base, 0o711)
@@ -195,8 +229,13 @@ class Sandbox:
 
     @property
     def isolation(self) -> dict:
-        return {"network": self.isolate, "hidden_paths": self.hide if self.isolate else [],
-                "unprivileged_user": self.switch_user, "limits": asdict(self.limits), "problems": self.problems}
+        return {
+            "network": self.isolate,
+            "hidden_paths": self.hide if self.isolate else [],
+            "unprivileged_user": self.switch_user,
+            "limits": asdict(self.limits),
+            "problems": self.problems,
+        }
 
     def _uid_gid(self, slot: int) -> tuple[int | None, int | None]:
         return self.users[slot] if self.switch_user else (None, None)
@@ -209,13 +248,15 @@ class Sandbox:
         folder.mkdir(mode=0o700)
         uid, gid = self._uid_gid(slot)
         policy = folder / "policy.json"
-        policy.write_text(json.dumps(asdict(Policy(asdict(self.limits), uid, gid, "", self.isolate, self.hide, 0,
-                                                   str(folder)))), encoding="utf-8")
+        policy.write_text(
+            json.dumps(asdict(Policy(asdict(self.limits), uid, gid, "", self.isolate, self.hide, 0, str(folder)))),
+            encoding="utf-8",
+        )
         launcher = folder / "python"
         prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
         launcher.write_text(
-            "#!/bin/sh\n"
-            f"{prefix}{sys.executable} -m rocmlab.sandbox worker {policy}\n", encoding="utf-8")
+            f"#!/bin/sh\n{prefix}{sys.executable} -m rocmlab.sandbox worker {policy}\n", encoding="utf-8"
+        )
         launcher.chmod(0o700)
         return Worker(str(launcher))
 
@@ -229,23 +270,35 @@ class Sandbox:
         uid, gid = self._uid_gid(slot)
         if uid is not None:
             os.chown(work, uid, gid)
-        policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s,
-                        str(private))
+        policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
         policy_path = private / "policy.json"
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
         jupyter = self._write_kernelspec(private, policy_path)
-        env = {"JUPYTER_PATH": str(jupyter), "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
-               "HOME": str(work), "IPYTHONDIR": str(work / ".ipython"), "MPLCONFIGDIR": str(work / ".matplotlib"),
-               "TMPDIR": str(work), "XDG_CACHE_HOME": str(work / ".cache"), "NO_PROXY": "*",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+        env = {
+            "JUPYTER_PATH": str(jupyter),
+            "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
+            "HOME": str(work),
+            "IPYTHONDIR": str(work / ".ipython"),
+            "MPLCONFIGDIR": str(work / ".matplotlib"),
+            "TMPDIR": str(work),
+            "XDG_CACHE_HOME": str(work / ".cache"),
+            "NO_PROXY": "*",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+        }
         return Run(folder, private, work, self.workers[slot], env, uid)
 
     def _write_kernelspec(self, private: Path, policy_path: Path) -> Path:
         jupyter = private / "jupyter"
         spec_dir = jupyter / "kernels" / KERNEL_NAME
         spec_dir.mkdir(parents=True)
-        spec = {"argv": [sys.executable, "-m", "rocmlab.sandbox", "kernel", str(policy_path), "{connection_file}"],
-                "display_name": "rocmlab sandbox", "language": "python", "metadata": {"debugger": False}}
+        spec = {
+            "argv": [sys.executable, "-m", "rocmlab.sandbox", "kernel", str(policy_path), "{connection_file}"],
+            "display_name": "rocmlab sandbox",
+            "language": "python",
+            "metadata": {"debugger": False},
+        }
         (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
         return jupyter
 
@@ -276,8 +329,9 @@ def hide_paths(paths: list[str]) -> None:
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 1, 2, 4, 8, 4096
     for path in paths:
         if os.path.isdir(path):
-            rc = libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                            b"size=4k,mode=000")
+            rc = libc.mount(
+                b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k,mode=000"
+            )
         elif os.path.exists(path):
             rc = libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None)
         else:
@@ -386,9 +440,14 @@ def patch_notebook_client(limits: dict) -> None:
 
     async def handle_timeout(self, timeout, cell=None):
         if cell is not None:
-            cell.outputs.append(nbformat.v4.new_output(
-                "error", ename=TIMEOUT_ENAME, evalue=f"the cell ran past its limit of {timeout} s and was interrupted",
-                traceback=[]))
+            cell.outputs.append(
+                nbformat.v4.new_output(
+                    "error",
+                    ename=TIMEOUT_ENAME,
+                    evalue=f"the cell ran past its limit of {timeout} s and was interrupted",
+                    traceback=[],
+                )
+            )
         return await original_timeout(self, timeout, cell)
 
     NotebookClient.output = output

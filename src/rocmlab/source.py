@@ -50,7 +50,7 @@ def read_notebook(lab: Lab) -> nbformat.NotebookNode:
         raise LabError(f"{lab.source}: not jupytext percent format: no '# %%' cell marker found")
     try:
         nb = jupytext.reads(text, fmt="py:percent")
-    except Exception as exc:  # jupytext raises assorted errors on malformed cell options
+    except Exception as exc:  # noqa: BLE001 (jupytext raises assorted errors on malformed cell options)
         raise LabError(f"{lab.source}: cannot be read as jupytext percent format: {exc}") from None
     _validate(lab, nb)
     return nb
@@ -62,15 +62,18 @@ def _validate(lab: Lab, nb) -> None:
         tags = cell.metadata.get("tags", [])
         unknown = [t for t in tags if t not in KNOWN_TAGS]
         if unknown:
-            raise LabError(f"{_where(lab, index, cell)}: unknown tag {unknown[0]!r} "
-                           f"(expected one of {', '.join(sorted(KNOWN_TAGS))})")
+            raise LabError(
+                f"{_where(lab, index, cell)}: unknown tag {unknown[0]!r} "
+                f"(expected one of {', '.join(sorted(KNOWN_TAGS))})"
+            )
         _check_markers(lab, index, cell)
         kind = _kind(cell)
         if kind:
             grade_id = _check_graded(lab, index, cell, kind)
             if grade_id in seen_ids:
-                raise LabError(f"{_where(lab, index, cell)}: duplicate grade_id {grade_id!r} "
-                               f"(also cell {seen_ids[grade_id] + 1})")
+                raise LabError(
+                    f"{_where(lab, index, cell)}: duplicate grade_id {grade_id!r} (also cell {seen_ids[grade_id] + 1})"
+                )
             seen_ids[grade_id] = index
     _check_parameters(lab, nb)
     _check_language_pairs(lab, nb)
@@ -94,7 +97,7 @@ def _check_graded(lab: Lab, index: int, cell, kind: str) -> str:
         raise LabError(f"{where}: a {kind} cell must be a code cell")
     grade_id = cell.metadata.get("grade_id")
     if not isinstance(grade_id, str) or not GRADE_ID.match(grade_id):
-        raise LabError(f"{where}: field grade_id: expected a stable id like \"03-lora-count-1\", got {grade_id!r}")
+        raise LabError(f'{where}: field grade_id: expected a stable id like "03-lora-count-1", got {grade_id!r}')
     if kind == "test":
         points = cell.metadata.get("points")
         if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
@@ -114,7 +117,9 @@ def parameter_names(source: str) -> set[str]:
     """Names assigned at top level in a parameters cell."""
     names = set()
     for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         names.update(t.id for t in targets if isinstance(t, ast.Name))
     return names
 
@@ -140,16 +145,20 @@ def _check_parameters(lab: Lab, nb) -> None:
     for profile in lab.profiles.values():
         for key in profile.params:
             if key not in names:
-                raise LabError(f"{lab.folder / 'lab.toml'}: field profiles.{profile.name}.params.{key}: "
-                               f"no such variable in the parameters cell of {lab.source} "
-                               f"(it assigns {', '.join(sorted(names))})")
+                raise LabError(
+                    f"{lab.folder / 'lab.toml'}: field profiles.{profile.name}.params.{key}: "
+                    f"no such variable in the parameters cell of {lab.source} "
+                    f"(it assigns {', '.join(sorted(names))})"
+                )
 
 
 def _check_language_pairs(lab: Lab, nb) -> None:
     counts = {lang: sum(lang in c.metadata.get("tags", []) for c in nb.cells) for lang in LANGUAGES}
     if counts["zh"] != counts["en"]:
-        raise LabError(f"{lab.source}: prose comes in zh/en pairs, but there are {counts['zh']} cells "
-                       f"tagged zh and {counts['en']} tagged en")
+        raise LabError(
+            f"{lab.source}: prose comes in zh/en pairs, but there are {counts['zh']} cells "
+            f"tagged zh and {counts['en']} tagged en"
+        )
 
 
 def nbgrader_metadata(cell) -> dict | None:

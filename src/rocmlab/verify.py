@@ -21,7 +21,7 @@ from .run import Target, run_lab
 @dataclass
 class TestVerdict:
     grade_id: str
-    on_solution: str   # "pass" | "fail" | "not run"
+    on_solution: str  # "pass" | "fail" | "not run"
     on_student: str
 
 
@@ -39,8 +39,11 @@ class Verification:
 def _verdicts(outcome: Outcome | None) -> dict[str, str]:
     if outcome is None:
         return {}
-    return {c["grade_id"]: ("not run" if not c["executed"] else "fail" if c["error"] else "pass")
-            for c in outcome.cells if c["graded"]}
+    return {
+        c["grade_id"]: ("not run" if not c["executed"] else "fail" if c["error"] else "pass")
+        for c in outcome.cells
+        if c["graded"]
+    }
 
 
 def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: Outcome | None) -> Verification:
@@ -56,7 +59,9 @@ def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: 
         if verdict.on_solution != "pass":
             result.problems.append(f"{grade_id}: expected to pass on the solution, it did {verdict.on_solution!r}")
         if verdict.on_student == "pass":
-            result.problems.append(f"{grade_id}: passes on the empty student version, so it cannot tell a right answer from none")
+            result.problems.append(
+                f"{grade_id}: passes on the empty student version, so it cannot tell a right answer from none"
+            )
         elif verdict.on_student == "not run":
             result.problems.append(f"{grade_id}: never ran on the student version (an earlier cell hung or crashed)")
     return result
@@ -67,14 +72,25 @@ def verify_lab(root: Path, lab: Lab, target: Target, out: Path, lang: str = "en"
         student_nb = render_lab(root, lab, lang, Path(tmp) / lab.id)
         with ThreadPoolExecutor(max_workers=2) as pool:
             sol = pool.submit(run_lab, root, lab, "smoke", target, out / "solution", lang=lang)
-            stu = pool.submit(run_lab, root, lab, "smoke", target, out / "student", lang=lang,
-                              student=True, allow_errors=True, notebook=student_nb)
+            stu = pool.submit(
+                run_lab,
+                root,
+                lab,
+                "smoke",
+                target,
+                out / "student",
+                lang=lang,
+                student=True,
+                allow_errors=True,
+                notebook=student_nb,
+            )
             (sol_record, sol_outcome), (_, stu_outcome) = sol.result(), stu.result()
     return judge(lab.id, sol_outcome, sol_record.reason, stu_outcome)
 
 
-def verify_labs(root: Path, labs: list[Lab], target: Target, out: Path, jobs: int = 1,
-                progress=print) -> list[Verification]:
+def verify_labs(
+    root: Path, labs: list[Lab], target: Target, out: Path, jobs: int = 1, progress=print
+) -> list[Verification]:
     def one(lab: Lab) -> Verification:
         progress(f"verify {lab.id}")
         result = verify_lab(root, lab, target, out)

@@ -81,19 +81,36 @@ def _info(args) -> int:
         "tiny_model": {
             "path": str(target),
             "status": "built" if manifest else ("corrupt or partial" if target.exists() else "not built"),
-            **({key: manifest[key] for key in ("parameters", "steps", "seed", "weights_sha256",
-                                                "eval_perplexity_qc_reports", "versions")} if manifest else {}),
+            **(
+                {
+                    key: manifest[key]
+                    for key in (
+                        "parameters",
+                        "steps",
+                        "seed",
+                        "weights_sha256",
+                        "eval_perplexity_qc_reports",
+                        "versions",
+                    )
+                }
+                if manifest
+                else {}
+            ),
         },
     }
     if args.json:
         print(json.dumps(summary, ensure_ascii=False, indent=2))
         return 0
     d, m = summary["data"], summary["tiny_model"]
-    print(f"data: {d['qc_reports_train']} train / {d['qc_reports_eval']} eval qc_reports, {d['qc_kb']} KB documents, "
-          f"{d['taxonomy']['defect_types']} defect types, {d['taxonomy']['product_lines']} product lines")
+    print(
+        f"data: {d['qc_reports_train']} train / {d['qc_reports_eval']} eval qc_reports, {d['qc_kb']} KB documents, "
+        f"{d['taxonomy']['defect_types']} defect types, {d['taxonomy']['product_lines']} product lines"
+    )
     print(f"cache: {summary['cache_root']}")
     print(f"{tiny_model.MODEL_NAME}: {m['status']} at {m['path']}")
     if manifest:
-        print(f"  {m['parameters'] / 1e6:.2f} M parameters, {m['steps']} steps, seed {m['seed']}, "
-              f"eval perplexity {m['eval_perplexity_qc_reports']}, sha256 {m['weights_sha256'][:16]}")
+        print(
+            f"  {m['parameters'] / 1e6:.2f} M parameters, {m['steps']} steps, seed {m['seed']}, "
+            f"eval perplexity {m['eval_perplexity_qc_reports']}, sha256 {m['weights_sha256'][:16]}"
+        )
     return 0

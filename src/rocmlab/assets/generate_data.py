@@ -27,8 +27,16 @@ DISPOSITIONS = ["放行", "返工", "让步接收", "报废"]
 PRODUCT_LINES = {
     "PCB 组装": (
         ["主控板", "电源板", "电机驱动板", "显示接口板", "通信模组板"],
-        ["BGA 区域", "电源模块焊盘", "USB 接口引脚", "QFN 芯片引脚", "贴片电容 C12 附近",
-         "连接器 J3 引脚", "板边金手指", "晶振 Y1 焊盘"],
+        [
+            "BGA 区域",
+            "电源模块焊盘",
+            "USB 接口引脚",
+            "QFN 芯片引脚",
+            "贴片电容 C12 附近",
+            "连接器 J3 引脚",
+            "板边金手指",
+            "晶振 Y1 焊盘",
+        ],
         ["SMT 1 线 AOI", "SMT 2 线 AOI", "回流焊炉后目检", "ICT 测试", "X-ray 抽检", "功能测试 FCT"],
     ),
     "注塑件": (
@@ -63,8 +71,18 @@ PRODUCT_LINES = {
     ),
 }
 
-CRITICAL_LOCATIONS = {"BGA 区域", "电源模块焊盘", "可视区（AA 区）", "法兰面", "分切边", "卡扣根部",
-                      "端子接触区", "焊接缝", "极耳", "内腔"}
+CRITICAL_LOCATIONS = {
+    "BGA 区域",
+    "电源模块焊盘",
+    "可视区（AA 区）",
+    "法兰面",
+    "分切边",
+    "卡扣根部",
+    "端子接触区",
+    "焊接缝",
+    "极耳",
+    "内腔",
+}
 
 SHIFTS = ["早班", "中班", "夜班", "白班", "晚班"]
 INSPECTORS = ["IPQC 巡检", "终检 FQC", "来料检验 IQC", "首件检验", "OQC 出货检验", "客户退货复检"]
@@ -75,6 +93,7 @@ INSPECTORS = ["IPQC 巡检", "终检 FQC", "来料检验 IQC", "首件检验", "
 # function (rng, line, loc) -> (phrase, level 0..3); rework flags for level 1 and 2
 # (True -> 返工, else 让步接收 / 报废), with per-line overrides; the rework step; root causes
 # as (cause, [hints in the inspector's words], corrective action).
+
 
 def _fmt_mm(rng, value, unit="mm"):
     style = rng.randrange(5)
@@ -92,8 +111,11 @@ def _fmt_mm(rng, value, unit="mm"):
 def measure_scratch(rng, line, loc):
     length = round(rng.uniform(0.5, 22), 1)
     felt = rng.random() < 0.35
-    feel = rng.choice(["指甲能刮到", "手摸有明显凹感", "指甲可感"]) if felt else rng.choice(
-        ["手感不明显", "指甲刮不到", "仅反光下可见"])
+    feel = (
+        rng.choice(["指甲能刮到", "手摸有明显凹感", "指甲可感"])
+        if felt
+        else rng.choice(["手感不明显", "指甲刮不到", "仅反光下可见"])
+    )
     level = 0 if length < 3 and not felt else (1 if length < 10 and not felt else 2)
     if loc in CRITICAL_LOCATIONS and level == 1:
         level = 2
@@ -103,8 +125,11 @@ def measure_scratch(rng, line, loc):
 def measure_cold_joint(rng, line, loc):
     n = rng.randint(1, 4)
     failed = rng.random() < 0.25
-    test = rng.choice(["功能测试不通过", "上电后无输出", "ICT 报开路"]) if failed else rng.choice(
-        ["ICT 暂未报错", "功能测试通过", "上电正常"])
+    test = (
+        rng.choice(["功能测试不通过", "上电后无输出", "ICT 报开路"])
+        if failed
+        else rng.choice(["ICT 暂未报错", "功能测试通过", "上电正常"])
+    )
     level = 3 if failed else (2 if n >= 2 or loc in CRITICAL_LOCATIONS else 1)
     return f"{n} 个焊点，{test}", level
 
@@ -112,8 +137,11 @@ def measure_cold_joint(rng, line, loc):
 def measure_bridge(rng, line, loc):
     pins = rng.choice(["相邻两脚", "第 3、4 脚", "两个焊盘之间", "三个引脚"])
     shorted = rng.random() < 0.4
-    test = rng.choice(["上电短路", "测试时电源被拉低", "烧了保险丝"]) if shorted else rng.choice(
-        ["尚未上电", "万用表测阻值偏低", "外观可见锡桥"])
+    test = (
+        rng.choice(["上电短路", "测试时电源被拉低", "烧了保险丝"])
+        if shorted
+        else rng.choice(["尚未上电", "万用表测阻值偏低", "外观可见锡桥"])
+    )
     return f"{pins}连在一起，{test}", 3 if shorted else 2
 
 
@@ -135,9 +163,13 @@ def measure_dimension(rng, line, loc):
         measured = abs(measured)
         spec = f"要求≤{tol:g}mm，实测 {measured:g}mm"
     else:
-        spec = rng.choice([f"图纸 {nominal:g}±{tol:g}mm，实测 {measured:g}mm",
-                           f"{nominal:g}±{tol:g}，量得 {measured:g}",
-                           f"标准 {nominal:g}±{tol:g}mm，测得 {measured:g}mm"])
+        spec = rng.choice(
+            [
+                f"图纸 {nominal:g}±{tol:g}mm，实测 {measured:g}mm",
+                f"{nominal:g}±{tol:g}，量得 {measured:g}",
+                f"标准 {nominal:g}±{tol:g}mm，测得 {measured:g}mm",
+            ]
+        )
     return f"{feature}{spec}", 1 if ratio <= 0.3 else 2
 
 
@@ -168,8 +200,11 @@ def measure_burr(rng, line, loc):
 def measure_stain(rng, line, loc):
     wipes = rng.random() < 0.45
     area = rng.choice([2, 5, 10, 20, 40])
-    how = rng.choice(["用酒精能擦掉", "擦拭后消失", "无尘布一擦就掉"]) if wipes else rng.choice(
-        ["擦不掉", "酒精擦拭后仍有印迹", "清洁后残留"])
+    how = (
+        rng.choice(["用酒精能擦掉", "擦拭后消失", "无尘布一擦就掉"])
+        if wipes
+        else rng.choice(["擦不掉", "酒精擦拭后仍有印迹", "清洁后残留"])
+    )
     return f"面积{_fmt_mm(rng, area, 'mm²')}，{how}", 0 if wipes else 1
 
 
@@ -226,156 +261,213 @@ DEFECTS = {
     "划痕": dict(
         synonyms=["划痕", "划伤", "刮痕", "擦伤", "拉痕"],
         lines=["注塑件", "钣金", "玻璃盖板", "铸件", "连接器端子"],
-        measure=measure_scratch, rework=(True, True), overrides={"玻璃盖板": (True, False)},
+        measure=measure_scratch,
+        rework=(True, True),
+        overrides={"玻璃盖板": (True, False)},
         rework_step="抛光修复后复检外观",
         causes=[
-            ("周转搬运时摩擦磕碰", ["周转箱里没放隔板", "托盘叠放过高", "搬运时有拖拽"],
-             "周转箱加隔板并规范搬运"),
+            ("周转搬运时摩擦磕碰", ["周转箱里没放隔板", "托盘叠放过高", "搬运时有拖拽"], "周转箱加隔板并规范搬运"),
             ("治具表面残留硬质颗粒", ["治具表面能看到残渣", "夹具两周没清理"], "清理治具并增加每班点检"),
             ("保护膜贴附不全", ["保护膜只贴了一半", "保护膜翘边"], "调整贴膜工位并首件确认"),
-        ]),
+        ],
+    ),
     "虚焊": dict(
         synonyms=["虚焊", "假焊", "焊点润湿不良", "冷焊", "焊点不饱满"],
-        lines=["PCB 组装"], measure=measure_cold_joint, rework=(True, True), overrides={},
+        lines=["PCB 组装"],
+        measure=measure_cold_joint,
+        rework=(True, True),
+        overrides={},
         rework_step="补焊后做 X-ray 与功能复测",
         causes=[
             ("回流焊温度曲线偏低", ["炉温曲线峰值只有 228℃", "今天换线后没重新测炉温"], "重新测定并校准炉温曲线"),
             ("锡膏印刷量不足", ["钢网开口有堵塞", "SPI 报锡量偏少"], "清洗钢网并复核 SPI 阈值"),
             ("焊盘或引脚氧化", ["这批物料开封超过 72 小时", "引脚颜色发暗"], "物料按 MSD 规定烘烤并管控开封时间"),
-        ]),
+        ],
+    ),
     "连锡": dict(
         synonyms=["连锡", "桥连", "锡桥", "短路"],
-        lines=["PCB 组装"], measure=measure_bridge, rework=(True, True), overrides={},
+        lines=["PCB 组装"],
+        measure=measure_bridge,
+        rework=(True, True),
+        overrides={},
         rework_step="用吸锡带去除桥连并电测复检",
         causes=[
             ("锡膏印刷偏移或过量", ["印刷机对位偏了", "SPI 报锡量偏多"], "校正印刷对位并调整刮刀压力"),
             ("钢网开口设计过大", ["细间距器件钢网没做内缩", "钢网是旧版本"], "修改钢网开口并验证首件"),
             ("贴片压力过大导致锡膏塌陷", ["贴片头压力最近调过", "吸嘴有磨损"], "恢复贴片压力参数并更换吸嘴"),
-        ]),
+        ],
+    ),
     "尺寸超差": dict(
         synonyms=["尺寸超差", "超公差", "尺寸不良", "尺寸偏差超标"],
         lines=["注塑件", "钣金", "铸件", "玻璃盖板", "连接器端子"],
-        measure=measure_dimension, rework=(False, False), overrides={"钣金": (False, True)},
+        measure=measure_dimension,
+        rework=(False, False),
+        overrides={"钣金": (False, True)},
         rework_step="校形后重新全尺寸测量",
         causes=[
             ("模具或刀具磨损", ["模具已经打了 30 万模次", "刀具寿命到了还没换"], "更换刀具或修模并缩短寿命管控周期"),
             ("工艺参数漂移", ["保压时间被改过", "设备参数和工艺卡不一致"], "恢复工艺卡参数并锁定修改权限"),
             ("量具或定位基准偏差", ["卡尺校准标签过期", "定位销松动"], "校准量具并紧固定位基准"),
-        ]),
+        ],
+    ),
     "气泡": dict(
         synonyms=["气泡", "气孔", "鼓包"],
         lines=["注塑件", "玻璃盖板", "锂电池极片", "铸件"],
-        measure=measure_bubble, rework=(False, False), overrides={"玻璃盖板": (True, False)},
+        measure=measure_bubble,
+        rework=(False, False),
+        overrides={"玻璃盖板": (True, False)},
         rework_step="拆解后重新贴合并复检",
         causes=[
             ("原料含水率偏高", ["原料没烘够 4 小时", "除湿机报警过"], "原料按规定烘干并记录含水率"),
             ("排气不良", ["排气槽有堵塞", "模具排气口积垢"], "清理排气槽并增加保养频次"),
             ("浆料或胶水脱泡不充分", ["浆料搅拌后直接上机", "脱泡时间缩短了"], "恢复真空脱泡时间并抽检"),
-        ]),
+        ],
+    ),
     "裂纹": dict(
         synonyms=["裂纹", "裂痕", "开裂", "裂缝", "隐裂"],
         lines=["玻璃盖板", "铸件", "注塑件", "钣金"],
-        measure=measure_crack, rework=(False, False), overrides={},
+        measure=measure_crack,
+        rework=(False, False),
+        overrides={},
         rework_step="",
         causes=[
             ("冷却过快产生内应力", ["出模后直接风冷", "强化炉降温段异常"], "调整冷却曲线并做应力检测"),
             ("折弯或装配受力过大", ["折弯半径比图纸小", "装配时用力敲击"], "按图纸折弯半径加工并规范装配力矩"),
             ("材料内部缺陷", ["来料批次检验记录不全", "断口有夹杂"], "追溯来料批次并加严进料检验"),
-        ]),
+        ],
+    ),
     "毛刺": dict(
         synonyms=["毛刺", "飞边", "批锋"],
         lines=["注塑件", "钣金", "铸件", "锂电池极片", "连接器端子"],
-        measure=measure_burr, rework=(True, True), overrides={"锂电池极片": (True, False)},
+        measure=measure_burr,
+        rework=(True, True),
+        overrides={"锂电池极片": (True, False)},
         rework_step="去毛刺修边后复检",
         causes=[
             ("刀口或冲头磨损", ["分切刀已超寿命", "冲头刃口发亮变钝"], "更换刀具并建立刃口寿命台账"),
             ("模具分型面合模不严", ["分型面有压伤", "锁模力偏低"], "修复分型面并调整锁模力"),
             ("刀具间隙设置不当", ["上下刀间隙调大了", "换型后未复核间隙"], "按标准重设刀具间隙并首件确认"),
-        ]),
+        ],
+    ),
     "污渍": dict(
         synonyms=["污渍", "脏污", "油污", "指纹印", "助焊剂残留"],
         lines=["PCB 组装", "玻璃盖板", "注塑件", "钣金"],
-        measure=measure_stain, rework=(True, True), overrides={},
+        measure=measure_stain,
+        rework=(True, True),
+        overrides={},
         rework_step="用无尘布蘸酒精清洁后复检",
         causes=[
             ("作业员未戴手套直接接触", ["操作工没戴指套", "现场有人徒手拿取"], "重申防护要求并加入巡检项"),
             ("设备漏油", ["输送带下方有油滴", "气缸有漏油痕迹"], "维修漏油点并清洁设备"),
             ("清洗工序不充分", ["清洗液浓度偏低", "清洗时间被缩短"], "恢复清洗参数并每班检测清洗液"),
-        ]),
+        ],
+    ),
     "缺料": dict(
         synonyms=["缺料", "欠注", "缺胶", "漏涂", "填充不足"],
         lines=["注塑件", "铸件", "锂电池极片"],
-        measure=measure_short_shot, rework=(False, False), overrides={},
+        measure=measure_short_shot,
+        rework=(False, False),
+        overrides={},
         rework_step="",
         causes=[
             ("注射压力或速度不足", ["注射压力比工艺卡低 10%", "螺杆止逆环磨损"], "恢复注射参数并检修止逆环"),
             ("料温或模温偏低", ["模温机报警过", "开机第一模就这样"], "开机预热到位后再生产"),
             ("供料或涂布中断", ["涂布机换卷时断料", "浆料管路有气泡"], "优化换卷流程并加装断料报警"),
-        ]),
+        ],
+    ),
     "变形": dict(
         synonyms=["变形", "翘曲", "翘边", "弯曲"],
         lines=["注塑件", "钣金", "PCB 组装", "锂电池极片"],
-        measure=measure_warp, rework=(False, False), overrides={"钣金": (True, True)},
+        measure=measure_warp,
+        rework=(False, False),
+        overrides={"钣金": (True, True)},
         rework_step="校平后复测平面度",
         causes=[
             ("冷却不均匀", ["出模后堆叠放置", "冷却水路一侧堵塞"], "疏通冷却水路并改为单层摆放"),
             ("焊接或回流热应力", ["焊接顺序和作业指导书不一致", "回流焊炉温偏高"], "按作业指导书顺序焊接并复核温度"),
             ("存放方式不当", ["板材竖放受压", "极片卷张力过大"], "改善存放方式并控制卷绕张力"),
-        ]),
+        ],
+    ),
     "色差": dict(
         synonyms=["色差", "颜色不一致", "偏色", "发黄"],
         lines=["注塑件", "钣金", "玻璃盖板"],
-        measure=measure_color, rework=(False, False), overrides={"钣金": (True, True)},
+        measure=measure_color,
+        rework=(False, False),
+        overrides={"钣金": (True, True)},
         rework_step="退漆重喷并比色确认",
         causes=[
             ("色粉或油墨批次差异", ["换了新批次色粉", "油墨供应商换了批号"], "每批色粉或油墨先做色板确认"),
             ("烘烤温度或时间异常", ["烘道温度偏高", "烘烤时间延长了"], "校准烘道温度并记录时间"),
             ("混料比例错误", ["回料比例超过 20%", "配料记录缺失"], "按配比称量并双人复核"),
-        ]),
+        ],
+    ),
     "锈蚀": dict(
         synonyms=["锈蚀", "生锈", "锈斑", "氧化发黑"],
         lines=["钣金", "铸件", "连接器端子"],
-        measure=measure_rust, rework=(True, True), overrides={"连接器端子": (True, False)},
+        measure=measure_rust,
+        rework=(True, True),
+        overrides={"连接器端子": (True, False)},
         rework_step="除锈后重新做防锈处理",
         causes=[
             ("防锈处理不到位", ["防锈油没涂匀", "磷化膜偏薄"], "复核防锈工艺并抽检膜厚"),
             ("存放环境湿度高", ["仓库湿度计显示 80%", "货物放在门口淋到雨"], "仓库加除湿并规定存放区域"),
             ("镀层厚度不足", ["镀层测厚只有标准的一半", "电镀线电流偏低"], "调整电镀参数并增加测厚频次"),
-        ]),
+        ],
+    ),
     "异物": dict(
         synonyms=["异物", "杂质", "黑点", "夹杂"],
         lines=["注塑件", "锂电池极片", "玻璃盖板", "铸件"],
-        measure=measure_foreign, rework=(False, False), overrides={},
+        measure=measure_foreign,
+        rework=(False, False),
+        overrides={},
         rework_step="",
         causes=[
             ("原料混入杂质", ["料斗盖没盖", "回料里有碎屑"], "料斗加盖并对回料过筛"),
             ("车间洁净度不达标", ["洁净间压差异常", "风淋室门常开"], "恢复洁净间压差并加强门禁"),
             ("设备磨损产生碎屑", ["辊轴表面有磨痕", "分切刀磨损掉屑"], "更换磨损部件并加装除尘"),
-        ]),
+        ],
+    ),
     "崩边": dict(
         synonyms=["崩边", "崩角", "缺口"],
         lines=["玻璃盖板", "连接器端子"],
-        measure=measure_chip, rework=(False, False), overrides={},
+        measure=measure_chip,
+        rework=(False, False),
+        overrides={},
         rework_step="",
         causes=[
             ("磨轮或刀具磨损", ["CNC 磨轮用了很久", "刀具寿命计数已超"], "更换磨轮并按寿命管控"),
             ("搬运磕碰", ["料盒里产品互相碰撞", "周转车推得太快"], "料盒加隔位并规范周转"),
             ("夹持力过大", ["吸盘真空度调高了", "夹爪压力过大"], "调整夹持参数并首件确认"),
-        ]),
+        ],
+    ),
     "漏件": dict(
         synonyms=["漏件", "漏贴", "缺件", "少件"],
-        lines=["PCB 组装"], measure=measure_missing, rework=(True, True), overrides={},
+        lines=["PCB 组装"],
+        measure=measure_missing,
+        rework=(True, True),
+        overrides={},
         rework_step="按 BOM 补贴元件后复测",
         causes=[
             ("贴片机飞达供料异常", ["飞达报警被跳过", "料带卡料"], "检修飞达并禁止跳过报警"),
             ("吸嘴堵塞或真空不足", ["吸嘴有锡膏残留", "抛料率突然升高"], "清洁吸嘴并监控抛料率"),
             ("程序坐标或 BOM 错误", ["贴片程序是旧版本", "BOM 变更没同步"], "核对程序与 BOM 版本并受控发布"),
-        ]),
+        ],
+    ),
 }
 
 # ---------------------------------------------------------------- phrasing
-REMARKS = ["已隔离待判定。", "已拍照留存。", "请工艺确认。", "已通知班长。", "同批次待全检。",
-           "已挂红牌。", "", "", "", ""]
+REMARKS = [
+    "已隔离待判定。",
+    "已拍照留存。",
+    "请工艺确认。",
+    "已通知班长。",
+    "同批次待全检。",
+    "已挂红牌。",
+    "",
+    "",
+    "",
+    "",
+]
 HINT_LEADS = ["现场了解到", "据操作工反馈，", "初步排查：", "疑似原因：", "补充：", "另外", "查看记录发现"]
 
 
@@ -445,8 +537,17 @@ def make_report(rng):
     meas, level = spec["measure"](rng, line, loc)
     cause, hints, cause_action = rng.choice(spec["causes"])
     hint = _hint(rng, hints) if rng.random() < 0.8 else ""
-    description = _sentence(rng, rng.randrange(100), _context(rng, line), part, loc,
-                            rng.choice(spec["synonyms"]), meas, hint, rng.choice(REMARKS))
+    description = _sentence(
+        rng,
+        rng.randrange(100),
+        _context(rng, line),
+        part,
+        loc,
+        rng.choice(spec["synonyms"]),
+        meas,
+        hint,
+        rng.choice(REMARKS),
+    )
     description = " ".join(description.split()).replace(" 。", "。").strip()
     if description.endswith("，"):
         description = description[:-1] + "。"
@@ -488,12 +589,22 @@ def kb_documents():
         actions = "；".join(a for _, _, a in spec["causes"])
         names = "、".join(spec["synonyms"])
         lines = "、".join(spec["lines"])
-        rework = f"可返工：{spec['rework_step']}。" if spec["rework_step"] else "一般不可返工，不合格品按让步接收或报废处理。"
-        docs.append({
-            "id": f"kb-defect-{i:02d}", "kind": "defect_catalog", "title": f"缺陷目录：{defect}",
-            "text": (f"{defect}（现场也称{names}）常见于{lines}。主要原因：{causes}。"
-                     f"纠正措施：{actions}。{rework}判定时先测量尺寸或数量，再看所在位置是否为关键区域。"),
-        })
+        rework = (
+            f"可返工：{spec['rework_step']}。"
+            if spec["rework_step"]
+            else "一般不可返工，不合格品按让步接收或报废处理。"
+        )
+        docs.append(
+            {
+                "id": f"kb-defect-{i:02d}",
+                "kind": "defect_catalog",
+                "title": f"缺陷目录：{defect}",
+                "text": (
+                    f"{defect}（现场也称{names}）常见于{lines}。主要原因：{causes}。"
+                    f"纠正措施：{actions}。{rework}判定时先测量尺寸或数量，再看所在位置是否为关键区域。"
+                ),
+            }
+        )
     sop_focus = {
         "PCB 组装": "焊点外观按 IPC-A-610 二级要求判定；BGA 区域用 X-ray 抽检空洞率，虚焊、连锡、漏件必须 100% 复判。",
         "注塑件": "A 面外观在 500 lux 灯下、距离 30cm、目视 3 秒判定；卡扣根部、螺丝柱做装配验证，飞边高度用塞尺测量。",
@@ -505,58 +616,124 @@ def kb_documents():
     }
     for i, (line, focus) in enumerate(sop_focus.items(), 1):
         _, locations, stations = PRODUCT_LINES[line]
-        docs.append({
-            "id": f"kb-sop-{i:02d}", "kind": "sop", "title": f"检验作业指导书：{line}",
-            "text": (f"适用于{line}的首件、巡检和终检。检验工位：{'、'.join(stations)}。"
-                     f"重点检查部位：{'、'.join(locations)}。{focus}发现不合格品立即挂红牌隔离，"
-                     "填写不合格品报告，写明缺陷类型、位置、测量值、严重度和建议处置。"),
-        })
+        docs.append(
+            {
+                "id": f"kb-sop-{i:02d}",
+                "kind": "sop",
+                "title": f"检验作业指导书：{line}",
+                "text": (
+                    f"适用于{line}的首件、巡检和终检。检验工位：{'、'.join(stations)}。"
+                    f"重点检查部位：{'、'.join(locations)}。{focus}发现不合格品立即挂红牌隔离，"
+                    "填写不合格品报告，写明缺陷类型、位置、测量值、严重度和建议处置。"
+                ),
+            }
+        )
     general_sops = [
-        ("首件检验流程", "每班开机、换型、修模或调整工艺参数后必须做首件检验。首件由作业员自检、班长复检、"
-         "IPQC 确认三级签字，首件合格前不得批量生产。首件样品保留到本班结束。"),
-        ("抽样方案", "来料和出货检验按 GB/T 2828.1 一般检验水平 II 抽样，AQL 取致命 0、严重 0.65、一般 1.5、"
-         "轻微 4.0。连续五批合格可转放宽检验，出现一批不合格立即转加严检验。"),
-        ("量具管理", "卡尺、千分尺、塞规每年外校一次，每班使用前用标准块点检。校准标签过期的量具不得使用，"
-         "发现量具失准时要追溯上次校准以来测量过的产品。"),
-        ("不合格品标识与隔离", "不合格品挂红牌放入红色隔离区，标签写明品名、批次、数量、缺陷和发现人。"
-         "隔离区上锁管理，未经 MRB 判定不得移出。"),
-        ("MRB 评审流程", "MRB（物料评审委员会）由质量、工艺、生产和采购组成，负责一般和严重不合格品的处置判定。"
-         "评审结论须在 24 小时内给出，让步接收需要质量经理签字。"),
-        ("AOI 与人工复判", "AOI 报警的焊点必须由复判员在显微镜下确认，不能直接跳过。误报率超过 30% 时由工艺调整程序，"
-         "漏报一经发现按客户投诉处理。"),
-        ("灯检作业规范", "灯检在暗室进行，光源照度 1000 到 1500 lux，产品与视线成 45 度并转动观察。"
-         "每人连续灯检不超过 2 小时，防止疲劳漏检。"),
-        ("8D 问题处理", "致命和严重缺陷、重复发生的一般缺陷以及客户投诉要启动 8D：组建小组、描述问题、临时围堵、"
-         "根因分析、永久措施、验证、预防再发、总结。根因分析常用鱼骨图和五个为什么。"),
-        ("巡检频次规定", "IPQC 每两小时巡检一次，每次每台设备抽 5 件；工艺参数变更后 30 分钟内加巡一次。"
-         "巡检记录当班签字，异常立即通知班长和工艺。"),
-        ("静电防护要求", "PCB 组装区作业员必须穿防静电服、戴防静电手环，手环每班开工前测试。"
-         "敏感器件放防静电盒周转，工作台接地电阻每周点检。"),
+        (
+            "首件检验流程",
+            "每班开机、换型、修模或调整工艺参数后必须做首件检验。首件由作业员自检、班长复检、"
+            "IPQC 确认三级签字，首件合格前不得批量生产。首件样品保留到本班结束。",
+        ),
+        (
+            "抽样方案",
+            "来料和出货检验按 GB/T 2828.1 一般检验水平 II 抽样，AQL 取致命 0、严重 0.65、一般 1.5、"
+            "轻微 4.0。连续五批合格可转放宽检验，出现一批不合格立即转加严检验。",
+        ),
+        (
+            "量具管理",
+            "卡尺、千分尺、塞规每年外校一次，每班使用前用标准块点检。校准标签过期的量具不得使用，"
+            "发现量具失准时要追溯上次校准以来测量过的产品。",
+        ),
+        (
+            "不合格品标识与隔离",
+            "不合格品挂红牌放入红色隔离区，标签写明品名、批次、数量、缺陷和发现人。"
+            "隔离区上锁管理，未经 MRB 判定不得移出。",
+        ),
+        (
+            "MRB 评审流程",
+            "MRB（物料评审委员会）由质量、工艺、生产和采购组成，负责一般和严重不合格品的处置判定。"
+            "评审结论须在 24 小时内给出，让步接收需要质量经理签字。",
+        ),
+        (
+            "AOI 与人工复判",
+            "AOI 报警的焊点必须由复判员在显微镜下确认，不能直接跳过。误报率超过 30% 时由工艺调整程序，"
+            "漏报一经发现按客户投诉处理。",
+        ),
+        (
+            "灯检作业规范",
+            "灯检在暗室进行，光源照度 1000 到 1500 lux，产品与视线成 45 度并转动观察。"
+            "每人连续灯检不超过 2 小时，防止疲劳漏检。",
+        ),
+        (
+            "8D 问题处理",
+            "致命和严重缺陷、重复发生的一般缺陷以及客户投诉要启动 8D：组建小组、描述问题、临时围堵、"
+            "根因分析、永久措施、验证、预防再发、总结。根因分析常用鱼骨图和五个为什么。",
+        ),
+        (
+            "巡检频次规定",
+            "IPQC 每两小时巡检一次，每次每台设备抽 5 件；工艺参数变更后 30 分钟内加巡一次。"
+            "巡检记录当班签字，异常立即通知班长和工艺。",
+        ),
+        (
+            "静电防护要求",
+            "PCB 组装区作业员必须穿防静电服、戴防静电手环，手环每班开工前测试。"
+            "敏感器件放防静电盒周转，工作台接地电阻每周点检。",
+        ),
     ]
     for i, (title, text) in enumerate(general_sops, len(sop_focus) + 1):
         docs.append({"id": f"kb-sop-{i:02d}", "kind": "sop", "title": title, "text": text})
     rules = [
-        ("严重度：轻微", "轻微缺陷不影响功能、装配和可靠性，外观上不易察觉，例如非外观面上长度小于 3mm 且指甲刮不到的划痕、"
-         "可擦除的污渍、符合标准的微小毛刺。轻微缺陷记录后放行。"),
-        ("严重度：一般", "一般缺陷可能影响外观或装配，但不影响安全和主要功能，例如 ΔE 在 1 到 2 之间的色差、"
-         "轻度超出公差的尺寸。能返工的返工，不能返工的走让步接收。"),
-        ("严重度：严重", "严重缺陷会导致功能下降、装配失败或明显外观不良，例如关键区域的划痕、多个虚焊点、连锡、"
-         "漏件、较大的气孔。可返工的返工并复检，否则报废。"),
-        ("严重度：致命", "致命缺陷可能造成安全事故或产品完全失效，例如功能测试不通过的虚焊、上电短路、"
-         "承压铸件上的裂纹、极片上的金属异物和超标毛刺（可能刺穿隔膜引发短路）。致命缺陷一律报废并启动 8D。"),
+        (
+            "严重度：轻微",
+            "轻微缺陷不影响功能、装配和可靠性，外观上不易察觉，例如非外观面上长度小于 3mm 且指甲刮不到的划痕、"
+            "可擦除的污渍、符合标准的微小毛刺。轻微缺陷记录后放行。",
+        ),
+        (
+            "严重度：一般",
+            "一般缺陷可能影响外观或装配，但不影响安全和主要功能，例如 ΔE 在 1 到 2 之间的色差、"
+            "轻度超出公差的尺寸。能返工的返工，不能返工的走让步接收。",
+        ),
+        (
+            "严重度：严重",
+            "严重缺陷会导致功能下降、装配失败或明显外观不良，例如关键区域的划痕、多个虚焊点、连锡、"
+            "漏件、较大的气孔。可返工的返工并复检，否则报废。",
+        ),
+        (
+            "严重度：致命",
+            "致命缺陷可能造成安全事故或产品完全失效，例如功能测试不通过的虚焊、上电短路、"
+            "承压铸件上的裂纹、极片上的金属异物和超标毛刺（可能刺穿隔膜引发短路）。致命缺陷一律报废并启动 8D。",
+        ),
         ("处置：放行", "放行只适用于轻微缺陷或检验合格的产品。放行时在检验记录上注明缺陷情况，下批次重点关注。"),
-        ("处置：返工", "返工须按返工作业指导书进行，返工后 100% 复检，复检合格才能入库。同一产品返工不超过两次。"
-         "常见返工：补焊、去连锡、抛光、去毛刺、清洁、校平、重喷、除锈、补件。"),
-        ("处置：让步接收", "让步接收用于不能返工、又不影响安全和主要功能的一般缺陷，须经 MRB 评审并由质量经理批准，"
-         "产品单独标识并保留追溯记录，必要时征得客户同意。"),
-        ("处置：报废", "报废用于致命缺陷，以及无法返工的严重缺陷（如裂纹、缺料、尺寸严重超差）。"
-         "报废品打上报废标记、破坏性处理，防止流入下道工序，同时追溯同批次产品。"),
-        ("尺寸超差判定规则", "超出公差不超过公差带 30% 的，判一般，经 MRB 可让步接收；超出更多的判严重，"
-         "钣金件可校形返工，注塑件、铸件和玻璃盖板报废。"),
-        ("关键区域清单", "以下部位属于关键区域，同等缺陷严重度上调一级：BGA 区域、电源模块焊盘、可视区（AA 区）、"
-         "法兰面、分切边、卡扣根部、端子接触区、焊接缝、极耳、内腔。"),
-        ("QC 报告填写规范", "每份质检报告包含六项：缺陷类型（按缺陷目录选择）、位置、严重度（轻微/一般/严重/致命）、"
-         "处置（放行/返工/让步接收/报废）、原因分析和措施。原因不明时写初步判断，并在 8D 中更新。"),
+        (
+            "处置：返工",
+            "返工须按返工作业指导书进行，返工后 100% 复检，复检合格才能入库。同一产品返工不超过两次。"
+            "常见返工：补焊、去连锡、抛光、去毛刺、清洁、校平、重喷、除锈、补件。",
+        ),
+        (
+            "处置：让步接收",
+            "让步接收用于不能返工、又不影响安全和主要功能的一般缺陷，须经 MRB 评审并由质量经理批准，"
+            "产品单独标识并保留追溯记录，必要时征得客户同意。",
+        ),
+        (
+            "处置：报废",
+            "报废用于致命缺陷，以及无法返工的严重缺陷（如裂纹、缺料、尺寸严重超差）。"
+            "报废品打上报废标记、破坏性处理，防止流入下道工序，同时追溯同批次产品。",
+        ),
+        (
+            "尺寸超差判定规则",
+            "超出公差不超过公差带 30% 的，判一般，经 MRB 可让步接收；超出更多的判严重，"
+            "钣金件可校形返工，注塑件、铸件和玻璃盖板报废。",
+        ),
+        (
+            "关键区域清单",
+            "以下部位属于关键区域，同等缺陷严重度上调一级：BGA 区域、电源模块焊盘、可视区（AA 区）、"
+            "法兰面、分切边、卡扣根部、端子接触区、焊接缝、极耳、内腔。",
+        ),
+        (
+            "QC 报告填写规范",
+            "每份质检报告包含六项：缺陷类型（按缺陷目录选择）、位置、严重度（轻微/一般/严重/致命）、"
+            "处置（放行/返工/让步接收/报废）、原因分析和措施。原因不明时写初步判断，并在 8D 中更新。",
+        ),
     ]
     for i, (title, text) in enumerate(rules, 1):
         docs.append({"id": f"kb-rule-{i:02d}", "kind": "disposition_rule", "title": title, "text": text})
@@ -591,7 +768,8 @@ def main(argv=None) -> int:
     write_jsonl(args.out / "qc_reports_eval.jsonl", evals)
     write_jsonl(args.out / "qc_kb.jsonl", kb_documents())
     (args.out / "qc_taxonomy.json").write_text(
-        json.dumps(taxonomy(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        json.dumps(taxonomy(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+    )
     print(f"wrote {len(train)} train, {len(evals)} eval reports, {len(kb_documents())} KB docs to {args.out}")
     return 0
 

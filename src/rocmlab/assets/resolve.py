@@ -26,7 +26,7 @@ class ModelUnavailableError(RuntimeError):
             f"Pre-fetch it once while online (instructors: on the shared cache), e.g. through a mirror:\n"
             f"  rocmlab assets fetch {name} --mirror https://hf-mirror.com\n"
             f"(plain `rocmlab assets fetch {name}` uses HF_ENDPOINT or {DEFAULT_HUB}), or pass a local "
-            f"checkpoint directory, or use the offline course model \"tiny-qwen-zh\"."
+            f'checkpoint directory, or use the offline course model "tiny-qwen-zh".'
         )
 
 
@@ -53,7 +53,7 @@ def _valid_repo_id(name: str) -> bool:
     try:
         validate_repo_id(name)
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 (hub clients raise many error types)
         return False
 
 
@@ -61,9 +61,10 @@ def _from_hf_cache(name: str, cache_dir=None):
     from huggingface_hub import snapshot_download
 
     try:
-        path = Path(snapshot_download(name, cache_dir=cache_dir, local_files_only=True,
-                                      allow_patterns=MODEL_FILE_PATTERNS))
-    except Exception as exc:
+        path = Path(
+            snapshot_download(name, cache_dir=cache_dir, local_files_only=True, allow_patterns=MODEL_FILE_PATTERNS)
+        )
+    except Exception as exc:  # noqa: BLE001 (hub clients raise many error types)
         return None, f"not cached ({type(exc).__name__})"
     if _is_checkpoint(path):
         return path, "found"
@@ -74,9 +75,16 @@ def _from_hub(name: str, endpoint: str, cache_dir=None):
     from huggingface_hub import snapshot_download
 
     try:
-        path = Path(snapshot_download(name, cache_dir=cache_dir, endpoint=endpoint,
-                                      etag_timeout=ETAG_TIMEOUT_S, allow_patterns=MODEL_FILE_PATTERNS))
-    except Exception as exc:
+        path = Path(
+            snapshot_download(
+                name,
+                cache_dir=cache_dir,
+                endpoint=endpoint,
+                etag_timeout=ETAG_TIMEOUT_S,
+                allow_patterns=MODEL_FILE_PATTERNS,
+            )
+        )
+    except Exception as exc:  # noqa: BLE001 (hub clients raise many error types)
         return None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     return (path, "downloaded") if _is_checkpoint(path) else (None, "download has no config.json")
 
@@ -92,7 +100,7 @@ def _from_modelscope(name: str, cache_dir=None):
         from modelscope import snapshot_download as ms_snapshot_download
 
         path = Path(ms_snapshot_download(name, cache_dir=cache_dir))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (hub clients raise many error types)
         return None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     return (path, "downloaded") if _is_checkpoint(path) else (None, "download has no config.json")
 

@@ -41,11 +41,21 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-QWEN_PRETOKENIZE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-                          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-MODEL_SHAPE = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                   rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+QWEN_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+MODEL_SHAPE = dict(
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
 
 
 class CacheError(RuntimeError):
@@ -53,6 +63,7 @@ class CacheError(RuntimeError):
 
 
 # ---------------------------------------------------------------- corpus
+
 
 def report_as_prose(row: dict, variant: int = 0) -> str:
     """One qc_report written as an inspector's note followed by the conclusion in prose."""
@@ -85,13 +96,24 @@ def station_log(rng: random.Random, records: int) -> str:
         parts, _, stations = PRODUCT_LINES[line]
         if rng.random() < 0.5:
             failed = rng.randint(0, 3)
-            record = {"station": rng.choice(stations), "shift": rng.choice(SHIFTS), "part": rng.choice(parts),
-                      "sampled": rng.choice([20, 32, 50, 80, 125]), "defect_count": failed,
-                      "result": "合格" if failed == 0 else rng.choice(["待判定", "已隔离", "复检中"])}
+            record = {
+                "station": rng.choice(stations),
+                "shift": rng.choice(SHIFTS),
+                "part": rng.choice(parts),
+                "sampled": rng.choice([20, 32, 50, 80, 125]),
+                "defect_count": failed,
+                "result": "合格" if failed == 0 else rng.choice(["待判定", "已隔离", "复检中"]),
+            }
         else:
             event, location, cause, action = rng.choice(EQUIPMENT_EVENTS)
-            record = {"station": rng.choice(stations), "event_type": event, "location": location,
-                      "severity": rng.choice(["低", "中", "高"]), "cause": cause, "action": action}
+            record = {
+                "station": rng.choice(stations),
+                "event_type": event,
+                "location": location,
+                "severity": rng.choice(["低", "中", "高"]),
+                "cause": cause,
+                "action": action,
+            }
         if rng.random() < 0.3:
             record["operator"] = rng.choice(["张工", "李工", "王班长", "赵师傅"])
         lines.append(json.dumps(record, ensure_ascii=False))
@@ -111,10 +133,16 @@ EQUIPMENT_EVENTS = [
 ]
 
 
-GLOSSARY = [("缺陷类型", "defect type", "defect_type"), ("位置", "location", "location"),
-            ("严重度", "severity", "severity"), ("处置", "disposition", "disposition"),
-            ("根本原因", "root cause", "root_cause"), ("措施", "action", "action"),
-            ("产品线", "product line", "product_line"), ("工位", "station", "station")]
+GLOSSARY = [
+    ("缺陷类型", "defect type", "defect_type"),
+    ("位置", "location", "location"),
+    ("严重度", "severity", "severity"),
+    ("处置", "disposition", "disposition"),
+    ("根本原因", "root cause", "root_cause"),
+    ("措施", "action", "action"),
+    ("产品线", "product line", "product_line"),
+    ("工位", "station", "station"),
+]
 
 
 def glossary(rng: random.Random) -> str:
@@ -150,6 +178,7 @@ def eval_documents() -> list[str]:
 
 # ---------------------------------------------------------------- tokenizer
 
+
 def train_tokenizer(docs: list[str]):
     """A byte-level BPE tokenizer (``tokenizers``) trained on ``docs``."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -158,14 +187,20 @@ def train_tokenizer(docs: list[str]):
     # tokenizes identically whichever class loads it.
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=SPECIAL_TOKENS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        vocab_size=VOCAB_SIZE,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(docs, trainer=trainer)
     return tokenizer
 
@@ -174,14 +209,19 @@ def wrap_tokenizer(tokenizer):
     from transformers import PreTrainedTokenizerFast
 
     wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"], clean_up_tokenization_spaces=False,
-        model_max_length=MODEL_SHAPE["max_position_embeddings"])
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+    )
     wrapped.chat_template = CHAT_TEMPLATE
     return wrapped
 
 
 # ---------------------------------------------------------------- training
+
 
 @contextmanager
 def _deterministic_torch(seed: int):
@@ -223,9 +263,13 @@ def _chunks(ids, length):
 def make_model(vocab_size: int, special_ids: dict):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=vocab_size, bos_token_id=special_ids["<|endoftext|>"],
-                         eos_token_id=special_ids["<|im_end|>"],
-                         pad_token_id=special_ids["<|endoftext|>"], **MODEL_SHAPE)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        bos_token_id=special_ids["<|endoftext|>"],
+        eos_token_id=special_ids["<|im_end|>"],
+        pad_token_id=special_ids["<|endoftext|>"],
+        **MODEL_SHAPE,
+    )
     return Qwen2ForCausalLM(config)
 
 
@@ -237,13 +281,17 @@ def pretrain(model, ids, *, steps: int, seed: int, log=None):
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (
+            min(1.0, (s + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
+        ),
+    )
     model.train()
     loss = float("nan")
     for step in range(steps):
         starts = torch.randint(0, len(stream) - SEQ_LEN - 1, (BATCH_SIZE,), generator=generator)
-        batch = torch.stack([stream[s: s + SEQ_LEN] for s in starts.tolist()])
+        batch = torch.stack([stream[s : s + SEQ_LEN] for s in starts.tolist()])
         out = model(input_ids=batch, labels=batch)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -275,6 +323,7 @@ def perplexity(model, tokenizer, docs, *, seq_len: int = SEQ_LEN * 2) -> float:
 
 
 # ---------------------------------------------------------------- files and cache
+
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
@@ -312,8 +361,9 @@ def make_tokenizer_config_portable(path: Path) -> None:
     path.write_text(json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def build_tiny_model(out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, log=print,
-                     evaluate: bool = True) -> dict:
+def build_tiny_model(
+    out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, log=print, evaluate: bool = True
+) -> dict:
     """Build the checkpoint into ``out_dir`` (created; must not exist) and return its manifest.
 
     ``evaluate=False`` skips the held-out perplexity (quick test builds).
@@ -329,8 +379,10 @@ def build_tiny_model(out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT
     tokenizer = train_tokenizer(docs)
     special_ids = {tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
     ids = _token_stream(tokenizer, docs)
-    log(f"building {MODEL_NAME}: {len(docs)} documents, {len(ids)} tokens, vocab {tokenizer.get_vocab_size()}, "
-        f"{steps} steps")
+    log(
+        f"building {MODEL_NAME}: {len(docs)} documents, {len(ids)} tokens, vocab {tokenizer.get_vocab_size()}, "
+        f"{steps} steps"
+    )
     with _deterministic_torch(seed):
         model = make_model(tokenizer.get_vocab_size(), special_ids)
         final_loss = pretrain(model, ids, steps=steps, seed=seed, log=log)
@@ -344,21 +396,31 @@ def build_tiny_model(out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT
     make_tokenizer_config_portable(out_dir / "tokenizer_config.json")
     files = sorted(p for p in out_dir.rglob("*") if p.is_file())
     manifest = {
-        "name": MODEL_NAME, "recipe_version": RECIPE_VERSION, "seed": seed, "steps": steps,
+        "name": MODEL_NAME,
+        "recipe_version": RECIPE_VERSION,
+        "seed": seed,
+        "steps": steps,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "train_tokens": len(ids), "final_train_loss": round(final_loss, 4),
+        "train_tokens": len(ids),
+        "final_train_loss": round(final_loss, 4),
         "eval_perplexity_qc_reports": round(eval_ppl, 3) if evaluate else None,
         "weights_sha256": sha256_file(out_dir / "model.safetensors"),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "tokenizers": tokenizers.__version__},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__,
+        },
         "build_seconds": round(time.perf_counter() - started, 1),
         "built_by_pid": os.getpid(),
-        "files": {p.relative_to(out_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-                  for p in files},
+        "files": {
+            p.relative_to(out_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files
+        },
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    log(f"built {MODEL_NAME} in {manifest['build_seconds']} s: {manifest['parameters'] / 1e6:.2f} M parameters, "
-        f"final train loss {manifest['final_train_loss']}, eval perplexity {manifest['eval_perplexity_qc_reports']}")
+    log(
+        f"built {MODEL_NAME} in {manifest['build_seconds']} s: {manifest['parameters'] / 1e6:.2f} M parameters, "
+        f"final train loss {manifest['final_train_loss']}, eval perplexity {manifest['eval_perplexity_qc_reports']}"
+    )
     return manifest
 
 
@@ -402,8 +464,15 @@ def read_valid_manifest(path: Path) -> dict | None:
         return None
 
 
-def ensure_tiny_model(cache_dir=None, *, steps: int | None = None, seed: int | None = None,
-                      log=print, lock_timeout_s: float = LOCK_TIMEOUT_S, evaluate: bool = True) -> Path:
+def ensure_tiny_model(
+    cache_dir=None,
+    *,
+    steps: int | None = None,
+    seed: int | None = None,
+    log=print,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+    evaluate: bool = True,
+) -> Path:
     """The cached checkpoint directory, built first if missing, partial or corrupt.
 
     Several processes may call this at once: one builds under a file lock, the others wait
@@ -421,8 +490,9 @@ def ensure_tiny_model(cache_dir=None, *, steps: int | None = None, seed: int | N
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CacheError(f"cannot create the model cache {target.parent}: {exc}; "
-                         "set ROCMLAB_CACHE to a writable directory") from exc
+        raise CacheError(
+            f"cannot create the model cache {target.parent}: {exc}; set ROCMLAB_CACHE to a writable directory"
+        ) from exc
     try:
         with FileLock(str(target) + ".lock", timeout=lock_timeout_s):
             if read_valid_manifest(target):
@@ -438,6 +508,8 @@ def ensure_tiny_model(cache_dir=None, *, steps: int | None = None, seed: int | N
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     except Timeout:
-        raise CacheError(f"waited {lock_timeout_s:.0f} s for another process building {target}; "
-                         f"if none is running, delete {target}.lock") from None
+        raise CacheError(
+            f"waited {lock_timeout_s:.0f} s for another process building {target}; "
+            f"if none is running, delete {target}.lock"
+        ) from None
     return target

@@ -16,12 +16,21 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-__all__ = ["Deadlock", "RunResult", "run_async", "InstrumentedQueue", "wait_for_graph",
-           "Trace", "TraceEvent", "leftovers"]
+__all__ = [
+    "Deadlock",
+    "RunResult",
+    "run_async",
+    "InstrumentedQueue",
+    "wait_for_graph",
+    "Trace",
+    "TraceEvent",
+    "leftovers",
+]
 
 _local = threading.local()
 _open_loops: set[int] = set()
@@ -32,8 +41,7 @@ RUNNER_THREAD_PREFIX = "rocmlab-agents-loop"
 class Deadlock(RuntimeError):
     """Every task waits and no timer is pending: the program can never make progress."""
 
-    def __init__(self, virtual_s: float, pending: list[str] | None = None,
-                 graph: dict[str, list[str]] | None = None):
+    def __init__(self, virtual_s: float, pending: list[str] | None = None, graph: dict[str, list[str]] | None = None):
         self.virtual_s = virtual_s
         self.pending = pending or []
         self.graph = graph or {}
@@ -41,15 +49,17 @@ class Deadlock(RuntimeError):
 
     def __str__(self) -> str:
         shown = ", ".join(self.pending[:8]) + (" ..." if len(self.pending) > 8 else "")
-        return (f"deadlock at virtual t={self.virtual_s * 1000:.3f} ms: every task waits and "
-                f"no timer is set / 死锁: 所有任务都在等待且没有定时器 "
-                f"(pending tasks: {shown or 'none'})")
+        return (
+            f"deadlock at virtual t={self.virtual_s * 1000:.3f} ms: every task waits and "
+            f"no timer is set / 死锁: 所有任务都在等待且没有定时器 "
+            f"(pending tasks: {shown or 'none'})"
+        )
 
 
 class _VirtualSelector:
     """Wraps the loop's selector: polls real I/O without blocking, then advances virtual time."""
 
-    def __init__(self, real, loop: "VirtualTimeLoop", grace_s: float):
+    def __init__(self, real, loop: VirtualTimeLoop, grace_s: float):
         self._real = real
         self._loop = loop
         self._grace_s = grace_s
@@ -95,7 +105,7 @@ class RunResult:
     value: Any
     elapsed_s: float
     leftover_tasks: list[str] = field(default_factory=list)
-    queues: list["InstrumentedQueue"] = field(default_factory=list)
+    queues: list[InstrumentedQueue] = field(default_factory=list)
 
 
 def _task_name() -> str:
@@ -155,9 +165,14 @@ def _run_in_loop(main, virtual: bool, timeout_s: float | None, grace_s: float) -
                 _open_loops.discard(id(loop))
 
 
-def run_async(main: Callable[[], Any] | Any, *, virtual: bool = True,
-              timeout_s: float | None = None, grace_s: float = 0.5,
-              wall_timeout_s: float = 300.0) -> RunResult:
+def run_async(
+    main: Callable[[], Any] | Any,
+    *,
+    virtual: bool = True,
+    timeout_s: float | None = None,
+    grace_s: float = 0.5,
+    wall_timeout_s: float = 300.0,
+) -> RunResult:
     """Run ``main`` (a coroutine function or coroutine) on a fresh loop in its own thread.
 
     ``virtual=True`` uses the virtual clock (deterministic timestamps, no waiting);
@@ -171,15 +186,17 @@ def run_async(main: Callable[[], Any] | Any, *, virtual: bool = True,
     def target():
         try:
             box["result"] = _run_in_loop(main, virtual, timeout_s, grace_s)
-        except BaseException as exc:  # handed back to the caller's thread
+        except BaseException as exc:  # noqa: BLE001 (handed back to the caller's thread)
             box["error"] = exc
 
     thread = threading.Thread(target=target, name=f"{RUNNER_THREAD_PREFIX}", daemon=True)
     thread.start()
     thread.join(wall_timeout_s)
     if thread.is_alive():
-        raise TimeoutError(f"run_async: the loop did not finish within {wall_timeout_s} s of "
-                           "wall time (a task blocks the loop without awaiting?)")
+        raise TimeoutError(
+            f"run_async: the loop did not finish within {wall_timeout_s} s of "
+            "wall time (a task blocks the loop without awaiting?)"
+        )
     if "error" in box:
         raise box["error"]
     return box["result"]
@@ -195,11 +212,13 @@ class InstrumentedQueue(asyncio.Queue):
     the queue but has not yet (e.g. the only task that will ever answer on a reply queue).
     """
 
-    def __init__(self, maxsize: int, name: str = "queue", *, producers: Iterable[str] = (),
-                 consumers: Iterable[str] = ()):
+    def __init__(
+        self, maxsize: int, name: str = "queue", *, producers: Iterable[str] = (), consumers: Iterable[str] = ()
+    ):
         if not isinstance(maxsize, int) or maxsize <= 0:
-            raise ValueError(f"InstrumentedQueue {name!r}: maxsize must be a positive int "
-                             f"(a bounded queue), got {maxsize!r}")
+            raise ValueError(
+                f"InstrumentedQueue {name!r}: maxsize must be a positive int (a bounded queue), got {maxsize!r}"
+            )
         super().__init__(maxsize)
         self.name = name
         self.max_seen = 0
@@ -247,12 +266,17 @@ class InstrumentedQueue(asyncio.Queue):
         return self._unfinished_tasks
 
     def stats(self) -> dict:
-        return {"name": self.name, "maxsize": self.maxsize, "max_seen": self.max_seen,
-                "puts": self.puts, "gets": self.gets, "size": self.qsize()}
+        return {
+            "name": self.name,
+            "maxsize": self.maxsize,
+            "max_seen": self.max_seen,
+            "puts": self.puts,
+            "gets": self.gets,
+            "size": self.qsize(),
+        }
 
     def __repr__(self) -> str:
-        return (f"InstrumentedQueue({self.name!r}, {self.qsize()}/{self.maxsize}, "
-                f"max_seen={self.max_seen})")
+        return f"InstrumentedQueue({self.name!r}, {self.qsize()}/{self.maxsize}, max_seen={self.max_seen})"
 
 
 def wait_for_graph(queues: Iterable[InstrumentedQueue]) -> dict[str, list[str]]:
@@ -290,20 +314,23 @@ class Trace:
     def __init__(self):
         self.events: list[TraceEvent] = []
 
-    def record(self, event: str, msg_id: str, stage: str = "", attempt: int = 0,
-               info: str = "") -> None:
+    def record(self, event: str, msg_id: str, stage: str = "", attempt: int = 0, info: str = "") -> None:
         t = asyncio.get_running_loop().time()
-        self.events.append(TraceEvent(len(self.events), t, str(event), str(msg_id),
-                                      str(stage), int(attempt), str(info)))
+        self.events.append(
+            TraceEvent(len(self.events), t, str(event), str(msg_id), str(stage), int(attempt), str(info))
+        )
 
     def __len__(self) -> int:
         return len(self.events)
 
-    def select(self, event: str | None = None, msg_id: str | None = None,
-               stage: str | None = None) -> list[TraceEvent]:
-        return [e for e in self.events if (event is None or e.event == event)
-                and (msg_id is None or e.msg_id == msg_id)
-                and (stage is None or e.stage == stage)]
+    def select(self, event: str | None = None, msg_id: str | None = None, stage: str | None = None) -> list[TraceEvent]:
+        return [
+            e
+            for e in self.events
+            if (event is None or e.event == event)
+            and (msg_id is None or e.msg_id == msg_id)
+            and (stage is None or e.stage == stage)
+        ]
 
     def count(self, event: str, stage: str | None = None) -> int:
         return len(self.select(event=event, stage=stage))
@@ -322,13 +349,11 @@ class Trace:
         return peak
 
     def rows(self, ndigits: int = 3) -> list[list]:
-        rows = [[round(e.t * 1000, ndigits), e.msg_id, e.stage, e.event, e.attempt, e.info]
-                for e in self.events]
+        rows = [[round(e.t * 1000, ndigits), e.msg_id, e.stage, e.event, e.attempt, e.info] for e in self.events]
         return sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5]))
 
     def save(self, path) -> None:
-        Path(path).write_text(json.dumps(self.rows(), ensure_ascii=False, indent=0) + "\n",
-                              encoding="utf-8")
+        Path(path).write_text(json.dumps(self.rows(), ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 
     @staticmethod
     def load_rows(path) -> list[list]:
@@ -336,11 +361,11 @@ class Trace:
         try:
             rows = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: cannot read a golden trace (JSON list of rows): {exc}")
-        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 6
-                                                 for r in rows):
-            raise ValueError(f"{path}: expected a JSON list of 6-field rows "
-                             "[t_ms, msg_id, stage, event, attempt, info]")
+            raise ValueError(f"{path}: cannot read a golden trace (JSON list of rows): {exc}") from None
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 6 for r in rows):
+            raise ValueError(
+                f"{path}: expected a JSON list of 6-field rows [t_ms, msg_id, stage, event, attempt, info]"
+            )
         return rows
 
     def first_difference(self, golden: list[list]) -> str | None:
@@ -356,13 +381,12 @@ class Trace:
 
 def leftovers() -> dict:
     """What lab code may have left running: open loops, runner threads, child processes."""
-    threads = [t.name for t in threading.enumerate()
-               if t.name.startswith(RUNNER_THREAD_PREFIX) and t.is_alive()]
+    threads = [t.name for t in threading.enumerate() if t.name.startswith(RUNNER_THREAD_PREFIX) and t.is_alive()]
     try:
         import psutil
 
         children = [f"{p.pid} {p.name()}" for p in psutil.Process().children(recursive=True)]
-    except Exception:  # psutil missing or a child vanished mid-listing
+    except Exception:  # noqa: BLE001 (psutil missing or a child vanished mid-listing)
         children = []
     with _open_loops_lock:
         loops = len(_open_loops)

@@ -7,7 +7,7 @@ Files ship in ``rocmlab/assets/data`` (see docs/DATA-CARD.md). A malformed file 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 REPORT_FIELDS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
@@ -34,8 +34,9 @@ def _data_dir() -> Path:
 
 def _read_jsonl(path: Path):
     if not path.is_file():
-        raise DataFileError(path, 0, "<file>", "file not found; reinstall rocmlab or run "
-                            "`python -m rocmlab.assets.generate_data`")
+        raise DataFileError(
+            path, 0, "<file>", "file not found; reinstall rocmlab or run `python -m rocmlab.assets.generate_data`"
+        )
     rows = []
     with path.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, 1):
@@ -60,7 +61,7 @@ def _require_str(path, number, row, field, allowed=None):
     return value
 
 
-@lru_cache(maxsize=None)
+@cache
 def _taxonomy(data_dir: Path) -> dict:
     path = data_dir / "qc_taxonomy.json"
     try:
@@ -89,15 +90,22 @@ def validate_report_row(path, number, row, taxonomy) -> dict:
     report = row.get("report")
     if not isinstance(report, dict):
         raise DataFileError(path, number, "report", f"expected an object, got {report!r}")
-    allowed = {"defect_type": taxonomy["defect_types"], "severity": taxonomy["severities"],
-               "disposition": taxonomy["dispositions"]}
+    allowed = {
+        "defect_type": taxonomy["defect_types"],
+        "severity": taxonomy["severities"],
+        "disposition": taxonomy["dispositions"],
+    }
     for field in REPORT_FIELDS:
         _require_str(path, number, report, field, allowed.get(field))
     extra = set(report) - set(REPORT_FIELDS)
     if extra:
         raise DataFileError(path, number, "report", f"unexpected fields {sorted(extra)}")
-    return {"id": row["id"], "product_line": row["product_line"], "description": row["description"],
-            "report": {field: report[field] for field in REPORT_FIELDS}}
+    return {
+        "id": row["id"],
+        "product_line": row["product_line"],
+        "description": row["description"],
+        "report": {field: report[field] for field in REPORT_FIELDS},
+    }
 
 
 def load_qc_reports(split: str = "train", *, path=None) -> list[dict]:
@@ -144,8 +152,10 @@ def as_dataset(rows):
 
 # ---------------------------------------------------------------- synthetic signals
 
-def qc_signals(n: int, *, seed: int = 0, kind: str = "trace", anomaly_rate: float = 0.5,
-               length: int = 256, size: int = 32) -> list[dict]:
+
+def qc_signals(
+    n: int, *, seed: int = 0, kind: str = "trace", anomaly_rate: float = 0.5, length: int = 256, size: int = 32
+) -> list[dict]:
     """``n`` synthetic inspection signals with labelled anomalies; the same seed gives the same data.
 
     ``kind="trace"``: 1-D float32 sensor traces of ``length`` samples; anomalies
@@ -168,8 +178,15 @@ def qc_signals(n: int, *, seed: int = 0, kind: str = "trace", anomaly_rate: floa
     for i in range(n):
         anomalous = rng.random() < anomaly_rate
         data, label, region = make(rng, dim, anomalous)
-        items.append({"id": f"{kind}-{seed}-{i:05d}", "kind": kind, "data": data.astype(np.float32),
-                      "label": label, "region": region})
+        items.append(
+            {
+                "id": f"{kind}-{seed}-{i:05d}",
+                "kind": kind,
+                "data": data.astype(np.float32),
+                "label": label,
+                "region": region,
+            }
+        )
     return items
 
 
@@ -183,9 +200,13 @@ def _make_trace(rng, length, anomalous):
     if not anomalous:
         return data, "normal", None
     label = TRACE_ANOMALIES[rng.integers(len(TRACE_ANOMALIES))]
-    width = {"spike": int(rng.integers(2, 5)), "step": int(rng.integers(length // 6, length // 3)),
-             "drift": int(rng.integers(length // 5, length // 3)),
-             "dropout": int(rng.integers(8, 24)), "oscillation": int(rng.integers(16, 40))}[label]
+    width = {
+        "spike": int(rng.integers(2, 5)),
+        "step": int(rng.integers(length // 6, length // 3)),
+        "drift": int(rng.integers(length // 5, length // 3)),
+        "dropout": int(rng.integers(8, 24)),
+        "oscillation": int(rng.integers(16, 40)),
+    }[label]
     start = int(rng.integers(8, length - width - 8))
     end = start + width
     sign = rng.choice([-1.0, 1.0])
@@ -221,7 +242,7 @@ def _make_image(rng, size, anomalous):
     elif label == "spot":
         radius = int(rng.integers(2, 5))
         cr, cc = (int(v) for v in rng.integers(radius, size - radius, 2))
-        mask = (rows - cr) ** 2 + (cols - cc) ** 2 <= radius ** 2
+        mask = (rows - cr) ** 2 + (cols - cc) ** 2 <= radius**2
         data[mask] -= 0.35
         region = (cr - radius, cc - radius, cr + radius + 1, cc + radius + 1)
     elif label == "crack":
@@ -240,6 +261,6 @@ def _make_image(rng, size, anomalous):
     else:
         h, w = (int(v) for v in rng.integers(4, 9, 2))
         r0, c0 = int(rng.integers(0, size - h)), int(rng.integers(0, size - w))
-        data[r0:r0 + h, c0:c0 + w] = 0.05 + rng.normal(0, 0.01, (h, w))
+        data[r0 : r0 + h, c0 : c0 + w] = 0.05 + rng.normal(0, 0.01, (h, w))
         region = (r0, c0, r0 + h, c0 + w)
     return data, label, region

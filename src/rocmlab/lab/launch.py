@@ -117,15 +117,13 @@ def _check_inputs(script, nproc, timeout_s, max_restarts, cwd) -> Path:
         path = Path(cwd or os.getcwd()) / path
     if not path.is_file():
         raise FileNotFoundError(
-            f"run_torchrun: script {str(script)!r} not found (looked at {path}); "
-            "write it first, e.g. with %%writefile"
+            f"run_torchrun: script {str(script)!r} not found (looked at {path}); write it first, e.g. with %%writefile"
         )
     return path.resolve()
 
 
 def _torchrun_command(script: Path, nproc, args, max_restarts, work: Path) -> list[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", str(nproc)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
     if max_restarts:
         command += ["--max-restarts", str(max_restarts)]
     command += ["-m", "rocmlab.lab.launch", str(work), str(script)]
@@ -151,8 +149,15 @@ def _launch(command, env, cwd, timeout_s, work: Path) -> TorchrunResult:
     seen: dict[int, psutil.Process] = {}
     timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             while proc.poll() is None:
                 _track_tree(proc.pid, seen)
@@ -275,6 +280,7 @@ def _print_result(result: TorchrunResult) -> None:
 
 # ---------------------------------------------------------------- rank entry (in each rank)
 
+
 def _rank_main(argv: list[str]) -> int:
     """Run ``python -u script *args`` for this rank, saving its output and exit status."""
     work, script, *script_args = argv
@@ -282,8 +288,7 @@ def _rank_main(argv: list[str]) -> int:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     stem = Path(work) / f"rank{rank}.attempt{attempt}"
     with open(Path(f"{stem}.log"), "wb") as log:
-        child = subprocess.Popen([sys.executable, "-u", script, *script_args],
-                                 stdout=log, stderr=subprocess.STDOUT)
+        child = subprocess.Popen([sys.executable, "-u", script, *script_args], stdout=log, stderr=subprocess.STDOUT)
 
         def forward(signum, _frame):
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 
 def _axes(ax, title, xlabel, ylabel, logx=False, logy=False):
@@ -21,8 +21,17 @@ def _axes(ax, title, xlabel, ylabel, logx=False, logy=False):
     return ax
 
 
-def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, title="",
-               xlabel="", ylabel="", logx=False, logy=False, ax=None, marker="o"):
+def plot_lines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    title="",
+    xlabel="",
+    ylabel="",
+    logx=False,
+    logy=False,
+    ax=None,
+    marker="o",
+):
     """Plot named ``(xs, ys)`` series on one axes; returns the axes."""
     ax = _axes(ax, title, xlabel, ylabel, logx, logy)
     for name, (xs, ys) in series.items():

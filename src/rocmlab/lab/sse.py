@@ -43,8 +43,10 @@ def _schedule(n_tokens: int, ttft_s: float, itl_s) -> list[float]:
     else:
         gaps = [float(g) for g in itl_s]
         if len(gaps) != max(n_tokens - 1, 0):
-            raise ValueError(f"itl_s has {len(gaps)} gaps; {n_tokens} tokens need "
-                             f"{max(n_tokens - 1, 0)} (one between each pair of tokens)")
+            raise ValueError(
+                f"itl_s has {len(gaps)} gaps; {n_tokens} tokens need "
+                f"{max(n_tokens - 1, 0)} (one between each pair of tokens)"
+            )
     if any(g < 0 for g in gaps):
         raise ValueError(f"itl_s gaps must be >= 0 seconds, got {gaps!r}")
     return [float(ttft_s)] + gaps if n_tokens else []
@@ -58,9 +60,17 @@ class ScriptedSSEServer:
     ``len(tokens) - 1`` numbers). A request's ``max_tokens`` truncates the script.
     """
 
-    def __init__(self, tokens: Sequence[str], *, ttft_s: float = 0.1, itl_s=0.02,
-                 model: str = "scripted", max_lifetime_s: float = 300.0,
-                 host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        *,
+        ttft_s: float = 0.1,
+        itl_s=0.02,
+        model: str = "scripted",
+        max_lifetime_s: float = 300.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
         self.tokens = [str(t) for t in tokens]
         if not self.tokens:
             raise ValueError("tokens must hold at least one token to stream")
@@ -83,8 +93,9 @@ class ScriptedSSEServer:
         self._httpd = ThreadingHTTPServer((self._host, self._port), self._handler_class())
         self._httpd.daemon_threads = True
         name = f"{THREAD_PREFIX}-{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
+        )
         self._thread.start()
         self._deadline = threading.Timer(self.max_lifetime_s, self.stop)
         self._deadline.name = f"{name}-deadline"
@@ -106,8 +117,9 @@ class ScriptedSSEServer:
             except OSError:
                 time.sleep(0.02)
         self.stop()
-        raise TimeoutError(f"scripted SSE server on {self._host}:{self.port} did not accept "
-                           f"connections within {timeout_s} s")
+        raise TimeoutError(
+            f"scripted SSE server on {self._host}:{self.port} did not accept connections within {timeout_s} s"
+        )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop serving, close the socket and join the thread; safe to call twice."""
@@ -122,8 +134,7 @@ class ScriptedSSEServer:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
             if thread.is_alive():
-                raise TimeoutError(f"scripted SSE server thread {thread.name} did not stop "
-                                   f"within {timeout_s} s")
+                raise TimeoutError(f"scripted SSE server thread {thread.name} did not stop within {timeout_s} s")
         self._httpd = self._thread = self._deadline = None
         with _ACTIVE_LOCK:
             _ACTIVE.discard(self)
@@ -171,8 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/") == "/v1/models":
-            return self._json(200, {"object": "list", "data": [
-                {"id": self.script.model, "object": "model", "owned_by": "rocmlab"}]})
+            return self._json(
+                200, {"object": "list", "data": [{"id": self.script.model, "object": "model", "owned_by": "rocmlab"}]}
+            )
         self._json(404, {"error": {"message": f"no route GET {self.path}"}})
 
     def do_POST(self):
@@ -183,7 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             if not isinstance(body, dict):
-                raise ValueError("the request body must be a JSON object")
+                raise ValueError("the request body must be a JSON object")  # noqa: TRY004 (a malformed file is a value error)
             max_tokens = body.get("max_tokens")
             if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
                 raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
@@ -198,11 +210,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._stream(chat, n, finish, include_usage, body)
         time.sleep(sum(self.script.delays[:n]))
         text = "".join(self.script.tokens[:n])
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}}
-                  if chat else {"index": 0, "text": text})
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
         choice["finish_reason"] = finish
-        self._json(200, self._envelope(chat, [choice], stream=False,
-                                       usage=self._usage(n, body)))
+        self._json(200, self._envelope(chat, [choice], stream=False, usage=self._usage(n, body)))
 
     def _stream(self, chat, n, finish, include_usage, body):
         self.send_response(200)
@@ -215,13 +225,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if self.script._stopping.wait(self.script.delays[i]):
                     return
                 piece = self.script.tokens[i]
-                choice = ({"index": 0, "delta": {"content": piece}} if chat
-                          else {"index": 0, "text": piece})
+                choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
                 choice["finish_reason"] = finish if i == n - 1 else None
                 self._event(self._envelope(chat, [choice], stream=True, rid=rid))
             if include_usage:
-                self._event(self._envelope(chat, [], stream=True, rid=rid,
-                                           usage=self._usage(n, body)))
+                self._event(self._envelope(chat, [], stream=True, rid=rid, usage=self._usage(n, body)))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -232,10 +240,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _envelope(self, chat, choices, *, stream, rid=None, usage=None):
-        kind = ("chat.completion.chunk" if stream else "chat.completion") if chat \
-            else "text_completion"
-        out = {"id": rid or f"cmpl-{uuid.uuid4().hex[:12]}", "object": kind,
-               "created": int(time.time()), "model": self.script.model, "choices": choices}
+        kind = ("chat.completion.chunk" if stream else "chat.completion") if chat else "text_completion"
+        out = {
+            "id": rid or f"cmpl-{uuid.uuid4().hex[:12]}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.script.model,
+            "choices": choices,
+        }
         if usage is not None:
             out["usage"] = usage
         return out
@@ -244,8 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _usage(n, body):
         prompt = body.get("prompt") or body.get("messages") or ""
         prompt_tokens = len(json.dumps(prompt, ensure_ascii=False)) // 4  # a rough stand-in
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                "total_tokens": prompt_tokens + n}
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
 
     def _json(self, status: int, payload: dict) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .env import synchronize
 
@@ -33,9 +33,15 @@ class Timer:
         return False
 
 
-def time_it(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device=None,
-            clock: Callable[[], float] = time.perf_counter,
-            sync: Callable[[object], None] = synchronize) -> dict:
+def time_it(
+    fn: Callable[[], object],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    device=None,
+    clock: Callable[[], float] = time.perf_counter,
+    sync: Callable[[object], None] = synchronize,
+) -> dict:
     """Run ``fn`` ``warmup`` times untimed, then ``repeats`` timed runs; seconds per run.
 
     Returns ``{"median": s, "mean": s, "min": s, "samples": [...]}``.
@@ -49,5 +55,9 @@ def time_it(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, devi
         with Timer(device, clock=clock, sync=sync) as t:
             fn()
         samples.append(t.seconds)
-    return {"median": statistics.median(samples), "mean": statistics.fmean(samples),
-            "min": min(samples), "samples": samples}
+    return {
+        "median": statistics.median(samples),
+        "mean": statistics.fmean(samples),
+        "min": min(samples),
+        "samples": samples,
+    }
