@@ -1,17 +1,18 @@
-"""Sandbox plumbing that needs no kernel: folders, permissions, launchers, the output cap."""
+"""Sandbox plumbing that needs no kernel: folders, permissions, launchers, and the papermill
+engine's output caps and timeout marks (in process: the engine patches nothing)."""
 
 import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
+import nbformat
 import pytest
 
+from rocmlab.papermill_engine import ENGINE_NAME, TIMEOUT_ENAME, TRUNCATED_MARK, LimitedEngine, LimitedNotebookClient
 from rocmlab.sandbox import Limits, Sandbox, closed_ancestor, is_root
 
 
@@ -62,30 +63,60 @@ def test_isolated_runs_start_in_fresh_namespaces(tmp_path):
         sandbox.close()
 
 
+def message(kind, content):
+    return {"msg_type": kind, "header": {"msg_type": kind}, "parent_header": {"msg_id": "m"}, "content": content}
+
+
+def limited_client(**options):
+    client = LimitedNotebookClient(SimpleNamespace(nb=nbformat.v4.new_notebook()), **options)
+    client.reset_execution_trackers()
+    client.clear_before_next_output = False  # set by execute_cell before a cell's first output
+    return client
+
+
 def test_output_cap_keeps_errors_and_marks_truncation():
-    script = textwrap.dedent("""
-        import nbformat
-        from nbclient import NotebookClient
-        from rocmlab.sandbox import TRUNCATED_MARK, patch_notebook_client
-        patch_notebook_client({"max_cell_output_kb": 1, "max_output_kb": 4})
-        client = NotebookClient(nbformat.v4.new_notebook())
-        client.reset_execution_trackers()
-        client.clear_before_next_output = False
-        assert client.interrupt_on_timeout
-        def msg(kind, content):
-            return {"msg_type": kind, "header": {"msg_type": kind}, "parent_header": {"msg_id": "m"},
-                    "content": content, "metadata": {}}
-        outs = []
-        for _ in range(5):
-            client.output(outs, msg("stream", {"name": "stdout", "text": "x" * 600}), None, 0)
-        client.output(outs, msg("error", {"ename": "E", "evalue": "v", "traceback": []}), None, 0)
-        kinds = [(o.output_type, o.get("name")) for o in outs]
-        assert kinds == [("stream", "stdout"), ("stream", "stderr"), ("error", None)], kinds
-        assert TRUNCATED_MARK in outs[1].text
-        print("ok")
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    client = limited_client(cell_output_limit=1024, notebook_output_limit=4096)
+    outs = []
+    for _ in range(5):
+        client.output(outs, message("stream", {"name": "stdout", "text": "x" * 600}), None, 0)
+    client.output(outs, message("error", {"ename": "E", "evalue": "v", "traceback": []}), None, 0)
+    kinds = [(o.output_type, o.get("name")) for o in outs]
+    assert kinds == [("stream", "stdout"), ("stream", "stderr"), ("error", None)], kinds
+    assert TRUNCATED_MARK in outs[1].text
+
+
+def test_the_notebook_cap_counts_every_cell_and_a_client_without_caps_keeps_all():
+    capped = limited_client(cell_output_limit=0, notebook_output_limit=1000)
+    outs = [[], [], []]
+    for cell in range(3):
+        capped.output(outs[cell], message("stream", {"name": "stdout", "text": "y" * 400}), None, cell)
+    assert [len(o) for o in outs] == [1, 1, 1] and TRUNCATED_MARK in outs[2][0].text
+    plain = limited_client()
+    kept = []
+    for _ in range(50):
+        plain.output(kept, message("stream", {"name": "stdout", "text": "z" * 10_000}), None, 0)
+    assert all(o.name == "stdout" for o in kept)
+
+
+def test_an_interrupted_cell_is_marked_and_nbclient_itself_is_untouched():
+    import asyncio
+
+    from nbclient import NotebookClient
+
+    client = limited_client(interrupt_on_timeout=True)
+    client.km = SimpleNamespace(interrupt_kernel=lambda: None)
+    cell = nbformat.v4.new_code_cell("while True: pass")
+    assert asyncio.run(client._async_handle_timeout(7, cell)) is None
+    assert [(o.output_type, o.ename) for o in cell.outputs] == [("error", TIMEOUT_ENAME)]
+    assert "7 s" in cell.outputs[0].evalue
+    assert NotebookClient.output is not LimitedNotebookClient.output  # nothing patched process-wide
+    assert not NotebookClient(nbformat.v4.new_notebook()).interrupt_on_timeout
+
+
+def test_the_engine_is_in_papermills_registry():
+    from papermill.engines import papermill_engines
+
+    assert papermill_engines.get_engine(ENGINE_NAME) is LimitedEngine
 
 
 @pytest.mark.slow

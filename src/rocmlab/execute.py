@@ -18,7 +18,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,8 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
+from . import processes
 from .results import write_json_atomic
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
@@ -58,6 +56,7 @@ class Spec:
     python: str = sys.executable
     kernel_name: str = "python3"
     extra_env: dict = field(default_factory=dict)
+    engine_options: dict = field(default_factory=dict)  # LimitedNotebookClient's (rocmlab.papermill_engine)
 
 
 @dataclass
@@ -84,47 +83,12 @@ def kernel_environment(tag: str, extra: dict) -> dict:
     return env
 
 
-def tagged_processes(tag: str) -> list[psutil.Process]:
-    """Every live process whose environment carries this run's tag."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == os.getpid():
-            continue
-        try:
-            if proc.environ().get(RUN_TAG) == tag:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-            continue
-    return found
-
-
-def end_processes(procs: list[psutil.Process], grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM, wait ``grace_s``, then SIGKILL whatever is still alive."""
-    for proc in procs:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
-
-
-def end_tree(root: psutil.Process | None, tag: str) -> None:
-    """End ``root``, its descendants and anything else tagged with the run (kernel, torchrun ranks)."""
-    procs = []
-    if root is not None:
-        try:
-            procs = root.children(recursive=True) + [root]
-        except psutil.Error:
-            procs = []
-    seen = {p.pid for p in procs}
-    procs += [p for p in tagged_processes(tag) if p.pid not in seen]
-    end_processes(procs)
+def end_run(tag: str, root_pid: int | None = None) -> None:
+    """End every process tagged with the run (kernel, torchrun ranks) and ``root_pid``'s tree."""
+    found = processes.marked(RUN_TAG, tag)
+    if root_pid is not None:
+        found += processes.descendants(root_pid)
+    processes.end(found, KILL_GRACE_S)
 
 
 # ---------------------------------------------------------------- parent side
@@ -173,7 +137,7 @@ class Worker:
         try:
             outcome = self._wait(request, outcome_path, spec, started)
         finally:
-            end_tree(None, tag)
+            end_run(tag)
             request.unlink(missing_ok=True)
             outcome_path.unlink(missing_ok=True)
             if scratch:
@@ -231,11 +195,7 @@ class Worker:
                 proc.wait(timeout=KILL_GRACE_S)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        try:
-            root = psutil.Process(proc.pid) if proc.poll() is None else None
-        except psutil.Error:
-            root = None
-        end_tree(root, self.tag)
+        end_run(self.tag, proc.pid if proc.poll() is None else None)
         returncode = proc.wait()
         for stream in (proc.stdin, proc.stdout, self.log):
             with contextlib.suppress(OSError):
@@ -328,17 +288,21 @@ def _execute(spec: Spec) -> dict:
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
+    from .papermill_engine import ENGINE_NAME
+
     try:
         papermill.execute_notebook(
             spec.input,
             spec.output,
             parameters=spec.parameters,
+            engine_name=ENGINE_NAME,
             kernel_name=spec.kernel_name,
             cwd=spec.cwd,
             execution_timeout=spec.cell_timeout_s,
             progress_bar=False,
             allow_errors=spec.allow_errors,
             start_timeout=120,
+            **spec.engine_options,
         )
         return {"status": "passed"}
     except PapermillExecutionError as exc:
@@ -380,7 +344,7 @@ def serve() -> int:
     _become_subreaper()
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything printed (papermill, a kernel) goes to the log, not into the answers
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    processes.exit_on_sigterm()
     for line in sys.stdin:
         request = json.loads(Path(line.strip()).read_text(encoding="utf-8"))
         os.environ.clear()
@@ -389,7 +353,7 @@ def serve() -> int:
         try:
             result = _execute(Spec(**request["spec"]))
         finally:
-            end_processes(psutil.Process().children(recursive=True))
+            processes.end(processes.descendants(os.getpid(), include_self=False), KILL_GRACE_S)
         write_json_atomic(Path(request["outcome"]), result)
         answer.write("done\n")
         answer.flush()

@@ -38,8 +38,9 @@ import nbformat
 from .build import nbgrader_config, solution_notebook, write_notebook
 from .catalog import LANGUAGES, Lab, LabError, Profile, discover, find_root, select
 from .execute import Outcome
+from .papermill_engine import TIMEOUT_ENAME, TRUNCATED_MARK
 from .results import write_json_atomic
-from .sandbox import TIMEOUT_ENAME, TRUNCATED_MARK, Limits, Sandbox
+from .sandbox import Limits, Sandbox
 from .source import MARKERS
 
 FLAGS = (

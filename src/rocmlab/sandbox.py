@@ -7,8 +7,9 @@ worker and kernel are started:
   through a launcher script: as root it gets its own network,
   PID and mount namespaces (``unshare``); inside, loopback is brought up (kernel and worker
   talk over 127.0.0.1), the paths the kernel must not see (solutions, gradebook, other
-  submissions) are covered with empty read-only tmpfs mounts, and papermill's client caps
-  each cell's output and interrupts a cell that runs past its limit instead of stopping;
+  submissions) are covered with empty read-only tmpfs mounts; each run asks the worker's
+  papermill engine (``rocmlab.papermill_engine``) to cap each cell's output and to interrupt a
+  cell that runs past its limit instead of stopping;
 - the kernel starts through a kernelspec whose command applies the resource limits
   (address space, processes, file size), switches to an unprivileged grader user (one per
   parallel job, because RLIMIT_NPROC counts per real uid), sets no_new_privs and then execs
@@ -39,13 +40,13 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from . import processes
+
 if TYPE_CHECKING:
     from .execute import Worker
 
 KERNEL_NAME = "rocmlab-sandbox"
 USER_PREFIX = "rocmlab-grader-"
-TRUNCATED_MARK = "[rocmlab] output truncated: this cell printed more than the grader keeps"
-TIMEOUT_ENAME = "CellTimeoutError"
 
 
 @dataclass
@@ -57,6 +58,14 @@ class Limits:
     max_file_mb: int = 256  # RLIMIT_FSIZE: largest file the kernel may write
     max_cell_output_kb: int = 1024  # stream/display output kept per cell
     max_output_kb: int = 8192  # output kept per notebook
+
+    def engine_options(self) -> dict:
+        """How the worker's papermill engine enforces the output caps and cell time limits."""
+        return {
+            "cell_output_limit": self.max_cell_output_kb * 1024,
+            "notebook_output_limit": self.max_output_kb * 1024,
+            "interrupt_on_timeout": True,
+        }
 
 
 @dataclass
@@ -127,20 +136,6 @@ def ensure_user(slot: int) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def end_user_processes(uid: int) -> None:
-    """Kill every process of a grader user (a fork bomb's leftovers, a daemonized child)."""
-    for _ in range(3):
-        procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
-        if not procs:
-            return
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=5)
-
-
 @dataclass
 class Run:
     """The folders of one sandboxed execution: ``private`` is root-only, ``work`` is the kernel's."""
@@ -151,6 +146,7 @@ class Run:
     worker: Worker
     env: dict
     uid: int | None
+    engine_options: dict
 
     def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int):
         """Run the notebook at ``source`` here, every cell even after errors; ``(executed or None, outcome)``."""
@@ -170,6 +166,7 @@ class Run:
                 python=self.worker.python,
                 kernel_name=KERNEL_NAME,
                 extra_env=self.env,
+                engine_options=self.engine_options,
             )
         )
         try:
@@ -179,7 +176,7 @@ class Run:
 
     def cleanup(self) -> None:
         if self.uid is not None:
-            end_user_processes(self.uid)
+            processes.kill_user(self.uid)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -287,7 +284,7 @@ class Sandbox:
             "TRANSFORMERS_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
         }
-        return Run(folder, private, work, self.workers[slot], env, uid)
+        return Run(folder, private, work, self.workers[slot], env, uid, self.limits.engine_options())
 
     def _write_kernelspec(self, private: Path, policy_path: Path) -> Path:
         jupyter = private / "jupyter"
@@ -306,7 +303,7 @@ class Sandbox:
         for worker in self.workers:
             worker.close(kill=True)
         for uid, _ in self.users:
-            end_user_processes(uid)
+            processes.kill_user(uid)
         for _, lock in self._locks:
             lock.release()
         shutil.rmtree(self.base, ignore_errors=True)
@@ -402,59 +399,6 @@ def drop_privileges(uid: int, gid: int) -> None:
         raise RuntimeError("failed to drop privileges")
 
 
-def _message_size(msg: dict) -> int:
-    content = msg.get("content", {})
-    if "text" in content:
-        return len(content["text"])
-    return sum(len(str(v)) for v in content.get("data", {}).values())
-
-
-def patch_notebook_client(limits: dict) -> None:
-    """Cap kept output per cell and per notebook; interrupt a cell at its limit and record it."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    per_cell, total = limits["max_cell_output_kb"] * 1024, limits["max_output_kb"] * 1024
-    original_output = NotebookClient.output
-    original_init = NotebookClient.__init__
-    original_timeout = NotebookClient._async_handle_timeout
-
-    def output(self, outs, msg, display_id, cell_index):
-        if msg["msg_type"] in ("error", "clear_output"):
-            return original_output(self, outs, msg, display_id, cell_index)
-        used = self._rocmlab_used
-        size = _message_size(msg)
-        used[cell_index] = used.get(cell_index, 0) + size
-        used["all"] = used.get("all", 0) + size
-        if used[cell_index] > per_cell or used["all"] > total:
-            if cell_index not in self._rocmlab_truncated:
-                self._rocmlab_truncated.add(cell_index)
-                outs.append(nbformat.v4.new_output("stream", name="stderr", text=TRUNCATED_MARK + "\n"))
-            return None
-        return original_output(self, outs, msg, display_id, cell_index)
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        self._rocmlab_used, self._rocmlab_truncated = {}, set()
-        self.interrupt_on_timeout = True
-
-    async def handle_timeout(self, timeout, cell=None):
-        if cell is not None:
-            cell.outputs.append(
-                nbformat.v4.new_output(
-                    "error",
-                    ename=TIMEOUT_ENAME,
-                    evalue=f"the cell ran past its limit of {timeout} s and was interrupted",
-                    traceback=[],
-                )
-            )
-        return await original_timeout(self, timeout, cell)
-
-    NotebookClient.output = output
-    NotebookClient.__init__ = init
-    NotebookClient._async_handle_timeout = handle_timeout
-
-
 def worker_entry(policy: dict) -> int:
     """``python -m rocmlab.sandbox worker POLICY``: a ``rocmlab.execute`` worker, as root, in the namespaces."""
     os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
@@ -466,7 +410,6 @@ def worker_entry(policy: dict) -> int:
     from .execute import block_unused_imports, serve
 
     block_unused_imports()
-    patch_notebook_client(policy["limits"])
     return serve()
 
 

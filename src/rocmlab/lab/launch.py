@@ -5,8 +5,8 @@
 group). Every rank runs through a tiny entry wrapper (this module, ``-m``) that
 writes the rank's output and exit status to a per-rank file, keyed by the rank and the
 restart attempt (``TORCHELASTIC_RESTART_COUNT``). After ``timeout_s`` every process the
-launch created (torchrun, the wrappers, the ranks and anything they started) is ended:
-SIGTERM, a short grace period, then SIGKILL.
+launch created (torchrun, the wrappers, the ranks and anything they started) is ended
+by ``rocmlab.processes``: SIGTERM, a short grace period, then SIGKILL.
 
 torchrun starts each worker in a new session of its own, so killing torchrun's process
 group does not reach the ranks; the launcher tracks every descendant while it runs.
@@ -105,7 +105,9 @@ def run_torchrun(
 def leftover_processes() -> list:
     """Processes started by any ``run_torchrun`` call in this interpreter that are still alive
     (psutil.Process objects). A lab's last cell asserts this is empty."""
-    return _alive(_LAUNCHED)
+    from rocmlab.processes import alive
+
+    return alive(_LAUNCHED.values())
 
 
 def backend_threads() -> list[str]:
@@ -165,11 +167,10 @@ def _child_env(overrides: dict | None) -> dict[str, str]:
 
 
 def _launch(command, env, cwd, timeout_s, work: Path) -> TorchrunResult:
-    import psutil
+    from rocmlab.processes import Tree
 
     log_path = work / "torchrun.log"
     start = time.monotonic()
-    seen: dict[int, psutil.Process] = {}
     timed_out = False
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -181,77 +182,21 @@ def _launch(command, env, cwd, timeout_s, work: Path) -> TorchrunResult:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        tree = Tree(proc.pid)
         try:
             while proc.poll() is None:
-                _track_tree(proc.pid, seen)
+                tree.track()  # ranks run in sessions of their own: remember them while torchrun knows them
                 if time.monotonic() - start > timeout_s:
                     timed_out = True
                     break
                 time.sleep(POLL_S)
         finally:
-            _end_all(proc, seen)
-            _LAUNCHED.update(seen)
+            tree.end(GRACE_S)
+            proc.wait()
+            _LAUNCHED.update(tree.seen)
     elapsed = time.monotonic() - start
     output = log_path.read_text(encoding="utf-8", errors="replace")
     return TorchrunResult(proc.returncode, timed_out, elapsed, [], output)
-
-
-def _track_tree(pid: int, seen: dict) -> None:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        seen.setdefault(root.pid, root)
-        for child in root.children(recursive=True):
-            seen.setdefault(child.pid, child)
-    except psutil.Error:
-        pass
-
-
-def _end_all(proc: subprocess.Popen, seen: dict) -> None:
-    """End torchrun and every process it started, including ranks in their own sessions."""
-    import psutil
-
-    if proc.poll() is None:
-        _track_tree(proc.pid, seen)
-    alive = _alive(seen)
-    if alive:
-        for p in alive:
-            _signal(p, signal.SIGTERM)
-        _, alive = psutil.wait_procs(alive, timeout=GRACE_S)
-        for pid in [p.pid for p in alive]:
-            _track_tree(pid, seen)
-        alive = _alive(seen)
-        for p in alive:
-            _signal(p, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=GRACE_S)
-    try:
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _alive(seen: dict) -> list:
-    import psutil
-
-    alive = []
-    for p in seen.values():
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.Error:
-            pass
-    return alive
-
-
-def _signal(p, sig) -> None:
-    import psutil
-
-    try:
-        p.send_signal(sig)
-    except psutil.Error:
-        pass
 
 
 def _collect_ranks(work: Path, nproc: int) -> list[RankOutput]:
