@@ -1,28 +1,20 @@
 """Find labs under ``solutions/`` and read their ``lab.toml`` into typed, validated objects.
 
-This module is the one place that knows the lab.toml schema (docs/lab-format.md).
+The lab.toml schema is ``schemas/lab.schema.json`` (docs/lab-format.md); this module adds the
+rules a schema cannot state (the id is the folder's name, a cell's limit fits the notebook's).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import LabError
+from .schemas import read_toml, validate
+
 PROFILE_NAMES = ("smoke", "gpu", "multi-gpu")
-LAB_ID = re.compile(r"^[0-9]{2}-[a-z0-9]+(-[a-z0-9]+)*$")
-SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
 LANGUAGES = ("zh", "en")
-
-_TOP_KEYS = {"id", "version", "title", "minutes", "requirements", "profiles"}
-_PROFILE_KEYS = {"params", "timeout_s", "cell_timeout_s", "requires"}
-_REQUIRES_KEYS = {"gpus", "gpu_mem_gb"}
-
-
-class LabError(Exception):
-    """A lab source is invalid; the message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -70,106 +62,49 @@ class Lab:
         return self.profiles[name]
 
 
-def _fail(path: Path, where: str, expected: str, got=None) -> LabError:
-    suffix = "" if got is None else f", got {got!r}"
-    return LabError(f"{path}: field {where}: expected {expected}{suffix}")
-
-
-def _require(table: dict, key: str, kind, path: Path, where: str, expected: str):
-    if key not in table:
-        raise LabError(f"{path}: missing field {where}{key} ({expected})")
-    value = table[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise _fail(path, f"{where}{key}", expected, value)
-    return value
-
-
-def _check_keys(table: dict, allowed: set, path: Path, where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise LabError(f"{path}: unknown field {where}{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
-
-
-def _parse_requires(table, path: Path, where: str) -> Requires:
-    if not isinstance(table, dict):
-        raise _fail(path, where, "a table like { gpus = 1, gpu_mem_gb = 16 }", table)
-    _check_keys(table, _REQUIRES_KEYS, path, where + ".")
-    gpus = table.get("gpus", 0)
-    mem = table.get("gpu_mem_gb", 0)
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-        raise _fail(path, where + ".gpus", "a non-negative integer", gpus)
-    if not isinstance(mem, (int, float)) or isinstance(mem, bool) or mem < 0:
-        raise _fail(path, where + ".gpu_mem_gb", "a non-negative number", mem)
-    return Requires(gpus=gpus, gpu_mem_gb=float(mem))
-
-
-def _parse_profile(name: str, table, path: Path) -> Profile:
-    where = f"profiles.{name}"
-    if name not in PROFILE_NAMES:
-        raise LabError(f"{path}: unknown profile {where} (allowed: {', '.join(PROFILE_NAMES)})")
-    if not isinstance(table, dict):
-        raise _fail(path, where, "a table", table)
-    _check_keys(table, _PROFILE_KEYS, path, where + ".")
-    params = table.get("params", {})
-    if not isinstance(params, dict):
-        raise _fail(path, where + ".params", "a table of parameter values", params)
-    timeout = _require(table, "timeout_s", int, path, where + ".", "a positive integer of seconds")
-    if timeout <= 0:
-        raise _fail(path, where + ".timeout_s", "a positive integer of seconds", timeout)
-    cell_timeout = table.get("cell_timeout_s", timeout)
-    if not isinstance(cell_timeout, int) or isinstance(cell_timeout, bool) or not 0 < cell_timeout <= timeout:
-        raise _fail(
-            path, where + ".cell_timeout_s", f"a positive integer no larger than timeout_s ({timeout})", cell_timeout
-        )
-    requires = _parse_requires(table.get("requires", {}), path, where + ".requires")
-    return Profile(name, dict(params), timeout, cell_timeout, requires)
-
-
-def _parse_title(value, path: Path) -> dict:
-    if (
-        not isinstance(value, dict)
-        or set(value) != set(LANGUAGES)
-        or not all(isinstance(v, str) and v.strip() for v in value.values())
-    ):
-        raise _fail(path, "title", "a table with non-empty zh and en strings", value)
-    return dict(value)
-
-
 def parse_lab(folder: Path) -> Lab:
-    """Read and validate ``folder/lab.toml``; raise LabError naming the file and field."""
+    """Read ``folder/lab.toml`` and check it against the lab schema (``schemas/lab.schema.json``)
+    and the rules a schema cannot state; raise LabError naming the file and the field."""
     path = folder / "lab.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LabError(f"{path}: missing (every lab folder needs a lab.toml)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise LabError(f"{path}: not valid TOML: {exc}") from None
-    _check_keys(data, _TOP_KEYS, path, "")
-    lab_id = _require(data, "id", str, path, "", "the lab id, e.g. 03-lora-finetune-zh")
-    if not LAB_ID.match(lab_id):
-        raise _fail(path, "id", "two digits, a dash and lowercase words, e.g. 03-lora-finetune-zh", lab_id)
-    if lab_id != folder.name:
-        raise _fail(path, "id", f"the folder name {folder.name!r}", lab_id)
-    version = _require(data, "version", str, path, "", "a semantic version like 1.0.0")
-    if not SEMVER.match(version):
-        raise _fail(path, "version", "a semantic version like 1.0.0", version)
-    minutes = _require(data, "minutes", int, path, "", "a positive integer")
-    if minutes <= 0:
-        raise _fail(path, "minutes", "a positive integer", minutes)
-    requirements = data.get("requirements", [])
-    if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
-        raise _fail(path, "requirements", "a list of pip requirement strings", requirements)
-    profiles_table = _require(data, "profiles", dict, path, "", "a [profiles.smoke] table at least")
-    profiles = {name: _parse_profile(name, table, path) for name, table in profiles_table.items()}
-    if "smoke" not in profiles:
-        raise LabError(f"{path}: missing field profiles.smoke (every lab runs in the smoke profile)")
-    title = _parse_title(data.get("title"), path)
-    return Lab(lab_id, version, title, minutes, tuple(requirements), profiles, folder)
+    data = read_toml(path, LabError, "every lab folder needs a lab.toml")
+    validate(data, "lab", path, LabError)
+    if data["id"] != folder.name:
+        raise LabError(f"{path}: field id: expected the folder name {folder.name!r}, got {data['id']!r}")
+    profiles = {name: _profile(name, table, path) for name, table in data["profiles"].items()}
+    return Lab(
+        data["id"],
+        data["version"],
+        dict(data["title"]),
+        int(data["minutes"]),
+        tuple(data.get("requirements", [])),
+        profiles,
+        folder,
+    )
+
+
+def _profile(name: str, table: dict, path: Path) -> Profile:
+    timeout = int(table["timeout_s"])
+    cell_timeout = int(table.get("cell_timeout_s", timeout))
+    if cell_timeout > timeout:
+        raise LabError(
+            f"{path}: field profiles.{name}.cell_timeout_s: expected a positive integer no larger than "
+            f"timeout_s ({timeout}), got {cell_timeout}"
+        )
+    requires = table.get("requires", {})
+    return Profile(
+        name,
+        dict(table.get("params", {})),
+        timeout,
+        cell_timeout,
+        Requires(int(requires.get("gpus", 0)), float(requires.get("gpu_mem_gb", 0))),
+    )
 
 
 def discover(root: Path) -> list[Lab]:
     """All labs under ``root/solutions``, sorted by id; duplicate ids are an error."""
     solutions = root / "solutions"
+    if not solutions.is_dir():
+        raise LabError(f"{solutions}: no such folder (the labs' sources live there)")
     labs = [parse_lab(p.parent) for p in sorted(solutions.glob("*/lab.toml"))]
     seen: dict[str, Path] = {}
     for lab in labs:

@@ -1,0 +1,91 @@
+"""The JSON Schemas of rocmlab's TOML files, and the one validator that names file and field.
+
+``lab.schema.json`` describes ``solutions/<id>/lab.toml``; ``.taplo.toml`` at the repository
+root hands it to editors (Taplo, VS Code's Even Better TOML) for completion and checks. Each
+property may carry ``expected``, the phrase an error message uses for it ("expected a positive
+integer"); a property without one borrows its parent's.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from functools import cache
+from pathlib import Path
+
+from ..errors import InputError
+
+SCHEMA_DIR = Path(__file__).resolve().parent
+# Which error to report first when a file has several: a misspelt key shows up as an unknown
+# field and as a missing one; the unknown field is the cause.
+_FIRST = {"additionalProperties": 0, "required": 1}
+
+
+@cache
+def schema(name: str) -> dict:
+    """The schema ``<name>.schema.json`` of this package."""
+    return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text(encoding="utf-8"))
+
+
+def read_toml(path: Path, error=InputError, missing: str = "") -> dict:
+    """A TOML file's table; ``error`` naming the file when it is missing (``missing`` says why it
+    is needed) or is not TOML."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: missing" + (f" ({missing})" if missing else "")) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: not valid TOML: {exc}") from None
+
+
+def validate(data: dict, name: str, path: Path, error=InputError) -> None:
+    """Check ``data`` (read from ``path``) against schema ``name``; raise ``error`` naming the file,
+    the field and what was expected."""
+    from jsonschema import Draft202012Validator
+
+    found = sorted(
+        Draft202012Validator(schema(name)).iter_errors(data),
+        key=lambda e: (_FIRST.get(e.validator, 2), [str(p) for p in e.absolute_path]),
+    )
+    if found:
+        raise error(f"{path}: {describe(found[0], schema(name))}")
+
+
+def describe(error, root: dict) -> str:
+    """One jsonschema error as rocmlab says it: the dotted field and what was expected."""
+    where = ".".join(str(p) for p in error.absolute_path)
+    prefix = f"{where}." if where else ""
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))[0]
+        return f"unknown field {prefix}{unknown} (allowed: {', '.join(allowed)})"
+    if error.validator == "required":
+        missing = next(key for key in error.validator_value if key not in error.instance)
+        expected = _expected([*error.absolute_schema_path][:-1] + ["properties", missing], root)
+        return f"missing field {prefix}{missing}" + (f" ({expected})" if expected else "")
+    expected = _expected([*error.absolute_schema_path][:-1], root) or error.message
+    return f"field {where or '(top level)'}: expected {expected}, got {error.instance!r}"
+
+
+def _expected(schema_path: list, root: dict) -> str:
+    """The ``expected`` phrase of the deepest schema on ``schema_path`` that has one. jsonschema
+    leaves ``$ref`` out of the path: a step a node lacks is taken in the schema it refers to."""
+    node, found = root, ""
+    for step in schema_path:
+        if step not in node and "$ref" in node:
+            node = _resolve(node["$ref"], root)
+            found = node.get("expected", found)
+        node = node.get(step, {})
+        if not isinstance(node, dict):
+            break
+        if "$ref" in node:
+            found = _resolve(node["$ref"], root).get("expected", found)
+        found = node.get("expected", found)
+    return found
+
+
+def _resolve(reference: str, root: dict) -> dict:
+    node = root
+    for part in reference.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
