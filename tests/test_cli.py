@@ -2,9 +2,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import GOOD_PY
 
-from rocmlab.cli import main
+from rocmlab.cli import COMMANDS, command, main
 
 
 def test_list_json(make_course, capsys):
@@ -44,3 +45,58 @@ def test_console_script_is_installed():
 def test_an_unknown_or_missing_environment_is_bad_input_not_a_traceback(capsys, tmp_path):
     assert main(["run", "01", "--env", "no-such-env", "--out", str(tmp_path)]) == 2
     assert "no entry named 'no-such-env'" in capsys.readouterr().err
+
+
+# Every command, given bad input: exit 2 and a message on stderr that names the file, field or
+# value. A command added to cli.COMMANDS needs a case here (the last test says so).
+BAD_INPUT = {
+    "list": (["list", "99-nope"], "unknown lab '99-nope'"),
+    "build": (["build", "--lang", "fr"], "unknown language 'fr'"),
+    "run": (["run", "--repeat", "0"], "--repeat: expected a positive number, got 0"),
+    "report": (["report", "--results", "{tmp}/no-results"], "no-results: no such folder"),
+    "doctor": (["doctor", "--machine", "{tmp}"], "machine.json"),
+    "assets": (["assets", "build-model", "--steps", "0"], "--steps: expected a positive number, got 0"),
+    "releases": (["releases", "show", "--matrix", "{tmp}/missing.toml"], "missing.toml"),
+    "env": (["env", "create", "no-such-env"], "no-such-env"),
+    "grade": (["grade", "01", "--submissions", "{tmp}/no-class"], "no-class: no such submissions folder"),
+    "check": (["check", "{tmp}/nope.ipynb"], "nope.ipynb: no such notebook"),
+    "hub": (["hub", "--demo", "--labs", "99-nope"], "unknown lab '99-nope'"),
+}
+# Not yet on the command convention: they print `error:` and return 1 (docs/architecture.md).
+NOT_CONVERTED = {"releases", "env", "assets"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(name in NOT_CONVERTED, reason="module still exits 1 on bad input", strict=True),
+        )
+        for name in BAD_INPUT
+    ],
+)
+def test_every_command_says_what_is_wrong_with_its_input_and_exits_2(name, make_course, tmp_path, capsys):
+    argv, message = BAD_INPUT[name]
+    root = make_course()
+    status = main(["--root", str(root), *(word.format(tmp=tmp_path) for word in argv)])
+    err = capsys.readouterr().err
+    assert (status, message in err) == (2, True), err
+
+
+def test_argparse_errors_are_exit_2_and_every_command_has_a_bad_input_case(capsys):
+    assert main(["report", "--format", "xml"]) == 2
+    assert "invalid choice: 'xml'" in capsys.readouterr().err
+    assert set(BAD_INPUT) == set(COMMANDS)
+
+
+def test_a_failure_is_exit_1_with_the_message_on_stderr(capsys, monkeypatch):
+    from rocmlab.errors import CommandFailed
+
+    def fails(**options):
+        raise CommandFailed("the work could not be done: do this")
+
+    monkeypatch.setattr(command("list"), "main", fails)
+    assert main(["list"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "rocmlab list: error: the work could not be done: do this\n" and captured.out == ""

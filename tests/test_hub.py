@@ -13,9 +13,9 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from rocmlab import hub
-from rocmlab.catalog import LabError, find_root
+from rocmlab.catalog import LabError
 
-ROOT = find_root(Path(__file__).parent)
+ROOT = Path(__file__).resolve().parents[1]
 HUB_DIR = ROOT / "env" / "jupyterhub"
 FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
 sys.path.insert(0, str(HUB_DIR))

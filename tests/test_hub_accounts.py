@@ -27,12 +27,11 @@ import nbformat
 import pytest
 from test_hub_e2e import call, login_status
 
-from rocmlab.catalog import find_root
 from rocmlab.hub import COURSE_ID, HubError, LocalHub, find_proxy
 
 pytestmark = pytest.mark.slow
 
-ROOT = find_root(Path(__file__).parent)
+ROOT = Path(__file__).resolve().parents[1]
 LAB = "01-rocm-setup"
 MEMORY, PROCESSES = "6G", 300  # not the config's defaults, so they must come through
 # Runs as the launcher of jupyterhub: argv = [-c, scratch, checkout, jupyterhub, ...].

@@ -22,13 +22,13 @@ import nbformat
 import pytest
 
 from rocmlab.build import solution_notebook
-from rocmlab.catalog import discover, find_root, select
+from rocmlab.catalog import discover, select
 from rocmlab.cli import main
 from rocmlab.hub import COURSE_ID, DemoHub, HubError, find_proxy
 
 pytestmark = pytest.mark.slow
 
-ROOT = find_root(Path(__file__).parent)
+ROOT = Path(__file__).resolve().parents[1]
 LAB = "01-rocm-setup"
 RIGHT, WRONG = "learner1", "learner2"
 

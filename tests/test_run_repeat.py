@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmlab.catalog import LabError
+from rocmlab.errors import InputError
 from rocmlab.execute import Outcome
 from rocmlab.run import Target, _record, run_lab
 
@@ -53,5 +53,5 @@ def test_repeat_below_one_is_bad_input(make_course, tmp_path):
     from rocmlab.catalog import discover
 
     root = make_course()
-    with pytest.raises(LabError, match="--repeat must be at least 1, got 0"):
+    with pytest.raises(InputError, match="--repeat: expected a positive number, got 0"):
         run_lab(root, discover(root)[0], "smoke", TARGET, tmp_path, repeat=0)

@@ -1,4 +1,5 @@
-"""Find labs under ``solutions/`` and read their ``lab.toml`` into typed, validated objects.
+"""Find labs under ``solutions/`` and read their ``lab.toml`` into typed, validated objects;
+``rocmlab list``.
 
 The lab.toml schema is ``schemas/lab.schema.json`` (docs/lab-format.md); this module adds the
 rules a schema cannot state (the id is the folder's name, a cell's limit fits the notebook's).
@@ -7,10 +8,12 @@ rules a schema cannot state (the id is the folder's name, a cell's limit fits th
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LabError
+from .errors import ExitCode, LabError
+from .root import find_root
 from .schemas import read_toml, validate
 
 PROFILE_NAMES = ("smoke", "gpu", "multi-gpu")
@@ -131,10 +134,32 @@ def select(labs: list[Lab], wanted: list[str] | None) -> list[Lab]:
     return chosen
 
 
-def find_root(start: Path | None = None) -> Path:
-    """The course repository root: the nearest folder upwards holding ``solutions/``."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "solutions").is_dir():
-            return folder
-    raise LabError(f"no solutions/ folder in {here} or above: run rocmlab inside the course repository or pass --root")
+# ------------------------------------------------------------------ rocmlab list
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
+    parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
+
+
+def main(*, labs=(), as_json: bool = False, root=None) -> int:
+    chosen = select(discover(find_root(root)), list(labs))
+    if as_json:
+        summary = [
+            {
+                "id": lab.id,
+                "version": lab.version,
+                "title": lab.title,
+                "minutes": lab.minutes,
+                "profiles": list(lab.profiles),
+            }
+            for lab in chosen
+        ]
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        return ExitCode.OK
+    for lab in chosen:
+        print(
+            f"{lab.id:<28} {lab.version:<8} {lab.minutes:>4} min  {','.join(lab.profiles):<20} "
+            f"{lab.title['zh']} / {lab.title['en']}"
+        )
+    return ExitCode.OK

@@ -17,7 +17,8 @@ from pathlib import Path
 import nbformat
 
 from .build import write_notebook
-from .catalog import Lab, LabError, discover, find_root
+from .catalog import Lab, discover
+from .errors import ExitCode, InputError
 from .grade import (
     INJECTED_TAG,
     _grading,
@@ -25,6 +26,7 @@ from .grade import (
     mark_unrun_tests,
     trusted_names,
 )
+from .root import find_root
 from .sandbox import Limits, Sandbox
 
 DEFAULT_TIMEOUT_S = 1800
@@ -42,32 +44,26 @@ def read_learner_notebook(path: Path):
     try:
         nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
     except FileNotFoundError:
-        raise LabError(f"{path}: no such notebook") from None
+        raise InputError(f"{path}: no such notebook") from None
     except Exception as exc:  # noqa: BLE001 (any parse failure is the learner's input)
-        raise LabError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
+        raise InputError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
     tests = [c for c in nb.cells if _grading(c).get("grade")]
     if not tests:
-        raise LabError(
+        raise InputError(
             f"{path}: no graded test cell (cells with nbgrader metadata grade=true): is this a rocmlab lab notebook?"
         )
     return nb
 
 
-def find_lab(nb, root_arg: str | None, notebook: Path) -> Lab | None:
-    """The notebook's lab in the course repository, when there is one (for its profiles)."""
+def find_lab(nb, root: str | None) -> Lab | None:
+    """The notebook's lab in the course repository (``rocmlab.root.find_root``), when there is one
+    (for its profiles): a learner's notebook is checked without it."""
     lab_id = nb.metadata.get("rocmlab", {}).get("id")
     if not lab_id:
         return None
     try:
-        root = Path(root_arg).resolve() if root_arg else find_root(notebook.parent)
-    except LabError:
-        try:
-            root = find_root()
-        except LabError:
-            return None
-    try:
-        return next((lab for lab in discover(root) if lab.id == lab_id), None)
-    except LabError:  # another lab of the course is broken: check this notebook without lab.toml
+        return next((lab for lab in discover(find_root(root)) if lab.id == lab_id), None)
+    except InputError:  # no course here, or another of its labs is broken: check without lab.toml
         return None
 
 
@@ -87,9 +83,9 @@ def prepare(nb, keep_params: bool):
     return nb
 
 
-def run_check(path: Path, keep_params: bool = False, root_arg: str | None = None) -> tuple[list[VisibleTest], str]:
+def run_check(path: Path, keep_params: bool = False, root: str | None = None) -> tuple[list[VisibleTest], str]:
     nb = read_learner_notebook(path)
-    lab = find_lab(nb, root_arg, path)
+    lab = find_lab(nb, root)
     params, timeout_s, cell_timeout_s = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
     if lab is not None:
         smoke = lab.profile("smoke")
@@ -110,7 +106,7 @@ def run_check(path: Path, keep_params: bool = False, root_arg: str | None = None
         try:
             write_notebook(prepared, source)
         except Exception as exc:  # noqa: BLE001 (nbformat's schema validation)
-            raise LabError(f"{path}: not a valid Jupyter notebook: {str(exc).splitlines()[0][:300]}") from None
+            raise InputError(f"{path}: not a valid Jupyter notebook: {str(exc).splitlines()[0][:300]}") from None
         executed, outcome = run.execute(source, run.private / "output" / path.name, params, cell_timeout_s, timeout_s)
         executed = executed or prepared
     finally:
@@ -149,9 +145,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args) -> int:
-    path = Path(args.notebook).resolve()
-    tests, problem = run_check(path, args.keep_params, getattr(args, "root", None))
+def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -> int:
+    """Exit 0 when every visible test passed, 1 when one failed (2, raised: bad input)."""
+    path = Path(notebook).resolve()
+    tests, problem = run_check(path, keep_params, root)
     for test in tests:
         verdict = "PASS" if test.passed else "FAIL"
         print(
@@ -163,4 +160,4 @@ def run(args) -> int:
     if problem:
         print(f"note: {problem}", file=sys.stderr)
     print(f"visible score: {earned:g} / {total:g} (hidden tests run when the lab is graded)")
-    return 0 if tests and all(t.passed for t in tests) else 1
+    return ExitCode.OK if tests and all(t.passed for t in tests) else ExitCode.FAILED

@@ -23,9 +23,7 @@ import os
 import queue
 import re
 import shutil
-import signal
 import sys
-import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -35,11 +33,14 @@ from pathlib import Path
 
 import nbformat
 
+from . import processes
 from .build import nbgrader_config, solution_notebook, write_notebook
-from .catalog import LANGUAGES, Lab, LabError, Profile, discover, find_root, select
+from .catalog import LANGUAGES, Lab, Profile, discover, select
+from .errors import ExitCode, InputError, LabError
 from .execute import Outcome
 from .papermill_engine import TIMEOUT_ENAME, TRUNCATED_MARK
 from .results import write_json_atomic
+from .root import find_root
 from .sandbox import Limits, Sandbox
 from .source import MARKERS
 
@@ -849,22 +850,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _exit_on_sigterm() -> None:
-    """Let ``finally`` blocks end the kernels and remove the sandbox when the grader is stopped."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-
-def run(args) -> int:
-    _exit_on_sigterm()
-    root = Path(args.root).resolve() if getattr(args, "root", None) else find_root()
-    lab = select(discover(root), [args.lab])[0]
-    if args.jobs < 1:
-        raise LabError(f"--jobs: expected a positive number, got {args.jobs}")
-    submissions = find_submissions(Path(args.submissions).resolve(), lab.id)
-    out = Path(args.out).resolve() if args.out else root / "grades" / lab.id
-    memory_mb = args.memory_mb if args.memory_mb is not None else Limits.memory_mb if args.profile == "smoke" else 0
-    limits = Limits(memory_mb=memory_mb, max_processes=args.max_processes, max_cell_output_kb=args.max_output_kb)
+def main(
+    *,
+    lab: str,
+    submissions: str,
+    jobs: int = 1,
+    profile: str = "smoke",
+    gradebook: str | None = None,
+    out: str | None = None,
+    memory_mb: int | None = None,
+    max_processes: int = Limits.max_processes,
+    max_output_kb: int = Limits.max_cell_output_kb,
+    feedback_to: str | None = None,
+    root: str | None = None,
+) -> int:
+    processes.exit_on_sigterm()  # finally blocks end the kernels and remove the sandbox
+    root = find_root(root)
+    lab = select(discover(root), [lab])[0]
+    if jobs < 1:
+        raise InputError(f"--jobs: expected a positive number, got {jobs}")
+    submissions = find_submissions(Path(submissions).resolve(), lab.id)
+    out = Path(out).resolve() if out else root / "grades" / lab.id
+    memory_mb = memory_mb if memory_mb is not None else Limits.memory_mb if profile == "smoke" else 0
+    limits = Limits(memory_mb=memory_mb, max_processes=max_processes, max_cell_output_kb=max_output_kb)
 
     def say(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -874,9 +882,9 @@ def run(args) -> int:
         lab,
         submissions,
         out,
-        profile_name=args.profile,
-        jobs=args.jobs,
-        db_url=args.gradebook,
+        profile_name=profile,
+        jobs=jobs,
+        db_url=gradebook,
         limits=limits,
         progress=say,
     )
@@ -886,11 +894,11 @@ def run(args) -> int:
         f"graded {len(results)} submission(s) of {lab.id} {lab.version}: {out / 'grades.csv'}, "
         f"{out / 'summary.json'}, feedback in {out / 'feedback'}"
     )
-    if args.feedback_to:
-        course_root = Path(args.feedback_to).resolve()
+    if feedback_to:
+        course_root = Path(feedback_to).resolve()
         staged = stage_feedback(course_root, lab.id, out)
         print(
             f"feedback of {len(staged)} learner(s) staged in {course_root / 'feedback'}: "
             f"release it with `nbgrader release_feedback {lab.id}`"
         )
-    return 0
+    return ExitCode.OK

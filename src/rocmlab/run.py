@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .build import solution_notebook, write_notebook
-from .catalog import Lab, LabError, Profile
+from .catalog import Lab, Profile
+from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, run_notebook
 from .results import Record, fingerprint, write_record
 
@@ -46,7 +47,9 @@ def env_target(name: str) -> Target:
     python = str(python_for(name))
     proc = subprocess.run([python, "-m", "rocmlab.results"], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        raise LabError(f"environment {name!r}: cannot read its fingerprint with {python}: {proc.stderr.strip()[-500:]}")
+        raise CommandFailed(
+            f"environment {name!r}: cannot read its fingerprint with {python}: {proc.stderr.strip()[-500:]}"
+        )
     return Target(name, python, json.loads(proc.stdout))
 
 
@@ -145,7 +148,7 @@ def run_lab(
     Returns the record and the last run's outcome.
     """
     if repeat < 1:
-        raise LabError(f"--repeat must be at least 1, got {repeat}")
+        raise InputError(f"--repeat: expected a positive number, got {repeat}")
     env_dir = out / target.name
     record_path = env_dir / f"{lab.id}.json"
     profile, reason = choose_profile(lab, profile_name, target.gpus)
@@ -293,3 +296,71 @@ def run_labs(
             return list(pool.map(one, labs))
     finally:
         progress.close()
+
+
+# ------------------------------------------------------------------ rocmlab run
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
+    parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu", "auto"])
+    parser.add_argument("--lang", default="en", choices=["zh", "en"])
+    parser.add_argument("--jobs", type=int, default=1, help="labs run at once")
+    parser.add_argument("--out", help="results folder (default results/)")
+    parser.add_argument(
+        "--student", action="store_true", help="run the generated student notebook instead of the solution"
+    )
+    parser.add_argument("--env", help="run inside a release-matrix environment made by `rocmlab env create`")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each lab N times; a lab that fails any run is recorded as flaky, with every failure",
+    )
+
+
+def main(
+    *,
+    labs=(),
+    profile: str = "smoke",
+    lang: str = "en",
+    jobs: int = 1,
+    out: str | None = None,
+    student: bool = False,
+    env: str | None = None,
+    repeat: int = 1,
+    root=None,
+) -> int:
+    """Run ``labs`` and print one line per lab; 1 when one failed, 3 when one was skipped and none failed."""
+    from .catalog import discover, select
+    from .root import find_root
+
+    root = find_root(root)
+    chosen = select(discover(root), list(labs))
+    if jobs < 1:
+        raise InputError(f"--jobs: expected a positive number, got {jobs}")
+    if repeat < 1:
+        raise InputError(f"--repeat: expected a positive number, got {repeat}")
+    results = Path(out) if out else root / "results"
+    target = env_target(env) if env else local_target()
+    records = run_labs(root, chosen, profile, target, results, jobs=jobs, lang=lang, student=student, repeat=repeat)
+    for record in records:
+        print(_run_line(record))
+        for run in record.repeats:
+            if run["status"] != "passed":
+                print(f"    run {run['run']}: {run['status']} after {run['duration_s']:.1f}s: {run['reason'][:300]}")
+    print(f"records and executed notebooks: {results / target.name}")
+    if any(r.status in ("failed", "timeout", "crashed", "flaky") for r in records):
+        return ExitCode.FAILED
+    return ExitCode.SKIPPED if any(r.status == "skipped" for r in records) else ExitCode.OK
+
+
+def _run_line(record: Record) -> str:
+    warnings = f"{len(record.warnings)} warning(s)"
+    if record.repeats:
+        passed = sum(run["status"] == "passed" for run in record.repeats)
+        rate = f"{passed}/{len(record.repeats)} passed"
+        return f"{record.lab:<28} {record.status:<8} {rate:<14} median {record.duration_s:6.1f}s  {warnings}"
+    detail = f" — {record.reason}" if record.reason else ""
+    return f"{record.lab:<28} {record.status:<8} {record.duration_s:7.1f}s  {warnings}{detail}"

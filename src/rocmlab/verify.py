@@ -7,6 +7,7 @@ a right answer from no answer: that is a build error.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from .build import render_lab
 from .catalog import Lab
+from .errors import ExitCode
 from .execute import Outcome
 from .run import Target, run_lab
 
@@ -99,3 +101,21 @@ def verify_labs(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, labs))
+
+
+def verify_command(root: Path, labs: list[Lab], out: Path, jobs: int) -> int:
+    """``rocmlab build --verify``: print each graded test's verdict; exit 1 when a lab fails."""
+    from .run import local_target
+
+    results = verify_labs(root, labs, local_target(), out, jobs=jobs, progress=lambda msg: print(msg, file=sys.stderr))
+    for result in results:
+        for test in result.tests:
+            print(f"{result.lab:<28} {test.grade_id:<32} solution: {test.on_solution:<8} student: {test.on_student}")
+        for problem in result.problems:
+            print(f"{result.lab}: ERROR: {problem}")
+    bad = [r.lab for r in results if not r.ok]
+    if bad:
+        print(f"verify failed for {', '.join(bad)} (executed notebooks under {out})", file=sys.stderr)
+        return ExitCode.FAILED
+    print(f"verified {len(results)} lab(s): every graded test passes on the solution and fails on the student version")
+    return ExitCode.OK
