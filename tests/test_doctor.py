@@ -1,14 +1,19 @@
 """`rocmlab doctor` judged on recorded machines (tests/fixtures/machines/<name>/machine.json)."""
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from rocmlab import doctor, probes
+from rocmlab.cli import main
+from rocmlab.errors import InputError
 
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
-NO_MATRIX = Path("/nonexistent/matrix.toml")  # pin the built-in release table
+REPO_MATRIX = Path(__file__).resolve().parents[1] / "env" / "matrix.toml"
+NO_MATRIX = None  # the built-in release table
 
 
 def report_for(name, matrix=NO_MATRIX):
@@ -165,15 +170,46 @@ def test_rocm_version_from_core_layout(tmp_path):
     assert report["facts"]["rocm_version"] == "7.14.0"
 
 
-def test_release_table_read_from_matrix_with_fallback(tmp_path):
-    matrix = tmp_path / "matrix.toml"
-    matrix.write_text('[[rocm]]\nname = "rocm-6.4"\nrocm = "6.4.4"\ngfx = ["gfx942"]\n')
+def one_entry_matrix(tmp_path, gfx, rocm=None) -> Path:
+    """The repository's matrix cut down to its newest ROCm entry, with these GPU targets (and
+    ROCm version)."""
+    data = tomllib.loads(REPO_MATRIX.read_text(encoding="utf-8"))
+    entry = dict(data["rocm"][0], gfx=gfx, runner_gfx=gfx[0])
+    if rocm:
+        entry.update(rocm=rocm, name="rocm-" + ".".join(rocm.split(".")[:2]))
+    path = tmp_path / "matrix.toml"
+    path.write_text(tomli_w.dumps({**data, "rocm": [entry]}), encoding="utf-8")
+    return path
+
+
+def test_release_table_comes_from_the_release_matrix(tmp_path):
+    matrix = one_entry_matrix(tmp_path, ["gfx942"])
     releases, source = doctor.load_releases(matrix)
-    assert releases == [{"rocm": "6.4.4", "gpu_targets": ["gfx942"]}] and source == str(matrix)
-    got = statuses(report_for("rx7900xtx-desktop", matrix=matrix))
-    assert got["gpu-support"] == "warn"  # gfx1100 is not in this one-entry matrix
+    rocm = tomllib.loads(matrix.read_text())["rocm"][0]["rocm"]
+    assert releases == [{"rocm": rocm, "gpu_targets": ["gfx942"]}] and source == str(matrix)
+    assert doctor.load_releases(None) == (doctor.BUILTIN_RELEASES, "built-in table")
+    older = one_entry_matrix(tmp_path, ["gfx942"], rocm="6.4.0")
+    got = statuses(report_for("rx7900xtx-desktop", matrix=older))
+    assert got["gpu-support"] == "warn"  # the desktop's gfx1100 is not in this one-entry matrix
+
+
+def test_a_matrix_named_on_the_command_line_must_be_readable(tmp_path, capsys):
+    matrix = tmp_path / "matrix.toml"
     matrix.write_text("not = [valid toml")
-    assert doctor.load_releases(matrix) == (doctor.BUILTIN_RELEASES, "built-in table")
+    with pytest.raises(InputError, match="matrix.toml"):
+        doctor.load_releases(matrix)
+    machine = str(MACHINES / "mi250x-rocm57")
+    assert main(["doctor", "--machine", machine, "--matrix", str(matrix)]) == 2
+    assert "matrix.toml" in capsys.readouterr().err
+    assert main(["doctor", "--machine", machine, "--matrix", str(tmp_path / "missing.toml")]) == 2
+    assert "missing.toml" in capsys.readouterr().err
+
+
+def test_the_course_matrix_is_found_through_the_course_root(tmp_path, monkeypatch):
+    assert doctor.course_matrix(str(REPO_MATRIX.parents[1])) == REPO_MATRIX
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    assert doctor.course_matrix(None) is None  # outside a course: the built-in table
 
 
 def test_release_for_picks_newest_not_newer():
@@ -201,14 +237,15 @@ def test_finding_rejects_unknown_status():
         doctor.Finding("x", "X", "bad", "detail")
 
 
-def test_cli_json_and_exit_status(capsys):
-    code = doctor.main(["--json", "--machine", str(MACHINES / "no-render-group"), "--matrix", str(NO_MATRIX)])
+def test_cli_json_and_exit_status(capsys, tmp_path):
+    matrix = one_entry_matrix(tmp_path, ["gfx942"])
+    code = main(["doctor", "--json", "--machine", str(MACHINES / "no-render-group"), "--matrix", str(matrix)])
     report = json.loads(capsys.readouterr().out)
     assert code == 3 == report["exit_code"] and report["worst"] == "fail"
 
 
 def test_cli_table_shows_fixes_in_chosen_language(capsys):
-    code = doctor.main(["--machine", str(MACHINES / "mi250x-rocm57"), "--lang", "zh", "--matrix", str(NO_MATRIX)])
+    code = doctor.main(machine=str(MACHINES / "mi250x-rocm57"), lang="zh")
     out = capsys.readouterr().out
     assert code == 1
     assert "WARN  iommu" in out and "iommu=pt" in out and "GRUB_CMDLINE_LINUX 中加入" in out
@@ -216,7 +253,7 @@ def test_cli_table_shows_fixes_in_chosen_language(capsys):
 
 
 def test_cli_bad_machine_folder(tmp_path, capsys):
-    assert doctor.main(["--machine", str(tmp_path)]) == 2
+    assert main(["doctor", "--machine", str(tmp_path)]) == 2
     assert "machine.json" in capsys.readouterr().err
 
 

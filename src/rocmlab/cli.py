@@ -27,7 +27,7 @@ COMMANDS = {
     "build": ("rocmlab.build", "student notebooks from solutions/ into labs/<lang>/ (nbgrader generate_assignment)"),
     "run": ("rocmlab.run", "execute labs with papermill; one result record per lab and environment"),
     "report": ("rocmlab.adapters:report", "the freshness matrix from result records"),
-    "doctor": ("rocmlab.adapters:doctor", "probe this machine and judge it against the release matrix, with fixes"),
+    "doctor": ("rocmlab.doctor", "probe this machine and judge it against the release matrix, with fixes"),
     "assets": ("rocmlab.adapters:assets", "the offline course model and data; pre-fetch real models"),
     "releases": ("rocmlab.adapters:releases", "the release matrix; upstream releases newer than it"),
     "env": ("rocmlab.adapters:environments", "the release matrix's environments: create, list, Dockerfiles"),

@@ -16,6 +16,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import InputError
+
 
 @dataclass
 class CommandResult:
@@ -123,6 +125,27 @@ class LiveMachine(Machine):
         return collect_torch_info()
 
 
+def rocm_version(machine: Machine) -> str | None:
+    """The ROCm version installed on ``machine``: ``$ROCM_PATH/.info/version`` (default /opt/rocm),
+    else the newest ``core-X.Y`` folder there (TheRock's layout, compared as versions: 7.14 is newer
+    than 7.2), else what ``amd-smi version`` reports; None when there is no ROCm."""
+    root = machine.env().get("ROCM_PATH", "/opt/rocm")
+    text = machine.read_file(f"{root}/.info/version")
+    if text:
+        return text.strip()
+    cores = [n for n in (machine.list_dir(root) or []) if n.startswith("core-")]
+    for name in sorted(cores, key=lambda n: parse_version(n[5:]) or (), reverse=True):
+        text = machine.read_file(f"{root}/{name}/.info/version")
+        if text:
+            return text.strip()
+        if parse_version(name[5:]):
+            return name[5:]
+    result = machine.run(["amd-smi", "version"])
+    if result and result.returncode == 0:
+        return parse_amdsmi_version(result.stdout).get("rocm")
+    return None
+
+
 def _in_rocm_bin(program: str) -> str | None:
     candidate = Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "bin" / program
     return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
@@ -177,7 +200,7 @@ class RecordedMachine(Machine):
         try:
             self.data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read a recorded machine ({exc})") from exc
+            raise InputError(f"{path}: cannot read a recorded machine ({exc})") from None
         self.name = self.data.get("name", self.folder.name)
 
     def _text(self, value):
