@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rocmlab.assets import DATA_DIR, generate_data
-from rocmlab.lab import data
+from rocmlab.assets import loaders as data
 
 
 def test_reports_parse_and_fields_are_in_taxonomy():

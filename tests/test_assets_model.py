@@ -154,7 +154,7 @@ def test_bad_arguments_and_unwritable_cache(tmp_path):
 
 
 def test_corpus_never_contains_eval_reports_or_json_answers():
-    from rocmlab.lab.data import load_qc_reports
+    from rocmlab.assets.loaders import load_qc_reports
 
     corpus = "\n".join(tiny_model.corpus_documents())
     for field in ("defect_type", "disposition", "root_cause"):
@@ -248,7 +248,7 @@ def test_short_lora_fine_tune_raises_valid_json_rate():
     import torch
 
     from rocmlab import lab
-    from rocmlab.lab.data import load_qc_reports
+    from rocmlab.assets.loaders import load_qc_reports
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

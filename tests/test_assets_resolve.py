@@ -1,12 +1,11 @@
 """resolve_model: local paths, the HF cache, offline and unreachable mirrors; the assets CLI."""
 
-import argparse
 import json
 
 import pytest
 
-from rocmlab.assets import commands
 from rocmlab.assets.resolve import ModelUnavailableError, resolve_model
+from rocmlab.cli import main
 
 REPO = "rocmlab-test/definitely-not-cached"
 
@@ -70,24 +69,19 @@ def test_a_non_repo_name_is_not_looked_up(tmp_path):
         resolve_model(str(tmp_path / "empty"))
 
 
-def _parse(argv):
-    parser = argparse.ArgumentParser(prog="rocmlab assets")
-    commands.add_arguments(parser)
-    return parser.parse_args(argv)
-
-
 def test_cli_fetch_offline_fails_with_the_message(empty_hf_cache, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert commands.run(_parse(["fetch", REPO])) == 1
-    assert "HF_HUB_OFFLINE" in capsys.readouterr().out
+    assert main(["assets", "fetch", REPO]) == 1
+    assert "HF_HUB_OFFLINE" in capsys.readouterr().err
 
 
 def test_cli_info_json(tmp_path, capsys):
-    assert commands.run(_parse(["info", "--json", "--cache-dir", str(tmp_path)])) == 0
+    assert main(["assets", "info", "--json", "--cache-dir", str(tmp_path)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["tiny_model"]["status"] == "not built"
     assert info["data"]["qc_reports_train"] >= 600 and info["data"]["qc_kb"] >= 40
 
 
 def test_cli_rejects_bad_steps(capsys):
-    assert commands.run(_parse(["build-model", "--steps", "0"])) == 2
+    assert main(["assets", "build-model", "--steps", "0"]) == 2
+    assert "--steps: expected a positive number, got 0" in capsys.readouterr().err

@@ -63,7 +63,7 @@ BAD_INPUT = {
     "hub": (["hub", "--demo", "--labs", "99-nope"], "unknown lab '99-nope'"),
 }
 # Not yet on the command convention: they print `error:` and return 1 (docs/architecture.md).
-NOT_CONVERTED = {"releases", "env", "assets"}
+NOT_CONVERTED = {"releases", "env"}
 
 
 @pytest.mark.parametrize(

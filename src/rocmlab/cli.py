@@ -28,7 +28,7 @@ COMMANDS = {
     "run": ("rocmlab.run", "execute labs with papermill; one result record per lab and environment"),
     "report": ("rocmlab.adapters:report", "the freshness matrix from result records"),
     "doctor": ("rocmlab.doctor", "probe this machine and judge it against the release matrix, with fixes"),
-    "assets": ("rocmlab.adapters:assets", "the offline course model and data; pre-fetch real models"),
+    "assets": ("rocmlab.assets.commands", "the offline course model and data; pre-fetch real models"),
     "releases": ("rocmlab.adapters:releases", "the release matrix; upstream releases newer than it"),
     "env": ("rocmlab.adapters:environments", "the release matrix's environments: create, list, Dockerfiles"),
     "grade": ("rocmlab.grade", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from ..errors import ExitCode, InputError
+
 
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="assets_command", metavar="{build-model,fetch,info}")
@@ -18,66 +20,56 @@ def add_arguments(parser) -> None:
     fetch.add_argument("--mirror", default=None, help="hub endpoint, e.g. https://hf-mirror.com (default: HF_ENDPOINT)")
     info = sub.add_parser("info", help="show the data sets and the cached model")
     info.add_argument("--cache-dir", default=None)
-    info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
 
 
-def run(args) -> int:
-    handlers = {"build-model": _build_model, "fetch": _fetch, "info": _info}
-    return handlers[args.assets_command](args)
+def main(*, assets_command: str, root=None, **options) -> int:
+    """``options`` are those of the sub-command (``root`` is not used: assets live in the user cache)."""
+    handlers = {"build-model": build_model, "fetch": fetch, "info": info}
+    return handlers[assets_command](**options)
 
 
-def _build_model(args) -> int:
+def build_model(*, steps: int | None = None, seed: int | None = None, cache_dir=None, force: bool = False) -> int:
     import shutil
 
-    from rocmlab.assets import tiny_model
+    from . import tiny_model
 
-    steps = args.steps if args.steps is not None else tiny_model.DEFAULT_STEPS
-    seed = args.seed if args.seed is not None else tiny_model.DEFAULT_SEED
+    steps = steps if steps is not None else tiny_model.DEFAULT_STEPS
+    seed = seed if seed is not None else tiny_model.DEFAULT_SEED
     if steps < 1:
-        print(f"error: --steps must be >= 1, got {steps}")
-        return 2
-    target = tiny_model.model_dir(args.cache_dir, steps=steps, seed=seed)
-    if args.force and target.exists():
+        raise InputError(f"--steps: expected a positive number, got {steps}")
+    target = tiny_model.model_dir(cache_dir, steps=steps, seed=seed)
+    if force and target.exists():
         shutil.rmtree(target)
-    try:
-        path = tiny_model.ensure_tiny_model(args.cache_dir, steps=steps, seed=seed)
-    except tiny_model.CacheError as exc:
-        print(f"error: {exc}")
-        return 1
+    path = tiny_model.ensure_tiny_model(cache_dir, steps=steps, seed=seed)
     manifest = tiny_model.read_valid_manifest(path)
     print(f"{tiny_model.MODEL_NAME}: {path}")
     print(f"  weights sha256 {manifest['weights_sha256']}")
     print(f"  eval perplexity on qc_reports: {manifest['eval_perplexity_qc_reports']}")
-    return 0
+    return ExitCode.OK
 
 
-def _fetch(args) -> int:
-    from rocmlab.assets.resolve import ModelUnavailableError, fetch_model
-    from rocmlab.assets.tiny_model import CacheError
+def fetch(*, name: str, mirror: str | None = None) -> int:
+    from .resolve import fetch_model
 
-    try:
-        path = fetch_model(args.name, mirror=args.mirror)
-    except (ModelUnavailableError, CacheError) as exc:
-        print(f"error: {exc}")
-        return 1
-    print(f"{args.name}: ready at {path}")
-    return 0
+    path = fetch_model(name, mirror=mirror)
+    print(f"{name}: ready at {path}")
+    return ExitCode.OK
 
 
-def _info(args) -> int:
-    from rocmlab.assets import tiny_model
-    from rocmlab.lab import data
+def info(*, cache_dir=None, as_json: bool = False) -> int:
+    from . import loaders, tiny_model
 
-    target = tiny_model.model_dir(args.cache_dir)
+    target = tiny_model.model_dir(cache_dir)
     manifest = tiny_model.read_valid_manifest(target)
     summary = {
         "data": {
-            "qc_reports_train": len(data.load_qc_reports("train")),
-            "qc_reports_eval": len(data.load_qc_reports("eval")),
-            "qc_kb": len(data.load_qc_kb()),
-            "taxonomy": {key: len(values) for key, values in data.qc_taxonomy().items()},
+            "qc_reports_train": len(loaders.load_qc_reports("train")),
+            "qc_reports_eval": len(loaders.load_qc_reports("eval")),
+            "qc_kb": len(loaders.load_qc_kb()),
+            "taxonomy": {key: len(values) for key, values in loaders.qc_taxonomy().items()},
         },
-        "cache_root": str(tiny_model.cache_root(args.cache_dir)),
+        "cache_root": str(tiny_model.cache_root(cache_dir)),
         "tiny_model": {
             "path": str(target),
             "status": "built" if manifest else ("corrupt or partial" if target.exists() else "not built"),
@@ -98,9 +90,9 @@ def _info(args) -> int:
             ),
         },
     }
-    if args.json:
+    if as_json:
         print(json.dumps(summary, ensure_ascii=False, indent=2))
-        return 0
+        return ExitCode.OK
     d, m = summary["data"], summary["tiny_model"]
     print(
         f"data: {d['qc_reports_train']} train / {d['qc_reports_eval']} eval qc_reports, {d['qc_kb']} KB documents, "
@@ -113,4 +105,4 @@ def _info(args) -> int:
             f"  {m['parameters'] / 1e6:.2f} M parameters, {m['steps']} steps, seed {m['seed']}, "
             f"eval perplexity {m['eval_perplexity_qc_reports']}, sha256 {m['weights_sha256'][:16]}"
         )
-    return 0
+    return ExitCode.OK

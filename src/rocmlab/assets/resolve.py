@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import CommandFailed
+
 DEFAULT_HUB = "https://huggingface.co"
 ETAG_TIMEOUT_S = 10
 # Only the files a causal LM needs; skips other frameworks' weights and repo extras.
 MODEL_FILE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.py", "*.tiktoken"]
 
 
-class ModelUnavailableError(RuntimeError):
+class ModelUnavailableError(CommandFailed, RuntimeError):
     """No source had the model; ``attempts`` lists (source, outcome) pairs."""
 
     def __init__(self, name: str, attempts: list[tuple[str, str]]):

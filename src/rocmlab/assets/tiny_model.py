@@ -19,6 +19,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import CommandFailed
+
 MODEL_NAME = "tiny-qwen-zh"
 RECIPE_VERSION = 4  # bump on any change to the corpus, tokenizer, model or training recipe
 DEFAULT_STEPS = 120
@@ -58,7 +60,7 @@ MODEL_SHAPE = dict(
 )
 
 
-class CacheError(RuntimeError):
+class CacheError(CommandFailed, RuntimeError):
     """The model cache cannot be used (lock timeout, unwritable directory)."""
 
 
@@ -154,7 +156,7 @@ def glossary(rng: random.Random) -> str:
 
 def corpus_documents(seed: int = DEFAULT_SEED) -> list[str]:
     """The pre-training documents, in a fixed order for a seed."""
-    from rocmlab.lab.data import load_qc_kb, load_qc_reports
+    from .loaders import load_qc_kb, load_qc_reports
 
     rng = random.Random(seed)
     docs = [report_as_prose(row, i) for i, row in enumerate(load_qc_reports("train"))]
@@ -171,7 +173,7 @@ def corpus_documents(seed: int = DEFAULT_SEED) -> list[str]:
 
 
 def eval_documents() -> list[str]:
-    from rocmlab.lab.data import load_qc_reports
+    from .loaders import load_qc_reports
 
     return [report_as_prose(row, i) for i, row in enumerate(load_qc_reports("eval"))]
 

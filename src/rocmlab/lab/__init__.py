@@ -1,7 +1,7 @@
 """The helper library that lab notebooks import (``from rocmlab import lab``).
 
 Plumbing only: device choice, seeding, synchronized timers, plotting, loading the course
-model and data, launching torchrun. The idea a lab teaches is written in the notebook.
+model and data (re-exported from ``rocmlab.assets``), launching torchrun. The idea a lab teaches is written in the notebook.
 Names load lazily so that ``import rocmlab.lab`` stays cheap and torch-free.
 """
 
@@ -16,10 +16,10 @@ _EXPORTS = {
     "time_it": "timing",
     "plot_lines": "plotting",
     "plot_bars": "plotting",
-    "load_qc_reports": "data",
-    "load_qc_kb": "data",
-    "qc_taxonomy": "data",
-    "qc_signals": "data",
+    "load_qc_reports": "rocmlab.assets.loaders",
+    "load_qc_kb": "rocmlab.assets.loaders",
+    "qc_taxonomy": "rocmlab.assets.loaders",
+    "qc_signals": "rocmlab.assets.loaders",
     "load_model": "models",
     "resolve_model": "models",
     "run_torchrun": "launch",
@@ -37,7 +37,7 @@ def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"rocmlab.lab has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{module}"), name)
+    return getattr(import_module(module if "." in module else f"{__name__}.{module}"), name)
 
 
 def __dir__():

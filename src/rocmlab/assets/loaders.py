@@ -1,7 +1,8 @@
 """The course's Chinese QC data sets: loaders with schema checks, and a signal generator.
 
 Files ship in ``rocmlab/assets/data`` (see docs/DATA-CARD.md). A malformed file raises
-``DataFileError`` naming the file, the line and the field.
+``DataFileError`` naming the file, the line and the field. Labs reach these through
+``rocmlab.lab`` (``lab.load_qc_reports``...), which re-exports them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import json
 from functools import cache
 from pathlib import Path
 
+from ..errors import InputError
+from . import DATA_DIR
+
 REPORT_FIELDS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
 KB_FIELDS = ("id", "title", "kind", "text")
 SPLITS = ("train", "eval")
@@ -17,19 +21,13 @@ TRACE_ANOMALIES = ("spike", "step", "drift", "dropout", "oscillation")
 IMAGE_ANOMALIES = ("scratch", "spot", "crack", "missing")
 
 
-class DataFileError(ValueError):
+class DataFileError(InputError, ValueError):
     """A data file does not match its schema."""
 
     def __init__(self, path, line, field, problem):
         self.path, self.line, self.field = Path(path), line, field
         where = f"{path}:{line}" if line else str(path)
         super().__init__(f"{where}: field {field!r}: {problem}")
-
-
-def _data_dir() -> Path:
-    from rocmlab.assets import DATA_DIR
-
-    return DATA_DIR
 
 
 def _read_jsonl(path: Path):
@@ -79,7 +77,7 @@ def _taxonomy(data_dir: Path) -> dict:
 
 def qc_taxonomy() -> dict:
     """The label sets: ``defect_types``, ``severities``, ``dispositions``, ``product_lines``."""
-    return {key: list(values) for key, values in _taxonomy(_data_dir()).items()}
+    return {key: list(values) for key, values in _taxonomy(DATA_DIR).items()}
 
 
 def validate_report_row(path, number, row, taxonomy) -> dict:
@@ -116,9 +114,9 @@ def load_qc_reports(split: str = "train", *, path=None) -> list[dict]:
     if path is None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        path = _data_dir() / f"qc_reports_{split}.jsonl"
+        path = DATA_DIR / f"qc_reports_{split}.jsonl"
     path = Path(path)
-    taxonomy = _taxonomy(_data_dir())
+    taxonomy = _taxonomy(DATA_DIR)
     rows, seen = [], set()
     for number, row in _read_jsonl(path):
         item = validate_report_row(path, number, row, taxonomy)
@@ -131,7 +129,7 @@ def load_qc_reports(split: str = "train", *, path=None) -> list[dict]:
 
 def load_qc_kb(*, path=None) -> list[dict]:
     """The QC knowledge base: defect catalogue, inspection SOPs and disposition rules."""
-    path = Path(path) if path is not None else _data_dir() / "qc_kb.jsonl"
+    path = Path(path) if path is not None else DATA_DIR / "qc_kb.jsonl"
     docs, seen = [], set()
     for number, row in _read_jsonl(path):
         for field in KB_FIELDS:
