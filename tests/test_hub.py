@@ -13,13 +13,14 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from rocmlab import hub
-from rocmlab.catalog import LabError
+from rocmlab.errors import InputError, LabError
+from rocmlab.hub import exchange as rocmlab_exchange
+from rocmlab.hub import launch as hub_launch
+from rocmlab.hub import spawner as rocmlab_spawner
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_DIR = ROOT / "env" / "jupyterhub"
 FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
-sys.path.insert(0, str(HUB_DIR))
-import rocmlab_spawner  # noqa: E402 (after the sys.path setup)
 
 HUB_VARIABLES = [name for name in os.environ if name.startswith("ROCMLAB_")]
 
@@ -53,7 +54,7 @@ def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8123"
     assert c.JupyterHub.authenticator_class == "shared-password"
     assert c.SharedPasswordAuthenticator.user_password == "s3cret"
-    assert c.JupyterHub.spawner_class is rocmlab_spawner.DemoCourseSpawner
+    assert c.JupyterHub.spawner_class == "rocmlab.hub.spawner.DemoCourseSpawner"
     assert c.JupyterHub.load_groups == {"instructors": {"users": ["ann", "bob"]}}
     assert c.DemoCourseSpawner.max_processes == 0
     assert c.DemoCourseSpawner.home_dir_template == str(tmp_path / "data" / "homes" / "{username}")
@@ -74,7 +75,7 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert c.JupyterHub.authenticator_class == "pam"
     assert c.PAMAuthenticator.allowed_groups == {"class", "teachers"}
     assert c.PAMAuthenticator.admin_groups == {"teachers"}
-    assert c.JupyterHub.spawner_class is rocmlab_spawner.CourseSpawner
+    assert c.JupyterHub.spawner_class == "rocmlab.hub.spawner.CourseSpawner"
     assert c.CourseSpawner.max_processes == 512 and c.Spawner.mem_limit == "6G"
     assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
     assert "--MappingKernelManager.cull_idle_timeout=1800" in c.Spawner.args
@@ -281,11 +282,11 @@ def test_instructors_get_the_sources_for_the_formgrader(tmp_path):
 
 def test_the_nbgrader_config_collects_with_the_owner_check(monkeypatch):
     c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor")
-    assert c.ExchangeFactory.collect == "rocmlab_exchange.OwnerCheckedCollect"
-    import rocmlab_exchange
+    assert c.ExchangeFactory.collect == "rocmlab.hub.exchange.OwnerCheckedCollect"
     from nbgrader.exchange.default.collect import ExchangeCollect
+    from traitlets.utils.importstring import import_item
 
-    assert issubclass(rocmlab_exchange.OwnerCheckedCollect, ExchangeCollect)
+    assert issubclass(import_item(c.ExchangeFactory.collect), ExchangeCollect)  # as nbgrader loads it
 
 
 needs_root_and_nobody = pytest.mark.skipif(
@@ -307,7 +308,6 @@ def _submission(inbound: Path, student: str, day: int, owner: str) -> Path:
 
 
 def _collect(tmp_path, monkeypatch, check_owner: bool) -> Path:
-    import rocmlab_exchange
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
@@ -396,7 +396,7 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
     assert folder == tmp_path / "data" / "labs-gpu" / "en" and labs == ["01-demo"]
     assert "SCALE = 9" in (folder / "01-demo" / "01-demo.ipynb").read_text()
     assert any("02-smoke-only" in m and "[profiles.gpu]" in m for m in messages)
-    with pytest.raises(hub.HubError, match="--profile"):
+    with pytest.raises(InputError, match="--profile"):
         hub.delivered_labs(root, tmp_path / "data", "en", ["01"], "multi-gpu")
     smoke = hub.delivered_labs(root, tmp_path / "data", "en", ["01-demo"], "smoke")
     assert smoke == (root / "labs" / "en", ["01-demo"])  # the build as it is: nothing rendered
@@ -404,29 +404,34 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
 
 def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypatch, tmp_path):
     environments = []
-    monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
-    monkeypatch.setattr(hub, "launch", lambda root, env, log, launcher=(): environments.append(env) or sleeper())
-    monkeypatch.setattr(hub, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("stop here")))
-    with pytest.raises(hub.HubError, match="stop here"), hub.DemoHub(tmp_path, root=ROOT, profile="gpu"):
+    monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
+    monkeypatch.setattr(hub_launch, "launch", lambda root, env, log, launcher=(): environments.append(env) or sleeper())
+    monkeypatch.setattr(hub_launch, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("stop here")))
+    with pytest.raises(hub.HubError, match="stop here"), hub.DemoHub(tmp_path, root=ROOT, labs=["01"], profile="gpu"):
         pass
     rendered = tmp_path / "labs-gpu" / "en"
     assert environments[0]["ROCMLAB_HUB_LABS_DIR"] == str(rendered)
     assert environments[0]["ROCMLAB_HUB_LABS"] == "01-rocm-setup"
     assert 'PROFILE = \\"gpu\\"' in (rendered / "01-rocm-setup" / "01-rocm-setup.ipynb").read_text()
-    with pytest.raises(hub.HubError, match="profile"):
+    with pytest.raises(InputError, match="profile"):
         hub.DemoHub(tmp_path, root=ROOT, profile="fast")
 
 
-def test_server_mode_needs_root(monkeypatch):
+def run_command(*argv, root=ROOT) -> int:
+    return hub.main(**vars(parse(*argv)), root=str(root))
+
+
+def test_server_mode_needs_root(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(hub.HubError, match="--demo"):
-        hub.run(parse())
+    monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
+    with pytest.raises(InputError, match="--demo"):
+        run_command("--labs", "01", "--data-dir", str(tmp_path))
 
 
 def test_a_short_demo_password_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("ROCMLAB_HUB_PASSWORD", "short")
-    with pytest.raises(hub.HubError, match="8 characters"):
-        hub.run(parse("--demo", "--labs", "01", "--data-dir", str(tmp_path)))
+    with pytest.raises(InputError, match="8 characters"):
+        run_command("--demo", "--labs", "01", "--data-dir", str(tmp_path))
 
 
 def test_a_missing_proxy_says_make_hub_setup(monkeypatch, tmp_path):
@@ -436,7 +441,7 @@ def test_a_missing_proxy_says_make_hub_setup(monkeypatch, tmp_path):
 
 
 def test_labs_must_be_built():
-    with pytest.raises(hub.HubError, match="rocmlab build"):
+    with pytest.raises(InputError, match="rocmlab build"):
         hub.resolve_labs(FIXTURE_COURSE, "en", ["01"])
     with pytest.raises(LabError):
         hub.resolve_labs(ROOT, "en", ["99-nothing"])
@@ -461,25 +466,25 @@ def sleeper(*_args, **_kwargs):
 
 def test_demo_prints_the_banner_and_cleans_up_a_failed_start(monkeypatch, tmp_path, capsys):
     started = []
-    monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
-    monkeypatch.setattr(hub, "launch", lambda *a: started.append(sleeper()) or started[-1])
+    monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
+    monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])
 
     def never_ready(process, url, timeout_s, log_path):
         raise hub.HubError("not ready")
 
-    monkeypatch.setattr(hub, "wait_ready", never_ready)
+    monkeypatch.setattr(hub_launch, "wait_ready", never_ready)
     with pytest.raises(hub.HubError, match="not ready"):
-        hub.run(parse("--demo", "--port", "0", "--labs", "01", "--data-dir", str(tmp_path)))
+        run_command("--demo", "--port", "0", "--labs", "01", "--data-dir", str(tmp_path))
     assert "NOT SECURE" in capsys.readouterr().err
     assert started[0].poll() == -signal.SIGTERM
 
 
 def test_demo_hub_stops_what_it_started_when_the_start_fails(monkeypatch, tmp_path):
     started = []
-    monkeypatch.setattr(hub, "find_proxy", lambda root: Path("/bin/true"))
-    monkeypatch.setattr(hub, "launch", lambda *a: started.append(sleeper()) or started[-1])
-    monkeypatch.setattr(hub, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("no answer")))
-    demo = hub.DemoHub(tmp_path, root=ROOT)
+    monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
+    monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])
+    monkeypatch.setattr(hub_launch, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("no answer")))
+    demo = hub.DemoHub(tmp_path, root=ROOT, labs=["01"])
     assert demo.url == f"http://127.0.0.1:{demo.port}" and demo.password
     with pytest.raises(hub.HubError, match="no answer"), demo:
         pass

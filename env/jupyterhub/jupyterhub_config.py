@@ -12,7 +12,8 @@
 #   ROCMLAB_HUB_PORT         public port of the proxy (8000); ROCMLAB_HUB_API_PORT the proxy's
 #                            API (8001); ROCMLAB_HUB_INTERNAL_PORT the hub itself (8081)
 #   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
-#   ROCMLAB_ROOT             the rocmlab checkout (labs/, solutions/, autograder/)
+#   ROCMLAB_ROOT             the rocmlab checkout (labs/, solutions/, autograder/); default: the
+#                            checkout jupyterhub is started in (rocmlab.root.find_root)
 #   ROCMLAB_HUB_LANG         en | zh: language of the notebooks delivered to homes
 #   ROCMLAB_HUB_LABS_DIR     folder of the student notebooks delivered, one sub-folder per lab
 #                            (default ROCMLAB_ROOT/labs/<lang>, the smoke build; `rocmlab hub
@@ -34,9 +35,8 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from rocmlab_spawner import CourseSpawner, DemoCourseSpawner  # (after the path is set)  # noqa: E402 (after the sys.path setup)
+from rocmlab.hub.labs import COURSE_ID
+from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 env = os.environ.get
@@ -57,7 +57,7 @@ mode = env("ROCMLAB_HUB_MODE", "server")
 if mode not in ("server", "demo"):
     raise ValueError(f"ROCMLAB_HUB_MODE={mode!r}: expected server or demo")
 demo = mode == "demo"
-course_repo = Path(env("ROCMLAB_ROOT") or HERE.parent.parent).resolve()
+course_repo = find_root()  # $ROCMLAB_ROOT, else the checkout this is run in
 data = Path(env("ROCMLAB_HUB_DATA") or "/srv/rocmlab-hub").resolve()
 lang = env("ROCMLAB_HUB_LANG", "en")
 if lang not in ("en", "zh"):
@@ -99,7 +99,7 @@ else:
     c.PAMAuthenticator.admin_groups = {instructor_group}
 
 # ------------------------------------------------------------------ single-user servers
-c.JupyterHub.spawner_class = DemoCourseSpawner if demo else CourseSpawner
+c.JupyterHub.spawner_class = "rocmlab.hub.spawner." + ("DemoCourseSpawner" if demo else "CourseSpawner")
 c.Spawner.cmd = [str(venv_bin / "jupyterhub-singleuser")]  # the course's environment, and its python3 kernel
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
@@ -128,7 +128,7 @@ c.CourseSpawner.lang = lang
 c.CourseSpawner.labs_dir = str(built)
 c.CourseSpawner.labs = labs
 c.CourseSpawner.instructor_group = instructor_group
-c.CourseSpawner.course_id = "rocmlab"
+c.CourseSpawner.course_id = COURSE_ID
 c.CourseSpawner.exchange_root = str(exchange)
 c.CourseSpawner.hub_marker = env("ROCMLAB_HUB_ID", "")
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.

@@ -1,7 +1,6 @@
 # nbgrader config of every single-user server of the rocmlab hub (found through JUPYTER_CONFIG_PATH).
-# The spawner (env/jupyterhub/rocmlab_spawner.py) sets the variables read here.
+# The spawner (rocmlab.hub.spawner) sets the variables read here.
 import os
-import sys
 from pathlib import Path
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -14,9 +13,7 @@ if os.environ.get("ROCMLAB_ROOT") and _course_config.is_file():
 c.CourseDirectory.course_id = os.environ.get("ROCMLAB_COURSE_ID", "rocmlab")
 c.Exchange.root = os.environ.get("ROCMLAB_EXCHANGE", "/srv/nbgrader/exchange")
 # Collect only what each student's own account submitted (nbgrader's check_owner just warns).
-if os.path.dirname(__file__) not in sys.path:
-    sys.path.insert(0, os.path.dirname(__file__))
-c.ExchangeFactory.collect = "rocmlab_exchange.OwnerCheckedCollect"
+c.ExchangeFactory.collect = "rocmlab.hub.exchange.OwnerCheckedCollect"
 # Fetched assignments go to ~/<course id>/<lab>/, beside the delivered ~/<lab>/ folders.
 c.Exchange.path_includes_course = True
 

@@ -5,7 +5,7 @@ convention asks. When a module gets its own ``add_arguments`` and keyword ``main
 ``rocmlab.errors`` exceptions instead of printing ``error:`` and returning 1), its adapter is
 deleted here and ``cli.COMMANDS`` names the module itself (docs/architecture.md, "Commands").
 
-- ``releases``, ``environments``, ``hub``: ``add_arguments(parser)`` and
+- ``releases``, ``environments``: ``add_arguments(parser)`` and
   ``run(args: Namespace)``;
 - ``report``: the command lived in cli.py; ``rocmlab.report`` has the functions it calls.
 """
@@ -35,7 +35,6 @@ class NamespaceCommand:
 
 releases = NamespaceCommand("rocmlab.releases")
 environments = NamespaceCommand("rocmlab.environments")
-hub = NamespaceCommand("rocmlab.hub")
 
 
 class ReportCommand:

@@ -34,7 +34,7 @@ COMMANDS = {
     "grade": ("rocmlab.grade", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),
     "check": ("rocmlab.check", "a learner's offline self-check of a notebook's visible tests"),
     "hub": (
-        "rocmlab.adapters:hub",
+        "rocmlab.hub",
         "the workshop JupyterHub of this machine (--demo: loopback, shared password, not secure)",
     ),
 }

@@ -29,7 +29,9 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from traitlets import Bool, Integer, List, Unicode
 
-HERE = Path(__file__).resolve().parent
+from .labs import COURSE_ID
+
+CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
 
 
@@ -80,7 +82,7 @@ class CourseSpawner(LocalProcessSpawner):
         "its own)",
     ).tag(config=True)
     instructor_group = Unicode("instructors", help="hub group (or Unix group) of instructors").tag(config=True)
-    course_id = Unicode("rocmlab", help="nbgrader course id").tag(config=True)
+    course_id = Unicode(COURSE_ID, help="nbgrader course id").tag(config=True)
     exchange_root = Unicode(help="nbgrader exchange root shared by all users").tag(config=True)
     course_folder = Unicode("course", help="instructor's nbgrader course root, relative to the home").tag(config=True)
     max_processes = Integer(0, help="RLIMIT_NPROC for the user's processes (0: none)").tag(config=True)
@@ -117,13 +119,14 @@ class CourseSpawner(LocalProcessSpawner):
 
     def course_env(self) -> dict:
         """What the user's server and nbgrader need to know about the course and the user's role."""
+        configs = Path(self.course_repo) / CONFIG_FOLDER
         env = {
             "ROCMLAB_HUB_ROLE": self.role(),
             "ROCMLAB_HUB_ID": self.hub_marker,
             "ROCMLAB_ROOT": self.course_repo,
             "ROCMLAB_COURSE_ID": self.course_id,
             "ROCMLAB_EXCHANGE": self.exchange_root,
-            "JUPYTER_CONFIG_PATH": os.pathsep.join([str(HERE / "jupyter" / self.role()), str(HERE)]),
+            "JUPYTER_CONFIG_PATH": os.pathsep.join([str(configs / "jupyter" / self.role()), str(configs)]),
             "PATH": os.pathsep.join([str(Path(self.cmd[0]).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
         }
         if self.is_instructor():
@@ -154,8 +157,8 @@ class CourseSpawner(LocalProcessSpawner):
         return delivered
 
     def write_sources(self, owner) -> None:
-        from rocmlab.build import HIDDEN_DATA, solution_notebook, write_notebook
-        from rocmlab.catalog import discover, select
+        from ..build import HIDDEN_DATA, solution_notebook, write_notebook
+        from ..catalog import discover, select
 
         root = self.course_root()
         if not root.exists():

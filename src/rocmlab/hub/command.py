@@ -1,0 +1,138 @@
+"""``rocmlab hub [--demo]``: the workshop JupyterHub of this machine, on ``LocalHub``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .. import processes
+from ..errors import ExitCode
+from .labs import LANGUAGES, PROFILES
+from .launch import log_tail
+from .local import LocalHub
+
+DEFAULT_SERVER_DATA = Path("/srv/rocmlab-hub")
+BANNER = """
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+!!  DEMO HUB: NOT SECURE. Anyone who can reach {url} and knows the shared
+!!  password is any user; every server runs as {user}, with no isolation.
+!!  Loopback only. For a workshop, run `sudo rocmlab hub` (real accounts).
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+"""
+CACHE_WARNING = (
+    "warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
+    "their own cache (about two minutes of CPU each): build it once with "
+    "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
+    "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "The workshop JupyterHub of this machine: real Unix accounts (PAM, run as root); "
+        "--demo: loopback, one shared password, not secure."
+    )
+    parser.add_argument(
+        "--demo", action="store_true", help="NOT SECURE: shared password, every server as this user, loopback only"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="public port (0: a free one)")
+    parser.add_argument("--ip", default="", help="public address (default: all; --demo: always 127.0.0.1)")
+    parser.add_argument("--lang", default="en", choices=LANGUAGES, help="language of the delivered notebooks")
+    parser.add_argument("--labs", nargs="*", default=[], help="labs put in every home (default: every built lab)")
+    parser.add_argument(
+        "--profile",
+        default="smoke",
+        choices=PROFILES,
+        help="parameters of the delivered notebooks: smoke (labs/ as built, for CPUs) or gpu "
+        "(rendered at start into DATA_DIR/labs-gpu/; labs without a gpu profile are left out)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        help=f"hub state, exchange, demo homes (default {DEFAULT_SERVER_DATA}; --demo: a folder in your user data dir)",
+    )
+    parser.add_argument(
+        "--instructors", nargs="*", default=["instructor"], help="--demo: hub users in the instructor group"
+    )
+    parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for the hub to start")
+
+
+def data_folder(data_dir: str | None, demo: bool) -> Path:
+    if data_dir:
+        return Path(data_dir).resolve()
+    if demo:
+        from platformdirs import user_data_dir
+
+        return Path(user_data_dir("rocmlab")) / "hub-demo"
+    return DEFAULT_SERVER_DATA
+
+
+def main(
+    *,
+    demo: bool = False,
+    port: int = 8000,
+    ip: str = "",
+    lang: str = "en",
+    labs=(),
+    profile: str = "smoke",
+    data_dir: str | None = None,
+    instructors=("instructor",),
+    timeout: float = 120,
+    root: str | None = None,
+) -> int:
+    """Start the hub and serve until Ctrl-C or SIGTERM (exit 0), or until jupyterhub exits (exit 1)."""
+    hub = LocalHub(
+        data_folder(data_dir, demo),
+        demo=demo,
+        instructors=instructors if demo else (),
+        lang=lang,
+        labs=labs,
+        ip=ip,
+        port=port or None,
+        password=os.environ.get("ROCMLAB_HUB_PASSWORD") or None,
+        timeout_s=timeout,
+        root=root,
+        profile=profile,
+        progress=lambda message: print(message, file=sys.stderr),
+    )
+    if demo:
+        print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
+    elif not os.environ.get("ROCMLAB_CACHE"):
+        print(CACHE_WARNING, file=sys.stderr)
+    previous = processes.exit_on_sigterm()
+    try:
+        with hub:
+            _say_ready(hub)
+            status = hub.wait()
+            print(
+                f"jupyterhub exited with status {status}; log: {hub.log_path}\n{log_tail(hub.log_path)}",
+                file=sys.stderr,
+            )
+            return ExitCode.FAILED
+    except KeyboardInterrupt:
+        return ExitCode.OK
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _say_ready(hub: LocalHub) -> None:
+    mode = "demo" if hub.demo else "server"
+    print(
+        f"rocmlab hub ({mode}) at {hub.public_url}  labs: {', '.join(hub.labs) or '-'} "
+        f"({hub.profile} profile)  log: {hub.log_path}"
+    )
+    if hub.demo:
+        print(
+            f"log in with any user name and the password {hub.password}; "
+            f"instructors ({', '.join(hub.instructors) or '-'}) get the formgrader"
+        )
+    print("Ctrl-C stops the hub and every server", flush=True)
+
+
+def _whoami() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name

@@ -1,0 +1,179 @@
+"""The jupyterhub process of a rocmlab hub: what it needs installed, its environment, start and stop.
+
+jupyterhub runs ``env/jupyterhub/jupyterhub_config.py`` in a session of its own, the config
+driven by ``ROCMLAB_HUB_*`` variables (see the config file). Every process of a hub carries a
+marker in its environment (``ROCMLAB_HUB_ID``), so stopping it also finds servers and kernels
+the hub lost track of.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .. import processes
+from ..errors import CommandFailed
+
+CONFIG = Path("env") / "jupyterhub" / "jupyterhub_config.py"
+LOCAL_PROXY = Path(".venv") / "hub-node" / "node_modules" / ".bin" / "configurable-http-proxy"
+HUB_MARKER = "ROCMLAB_HUB_ID"
+
+
+class HubError(CommandFailed):
+    """The hub cannot be set up or started; the message says what to do."""
+
+
+def find_proxy(root: Path) -> Path:
+    """configurable-http-proxy from ``make hub-setup`` (.venv/hub-node) or from PATH."""
+    local = root / LOCAL_PROXY
+    if local.is_file() and os.access(local, os.X_OK):
+        return local
+    on_path = shutil.which("configurable-http-proxy")
+    if on_path:
+        return Path(on_path)
+    raise HubError(
+        f"configurable-http-proxy not found (looked in {local} and on PATH): run `make hub-setup` "
+        "(it installs it with npm into .venv/hub-node)"
+    )
+
+
+def unshared_paths(paths) -> list[str]:
+    """Paths another user could not use: a folder on the way without o+x, a file without o+r
+    (o+x too for the interpreter, which comes first)."""
+    problems = []
+    for index, path in enumerate(paths):
+        path = Path(path).resolve()
+        need = 0o005 if index == 0 else 0o004
+        if path.exists() and path.stat().st_mode & need != need:
+            problems.append(f"{path} (mode {path.stat().st_mode & 0o777:o})")
+        for folder in path.parents:
+            if folder.exists() and not folder.stat().st_mode & 0o001:
+                problems.append(f"{folder} (mode {folder.stat().st_mode & 0o777:o})")
+    return sorted(set(problems))
+
+
+def check_shared_install(root: Path) -> None:
+    """Real accounts run the course's interpreter and read its configs as themselves."""
+    problems = unshared_paths(
+        [sys.executable, root / CONFIG.parent / "nbgrader_config.py", root / "autograder" / "nbgrader_config.py"]
+    )
+    if problems:
+        raise HubError(
+            "learners' servers run as their own Unix users, who cannot use: "
+            + ", ".join(problems)
+            + ". Install the course where every user can read it (e.g. /opt/rocmlab, its .venv "
+            "made from a system Python), or open these modes"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def hub_environment(
+    root: Path,
+    data: Path,
+    *,
+    demo: bool,
+    port: int,
+    ip: str = "",
+    lang: str = "en",
+    labs=(),
+    api_port: int | None = None,
+    internal_port: int | None = None,
+    password: str = "",
+    admin_token: str = "",
+    instructors=(),
+    marker: str = "",
+    proxy: Path | None = None,
+    labs_dir: Path | None = None,
+) -> dict:
+    """The variables jupyterhub_config.py reads, on top of this process's environment."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "ROCMLAB_HUB_MODE": "demo" if demo else "server",
+            "ROCMLAB_HUB_IP": "127.0.0.1" if demo else ip,
+            "ROCMLAB_HUB_PORT": str(port),
+            "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),
+            "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port or (free_port() if demo else 8081)),
+            "ROCMLAB_HUB_DATA": str(data),
+            "ROCMLAB_ROOT": str(root),
+            "ROCMLAB_HUB_LANG": lang,
+            "ROCMLAB_HUB_LABS_DIR": str(labs_dir or root / "labs" / lang),
+            "ROCMLAB_HUB_LABS": ",".join(labs),
+            "ROCMLAB_HUB_PASSWORD": password,
+            "ROCMLAB_HUB_ADMIN_TOKEN": admin_token,
+            "ROCMLAB_HUB_INSTRUCTORS": ",".join(instructors),
+            HUB_MARKER: marker or secrets.token_hex(8),
+            "ROCMLAB_HUB_PROXY": str(proxy or find_proxy(root)),
+        }
+    )
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
+    return env
+
+
+def launch(root: Path, env: dict, log_path: Path, launcher=()) -> subprocess.Popen:
+    """jupyterhub in its own session and process group, its output in ``log_path``; ``launcher``: a
+    command that execs the one after it (e.g. ``unshare ...``), put before jupyterhub's."""
+    jupyterhub = Path(sys.executable).parent / "jupyterhub"
+    command = [*launcher, str(jupyterhub) if jupyterhub.exists() else "jupyterhub", "-f", str(root / CONFIG)]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            command,
+            cwd=env["ROCMLAB_HUB_DATA"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def log_tail(log_path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_ready(process: subprocess.Popen, url: str, timeout_s: float, log_path: Path) -> None:
+    """Until the hub answers through the proxy; raises HubError if it exits or times out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise HubError(
+                f"jupyterhub exited with status {process.returncode} while starting; "
+                f"its log ({log_path}):\n{log_tail(log_path)}"
+            )
+        try:
+            with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise HubError(
+        f"jupyterhub did not answer at {url} within {timeout_s:g} s; its log ({log_path}):\n{log_tail(log_path)}"
+    )
+
+
+def stop(process: subprocess.Popen | None, marker: str, timeout_s: float = 20) -> None:
+    """SIGTERM the hub (it stops its servers and proxy), then end whatever is left of its processes:
+    its tree as it was, and every process carrying its marker."""
+    tree = processes.Tree(process.pid) if process is not None else None
+    if tree is not None:
+        tree.track()
+        processes.stop(process, timeout_s)
+    processes.end([*(tree.alive() if tree else []), *processes.marked(HUB_MARKER, marker)])
