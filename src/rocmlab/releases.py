@@ -12,7 +12,6 @@ import dataclasses
 import datetime as dt
 import html.parser
 import json
-import os
 import re
 import sys
 import tomllib
@@ -119,18 +118,11 @@ class Matrix:
 # ---------------------------------------------------------------- locating and loading
 
 
-def find_matrix(start: Path | None = None) -> Path:
-    """env/matrix.toml of the course repository: $ROCMLAB_ROOT, else the nearest folder upwards."""
-    if os.environ.get("ROCMLAB_ROOT"):
-        return Path(os.environ["ROCMLAB_ROOT"]) / MATRIX_RELATIVE
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / MATRIX_RELATIVE).is_file():
-            return folder / MATRIX_RELATIVE
-    package_root = Path(__file__).resolve().parents[2]
-    if (package_root / MATRIX_RELATIVE).is_file():
-        return package_root / MATRIX_RELATIVE
-    raise MatrixError(f"no {MATRIX_RELATIVE} in {here} or above: run rocmlab inside the course repository")
+def find_matrix() -> Path:
+    """env/matrix.toml of the course repository (``rocmlab.root.find_root``: $ROCMLAB_ROOT, else the working directory)."""
+    from .root import find_root
+
+    return find_root() / MATRIX_RELATIVE
 
 
 def repo_root(matrix_path: Path | None = None) -> Path:
