@@ -1,17 +1,12 @@
 """``rocmlab check``: a learner's offline self-check."""
 
-import sys
-from pathlib import Path
-
+import classroom
 import nbformat
 import pytest
 
 from rocmlab.check import prepare
 from rocmlab.cli import main
 from rocmlab.grade import INJECTED_TAG
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
-import classroom
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path, capsys):

@@ -1,9 +1,8 @@
 """Grading units: finding submissions, validation, restoring test cells, hidden failures, feedback."""
 
 import copy
-import sys
-from pathlib import Path
 
+import classroom
 import nbformat
 import pytest
 
@@ -25,9 +24,6 @@ from rocmlab.grade import (
     trusted_names,
     visible_part,
 )
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
-import classroom
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,9 @@ The process-count limit is proven with a small bound before the fork bomb is eve
 import csv
 import json
 import socket
-import sys
 import threading
-from pathlib import Path
 
+import classroom
 import nbformat
 import psutil
 import pytest
@@ -18,9 +17,6 @@ import pytest
 from rocmlab.catalog import discover, select
 from rocmlab.grade import find_submissions, grade_class
 from rocmlab.sandbox import USER_PREFIX, Limits, Sandbox
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
-import classroom
 
 pytestmark = pytest.mark.slow
 

@@ -1,15 +1,12 @@
 """``rocmlab grade`` end to end through the CLI: nbgrader layout, a gradebook URL, re-runs."""
 
 import json
-import sys
 from pathlib import Path
 
+import classroom
 import pytest
 
 from rocmlab.cli import main
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "submissions"))
-import classroom
 
 pytestmark = pytest.mark.slow
 

@@ -4,11 +4,12 @@ import filecmp
 from pathlib import Path
 
 import pytest
+from labsource import LabSource, definitions
 
-from rocmlab import catalog, doctor, probes
+from rocmlab import doctor, probes
 
-ROOT = Path(__file__).resolve().parents[1]
-LAB = ROOT / "solutions" / "01-rocm-setup"
+SOURCE = LabSource("01-rocm-setup")
+LAB = SOURCE.folder
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
 SOLUTION_CELLS = (
     "01-backend-sol-1",
@@ -27,29 +28,13 @@ SOLUTION_CELLS = (
 def sol():
     """The definitions of the solution cells (functions, classes, UPPER_CASE constants) in one
     namespace; their demo statements need the notebook's globals and are left out."""
-    import ast
-
-    import jupytext
-
-    def is_definition(node):
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
-            return True
-        return isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)
-
-    notebook = jupytext.read(LAB / "lab.py")
-    namespace = {}
-    for cell in notebook.cells:
-        if cell.metadata.get("grade_id") in SOLUTION_CELLS:
-            tree = ast.parse(cell.source)
-            tree.body = [node for node in tree.body if is_definition(node)]
-            exec(compile(tree, cell.metadata["grade_id"], "exec"), namespace)  # noqa: S102 (our own solution source)
+    namespace = SOURCE.run(*(definitions(SOURCE.graded[g]) for g in SOLUTION_CELLS))
     assert {"backend_of", "parse_rocminfo", "triage"} <= set(namespace)
     return namespace
 
 
 def test_lab_toml_is_valid():
-    lab = catalog.parse_lab(LAB)
-    assert lab.id == "01-rocm-setup" and {"smoke", "gpu"} <= set(lab.profiles)
+    assert SOURCE.lab.id == "01-rocm-setup" and {"smoke", "gpu"} <= set(SOURCE.lab.profiles)
 
 
 def test_lab_machine_data_matches_the_doctor_fixtures():

@@ -6,24 +6,15 @@ in the smoke profile with papermill.
 
 import json
 import math
-import re
 import statistics
-import tomllib
-from pathlib import Path
 
 import numpy as np
 import pytest
+from labsource import LabSource
 
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "02-llm-inference"
-SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
+SOURCE = LabSource("02-llm-inference")
+LAB = SOURCE.folder
 GOLDEN = json.loads((LAB / "data" / "metrics_golden.json").read_text(encoding="utf-8"))
-CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
-
-
-def cells():
-    """(marker options, body) for every cell of lab.py."""
-    parts = CELL.split(SOURCE)
-    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
 
 
 def solution_namespace(*names):
@@ -35,12 +26,7 @@ def solution_namespace(*names):
     from rocmlab import lab
 
     ns = {"np": np, "math": math, "json": json, "time": time, "torch": torch, "lab": lab}
-    for options, body in cells():
-        if '"solution"' in options and any(f"def {n}(" in body for n in names):
-            exec(compile(body, f"lab.py:{options}", "exec"), ns)  # noqa: S102 (our own source)
-    missing = [n for n in names if n not in ns]
-    assert not missing, f"no solution cell defines {missing}"
-    return ns
+    return SOURCE.run_solutions(defining=names, namespace=ns)
 
 
 # -- source shape --------------------------------------------------------------------------
@@ -48,32 +34,25 @@ def solution_namespace(*names):
 
 def test_smoke_uses_the_offline_model_and_gpu_a_real_qwen():
     # that profile parameters exist in the parameters cell is checked for every lab by rocmlab.source
-    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
-    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
-    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    profiles = SOURCE.lab.profiles
+    assert profiles["smoke"].params["MODEL"] == "tiny-qwen-zh"
+    assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 def test_grade_ids_unique_and_every_test_has_hidden_checks():
-    ids, tests = [], 0
-    for options, body in cells():
-        match = re.search(r'grade_id="([^"]+)"', options)
-        if match:
-            ids.append(match.group(1))
-            assert match.group(1).startswith("02-")
-        if '"test"' in options:
-            tests += 1
-            assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
-            assert re.search(r"points=\d+", options), options
-        if '"solution"' in options:
-            assert "### BEGIN SOLUTION" in body and "### END SOLUTION" in body, options
-    assert len(ids) == len(set(ids)), "duplicate grade_id"
-    assert tests == 9
+    assert all(grade_id.startswith("02-") for grade_id in SOURCE.graded)
+    tests = SOURCE.tagged("test")
+    for cell in tests:
+        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
+        assert int(cell.metadata["points"]) > 0, cell.metadata
+    for cell in SOURCE.tagged("solution"):
+        assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.metadata
+    assert len(SOURCE.graded) == len(tests) + len(SOURCE.tagged("solution")), "duplicate grade_id"
+    assert len(tests) == 9
 
 
 def test_prose_comes_in_zh_en_pairs():
-    tags = [options for options, _ in cells() if options.startswith("[markdown]")]
-    zh = sum('"zh"' in t for t in tags)
-    en = sum('"en"' in t for t in tags)
+    zh, en = len(SOURCE.tagged("zh")), len(SOURCE.tagged("en"))
     assert zh == en and zh >= 15
 
 

@@ -8,32 +8,23 @@ notebook in the smoke profile with papermill.
 import hashlib
 import json
 import math
-import re
-import tomllib
 import unicodedata
-from pathlib import Path
 
 import pytest
+from labsource import LabSource
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "03-lora-finetune-zh"
-SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
-CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+SOURCE = LabSource("03-lora-finetune-zh")
+LAB = SOURCE.folder
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content']"
     " + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def cells():
-    """(marker options, body) for every cell of lab.py."""
-    parts = CELL.split(SOURCE)
-    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +41,7 @@ def ns():
         "unicodedata": unicodedata,
         "PeftModel": peft.PeftModel,
     }
-    for options, body in cells():
-        if '"solution"' in options:
-            exec(compile(body, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own source)
-    return namespace
+    return SOURCE.run_solutions(namespace=namespace)
 
 
 @pytest.fixture(scope="module")
@@ -101,36 +89,26 @@ MESSAGES = [
 
 def test_smoke_uses_the_offline_model_and_gpu_a_real_qwen():
     # that profile parameters exist in the parameters cell is checked for every lab by rocmlab.source
-    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
-    assert toml["id"] == LAB.name
-    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
-    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
-
-
-def test_catalog_accepts_the_lab():
-    from rocmlab import catalog
-
-    labs = {lab.id: lab for lab in catalog.discover(LAB.parents[1])}
-    assert LAB.name in labs
+    profiles = SOURCE.lab.profiles
+    assert profiles["smoke"].params["MODEL"] == "tiny-qwen-zh"
+    assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 def test_graded_cells_are_well_formed():
-    graded = [(o, b) for o, b in cells() if '"test"' in o or '"solution"' in o]
-    ids = [re.search(r'grade_id="([^"]+)"', o).group(1) for o, _ in graded]
-    assert len(ids) == len(set(ids)) and all(i.startswith("03-") for i in ids)
-    tests = [(o, b) for o, b in graded if '"test"' in o]
+    tests, solutions = SOURCE.tagged("test"), SOURCE.tagged("solution")
+    assert len(SOURCE.graded) == len(tests) + len(solutions), "duplicate grade_id"
+    assert all(grade_id.startswith("03-") for grade_id in SOURCE.graded)
     assert len(tests) >= 7
-    for options, body in tests:
-        assert re.search(r"points=\d+", options), options
-        assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
-    for options, body in graded:
-        if '"solution"' in options:
-            assert body.count("### BEGIN SOLUTION") == body.count("### END SOLUTION") >= 1, options
+    for cell in tests:
+        assert int(cell.metadata["points"]) > 0, cell.metadata
+        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
+    for cell in solutions:
+        assert cell.source.count("### BEGIN SOLUTION") == cell.source.count("### END SOLUTION") >= 1, cell.metadata
 
 
 def test_prose_comes_in_language_pairs():
-    tags = [o for o, _ in cells() if o.startswith("[markdown]")]
-    assert sum('"zh"' in t for t in tags) == sum('"en"' in t for t in tags) == len(tags) // 2
+    prose = [cell for cell in SOURCE.cells if cell.cell_type == "markdown"]
+    assert len(SOURCE.tagged("zh")) == len(SOURCE.tagged("en")) == len(prose) // 2
 
 
 # -- exercise 1: SFT sample -------------------------------------------------------------------

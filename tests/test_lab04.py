@@ -8,41 +8,19 @@ all-reduce under torchrun with 2 to 4 ranks, and the hang scripts.
 from __future__ import annotations
 
 import json
-import re
 import sys
-import tomllib
-from pathlib import Path
 
-import jupytext
 import pytest
 import torch
+from labsource import LabSource, as_code, student
 
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "04-collectives-rccl"
-SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
-HIDDEN = re.compile(r"^\s*### (BEGIN|END) HIDDEN TESTS\n?", re.MULTILINE)
+SOURCE = LabSource("04-collectives-rccl")
+LAB = SOURCE.folder
 
 
 @pytest.fixture(scope="module")
 def cells():
-    notebook = jupytext.read(LAB / "lab.py")
-    by_id = {}
-    for cell in notebook.cells:
-        grade_id = cell.metadata.get("grade_id")
-        if grade_id:
-            by_id[grade_id] = cell.source
-    return by_id
-
-
-def as_code(source: str) -> str:
-    """Cell source without a leading %%writefile line, and with hidden-test markers dropped."""
-    lines = source.splitlines(keepends=True)
-    if lines and lines[0].startswith("%%writefile"):
-        lines = lines[1:]
-    return HIDDEN.sub("", "".join(lines))
-
-
-def student(source: str) -> str:
-    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+    return SOURCE.graded
 
 
 def write_module(tmp_path, cells, grade_id, *, empty=False):
@@ -54,9 +32,7 @@ def write_module(tmp_path, cells, grade_id, *, empty=False):
 
 def run_cells(*sources, namespace=None):
     namespace = {"torch": torch, "math": __import__("math"), "json": json} if namespace is None else namespace
-    for source in sources:
-        exec(compile(as_code(source), "<lab04 cell>", "exec"), namespace)  # noqa: S102 (runs lab cells)
-    return namespace
+    return SOURCE.run(*sources, namespace=namespace)
 
 
 def import_from(tmp_path, module_name, monkeypatch):
@@ -66,13 +42,8 @@ def import_from(tmp_path, module_name, monkeypatch):
 
 
 def test_every_profile_parameter_is_in_the_parameters_cell():
-    notebook = jupytext.read(LAB / "lab.py")
-    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
-    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
-    config = tomllib.loads((LAB / "lab.toml").read_text())
-    assert config["id"] == LAB.name
-    for name, profile in config["profiles"].items():
-        missing = set(profile["params"]) - assigned
+    for name, profile in SOURCE.lab.profiles.items():
+        missing = set(profile.params) - SOURCE.parameter_names
         assert not missing, f"profile {name}: {missing} not assigned in the parameters cell"
 
 
@@ -137,9 +108,7 @@ def ring_run(tmp_path, cells, nproc, sizes, *, break_it=False):
                 "    for step in range(0):\n        exchange((rank + 1 - step)",
             )
         )
-    notebook = jupytext.read(LAB / "lab.py")
-    driver = next(c.source for c in notebook.cells if c.source.startswith("%%writefile run_ring.py"))
-    (tmp_path / "run_ring.py").write_text(as_code(driver))
+    (tmp_path / "run_ring.py").write_text(as_code(SOURCE.cell_starting("%%writefile run_ring.py")))
     runs = tmp_path / "runs"
     runs.mkdir()
     result = run_torchrun("run_ring.py", nproc=nproc, args=[runs, 0, *sizes], cwd=tmp_path, timeout_s=180, show=False)

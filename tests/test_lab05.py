@@ -11,39 +11,23 @@ from __future__ import annotations
 import ast
 import math
 import pickle
-import re
-import tomllib
-from pathlib import Path
 
-import jupytext
 import pytest
 import torch
+from labsource import LabSource, definitions, student
 
-from rocmlab.catalog import parse_lab
-
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "05-distributed-training"
-SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+SOURCE = LabSource("05-distributed-training")
+LAB = SOURCE.folder
 
 
 @pytest.fixture(scope="module")
 def notebook():
-    return jupytext.read(LAB / "lab.py")
+    return SOURCE.notebook
 
 
 @pytest.fixture(scope="module")
-def cells(notebook):
-    return {c.metadata["grade_id"]: c.source for c in notebook.cells if c.metadata.get("grade_id")}
-
-
-def student(source: str) -> str:
-    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
-
-
-def definitions(source: str) -> str:
-    """Only the imports, function definitions and literal CONSTANTS of a cell (no launches, no demos)."""
-    tree = ast.parse(source)
-    keep = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom)) or constant(n)]
-    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+def cells():
+    return SOURCE.graded
 
 
 def constant(node) -> bool:
@@ -68,7 +52,7 @@ def lab_namespace(notebook, tmp_path, *solution_sources):
     pieces.mkdir(exist_ok=True)
     for cell in code_cells[1:]:
         if not {"parameters", "solution", "test"} & set(cell.metadata.get("tags", [])):
-            sources.append(definitions(cell.source))
+            sources.append(definitions(cell.source, constants=constant))
     for index, source in enumerate([*sources, *solution_sources]):
         path = pieces / f"piece{index}.py"
         path.write_text(source, encoding="utf-8")
@@ -81,14 +65,11 @@ def lab_namespace(notebook, tmp_path, *solution_sources):
 # ---------------------------------------------------------------- structure
 
 
-def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
-    lab = parse_lab(LAB)
-    assert lab.id == LAB.name
-    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
-    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned():
+    assigned = SOURCE.parameter_names
     assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
-    for name, profile in tomllib.loads((LAB / "lab.toml").read_text())["profiles"].items():
-        missing = set(profile["params"]) - assigned
+    for name, profile in SOURCE.lab.profiles.items():
+        missing = set(profile.params) - assigned
         assert not missing, f"profile {name}: {missing} not assigned in the parameters cell"
 
 
@@ -183,15 +164,15 @@ def test_the_kill_harness_catches_a_torn_in_place_write(notebook, cells, tmp_pat
 def test_ckpt_graded_cell_passes_on_the_solution_and_fails_on_the_student_version(notebook, cells, tmp_path):
     ns = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
     ns["CKPT_DIR"] = tmp_path
-    exec(compile(cells["05-ckpt-1"], "<05-ckpt-1>", "exec"), ns)  # noqa: S102 (runs the graded cell)
+    SOURCE.run(cells["05-ckpt-1"], namespace=ns)
     in_place = lab_namespace(notebook, tmp_path, cells["05-ckpt-sol-1"])
     in_place.update(CKPT_DIR=tmp_path, save_checkpoint_atomic=slow_in_place_save)
     with pytest.raises(AssertionError):
-        exec(compile(cells["05-ckpt-1"], "<05-ckpt-1>", "exec"), in_place)  # noqa: S102
+        SOURCE.run(cells["05-ckpt-1"], namespace=in_place)
     empty = lab_namespace(notebook, tmp_path, student(cells["05-ckpt-sol-1"]))
     empty["CKPT_DIR"] = tmp_path
     with pytest.raises(AssertionError):
-        exec(compile(cells["05-ckpt-1"], "<05-ckpt-1>", "exec"), empty)  # noqa: S102
+        SOURCE.run(cells["05-ckpt-1"], namespace=empty)
 
 
 def test_failed_atomic_save_keeps_the_old_file_and_leaves_no_temp(notebook, cells, tmp_path):
@@ -301,13 +282,13 @@ QC_ITEMS = [
 def test_qc_batch_solution_passes_its_graded_test_and_student_fails(notebook, cells, tmp_path):
     ns = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
     ns.update(ft_tokenizer=CharTokenizer(), qc_items=QC_ITEMS)
-    exec(compile(cells["05-finetune-1"], "<05-finetune-1>", "exec"), ns)  # noqa: S102
+    SOURCE.run(cells["05-finetune-1"], namespace=ns)
     batch = ns["build_qc_batch"](QC_ITEMS, ns["ft_tokenizer"], 8)
     assert tuple(batch["labels"].shape) == (3, 8) and bool((batch["labels"] == -100).all())  # prompt only
     empty = lab_namespace(notebook, tmp_path, student(cells["05-finetune-sol-1"]))
     empty.update(ft_tokenizer=CharTokenizer(), qc_items=QC_ITEMS)
     with pytest.raises(NotImplementedError):
-        exec(compile(cells["05-finetune-1"], "<05-finetune-1>", "exec"), empty)  # noqa: S102
+        SOURCE.run(cells["05-finetune-1"], namespace=empty)
 
 
 # ---------------------------------------------------------------- the whole notebook (slow)

@@ -10,29 +10,23 @@ tests/test_labs.py (slow).
 from __future__ import annotations
 
 import json
-import re
-import tomllib
 from pathlib import Path
 
-import jupytext
 import pytest
+from labsource import LabSource, as_code, student
 
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "06-multi-agent"
-SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
-
-
-def student(source: str) -> str:
-    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+SOURCE = LabSource("06-multi-agent")
+LAB = SOURCE.folder
 
 
 @pytest.fixture(scope="module")
 def notebook():
-    return jupytext.read(LAB / "lab.py")
+    return SOURCE.notebook
 
 
 @pytest.fixture(scope="module")
-def code_cells(notebook):
-    return [c for c in notebook.cells if c.cell_type == "code"]
+def code_cells():
+    return SOURCE.code_cells
 
 
 def by_grade_id(cells, grade_id):
@@ -51,28 +45,17 @@ def runtime_ns(code_cells):
 
 
 def run(cells, namespace=None):
-    import os
-
+    """Run cells (or sources) in the lab's folder: the lab reads data/ relative to its working folder."""
     namespace = {"__name__": "__main__"} if namespace is None else namespace
-    here = os.getcwd()
-    os.chdir(LAB)  # the lab reads data/ relative to its working folder
-    try:
-        for cell in cells:
-            source = cell if isinstance(cell, str) else cell.source
-            exec(compile(source, "<lab06 cell>", "exec"), namespace)  # noqa: S102 (runs lab cells)
-    finally:
-        os.chdir(here)
-    return namespace
+    sources = [cell if isinstance(cell, str) else cell.source for cell in cells]
+    return SOURCE.run(*sources, namespace=namespace, cwd=LAB)
 
 
-def test_every_profile_parameter_is_in_the_parameters_cell(notebook):
-    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
-    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
-    config = tomllib.loads((LAB / "lab.toml").read_text())
-    assert config["id"] == LAB.name
+def test_every_profile_parameter_is_in_the_parameters_cell():
+    assigned = SOURCE.parameter_names
     assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
-    for name, profile in config["profiles"].items():
-        assert not set(profile["params"]) - assigned, name
+    for name, profile in SOURCE.lab.profiles.items():
+        assert not set(profile.params) - assigned, name
 
 
 def test_grade_ids_are_unique_and_every_solution_has_a_test(code_cells):
@@ -304,12 +287,11 @@ def test_redis_streams_extension_runs_and_leaves_nothing_behind(code_cells, tmp_
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server not installed (Debian package redis-server)")
     pytest.importorskip("redis")
-    agent = next(c.source for c in code_cells if c.source.startswith("%%writefile redis_agent.py"))
+    agent = SOURCE.cell_starting("%%writefile redis_agent.py")
     driver = next(c.source for c in code_cells if "def redis_pipeline(" in c.source)
-    (tmp_path / "redis_agent.py").write_text(agent.split("\n", 1)[1])
-    monkeypatch.chdir(tmp_path)
-    ns = {"__name__": "__main__", "json": json}
-    exec(compile(driver, "<lab06 redis cell>", "exec"), ns)  # noqa: S102 (runs the lab cell)
+    (tmp_path / "redis_agent.py").write_text(as_code(agent))
+    monkeypatch.chdir(tmp_path)  # the pipeline starts redis_agent.py from here
+    ns = SOURCE.run(driver, namespace={"__name__": "__main__", "json": json})
     assert ns["REDIS_RESULTS"] is not None and len(ns["REDIS_RESULTS"]) == 20
     results = ns["redis_pipeline"](7, timeout_s=30.0)
     assert sorted(results) == [f"r{i:03d}" for i in range(7)]

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import changed_labs  # ci/changed_labs.py (ci/ is on pytest's pythonpath)
 import pytest
 import yaml
 
@@ -13,8 +14,6 @@ from rocmlab import releases
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
-sys.path.insert(0, str(ROOT / "ci"))
-import changed_labs  # noqa: E402 (after the sys.path setup)
 
 
 def tool(name: str) -> str:
