@@ -156,7 +156,7 @@ def test_bad_arguments_and_unwritable_cache(tmp_path):
 def test_corpus_never_contains_eval_reports_or_json_answers():
     from rocmlab.assets.loaders import load_qc_reports
 
-    corpus = "\n".join(tiny_model.corpus_documents())
+    corpus = "\n".join(tiny_model.corpus_documents(tiny_model.DEFAULT_SEED))
     for field in ("defect_type", "disposition", "root_cause"):
         assert f'"{field}"' not in corpus
     for row in load_qc_reports("eval")[:50]:
