@@ -5,7 +5,7 @@ import sys
 import pytest
 from conftest import GOOD_PY
 
-from rocmlab.cli import COMMANDS, command, main
+from rocmlab.cli import COMMANDS, command, main, make_parser
 
 
 def test_list_json(make_course, capsys):
@@ -51,7 +51,7 @@ def test_an_unknown_or_missing_environment_is_bad_input_not_a_traceback(capsys, 
 # value. A command added to cli.COMMANDS needs a case here (the last test says so).
 BAD_INPUT = {
     "list": (["list", "99-nope"], "unknown lab '99-nope'"),
-    "build": (["build", "--lang", "fr"], "unknown language 'fr'"),
+    "build": (["build", "--profile", "gpu"], "--profile needs --out DIR"),
     "run": (["run", "--repeat", "0"], "--repeat: expected a positive number, got 0"),
     "report": (["report", "--results", "{tmp}/no-results"], "no-results: no such folder"),
     "doctor": (["doctor", "--machine", "{tmp}"], "machine.json"),
@@ -100,3 +100,16 @@ def test_a_failure_is_exit_1_with_the_message_on_stderr(capsys, monkeypatch):
     assert main(["list"]) == 1
     captured = capsys.readouterr()
     assert captured.err == "rocmlab list: error: the work could not be done: do this\n" and captured.out == ""
+
+
+def test_the_readme_command_table_is_generated_from_the_parsers():
+    from labsource import REPO
+
+    from rocmlab.cli_table import rows, stamped
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    parser = make_parser([], every_command=True)
+    assert stamped(readme, parser) == readme, "run: python -m rocmlab.cli_table README.md"
+    commands = [usage.split()[1] for usage, _ in rows(parser)]
+    assert set(commands) == set(COMMANDS)
+    assert any(usage.startswith("rocmlab env list") for usage, _ in rows(parser))  # sub-commands get rows

@@ -5,8 +5,7 @@ convention asks. When a module gets its own ``add_arguments`` and keyword ``main
 ``rocmlab.errors`` exceptions instead of printing ``error:`` and returning 1), its adapter is
 deleted here and ``cli.COMMANDS`` names the module itself (docs/architecture.md, "Commands").
 
-- ``releases``, ``environments``: ``add_arguments(parser)`` and
-  ``run(args: Namespace)``;
+- ``releases``, ``environments``: ``add_arguments(parser)`` and ``run(args: Namespace)``;
 - ``report``: the command lived in cli.py; ``rocmlab.report`` has the functions it calls.
 """
 
@@ -42,9 +41,13 @@ class ReportCommand:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--results", nargs="*", help="results folders (default results/)")
+        parser.description = (
+            "The freshness matrix: lab x environment, last verified, stale labs, deprecation warnings. "
+            "--stamp keeps the latest records in ci/results/ and refreshes the README's table."
+        )
+        parser.add_argument("--results", nargs="*", metavar="DIR", help="results folders (default results/)")
         parser.add_argument("--format", default="md", choices=["md", "html", "json"])
-        parser.add_argument("--output", help="write to this file instead of stdout")
+        parser.add_argument("--output", metavar="FILE", help="write to this file instead of stdout")
         parser.add_argument(
             "--stamp",
             action="store_true",

@@ -329,9 +329,16 @@ def drift(root: Path, labs: list[Lab], langs: list[str], out: Path, orphans: boo
 
 
 def add_arguments(parser) -> None:
+    parser.description = (
+        "Student notebooks from `solutions/` into `labs/<lang>/<id>/` (nbgrader generate_assignment), all or "
+        "nothing. --check: exit 1 listing the files that differ from a fresh build (CI's drift guard). "
+        "--verify: execute solution and student versions in the smoke profile; every graded test must pass "
+        "on the first and fail on the second. --profile gpu --out DIR: notebooks with that profile's "
+        "parameters, for learners on GPUs (never into labs/)."
+    )
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
-    parser.add_argument("--lang", default="all", help="zh, en or all (default all)")
-    parser.add_argument("--out", help="output folder (default labs/)")
+    parser.add_argument("--lang", default="all", choices=[*LANGUAGES, "all"], help="default all")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default labs/)")
     parser.add_argument(
         "--profile",
         choices=["smoke", "gpu", "multi-gpu"],
@@ -346,8 +353,10 @@ def add_arguments(parser) -> None:
         help="execute solution and student versions (smoke profile): every graded test must pass on the "
         "first and fail on the second",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="labs verified at once")
-    parser.add_argument("--results", help="where --verify keeps executed notebooks (default results/verify)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs verified at once")
+    parser.add_argument(
+        "--results", metavar="DIR", help="where --verify keeps executed notebooks (default results/verify)"
+    )
 
 
 def main(

@@ -138,6 +138,7 @@ def select(labs: list[Lab], wanted: list[str] | None) -> list[Lab]:
 
 
 def add_arguments(parser) -> None:
+    parser.description = "The labs in this checkout: id, version, minutes, profiles and titles."
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
     parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
 

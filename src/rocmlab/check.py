@@ -137,6 +137,10 @@ def visible_results(executed) -> list[VisibleTest]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "A learner's offline self-check: run the notebook as the grader would (smoke parameters, the lab's "
+        "time limits, sandboxed) and print each visible test's result and the visible score."
+    )
     parser.add_argument("notebook", metavar="NOTEBOOK", help="your lab notebook (.ipynb)")
     parser.add_argument(
         "--keep-params",

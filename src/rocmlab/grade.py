@@ -824,24 +824,39 @@ def stage_feedback(course_root: Path, lab_id: str, grades: Path) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Autograde a class with nbgrader, in parallel and sandboxed: each submission re-run in the profile "
+        "with the test cells restored from the source; grades.csv, summary.json (score and flags per learner) "
+        "and a feedback page per learner in --out."
+    )
     parser.add_argument("lab", metavar="LAB", help="lab id or its number")
     parser.add_argument(
-        "--submissions", required=True, help="folder of submitted/<student>/<lab>/*.ipynb or of <student>.ipynb files"
+        "--submissions",
+        required=True,
+        metavar="DIR",
+        help="folder of submitted/<student>/<lab>/*.ipynb or of <student>.ipynb files",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="submissions executed at once")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions executed at once")
     parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu"])
-    parser.add_argument("--gradebook", help="SQLAlchemy URL of the gradebook (default: sqlite in --out)")
-    parser.add_argument("--out", help="output folder (default grades/<lab>/ in the course root)")
+    parser.add_argument("--gradebook", metavar="URL", help="SQLAlchemy URL of the gradebook (default: sqlite in --out)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default grades/<lab>/ in the course root)")
     parser.add_argument(
         "--memory-mb",
         type=int,
+        metavar="MB",
         help=f"address-space limit per kernel process (default {Limits.memory_mb} in the smoke "
         "profile, none in GPU profiles, whose runtimes reserve large virtual ranges; 0: none)",
     )
     parser.add_argument(
-        "--max-processes", type=int, default=Limits.max_processes, help="processes and threads a kernel may have"
+        "--max-processes",
+        type=int,
+        default=Limits.max_processes,
+        metavar="N",
+        help="processes and threads a kernel may have",
     )
-    parser.add_argument("--max-output-kb", type=int, default=Limits.max_cell_output_kb, help="output kept per cell")
+    parser.add_argument(
+        "--max-output-kb", type=int, default=Limits.max_cell_output_kb, metavar="KB", help="output kept per cell"
+    )
     parser.add_argument(
         "--feedback-to",
         metavar="COURSE_ROOT",

@@ -302,15 +302,23 @@ def run_labs(
 
 
 def add_arguments(parser) -> None:
+    parser.description = (
+        "Execute labs with papermill in a profile; one JSON record and the executed notebook per lab and "
+        "environment. --repeat N runs each lab N times and prints its pass rate: a lab that failed any run "
+        "is flaky (never fresh), with every failure's cell and error in its record and its notebook kept as "
+        "`<lab>.run<K>.ipynb`. --env NAME runs in a release-matrix environment made by `rocmlab env create`."
+    )
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
     parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu", "auto"])
     parser.add_argument("--lang", default="en", choices=["zh", "en"])
-    parser.add_argument("--jobs", type=int, default=1, help="labs run at once")
-    parser.add_argument("--out", help="results folder (default results/)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs run at once")
+    parser.add_argument("--out", metavar="DIR", help="results folder (default results/)")
     parser.add_argument(
         "--student", action="store_true", help="run the generated student notebook instead of the solution"
     )
-    parser.add_argument("--env", help="run inside a release-matrix environment made by `rocmlab env create`")
+    parser.add_argument(
+        "--env", metavar="NAME", help="run inside a release-matrix environment made by `rocmlab env create`"
+    )
     parser.add_argument(
         "--repeat",
         type=int,

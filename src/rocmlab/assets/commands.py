@@ -11,15 +11,21 @@ def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="assets_command", metavar="{build-model,fetch,info}")
     sub.required = True
     build = sub.add_parser("build-model", help="build tiny-qwen-zh into the cache (no network)")
-    build.add_argument("--steps", type=int, default=None, help="pre-training steps (default: the recipe's)")
-    build.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
-    build.add_argument("--cache-dir", default=None, help="cache root (default: $ROCMLAB_CACHE or the user cache dir)")
+    build.add_argument(
+        "--steps", type=int, default=None, metavar="N", help="pre-training steps (default: the recipe's)"
+    )
+    build.add_argument("--seed", type=int, default=None, metavar="N", help="random seed (default: the recipe's)")
+    build.add_argument(
+        "--cache-dir", default=None, metavar="DIR", help="cache root (default: $ROCMLAB_CACHE or the user cache dir)"
+    )
     build.add_argument("--force", action="store_true", help="delete a cached build first")
     fetch = sub.add_parser("fetch", help="pre-fetch a model for offline use (tiny-qwen-zh or a hub id)")
-    fetch.add_argument("name", help='"tiny-qwen-zh" or a hub id such as Qwen/Qwen2.5-0.5B-Instruct')
-    fetch.add_argument("--mirror", default=None, help="hub endpoint, e.g. https://hf-mirror.com (default: HF_ENDPOINT)")
+    fetch.add_argument("name", metavar="MODEL", help='"tiny-qwen-zh" or a hub id such as Qwen/Qwen2.5-0.5B-Instruct')
+    fetch.add_argument(
+        "--mirror", default=None, metavar="URL", help="hub endpoint, e.g. https://hf-mirror.com (default: HF_ENDPOINT)"
+    )
     info = sub.add_parser("info", help="show the data sets and the cached model")
-    info.add_argument("--cache-dir", default=None)
+    info.add_argument("--cache-dir", default=None, metavar="DIR")
     info.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
 
 

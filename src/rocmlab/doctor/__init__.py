@@ -151,6 +151,11 @@ def render_table(report: dict, lang: str = "both") -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Probe this machine (driver, ROCm, groups, torch build, gfx support, RCCL settings), judge it against "
+        "the release matrix and print fixes in Chinese and English. Exit 0 all ok, 1 the worst finding is a "
+        "warning, 3 a check failed."
+    )
     parser.epilog = (
         "exit status: 0 all ok (or skipped), 1 worst finding is a warning, 3 at least one failure; 2 bad input"
     )

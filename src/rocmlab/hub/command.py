@@ -38,10 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--demo", action="store_true", help="NOT SECURE: shared password, every server as this user, loopback only"
     )
-    parser.add_argument("--port", type=int, default=8000, help="public port (0: a free one)")
-    parser.add_argument("--ip", default="", help="public address (default: all; --demo: always 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, metavar="N", help="public port (0: a free one)")
+    parser.add_argument(
+        "--ip", default="", metavar="ADDRESS", help="public address (default: all; --demo: always 127.0.0.1)"
+    )
     parser.add_argument("--lang", default="en", choices=LANGUAGES, help="language of the delivered notebooks")
-    parser.add_argument("--labs", nargs="*", default=[], help="labs put in every home (default: every built lab)")
+    parser.add_argument(
+        "--labs", nargs="*", default=[], metavar="LAB", help="labs put in every home (default: every built lab)"
+    )
     parser.add_argument(
         "--profile",
         default="smoke",
@@ -51,12 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--data-dir",
+        metavar="DIR",
         help=f"hub state, exchange, demo homes (default {DEFAULT_SERVER_DATA}; --demo: a folder in your user data dir)",
     )
     parser.add_argument(
-        "--instructors", nargs="*", default=["instructor"], help="--demo: hub users in the instructor group"
+        "--instructors",
+        nargs="*",
+        default=["instructor"],
+        metavar="USER",
+        help="--demo: hub users in the instructor group",
     )
-    parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for the hub to start")
+    parser.add_argument(
+        "--timeout", type=float, default=120, metavar="SECONDS", help="seconds to wait for the hub to start"
+    )
 
 
 def data_folder(data_dir: str | None, demo: bool) -> Path:
