@@ -270,3 +270,22 @@ def test_vendor_follows_the_gpu_torch_uses():
     assert mixed.vendor == "nvidia"
     assert doctor.Facts(amd_driver=True, torch={"importable": True, "hip": None, "cuda": None}).vendor == "amd"
     assert doctor.Facts(nvidia_driver=True).vendor == "nvidia" and doctor.Facts().vendor is None
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    """Lab 01 runs `python -m rocmlab.doctor --json` in the learner's kernel."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rocmlab.doctor", "--json", "--machine", str(MACHINES / "mi250x-rocm57")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and json.loads(done.stdout)["worst"] == "warn", done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "rocmlab.doctor", "--machine", str(tmp_path)], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "machine.json" in bad.stderr
