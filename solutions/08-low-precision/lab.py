@@ -461,7 +461,8 @@ for _fmt, _dt in FP8_TORCH.items():
         fp8_errors[f"{_fmt}\n{_gran}"] = statistics.fmean(_errs)
 for _k, _v in fp8_errors.items():
     print(f"{_k.replace(chr(10), ' '):20s} mean relative error {_v:.4f}")
-lab.plot_bars(fp8_errors, title=f"FP8 weight error on {MODEL} (mean over projections)", ylabel="‖ŵ − w‖ / ‖w‖")
+_fig, _ax = plt.subplots(figsize=(10, 3.5))
+lab.plot_bars(fp8_errors, title=f"FP8 weight error on {MODEL} (mean over projections)", ylabel="‖ŵ − w‖ / ‖w‖", ax=_ax)
 plt.show()
 
 # %% [markdown] tags=["zh"]
@@ -1262,14 +1263,19 @@ FORMAT_OF = {"fp32": None, "fp8 tensor": "fp8-tensor", "fp8 channel": "fp8-chann
              f"int4 g{INT4_GROUP}": "int4"}
 bits_per_weight = {name: 32.0 if f is None else 8 * (weight_bytes(_tiny_cfg, f, group_size=INT4_GROUP) - _rest) / _n_lin
                    for name, f in FORMAT_OF.items()}
-_fig, (_ax1, _ax2) = plt.subplots(1, 2, figsize=(12, 4))
-for _name, _row in quality.items():
-    _ax1.scatter(bits_per_weight[_name], _row["perplexity"], s=40)
-    _ax1.annotate(f"{_name}\nJSON {_row['json_valid']:.2f}", (bits_per_weight[_name], _row["perplexity"]), fontsize=8)
-_ax1.set_xscale("log", base=2)
-_ax1.set(title=f"{MODEL}: quality against bits per weight", xlabel="bits per projection weight (scales included)",
-         ylabel="perplexity (qc_reports eval)")
-_ax1.grid(True, alpha=0.3)
+_fig, (_ax0, _ax1, _ax2) = plt.subplots(1, 3, figsize=(16, 4))
+for _i, (_name, _row) in enumerate(quality.items()):
+    _xy_ppl = (bits_per_weight[_name], 100 * (_row["perplexity"] / quality["fp32"]["perplexity"] - 1))
+    _xy_json = (bits_per_weight[_name], _row["json_valid"])
+    for _ax, _xy in ((_ax0, _xy_ppl), (_ax1, _xy_json)):
+        _ax.scatter(*_xy, s=40)
+        _ax.annotate(_name, _xy, xytext=(5, -12 if _i % 2 else 6), textcoords="offset points", fontsize=8)
+for _ax, _ylabel, _title in ((_ax0, "perplexity change vs fp32 (%)", "perplexity (qc_reports eval)"),
+                             (_ax1, "JSON-valid rate", f"JSON validity ({len(JSON_PROMPTS)} prompts)")):
+    _ax.set_xscale("log", base=2)
+    _ax.set(title=f"{MODEL}: {_title}", xlabel="bits per projection weight (scales included)", ylabel=_ylabel)
+    _ax.grid(True, alpha=0.3)
+_ax1.set_ylim(-0.05, 1.05)
 _mem = {}
 for _mname, _cfg in (("0.5B", QWEN25_05B), ("7B", QWEN25_7B)):
     for _fmt in ("bf16", "fp8-channel", "mxfp4", "int4"):
