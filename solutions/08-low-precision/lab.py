@@ -114,7 +114,7 @@ print(f"GPU arch: {ARCH or 'none (CPU)'}")
 # 原生支持 FP8 **FNUZ**，`__hip_fp8_e4m3`（OCP）只在 CDNA4（MI350X/MI355X）与 RDNA4 上；NVIDIA Hopper 用的是
 # arXiv:2209.05433 的格式，即 OCP。
 #
-# **常见错误**：vLLM 文档曾写 “FP8 E4M3 的动态范围很小（±240.0）”
+# **常见错误**：vLLM 文档曾说 E4M3 的 “small dynamic range (±240.0)”
 # （https://docs.vllm.ai/en/v0.11.2/features/quantization/quantized_kvcache/ ）。240 是 `e4m3fnuz` 的最大值；
 # OCP E4M3 的最大值是 448。下面你会亲手算出这两个数。
 
@@ -142,7 +142,7 @@ print(f"GPU arch: {ARCH or 'none (CPU)'}")
 # (MI300A/MI300X/MI325X) natively supports FP8 **FNUZ**, while `__hip_fp8_e4m3` (OCP) exists only on CDNA4
 # (MI350X/MI355X) and RDNA4; NVIDIA Hopper uses the format of arXiv:2209.05433, i.e. OCP.
 #
-# **A common mistake**: vLLM's docs once said "the small dynamic range of FP8 E4M3 (±240.0)"
+# **A common mistake**: vLLM's docs once gave E4M3 a "small dynamic range (±240.0)"
 # (https://docs.vllm.ai/en/v0.11.2/features/quantization/quantized_kvcache/). 240 is the `e4m3fnuz` maximum;
 # OCP E4M3 goes to 448. You will compute both numbers yourself below.
 
@@ -453,6 +453,22 @@ def relative_error(w, w_hat):
     return float((w_hat.detach() - w.detach()).norm() / w.detach().norm())
 
 
+@contextlib.contextmanager
+def weights_set(m, new_weights):
+    """Give the named decoder projections the weights in new_weights ({name: tensor}); restore them on exit."""
+    linears = decoder_linears(m)
+    saved = {name: linears[name].weight.detach().clone() for name in new_weights}
+    with torch.no_grad():
+        for name, w in new_weights.items():
+            linears[name].weight.copy_(w.to(linears[name].weight.dtype))
+    try:
+        yield m
+    finally:
+        with torch.no_grad():
+            for name, w in saved.items():
+                linears[name].weight.copy_(w)
+
+
 fp8_errors = {}
 for _fmt, _dt in FP8_TORCH.items():
     for _gran in ("tensor", "channel"):
@@ -482,11 +498,12 @@ plt.show()
 # %% [markdown] tags=["zh"]
 # ## 3 · 在 MI300 上加载 OCP FP8 检查点
 #
-# 公开的 FP8 检查点多是 OCP `e4m3fn`（为 H100 或 MI355X 量化）。MI300X/MI325X 的矩阵核心只做 FNUZ。
+# 公开的 FP8 检查点通常是 OCP `e4m3fn`，AMD 自己发布的也是（Hugging Face 合集 amd/quark-quantized-ocp-fp8-models）。
+# MI300X/MI325X 的矩阵核心只做 FNUZ。
 # 把字节**原样重解释**为 `e4m3fnuz` 时，每个有限值都恰好变成一半（偏置 8 对 7），所以 scale 必须**乘 2**。
 # 还有两个字节要特殊处理：
 #
-# - 0x80：在 fn 中是 −0（量化时很常见：很小的负权重），在 fnuz 中却是 NaN，一个 NaN 就会让整层输出变成 NaN；
+# - 0x80：在 fn 中是 −0（太小的负值量化后就是它），在 fnuz 中却是 NaN，一个 NaN 就会让整层输出变成 NaN；
 # - 0x7F / 0xFF：在 fn 中是 NaN，在 fnuz 中却是 ±240——NaN 会悄悄变成 ±480。
 #
 # 这正是 vLLM 在 ROCm 上做的 `normalize_e4m3fn_to_e4m3fnuz`
@@ -497,12 +514,12 @@ plt.show()
 # %% [markdown] tags=["en"]
 # ## 3 · Loading an OCP FP8 checkpoint on an MI300
 #
-# Most published FP8 checkpoints are OCP `e4m3fn` (quantized for an H100 or an MI355X). The matrix cores of the
-# MI300X/MI325X do FNUZ only. **Reinterpreting the bytes** as `e4m3fnuz` halves every finite value exactly
+# Published FP8 checkpoints are usually OCP `e4m3fn`, AMD's own too (the Hugging Face collection
+# amd/quark-quantized-ocp-fp8-models). The matrix cores of the MI300X/MI325X do FNUZ only. **Reinterpreting the bytes** as `e4m3fnuz` halves every finite value exactly
 # (bias 8 against 7), so the scale must be **doubled**. Two bytes need care:
 #
-# - 0x80: −0 in fn (common after quantization: a tiny negative weight), but NaN in fnuz; one NaN turns a whole
-#   layer's output into NaN;
+# - 0x80: −0 in fn (what a negative value too small for the format quantizes to), but NaN in fnuz; one NaN turns
+#   a whole layer's output into NaN;
 # - 0x7F / 0xFF: NaN in fn, but ±240 in fnuz, so a NaN silently becomes ±480.
 #
 # That is what vLLM does on ROCm in `normalize_e4m3fn_to_e4m3fnuz` (vllm-project/vllm
@@ -594,48 +611,69 @@ for _bad in (torch.ones(3).to(torch.float8_e4m3fnuz), torch.ones(3).to(torch.flo
 ### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
-# 对照三种做法：你的转换、按 448/240 缩放 scale、先转 float 再转 fnuz。用一块真实权重的 OCP 检查点（逐通道量化）
-# 模拟：
+# 对照四种做法：你的转换、只重解释比特不处理 −0、按 448/240 缩放 scale、先转 float 再转 fnuz。“检查点”是把模型所有投影
+# 逐通道量化成 OCP FP8；最后一列把转换后的权重装回模型，看一个提示词的 logits 里有没有 NaN：
 
 # %% [markdown] tags=["en"]
-# Three ways side by side: your conversion, scaling by 448/240, and casting through float. The "checkpoint"
-# is one real weight quantized to OCP FP8 per channel:
+# Four ways side by side: your conversion, the bits without the −0 fix, scaling by 448/240, and casting through
+# float. The "checkpoint" is every projection of the model quantized to OCP FP8 per channel; the last column
+# loads the converted weights into the model and looks for NaN in the logits of one prompt:
 
 # %%
-_w0 = next(iter(LINEARS.values())).weight.detach().float()
-ckpt_q, ckpt_scale = quantize_fp8(_w0, torch.float8_e4m3fn, granularity="channel")
-reference = dequantize_fp8(ckpt_q, ckpt_scale)
-print(f"bytes equal to 0x80 (-0) in the checkpoint: {int((ckpt_q.view(torch.uint8) == 0x80).sum())}")
-_ok_q, _ok_s = ocp_to_fnuz(ckpt_q, ckpt_scale)
-_ratio_q = ckpt_q.view(torch.uint8).clone().view(torch.float8_e4m3fnuz)
-_ratio_q.view(torch.uint8)[_ratio_q.view(torch.uint8) == 0x80] = 0
-_cast_q = ckpt_q.float().to(torch.float8_e4m3fnuz)
-for _name, _deq in (("bits + scale x2 (yours)", dequantize_fp8(_ok_q, _ok_s)),
-                    ("bits + scale x448/240", dequantize_fp8(_ratio_q, ckpt_scale * 448 / 240)),
-                    ("cast through float", dequantize_fp8(_cast_q, ckpt_scale))):
-    _nan = int(torch.isnan(_deq).sum())
-    _err = relative_error(reference, torch.nan_to_num(_deq))
-    print(f"{_name:26s} NaN: {_nan:6d}   relative error vs the checkpoint: {_err:.2e}")
+ckpt = {name: quantize_fp8(mod.weight.detach(), torch.float8_e4m3fn, granularity="channel")
+        for name, mod in LINEARS.items()}
+reference = {name: dequantize_fp8(q, s) for name, (q, s) in ckpt.items()}
+print(f"bytes 0x80 (-0) in the checkpoint: {sum(int((q.view(torch.uint8) == 0x80).sum()) for q, _ in ckpt.values())} "
+      f"of {sum(q.numel() for q, _ in ckpt.values()):,}")
+
+
+def bits_only(q, scale):
+    return q.view(torch.float8_e4m3fnuz), scale * 2
+
+
+def bits_scaled_by_max_ratio(q, scale):
+    raw = q.view(torch.uint8).clone()
+    raw[raw == 0x80] = 0
+    return raw.view(torch.float8_e4m3fnuz), scale * 448 / 240
+
+
+def cast_through_float(q, scale):
+    return q.float().to(torch.float8_e4m3fnuz), scale
+
+
+_prompt = tok(lab.load_qc_reports("eval")[0]["description"], return_tensors="pt").to(device)
+for _name, _convert in (("bits + scale x2 (yours)", ocp_to_fnuz), ("bits + scale x2, -0 kept", bits_only),
+                        ("bits + scale x448/240", bits_scaled_by_max_ratio), ("cast through float", cast_through_float)):
+    _deq = {name: dequantize_fp8(*_convert(q, s)) for name, (q, s) in ckpt.items()}
+    _nan = sum(int(torch.isnan(d).sum()) for d in _deq.values())
+    _err = statistics.fmean(relative_error(reference[k], torch.nan_to_num(d)) for k, d in _deq.items())
+    with weights_set(model, _deq), torch.no_grad():
+        _logits_nan = bool(torch.isnan(model(**_prompt).logits).any())
+    print(f"{_name:26s} NaN weights: {_nan:6d}   relative error vs the checkpoint: {_err:.2e}   "
+          f"NaN logits: {_logits_nan}")
 
 # %% [markdown] tags=["zh"]
-# 只有比特重解释加 scale × 2 是精确的；448/240 让每个值差 448/480 ≈ −7%；按值转换毁掉 240 以上的值（每行的最大值
-# 一定在 448 附近）：变成 NaN，或在会饱和的版本中被截到 240——同样是错的。
+# 只有比特重解释加 scale × 2 并处理 −0 才是精确的。检查点里只要有 0x80（第一行数出了几个），不处理 −0 就会把 NaN
+# 带进 logits；448/240 让每个值差 448/480 ≈ −7%；按值转换毁掉 240 以上的值（每行的最大值一定在 448 附近）：变成
+# NaN，或在会饱和的版本中被截到 240——同样是错的。
 #
 # 反方向（fnuz 检查点拿到 MI355X 或 H100 上）：fnuz 的有限值乘 1/2 后都能用 fn 精确表示，但 fnuz 的 0x80（NaN）
 # 在 fn 中是 −0，要先检查。**选择 dtype 要看 gfx 架构**（第 8 节的 `fp8_gemm_dtype`），不要靠试探：
 # PyTorch 只在 gfx942 上把 `_scaled_mm` 当作 fnuz，在 gfx950、gfx1200/1201 上用 OCP
-# （pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp` 中的 `_scaled_mm_allowed_device`、`_scaled_mm_is_fnuz`）。
+# （pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`，新版本在 `ScaledBlas.cpp`：`_scaled_mm_allowed_device`、
+# `_scaled_mm_is_fnuz`）。
 
 # %% [markdown] tags=["en"]
-# Only the bit reinterpretation with a doubled scale is exact; 448/240 puts every value off by 448/480 ≈ −7 %;
-# the value cast ruins everything above 240 (every row's maximum sits near 448): NaN, or, in a release that
-# saturates, clipped to 240, which is just as wrong.
+# Only the bit reinterpretation with a doubled scale and the −0 fix is exact. If the checkpoint holds any 0x80
+# (the first line counts them), skipping the −0 fix puts NaN into the logits; 448/240 puts every value off by
+# 448/480 ≈ −7 %; the value cast ruins everything above 240 (every row's maximum sits near 448): NaN, or, in a
+# release that saturates, clipped to 240, which is just as wrong.
 #
 # The other way round (an fnuz checkpoint on an MI355X or an H100): every finite fnuz value halved is exact in
 # fn, but fnuz's 0x80 (NaN) is −0 in fn, so check for it first. **Choose the dtype from the gfx arch** (section
 # 8's `fp8_gemm_dtype`), never by trial: PyTorch treats `_scaled_mm` as fnuz only on gfx942 and as OCP on gfx950
-# and gfx1200/1201 (pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`: `_scaled_mm_allowed_device`,
-# `_scaled_mm_is_fnuz`).
+# and gfx1200/1201 (pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`, `ScaledBlas.cpp` in newer releases:
+# `_scaled_mm_allowed_device`, `_scaled_mm_is_fnuz`).
 
 # %% [markdown] tags=["zh"]
 # ## 4 · MXFP4：OCP 微缩放格式
@@ -674,7 +712,7 @@ for _name, _deq in (("bits + scale x2 (yours)", dequantize_fp8(_ok_q, _ok_s)),
 #
 # - `x`：有限值的浮点张量，最后一维能被 `block_size` 整除（否则 `ValueError`），按最后一维分块，在 float32 中计算。
 # - 每块：`amax = max|x|`；共享指数 `e = floor(log2(amax)) − 2`，amax 为 0 时 `e = −127`；`e` 截到 [−127, 127]；
-#   `scales` 存 `e + 127`（`torch.uint8`，形状 `x.shape[:-1] + (n // block_size,)`）。**floor(log2) 要精确**：
+#   `scales` 存 `e + 127`（`torch.uint8`，形状 `x.shape[:-1] + (n // block_size,)`，n 为最后一维长度）。**floor(log2) 要精确**：
 #   float 的 `log2` 在略小于 2 的幂处可能向上舍入，`torch.frexp` 直接给出指数。
 # - 元素：`v = x / 2**e`；|v| 取最近的 E2M1 值，**平局取偶数编码**（末位为 0 的那个，即 IEEE 的就近取偶），大于 6 的
 #   饱和为 6。编码 = 符号位 0x8（当 `x < 0`）| 幅值在 `FP4_E2M1_VALUES` 中的下标 0–7。`codes` 为 `torch.uint8`，
@@ -687,7 +725,8 @@ for _name, _deq in (("bits + scale x2 (yours)", dequantize_fp8(_ok_q, _ok_s)),
 # - `x`: a float tensor of finite values whose last dimension divides by `block_size` (else `ValueError`),
 #   blocked along the last dimension, computed in float32.
 # - Per block: `amax = max|x|`; shared exponent `e = floor(log2(amax)) − 2`, or `e = −127` when amax is 0; `e`
-#   clamped to [−127, 127]; `scales` holds `e + 127` (`torch.uint8`, shape `x.shape[:-1] + (n // block_size,)`).
+#   clamped to [−127, 127]; `scales` holds `e + 127` (`torch.uint8`, shape `x.shape[:-1] + (n // block_size,)`,
+#   n the last dimension).
 #   **floor(log2) must be exact**: a float `log2` may round up just below a power of two; `torch.frexp` gives
 #   the exponent directly.
 # - Elements: `v = x / 2**e`; |v| goes to the nearest E2M1 value, **ties to the even code** (the one whose last
@@ -1040,20 +1079,9 @@ for _bad in ([], [""]):
 # weights only (W8A16 emulation); W8A8 with quantized activations is in section 8 and the stretch exercise.
 
 # %%
-@contextlib.contextmanager
 def weights_replaced(m, transform):
-    """Swap each decoder projection weight for transform(weight in float32); restore the originals on exit."""
-    saved = {}
-    with torch.no_grad():
-        for name, mod in decoder_linears(m).items():
-            saved[name] = mod.weight.detach().clone()
-            mod.weight.copy_(transform(mod.weight.detach().float()).to(mod.weight.dtype))
-    try:
-        yield m
-    finally:
-        with torch.no_grad():
-            for name, mod in decoder_linears(m).items():
-                mod.weight.copy_(saved[name])
+    """weights_set with transform(weight in float32) for every decoder projection."""
+    return weights_set(m, {name: transform(mod.weight.detach().float()) for name, mod in decoder_linears(m).items()})
 
 
 FP8 = torch.float8_e4m3fn  # the OCP format; fnuz gives the same numbers up to the grid (section 2)
@@ -1118,7 +1146,7 @@ for _name, _transform in FORMATS.items():
 #   每层两个 RMSNorm 和最后一个 norm（各 `h`）。
 # - 每个投影矩阵 `[out, in]` 的字节数：`"bf16"` 2·out·in；`"fp8-tensor"` out·in + 4（一个 fp32 scale）；
 #   `"fp8-channel"` out·in + 4·out；`"mxfp4"` out·in/2 + out·in/32（每 32 个元素一个 E8M0 字节）；
-#   `"int4"` out·in/2 + 每组 2.5 字节（bf16 scale 2 字节 + 打包的 4 位零点 0.5 字节），组数 out·in/group_size。
+#   `"int4"` out·in/2 + 每组 2.5 字节（2 字节的 fp16/bf16 scale + 打包的 4 位零点 0.5 字节），组数 out·in/group_size。
 # - 未知 `fmt`、`in` 不能被 32（mxfp4）或 `group_size`（int4）整除时抛 `ValueError`。
 
 # %% [markdown] tags=["en"]
@@ -1134,7 +1162,7 @@ for _name, _transform in FORMATS.items():
 #   (`h` each).
 # - Bytes of one projection `[out, in]`: `"bf16"` 2·out·in; `"fp8-tensor"` out·in + 4 (one fp32 scale);
 #   `"fp8-channel"` out·in + 4·out; `"mxfp4"` out·in/2 + out·in/32 (one E8M0 byte per 32 elements); `"int4"`
-#   out·in/2 + 2.5 bytes per group (a 2-byte bf16 scale and a packed 4-bit zero-point), out·in/group_size
+#   out·in/2 + 2.5 bytes per group (a 2-byte fp16/bf16 scale and a packed 4-bit zero-point), out·in/group_size
 #   groups.
 # - `ValueError` for an unknown `fmt`, or an `in` that is not a multiple of 32 (mxfp4) or of `group_size`
 #   (int4).
@@ -1460,9 +1488,9 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # ## 8 · 真正的 FP8 GEMM（gpu 配置）
 #
 # `torch._scaled_mm(a, b, scale_a, scale_b, out_dtype)` 计算 `(a · scale_a) @ (b · scale_b)`：a、b 为 FP8，
-# 矩阵核心直接做 FP8 乘加。PyTorch 允许它的设备：ROCm 上 gfx942（FNUZ）、gfx950 与 gfx1200/1201（OCP）；CUDA
-# 上计算能力 ≥ 8.9（pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`，`_scaled_mm_allowed_device`）。
-# 所以 dtype 按**架构**选，绝不靠 `is_bf16_supported()` 之类在 ROCm 上总是返回 True 的探测。CPU 上它也能运行
+# 矩阵核心直接做 FP8 乘加。PyTorch 允许它的设备：ROCm 上 gfx942（FNUZ）、gfx1200/1201 与 gfx950（OCP；这两者
+# 还要求构建时的 ROCm 版本足够新，源码以 `ROCM_VERSION` 判断）；CUDA 上计算能力 ≥ 8.9（pytorch/pytorch
+# `ScaledBlas.cpp` / `Blas.cpp`，`_scaled_mm_allowed_device`）。所以 dtype 按**架构**选，绝不靠 `is_bf16_supported()` 之类在 ROCm 上总是返回 True 的探测。CPU 上它也能运行
 # （用于检查正确性），但计时没有意义。
 #
 # 诚实测量：每个计时样本内连续跑 `GEMM_ITERS` 次 GEMM、前后各同步一次；报告 `REPEATS` 个样本的中位数和最小–最大范围；
@@ -1475,11 +1503,11 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # ## 8 · Real FP8 GEMMs (gpu profile)
 #
 # `torch._scaled_mm(a, b, scale_a, scale_b, out_dtype)` computes `(a · scale_a) @ (b · scale_b)` with FP8 a
-# and b: the matrix cores multiply-accumulate FP8 directly. PyTorch allows it on ROCm gfx942 (FNUZ), gfx950 and
-# gfx1200/1201 (OCP), and on CUDA compute capability ≥ 8.9 (pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`,
-# `_scaled_mm_allowed_device`). So the dtype is chosen from the **arch**, never from probes such as
-# `is_bf16_supported()`, which is True on every ROCm build. It also runs on CPU (for correctness), where timings
-# mean nothing.
+# and b: the matrix cores multiply-accumulate FP8 directly. PyTorch allows it on ROCm gfx942 (FNUZ), gfx1200/1201
+# and gfx950 (OCP; these two only in builds for a recent enough ROCm, gated on `ROCM_VERSION`), and on CUDA
+# compute capability ≥ 8.9 (pytorch/pytorch `ScaledBlas.cpp` / `Blas.cpp`, `_scaled_mm_allowed_device`). So the
+# dtype is chosen from the **arch**, never from probes such as `is_bf16_supported()`, which is True on every ROCm
+# build. It also runs on CPU (for correctness), where timings mean nothing.
 #
 # Honest measurement: each timed sample runs `GEMM_ITERS` GEMMs between two synchronisations; report the
 # median of `REPEATS` samples with the min–max range, and call one faster only when the ranges do not overlap.
@@ -1562,13 +1590,13 @@ if device.type == "cpu":
 # %% [markdown] tags=["zh"]
 # **在 GPU 上读数**：大矩阵上 FP8 的 TFLOPS 接近 bf16 的两倍才说明矩阵核心真的在跑 FP8；小矩阵（2048）受发射开销和
 # 量化开销限制，加速比小。逐张量 scale 的 GEMM 和反量化后的 bf16 GEMM 的相对误差应在 10⁻² 量级以下（累加是 fp32）。
-# 在 MI300X 上若 `_scaled_mm` 报 dtype 错误，多半是把 OCP 的 `e4m3fn` 交给了 gfx942——回到第 3 节。
+# 在 MI300X 上若 `_scaled_mm` 报 dtype 错误，先检查张量是不是 fnuz——回到第 3 节。
 
 # %% [markdown] tags=["en"]
 # **Reading it on a GPU**: FP8 TFLOPS close to twice bf16 on the large sizes show the matrix cores really run
 # FP8; small sizes (2048) are bound by launch and quantization overhead and gain less. The per-tensor FP8 GEMM
-# should agree with the dequantized GEMM to well under 10⁻² (accumulation is fp32). If `_scaled_mm` rejects the
-# dtype on an MI300X, an OCP `e4m3fn` tensor reached gfx942: back to section 3.
+# should agree with the dequantized GEMM to well under 10⁻² (accumulation is fp32). If `_scaled_mm` raises a dtype
+# error on an MI300X, check that the tensors are fnuz: back to section 3.
 
 # %% [markdown] tags=["zh"]
 # ## 选做 · W8A8 线性层（1 分，后面不依赖它）
@@ -1579,7 +1607,7 @@ if device.type == "cpu":
 # `fp8_linear(x, q_weight, weight_scale)`：`x` 为 `[M, K]` 浮点；`q_weight` 为 `[N, K]` FP8，`weight_scale` 为 `[N, 1]`
 # float32（来自 `quantize_fp8(..., granularity="channel")`）。用 `quantize_fp8(x, q_weight.dtype, granularity="channel")`
 # 量化 x（每行一个 scale），再调用一次 `torch._scaled_mm(qx, q_weight.t(), scale_a=sx, scale_b=weight_scale.t(),
-# out_dtype=torch.bfloat16)`（CUDA 上逐行 scale 只支持 bf16 输出），返回 `[M, N]` 的 `.float()`。检查：与两边都反量化后
+# out_dtype=torch.bfloat16)`（逐行 scale 在多数 GPU 上只接受 bf16/fp16 输出，PyTorch 的 `_scaled_mm` 会检查），返回 `[M, N]` 的 `.float()`。检查：与两边都反量化后
 # 的 float32 矩阵乘相差在 bf16 的舍入范围内（相对 1e-2）。
 
 # %% [markdown] tags=["en"]
@@ -1592,7 +1620,8 @@ if device.type == "cpu":
 # `fp8_linear(x, q_weight, weight_scale)`: `x` is `[M, K]` float; `q_weight` is `[N, K]` FP8 and `weight_scale`
 # `[N, 1]` float32 (from `quantize_fp8(..., granularity="channel")`). Quantize x with `quantize_fp8(x,
 # q_weight.dtype, granularity="channel")` (one scale per row), then one `torch._scaled_mm(qx, q_weight.t(),
-# scale_a=sx, scale_b=weight_scale.t(), out_dtype=torch.bfloat16)` (row-wise scales take a bf16 output on CUDA);
+# scale_a=sx, scale_b=weight_scale.t(), out_dtype=torch.bfloat16)` (PyTorch's `_scaled_mm` accepts row-wise scales
+# only with a bf16 or fp16 output on most GPUs);
 # return the `[M, N]` result `.float()`. Checked: within bf16 rounding (1e-2 relative) of the float32 product of
 # both dequantized operands.
 
