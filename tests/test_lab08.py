@@ -112,7 +112,7 @@ def graded_namespace(ns, tokenizer, model, **replaced):
         model=model,
         tok=tokenizer,
         device=torch.device("cpu"),
-        EVAL_TEXTS=[r["description"] for r in load_qc_reports("eval")][:48],
+        EVAL_TEXTS=[r["description"] for r in load_qc_reports("eval")][:20],
         LINEARS=ns["decoder_linears"](model),
         FP8=torch.float8_e4m3fn,
         GEMM_DTYPE=torch.float8_e4m3fn,

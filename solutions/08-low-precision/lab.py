@@ -1346,7 +1346,7 @@ for (_mname, _fmt), _v in _mem.items():
 #
 # Lab 02 的容量表算的是“权重放下后，剩下的显存能放多少个 KV token”。服务端真正关心的是：上下文长度 L 下能同时跑多少条
 # 序列。FP8 KV cache 把每个 token 的 KV 字节减半（vLLM 的 `kv_cache_dtype="fp8"`；不校准时 scale 默认为 1.0，
-# 见 https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/ ），FP8 权重再腾出一半权重显存。
+# 见 https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/ ），FP8 权重再腾出一些显存（不到一半：嵌入仍是 bf16）。
 #
 # **练习 7**：`max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *, reserve_bytes=0)`。
 #
@@ -1361,8 +1361,8 @@ for (_mname, _fmt), _v in _mem.items():
 # Lab 02's capacity table asked "after the weights, how many KV tokens fit". A server asks how many sequences of
 # context L can run at once. An FP8 KV cache halves the KV bytes per token (vLLM's `kv_cache_dtype="fp8"`;
 # without calibration its scales default to 1.0, see
-# https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/), and FP8 weights free half of the
-# weight memory on top.
+# https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/), and FP8 weights free some memory on
+# top (less than half of it: the embeddings stay bf16).
 #
 # **Exercise 7**: `max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *,
 # reserve_bytes=0)`.
@@ -1607,7 +1607,8 @@ if device.type == "cpu":
 # `fp8_linear(x, q_weight, weight_scale)`：`x` 为 `[M, K]` 浮点；`q_weight` 为 `[N, K]` FP8，`weight_scale` 为 `[N, 1]`
 # float32（来自 `quantize_fp8(..., granularity="channel")`）。用 `quantize_fp8(x, q_weight.dtype, granularity="channel")`
 # 量化 x（每行一个 scale），再调用一次 `torch._scaled_mm(qx, q_weight.t(), scale_a=sx, scale_b=weight_scale.t(),
-# out_dtype=torch.bfloat16)`（逐行 scale 在多数 GPU 上只接受 bf16/fp16 输出，PyTorch 的 `_scaled_mm` 会检查），返回 `[M, N]` 的 `.float()`。检查：与两边都反量化后
+# out_dtype=torch.bfloat16)`（逐行 scale 在多数 GPU 上只接受 bf16/fp16 输出，PyTorch 的 `_scaled_mm` 会检查），返回
+# `[M, N]` 的 `.float()`。检查在所有配置下都用 CPU 张量（PyTorch 的 CPU `_scaled_mm` 两种 FP8 都支持）：与两边都反量化后
 # 的 float32 矩阵乘相差在 bf16 的舍入范围内（相对 1e-2）。
 
 # %% [markdown] tags=["en"]
@@ -1621,9 +1622,9 @@ if device.type == "cpu":
 # `[N, 1]` float32 (from `quantize_fp8(..., granularity="channel")`). Quantize x with `quantize_fp8(x,
 # q_weight.dtype, granularity="channel")` (one scale per row), then one `torch._scaled_mm(qx, q_weight.t(),
 # scale_a=sx, scale_b=weight_scale.t(), out_dtype=torch.bfloat16)` (PyTorch's `_scaled_mm` accepts row-wise scales
-# only with a bf16 or fp16 output on most GPUs);
-# return the `[M, N]` result `.float()`. Checked: within bf16 rounding (1e-2 relative) of the float32 product of
-# both dequantized operands.
+# only with a bf16 or fp16 output on most GPUs); return the `[M, N]` result `.float()`. Checked on CPU tensors in
+# every profile (PyTorch's CPU `_scaled_mm` takes both FP8 variants): within bf16 rounding (1e-2 relative) of the
+# float32 product of both dequantized operands.
 
 # %% tags=["solution"] grade_id="08-w8a8-sol-1"
 def fp8_linear(x, q_weight, weight_scale):
@@ -1636,19 +1637,19 @@ def fp8_linear(x, q_weight, weight_scale):
 
 # %% tags=["test"] grade_id="08-w8a8-1" points=1
 _layer = LINEARS[next(k for k in LINEARS if k.endswith("gate_proj"))]
-_wq, _ws = quantize_fp8(_layer.weight.detach(), GEMM_DTYPE or FP8, granularity="channel")
-_xin = torch.randn(16, _layer.in_features, generator=torch.Generator().manual_seed(3)).to(device)
+_wq, _ws = quantize_fp8(_layer.weight.detach().cpu(), FP8, granularity="channel")  # checked on CPU in every profile
+_xin = torch.randn(16, _layer.in_features, generator=torch.Generator().manual_seed(3))
 _y = fp8_linear(_xin, _wq, _ws)
 _xq, _xs = quantize_fp8(_xin, _wq.dtype, granularity="channel")
 _yref = dequantize_fp8(_xq, _xs) @ dequantize_fp8(_wq, _ws).t()
 assert _y.shape == (16, _layer.out_features) and _y.dtype == torch.float32, (_y.shape, _y.dtype)
 assert torch.allclose(_y, _yref, rtol=1e-2, atol=1e-2 * float(_yref.abs().max())), f"与反量化后的乘积不符 / differs from the dequantized product: {relative_error(_yref, _y):.2e}"
 ### BEGIN HIDDEN TESTS
-for _dt in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) if device.type == "cpu" else (GEMM_DTYPE or FP8,):
+for _dt in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
     _wh = torch.randn(48, 32, generator=_g) * 0.05
     _wh[7] *= 40
-    _qh, _sh = quantize_fp8(_wh.to(device), _dt, granularity="channel")
-    _xh = (torch.randn(32, 32, generator=_g) * torch.linspace(0.01, 30, 32).unsqueeze(1)).to(device)
+    _qh, _sh = quantize_fp8(_wh, _dt, granularity="channel")
+    _xh = torch.randn(32, 32, generator=_g) * torch.linspace(0.01, 30, 32).unsqueeze(1)
     _yh = fp8_linear(_xh, _qh, _sh)
     _qxh, _sxh = quantize_fp8(_xh, _dt, granularity="channel")
     _yhr = dequantize_fp8(_qxh, _sxh) @ dequantize_fp8(_qh, _sh).t()
