@@ -703,12 +703,12 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown] tags=["zh"]
-# 在真实 GPU 上，批大小 1 的 decode 几乎总是主机受限：0.5B 模型一步要发射数百个几微秒的 kernel。批处理和 Graph 是最有效的杠杆，
-# 这也是 vLLM 默认捕获 Graph 的原因。`torch.compile` 融合逐元素算子、减少 kernel 数，配合 `mode="reduce-overhead"` 再减少发射。
+# 在真实 GPU 上，批大小 1 的 decode 几乎总是主机受限：0.5B 模型一步要发射数百个几微秒的 kernel（上面的录制轨迹有九百多个）。
+# 批处理和 Graph 是最有效的杠杆。`torch.compile` 融合逐元素算子、减少 kernel 数，配合 `mode="reduce-overhead"` 再减少发射。
 
 # %% [markdown] tags=["en"]
 # On a real GPU, batch-1 decode is almost always host-bound: a 0.5B model launches hundreds of kernels of a few
-# microseconds per step. Batching and graphs are the strongest levers; that is why vLLM captures graphs by default.
+# microseconds per step (over nine hundred in the recorded trace above). Batching and graphs are the strongest levers.
 # `torch.compile` fuses elementwise operators into fewer kernels, and with `mode="reduce-overhead"` also launches less.
 
 # %% [markdown] tags=["zh"]
@@ -720,7 +720,8 @@ plt.show()
 # [ROCm 博客：用 PyTorch TunableOp 加速模型](https://rocm.blogs.amd.com/artificial-intelligence/pytorch-tunableop/README.html)。
 #
 # - `PYTORCH_TUNABLEOP_ENABLED=1` 打开 TunableOp；`PYTORCH_TUNABLEOP_TUNING`（默认 1）控制是否对没见过的形状调优；
-#   `PYTORCH_TUNABLEOP_FILENAME` 指定结果文件（默认 `tunableop_results.csv`，多 GPU 时插入设备序号，如 `tunableop_results0.csv`）；
+#   `PYTORCH_TUNABLEOP_FILENAME` 指定结果文件（默认 `tunableop_results.csv`；PyTorch 会在文件名中插入设备序号，如 `tunableop_results0.csv`，
+#   以免多个 GPU 上的进程互相覆盖）；
 #   `PYTORCH_TUNABLEOP_VERBOSE` 打开日志。环境变量在第一次读取后固定，并优先于 Python API（`torch.cuda.tunable.enable()` 等）。
 # - 文件以 `Validator` 行开头（PyTorch、ROCm、rocBLAS、hipBLASLt 版本和 GPU 架构等）；任何一个变了，PyTorch 拒绝整个文件，
 #   因为旧的调优结果可能已不再最优。之后每行四个字段：算子名（数据类型与转置 `T`/`N`）、参数（BLAS 的 m、n、k 与 leading dimension）、
@@ -750,8 +751,8 @@ plt.show()
 # [ROCm blog on PyTorch TunableOp](https://rocm.blogs.amd.com/artificial-intelligence/pytorch-tunableop/README.html).
 #
 # - `PYTORCH_TUNABLEOP_ENABLED=1` turns TunableOp on; `PYTORCH_TUNABLEOP_TUNING` (default 1) decides whether unseen
-#   shapes are tuned; `PYTORCH_TUNABLEOP_FILENAME` names the results file (default `tunableop_results.csv`, with the
-#   device ordinal inserted for several GPUs, e.g. `tunableop_results0.csv`); `PYTORCH_TUNABLEOP_VERBOSE` turns on
+#   shapes are tuned; `PYTORCH_TUNABLEOP_FILENAME` names the results file (default `tunableop_results.csv`; PyTorch inserts
+#   the device ordinal, e.g. `tunableop_results0.csv`, so that processes on several GPUs do not overwrite each other); `PYTORCH_TUNABLEOP_VERBOSE` turns on
 #   logging. Environment variables are fixed once read and take precedence over the Python API
 #   (`torch.cuda.tunable.enable()` and friends).
 # - The file opens with `Validator` lines (PyTorch, ROCm, rocBLAS and hipBLASLt versions, the GPU arch, ...); if any
@@ -957,7 +958,7 @@ else:
 #   ```
 #   然后 `rocprofv3 -i input.yaml -- python prefill.py`。列名见 [rocprofv3 文档](https://rocm.docs.amd.com/projects/rocprofiler-sdk/en/latest/how-to/using-rocprofv3.html)。
 # - **rocprof-compute**（原 Omniperf）多次重跑程序、收集数百个计数器，算出"光速"(Speed-of-Light) 等指标：
-#   `rocprof-compute profile -n prefill -- python prefill.py`，再 `rocprof-compute analyze -p workloads/prefill/<GPU> -b 2`。
+#   `rocprof-compute profile -n prefill -- python prefill.py`，再 `rocprof-compute analyze -p workloads/prefill/<SoC> -b 2`。
 #   剖析时同一 GPU 上不同 stream 的 kernel 会被串行化（[profile mode 文档](https://rocm.docs.amd.com/projects/rocprofiler-compute/en/latest/how-to/profile/mode.html)）。
 # - **rocprof-sys**（原 Omnitrace）看整个系统的时间线：CPU 调用栈采样、GPU、通信，例如 `rocprof-sys-sample -- ./app`；
 #   Python 脚本用 `rocprof-sys-python`（[文档](https://rocm.docs.amd.com/projects/rocprofiler-systems/en/latest/)）。
@@ -988,7 +989,7 @@ else:
 #   [rocprofv3 docs](https://rocm.docs.amd.com/projects/rocprofiler-sdk/en/latest/how-to/using-rocprofv3.html).
 # - **rocprof-compute** (formerly Omniperf) reruns the program to collect hundreds of counters and derives
 #   Speed-of-Light and other metrics: `rocprof-compute profile -n prefill -- python prefill.py`, then
-#   `rocprof-compute analyze -p workloads/prefill/<GPU> -b 2`. While profiling, kernels on different streams of one
+#   `rocprof-compute analyze -p workloads/prefill/<SoC> -b 2`. While profiling, kernels on different streams of one
 #   GPU are serialized ([profile mode docs](https://rocm.docs.amd.com/projects/rocprofiler-compute/en/latest/how-to/profile/mode.html)).
 # - **rocprof-sys** (formerly Omnitrace) shows the whole system's timeline: CPU call-stack samples, GPU,
 #   communication, e.g. `rocprof-sys-sample -- ./app`; Python scripts use `rocprof-sys-python`
@@ -1371,16 +1372,6 @@ RULES = [
 ]
 
 # %% tags=["solution"] grade_id="09-decision-sol-1"
-### BEGIN SOLUTION
-MEASURED = {"decode_idle_fraction": DECODE_IDLE["idle_fraction"],
-            "elementwise_share": DECODE_SHARES["elementwise"] + DECODE_SHARES["norm"],
-            "matmul_share": DECODE_SHARES["matmul"], "data_fraction": DATA_FRACTION,
-            "activation_peak_bytes": MEMORY["baseline"]["peak_above_start"]}
-VERDICTS = {name: result["verdict"] for name, result in LEVERS.items()}
-VERDICTS["activation checkpointing"] = "smaller" if MEMORY_SAVED > 0 else "no difference"
-### END SOLUTION
-
-
 def decision_table(rules, measured, verdicts):
     """One row per rule: the measured value, whether the symptom is present, the lever and its verdict."""
     ### BEGIN SOLUTION
@@ -1397,6 +1388,16 @@ def decision_table(rules, measured, verdicts):
     return rows
     ### END SOLUTION
 
+
+# Your measurements: MEASURED = {metric: value} and VERDICTS = {lever: verdict}, as the exercise text says.
+### BEGIN SOLUTION
+MEASURED = {"decode_idle_fraction": DECODE_IDLE["idle_fraction"],
+            "elementwise_share": DECODE_SHARES["elementwise"] + DECODE_SHARES["norm"],
+            "matmul_share": DECODE_SHARES["matmul"], "data_fraction": DATA_FRACTION,
+            "activation_peak_bytes": MEMORY["baseline"]["peak_above_start"]}
+VERDICTS = {name: result["verdict"] for name, result in LEVERS.items()}
+VERDICTS["activation checkpointing"] = "smaller" if MEMORY_SAVED > 0 else "no difference"
+### END SOLUTION
 
 DECISIONS = decision_table(RULES, MEASURED, VERDICTS)
 for row in DECISIONS:
@@ -1441,14 +1442,14 @@ else:
 # ## 可选拓展（不计分）
 #
 # 在 gpu 配置下把 `torch.compile(model, mode="reduce-overhead")` 用在整个 decode 步上（它会捕获 Graph），用 `compare_runs`
-# 与 eager 比较；再用 `rocprofv3 --kernel-trace` 录下两种运行，用 `busy_and_idle` 比较设备空闲比例。smoke 配置不运行这一节。
+# 与 eager 比较；再用 `rocprofv3 --kernel-trace` 录下两种运行，用 `busy_and_idle` 比较设备空闲比例。这一节没有要在 smoke 中运行的代码。
 
 # %% [markdown] tags=["en"]
 # ## Optional stretch (not graded)
 #
 # In the gpu profile, apply `torch.compile(model, mode="reduce-overhead")` to the whole decode step (it captures
 # graphs) and compare it with eager using `compare_runs`; then record both runs with `rocprofv3 --kernel-trace` and
-# compare the device's idle fraction with `busy_and_idle`. The smoke profile does not run this section.
+# compare the device's idle fraction with `busy_and_idle`. This section has no code for the smoke profile.
 
 # %% [markdown] tags=["zh"]
 # ## 小结
