@@ -222,7 +222,7 @@ def self_time_shares(rows, categories):
 DECODE_SHARES = self_time_shares(PROFILE_ROWS, CATEGORIES)
 lab.plot_bars({k: 100 * v for k, v in DECODE_SHARES.items()}, title="decode step: share of self time",
               ylabel="%")
-plt.xticks(fontsize=8)
+plt.xticks(fontsize=8, rotation=20)
 plt.show()
 
 # %% tags=["test"] grade_id="09-shares-1" points=2
