@@ -241,3 +241,23 @@ def test_install_lines_come_from_the_release_matrix():
     image = next(e for e in entries if e.install and e.install.method == "image")
     assert "[device-gfx942]" in wheel.install.requirement_for("gfx942")
     assert image.install.image.startswith("rocm/pytorch:")
+
+
+def test_every_solution_cell_has_a_contract_in_both_languages_right_above():
+    import jupytext
+
+    cells = jupytext.read(LAB / "lab.py").cells
+    for i, cell in enumerate(cells):
+        if "solution" not in cell.metadata.get("tags", []):
+            continue
+        zh, en = cells[i - 2], cells[i - 1]
+        assert "zh" in zh.metadata.get("tags", []) and "约定" in zh.source, cell.metadata["grade_id"]
+        assert "en" in en.metadata.get("tags", []) and "contract" in en.source, cell.metadata["grade_id"]
+
+
+def test_stretch_exercise_is_last_and_graded_apart():
+    import jupytext
+
+    ids = [c.metadata["grade_id"] for c in jupytext.read(LAB / "lab.py").cells if "grade_id" in c.metadata]
+    stretch = [i for i, g in enumerate(ids) if g.startswith("01-stretch-")]
+    assert stretch and stretch == list(range(len(ids) - len(stretch), len(ids)))

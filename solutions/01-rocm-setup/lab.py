@@ -1095,9 +1095,7 @@ print(rocmlab_doctor.render_table(recorded, lang="en"))
 # %% [markdown] tags=["zh"]
 # ## 选做（optional stretch）：把 doctor 的报告排成待办清单
 #
-# 这一题单独计分，前面的内容都不依赖它。
-#
-# **选做练习的约定**：`triage(report, lang="en")` 的输入是 `rocmlab doctor --json` 的报告（字典，`report["findings"]`
+# 这一题单独计分，前面的内容都不依赖它。**选做练习的约定**：`triage(report, lang="en")` 的输入是 `rocmlab doctor --json` 的报告（字典，`report["findings"]`
 # 是发现项列表），返回要处理的项：先是所有 `"fail"`，再是所有 `"warn"`，每组内保持报告中的顺序；每项是字典
 # `{"check", "status", "fix"}`，`fix` 取该项的 `fix_en`（`lang="en"`）或 `fix_zh`（`lang="zh"`）。
 # 没有 fail / warn 时返回 `[]`。隐藏测试还会用另一台录制的机器 `no-render-group` 和你这台机器的报告检查。
@@ -1105,9 +1103,7 @@ print(rocmlab_doctor.render_table(recorded, lang="en"))
 # %% [markdown] tags=["en"]
 # ## Optional stretch: turn the doctor's report into a to-do list
 #
-# This one is graded separately, and nothing above depends on it.
-#
-# **Stretch contract**: `triage(report, lang="en")` takes a `rocmlab doctor --json` report (a dict
+# This one is graded separately, and nothing above depends on it. **Stretch contract**: `triage(report, lang="en")` takes a `rocmlab doctor --json` report (a dict
 # whose `report["findings"]` is the list of findings) and returns the findings to act on: every
 # `"fail"` first, then every `"warn"`, each group in report order; each is a dict `{"check", "status",
 # "fix"}`, where `fix` is the finding's `fix_en` (`lang="en"`) or `fix_zh` (`lang="zh"`). With no fail
