@@ -388,7 +388,7 @@ def wheel_supports(device_arch, arch_list):
     return False
     ### END SOLUTION
 
-
+# %%
 from rocmlab.lab.env import gpu_arch
 
 _arch = gpu_arch() if torch.cuda.is_available() else None
@@ -565,7 +565,7 @@ def visible_gpus(uuids, env):
     return visible
     ### END SOLUTION
 
-
+# %%
 GPU_UUIDS = [f"GPU-{0x4B2C1A9F8D3E6F00 + i:016X}" for i in range(8)]   # an 8-GPU node
 print(GPU_UUIDS[:2], "...")
 print(visible_gpus(GPU_UUIDS, {"ROCR_VISIBLE_DEVICES": "4,5,6,7", "HIP_VISIBLE_DEVICES": "1"}))
