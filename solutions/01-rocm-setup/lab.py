@@ -462,7 +462,8 @@ if _image:
 # ### 消费级 Radeon 卡与 `HSA_OVERRIDE_GFX_VERSION`
 #
 # 老办法是让运行时"冒充"另一个目标：ROCr 运行时在建立拓扑时读取 `HSA_OVERRIDE_GFX_VERSION=主.次.步进`
-# （也有只作用于第 N 个节点的 `HSA_OVERRIDE_GFX_VERSION_N`），并把 GPU 报告成这个 gfx 版本
+# （也有只作用于拓扑节点 N 的 `HSA_OVERRIDE_GFX_VERSION_N`，N 是 KFD 的节点编号，CPU 也占编号），
+# 并把 GPU 报告成这个 gfx 版本
 # （源码：[rocm-systems `libhsakmt/src/topology.c`](https://github.com/ROCm/rocm-systems/blob/develop/projects/rocr-runtime/libhsakmt/src/topology.c)）。
 # 例如 gfx1031 的卡设 `10.3.0`，进程就加载为 gfx1030 编译的内核。风险：没有任何检查保证两种 ISA 兼容——
 # 为别的目标编译的内核跑在你的 GPU 上，ISA 有差别时得到的是错误结果或 GPU 故障，而不是一条清楚的报错；
@@ -476,7 +477,8 @@ if _image:
 #
 # The old trick makes the runtime pose as another target: the ROCr runtime reads
 # `HSA_OVERRIDE_GFX_VERSION=major.minor.stepping` when it builds its topology (there is also
-# `HSA_OVERRIDE_GFX_VERSION_N` for node N only) and reports the GPU as that gfx version (source:
+# `HSA_OVERRIDE_GFX_VERSION_N` for topology node N only, N being KFD's node number, which counts
+# CPUs too) and reports the GPU as that gfx version (source:
 # [rocm-systems `libhsakmt/src/topology.c`](https://github.com/ROCm/rocm-systems/blob/develop/projects/rocr-runtime/libhsakmt/src/topology.c)).
 # Set to `10.3.0` on a gfx1031 card, the process loads kernels built for gfx1030. The risks: nothing
 # checks that the two ISAs are compatible. Kernels built for another target run on your GPU, and
