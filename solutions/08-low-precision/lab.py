@@ -80,6 +80,7 @@ import torch.nn.functional as F
 from transformers import GenerationConfig
 
 from rocmlab import lab
+from rocmlab.lab import datasheets
 from rocmlab.lab.env import gpu_arch
 
 lab.seed_everything(SEED)
@@ -1408,26 +1409,24 @@ for _bad in ((1e9, 0, 0, 10), (1e9, 0, 10, 0), (1e9, 0, -1, 10)):
 ### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
-# Qwen2.5-7B、上下文 8192、预留 10% 显存给激活与运行时。显存容量来自厂商产品页：MI300X 192 GB HBM3、
-# MI355X 288 GB HBM3E（https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html 、
-# https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html ），H100 SXM 80 GB、H200 141 GB
-# （https://www.nvidia.com/en-us/data-center/h100/ 、https://www.nvidia.com/en-us/data-center/h200/ ）。
-# 第一列就是 Lab 02 表格的算法（bf16 权重与 KV，可容纳的 KV token 数），后面换算成序列数。
+# Qwen2.5-7B、上下文 8192、预留 10% 显存给激活与运行时。显存容量取自课程的共享数据手册表 `rocmlab.lab.datasheets`
+# （与 Lab 01、02 同一份，每行附厂商来源，下面会打印出来）。第一列就是 Lab 02 表格的算法（bf16 权重与 KV，可容纳的
+# KV token 数），后面换算成序列数。
 
 # %% [markdown] tags=["en"]
-# Qwen2.5-7B, context 8192, 10 % of memory reserved for activations and the runtime. Capacities from the vendor
-# product pages: MI300X 192 GB HBM3, MI355X 288 GB HBM3E
-# (https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html,
-# https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html), H100 SXM 80 GB, H200 141 GB
-# (https://www.nvidia.com/en-us/data-center/h100/, https://www.nvidia.com/en-us/data-center/h200/). The first
-# column is lab 02's table (bf16 weights and KV: KV tokens that fit), then converted to sequences.
+# Qwen2.5-7B, context 8192, 10 % of memory reserved for activations and the runtime. Memory sizes come from the
+# course's shared datasheet table `rocmlab.lab.datasheets` (the same as in labs 01 and 02; each row cites its
+# vendor source, printed below). The first column is lab 02's table (bf16 weights and KV: KV tokens that fit),
+# then converted to sequences.
 
 # %%
-GPU_MEMORY_GB = {"MI300X": 192, "MI355X": 288, "H100 SXM": 80, "H200": 141}
+CAPACITY_GPUS = ("MI300X", "MI355X", "H100 SXM", "H200 SXM")
+GPU_MEMORY_GB = {key: datasheets.by_key(key).memory_gb for key in CAPACITY_GPUS}
 CONTEXT = 8192
 SETUPS = {"bf16 W, bf16 KV": ("bf16", 2), "fp8 W, bf16 KV": ("fp8-channel", 2), "fp8 W, fp8 KV": ("fp8-channel", 1)}
 capacity = {}
-print(f"Qwen2.5-7B, context {CONTEXT}, 10 % reserved")
+print(f"Qwen2.5-7B, context {CONTEXT}, 10 % reserved; memory: " +
+      ", ".join(f"{k} {gb:g} GB ({datasheets.by_key(k).sources[0]})" for k, gb in GPU_MEMORY_GB.items()))
 for _gpu, _gb in GPU_MEMORY_GB.items():
     _mem_b = _gb * 1e9
     _lab02_tokens = (_mem_b - weight_bytes(QWEN25_7B, "bf16")) / kv_cache_bytes(QWEN25_7B, 1)
@@ -1494,10 +1493,10 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # （用于检查正确性），但计时没有意义。
 #
 # 诚实测量：每个计时样本内连续跑 `GEMM_ITERS` 次 GEMM、前后各同步一次；报告 `REPEATS` 个样本的中位数和最小–最大范围；
-# 只有当两个范围不重叠时才说“真的更快”。峰值百分比的分母是数据手册的**稠密** (dense) 峰值，并写明 dtype：
-# MI300X / MI325X bf16 1307.4、FP8 2614.9 TFLOPS；H100 SXM / H200 bf16 989.4、FP8 1978.9 TFLOPS（NVIDIA 手册写的
-# 1979 / 3958 是含 2:4 稀疏的数字）。来源与 Lab 01 的表相同（AMD MI300X、MI325X 产品页，NVIDIA H100、H200 数据手册）。
-# MI355X 没有列出：本实验没有核实过它的数据手册数字，所以只报告 TFLOPS，不报告百分比。
+# 只有当两个范围不重叠时才说“真的更快”。峰值百分比的分母是数据手册的**稠密** (dense) 峰值，并写明 dtype。bf16 的
+# 稠密峰值取自共享表 `rocmlab.lab.datasheets`（H100/H200 手册只印了含 2:4 稀疏的 1979，稠密是一半）。FP8 的数字在下面的
+# 表里，按手册原样记录：MI300X / MI325X 2614.9 TFLOPS（稠密，AMD 产品页）；H100 SXM / H200 3958 TFLOPS，**含稀疏**，
+# 稠密是一半（NVIDIA 产品页）。MI355X 的 FP8 数字本实验没有核实，所以只报告它的 TFLOPS 和 bf16 百分比。
 
 # %% [markdown] tags=["en"]
 # ## 8 · Real FP8 GEMMs (gpu profile)
@@ -1511,19 +1510,18 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 #
 # Honest measurement: each timed sample runs `GEMM_ITERS` GEMMs between two synchronisations; report the
 # median of `REPEATS` samples with the min–max range, and call one faster only when the ranges do not overlap.
-# A percentage of peak has the datasheet's **dense** peak as its denominator and names the dtype: MI300X /
-# MI325X bf16 1307.4, FP8 2614.9 TFLOPS; H100 SXM / H200 bf16 989.4, FP8 1978.9 TFLOPS (NVIDIA's 1979 / 3958
-# include 2:4 sparsity). Sources as in lab 01's table (AMD MI300X and MI325X product pages, NVIDIA H100 and H200
-# datasheets). MI355X is left out: this lab has not verified its datasheet figures, so it reports TFLOPS without
-# a percentage.
+# A percentage of peak has the datasheet's **dense** peak as its denominator and names the dtype. The bf16 dense
+# peak comes from the shared table `rocmlab.lab.datasheets` (the H100/H200 sheets print only 1979 "with
+# sparsity", twice the dense figure). The FP8 figures are in the table below, as the sheets print them: MI300X /
+# MI325X 2614.9 TFLOPS (dense, AMD product pages); H100 SXM / H200 3958 TFLOPS **with sparsity**, dense is half
+# (NVIDIA product pages). This lab has not verified an FP8 figure for the MI355X, so it reports its TFLOPS and
+# its bf16 percentage only.
 
 # %%
-DENSE_PEAK_TFLOPS = [  # (name fragments all required, fragments excluded, {dtype: dense TFLOPS}, source)
-    (("MI300X",), (), {"bf16": 1307.4, "fp8": 2614.9}, "AMD Instinct MI300X product page"),
-    (("MI325X",), (), {"bf16": 1307.4, "fp8": 2614.9}, "AMD Instinct MI325X product page"),
-    (("H100", "HBM3"), ("NVL", "PCIe"), {"bf16": 989.4, "fp8": 1978.9}, "NVIDIA H100 SXM datasheet, dense"),
-    (("H200",), ("NVL",), {"bf16": 989.4, "fp8": 1978.9}, "NVIDIA H200 SXM datasheet, dense"),
-]
+FP8_TFLOPS_AS_PRINTED = {  # datasheets key -> (FP8 matrix TFLOPS as printed, printed "with sparsity")
+    "MI300X": (2614.9, False), "MI325X": (2614.9, False),   # AMD product pages (sources in the datasheets table)
+    "H100 SXM": (3958.0, True), "H200 SXM": (3958.0, True),  # NVIDIA product pages
+}
 
 
 def fp8_gemm_dtype(arch):
@@ -1540,11 +1538,12 @@ def fp8_gemm_dtype(arch):
     return None
 
 
-def dense_peak(name):
-    for needed, excluded, peaks, source in DENSE_PEAK_TFLOPS:
-        if all(f in name for f in needed) and not any(f in name for f in excluded):
-            return peaks, source
-    return None, None
+def dense_peaks(spec):
+    """{"bf16": dense TFLOPS, "fp8": dense TFLOPS or None} of a datasheets row, or None off the table."""
+    if spec is None:
+        return None
+    fp8 = FP8_TFLOPS_AS_PRINTED.get(spec.key)
+    return {"bf16": spec.fp16_dense_tflops, "fp8": None if fp8 is None else fp8[0] / (2 if fp8[1] else 1)}
 
 
 def time_per_call(fn):
@@ -1555,9 +1554,10 @@ def time_per_call(fn):
 
 
 GEMM_DTYPE = fp8_gemm_dtype(ARCH)
-gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-peaks, peak_source = dense_peak(gpu_name)
-print(f"{gpu_name} ({ARCH or 'cpu'}): FP8 GEMM dtype {GEMM_DTYPE}; dense peaks {peaks or 'not cited here'}")
+gpu_name, gpu_spec = datasheets.for_device(device)
+peaks = dense_peaks(gpu_spec)
+print(f"{gpu_name} ({ARCH or 'cpu'}): FP8 GEMM dtype {GEMM_DTYPE}; dense peaks (TFLOPS) {peaks or 'not in the table'}"
+      + (f"; sources {', '.join(gpu_spec.sources)}" if gpu_spec else ""))
 gemm_rows = []
 if GEMM_DTYPE is None:
     print(f"torch._scaled_mm is not allowed on {ARCH}: no FP8 GEMM here")
@@ -1578,8 +1578,9 @@ for _n in GEMM_SIZES if GEMM_DTYPE is not None else []:
     _row = {"n": _n, "bf16_tflops": 2 * _n**3 / _t16 / 1e12, "fp8_tflops": 2 * _n**3 / _t8 / 1e12,
             "speedup": _t16 / _t8, "real": _r8[1] < _r16[0], "fp8_vs_dequantized_error": _err}
     gemm_rows.append(_row)
-    _pct = (f" | {_row['bf16_tflops'] / peaks['bf16']:.0%} of bf16 dense, {_row['fp8_tflops'] / peaks['fp8']:.0%} "
-            f"of FP8 dense ({peak_source})" if peaks else "")
+    _pct = "" if peaks is None else f" | {_row['bf16_tflops'] / peaks['bf16']:.0%} of the bf16 dense peak"
+    if peaks is not None and peaks["fp8"] is not None:
+        _pct += f", {_row['fp8_tflops'] / peaks['fp8']:.0%} of the FP8 dense peak"
     print(f"n={_n:5d}: bf16 {_row['bf16_tflops']:8.2f} TFLOPS [{_r16[0] * 1e3:.3f}-{_r16[1] * 1e3:.3f} ms], "
           f"FP8 {_row['fp8_tflops']:8.2f} TFLOPS [{_r8[0] * 1e3:.3f}-{_r8[1] * 1e3:.3f} ms], "
           f"x{_row['speedup']:.2f} ({'beyond the spread' if _row['real'] else 'within the spread'}); "
