@@ -59,6 +59,9 @@ def body(lab: dict, entry: str, cell: dict) -> str:
     last_pass = cell.get("last_pass")
     failing = run.get("failing_cell") or {}
     links = run.get("links") or {}
+    notebook = links.get("notebook") or ""
+    if not notebook.startswith("http"):  # a path on the report job's disk means nothing in an issue
+        notebook = f"{run['run_url']}#artifacts" if run.get("run_url") else ""
     lines = [
         f"<!-- rocmlab-freshness lab={lab['id']} entry={entry} -->",
         f"**{lab['id']}** (v{lab['version']}) is **{cell['verdict']}** on **{entry}**.",
@@ -68,7 +71,7 @@ def body(lab: dict, entry: str, cell: dict) -> str:
         f"- last pass on {entry}: "
         + (f"{last_pass['at']} (commit `{last_pass.get('commit') or 'unknown'}`)" if last_pass else "never"),
         f"- log: {links.get('log') or 'no CI run recorded'}",
-        f"- executed notebook: {links.get('notebook') or 'not kept'}"
+        f"- executed notebook: {notebook or 'not kept'}"
         + (f" (artifact `results-{entry}`, file `{entry}/{lab['id']}.ipynb`)" if links.get("log") else ""),
         "",
         "Package versions changed since the last pass:",

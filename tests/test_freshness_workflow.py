@@ -201,7 +201,11 @@ def test_routing_opens_updates_and_closes_one_issue_per_pair(routed_course, fake
     assert "- failing cell: cell 3: `RuntimeError: HIP error`" in body
     assert "- numpy 2.4.6 → 2.5.0" in body  # package versions changed since the last pass
     assert "Traceback (most recent call last)\nRuntimeError: HIP error" in body
-    assert "https://github.com/amd/rocmlab/actions/runs/101" in body and "train(model)" in body
+    assert (
+        "- executed notebook: https://github.com/amd/rocmlab/actions/runs/101#artifacts (artifact `results-cpu-current`"
+        in body
+    )
+    assert "- log: https://github.com/amd/rocmlab/actions/runs/101" in body and "train(model)" in body
     close = next(c for c in made if c["argv"][:2] == ["issue", "close"])
     assert close["argv"][2] == "9" and "Passes again on cpu-current" in close["argv"][-1]
     assert not any("11" in c["argv"] for c in made)  # never run: left open as it is

@@ -104,3 +104,34 @@ def test_ci_run_url(monkeypatch, attempt, suffix):
     assert history.ci_run_url() == "https://github.com/amd/rocmlab/actions/runs/7" + suffix
     monkeypatch.delenv("GITHUB_RUN_ID")
     assert history.ci_run_url() is None
+
+
+@pytest.mark.slow
+def test_two_real_runs_of_a_lab_leave_one_history_with_both(fixture_course, tmp_path, capsys):
+    """Papermill executes the fixture lab twice as cpu-current; each stamp appends its run."""
+    import sys
+
+    from freshness_helpers import write_matrix
+
+    from rocmlab.catalog import discover, select
+    from rocmlab.cli import main
+    from rocmlab.results import fingerprint
+    from rocmlab.run import Target, run_lab
+
+    write_matrix(fixture_course)
+    target = Target("cpu-current", sys.executable, fingerprint())
+    lab = select(discover(fixture_course), ["01-pass"])[0]
+    for attempt in (1, 2):
+        out = tmp_path / f"results{attempt}"
+        record, _ = run_lab(fixture_course, lab, "smoke", target, out)
+        assert record.status == "passed", record.reason
+        assert main(["--root", str(fixture_course), "report", "--results", str(out), "--stamp"]) == 0
+    runs, problems = history.read_ledger(fixture_course)
+    assert problems == [] and [(r.lab, r.env) for r in runs] == [("01-pass", "cpu-current")] * 2
+    assert runs[0].started_at < runs[1].started_at
+    for run in runs:
+        assert run.cells and all(c["duration_s"] >= 0 for c in run.cells)  # papermill's own timings
+        assert run.freeze_sha256 and run.lab_source_sha256 == history.source_hash(
+            fixture_course / "solutions" / "01-pass"
+        )
+    assert "| 01-pass | 1.2.0 | never run | never run | ✅ verified" in capsys.readouterr().out
