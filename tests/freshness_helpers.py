@@ -227,3 +227,22 @@ def dashboard_course(make_course, now: dt.datetime | None = None) -> Path:
     executed_notebook(root / "results" / "cpu-current" / "01-demo.ipynb", [0.4, 1.2, 9.0])
     write_result(root / "results", lab="01-demo", env="cpu-current", days_ago=0.2, duration_s=21.5)
     return root
+
+
+def render_dashboard(root: Path, page: Path) -> str:
+    """`rocmlab report --format html` of ``root`` (ledger and results/) into ``page``; its text."""
+    from rocmlab.cli import main
+
+    argv = [
+        "--root",
+        str(root),
+        "report",
+        "--results",
+        str(root / "results"),
+        "--format",
+        "html",
+        "--output",
+        str(page),
+    ]
+    assert main(argv) == 0
+    return page.read_text(encoding="utf-8")

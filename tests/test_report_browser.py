@@ -11,10 +11,8 @@ Skipped only where playwright or chromium is missing.
 from __future__ import annotations
 
 import pytest
-from freshness_helpers import dashboard_course
+from freshness_helpers import dashboard_course, render_dashboard
 from test_hub_browser import chromium_path, launch_args
-
-from rocmlab.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -29,18 +27,7 @@ def test_dashboard_renders_in_a_real_browser(make_course, tmp_path):
     executable = chromium_path()
     root = dashboard_course(make_course)
     page_file = tmp_path / "site" / "index.html"
-    argv = [
-        "--root",
-        str(root),
-        "report",
-        "--results",
-        str(root / "results"),
-        "--format",
-        "html",
-        "--output",
-        str(page_file),
-    ]
-    assert main(argv) == 0
+    render_dashboard(root, page_file)
     screenshot = tmp_path / "output" / "freshness-dashboard.png"
     screenshot.parent.mkdir()
     refused, dialogs = [], []

@@ -2,30 +2,12 @@
 
 import re
 
-from freshness_helpers import dashboard_course
-
-from rocmlab.cli import main
+from freshness_helpers import dashboard_course, render_dashboard
 
 
 def render(root, tmp_path):
     out = tmp_path / "site" / "index.html"
-    assert (
-        main(
-            [
-                "--root",
-                str(root),
-                "report",
-                "--results",
-                str(root / "results"),
-                "--format",
-                "html",
-                "--output",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    return out, out.read_text(encoding="utf-8")
+    return out, render_dashboard(root, out)
 
 
 def test_the_page_is_self_contained_escaped_and_links_runs(make_course, tmp_path):
