@@ -142,6 +142,8 @@ def _column_data(column: Column) -> dict:
 
 
 def to_data(report: Freshness, timestamp: bool = True, relative_to: Path | None = None) -> dict:
+    """The report as data. ``timestamp=False`` is the committed form (ci/results/freshness.json):
+    no generation time, and each run only as when, where, status and CI URL."""
     return {
         "generated_at": report.generated_at if timestamp else None,
         "window_days": report.window_days,
