@@ -87,6 +87,9 @@ def run(args) -> int:
         for path in changed:
             print(f"stamped {path.relative_to(root)}", file=sys.stderr)
         print(f"{len(changed)} file(s) changed", file=sys.stderr)
+        outside = sorted({r.env for r in new} - {e.name for e in entries})
+        if outside:
+            print(f"not recorded in ci/history (not matrix entries): {', '.join(outside)}", file=sys.stderr)
     if args.github_summary:
         _append_step_summary(to_summary(report, diff_markdown(diffs)))
     output = Path(args.output) if args.output else None
