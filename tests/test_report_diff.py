@@ -56,3 +56,13 @@ def test_only_pairs_with_a_new_run_are_compared_when_asked():
     assert [d.lab for d in diff_runs(runs, STORE, only={("02-other", "cpu-current")})] == ["02-other"]
     assert "Nothing changed (2 pair(s) compared)." in to_markdown(diff_runs(runs, STORE))
     assert "no pair has run twice yet" in to_markdown([])
+
+
+def test_a_run_without_a_freeze_is_compared_on_the_packages_it_recorded():
+    old = make_run(days_ago=2, freeze=None)
+    old.freeze = None  # a run recorded before freezes were kept: only the fingerprint's packages
+    old.freeze_sha256 = None
+    new = make_run(
+        days_ago=1, freeze=["torch==2.13.0+cpu", "transformers==5.25.0", "peft==0.21.2", "numpy==2.4.6", "six==1.17.0"]
+    )
+    assert compare(old, new, STORE).packages == ["transformers 5.24.0 → 5.25.0"]

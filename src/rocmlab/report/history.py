@@ -310,16 +310,20 @@ class FreezeStore:
 
     def packages(self, run: Run) -> dict[str, str]:
         """name → version of everything installed where the run ran (the fingerprint's few if no freeze is known)."""
+        return self.installed(run)[0]
+
+    def installed(self, run: Run) -> tuple[dict[str, str], bool]:
+        """The packages, and whether they are the whole freeze (False: only the fingerprint's few)."""
         if run.freeze:
-            return parse_freeze(run.freeze)
+            return parse_freeze(run.freeze), True
         if run.freeze_sha256 and self.root is not None:
             if run.freeze_sha256 not in self._cache:
                 path = self.root / HISTORY / FREEZE / f"{run.freeze_sha256}.txt"
                 lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
                 self._cache[run.freeze_sha256] = parse_freeze(lines) if lines else None
             if self._cache[run.freeze_sha256]:
-                return self._cache[run.freeze_sha256]
-        return {canonical(k): v for k, v in (run.fingerprint.get("packages") or {}).items() if v}
+                return self._cache[run.freeze_sha256], True
+        return {canonical(k): v for k, v in (run.fingerprint.get("packages") or {}).items() if v}, False
 
 
 def parse_freeze(lines: list[str]) -> dict[str, str]:

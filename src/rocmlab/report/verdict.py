@@ -252,10 +252,15 @@ def pins_differ(run: Run, entry, packages: dict[str, str]) -> list[str]:
 
 
 def package_changes(before: Run, after: Run, freezes: FreezeStore) -> list[str]:
-    """``name old → new`` for each package whose version differs between two runs' environments."""
-    old, new = freezes.packages(before), freezes.packages(after)
+    """``name old → new`` for each package whose version differs between two runs' environments.
+    When one side knows only the fingerprint's few packages, only those are compared."""
+    (old, old_whole), (new, new_whole) = freezes.installed(before), freezes.installed(after)
+    if old_whole and new_whole:
+        names = set(old) | set(new)
+    else:
+        names = (set() if old_whole else set(old)) | (set() if new_whole else set(new))
     changes = []
-    for name in sorted(set(old) | set(new)):
+    for name in sorted(names):
         if old.get(name) != new.get(name):
             changes.append(f"{name} {old.get(name) or '(none)'} → {new.get(name) or '(none)'}")
     return changes
