@@ -67,7 +67,7 @@ run: build model
 report: setup
 	$(ROCMLAB) report --results $(RESULTS)
 
-# The release matrix's CPU environments, every lab in each, stamped into ci/results and the README.
+# The release matrix's CPU environments, every lab in each, recorded in ci/history and the README table.
 # A lab failing on one environment is a finding for the matrix, so the runs do not stop the target.
 FRESHNESS_ENVS ?= cpu-current cpu-previous
 freshness: model

@@ -96,8 +96,9 @@ def test_freshness_jobs_come_from_the_matrix_and_use_the_gpu():
     assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in gpu["steps"])
     script = (ROOT / "ci" / "freshness_job.sh").read_text(encoding="utf-8")
     assert "--device /dev/kfd --device /dev/dri" in script and "--profile gpu" in script
-    report = fresh["jobs"]["report"]
-    assert set(report["needs"]) == {"gpu", "cpu"} and "rocmlab report --stamp" in json.dumps(report["steps"])
+    report = fresh["jobs"]["report"]  # behind the gate: tests/test_freshness_workflow.py
+    assert report["needs"] == "gate" and "ci/freshness_report.sh" in json.dumps(report["steps"])
+    assert "--stamp" in (ROOT / "ci" / "freshness_report.sh").read_text(encoding="utf-8")
     assert any(s.get("uses", "").startswith("peter-evans/create-pull-request") for s in report["steps"])
 
 

@@ -146,29 +146,9 @@ def _run_line(record) -> str:
 
 
 def cmd_report(args) -> int:
-    from .report import RENDERERS, freshness, load_records, stamp
+    from .report.command import run
 
-    root = Path(args.root).resolve() if args.root else find_root()
-    labs = discover(root)
-    dirs = [Path(d) for d in args.results] if args.results else [root / "results"]
-    records, problems = load_records(dirs)
-    report = freshness(labs, records)
-    report.problems = problems
-    if args.stamp:
-        try:
-            changed = stamp(report, records, root)
-        except ValueError as exc:
-            raise LabError(str(exc)) from None
-        for path in changed:
-            print(f"stamped {path.relative_to(root)}", file=sys.stderr)
-        print(f"{len(changed)} file(s) changed", file=sys.stderr)
-    text = RENDERERS[args.format](report)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK
+    return run(args)
 
 
 def _lab_args(parser) -> None:
@@ -224,14 +204,26 @@ def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("report", help="render the freshness matrix from result records")
-    p.add_argument("--results", nargs="*", help="results folders (default results/)")
-    p.add_argument("--format", default="md", choices=["md", "html", "json"])
+    p = sub.add_parser("report", help="the freshness verdict per lab and matrix entry, from ci/history and new results")
+    p.add_argument("--results", nargs="*", help="folders of new result records (default results/)")
+    p.add_argument("--format", default="md", choices=["md", "html", "json"], help="html: the dashboard")
     p.add_argument("--output", help="write to this file instead of stdout")
+    p.add_argument("--diff", action="store_true", help="show what changed since the previous run of each pair")
     p.add_argument(
         "--stamp",
         action="store_true",
-        help="keep the latest records in ci/results/ and refresh the README's freshness table",
+        help="append new runs to ci/history, refresh ci/results/freshness.json, ci/badges and the README table",
+    )
+    p.add_argument("--upstream", help="findings of `rocmlab releases check --json`: entries with newer releases")
+    p.add_argument(
+        "--skip", action="append", metavar="ENTRY=REASON", help="record every lab on ENTRY as skipped (repeatable)"
+    )
+    p.add_argument("--github-summary", action="store_true", help="append a summary to $GITHUB_STEP_SUMMARY")
+    p.add_argument(
+        "--max-gpu-age",
+        type=float,
+        metavar="DAYS",
+        help="dead-man check: exit 1 when no ROCm entry passed anything in DAYS days",
     )
     p.set_defaults(func=cmd_report)
 

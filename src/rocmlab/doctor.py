@@ -152,28 +152,11 @@ def gather(machine: Machine) -> Facts:
         or machine.list_dir("/sys/module/amdgpu") is not None
     )
     facts.nvidia_driver = machine.read_file("/proc/driver/nvidia/version") is not None
-    facts.rocm_version = _rocm_version(machine)
     facts.gpus, facts.gpu_source = _amd_gpus(machine)
     facts.torch = machine.torch_info()
+    rocm = probes.rocm_versions(machine, facts.torch)
+    facts.rocm_version = rocm.system or rocm.runtime  # the installed ROCm, else the one a TheRock/ROCm wheel brings
     return facts
-
-
-def _rocm_version(machine: Machine) -> str | None:
-    root = machine.env().get("ROCM_PATH", "/opt/rocm")
-    text = machine.read_file(f"{root}/.info/version")
-    if text:
-        return text.strip()
-    cores = [n for n in (machine.list_dir(root) or []) if n.startswith("core-")]
-    for name in sorted(cores, key=lambda n: parse_version(n[5:]) or (), reverse=True):
-        text = machine.read_file(f"{root}/{name}/.info/version")
-        if text:
-            return text.strip()
-        if parse_version(name[5:]):
-            return name[5:]
-    result = machine.run(["amd-smi", "version"])
-    if result and result.returncode == 0:
-        return probes.parse_amdsmi_version(result.stdout).get("rocm")
-    return None
 
 
 def _amd_gpus(machine: Machine) -> tuple[list[dict], str]:

@@ -16,6 +16,7 @@ _EXPORTS = {
     "time_it": "timing",
     "plot_lines": "plotting",
     "plot_bars": "plotting",
+    "record_figure": "figures",
     "load_qc_reports": "data",
     "load_qc_kb": "data",
     "qc_taxonomy": "data",
