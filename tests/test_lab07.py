@@ -9,6 +9,7 @@ of each of those cells fails. The slow test runs the model-swap exercise on tiny
 from __future__ import annotations
 
 import ast
+import linecache
 import re
 import tomllib
 from pathlib import Path
@@ -74,6 +75,13 @@ def definitions(source: str) -> str:
     return ast.unparse(ast.Module(body=keep, type_ignores=[]))
 
 
+def run_cell(source: str, name: str, namespace: dict) -> None:
+    """Execute lab code under a file name that inspect can read back, as IPython does for notebook cells."""
+    filename = f"<lab07 {name} {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (runs the lab's own cells)
+
+
 def lab_namespace(notebook, cells, *, solutions=(), students=()):
     """The lab's helpers on the CPU in interpreter mode, plus the given solution cells (or their student versions)."""
     import triton
@@ -81,7 +89,7 @@ def lab_namespace(notebook, cells, *, solutions=(), students=()):
 
     namespace = {"__name__": "lab07_test"}
     code = [c for c in notebook.cells if c.cell_type == "code"]
-    exec(compile(code[0].source, "<lab07 imports>", "exec"), namespace)  # noqa: S102 (runs lab cells)
+    run_cell(code[0].source, "imports", namespace)
     namespace.update(
         triton=triton,
         tl=tl,
@@ -90,14 +98,14 @@ def lab_namespace(notebook, cells, *, solutions=(), students=()):
         MODEL="tiny-qwen-zh",
         model=SimpleNamespace(config=SimpleNamespace(hidden_size=256)),
     )
-    for cell in code[1:]:
+    for index, cell in enumerate(code[1:], start=1):
         tags = set(cell.metadata.get("tags", []))
         if not {"parameters", "solution", "test"} & tags:
-            exec(compile(definitions(cell.source), "<lab07 cell>", "exec"), namespace)  # noqa: S102
+            run_cell(definitions(cell.source), f"cell {index}", namespace)
     for topic in solutions:
-        exec(compile(definitions(cells[f"07-{topic}-sol-1"]), f"<07-{topic}-sol-1>", "exec"), namespace)  # noqa: S102
+        run_cell(definitions(cells[f"07-{topic}-sol-1"]), f"07-{topic}-sol-1", namespace)
     for topic in students:
-        exec(compile(definitions(student(cells[f"07-{topic}-sol-1"])), f"<student 07-{topic}>", "exec"), namespace)  # noqa: S102
+        run_cell(definitions(student(cells[f"07-{topic}-sol-1"])), f"student 07-{topic}", namespace)
     return namespace
 
 
@@ -238,7 +246,7 @@ def test_the_ported_kernel_misses_half_on_wave64_and_the_fix_does_not(sol):
 
 
 def test_valid_configs_follow_lds_mfma_and_target_rules(sol):
-    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8, "num_stages": 2, "kpack": 2}
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2, "kpack": 2}
     assert sol["lds_bytes"](cfg, 2) == 96 * 1024
     assert sol["valid_configs"]([cfg], "gfx942", 2, 64 * 1024) == []
     assert sol["valid_configs"]([cfg], "gfx950", 2, 160 * 1024) == []  # kpack=2 on gfx950
@@ -257,6 +265,19 @@ def test_roofline_derives_the_bound(sol):
     assert sol["matmul_tile_traffic"](2, 3, 4, 2) == {"flops": 48, "bytes": (8 + 12 + 6) * 2}
     with pytest.raises(ValueError):
         sol["roofline"](1, 0, 1, 1)
+
+
+@pytest.mark.slow
+def test_the_lds_estimate_bounds_what_triton_compiles_for_gfx942_and_gfx950(sol):
+    """Ahead-of-time compiles (no GPU needed): the conservative estimate is never below the compiled LDS."""
+    jobs = [
+        (arch, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 8, "num_stages": st})
+        for arch in ("gfx942", "gfx950")
+        for bm, bn, bk, st in ((256, 256, 64, 2), (128, 128, 64, 3), (128, 64, 32, 1))
+    ]
+    compiled = sol["compiled_lds"](sol["matmul_kernel"], jobs)
+    for (arch, cfg), shared in zip(jobs, compiled):
+        assert 0 < shared <= sol["lds_bytes"](cfg, 2), (arch, cfg, shared)
 
 
 # ---------------------------------------------------------------- the graded cells, solution and student
