@@ -1250,8 +1250,9 @@ def compiled_lds(kernel, jobs, timeout_s=240):
     source = inspect.getsource(getattr(kernel, "fn", kernel))
     with tempfile.TemporaryDirectory(prefix="lab07-aot-") as tmp:
         Path(tmp, "learner_matmul.py").write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+        env = {**os.environ, "TRITON_DEFAULT_FP_FUSION": "1", "TRITON_CACHE_DIR": str(Path(tmp, "cache"))}
         done = subprocess.run([sys.executable, "-c", AOT_SCRIPT, tmp, json.dumps(jobs)], capture_output=True,
-                              text=True, timeout=timeout_s, env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
+                              text=True, timeout=timeout_s, env=env)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -1263,7 +1264,7 @@ try:
     for (_arch, _cfg), _shared in zip(_jobs, compiled_lds(matmul_kernel, _jobs)):
         print(f"{_arch} 128x128x64 num_stages={_cfg['num_stages']}: compiled {_shared // 1024:4d} KiB, "
               f"estimate {lds_bytes(_cfg, 2) // 1024:4d} KiB, LDS per CU {LDS_KIB_PER_CU[_arch]} KiB")
-except (RuntimeError, subprocess.TimeoutExpired, NotImplementedError) as err:
+except (RuntimeError, OSError, subprocess.TimeoutExpired, NotImplementedError) as err:
     print(f"ahead-of-time compile not available here: {err}")
 
 # %% [markdown] tags=["zh"]
