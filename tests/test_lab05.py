@@ -40,24 +40,41 @@ def student(source: str) -> str:
 
 
 def definitions(source: str) -> str:
-    """Only the imports and function definitions of a cell (no launches, no demos)."""
+    """Only the imports, function definitions and literal CONSTANTS of a cell (no launches, no demos)."""
     tree = ast.parse(source)
-    keep = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom))]
+    keep = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom)) or constant(n)]
     return ast.unparse(ast.Module(body=keep, type_ignores=[]))
 
 
+def constant(node) -> bool:
+    """A module-level `NAME = "text"` or `NAME = [function, ...]`, such as WORKER_HEADER or SHARED."""
+    if not (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)):
+        return False
+    value = node.value
+    return isinstance(value, ast.Constant) or (
+        isinstance(value, ast.List) and all(isinstance(e, ast.Name) for e in value.elts)
+    )
+
+
 def lab_namespace(notebook, tmp_path, *solution_sources):
-    """The lab's imports and helper functions, plus the given solution cells, in one namespace."""
+    """The lab's imports and helper functions, plus the given solution cells, in one namespace.
+
+    Each piece runs from a file under tmp_path, so inspect.getsource (write_worker) can read it back.
+    """
     namespace = {"__name__": "lab05_test"}
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
-    exec(compile(code_cells[0].source, "<lab05 imports>", "exec"), namespace)  # noqa: S102 (runs lab cells)
-    namespace.update(WORK=tmp_path, WORLD_SIZE=2, SEED=0, BACKEND="auto")
+    sources = [code_cells[0].source]
+    pieces = tmp_path / "lab05-source"
+    pieces.mkdir(exist_ok=True)
     for cell in code_cells[1:]:
-        if {"parameters", "solution", "test"} & set(cell.metadata.get("tags", [])):
-            continue
-        exec(compile(definitions(cell.source), "<lab05 cell>", "exec"), namespace)  # noqa: S102
-    for source in solution_sources:
-        exec(compile(source, "<lab05 solution>", "exec"), namespace)  # noqa: S102
+        if not {"parameters", "solution", "test"} & set(cell.metadata.get("tags", [])):
+            sources.append(definitions(cell.source))
+    for index, source in enumerate([*sources, *solution_sources]):
+        path = pieces / f"piece{index}.py"
+        path.write_text(source, encoding="utf-8")
+        exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (runs lab cells)
+        if index == 0:
+            namespace.update(WORK=tmp_path, WORLD_SIZE=2, SEED=0, BACKEND="auto")
     return namespace
 
 
@@ -184,7 +201,7 @@ def test_failed_atomic_save_keeps_the_old_file_and_leaves_no_temp(notebook, cell
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         ns["save_checkpoint_atomic"]({"step": 2, "bad": lambda: None}, target)
     assert torch.load(target, weights_only=True)["step"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "lab05-source"]
     empty = lab_namespace(notebook, tmp_path, student(cells["05-ckpt-sol-1"]))
     with pytest.raises(NotImplementedError):
         empty["save_checkpoint_atomic"]({"step": 3}, target)
@@ -294,3 +311,18 @@ def test_qc_batch_solution_passes_its_graded_test_and_student_fails(notebook, ce
 
 
 # ---------------------------------------------------------------- the whole notebook (slow)
+
+
+@pytest.mark.slow
+def test_the_lab_workers_leave_cleanly_launch_after_launch(notebook, cells, tmp_path):
+    """Issue 16: lab 05's ranks aborted at exit in about 1 launch of 3. The same worker code,
+    launched ten times: every rank exits 0 and finish_rank finds no gloo thread left."""
+    ns = lab_namespace(notebook, tmp_path, cells["05-scratch-sol-1"])
+    ns["TIMEOUT_S"] = 120
+    cfg = {"n": 64, "seed": 0, "global_batch": 16, "hidden": 16, "lr": 0.1, "steps": 3, "freeze_first_bias": False}
+    functions = [ns["broadcast_parameters"], ns["average_gradients"]]
+    for attempt in range(10):
+        result, ranks = ns["launch"](f"clean-{attempt}", ns["scratch_worker"], functions, cfg, show=False)
+        outputs = "\n".join(r.output for r in result.ranks)
+        assert result.ok and all(r is not None for r in ranks), f"launch {attempt}: {result.summary()}\n{outputs}"
+        assert "terminate called" not in outputs

@@ -101,10 +101,40 @@ def test_rank_entry_passes_on_a_signal_death(tmp_path):
     assert rc == -signal.SIGKILL and ranks[1].returncode == -signal.SIGKILL
 
 
+def test_no_backend_threads_without_a_process_group():
+    assert launch.backend_threads() == []
+
+
 # ---------------------------------------------------------------- real torchrun (slow)
+
+PINNED_OR_NOT = """
+    import sys, torch, torch.distributed as dist
+    if sys.argv[1] == "early":
+        import torch.distributed.nn
+    dist.init_process_group("gloo")
+    torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)  # imports torch.distributed.nn if not yet
+    dist.destroy_process_group()
+    from rocmlab.lab import backend_threads
+    print("left:", backend_threads())
+"""
+
+
+@pytest.mark.slow
+def test_destroy_frees_the_group_unless_an_import_after_init_pins_it(tmp_path):
+    """The cause of lab 05's SIGABRTs (issue 16): torch.distributed.nn.functional takes
+    group=group.WORLD as a default argument, so importing it after init keeps the group alive."""
+    write(tmp_path / "pg.py", PINNED_OR_NOT)
+    late = run_torchrun("pg.py", nproc=2, args=["late"], cwd=tmp_path, timeout_s=120, show=False)
+    early = run_torchrun("pg.py", nproc=2, args=["early"], cwd=tmp_path, timeout_s=120, show=False)
+    assert late.ok and early.ok, late.summary() + early.summary()
+    for rank in (0, 1):
+        assert "left: ['gloo_tcp_loop', 'pt_gloo_runloop', 'pt_gloo_runloop']" in late.rank(rank).output
+        assert "left: []" in early.rank(rank).output
+
 
 ALL_REDUCE = """
     import json, os, sys, torch, torch.distributed as dist
+    import torch.distributed.nn  # before init: a later import pins the group (see test_destroy_...)
     dist.init_process_group("gloo")
     t = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)
@@ -136,6 +166,7 @@ def test_two_ranks_run_and_report(tmp_path, capsys):
 
 HANG = """
     import os, signal, subprocess, sys, time, torch.distributed as dist
+    import torch.distributed.nn
     pids = sys.argv[1]
     dist.init_process_group("gloo")
     rank = dist.get_rank()

@@ -87,3 +87,13 @@ def test_stamp_refuses_a_readme_without_markers(make_course):
     records = [make_record()]
     with pytest.raises(ValueError, match="add the markers"):
         stamp(freshness(discover(root), records, matrix_order=[]), records, root)
+
+
+def test_a_lab_that_passed_only_some_repeats_is_flaky_never_fresh(make_course):
+    labs = discover(make_course())
+    runs = [{"run": 1, "status": "passed"}, {"run": 2, "status": "failed", "reason": "cell 11: rank aborted"}]
+    records = [make_record(status="flaky", reason="cell 11: rank aborted", repeats=runs)]
+    row = freshness(labs, records, matrix_order=[]).rows[0]
+    assert row.verdict == "flaky" and row.stale
+    md = to_markdown(freshness(labs, records, matrix_order=[]))
+    assert "🔁 flaky" in md and "| fresh |" not in md

@@ -119,3 +119,24 @@ def test_cells_after_a_timeout_count_as_not_run(fixture_course, tmp_path, target
     sleeping, unreached = outcome.cells[-2:]
     assert sleeping["executed"] and sleeping["error"] is not None
     assert not unreached["executed"]
+
+
+def test_repeat_reports_a_pass_rate_and_marks_a_lab_that_fails_sometimes_flaky(
+    fixture_course, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "runs.txt"))
+    out = tmp_path / "results"
+    status = main(["--root", str(fixture_course), "run", "08", "01", "--repeat", "3", "--jobs", "2", "--out", str(out)])
+    assert status == 1
+    printed = capsys.readouterr().out
+    assert "08-flaky                     flaky    2/3 passed" in printed
+    assert "01-pass                      passed   3/3 passed" in printed
+    assert "run 2: failed" in printed and "fails on even runs" in printed
+    saved = json.loads((out / "local" / "08-flaky.json").read_text())
+    assert [run["status"] for run in saved["repeats"]] == ["passed", "failed", "passed"]
+    assert saved["failing_cell"]["ename"] == "AssertionError"
+    kept = sorted(p.name for p in (out / "local").glob("08-flaky.run*.ipynb"))
+    assert kept == ["08-flaky.run2.ipynb"]
+    assert main(["--root", str(fixture_course), "report", "--results", str(out)]) == 0
+    assert "🔁 flaky" in capsys.readouterr().out
+    assert no_tagged_processes(tmp_path)

@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # Lab 04 · 集合通信与 RCCL 调试
 #
-# 版本 1.0.0 · 约 120 分钟 · 前置：Lab 01（能用的环境）、Python、PyTorch 基础
+# 版本 1.0.1 · 约 120 分钟 · 前置：Lab 01（能用的环境）、Python、PyTorch 基础
 #
 # 分布式训练是 ROCm 用户最容易“丢掉几天”的地方：all-reduce 只跑到总线带宽的 60 %、同步超时、rank 掉线、
 # 谁也说不清的卡死。本实验让集合通信（collectives）变得具体，并教会你调试。你将：
@@ -31,7 +31,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 04 · Collectives and RCCL debugging
 #
-# Version 1.0.0 · about 120 minutes · prerequisites: lab 01 (a working environment), Python, PyTorch basics
+# Version 1.0.1 · about 120 minutes · prerequisites: lab 01 (a working environment), Python, PyTorch basics
 #
 # Distributed training is where ROCm users lose days: all-reduce at 60 % of bus bandwidth, sync timeouts,
 # ranks that drop, hangs nobody can explain. This lab makes collectives concrete and teaches debugging. You will:
@@ -135,6 +135,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # before init_process_group: imported later, it keeps the group alive (lab 05)
 
 
 def init_plan(environ, *, gpu_count, hip_version, timeout_s=60):

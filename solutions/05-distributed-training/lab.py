@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 05 · 分布式训练与容错
 #
-# `05-distributed-training` · 版本 1.0.0 · 约 120 分钟
+# `05-distributed-training` · 版本 1.1.0 · 约 120 分钟
 #
 # 上一个实验我们手写了集合通信（collectives）。这一次把它们用到训练上：
 #
@@ -29,7 +29,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 05 · Distributed training and fault tolerance
 #
-# `05-distributed-training` · version 1.0.0 · about 120 minutes
+# `05-distributed-training` · version 1.1.0 · about 120 minutes
 #
 # In lab 04 we wrote collectives by hand. Now we put them to work in training:
 #
@@ -154,6 +154,13 @@ def start_rank():
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def finish_rank():
+    """After the worker returned: destroy the process group, then check that its threads are gone."""
+    dist.destroy_process_group()
+    alive = lab.backend_threads()
+    assert not alive, f"destroy_process_group() left the group alive (threads {alive}): see 'Leaving cleanly / 干净地退出'"
+
+
 def device_ids_for(device):
     """DDP's device_ids argument: [gpu index] on a GPU, None on CPU."""
     return [device.index] if device.type == "cuda" else None
@@ -170,7 +177,7 @@ def save_rank_result(cfg, rank, **result):
     torch.save(result, out / f"rank{rank}.pt")
 
 
-SHARED = [make_data, make_mlp, batch_indices, my_shard, start_rank, device_ids_for, params_of,
+SHARED = [make_data, make_mlp, batch_indices, my_shard, start_rank, finish_rank, device_ids_for, params_of,
           save_rank_result]
 
 # %%
@@ -179,16 +186,18 @@ import contextlib, json, math, os, sys, time
 from pathlib import Path
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # before init_process_group, or it pins the group: 'Leaving cleanly / 干净地退出'
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from rocmlab import lab
 """
 
 
 def write_worker(name, main, functions):
-    """Write SHARED + functions + main into WORK/<name>.py; main(cfg) runs on every rank."""
+    """Write SHARED + functions + main into WORK/<name>.py; main(cfg) runs on every rank, then finish_rank()."""
     sources = [textwrap.dedent(inspect.getsource(f)) for f in (*SHARED, *functions, main)]
-    footer = f"\nif __name__ == '__main__':\n    {main.__name__}(json.loads(sys.argv[1]))\n"
+    footer = f"\nif __name__ == '__main__':\n    {main.__name__}(json.loads(sys.argv[1]))\n    finish_rank()\n"
     path = WORK / f"{name}.py"
     path.write_text(WORKER_HEADER + "\n\n".join(sources) + footer, encoding="utf-8")
     return path
@@ -294,7 +303,6 @@ def scratch_worker(cfg):
         opt.step()
     print(f"rank {rank}/{world}: last local loss {loss.item():.6f}")
     save_rank_result(cfg, rank, params=params_of(model))
-    dist.destroy_process_group()
 
 
 SCRATCH = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 16, "lr": 0.1, "steps": 5,
@@ -325,6 +333,39 @@ for _r, _got in enumerate(_ranks):
 
 # %% [markdown] tags=["en"]
 # On real GPUs this version is slow because it starts communicating only **after backward has finished**, and issues one all-reduce per parameter (many small messages, dominated by latency). DDP fixes exactly these two things: buckets, overlapped with the backward pass. First, switch to DDP.
+
+# %% [markdown] tags=["zh"]
+# ### 干净地退出
+#
+# `write_worker` 写出的脚本在 worker 函数返回**之后**调用 `finish_rank()`：先 `destroy_process_group()`，再用 `lab.backend_threads()` 确认 gloo 后端的线程真的结束了。为什么要确认？`destroy_process_group()` 只放下 `torch.distributed` 自己持有的引用；只要别处还引用着默认进程组，它和它的线程就会一直活到解释器退出。DDP 包装的模型就持有进程组，所以要等 worker 函数返回、它的 DDP、优化器和张量都释放了再销毁。
+#
+# 本课程的 CI 就踩过这个坑。第一次创建 `torch.optim` 优化器时会导入 `torch._dynamo`，后者又导入 `torch.distributed.nn.functional`；那里的函数把 `group=group.WORLD` 写成默认参数，**导入的那一刻**就把当时的默认进程组存了下来（torch 2.13 的 `torch/distributed/nn/functional.py`）。于是销毁之后 gloo 的工作线程还在。解释器退出时，若某个工作线程刚好在释放最后一个张量，它需要拿 GIL；Python 3.11 会让这样的线程直接 `pthread_exit`（[C-API 文档：`PyGILState_Ensure`](https://docs.python.org/3.11/c-api/init.html#c.PyGILState_Ensure)），强制栈展开穿过 C++ 的 noexcept 析构函数，于是 `std::terminate`：日志里只有一行 “terminate called without an active exception”，rank 死于 SIGABRT，torchrun 再把其他 rank 杀掉。在 2 核机器上大约三分之一的启动会这样失败（测量见 CHANGELOG 1.1.0）。
+#
+# 修法写在 `WORKER_HEADER` 里：在 `init_process_group` **之前** `import torch.distributed.nn`，让默认参数记下的是 `None`；结束所有通信后，每个 rank 都销毁进程组（PyTorch 文档 [Shutdown 一节](https://docs.pytorch.org/docs/stable/distributed.html#shutdown)）。GPU 上也一样：不销毁 NCCL/RCCL 进程组就退出，PyTorch 会警告，还可能让别的 rank 卡住。下面这个脚本故意在 `init_process_group` 之后才创建优化器，看看销毁之后还剩什么：
+
+# %% [markdown] tags=["en"]
+# ### Leaving cleanly
+#
+# The script `write_worker` writes calls `finish_rank()` **after** the worker function has returned: `destroy_process_group()`, then `lab.backend_threads()` to check that the gloo backend's threads are really gone. Why check? `destroy_process_group()` only drops the references `torch.distributed` itself holds; while anything else still refers to the default group, the group and its threads live on until the interpreter exits. A DDP-wrapped model holds the group, so the destroy waits until the worker function has returned and its DDP wrapper, optimizer and tensors are gone.
+#
+# This course's CI fell into exactly that. The first `torch.optim` optimizer imports `torch._dynamo`, which imports `torch.distributed.nn.functional`, whose functions take `group=group.WORLD` as a default argument: evaluated **at import**, it stores the default group of that moment (`torch/distributed/nn/functional.py` in torch 2.13). So gloo's worker threads survive the destroy. At interpreter exit, a worker thread that happens to free the last reference to a tensor needs the GIL; Python 3.11 ends such a thread with `pthread_exit` ([C-API docs, `PyGILState_Ensure`](https://docs.python.org/3.11/c-api/init.html#c.PyGILState_Ensure)), the forced unwind runs into a C++ noexcept destructor, and `std::terminate` fires: one line, "terminate called without an active exception", the rank dies by SIGABRT and torchrun kills the others. On a 2-core machine about one launch in three failed this way (measured in CHANGELOG 1.1.0).
+#
+# The fix is in `WORKER_HEADER`: `import torch.distributed.nn` **before** `init_process_group`, so the default argument stores `None`; then, with all communication finished, every rank destroys the group (PyTorch docs, [Shutdown](https://docs.pytorch.org/docs/stable/distributed.html#shutdown)). On GPUs the same holds: exiting without destroying an NCCL/RCCL group makes PyTorch warn and can leave other ranks hanging. The script below builds its optimizer after `init_process_group` on purpose; see what is left after the destroy:
+
+# %%
+PINNED = WORK / "pinned_group.py"
+PINNED.write_text("""\
+import torch
+import torch.distributed as dist
+from rocmlab import lab
+
+dist.init_process_group("gloo")
+torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)  # imports torch.distributed.nn now
+dist.destroy_process_group()
+print("gloo threads after destroy_process_group:", lab.backend_threads())
+""", encoding="utf-8")
+pinned = lab.run_torchrun(PINNED, nproc=2, env={"OMP_NUM_THREADS": "1"}, timeout_s=TIMEOUT_S, cwd=WORK, show=False)
+print(pinned.rank(0).output.strip())
 
 # %% [markdown] tags=["zh"]
 # ## 2 · `DistributedDataParallel` 与 `DistributedSampler`
@@ -388,7 +429,6 @@ def ddp_worker(cfg):
     ddp, seen = train_ddp_epochs(model, loader, cfg["epochs"], cfg["lr"], device)
     print(f"rank {rank}: epoch 0 starts with indices {seen[0][:6]}")
     save_rank_result(cfg, rank, params=params_of(ddp.module), seen=seen)
-    dist.destroy_process_group()
 
 
 def global_batches_from_seen(ranks, per_rank_batch):
@@ -494,7 +534,6 @@ def bucket_worker(cfg):
     save_rank_result(cfg, rank, naive=[g.cpu() for g in naive], bucketed=[g.cpu() for g in bucketed],
                      local=[g.cpu() for g in local], calls=calls, sizes=sizes,
                      total_bytes=sum(g.numel() * g.element_size() for g in local))
-    dist.destroy_process_group()
 
 
 BUCKET_CFG = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 32, "cap_bytes": 512}
@@ -600,7 +639,6 @@ def accumulation_worker(cfg):
         comm_per_step.append(list(log["comm_at"]))
     print(f"rank {rank}: communication happened on micro-steps {comm_per_step}")
     save_rank_result(cfg, rank, params=params_of(ddp.module), comm_per_step=comm_per_step)
-    dist.destroy_process_group()
 
 
 ACCUM_CFG = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 16, "lr": 0.1, "steps": 3, "micro_steps": 4}
@@ -855,7 +893,6 @@ def elastic_worker(cfg):
         if rank == 0 and (done % cfg["every"] == 0 or done == cfg["steps"]):
             save_checkpoint_atomic({"step": done, "model": model.state_dict(), "optimizer": opt.state_dict()}, ckpt)
     save_rank_result(cfg, rank, params=params_of(model), attempt=attempt, resumed_from=start)
-    dist.destroy_process_group()
 
 
 ELASTIC_CFG = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 16, "lr": 0.05, "momentum": 0.9,
@@ -997,8 +1034,6 @@ assert torch.equal(_short["input_ids"], _b["input_ids"][:, :24]) and torch.equal
 
 # %%
 def finetune_worker(cfg):
-    from rocmlab import lab
-
     rank, world, device = start_rank()
     torch.manual_seed(cfg["seed"])
     model, tokenizer = lab.load_model(cfg["model"], device=device, dtype=torch.float32)
@@ -1029,7 +1064,6 @@ def finetune_worker(cfg):
     elapsed = time.perf_counter() - started
     print(f"rank {rank}/{world}: loss {losses[0]:.3f} → {losses[-1]:.3f}, {tokens} tokens in {elapsed:.2f} s")
     save_rank_result(cfg, rank, losses=losses, tokens=tokens, elapsed=elapsed)
-    dist.destroy_process_group()
 
 
 FT_CFG = {"seed": SEED, "model": MODEL, "lr": FT_LR, "steps": FT_STEPS, "batch": FT_BATCH, "max_len": FT_MAX_LEN}

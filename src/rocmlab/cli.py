@@ -121,16 +121,28 @@ def cmd_run(args) -> int:
     root, labs = _labs(args)
     out = Path(args.out) if args.out else root / "results"
     target = env_target(args.env) if args.env else local_target()
-    records = run_labs(root, labs, args.profile, target, out, jobs=args.jobs, lang=args.lang, student=args.student)
+    records = run_labs(
+        root, labs, args.profile, target, out, jobs=args.jobs, lang=args.lang, student=args.student, repeat=args.repeat
+    )
     for record in records:
-        detail = f" — {record.reason}" if record.reason else ""
-        print(
-            f"{record.lab:<28} {record.status:<8} {record.duration_s:7.1f}s  {len(record.warnings)} warning(s){detail}"
-        )
+        print(_run_line(record))
+        for run in record.repeats:
+            if run["status"] != "passed":
+                print(f"    run {run['run']}: {run['status']} after {run['duration_s']:.1f}s: {run['reason'][:300]}")
     print(f"records and executed notebooks: {out / target.name}")
-    if any(r.status in ("failed", "timeout", "crashed") for r in records):
+    if any(r.status in ("failed", "timeout", "crashed", "flaky") for r in records):
         return EXIT_FAILED
     return EXIT_SKIPPED if any(r.status == "skipped" for r in records) else EXIT_OK
+
+
+def _run_line(record) -> str:
+    warnings = f"{len(record.warnings)} warning(s)"
+    if record.repeats:
+        passed = sum(run["status"] == "passed" for run in record.repeats)
+        rate = f"{passed}/{len(record.repeats)} passed"
+        return f"{record.lab:<28} {record.status:<8} {rate:<14} median {record.duration_s:6.1f}s  {warnings}"
+    detail = f" — {record.reason}" if record.reason else ""
+    return f"{record.lab:<28} {record.status:<8} {record.duration_s:7.1f}s  {warnings}{detail}"
 
 
 def cmd_report(args) -> int:
@@ -203,6 +215,13 @@ def make_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", help="results folder (default results/)")
     p.add_argument("--student", action="store_true", help="run the generated student notebook instead of the solution")
     p.add_argument("--env", help="run inside a release-matrix environment made by `rocmlab env create`")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each lab N times; a lab that fails any run is recorded as flaky, with every failure",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="render the freshness matrix from result records")

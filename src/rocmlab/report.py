@@ -1,6 +1,7 @@
 """Result records → the freshness matrix (lab × environment), as Markdown, HTML or JSON.
 
-A lab is stale when its current version has no passing run on the newest environment.
+A lab is stale when its current version has no passing run on the newest environment, and
+flaky when its latest run there (``run --repeat``) passed only some of the time.
 Environments are ordered newest first by the release matrix when it names them, otherwise
 by the torch version in their fingerprint.
 """
@@ -19,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 from .catalog import Lab
 from .results import Record, read_record
 
-ICONS = {"passed": "✅", "failed": "❌", "timeout": "⏱️", "crashed": "💥", "skipped": "⏭️"}
+ICONS = {"passed": "✅", "failed": "❌", "timeout": "⏱️", "crashed": "💥", "skipped": "⏭️", "flaky": "🔁"}
 REMOVAL = re.compile(
     r"(?:removed|removal|deleted|dropped)\s+(?:in|from|by)\s+(?:version\s+|v)?(?P<version>\d+\.\d+(?:\.\d+)?)",
     re.IGNORECASE,
@@ -33,6 +34,15 @@ class LabRow:
     stale: bool
     last_verified: Record | None
     warnings: list[dict] = field(default_factory=list)
+    newest_env: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """fresh, stale, or flaky: the latest run on the newest environment passed only sometimes."""
+        newest = self.cells.get(self.newest_env)
+        if newest is not None and newest.status == "flaky" and newest.lab_version == self.lab.version:
+            return "flaky"
+        return "stale" if self.stale else "fresh"
 
 
 @dataclass
@@ -115,7 +125,7 @@ def freshness(labs: list[Lab], records: list[Record], matrix_order: list[str] | 
         stale = not any(r.env == newest for r in current_passes)
         last = max(current_passes, key=lambda r: r.started_at, default=None)
         warnings = _unique_warnings(cells.values())
-        rows.append(LabRow(lab, cells, stale, last, warnings))
+        rows.append(LabRow(lab, cells, stale, last, warnings, newest))
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     return Freshness(envs, rows, generated)
 
@@ -158,7 +168,7 @@ def to_markdown(report: Freshness, timestamp: bool = True) -> str:
     ]
     for row in report.rows:
         cells = " | ".join(_cell_text(row.cells.get(env), row.lab) for env in envs)
-        fresh = "⚠️ stale" if row.stale else "fresh"
+        fresh = {"fresh": "fresh", "stale": "⚠️ stale", "flaky": "🔁 flaky"}[row.verdict]
         lines.append(f"| {row.lab.id} | {row.lab.version} | {cells} | {_verified_text(row)} | {fresh} |")
     lines.append("")
     if report.newest:
@@ -175,7 +185,7 @@ def _markdown_details(report: Freshness) -> list[str]:
     out = []
     for row in report.rows:
         for env, record in row.cells.items():
-            if record.status in ("failed", "timeout", "crashed"):
+            if record.status in ("failed", "timeout", "crashed", "flaky"):
                 reason = " ".join(record.reason.split())[:300]
                 out.append(f"- **{row.lab.id}** on {env}: {record.status}: {reason}")
         for w in row.warnings:
@@ -198,6 +208,7 @@ def to_json(report: Freshness, timestamp: bool = True) -> str:
                 "version": row.lab.version,
                 "title": row.lab.title,
                 "stale": row.stale,
+                "verdict": row.verdict,
                 "last_verified": None
                 if row.last_verified is None
                 else {"env": row.last_verified.env, "at": row.last_verified.started_at},
@@ -223,7 +234,7 @@ def to_json(report: Freshness, timestamp: bool = True) -> str:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:.35em .7em;text-align:left}th{background:#f3f3f3}
 .passed{background:#e6f6e6}.failed,.crashed,.timeout{background:#fde8e8}.skipped{background:#f4f4f4}
-.stale{color:#b45309;font-weight:600}.fresh{color:#15803d}li{margin:.2em 0}"""
+.stale,.flaky{color:#b45309;font-weight:600}.fresh{color:#15803d}li{margin:.2em 0}"""
 
 
 def to_html(report: Freshness) -> str:
@@ -236,7 +247,7 @@ def to_html(report: Freshness) -> str:
             f"{esc(_cell_text(row.cells.get(env), row.lab))}</td>"
             for env in report.environments
         )
-        fresh = '<span class="stale">stale</span>' if row.stale else '<span class="fresh">fresh</span>'
+        fresh = f'<span class="{row.verdict}">{row.verdict}</span>'
         body.append(
             f"<tr><td>{esc(row.lab.id)}<br><small>{esc(row.lab.title['zh'])} · {esc(row.lab.title['en'])}</small></td>"
             f"<td>{esc(row.lab.version)}</td>{cells}<td>{esc(_verified_text(row))}</td><td>{fresh}</td></tr>"

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 SCHEMA = 1
-STATUSES = ("passed", "failed", "timeout", "crashed", "skipped")
+STATUSES = ("passed", "failed", "timeout", "crashed", "skipped", "flaky")
 FINGERPRINT_PACKAGES = ("torch", "transformers", "peft", "nbgrader", "papermill", "jupytext", "numpy")
 
 
@@ -30,6 +30,7 @@ class Record:
     fingerprint: dict = field(default_factory=dict)
     notebook: str = ""
     student: bool = False
+    repeats: list = field(default_factory=list)  # with `run --repeat N`: each run's status, reason, failing cell
     schema: int = SCHEMA
 
     def __post_init__(self):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -87,10 +88,10 @@ class Progress:
             self.running[key] = time.monotonic()
             self._say(f"start   {key}")
 
-    def finish(self, key: str, status: str, seconds: float) -> None:
+    def finish(self, key: str, status: str, seconds: float, runs: int = 1) -> None:
         with self.lock:
             self.running.pop(key, None)
-            self.done += 1
+            self.done += runs
             self._say(f"{status:<7} {key} ({seconds:.1f}s) [{self.done}/{self.total}]")
 
     def _beat(self) -> None:
@@ -132,11 +133,19 @@ def run_lab(
     student: bool = False,
     allow_errors: bool = False,
     notebook: Path | None = None,
+    repeat: int = 1,
+    on_run=None,
 ) -> tuple[Record, Outcome | None]:
-    """Execute one lab and write its record (and executed notebook) under ``out/<env>/``.
+    """Execute one lab ``repeat`` times and write its record (and executed notebook) under ``out/<env>/``.
 
     ``notebook`` overrides the input (the solution, or with ``student`` the built student version).
+    With ``repeat`` > 1 the record is ``flaky`` when some runs passed and some did not, and keeps
+    each run's outcome; the notebook of every run that did not pass is kept as ``<lab>.run<K>.ipynb``.
+    ``on_run(k, None)`` is called before run k (1-based) and ``on_run(k, outcome)`` after it.
+    Returns the record and the last run's outcome.
     """
+    if repeat < 1:
+        raise LabError(f"--repeat must be at least 1, got {repeat}")
     env_dir = out / target.name
     record_path = env_dir / f"{lab.id}.json"
     profile, reason = choose_profile(lab, profile_name, target.gpus)
@@ -155,15 +164,32 @@ def run_lab(
         )
         write_record(record, record_path)
         return record, None
+    _clear_repeat_notebooks(env_dir, lab)
+    runs = []
+    for k in range(1, repeat + 1):
+        if on_run:
+            on_run(k, None)
+        outcome = _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, notebook)
+        if on_run:
+            on_run(k, outcome)
+        kept = f"{lab.id}.run{k}.ipynb" if repeat > 1 and outcome.status != "passed" else ""
+        if kept:
+            shutil.copyfile(env_dir / f"{lab.id}.ipynb", env_dir / kept)
+        runs.append((outcome, kept))
+    record = _record(lab, profile.name, target, started, runs, student)
+    write_record(record, record_path)
+    return record, runs[-1][0]
+
+
+def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, notebook) -> Outcome:
     work = env_dir / ".work" / lab.id
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     if lab.data_dir.is_dir():
         shutil.copytree(lab.data_dir, work / "data")
-    output = env_dir / f"{lab.id}.ipynb"
     spec = Spec(
         input=str(notebook or _input_notebook(root, lab, lang, student, work)),
-        output=str(output),
+        output=str(env_dir / f"{lab.id}.ipynb"),
         cwd=str(work),
         parameters=profile.parameters,
         cell_timeout_s=profile.cell_timeout_s,
@@ -172,25 +198,63 @@ def run_lab(
         python=target.python,
     )
     outcome = run_notebook(spec)
-    record = Record(
-        lab.id,
-        lab.version,
-        profile.name,
-        target.name,
-        outcome.status,
-        started,
-        duration_s=round(outcome.duration_s, 2),
-        reason=outcome.reason,
-        failing_cell=outcome.failing_cell,
-        warnings=outcome.warnings,
-        fingerprint=target.fingerprint,
-        notebook=output.name,
-        student=student,
-    )
-    write_record(record, record_path)
     if outcome.status == "passed" or allow_errors:
         shutil.rmtree(work, ignore_errors=True)
-    return record, outcome
+    return outcome
+
+
+def _clear_repeat_notebooks(env_dir: Path, lab: Lab) -> None:
+    for old in env_dir.glob(f"{lab.id}.run*.ipynb"):
+        old.unlink()
+
+
+def _record(lab: Lab, profile: str, target: Target, started: str, runs: list, student: bool) -> Record:
+    """One record for all runs of a lab: the last run's details, the verdict over every run."""
+    last, _ = runs[-1]
+    statuses = [outcome.status for outcome, _ in runs]
+    status = last.status
+    if len(runs) > 1 and "passed" in statuses and any(s != "passed" for s in statuses):
+        status = "flaky"
+    failure = next((o for o, _ in reversed(runs) if o.status != "passed"), None)
+    shown = failure if status == "flaky" else last
+    return Record(
+        lab.id,
+        lab.version,
+        profile,
+        target.name,
+        status,
+        started,
+        duration_s=round(statistics.median(o.duration_s for o, _ in runs), 2),
+        reason=shown.reason,
+        failing_cell=shown.failing_cell,
+        warnings=_unique_warnings(o.warnings for o, _ in runs),
+        fingerprint=target.fingerprint,
+        notebook=f"{lab.id}.ipynb",
+        student=student,
+        repeats=[_run_summary(k, o, kept) for k, (o, kept) in enumerate(runs, start=1)] if len(runs) > 1 else [],
+    )
+
+
+def _run_summary(k: int, outcome: Outcome, notebook: str) -> dict:
+    return {
+        "run": k,
+        "status": outcome.status,
+        "duration_s": round(outcome.duration_s, 2),
+        "reason": outcome.reason,
+        "failing_cell": outcome.failing_cell,
+        "notebook": notebook,
+    }
+
+
+def _unique_warnings(per_run) -> list[dict]:
+    seen, found = set(), []
+    for warnings in per_run:
+        for w in warnings:
+            key = (w.get("category"), w.get("message"), w.get("filename"), w.get("lineno"))
+            if key not in seen:
+                seen.add(key)
+                found.append(w)
+    return found
 
 
 def run_labs(
@@ -203,15 +267,25 @@ def run_labs(
     jobs: int = 1,
     lang: str = "en",
     student: bool = False,
+    repeat: int = 1,
     stream=sys.stderr,
 ) -> list[Record]:
-    """Run ``labs`` with up to ``jobs`` at once; returns the records in lab order."""
-    progress = Progress(len(labs), stream)
+    """Run ``labs``, each ``repeat`` times, with up to ``jobs`` labs at once; the records in lab order."""
+    progress = Progress(len(labs) * repeat, stream)
 
     def one(lab: Lab) -> Record:
-        progress.start(lab.id)
-        record, _ = run_lab(root, lab, profile, target, out, lang=lang, student=student)
-        progress.finish(lab.id, record.status, record.duration_s)
+        def on_run(k: int, outcome: Outcome | None) -> None:
+            key = lab.id if repeat == 1 else f"{lab.id} run {k}/{repeat}"
+            if outcome is None:
+                progress.start(key)
+            else:
+                progress.finish(key, outcome.status, outcome.duration_s)
+
+        record, outcome = run_lab(
+            root, lab, profile, target, out, lang=lang, student=student, repeat=repeat, on_run=on_run
+        )
+        if outcome is None:
+            progress.finish(lab.id, record.status, 0.0, runs=repeat)
         return record
 
     try:

@@ -26,6 +26,7 @@ _EXPORTS = {
     "TorchrunResult": "launch",
     "RankOutput": "launch",
     "leftover_processes": "launch",
+    "backend_threads": "launch",
     "ScriptedSSEServer": "sse",
     "active_sse_servers": "sse",
     "trusted": "integrity",
