@@ -1381,58 +1381,41 @@ for _bad in ((1, 0, 1, 1), (1, 1, 0, 1), (1, 1, 1, -5), (-1, 1, 1, 1)):
 ### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
-# ### 数据手册峰值（厂商公布值，稠密，FP16/BF16 矩阵）
+# ### 数据手册峰值
 #
-# | GPU | 架构 | 峰值显存带宽 | FP16/BF16 稠密 | 来源 |
-# | --- | --- | --- | --- | --- |
-# | AMD Instinct MI300X | gfx942 | 5.3 TB/s | 1307.4 TFLOPS | [AMD MI300X](https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html) |
-# | AMD Instinct MI325X | gfx942 | 6.0 TB/s | 1307.4 TFLOPS | [AMD MI325X](https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html) |
-# | AMD Instinct MI250X（每个 GCD，整卡的一半） | gfx90a | 1.64 TB/s | 191.5 TFLOPS | [AMD MI250X](https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html) |
-# | AMD Instinct MI210 | gfx90a | 1.6 TB/s | 181 TFLOPS | [AMD MI210](https://www.amd.com/en/products/accelerators/instinct/mi200/mi210.html) |
-# | AMD Radeon RX 7900 XTX | gfx1100 | 960 GB/s | 122.8 TFLOPS | [AMD RX 7900 XTX](https://www.amd.com/en/products/graphics/desktops/radeon/7000-series/amd-radeon-rx-7900xtx.html) |
-# | NVIDIA H100 SXM | sm_90 | 3.35 TB/s | 989.4 TFLOPS（手册写 1979，含稀疏） | [NVIDIA H100](https://www.nvidia.com/en-us/data-center/h100/) |
-# | NVIDIA H200 SXM | sm_90 | 4.8 TB/s | 989.4 TFLOPS（手册写 1979，含稀疏） | [NVIDIA H200](https://www.nvidia.com/en-us/data-center/h200/) |
+# 峰值来自课程的共享表 `rocmlab.lab.datasheets`（实验 01、02、08 共用这一份，每行附来源链接，下面的单元把它显示出来）。我们用每个设备的**稠密** FP16/BF16 矩阵峰值和显存带宽峰值；NVIDIA 的 H100/H200 数据手册只印"含稀疏"的 FP16 值，表里的稠密值是它的一半。表按 PyTorch 报告的产品名精确匹配，不在表中的 GPU 没有数字。
 #
-# 百分比的分母是上表的**数据手册**峰值（不是扣除协议开销后的可达值）；softmax 受带宽限制，用带宽峰值作分母；matmul 用 FP16 稠密矩阵峰值。gpu 配置测的 softmax 读 1 GiB、写 1 GiB，至少是 MI300X 256 MiB Infinity Cache（规格表 L3 列）的 4 倍，测到的是显存而不是缓存。计时用 `triton.testing.do_bench`：先预热，再用设备事件计时多次，报告中位数和 20–80 百分位的范围；两者的范围不重叠才算真有差别。smoke 配置在 CPU 上没有对应的数据手册，下面以 MI300X 为参照机画出 roofline，只画预测，不画测量。
+# 百分比的分母是**数据手册**峰值（不是扣除协议开销后的可达值）：softmax 受带宽限制，用带宽峰值；matmul 用 FP16 稠密矩阵峰值。gpu 配置测的 softmax 读 1 GiB、写 1 GiB，至少是 MI300X 256 MiB Infinity Cache（[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)的 L3 列）的 4 倍，测到的是显存而不是缓存。计时用 `triton.testing.do_bench`：先预热，再用设备事件计时多次，报告中位数和 20–80 百分位的范围；两者的范围不重叠才算真有差别。smoke 配置在 CPU 上没有对应的数据手册，下面以 MI300X 为参照机画出 roofline，只画预测，不画测量。
 
 # %% [markdown] tags=["en"]
-# ### Datasheet peaks (vendor figures, dense, FP16/BF16 matrix)
+# ### Datasheet peaks
 #
-# | GPU | arch | peak memory bandwidth | FP16/BF16 dense | source |
-# | --- | --- | --- | --- | --- |
-# | AMD Instinct MI300X | gfx942 | 5.3 TB/s | 1307.4 TFLOPS | [AMD MI300X](https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html) |
-# | AMD Instinct MI325X | gfx942 | 6.0 TB/s | 1307.4 TFLOPS | [AMD MI325X](https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html) |
-# | AMD Instinct MI250X (per GCD, half the card) | gfx90a | 1.64 TB/s | 191.5 TFLOPS | [AMD MI250X](https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html) |
-# | AMD Instinct MI210 | gfx90a | 1.6 TB/s | 181 TFLOPS | [AMD MI210](https://www.amd.com/en/products/accelerators/instinct/mi200/mi210.html) |
-# | AMD Radeon RX 7900 XTX | gfx1100 | 960 GB/s | 122.8 TFLOPS | [AMD RX 7900 XTX](https://www.amd.com/en/products/graphics/desktops/radeon/7000-series/amd-radeon-rx-7900xtx.html) |
-# | NVIDIA H100 SXM | sm_90 | 3.35 TB/s | 989.4 TFLOPS (sheet: 1979 with sparsity) | [NVIDIA H100](https://www.nvidia.com/en-us/data-center/h100/) |
-# | NVIDIA H200 SXM | sm_90 | 4.8 TB/s | 989.4 TFLOPS (sheet: 1979 with sparsity) | [NVIDIA H200](https://www.nvidia.com/en-us/data-center/h200/) |
+# The peaks come from the course's shared table `rocmlab.lab.datasheets` (labs 01, 02 and 08 use this one copy; each row links its sources, and the next cell shows it). We use each device's **dense** FP16/BF16 matrix peak and its peak memory bandwidth; NVIDIA's H100/H200 datasheets print the FP16 figure "with sparsity" only, and the table's dense figure is half of it. Rows match the product name PyTorch reports exactly; a GPU missing from the table gets no figures.
 #
-# A percentage's denominator is the table's **datasheet** peak (not the achievable figure after protocol overhead): bandwidth for softmax, which is memory-bound, and the dense FP16 matrix peak for matmul. The gpu profile's softmax reads 1 GiB and writes 1 GiB, at least 4× MI300X's 256 MiB Infinity Cache (the specifications' L3 column), so it measures memory, not cache. Timing uses `triton.testing.do_bench`: warm-up, then many calls timed with device events; we report the median and the 20th–80th percentile range, and call a difference real only when the ranges do not overlap. The smoke profile's CPU has no datasheet here; below it draws the roofline of an MI300X as the reference machine, with predictions only, no measurements.
+# A percentage's denominator is the **datasheet** peak (not the achievable figure after protocol overhead): bandwidth for softmax, which is memory-bound, and the dense FP16 matrix peak for matmul. The gpu profile's softmax reads 1 GiB and writes 1 GiB, at least 4× MI300X's 256 MiB Infinity Cache (the L3 column of the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)), so it measures memory, not cache. Timing uses `triton.testing.do_bench`: warm-up, then many calls timed with device events; we report the median and the 20th–80th percentile range, and call a difference real only when the ranges do not overlap. The smoke profile's CPU has no datasheet; below it draws the roofline of an MI300X as the reference machine, with predictions only, no measurements.
 
 # %%
-DATASHEET = {   # per device as PyTorch numbers it; figures and sources in the table above
-    "MI300X": {"peak_gbs": 5300, "peak_tflops": 1307.4},
-    "MI325X": {"peak_gbs": 6000, "peak_tflops": 1307.4},
-    "MI250X": {"peak_gbs": 3276.8 / 2, "peak_tflops": 383.0 / 2},
-    "MI210": {"peak_gbs": 1638.4, "peak_tflops": 181.0},
-    "7900 XTX": {"peak_gbs": 960, "peak_tflops": 122.8},
-    "H100": {"peak_gbs": 3350, "peak_tflops": 989.4},
-    "H200": {"peak_gbs": 4800, "peak_tflops": 989.4},
-}
+from IPython.display import Markdown, display  # noqa: E402
+
+from rocmlab.lab import datasheets  # noqa: E402
+
+display(Markdown(datasheets.markdown_table()))
 REFERENCE = "MI300X"
 
 
-def datasheet_for(dev):
-    """(name, peaks) of the device from DATASHEET, or (device name, None) when it is not in the table."""
-    if dev.type != "cuda":
-        return "CPU", None
-    name = torch.cuda.get_device_name(dev)
-    return next(((key, spec) for key, spec in DATASHEET.items() if key in name), (name, None))
+def roofline_peaks(gpu):
+    """The roofline() keyword arguments of one device: dense FP16 matrix TFLOPS and memory GB/s."""
+    figures = gpu.per_device()
+    return {"peak_tflops": figures["fp16_dense_tflops"], "peak_gbs": figures["bandwidth_gbs"]}
 
 
-device_name, device_peak = datasheet_for(device)
-peak_name, peak = (device_name, device_peak) if device_peak else (REFERENCE, DATASHEET[REFERENCE])
+device_name, device_row = datasheets.for_device(device)
+device_peak = roofline_peaks(device_row) if device_row else None
+peak_name, peak = ((device_row.key, device_peak) if device_row
+                   else (REFERENCE, roofline_peaks(datasheets.by_key(REFERENCE))))
+print(f"this device: {device_name} -> "
+      + (f"datasheet row {device_row.key}" if device_row else f"no datasheet row; the roofline uses {REFERENCE}'s"))
+
 rows, cols = SOFTMAX_BENCH
 m_, n_, k_ = MATMUL_BENCH
 elem = torch.empty((), dtype=getattr(torch, BENCH_DTYPE)).element_size()
