@@ -39,7 +39,7 @@ def test_matrix_spans_the_eras_and_records_sources():
     assert eras == {"6.x", "7.x", "therock"}
     for entry in entries:
         assert entry.sources, entry.name
-        assert all(s.url.startswith("https://") and s.seen <= TODAY for s in entry.sources)
+        assert all(s.url.startswith("https://") and s.seen <= dt.date.today() for s in entry.sources)
     therock = [e for e in entries if e.era == "therock"]
     assert all(e.install.method == "multiarch" and Version(e.rocm) >= Version("7.14") for e in therock)
 
