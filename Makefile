@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[labs,hub,dev]"
+	$(PY) -m pip install --quiet -e ".[labs,cpu-kernels,hub,dev]"
 	touch $(STAMP)
 
 setup: $(STAMP)
