@@ -34,6 +34,7 @@ from .containers import REPO_MOUNT, RunSpec
 from .matrix import Entry, MatrixError, read_matrix
 
 PROFILES = ("smoke", "gpu", "multi-gpu")
+DEVICES = (Path("/dev/kfd"), Path("/dev/dri"))  # a ROCm host has both
 TINY_MODEL = "tiny-qwen-zh"
 
 
@@ -128,7 +129,7 @@ class _Docker:
 
 def run_job(job: Job, log=print) -> int:
     """Build, pre-fetch, check, run; returns the exit status of `rocmlab run` (labs)."""
-    if job.gpu and not (Path("/dev/kfd").exists() and Path("/dev/dri").is_dir()):
+    if job.gpu and not all(device.exists() for device in DEVICES):
         raise JobError("this runner has no /dev/kfd or /dev/dri: not a ROCm host (the gpu profiles need one)")
     docker = _Docker(job, log)
     out = job.results / job.entry.name
@@ -146,7 +147,7 @@ def run_job(job: Job, log=print) -> int:
         )
         for model in models_for(job.root, job.profile, job.labs):
             docker.run("fetch", image, spec, ["rocmlab", "assets", "fetch", model])
-        offline = RunSpec(**{**spec.__dict__, "env": {"HF_HUB_OFFLINE": "1"}})
+        offline = RunSpec(**{**spec.__dict__, "env": {"HF_HUB_OFFLINE": "1"} | _canary_env(job.entry)})
         doctor = docker.run("doctor", image, offline, ["rocmlab", "doctor", "--json"], capture=True, check=False)
         (out / "doctor.json").write_text(doctor.stdout or "{}\n", encoding="utf-8")
         check = [
@@ -164,6 +165,11 @@ def run_job(job: Job, log=print) -> int:
         return docker.run("labs", image, offline, run, check=False).returncode
     finally:
         docker.cleanup()
+
+
+def _canary_env(entry: Entry) -> dict:
+    """A canary turns FutureWarning into an error: breakage shows there before a release."""
+    return {"PYTHONWARNINGS": "error::FutureWarning"} if entry.kind == "canary" else {}
 
 
 def _inside(job: Job, path: Path) -> str:

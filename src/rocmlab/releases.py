@@ -121,7 +121,7 @@ def _check(matrix: Matrix, fetch, args: argparse.Namespace) -> int:
         for change in proposals.apply(matrix.path, findings, today=args.today):
             print(f"applied: {change}", file=sys.stderr)
     if args.json:
-        print(json.dumps(findings.as_json(), indent=2))
+        print(json.dumps(findings.as_json(), indent=2, default=str))
     else:
         print(body)
     if found.failures:
