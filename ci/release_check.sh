@@ -6,8 +6,8 @@
 #   0  up to date       close the tracking issue, if one is open;
 #   10 updates          regenerate env/docker/, force-push the fixed branch $BRANCH with the
 #                       matrix edit, open or update its pull request, start a freshness run of
-#                       only the new (or changed) ROCm entries on that branch, open or update
-#                       the tracking issue with a link to the pull request;
+#                       only the new entries on that branch (without a new entry: of the updated
+#                       ROCm entries), open or update the tracking issue with a link to the PR;
 #   11 partial          a source could not be read: say so on the issue; never close it.
 # Needs GH_TOKEN for the gh CLI. ROCMLAB_FIXTURES=DIR answers from recorded responses (tests).
 set -uo pipefail
@@ -49,8 +49,8 @@ esac
 entries=$(python3 - <<'PY'
 import json
 found = json.load(open("release-check.json"))
-names = [e["name"] for e in found["new_entries"]]
-names += [u["entry"] for u in found["updates"] if u["entry"].startswith("rocm-") and u["entry"] not in names]
+names = [e["name"] for e in found["new_entries"]]  # only the new entries; without one, the updated ROCm entries
+names = names or [u["entry"] for u in found["updates"] if u["entry"].startswith("rocm-")]
 print(",".join(dict.fromkeys(names)))
 PY
 )
