@@ -35,9 +35,10 @@ $(HUB_PROXY): | $(STAMP)
 
 hub-setup: $(HUB_PROXY)
 
-# Debian packages of the slow tests: redis-server (lab 06's broker) and chromium (the hub's
-# browser test). Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
-SYSTEM_PACKAGES := redis-server chromium
+# Debian packages of the slow tests: redis-server (lab 06's broker), chromium (the hub's
+# browser test) and shellcheck (ci/*.sh and the workflows' run: blocks, through actionlint).
+# Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
+SYSTEM_PACKAGES := redis-server chromium shellcheck
 system-deps:
 	@missing=""; for pkg in $(SYSTEM_PACKAGES); do command -v $$pkg >/dev/null || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 MATRIX_JOB = "matrix"
 RUN_JOBS = {"gpu": "rocm", "cpu": "cpu"}  # job → the matrix output that lists its entries
+MONTHLY_JOBS = ("gpu-multi",)  # skipped on every weekly run by design: only a failure stops the report
 
 
 @dataclass
@@ -52,6 +53,11 @@ def decide(needs: dict) -> Decision:
                 f"{job}: {result or 'missing'}: a job that did not finish (no runner, a broken image, a timeout) "
                 "proves nothing about the labs"
             )
+    for job in MONTHLY_JOBS:
+        result = needs.get(job, {}).get("result", "skipped")
+        if result not in ("success", "skipped"):
+            decision.stamp = False
+            decision.reasons.append(f"{job}: {result}: the monthly multi-GPU job did not finish")
     return decision
 
 

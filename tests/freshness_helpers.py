@@ -10,7 +10,8 @@ from rocmlab.report.history import Run
 from rocmlab.results import Record, freeze_hash, write_record
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
-SOURCE = '{ url = "https://example.org/notes", seen = 2026-11-29, fact = "test entry" }'
+FACTS = '["rocm", "released", "pytorch", "python", "gfx", "install", "pins"]'
+SOURCE = f'{{ url = "https://example.org/notes", seen = 2026-11-29, facts = {FACTS}, fact = "test entry" }}'
 MATRIX = f"""\
 schema = 1
 
