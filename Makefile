@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[labs,hub,dev]"
+	$(PY) -m pip install --quiet -e ".[labs,cpu-kernels,hub,dev]"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -35,9 +35,10 @@ $(HUB_PROXY): | $(STAMP)
 
 hub-setup: $(HUB_PROXY)
 
-# Debian packages of the slow tests: redis-server (lab 06's broker) and chromium (the hub's
-# browser test). Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
-SYSTEM_PACKAGES := redis-server chromium
+# Debian packages of the slow tests: redis-server (lab 06's broker), chromium (the hub's
+# browser test) and shellcheck (ci/*.sh and the workflows' run: blocks, through actionlint).
+# Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
+SYSTEM_PACKAGES := redis-server chromium shellcheck
 system-deps:
 	@missing=""; for pkg in $(SYSTEM_PACKAGES); do command -v $$pkg >/dev/null || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
@@ -67,7 +68,7 @@ run: build model
 report: setup
 	$(ROCMLAB) report --results $(RESULTS)
 
-# The release matrix's CPU environments, every lab in each, stamped into ci/results and the README.
+# The release matrix's CPU environments, every lab in each, recorded in ci/history and the README table.
 # A lab failing on one environment is a finding for the matrix, so the runs do not stop the target.
 FRESHNESS_ENVS ?= cpu-current cpu-previous
 freshness: model

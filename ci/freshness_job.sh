@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# One freshness job: build the matrix entry's container (env/docker/NAME.Dockerfile, generated
-# from env/matrix.toml) and run every lab in the gpu profile inside it, GPU devices passed through.
-# Usage: ci/freshness_job.sh NAME [TIMEOUT_S]    (run from the repository root)
+# One freshness job of .github/workflows/freshness.yml: build the matrix entry's container
+# (env/docker/NAME.Dockerfile, generated from env/matrix.toml), pre-fetch the profile's models
+# into the cache volume, check torch / HIP / gfx arch against the entry, run every lab in it.
+# The steps are `rocmlab env job` (src/rocmlab/jobs.py); this script gives them the runner's
+# defaults.
+#
+#   ci/freshness_job.sh NAME [--profile gpu|multi-gpu|smoke] [--gfx GFX] [--labs LAB…] [--timeout S]
+#
+# Environment: ROCMLAB_CI_CACHE   model cache folder on the runner (default ~/.cache/rocmlab-ci);
+#              ROCMLAB_IMAGE_REPO registry repository for the layer cache (e.g. ghcr.io/OWNER/rocmlab),
+#                                 the image is then pushed and run by digest;
+#              ROCMLAB            the rocmlab command (default: rocmlab on PATH);
+#              ROCMLAB_DOCKER     the docker command (ci/standin/docker stands in on a machine without an engine).
 set -euo pipefail
-name="${1:?usage: ci/freshness_job.sh NAME [TIMEOUT_S]}"
-limit="${2:-7200}"
-dockerfile="env/docker/${name}.Dockerfile"
-[[ -f "$dockerfile" ]] || { echo "no $dockerfile: run 'rocmlab env dockerfiles'" >&2; exit 2; }
-[[ -e /dev/kfd && -d /dev/dri ]] || { echo "this runner has no /dev/kfd or /dev/dri: not a ROCm host" >&2; exit 2; }
-
-docker build -f "$dockerfile" -t "rocmlab:${name}" .
-mkdir -p results
-container="rocmlab-${name}-${GITHUB_RUN_ID:-local}"
-trap 'docker rm -f "$container" >/dev/null 2>&1 || true' EXIT
-timeout --kill-after=60 "$limit" docker run --name "$container" --rm \
-  --device /dev/kfd --device /dev/dri --group-add video --ipc=host --shm-size 8g \
-  --security-opt seccomp=unconfined \
-  -v "$PWD:/work" -w /work -e ROCMLAB_ENV="$name" "rocmlab:${name}" \
-  bash -c "rocmlab doctor || true; rocmlab run --profile gpu --env '${name}'"
+cd "$(dirname "$0")/.."
+[[ $# -ge 1 && $1 != -* ]] || { echo "usage: ci/freshness_job.sh NAME [--profile P] [--gfx GFX] [--labs LAB…]" >&2; exit 2; }
+cache="${ROCMLAB_CI_CACHE:-$HOME/.cache/rocmlab-ci}"
+repo_args=()
+if [[ -n "${ROCMLAB_IMAGE_REPO:-}" ]]; then
+  repo_args=(--image-repo "$ROCMLAB_IMAGE_REPO")
+fi
+exec "${ROCMLAB:-rocmlab}" env job "$@" --cache-dir "$cache" --results results "${repo_args[@]}"

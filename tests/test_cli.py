@@ -53,7 +53,7 @@ BAD_INPUT = {
     "list": (["list", "99-nope"], "unknown lab '99-nope'"),
     "build": (["build", "--profile", "gpu"], "--profile needs --out DIR"),
     "run": (["run", "--repeat", "0"], "--repeat: expected a positive number, got 0"),
-    "report": (["report", "--results", "{tmp}/no-results"], "no-results: no such folder"),
+    "report": (["report", "--skip", "nonsense"], "--skip 'nonsense': expected ENTRY=REASON"),
     "doctor": (["doctor", "--machine", "{tmp}"], "machine.json"),
     "assets": (["assets", "build-model", "--steps", "0"], "--steps: expected a positive number, got 0"),
     "releases": (["releases", "show", "--matrix", "{tmp}/missing.toml"], "missing.toml"),

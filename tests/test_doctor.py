@@ -170,13 +170,12 @@ def test_rocm_version_from_core_layout(tmp_path):
     assert report["facts"]["rocm_version"] == "7.14.0"
 
 
-def one_entry_matrix(tmp_path, gfx, rocm=None) -> Path:
-    """The repository's matrix cut down to its newest ROCm entry, with these GPU targets (and
-    ROCm version)."""
+def one_entry_matrix(tmp_path, gfx, series=None) -> Path:
+    """The repository's matrix cut down to one ROCm entry (the newest, or the one named
+    ``rocm-<series>``), with these GPU targets."""
     data = tomllib.loads(REPO_MATRIX.read_text(encoding="utf-8"))
-    entry = dict(data["rocm"][0], gfx=gfx, runner_gfx=gfx[0])
-    if rocm:
-        entry.update(rocm=rocm, name="rocm-" + ".".join(rocm.split(".")[:2]))
+    chosen = next(e for e in data["rocm"] if series is None or e["name"] == f"rocm-{series}")
+    entry = dict(chosen, gfx=gfx, runner_gfx=gfx[0])
     path = tmp_path / "matrix.toml"
     path.write_text(tomli_w.dumps({**data, "rocm": [entry]}), encoding="utf-8")
     return path
@@ -188,7 +187,7 @@ def test_release_table_comes_from_the_release_matrix(tmp_path):
     rocm = tomllib.loads(matrix.read_text())["rocm"][0]["rocm"]
     assert releases == [{"rocm": rocm, "gpu_targets": ["gfx942"]}] and source == str(matrix)
     assert doctor.load_releases(None) == (doctor.BUILTIN_RELEASES, "built-in table")
-    older = one_entry_matrix(tmp_path, ["gfx942"], rocm="6.4.0")
+    older = one_entry_matrix(tmp_path, ["gfx942"], series="6.4")
     got = statuses(report_for("rx7900xtx-desktop", matrix=older))
     assert got["gpu-support"] == "warn"  # the desktop's gfx1100 is not in this one-entry matrix
 

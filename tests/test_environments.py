@@ -66,7 +66,7 @@ def test_torch_falls_back_to_the_entry_index(course, monkeypatch):
     calls = fake_build(monkeypatch, torch_first_try_fails=True)
     environments.create("cpu-current", root=course, log=lambda *_: None)
     retry = calls[2]
-    assert retry[-3:] == ["torch==2.13.0+cpu", "--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+    assert retry[-3:] == ["torch==2.14.1", "--extra-index-url", "https://download.pytorch.org/whl/cpu"]
 
 
 def test_unchanged_pins_reuse_the_environment(course, monkeypatch):
@@ -131,7 +131,7 @@ def test_rocm_entry_points_at_its_container(course, monkeypatch):
         environments.python_for("rocm-7.14", root=course)
     monkeypatch.setenv(environments.CONTAINER_VARIABLE, "rocm-7.14")
     assert environments.python_for("rocm-7.14", root=course) == Path(sys.executable)
-    with pytest.raises(EnvError, match="ROCm entry"):
+    with pytest.raises(EnvError, match="runs on a GPU"):
         environments.create("rocm-7.14", root=course)
 
 
@@ -148,43 +148,109 @@ def test_run_kills_a_command_past_its_timeout(tmp_path):
     assert "boom" in (tmp_path / "log").read_text()
 
 
+# ---------------------------------------------------------------- pins and canaries
+
+
+@pytest.mark.parametrize(
+    "pinned,installed,holds",
+    [
+        ("2.14.1", "2.14.1+cpu", True),  # a pin without a local label accepts the CPU build
+        ("2.14.1", "2.14.1", True),
+        ("2.13.0+cpu", "2.13.0+cpu", True),
+        ("2.13.0+cpu", "2.13.0", False),  # a pin with a label wants exactly that build
+        ("2.14.1", "2.14.0+cpu", False),
+        ("5.24.0", None, False),
+    ],
+)
+def test_pin_holds(pinned, installed, holds):
+    assert environments.pin_holds(pinned, installed) is holds
+
+
+def test_canary_installs_pre_releases_from_its_index_then_keeps_torch(course, monkeypatch):
+    calls = fake_build(monkeypatch)
+    monkeypatch.setattr(environments, "_installed", lambda folder, package, timeout_s: "2.17.0.dev20261130+cpu")
+    folder = environments.create("canary-pytorch-nightly", root=course, log=lambda *_: None)
+    venv, torch, *rest = calls
+    assert "--pre" in torch and torch[-1] == "torch"
+    assert torch[torch.index("--index-url") + 1] == "https://download.pytorch.org/whl/nightly/cpu"
+    assert all("--pre" not in c for c in rest)  # transformers & co. from their stable releases
+    assert (folder / "torch-constraint.txt").read_text() == "torch==2.17.0.dev20261130+cpu\n"
+    assert all("-c" in c for c in rest) and rest[-1][-2:] == ["-e", f"{course}[labs]"]
+    calls = fake_build(monkeypatch)
+    environments.create("canary-transformers-pre", root=course, log=lambda *_: None)
+    torch, pre = calls[1], calls[2]
+    assert torch[-1] == "torch==2.14.1" and "--pre" not in torch and "--index-url" not in torch
+    assert "--pre" in pre and pre[-4:] == ["transformers", "peft", "accelerate", "tokenizers"]
+
+
 # ---------------------------------------------------------------- ROCm recipes and Dockerfiles
 
 
 def test_committed_dockerfiles_match_the_matrix():
     assert environments.write_dockerfiles(ROOT, check=True) == []
     names = {p.name for p in (ROOT / "env" / "docker").glob("*.Dockerfile")}
-    assert names == {f"{e.name}.Dockerfile" for e in releases.read_matrix(ROOT / "env" / "matrix.toml").of_kind("rocm")}
+    m = releases.read_matrix(ROOT / "env" / "matrix.toml")
+    expected = {e.name for e in m.entries} | {c.name for c in m.canaries if c.on_gpu}
+    assert names == {f"{name}.Dockerfile" for name in expected}
 
 
 def test_dockerfile_per_install_method():
-    multiarch = environments.render_dockerfile(entry("rocm-7.14"))
-    assert "FROM python:3.12-slim-bookworm" in multiarch and "ARG GFX=gfx90a" in multiarch
-    assert '"torch[device-${GFX}]==2.12.0+rocm7.14.0"' in multiarch
+    multiarch = environments.render_dockerfile(entry("rocm-10.1"))
+    assert "FROM python:3.12-slim-bookworm" in multiarch and "ARG GFX=gfx942" in multiarch
+    assert '"torch[device-${GFX}]==2.14.0+rocm10.1.0"' in multiarch
+    assert "--build-arg GFX=gfx942" in multiarch
     wheel = environments.render_dockerfile(entry("rocm-6.4"))
     assert '--index-url https://download.pytorch.org/whl/rocm6.4 "torch==2.8.0+rocm6.4"' in wheel
     image = environments.render_dockerfile(entry("rocm-7.2"))
-    assert image.splitlines()[6].startswith("FROM rocm/pytorch:rocm7.2.4_")
-    for text, name in ((multiarch, "rocm-7.14"), (wheel, "rocm-6.4"), (image, "rocm-7.2")):
-        assert f"ENV ROCMLAB_ENV={name}" in text and "--device /dev/kfd --device /dev/dri" in text
+    assert "\nFROM rocm/pytorch:rocm7.2.4_" in image
+    cpu = environments.render_dockerfile(entry("cpu-current"))
+    assert '--extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1" "transformers==5.24.0"' in cpu
+    canary = environments.render_dockerfile(entry("canary-therock-nightly"))
+    assert '--pre --index-url https://nightly.repo.amd.com/rocm/whl-next/ "torch[device-${GFX}]"' in canary
+    for text, name in ((multiarch, "rocm-10.1"), (wheel, "rocm-6.4"), (image, "rocm-7.2"), (cpu, "cpu-current")):
+        assert f"ENV ROCMLAB_ENV={name}" in text and "redis-server" in text and "HOME=/tmp/home" in text
+        assert "ROCMLAB_CACHE=/rocmlab-cache HF_HOME=/rocmlab-cache/huggingface" in text
+        assert ("--device /dev/kfd --device /dev/dri" in text) is (name != "cpu-current")
 
 
-def test_drifted_dockerfile_is_reported_and_rewritten(course):
-    assert len(environments.write_dockerfiles(course)) == 5
+def test_image_digest_pins_the_base_image():
+    digest = "sha256:" + "a" * 64
+    e = entry("rocm-7.2")
+    pinned = environments.containers.render_dockerfile(
+        type(e)(**{**e.__dict__, "install": type(e.install)(**{**e.install.__dict__, "digest": digest})})
+    )
+    assert f"FROM rocm/pytorch:rocm7.2.4_ubuntu24.04_py3.12_pytorch_release_2.10.0@{digest}" in pinned
+
+
+def test_dockerignore_keeps_the_build_context_to_the_package():
+    lines = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert lines[0] == "*" and {"!pyproject.toml", "!README.md", "!src/"} <= set(lines)
+    for dockerfile in (ROOT / "env" / "docker").glob("*.Dockerfile"):
+        copied = {
+            p for line in dockerfile.read_text().splitlines() if line.startswith("COPY ") for p in line.split()[1:-1]
+        }
+        assert copied == {"pyproject.toml", "README.md", "src"}, dockerfile
+
+
+def test_drifted_or_orphaned_dockerfile_is_reported_and_rewritten(course):
+    written = environments.write_dockerfiles(course)
+    assert len(written) == 9
     path = course / "env" / "docker" / "rocm-7.1.Dockerfile"
     path.write_text(path.read_text().replace("2.10.0", "2.9.0"))
-    assert environments.write_dockerfiles(course, check=True) == [path]
-    assert environments.write_dockerfiles(course) == [path]
+    orphan = course / "env" / "docker" / "rocm-5.7.Dockerfile"
+    orphan.write_text("FROM x\n")
+    assert environments.write_dockerfiles(course, check=True) == [path, orphan]
+    assert environments.write_dockerfiles(course) == [path, orphan] and not orphan.exists()
     assert environments.write_dockerfiles(course, check=True) == []
 
 
 def test_install_recipe_has_the_exact_commands():
     recipe = environments.install_recipe(entry("rocm-7.14"))
     assert (
-        '.envs/rocm-7.14/bin/pip install "torch[device-gfx90a]==2.12.0+rocm7.14.0" '
+        '.envs/rocm-7.14/bin/pip install "torch[device-gfx942]==2.12.0+rocm7.14.1" '
         "--index-url https://repo.amd.com/rocm/whl-multi-arch/"
     ) in recipe
-    assert "docker build -f env/docker/rocm-7.14.Dockerfile" in recipe
+    assert "docker build -f env/docker/rocm-7.14.Dockerfile --build-arg GFX=gfx942" in recipe
     assert "docker pull rocm/pytorch:rocm7.2.4_" in environments.install_recipe(entry("rocm-7.2"))
 
 
@@ -193,6 +259,6 @@ def test_cli_create_for_rocm_prints_the_recipe(capsys, monkeypatch):
     parser = argparse.ArgumentParser()
     environments.add_arguments(parser)
     assert environments.run(parser.parse_args(["create", "rocm-10.0"])) == 0
-    assert "torch[device-gfx942]==2.11.0+rocm10.0.0" in capsys.readouterr().out
+    assert "torch[device-gfx942]==2.13.0+rocm10.0.0" in capsys.readouterr().out
     assert environments.run(parser.parse_args(["create", "nope"])) == 1
     assert "no entry named 'nope'" in capsys.readouterr().err

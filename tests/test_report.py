@@ -1,99 +1,140 @@
-import json
+"""The verdict per (lab, matrix entry) and whether a lab is fresh (rocmlab.report.verdict)."""
 
-from test_results import make_record
+import pytest
+from freshness_helpers import NOW, entries, make_run
 
 from rocmlab.catalog import discover
-from rocmlab.report import freshness, order_environments, removal_version, to_html, to_json, to_markdown
+from rocmlab.report.render import to_markdown
+from rocmlab.report.verdict import Upstream, build
 
 
-def fp(torch):
-    return {"packages": {"torch": torch}}
+@pytest.fixture
+def course(make_course):
+    return make_course({"01-demo": (None, None), "02-other": (None, None)})
 
 
-def test_stale_when_newest_environment_lacks_a_passing_run_of_the_current_version(make_course):
-    root = make_course({"01-demo": (None, None), "02-other": (None, None)})
-    labs = discover(root)
-    records = [
-        make_record(lab="01-demo", env="cpu-current", fingerprint=fp("2.13.0")),
-        make_record(lab="01-demo", env="cpu-previous", status="failed", reason="cell 3: boom", fingerprint=fp("2.9.1")),
-        make_record(lab="02-other", env="cpu-previous", fingerprint=fp("2.9.1")),
-        make_record(lab="02-other", env="cpu-current", lab_version="0.9.0", fingerprint=fp("2.13.0")),
+def report(course, runs, **kw):
+    return build(discover(course), runs, entries(course), now=NOW, **kw)
+
+
+def cell(rep, lab, env):
+    return next(r for r in rep.rows if r.lab.id == lab).cells[env]
+
+
+def row(rep, lab):
+    return next(r for r in rep.rows if r.lab.id == lab)
+
+
+def test_with_no_runs_every_current_entry_is_a_column_and_says_never_run(course):
+    rep = report(course, [])
+    assert [c.name for c in rep.columns] == ["rocm-10.0", "rocm-7.14", "cpu-current"]
+    assert [c.name for c in rep.judged_on] == ["rocm-10.0", "cpu-current"]
+    assert {cell(rep, "01-demo", c.name).verdict for c in rep.columns} == {"never run"}
+    assert row(rep, "01-demo").verdict == "stale"
+    md = to_markdown(rep)
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len({line.count(" | ") for line in table[:1] + table[2:]}) == 1
+    assert table[1].count("---") == table[0].count(" | ") + 1
+    assert "| 01-demo | 1.0.0 | never run | never run | never run | never | never | ⚠️ stale |" in md
+
+
+def test_verified_only_on_the_exact_pins_within_the_window(course):
+    runs = [
+        make_run(env="cpu-current", days_ago=2),
+        make_run(lab="02-other", env="cpu-current", days_ago=15),
+        make_run(lab="02-other", env="rocm-10.0", freeze=["torch==2.11.0+rocm10.0.0", "rocm-sdk-core==10.0.1"]),
     ]
-    report = freshness(labs, records, matrix_order=[])
-    assert report.environments == ["cpu-current", "cpu-previous"]
-    rows = {row.lab.id: row for row in report.rows}
-    assert not rows["01-demo"].stale
-    assert rows["02-other"].stale  # the newest env only ran an old version
-    md = to_markdown(report)
-    assert "| 01-demo | 1.0.0 | ✅ passed 4s | ❌ failed 4s |" in md
-    assert "(v0.9.0)" in md and "⚠️ stale" in md and "cell 3: boom" in md
-    data = json.loads(to_json(report))
-    assert data["newest"] == "cpu-current"
-    assert data["labs"][1]["stale"] is True
-    html = to_html(report)
-    assert html.startswith("<!doctype html>") and "<style>" in html and "stale" in html
+    rep = report(course, runs, window_days=14)
+    verified = cell(rep, "01-demo", "cpu-current")
+    assert verified.verdict == "verified" and "on the entry's pins" in verified.detail
+    old = cell(rep, "02-other", "cpu-current")
+    assert old.verdict == "stale" and "15 days old (window 14 days)" in old.detail
+    other_rocm = cell(rep, "02-other", "rocm-10.0")
+    assert other_rocm.verdict == "stale" and "ROCm 10.0.1 (pinned 10.0.0)" in other_rocm.detail
 
 
-def test_matrix_order_wins_over_torch_version():
-    records = [
-        make_record(env="rocm-7.14", fingerprint=fp("2.12.0")),
-        make_record(env="local", fingerprint=fp("2.13.0")),
-    ]
-    assert order_environments(records, ["rocm-7.14"]) == ["rocm-7.14", "local"]
-    assert order_environments(records, []) == ["local", "rocm-7.14"]
+def test_a_bumped_pin_unverifies_the_last_pass_and_names_the_package(course):
+    old_pins = ["torch==2.13.0+cpu", "transformers==5.23.0", "peft==0.21.2"]
+    rep = report(course, [make_run(env="cpu-current", freeze=old_pins)])
+    stale = cell(rep, "01-demo", "cpu-current")
+    assert stale.verdict == "stale" and "transformers 5.23.0 (pinned 5.24.0)" in stale.detail
 
 
-def test_latest_record_per_lab_and_env_is_shown(make_course):
+def test_a_pass_of_an_older_lab_version_does_not_count(course):
+    rep = report(course, [make_run(env="cpu-current", lab_version="0.9.0")])
+    assert cell(rep, "01-demo", "cpu-current").verdict == "stale"
+    assert "only v0.9.0 ran" in cell(rep, "01-demo", "cpu-current").detail
+
+
+def test_failing_names_the_cell_and_error_and_keeps_last_pass_apart_from_last_run(course):
+    bumped = ["torch==2.13.0+cpu", "transformers==5.24.0", "peft==0.21.2", "numpy==2.5.0"]
+    runs = [make_run(days_ago=3), make_run(status="failed", days_ago=1, freeze=bumped)]
+    rep = report(course, runs)
+    failing = cell(rep, "01-demo", "cpu-current")
+    assert failing.verdict == "failing"
+    assert failing.detail == "cell 7: RuntimeError: HIP error: invalid device function"
+    assert failing.last_pass is runs[0] and failing.last_run is runs[1]
+    assert failing.changed_since_pass == ["numpy 2.4.6 → 2.5.0"]
+    assert row(rep, "01-demo").verdict == "failing"
+    assert row(rep, "01-demo").last_pass is runs[0] and row(rep, "01-demo").last_run is runs[1]
+
+
+def test_flaky_says_how_many_repeats_passed(course):
+    repeats = [{"run": 1, "status": "passed"}, {"run": 2, "status": "failed"}, {"run": 3, "status": "passed"}]
+    rep = report(course, [make_run(status="flaky", repeats=repeats)])
+    flaky = cell(rep, "01-demo", "cpu-current")
+    assert flaky.verdict == "flaky" and flaky.detail.startswith("2/3 runs passed")
+    assert row(rep, "01-demo").verdict == "flaky"
+    assert "🔁 flaky 2/3" in to_markdown(rep)
+
+
+def test_skipped_keeps_its_reason_and_does_not_erase_a_recent_verification(course):
+    skipped = make_run(env="rocm-10.0", status="skipped", reason="no runner picked the job up")
+    rep = report(course, [skipped, make_run(env="cpu-current", days_ago=2), make_run(status="skipped", days_ago=1)])
+    assert cell(rep, "01-demo", "rocm-10.0").verdict == "skipped"
+    assert cell(rep, "01-demo", "rocm-10.0").detail == "no runner picked the job up"
+    assert cell(rep, "01-demo", "cpu-current").verdict == "verified"
+
+
+def test_fresh_only_when_verified_on_the_newest_entry_of_each_kind(course):
+    cpu_only = report(course, [make_run(env="cpu-current")])
+    assert row(cpu_only, "01-demo").verdict == "stale"
+    older_rocm = report(course, [make_run(env="cpu-current"), make_run(env="rocm-7.14")])
+    assert cell(older_rocm, "01-demo", "rocm-7.14").verdict == "verified"
+    assert row(older_rocm, "01-demo").verdict == "stale"
+    both = report(course, [make_run(env="cpu-current"), make_run(env="rocm-10.0")])
+    assert row(both, "01-demo").verdict == "fresh"
+    assert row(both, "02-other").verdict == "stale"
+
+
+def test_outdated_when_upstream_released_something_the_matrix_lacks(course):
+    findings = {
+        "updates": ["rocm-7.14: ROCm 7.14.0 -> 7.14.1 (released 2026-11-20, https://example.org)"],
+        "new_entries": [{"name": "rocm-10.1", "rocm": "10.1.0", "released": "2026-10-05"}],
+    }
+    upstream = Upstream.from_findings(findings, entries(course))
+    rep = report(course, [make_run(env="rocm-7.14"), make_run(env="rocm-10.0"), make_run()], upstream=upstream)
+    assert cell(rep, "01-demo", "rocm-7.14").verdict == "outdated"
+    assert "7.14.0 -> 7.14.1" in cell(rep, "01-demo", "rocm-7.14").detail
+    assert "ROCm 10.1.0 released 2026-10-05" in cell(rep, "01-demo", "rocm-10.0").detail
+    assert cell(rep, "01-demo", "cpu-current").verdict == "verified"
+
+
+def test_previous_entries_and_environments_outside_the_matrix_appear_only_with_runs(course):
+    rep = report(course, [make_run(env="cpu-previous"), make_run(env="local", status="failed")])
+    assert [c.label for c in rep.columns][-2:] == ["cpu-previous (previous)", "local (not in matrix)"]
+    assert "rocm-7.2 (previous)" not in [c.label for c in rep.columns]
+    assert cell(rep, "01-demo", "cpu-previous").verdict == "verified"
+    assert cell(rep, "01-demo", "local").verdict == "failed"
+    assert row(rep, "01-demo").verdict == "stale"  # neither counts for freshness
+
+
+def test_without_a_matrix_the_first_environment_is_judged_and_an_empty_table_is_well_formed(make_course):
     labs = discover(make_course())
-    records = [
-        make_record(status="failed", started_at="2026-11-01T00:00:00+00:00"),
-        make_record(status="passed", started_at="2026-11-02T00:00:00+00:00"),
-    ]
-    row = freshness(labs, records, matrix_order=[]).rows[0]
-    assert row.cells["local"].status == "passed"
-    assert row.last_verified.started_at.startswith("2026-11-02")
-
-
-def test_removal_version_is_read_from_warning_text():
-    assert removal_version("`foo` is deprecated and will be removed in v5.0") == "5.0"
-    assert removal_version("will be removed in version 4.50.1 of Transformers") == "4.50.1"
-    assert removal_version("just deprecated") is None
-
-
-def test_stamp_is_idempotent_and_fills_the_readme_markers(make_course):
-    from rocmlab.report import README_END, README_START, stamp
-
-    root = make_course()
-    (root / "README.md").write_text(
-        f"# Course\n\n{README_START}\nold table\n{README_END}\n\nMore text.\n", encoding="utf-8"
-    )
-    records = [make_record(env="cpu-current", fingerprint=fp("2.13.0"))]
-    report = freshness(discover(root), records, matrix_order=[])
-    first = stamp(report, records, root)
-    assert {p.name for p in first} == {"01-demo.json", "freshness.json", "README.md"}
-    readme = (root / "README.md").read_text()
-    assert "old table" not in readme and "| 01-demo | 1.0.0 | ✅ passed 4s |" in readme and "More text." in readme
-    report_again = freshness(discover(root), records, matrix_order=[])
-    assert stamp(report_again, records, root) == []
-
-
-def test_stamp_refuses_a_readme_without_markers(make_course):
-    import pytest
-
-    from rocmlab.report import stamp
-
-    root = make_course()
-    (root / "README.md").write_text("# Course\n")
-    records = [make_record()]
-    with pytest.raises(ValueError, match="add the markers"):
-        stamp(freshness(discover(root), records, matrix_order=[]), records, root)
-
-
-def test_a_lab_that_passed_only_some_repeats_is_flaky_never_fresh(make_course):
-    labs = discover(make_course())
-    runs = [{"run": 1, "status": "passed"}, {"run": 2, "status": "failed", "reason": "cell 11: rank aborted"}]
-    records = [make_record(status="flaky", reason="cell 11: rank aborted", repeats=runs)]
-    row = freshness(labs, records, matrix_order=[]).rows[0]
-    assert row.verdict == "flaky" and row.stale
-    md = to_markdown(freshness(labs, records, matrix_order=[]))
-    assert "🔁 flaky" in md and "| fresh |" not in md
+    empty = build(labs, [], [], now=NOW)
+    table = [line for line in to_markdown(empty).splitlines() if line.startswith("|")]
+    assert table[0] == "| lab | version | last pass | last run | freshness |"
+    assert table[1] == "|---|---|---|---|---|"
+    assert table[2].count(" | ") == table[0].count(" | ")
+    local = build(labs, [make_run(env="local")], [], now=NOW)
+    assert row(local, "01-demo").verdict == "fresh" and "| ✅ passed 4s |" in to_markdown(local)

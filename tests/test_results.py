@@ -68,3 +68,62 @@ def test_fingerprint_names_the_stack(monkeypatch, tmp_path):
     assert {"torch", "transformers", "peft", "nbgrader", "papermill"} <= set(info["packages"])
     assert info["hip"] is None or isinstance(info["hip"], str)
     assert isinstance(info["gpus"], list)
+
+
+def test_fingerprint_holds_the_whole_freeze_and_its_hash():
+    info = results.fingerprint()
+    assert info["freeze"] == sorted(info["freeze"]) and any(line.startswith("papermill==") for line in info["freeze"])
+    assert info["freeze_sha256"] == results.freeze_hash(info["freeze"])
+    assert {"rocm", "rocm_source", "rocm_system", "image", "image_digest"} <= set(info)
+
+
+def test_fingerprint_names_the_container_image_ci_ran(monkeypatch):
+    monkeypatch.setenv("ROCMLAB_IMAGE", "rocmlab:rocm-10.0")
+    monkeypatch.setenv("ROCMLAB_IMAGE_DIGEST", "sha256:" + "ab" * 32)
+    info = results.fingerprint()
+    assert info["image"] == "rocmlab:rocm-10.0" and info["image_digest"] == "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "/home/ci/course/.venv/lib/python3.11/site-packages/torch/functional.py:504: UserWarning: x",
+            "torch/functional.py:504: UserWarning: x",
+        ),
+        ("/root/.pyenv/versions/3.11.7/lib/python3.11/contextlib.py:105", "python3.11/contextlib.py:105"),
+        (
+            "(Triggered internally at /__w/pytorch/pytorch/aten/src/ATen/x.cpp:1.)",
+            "(Triggered internally at aten/src/ATen/x.cpp:1.)",
+        ),
+        ("open /home/ci/course/solutions/01/data/a.txt", "open solutions/01/data/a.txt"),
+        ("/home/bob/notes.txt and /tmp/rocmlab-run-x1/kernel.json", "~/notes.txt and $TMPDIR/kernel.json"),
+        (
+            "see https://rocm.docs.amd.com/en/latest/ and /dev/kfd",
+            "see https://rocm.docs.amd.com/en/latest/ and /dev/kfd",
+        ),
+        ("/srv/course/results/cpu-current/.work/01-demo/data/x", "data/x"),
+    ],
+)
+def test_portable_removes_machine_paths_and_keeps_urls(text, expected):
+    assert results.portable(text, roots=("/home/ci/course",)) == expected
+
+
+def test_write_record_makes_every_text_portable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = f"{tmp_path}/solutions/01-demo/lab.py"
+    record = make_record(
+        status="failed",
+        reason=f"cell 3: FileNotFoundError: {bad}",
+        failing_cell={"index": 3, "ename": "FileNotFoundError", "evalue": bad, "source": "open('x')"},
+        repeats=[{"run": 1, "status": "failed", "reason": f"in {bad}"}],
+        warnings=[{"category": "FutureWarning", "message": "m", "filename": "/usr/lib/python3/dist-packages/a/b.py"}],
+    )
+    path = tmp_path / "results" / "local" / "01-demo.json"
+    write_record(record, path)
+    text = path.read_text()
+    assert str(tmp_path) not in text and "dist-packages" not in text
+    saved = read_record(path)
+    assert saved.failing_cell["evalue"] == "solutions/01-demo/lab.py"
+    assert saved.warnings[0]["filename"] == "a/b.py"
+    assert record.reason.endswith(bad)  # the caller's record is left as it was

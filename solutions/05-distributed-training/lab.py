@@ -155,7 +155,7 @@ def start_rank():
 
 
 def finish_rank():
-    """Leave the job cleanly: destroy the process group, then check that its threads are gone."""
+    """After the worker returned: destroy the process group, then check that its threads are gone."""
     dist.destroy_process_group()
     alive = lab.backend_threads()
     assert not alive, f"destroy_process_group() left the group alive (threads {alive}): see 'Leaving cleanly / 干净地退出'"
@@ -195,9 +195,9 @@ from rocmlab import lab
 
 
 def write_worker(name, main, functions):
-    """Write SHARED + functions + main into WORK/<name>.py; main(cfg) runs on every rank."""
+    """Write SHARED + functions + main into WORK/<name>.py; main(cfg) runs on every rank, then finish_rank()."""
     sources = [textwrap.dedent(inspect.getsource(f)) for f in (*SHARED, *functions, main)]
-    footer = f"\nif __name__ == '__main__':\n    {main.__name__}(json.loads(sys.argv[1]))\n"
+    footer = f"\nif __name__ == '__main__':\n    {main.__name__}(json.loads(sys.argv[1]))\n    finish_rank()\n"
     path = WORK / f"{name}.py"
     path.write_text(WORKER_HEADER + "\n\n".join(sources) + footer, encoding="utf-8")
     return path
@@ -303,7 +303,6 @@ def scratch_worker(cfg):
         opt.step()
     print(f"rank {rank}/{world}: last local loss {loss.item():.6f}")
     save_rank_result(cfg, rank, params=params_of(model))
-    finish_rank()
 
 
 SCRATCH = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 16, "lr": 0.1, "steps": 5,
@@ -338,7 +337,7 @@ for _r, _got in enumerate(_ranks):
 # %% [markdown] tags=["zh"]
 # ### 干净地退出
 #
-# 上面每个 worker 的最后一行都是 `finish_rank()`：先 `destroy_process_group()`，再用 `lab.backend_threads()` 确认 gloo 后端的线程真的结束了。为什么要确认？`destroy_process_group()` 只放下 `torch.distributed` 自己持有的引用；只要别处还引用着默认进程组，它和它的线程就会一直活到解释器退出。
+# `write_worker` 写出的脚本在 worker 函数返回**之后**调用 `finish_rank()`：先 `destroy_process_group()`，再用 `lab.backend_threads()` 确认 gloo 后端的线程真的结束了。为什么要确认？`destroy_process_group()` 只放下 `torch.distributed` 自己持有的引用；只要别处还引用着默认进程组，它和它的线程就会一直活到解释器退出。DDP 包装的模型就持有进程组，所以要等 worker 函数返回、它的 DDP、优化器和张量都释放了再销毁。
 #
 # 本课程的 CI 就踩过这个坑。第一次创建 `torch.optim` 优化器时会导入 `torch._dynamo`，后者又导入 `torch.distributed.nn.functional`；那里的函数把 `group=group.WORLD` 写成默认参数，**导入的那一刻**就把当时的默认进程组存了下来（torch 2.13 的 `torch/distributed/nn/functional.py`）。于是销毁之后 gloo 的工作线程还在。解释器退出时，若某个工作线程刚好在释放最后一个张量，它需要拿 GIL；Python 3.11 会让这样的线程直接 `pthread_exit`（[C-API 文档：`PyGILState_Ensure`](https://docs.python.org/3.11/c-api/init.html#c.PyGILState_Ensure)），强制栈展开穿过 C++ 的 noexcept 析构函数，于是 `std::terminate`：日志里只有一行 “terminate called without an active exception”，rank 死于 SIGABRT，torchrun 再把其他 rank 杀掉。在 2 核机器上大约三分之一的启动会这样失败（测量见 CHANGELOG 1.1.0）。
 #
@@ -347,7 +346,7 @@ for _r, _got in enumerate(_ranks):
 # %% [markdown] tags=["en"]
 # ### Leaving cleanly
 #
-# Every worker above ends with `finish_rank()`: `destroy_process_group()`, then `lab.backend_threads()` to check that the gloo backend's threads are really gone. Why check? `destroy_process_group()` only drops the references `torch.distributed` itself holds; while anything else still refers to the default group, the group and its threads live on until the interpreter exits.
+# The script `write_worker` writes calls `finish_rank()` **after** the worker function has returned: `destroy_process_group()`, then `lab.backend_threads()` to check that the gloo backend's threads are really gone. Why check? `destroy_process_group()` only drops the references `torch.distributed` itself holds; while anything else still refers to the default group, the group and its threads live on until the interpreter exits. A DDP-wrapped model holds the group, so the destroy waits until the worker function has returned and its DDP wrapper, optimizer and tensors are gone.
 #
 # This course's CI fell into exactly that. The first `torch.optim` optimizer imports `torch._dynamo`, which imports `torch.distributed.nn.functional`, whose functions take `group=group.WORLD` as a default argument: evaluated **at import**, it stores the default group of that moment (`torch/distributed/nn/functional.py` in torch 2.13). So gloo's worker threads survive the destroy. At interpreter exit, a worker thread that happens to free the last reference to a tensor needs the GIL; Python 3.11 ends such a thread with `pthread_exit` ([C-API docs, `PyGILState_Ensure`](https://docs.python.org/3.11/c-api/init.html#c.PyGILState_Ensure)), the forced unwind runs into a C++ noexcept destructor, and `std::terminate` fires: one line, "terminate called without an active exception", the rank dies by SIGABRT and torchrun kills the others. On a 2-core machine about one launch in three failed this way (measured in CHANGELOG 1.1.0).
 #
@@ -430,7 +429,6 @@ def ddp_worker(cfg):
     ddp, seen = train_ddp_epochs(model, loader, cfg["epochs"], cfg["lr"], device)
     print(f"rank {rank}: epoch 0 starts with indices {seen[0][:6]}")
     save_rank_result(cfg, rank, params=params_of(ddp.module), seen=seen)
-    finish_rank()
 
 
 def global_batches_from_seen(ranks, per_rank_batch):
@@ -536,7 +534,6 @@ def bucket_worker(cfg):
     save_rank_result(cfg, rank, naive=[g.cpu() for g in naive], bucketed=[g.cpu() for g in bucketed],
                      local=[g.cpu() for g in local], calls=calls, sizes=sizes,
                      total_bytes=sum(g.numel() * g.element_size() for g in local))
-    finish_rank()
 
 
 BUCKET_CFG = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 32, "cap_bytes": 512}
@@ -642,7 +639,6 @@ def accumulation_worker(cfg):
         comm_per_step.append(list(log["comm_at"]))
     print(f"rank {rank}: communication happened on micro-steps {comm_per_step}")
     save_rank_result(cfg, rank, params=params_of(ddp.module), comm_per_step=comm_per_step)
-    finish_rank()
 
 
 ACCUM_CFG = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 16, "lr": 0.1, "steps": 3, "micro_steps": 4}
@@ -897,7 +893,6 @@ def elastic_worker(cfg):
         if rank == 0 and (done % cfg["every"] == 0 or done == cfg["steps"]):
             save_checkpoint_atomic({"step": done, "model": model.state_dict(), "optimizer": opt.state_dict()}, ckpt)
     save_rank_result(cfg, rank, params=params_of(model), attempt=attempt, resumed_from=start)
-    finish_rank()
 
 
 ELASTIC_CFG = {"n": 64, "seed": SEED, "global_batch": 16, "hidden": 16, "lr": 0.05, "momentum": 0.9,
@@ -1069,7 +1064,6 @@ def finetune_worker(cfg):
     elapsed = time.perf_counter() - started
     print(f"rank {rank}/{world}: loss {losses[0]:.3f} → {losses[-1]:.3f}, {tokens} tokens in {elapsed:.2f} s")
     save_rank_result(cfg, rank, losses=losses, tokens=tokens, elapsed=elapsed)
-    finish_rank()
 
 
 FT_CFG = {"seed": SEED, "model": MODEL, "lr": FT_LR, "steps": FT_STEPS, "batch": FT_BATCH, "max_len": FT_MAX_LEN}

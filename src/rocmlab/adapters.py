@@ -6,17 +6,13 @@ convention asks. When a module gets its own ``add_arguments`` and keyword ``main
 deleted here and ``cli.COMMANDS`` names the module itself (docs/architecture.md, "Commands").
 
 - ``releases``, ``environments``: ``add_arguments(parser)`` and ``run(args: Namespace)``;
-- ``report``: the command lived in cli.py; ``rocmlab.report`` has the functions it calls.
+- ``report``: ``rocmlab.report.command.run(args)``; its options lived in cli.py and are here now.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from importlib import import_module
-from pathlib import Path
-
-from .errors import ExitCode, InputError
 
 
 class NamespaceCommand:
@@ -36,54 +32,45 @@ releases = NamespaceCommand("rocmlab.releases")
 environments = NamespaceCommand("rocmlab.environments")
 
 
-class ReportCommand:
-    """``rocmlab report``, on the functions of ``rocmlab.report``."""
+class ReportCommand(NamespaceCommand):
+    """``rocmlab report``: ``rocmlab.report.command.run(args)``; its options were in cli.py."""
 
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
+    def __init__(self):
+        super().__init__("rocmlab.report.command")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.description = (
-            "The freshness matrix: lab x environment, last verified, stale labs, deprecation warnings. "
-            "--stamp keeps the latest records in ci/results/ and refreshes the README's table."
+            "The verdict per lab and matrix entry (verified, outdated, failing, flaky, stale, skipped, never "
+            "run) from the ledger `ci/history/` and new result records (docs/freshness.md). --diff: what changed "
+            "since each pair's previous run; --format html: the dashboard; --stamp: append to the ledger, "
+            "refresh the README table and the badges."
         )
-        parser.add_argument("--results", nargs="*", metavar="DIR", help="results folders (default results/)")
-        parser.add_argument("--format", default="md", choices=["md", "html", "json"])
+        parser.add_argument(
+            "--results", nargs="*", metavar="DIR", help="folders of new result records (default results/)"
+        )
+        parser.add_argument("--format", default="md", choices=["md", "html", "json"], help="html: the dashboard")
         parser.add_argument("--output", metavar="FILE", help="write to this file instead of stdout")
+        parser.add_argument("--diff", action="store_true", help="show what changed since the previous run of each pair")
         parser.add_argument(
             "--stamp",
             action="store_true",
-            help="keep the latest records in ci/results/ and refresh the README's freshness table",
+            help="append new runs to ci/history, refresh ci/results/freshness.json, ci/badges and the README table",
         )
-
-    @staticmethod
-    def main(*, results=None, format="md", output=None, stamp=False, root=None) -> int:
-        from .catalog import discover
-        from .report import RENDERERS, freshness, load_records
-        from .report import stamp as stamp_files
-        from .root import find_root
-
-        root = find_root(root)
-        folders = [Path(d) for d in results] if results else [root / "results"]
-        for folder in folders if results else []:
-            if not folder.is_dir():
-                raise InputError(f"--results {folder}: no such folder")
-        records, problems = load_records(folders)
-        report = freshness(discover(root), records)
-        report.problems = problems
-        if stamp:
-            try:
-                changed = stamp_files(report, records, root)
-            except ValueError as exc:
-                raise InputError(str(exc)) from None
-            for path in changed:
-                print(f"stamped {path.relative_to(root)}", file=sys.stderr)
-            print(f"{len(changed)} file(s) changed", file=sys.stderr)
-        text = RENDERERS[format](report)
-        if output:
-            Path(output).write_text(text, encoding="utf-8")
-            print(f"wrote {output}", file=sys.stderr)
-        else:
-            sys.stdout.write(text)
-        return ExitCode.OK
+        parser.add_argument(
+            "--upstream",
+            metavar="JSON",
+            help="findings of `rocmlab releases check --json`: entries with newer releases",
+        )
+        parser.add_argument(
+            "--skip", action="append", metavar="ENTRY=REASON", help="record every lab on ENTRY as skipped (repeatable)"
+        )
+        parser.add_argument("--github-summary", action="store_true", help="append a summary to $GITHUB_STEP_SUMMARY")
+        parser.add_argument(
+            "--max-gpu-age",
+            type=float,
+            metavar="DAYS",
+            help="dead-man check: exit 1 when no ROCm entry passed anything in DAYS days",
+        )
 
 
 report = ReportCommand()

@@ -1,10 +1,11 @@
-"""Environments from the release matrix: CPU virtual environments, ROCm install recipes.
+"""Environments from the release matrix: CPU and canary virtual environments, ROCm recipes.
 
 ``rocmlab env create cpu-previous`` builds ``.envs/cpu-previous`` from the entry's exact pins
-(reused while the pins and the package metadata are unchanged); ``python_for(name)`` is the
-interpreter ``rocmlab run --env NAME`` runs the lab worker with. A ROCm entry cannot be built
-on a machine without its GPU: for it the exact install commands are printed, and its
-Dockerfile under env/docker/ (generated from the matrix) is the way CI runs it.
+(reused while the pins and the package metadata are unchanged); a CPU canary gets the newest
+pre-releases of its channel, rebuilt with ``--force``. ``python_for(name)`` is the interpreter
+``rocmlab run --env NAME`` runs the lab worker with. A ROCm entry cannot be built on a machine
+without its GPU: for it the exact install commands are printed, and its container (``containers``,
+run by ``rocmlab env job``, see ``jobs``) is the way CI runs it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.specifiers import SpecifierSet
 
-from . import releases
+from . import containers, jobs, processes, releases
 from .catalog import LabError
+from .containers import CONTAINER_VARIABLE, DOCKER_RUN
 from .releases import Entry, MatrixError
 
 ENVS_DIR = ".envs"
@@ -34,8 +35,7 @@ INSTALLED_EXTRA = "labs"
 STAMP = "rocmlab-env.json"
 LOG = "rocmlab-env.log"
 CHECKED_PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers")
-CONTAINER_VARIABLE = "ROCMLAB_ENV"  # set by the generated Dockerfiles to the entry name
-DOCKER_RUN = "docker run --rm -it --device /dev/kfd --device /dev/dri --group-add video --ipc=host --shm-size 8g"
+PYPI = "https://pypi.org/simple"
 
 
 class EnvError(LabError):
@@ -66,7 +66,8 @@ def env_dir(name: str, root: Path | None = None) -> Path:
 def env_hash(entry: Entry, root: Path) -> str:
     """What the environment is built from: the pins, Python, index and rocmlab's installed requirements."""
     material = {
-        "pins": list(entry.pins),
+        "pins": list(entry.pins or entry.requirements),
+        "pre": list(entry.pre),
         "python": entry.python,
         "torch_index": entry.torch_index,
         "rocmlab": _installed_requirements(root),
@@ -117,9 +118,9 @@ def python_for(name: str, root: Path | None = None) -> Path:
     entry = _matrix(root).get(name)
     if os.environ.get(CONTAINER_VARIABLE) == name:
         return Path(sys.executable)
-    if entry.kind == "rocm":
+    if entry.on_gpu:
         raise EnvError(
-            f"{name} is a ROCm entry: run inside its container ({entry.dockerfile}); "
+            f"{name} runs on a GPU: run inside its container ({containers.dockerfile_path(entry)}); "
             f"`rocmlab env create {name}` prints how"
         )
     folder = env_dir(name, root)
@@ -135,9 +136,11 @@ def python_for(name: str, root: Path | None = None) -> Path:
 def list_environments(root: Path | None = None) -> list[EnvState]:
     root = Path(root) if root else releases.repo_root()
     states = []
-    for entry in _matrix(root).entries:
-        if entry.kind == "rocm":
-            states.append(EnvState(entry.name, entry.kind, entry.status, "container", root / entry.dockerfile))
+    matrix = _matrix(root)
+    for entry in matrix.entries + matrix.canaries:
+        if entry.on_gpu:
+            path = root / containers.dockerfile_path(entry)
+            states.append(EnvState(entry.name, entry.kind, entry.status, "container", path))
             continue
         folder = env_dir(entry.name, root)
         state = "ready" if _is_ready(entry, root) else "stale" if folder.exists() else "missing"
@@ -149,8 +152,8 @@ def create(name: str, root: Path | None = None, force: bool = False, timeout_s: 
     """Build (or reuse) the virtual environment of CPU entry ``name``; returns its folder."""
     root = Path(root) if root else releases.repo_root()
     entry = _matrix(root).get(name)
-    if entry.kind != "cpu":
-        raise EnvError(f"{name} is a ROCm entry; it is installed on a GPU machine:\n" + install_recipe(entry))
+    if entry.on_gpu:
+        raise EnvError(f"{name} runs on a GPU; it is installed on a GPU machine:\n" + install_recipe(entry))
     folder = env_dir(name, root)
     if not force and _is_ready(entry, root):
         log(f"{name}: up to date at {folder} (pins unchanged), reused")
@@ -168,7 +171,7 @@ def create(name: str, root: Path | None = None, force: bool = False, timeout_s: 
         {
             "name": name,
             "hash": env_hash(entry, root),
-            "pins": list(entry.pins),
+            "pins": list(entry.pins or entry.requirements),
             "versions": versions,
             "created": dt.datetime.now(dt.UTC).isoformat(),
         },
@@ -192,6 +195,9 @@ def find_python(version: str) -> Path:
 
 
 def _install(entry: Entry, folder: Path, root: Path, timeout_s: float, log) -> None:
+    if entry.kind == "canary":
+        _install_canary(entry, folder, root, timeout_s, log)
+        return
     pip = [str(_interpreter(folder)), "-m", "pip", "install", "--disable-pip-version-check"]
     logfile = folder / LOG
     pins = folder / "pins.txt"
@@ -207,6 +213,43 @@ def _install(entry: Entry, folder: Path, root: Path, timeout_s: float, log) -> N
         _run(pip + [torch_pin, "--extra-index-url", entry.torch_index], logfile, timeout_s)
     log(f"{entry.name}: installing the pins and rocmlab (editable, with the labs extra)")
     _run(pip + ["-c", str(pins), "-r", str(pins), "-e", f"{root}[{INSTALLED_EXTRA}]"], logfile, timeout_s)
+
+
+def _install_canary(entry: Entry, folder: Path, root: Path, timeout_s: float, log) -> None:
+    """torch first (with --pre from the canary's index when torch is a pre-release there), then the
+    other requirements (pre-releases where listed), then rocmlab; torch stays what step one put in."""
+    pip = [str(_interpreter(folder)), "-m", "pip", "install", "--disable-pip-version-check"]
+    logfile = folder / LOG
+    torch = next(r for r in entry.requirements if r.split("=")[0].split("[")[0] == "torch")
+    pre_torch = "torch" in entry.pre
+    index = ["--index-url", entry.torch_index, "--extra-index-url", PYPI] if entry.torch_index and pre_torch else []
+    log(f"{entry.name}: installing {torch}" + (f" (pre-releases from {entry.torch_index})" if pre_torch else ""))
+    _run(pip + (["--pre"] if pre_torch else []) + index + [torch], logfile, timeout_s)
+    constraint = folder / "torch-constraint.txt"
+    constraint.write_text(f"torch=={_installed(folder, 'torch', timeout_s)}\n", encoding="utf-8")
+    rest = [r for r in entry.requirements if r != torch]
+    pre = [r for r in rest if _name(r) in entry.pre]
+    for group, flags in ((pre, ["--pre"]), ([r for r in rest if r not in pre], [])):
+        if group:
+            log(f"{entry.name}: installing {' '.join(group)}{' (pre-releases)' if flags else ''}")
+            _run(pip + flags + ["-c", str(constraint)] + group, logfile, timeout_s)
+    _run(pip + ["-c", str(constraint), "-e", f"{root}[{INSTALLED_EXTRA}]"], logfile, timeout_s)
+
+
+def _name(requirement: str) -> str:
+    from packaging.requirements import Requirement
+
+    return Requirement(requirement.replace("{gfx}", "gfx000")).name
+
+
+def _installed(folder: Path, package: str, timeout_s: float) -> str:
+    code = f"import importlib.metadata as m; print(m.version({package!r}))"
+    result = subprocess.run(
+        [str(_interpreter(folder)), "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if result.returncode != 0:
+        raise EnvError(f"{package} is not installed in {folder}: {result.stderr.strip()[-300:]}")
+    return result.stdout.strip()
 
 
 def _check_versions(entry: Entry, folder: Path, timeout_s: float) -> dict:
@@ -226,9 +269,15 @@ def _check_versions(entry: Entry, folder: Path, timeout_s: float) -> dict:
     versions = json.loads(result.stdout)
     for package in CHECKED_PACKAGES:
         pinned = entry.pin(package)
-        if pinned and (package not in versions or Version(versions[package]) != Version(pinned)):
+        if pinned and not pin_holds(pinned, versions.get(package)):
             raise EnvError(f"{entry.name}: {package} is {versions.get(package)} after install, pinned {pinned}")
     return versions
+
+
+def pin_holds(pinned: str, installed: str | None) -> bool:
+    """``installed`` satisfies ``==pinned``: a pin without a local label accepts any build of it
+    (torch==2.14.1 is met by 2.14.1+cpu), a pin with one wants exactly that build."""
+    return installed is not None and SpecifierSet(f"=={pinned}").contains(installed, prereleases=True)
 
 
 def _write_stamp(folder: Path, data: dict) -> None:
@@ -247,12 +296,10 @@ def _run(cmd: list[str], logfile: Path, timeout_s: float, check: bool = True) ->
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            processes.stop(proc)
             raise EnvError(f"timed out after {timeout_s:.0f}s: {shlex.join(cmd)} (log: {logfile})") from None
         except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            processes.stop(proc)
             raise
     if code != 0 and check:
         tail = logfile.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
@@ -264,99 +311,88 @@ def _run(cmd: list[str], logfile: Path, timeout_s: float, check: bool = True) ->
 
 
 def install_recipe(entry: Entry) -> str:
-    """The exact commands that install a ROCm entry by hand, and how to use its container."""
-    venv = f".envs/{entry.name}"
-    method = entry.install.method
-    lines = [
-        (
+    """The exact commands that install a GPU entry by hand, and how to use its container."""
+    dockerfile = containers.dockerfile_path(entry).as_posix()
+    tag = f"rocmlab:{entry.name}"
+    if entry.kind == "canary":
+        lines = [f"# {entry.name}: pre-releases from {entry.torch_index} (weekly canary)"]
+    else:
+        lines = [
             f"# {entry.name}: ROCm {entry.rocm} ({entry.released}), PyTorch {entry.pytorch}, "
-            f"Python {entry.python}, {method}"
-        )
-    ]
-    if method == "image":
+            f"Python {entry.python}, {entry.install.method}"
+        ]
+    if entry.kind == "rocm" and entry.install.method == "image":
         lines += [
             f"docker pull {entry.install.image}",
             (
-                f'{DOCKER_RUN} -v "$PWD:/work" -w /work {entry.install.image} '
+                f'{DOCKER_RUN} -v "$PWD:{containers.REPO_MOUNT}" -w {containers.REPO_MOUNT} {entry.install.image} '
                 "bash -c 'pip install -e \".[labs]\" && bash'"
             ),
         ]
-    else:
-        requirement = entry.install.requirement_for(entry.runner_gfx)
+    elif entry.kind == "rocm":
+        venv = f".envs/{entry.name}"
         lines += [
             f"python{entry.python} -m venv {venv}",
-            f'{venv}/bin/pip install "{requirement}" --index-url {entry.install.index_url}',
+            f'{venv}/bin/pip install "{entry.install.requirement_for(entry.runner_gfx)}" --index-url {entry.install.index_url}',
             f'{venv}/bin/pip install -e ".[labs]"',
         ]
-        if method == "multiarch":
+        if entry.install.method == "multiarch":
             lines.append(
                 f"# other GPUs: replace {entry.runner_gfx} by one of {' '.join(entry.gfx)} "
                 "(several: torch[device-gfxA,device-gfxB])"
             )
+    build_arg = (
+        f" --build-arg GFX={entry.runner_gfx}" if entry.gfx and entry.kind != "rocm" or _multiarch(entry) else ""
+    )
     lines += [
-        f"# or the container: docker build -f {entry.dockerfile.as_posix()} -t rocmlab:{entry.name} .",
-        f'#   {DOCKER_RUN} -v "$PWD:/work" rocmlab:{entry.name}',
+        f"# or the container: docker build -f {dockerfile}{build_arg} -t {tag} .",
+        f'#   {DOCKER_RUN} --user "$(id -u):$(id -g)" -v "$PWD:{containers.REPO_MOUNT}" {tag}',
     ]
     return "\n".join(lines)
 
 
+def _multiarch(entry: Entry) -> bool:
+    return entry.kind == "rocm" and entry.install.method == "multiarch"
+
+
 def render_dockerfile(entry: Entry) -> str:
-    method = entry.install.method
-    head = [
-        "# Generated from env/matrix.toml by `rocmlab env dockerfiles`: edit the matrix, not this file.",
-        f"# {entry.name}: ROCm {entry.rocm} ({entry.released}), PyTorch {entry.pytorch}, Python {entry.python}",
-        f"# GPU targets: {' '.join(entry.gfx)}",
-        f"# Build (from the repository root): docker build -f {entry.dockerfile.as_posix()} -t rocmlab:{entry.name} .",
-        f'# Run: {DOCKER_RUN} -v "$PWD:/work" rocmlab:{entry.name}',
-    ]
-    if method == "image":
-        body = [f"FROM {entry.install.image}"]
-    else:
-        body = [f"FROM python:{entry.python}-slim-bookworm"]
-        requirement = entry.install.requirement.replace("{gfx}", "${GFX}")
-        if method == "multiarch":
-            body.append(f"ARG GFX={entry.runner_gfx}")
-        body.append(f'RUN pip install --no-cache-dir --index-url {entry.install.index_url} "{requirement}"')
-    body += [
-        f"ENV {CONTAINER_VARIABLE}={entry.name} PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1",
-        "WORKDIR /work",
-        "COPY pyproject.toml README.md /work/",
-        "COPY src /work/src",
-        'RUN pip install --no-cache-dir -e "/work[labs]"',
-        'CMD ["bash"]',
-    ]
-    return "\n".join(head + [""] + body) + "\n"
+    return containers.render_dockerfile(entry)
 
 
 def write_dockerfiles(root: Path | None = None, check: bool = False) -> list[Path]:
-    """Write env/docker/<name>.Dockerfile for every ROCm entry; with check, only list the stale ones."""
+    """Write env/docker/<name>.Dockerfile for every entry with a container; with check, only list the stale ones."""
     root = Path(root) if root else releases.repo_root()
-    changed = []
-    for entry in _matrix(root).of_kind("rocm"):
-        path = root / entry.dockerfile
-        text = render_dockerfile(entry)
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            continue
-        changed.append(path)
-        if not check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-    return changed
+    matrix = _matrix(root)
+    return containers.write_dockerfiles(root, list(matrix.entries + matrix.canaries), check=check)
 
 
 # ---------------------------------------------------------------- CLI
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`rocmlab env create NAME | list | dockerfiles [--check]`."""
+    """`rocmlab env create NAME | list | dockerfiles [--check] | job NAME | check-entry NAME`."""
     sub = parser.add_subparsers(dest="env_command", required=True)
-    create_p = sub.add_parser("create", help="build the virtual environment of a CPU matrix entry")
+    create_p = sub.add_parser("create", help="build the virtual environment of a CPU or canary matrix entry")
     create_p.add_argument("name", help="matrix entry, e.g. cpu-previous")
     create_p.add_argument("--force", action="store_true", help="rebuild even when the pins are unchanged")
     create_p.add_argument("--timeout", type=float, default=3600, help="seconds per install step")
     sub.add_parser("list", help="matrix entries and the state of their environments")
     docker = sub.add_parser("dockerfiles", help="regenerate env/docker/ from env/matrix.toml")
     docker.add_argument("--check", action="store_true", help="only report Dockerfiles that differ")
+    job = sub.add_parser("job", help="one freshness job: build the entry's container, pre-fetch, check, run the labs")
+    job.add_argument("name", help="matrix entry, e.g. rocm-10.1 (a CPU entry runs the same job without a GPU)")
+    job.add_argument("--profile", default="gpu", choices=jobs.PROFILES)
+    job.add_argument("--gfx", help="GPU target to build for and expect (default: the entry's runner_gfx)")
+    job.add_argument("--labs", nargs="*", default=[], help="only these labs (default: all)")
+    job.add_argument("--cache-dir", type=Path, required=True, help="host folder mounted as the model cache volume")
+    job.add_argument("--results", type=Path, default=Path("results"), help="host folder for records and artifacts")
+    job.add_argument("--image-repo", help="registry repository for the layer cache, e.g. ghcr.io/OWNER/rocmlab")
+    job.add_argument("--timeout", type=float, default=9000, help="seconds per docker step")
+    job.add_argument("--run-id", default=os.environ.get("GITHUB_RUN_ID", "local"), help="suffix of container names")
+    check = sub.add_parser("check-entry", help="inside a container: torch, HIP and gfx arch against the entry")
+    check.add_argument("name")
+    check.add_argument("--gfx", help="the GPU target the job is for (default: the entry's runner_gfx)")
+    check.add_argument("--out", type=Path, help="also write the report (JSON) here")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -366,17 +402,37 @@ def run(args: argparse.Namespace) -> int:
             return _create_command(args, root)
         if args.env_command == "list":
             for s in list_environments(root):
-                print(f"{s.name:14} {s.kind:5} {s.status:9} {s.state:9} {s.path}")
+                print(f"{s.name:24} {s.kind:6} {s.status:9} {s.state:9} {s.path}")
             return 0
+        if args.env_command == "job":
+            return _job_command(args, root or releases.repo_root())
+        if args.env_command == "check-entry":
+            return jobs.check_entry_command(root or releases.repo_root(), args.name, args.gfx, args.out)
         return _dockerfiles_command(args.check, root)
     except (EnvError, MatrixError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, jobs.JobError) else 1
+
+
+def _job_command(args: argparse.Namespace, root: Path) -> int:
+    job = jobs.plan(
+        root,
+        args.name,
+        args.profile,
+        args.gfx,
+        cache=args.cache_dir.resolve(),
+        results=(root / args.results).resolve() if not args.results.is_absolute() else args.results,
+        image_repo=args.image_repo,
+        labs=tuple(args.labs),
+        timeout_s=args.timeout,
+        run_id=args.run_id,
+    )
+    return jobs.run_job(job)
 
 
 def _create_command(args: argparse.Namespace, root: Path | None) -> int:
     entry = _matrix(root).get(args.name)
-    if entry.kind == "rocm":
+    if entry.on_gpu:
         print(install_recipe(entry))
         return 0
     create(args.name, root=root, force=args.force, timeout_s=args.timeout)

@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import json
 import os
-import re
 import select
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import processes
+from .deprecations import find_deprecations
 from .results import write_json_atomic
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
@@ -36,10 +36,6 @@ RUN_TAG = "ROCMLAB_RUN_TAG"
 UNUSED_IN_CLI = ("rfc3987_syntax",)
 UNUSED_IN_WORKER = (*UNUSED_IN_CLI, "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 KILL_GRACE_S = 5
-WARNING_LINE = re.compile(
-    r"^(?P<file>[^\n]*?):(?P<line>\d+): (?P<category>\w*(?:DeprecationWarning|FutureWarning)): (?P<message>.*)$",
-    re.MULTILINE,
-)
 
 
 @dataclass
@@ -74,7 +70,7 @@ def kernel_environment(tag: str, extra: dict) -> dict:
     env.update(
         {
             RUN_TAG: tag,
-            "PYTHONWARNINGS": "default::DeprecationWarning,default::FutureWarning",
+            "PYTHONWARNINGS": "default::DeprecationWarning,default::PendingDeprecationWarning,default::FutureWarning",
             "PYDEVD_DISABLE_FILE_VALIDATION": "1",
             "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"),
         }
@@ -225,7 +221,8 @@ def inspect_output(outcome: Outcome, output: Path) -> Outcome:
         error = None
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":
-                outcome.warnings.extend(_warnings_in("".join(out.get("text", "")), index))
+                text = "".join(out.get("text", ""))
+                outcome.warnings.extend(find_deprecations(text, index, stream=out.get("name", "stdout")))
             elif out.get("output_type") == "error":
                 error = {"ename": out.get("ename", ""), "evalue": out.get("evalue", "")}
         meta = cell.get("metadata", {})
@@ -251,25 +248,6 @@ def _mark_interrupted_cell(outcome: Outcome) -> None:
     ran = [c for c in outcome.cells if c["executed"]]
     if ran and ran[-1]["error"] is None:
         ran[-1]["error"] = {"ename": outcome.status, "evalue": outcome.reason}
-
-
-def _warnings_in(text: str, cell_index: int) -> list[dict]:
-    seen, found = set(), []
-    for match in WARNING_LINE.finditer(text):
-        key = (match["category"], match["file"], match["line"], match["message"])
-        if key in seen:
-            continue
-        seen.add(key)
-        found.append(
-            {
-                "category": match["category"],
-                "message": match["message"].strip(),
-                "filename": match["file"].strip(),
-                "lineno": int(match["line"]),
-                "cell": cell_index,
-            }
-        )
-    return found
 
 
 # ---------------------------------------------------------------- worker side

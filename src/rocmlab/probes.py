@@ -57,6 +57,10 @@ class Machine:
         """See ``collect_torch_info``; None when torch is not importable."""
         raise NotImplementedError
 
+    def package_version(self, name: str) -> str | None:
+        """The version of an installed Python distribution (``rocm-sdk-core``), None when absent."""
+        raise NotImplementedError
+
 
 class LiveMachine(Machine):
     """This computer."""
@@ -124,26 +128,13 @@ class LiveMachine(Machine):
     def torch_info(self):
         return collect_torch_info()
 
+    def package_version(self, name):
+        from importlib import metadata
 
-def rocm_version(machine: Machine) -> str | None:
-    """The ROCm version installed on ``machine``: ``$ROCM_PATH/.info/version`` (default /opt/rocm),
-    else the newest ``core-X.Y`` folder there (TheRock's layout, compared as versions: 7.14 is newer
-    than 7.2), else what ``amd-smi version`` reports; None when there is no ROCm."""
-    root = machine.env().get("ROCM_PATH", "/opt/rocm")
-    text = machine.read_file(f"{root}/.info/version")
-    if text:
-        return text.strip()
-    cores = [n for n in (machine.list_dir(root) or []) if n.startswith("core-")]
-    for name in sorted(cores, key=lambda n: parse_version(n[5:]) or (), reverse=True):
-        text = machine.read_file(f"{root}/{name}/.info/version")
-        if text:
-            return text.strip()
-        if parse_version(name[5:]):
-            return name[5:]
-    result = machine.run(["amd-smi", "version"])
-    if result and result.returncode == 0:
-        return parse_amdsmi_version(result.stdout).get("rocm")
-    return None
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
 
 
 def _in_rocm_bin(program: str) -> str | None:
@@ -238,6 +229,9 @@ class RecordedMachine(Machine):
 
     def torch_info(self):
         return self.data.get("torch")
+
+    def package_version(self, name):
+        return self.data.get("packages", {}).get(name)
 
 
 # ---- parsers -------------------------------------------------------------------------------
@@ -375,3 +369,74 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
         return None
     match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
     return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
+# ---- the ROCm version ------------------------------------------------------------------------
+
+# TheRock's Python packages (pip): `rocm` (meta), `rocm-sdk-core`, `rocm-sdk-libraries-<family>`,
+# `rocm-sdk-devel`; early nightlies installed `rocm-sdk` instead of `rocm`.
+# https://github.com/ROCm/TheRock/blob/main/RELEASES.md
+ROCM_SDK_PACKAGES = ("rocm-sdk-core", "rocm", "rocm-sdk")
+TORCH_ROCM_LABEL = re.compile(r"\+rocm(?P<version>\d+(?:\.\d+)*)")
+
+
+@dataclass
+class RocmVersions:
+    """The ROCm a machine has: the one PyTorch runs on (``runtime``) and the one installed on the
+    system (``system``), each with where it was read. Either may be None."""
+
+    runtime: str | None = None
+    runtime_source: str = ""
+    system: str | None = None
+    system_source: str = ""
+
+    @property
+    def best(self) -> tuple[str | None, str]:
+        """(version, source): the runtime's when known, else the system's."""
+        return (self.runtime, self.runtime_source) if self.runtime else (self.system, self.system_source)
+
+
+def rocm_versions(machine: Machine, torch_info: dict | None = None) -> RocmVersions:
+    """Read both ROCm versions. ``torch_info`` is ``machine.torch_info()`` when the caller has it."""
+    found = RocmVersions()
+    found.runtime, found.runtime_source = _runtime_rocm(machine, torch_info)
+    found.system, found.system_source = _system_rocm(machine)
+    return found
+
+
+def _runtime_rocm(machine: Machine, torch_info: dict | None) -> tuple[str | None, str]:
+    """TheRock's packages name the exact release; a ROCm torch wheel carries it in its local label
+    (``2.12.0+rocm7.14.0``); ``torch.version.hip`` gives only major.minor (its third part is a build number)."""
+    for name in ROCM_SDK_PACKAGES:
+        version = machine.package_version(name)
+        if version:
+            return version, f"{name} package"
+    info = torch_info if torch_info is not None else (machine.torch_info() or {})
+    label = TORCH_ROCM_LABEL.search(info.get("version") or "")
+    if label:
+        return label["version"], "torch version label"
+    hip = parse_version(info.get("hip"))
+    if hip and len(hip) >= 2:
+        return f"{hip[0]}.{hip[1]}", "torch.version.hip"
+    return None, ""
+
+
+def _system_rocm(machine: Machine) -> tuple[str | None, str]:
+    """$ROCM_PATH/.info/version, else the newest ``core-X.Y`` folder (7.14 is newer than 7.2), else amd-smi."""
+    root = machine.env().get("ROCM_PATH", "/opt/rocm")
+    text = machine.read_file(f"{root}/.info/version")
+    if text and text.strip():
+        return text.strip(), f"{root}/.info/version"
+    cores = [n for n in (machine.list_dir(root) or []) if n.startswith("core-") and parse_version(n[5:])]
+    if cores:
+        newest = max(cores, key=lambda n: parse_version(n[5:]))
+        text = machine.read_file(f"{root}/{newest}/.info/version")
+        if text and text.strip():
+            return text.strip(), f"{root}/{newest}/.info/version"
+        return newest[5:], f"{root}/{newest}"
+    result = machine.run(["amd-smi", "version"])
+    if result and result.returncode == 0:
+        version = parse_amdsmi_version(result.stdout).get("rocm")
+        if version:
+            return version, "amd-smi version"
+    return None, ""

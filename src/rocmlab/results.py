@@ -1,10 +1,18 @@
-"""The result record of one lab run (JSON, written atomically) and the environment fingerprint."""
+"""The result record of one lab run (JSON, written atomically) and the environment fingerprint.
+
+Records are committed and shared, so they carry no path of the machine that wrote them:
+``write_record`` rewrites site-packages, interpreter, home, temporary and repository paths
+(``portable``) in every text a record holds.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import platform
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -12,7 +20,18 @@ from pathlib import Path
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "timeout", "crashed", "skipped", "flaky")
-FINGERPRINT_PACKAGES = ("torch", "transformers", "peft", "nbgrader", "papermill", "jupytext", "numpy")
+FINGERPRINT_PACKAGES = (
+    "torch",
+    "transformers",
+    "peft",
+    "accelerate",
+    "tokenizers",
+    "nbgrader",
+    "papermill",
+    "jupytext",
+    "numpy",
+)
+IMAGE_VARIABLES = {"image": "ROCMLAB_IMAGE", "image_digest": "ROCMLAB_IMAGE_DIGEST"}  # set by CI's container runs
 
 
 @dataclass
@@ -59,7 +78,56 @@ def write_json_atomic(path: Path, data) -> None:
 
 
 def write_record(record: Record, path: Path) -> None:
-    write_json_atomic(path, asdict(record))
+    write_json_atomic(path, asdict(portable_record(record)))
+
+
+# Order matters: a venv's site-packages lies under the repository, the interpreter under home.
+_NOT_IN_PATH = r"[^\s:'\"()\[\]<>,]"
+_PATH_START = r"(?<![\w.~/:$-])"
+_PATH_RULES = (
+    (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/(?:site|dist)-packages/"), ""),
+    (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/lib/(python3\.\d+)/"), r"\1/"),
+    (re.compile(_PATH_START + r"/__w/[^\s/]+/[^\s/]+/"), ""),  # a GitHub runner's workspace (torch's build tree)
+    (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/results/[\w.-]+/\.work/[\w.-]+/"), ""),  # a lab's run folder
+)
+_HOME_AND_TMP = (
+    (re.compile(_PATH_START + r"/(?:home/[^\s/]+|root|Users/[^\s/]+)(?=/)"), "~"),
+    (re.compile(_PATH_START + r"/(?:tmp|var/tmp)/[^\s/]+(?=/)"), "$TMPDIR"),
+)
+
+
+def portable(text: str, roots: tuple[str, ...] = ()) -> str:
+    """``text`` with this machine's paths made relative: site-packages and stdlib files by their
+    package path, ``roots`` (the repository) removed, home as ``~``, temporary folders as ``$TMPDIR``."""
+    for pattern, replacement in _PATH_RULES:
+        text = pattern.sub(replacement, text)
+    for root in sorted((r.rstrip("/") for r in roots if r and r != "/"), key=len, reverse=True):
+        text = re.sub(_PATH_START + re.escape(root) + r"/", "", text)
+    for pattern, replacement in _HOME_AND_TMP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def portable_record(record: Record, roots: tuple[str, ...] | None = None) -> Record:
+    """A copy of ``record`` with every text it holds made portable (see ``portable``)."""
+    roots = roots if roots is not None else (str(Path.cwd()),)
+    return dataclasses.replace(
+        record,
+        reason=portable(record.reason, roots),
+        failing_cell=_portable_value(record.failing_cell, roots),
+        warnings=_portable_value(record.warnings, roots),
+        repeats=_portable_value(record.repeats, roots),
+    )
+
+
+def _portable_value(value, roots):
+    if isinstance(value, str):
+        return portable(value, roots)
+    if isinstance(value, list):
+        return [_portable_value(v, roots) for v in value]
+    if isinstance(value, dict):
+        return {k: _portable_value(v, roots) for k, v in value.items()}
+    return value
 
 
 def read_record(path: Path) -> Record:
@@ -97,14 +165,6 @@ def _os_name() -> str:
         return platform.platform()
 
 
-def _rocm_version() -> str | None:
-    info = Path("/opt/rocm/.info/version")
-    if info.is_file():
-        return info.read_text().strip() or None
-    cores = sorted(Path("/opt").glob("rocm/core-*"))
-    return cores[-1].name.removeprefix("core-") if cores else None
-
-
 def _torch_devices() -> dict:
     try:
         import torch
@@ -122,17 +182,45 @@ def _torch_devices() -> dict:
     return {"hip": getattr(torch.version, "hip", None), "cuda": getattr(torch.version, "cuda", None), "gpus": gpus}
 
 
+def freeze() -> list[str]:
+    """Every installed distribution as ``name==version`` (names normalised), sorted: what pip freeze shows."""
+    found = set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={dist.version}")
+    return sorted(found)
+
+
+def freeze_hash(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _rocm(torch_version: str | None, hip: str | None) -> dict:
+    from .probes import LiveMachine, rocm_versions
+
+    found = rocm_versions(LiveMachine(), {"version": torch_version, "hip": hip})
+    version, source = found.best
+    return {"rocm": version, "rocm_source": source, "rocm_system": found.system}
+
+
 def fingerprint() -> dict:
-    """What the labs ran on: interpreter, OS, library versions, GPU stack and devices."""
+    """What the labs ran on: interpreter, OS, library versions, ROCm, GPU devices, the whole freeze,
+    and the container image when CI says which (``$ROCMLAB_IMAGE``, ``$ROCMLAB_IMAGE_DIGEST``)."""
+    packages = {name: _package_version(name) for name in FINGERPRINT_PACKAGES}
+    installed = freeze()
     info = {
         "python": platform.python_version(),
         "os": _os_name(),
         "kernel": platform.release(),
         "machine": platform.machine(),
-        "rocm": _rocm_version(),
-        "packages": {name: _package_version(name) for name in FINGERPRINT_PACKAGES},
+        "packages": packages,
+        "freeze": installed,
+        "freeze_sha256": freeze_hash(installed),
     }
     info.update(_torch_devices())
+    info.update(_rocm(packages["torch"], info["hip"]))
+    info.update({key: os.environ.get(variable) or None for key, variable in IMAGE_VARIABLES.items()})
     return info
 
 

@@ -132,9 +132,10 @@ def gather(machine: Machine) -> Facts:
         or machine.list_dir("/sys/module/amdgpu") is not None
     )
     facts.nvidia_driver = machine.read_file("/proc/driver/nvidia/version") is not None
-    facts.rocm_version = probes.rocm_version(machine)
     facts.gpus, facts.gpu_source = _amd_gpus(machine)
     facts.torch = machine.torch_info()
+    rocm = probes.rocm_versions(machine, facts.torch)
+    facts.rocm_version = rocm.system or rocm.runtime  # the installed ROCm, else the one a TheRock/ROCm wheel brings
     return facts
 
 

@@ -1,13 +1,30 @@
 """A scripted OpenAI-compatible streaming server on loopback, for the streaming exercise of lab 02.
 
-It speaks just enough of the API that vLLM exposes (``POST /v1/completions`` and
-``POST /v1/chat/completions`` with ``"stream": true``, ``GET /v1/models``) to let a learner
-write and check a streaming client offline. Tokens are sent as server-sent events
-(``data: {json}`` lines, ending with ``data: [DONE]``) on a scripted schedule: the first
-token after ``ttft_s``, token i after a further ``itl_s[i-1]`` seconds. A client that
-timestamps each event on arrival recovers that schedule; one that buffers the body does not.
+It speaks the part of the API that vLLM's OpenAI-compatible server exposes that a benchmark
+client needs (``POST /v1/completions`` and ``POST /v1/chat/completions`` with
+``"stream": true``, ``GET /v1/models``), so that a learner can write and check a streaming
+client offline. The reply is a script of *pieces*: the text of one server-sent event each
+(``data: {json}`` lines, ending with ``data: [DONE]``), sent on a fixed schedule: the first
+after ``ttft_s``, piece i after a further ``itl_s[i-1]`` seconds.
 
-    with ScriptedSSEServer(["质", "检", "通", "过"], ttft_s=0.2, itl_s=0.05) as server:
+Like vLLM, a piece can carry several tokens (``tokens_per_piece``), and a piece can be empty
+text: an incremental detokenizer holds back the bytes of a character that is not complete yet
+(a Chinese character is three UTF-8 bytes, and a byte-level tokenizer may split it), and sends
+them with a later piece. ``incremental_pieces`` turns token ids into such pieces. A client that
+counts events therefore does not count tokens; the server's ``usage`` does:
+
+- with ``"stream_options": {"include_usage": true}`` the last event before ``[DONE]`` has
+  ``"choices": []`` and ``"usage": {"prompt_tokens", "completion_tokens", "total_tokens"}``
+  (the OpenAI API reference for ``stream_options``; vLLM ``completion/serving.py``);
+- with ``"continuous_usage_stats": true`` as well (a vLLM extension), every piece's event also
+  carries the usage so far;
+- a chat stream opens with an event whose delta only announces ``"role": "assistant"`` (vLLM's
+  ``chat_completion/serving.py`` sends it when the first output is ready).
+
+``usage=False`` models a server that ignores ``stream_options``. Prompt tokens are counted with
+``count_tokens`` when given, else one per character (the server has no tokenizer).
+
+    with ScriptedSSEServer(["质检", "", "通过"], tokens_per_piece=[2, 1, 2], ttft_s=0.2, itl_s=0.05) as server:
         ...  # POST to server.url("/v1/completions")
 
 The server binds 127.0.0.1 on a free port, runs in daemon threads named ``rocmlab-sse-*``,
@@ -17,15 +34,18 @@ and stops itself after ``max_lifetime_s`` even if nobody calls ``stop()``.
 from __future__ import annotations
 
 import json
+import math
+import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 THREAD_PREFIX = "rocmlab-sse"
 _ACTIVE: set[ScriptedSSEServer] = set()
 _ACTIVE_LOCK = threading.Lock()
+REPLACEMENT = "\ufffd"  # what a decoder yields for the bytes of an incomplete character
 
 
 def active_servers() -> list[ScriptedSSEServer]:
@@ -34,47 +54,82 @@ def active_servers() -> list[ScriptedSSEServer]:
         return [s for s in _ACTIVE if s.running]
 
 
-def _schedule(n_tokens: int, ttft_s: float, itl_s) -> list[float]:
-    """Delay before each token: ``[ttft_s, itl_1, ..., itl_{n-1}]``; validates the script."""
+def incremental_pieces(token_ids: Sequence[int], decode: Callable[[list[int]], str]) -> list[str]:
+    """The text a streaming server sends after each token: what ``decode`` of the tokens so far
+    adds to the text already sent, or "" while the decoded text ends in an incomplete character
+    (U+FFFD), whose bytes then go out with a later piece. The pieces join to ``decode(token_ids)``
+    unless the last token leaves a character incomplete."""
+    pieces, sent = [], ""
+    for end in range(1, len(token_ids) + 1):
+        text = decode(list(token_ids[:end]))
+        if text.endswith(REPLACEMENT):
+            pieces.append("")
+            continue
+        pieces.append(text[len(os.path.commonprefix([sent, text])) :])
+        sent = text
+    return pieces
+
+
+def _schedule(n_pieces: int, ttft_s: float, itl_s) -> list[float]:
+    """Delay before each piece: ``[ttft_s, itl_1, ..., itl_{n-1}]``; validates the script."""
     if ttft_s < 0:
         raise ValueError(f"ttft_s must be >= 0 seconds, got {ttft_s!r}")
     if isinstance(itl_s, (int, float)):
-        gaps = [float(itl_s)] * max(n_tokens - 1, 0)
+        gaps = [float(itl_s)] * max(n_pieces - 1, 0)
     else:
         gaps = [float(g) for g in itl_s]
-        if len(gaps) != max(n_tokens - 1, 0):
+        if len(gaps) != max(n_pieces - 1, 0):
             raise ValueError(
-                f"itl_s has {len(gaps)} gaps; {n_tokens} tokens need "
-                f"{max(n_tokens - 1, 0)} (one between each pair of tokens)"
+                f"itl_s has {len(gaps)} gaps; {n_pieces} pieces need "
+                f"{max(n_pieces - 1, 0)} (one between each pair of pieces)"
             )
     if any(g < 0 for g in gaps):
         raise ValueError(f"itl_s gaps must be >= 0 seconds, got {gaps!r}")
-    return [float(ttft_s)] + gaps if n_tokens else []
+    return [float(ttft_s)] + gaps if n_pieces else []
+
+
+def _token_counts(n_pieces: int, tokens_per_piece) -> list[int]:
+    if tokens_per_piece is None:
+        return [1] * n_pieces
+    counts = list(tokens_per_piece)
+    if len(counts) != n_pieces:
+        raise ValueError(f"tokens_per_piece has {len(counts)} entries; the script has {n_pieces} pieces")
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+        raise ValueError(f"tokens_per_piece must be integers >= 1 (a piece carries at least one token), got {counts}")
+    return counts
 
 
 class ScriptedSSEServer:
-    """An OpenAI-style streaming endpoint that replays ``tokens`` on a fixed delay schedule.
+    """An OpenAI-style streaming endpoint that replays ``pieces`` on a fixed delay schedule.
 
-    ``tokens``: the text pieces to stream (one SSE event each); ``ttft_s``: delay before
-    the first; ``itl_s``: the gap before each later token (one number, or a list of
-    ``len(tokens) - 1`` numbers). A request's ``max_tokens`` truncates the script.
+    ``pieces``: the text of each event; ``tokens_per_piece``: the tokens each piece carries
+    (default one each); ``ttft_s``: delay before the first piece; ``itl_s``: the gap before each
+    later piece (one number, or a list of ``len(pieces) - 1`` numbers). A request's
+    ``max_tokens`` (or ``max_completion_tokens``) ends the script once that many tokens are sent;
+    a piece it cuts is sent whole with its count clipped, and ``finish_reason`` is "length".
     """
 
     def __init__(
         self,
-        tokens: Sequence[str],
+        pieces: Sequence[str],
         *,
+        tokens_per_piece: Sequence[int] | None = None,
         ttft_s: float = 0.1,
         itl_s=0.02,
+        usage: bool = True,
+        count_tokens: Callable[[str], int] | None = None,
         model: str = "scripted",
         max_lifetime_s: float = 300.0,
         host: str = "127.0.0.1",
         port: int = 0,
     ):
-        self.tokens = [str(t) for t in tokens]
-        if not self.tokens:
-            raise ValueError("tokens must hold at least one token to stream")
-        self.delays = _schedule(len(self.tokens), ttft_s, itl_s)
+        self.pieces = [str(p) for p in pieces]
+        if not self.pieces:
+            raise ValueError("pieces must hold at least one piece to stream")
+        self.tokens_per_piece = _token_counts(len(self.pieces), tokens_per_piece)
+        self.delays = _schedule(len(self.pieces), ttft_s, itl_s)
+        self.usage = bool(usage)
+        self.count_tokens = count_tokens or len
         self.model = model
         self.max_lifetime_s = float(max_lifetime_s)
         self.requests_served = 0
@@ -83,6 +138,23 @@ class ScriptedSSEServer:
         self._thread: threading.Thread | None = None
         self._deadline: threading.Timer | None = None
         self._stopping = threading.Event()
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens of the whole script (what ``usage.completion_tokens`` says without max_tokens)."""
+        return sum(self.tokens_per_piece)
+
+    def plan(self, max_tokens: int | None) -> tuple[list[tuple[int, int]], str]:
+        """([(piece index, tokens it carries)], finish_reason) for a request's token budget."""
+        budget = math.inf if max_tokens is None else max_tokens
+        sent, used = [], 0
+        for index, count in enumerate(self.tokens_per_piece):
+            take = int(min(count, budget - used))
+            if take <= 0:
+                break
+            sent.append((index, take))
+            used += take
+        return sent, ("length" if used < self.total_tokens else "stop")
 
     # lifecycle -------------------------------------------------------------------------
     def start(self, timeout_s: float = 10.0) -> ScriptedSSEServer:
@@ -173,6 +245,27 @@ class ScriptedSSEServer:
         return Handler
 
 
+def _prompt_text(body: dict, chat: bool) -> str:
+    if not chat:
+        prompt = body.get("prompt") or ""
+        return prompt if isinstance(prompt, str) else "".join(map(str, prompt))
+    parts = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return "".join(parts)
+
+
+def _max_tokens(body: dict):
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"max_tokens must be a positive integer, got {value!r}")
+    return value
+
+
 class _Handler(BaseHTTPRequestHandler):
     script: ScriptedSSEServer
     protocol_version = "HTTP/1.0"  # one request per connection; the body ends when it closes
@@ -195,41 +288,50 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             if not isinstance(body, dict):
-                raise ValueError("the request body must be a JSON object")  # noqa: TRY004 (a malformed file is a value error)
-            max_tokens = body.get("max_tokens")
-            if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-                raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+                raise ValueError("the request body must be a JSON object")  # noqa: TRY004 (a malformed body is a value error)
+            max_tokens = _max_tokens(body)
+            options = body.get("stream_options") or {}
+            if not isinstance(options, dict):
+                raise ValueError(f"stream_options must be a JSON object, got {options!r}")  # noqa: TRY004 (answered as 400)
         except ValueError as err:
             return self._json(400, {"error": {"message": f"bad request: {err}"}})
         chat = route.endswith("chat/completions")
-        n = min(len(self.script.tokens), max_tokens or len(self.script.tokens))
-        finish = "length" if n < len(self.script.tokens) else "stop"
+        plan, finish = self.script.plan(max_tokens)
+        prompt_tokens = int(self.script.count_tokens(_prompt_text(body, chat)))
         self.script.requests_served += 1
         if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return self._stream(chat, n, finish, include_usage, body)
-        time.sleep(sum(self.script.delays[:n]))
-        text = "".join(self.script.tokens[:n])
+            include_usage = self.script.usage and bool(options.get("include_usage"))
+            continuous = include_usage and bool(options.get("continuous_usage_stats"))
+            return self._stream(chat, plan, finish, prompt_tokens, include_usage, continuous)
+        time.sleep(sum(self.script.delays[: len(plan)]))
+        text = "".join(self.script.pieces[i] for i, _ in plan)
         choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
         choice["finish_reason"] = finish
-        self._json(200, self._envelope(chat, [choice], stream=False, usage=self._usage(n, body)))
+        usage = _usage(prompt_tokens, sum(n for _, n in plan))
+        self._json(200, self._envelope(chat, [choice], stream=False, usage=usage))
 
-    def _stream(self, chat, n, finish, include_usage, body):
+    def _stream(self, chat, plan, finish, prompt_tokens, include_usage, continuous):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:12]}"
+        completion = 0
         try:
-            for i in range(n):
-                if self.script._stopping.wait(self.script.delays[i]):
+            for position, (index, tokens) in enumerate(plan):
+                if self.script._stopping.wait(self.script.delays[index]):
                     return
-                piece = self.script.tokens[i]
+                if chat and position == 0:
+                    role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    self._event(self._envelope(chat, [role], stream=True, rid=rid))
+                completion += tokens
+                piece = self.script.pieces[index]
                 choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
-                choice["finish_reason"] = finish if i == n - 1 else None
-                self._event(self._envelope(chat, [choice], stream=True, rid=rid))
+                choice.update(logprobs=None, finish_reason=finish if position == len(plan) - 1 else None)
+                usage = _usage(prompt_tokens, completion) if continuous else None
+                self._event(self._envelope(chat, [choice], stream=True, rid=rid, usage=usage))
             if include_usage:
-                self._event(self._envelope(chat, [], stream=True, rid=rid, usage=self._usage(n, body)))
+                self._event(self._envelope(chat, [], stream=True, rid=rid, usage=_usage(prompt_tokens, completion)))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -252,12 +354,6 @@ class _Handler(BaseHTTPRequestHandler):
             out["usage"] = usage
         return out
 
-    @staticmethod
-    def _usage(n, body):
-        prompt = body.get("prompt") or body.get("messages") or ""
-        prompt_tokens = len(json.dumps(prompt, ensure_ascii=False)) // 4  # a rough stand-in
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
-
     def _json(self, status: int, payload: dict) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode()
         self.send_response(status)
@@ -265,6 +361,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 active_sse_servers = active_servers  # the name rocmlab.lab exports

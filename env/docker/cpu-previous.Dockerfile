@@ -1,0 +1,17 @@
+# Generated from env/matrix.toml by `rocmlab env dockerfiles`: edit the matrix, not this file.
+# cpu-previous: CPU, torch==2.13.0+cpu, transformers==4.57.6, peft==0.17.1, accelerate==1.10.1, tokenizers==0.22.1, triton==3.7.1, Python 3.11
+# Build (repository root; .dockerignore keeps the context to pyproject.toml, README.md, src/): docker build -f env/docker/cpu-previous.Dockerfile -t rocmlab:cpu-previous .
+# Run as yourself: docker run --rm -it --user "$(id -u):$(id -g)" -v "$PWD:/rocmlab" rocmlab:cpu-previous
+# CI runs it through `rocmlab env job` (ci/freshness_job.sh).
+
+FROM python:3.11-slim-bookworm
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server && rm -rf /var/lib/apt/lists/*
+RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu" "transformers==4.57.6" "peft==0.17.1" "accelerate==1.10.1" "tokenizers==0.22.1" "triton==3.7.1"
+ENV ROCMLAB_ENV=cpu-previous PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HOME=/tmp/home
+ENV ROCMLAB_CACHE=/rocmlab-cache HF_HOME=/rocmlab-cache/huggingface
+RUN mkdir -p -m 1777 /tmp/home
+WORKDIR /rocmlab
+COPY pyproject.toml README.md /rocmlab/
+COPY src /rocmlab/src
+RUN pip install --no-cache-dir -e "/rocmlab[labs]"
+CMD ["bash"]

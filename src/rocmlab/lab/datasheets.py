@@ -1,0 +1,145 @@
+"""Vendor datasheet figures of the GPUs the labs compare against, in one cited table.
+
+A row is found by the product name the runtime reports (``torch.cuda.get_device_name``,
+rocminfo's ``Marketing Name``), compared exactly after normalising case, spacing and a leading
+vendor word. Substring matching is wrong here: "NVIDIA H100 PCIe", "NVIDIA H100 NVL" and
+"NVIDIA A100-SXM4-40GB" are other products with other figures, and an unknown name must give
+no figures rather than someone else's.
+
+Figures are as the vendor prints them. ``fp16_tflops`` is the FP16/BF16 matrix figure; when the
+datasheet prints only the "with sparsity" figure (2:4 structured sparsity, twice the dense one),
+``fp16_sparse`` is True and ``fp16_dense_tflops`` halves it. Board figures describe the whole
+board: an MI250X board holds two GCDs that PyTorch numbers as two devices, so ``per_device()``
+divides bandwidth, compute and power by ``devices``. ``llc_mib`` is the last-level cache of one
+device (Infinity Cache / L3 where the GPU has one, else L2), from AMD's ROCm GPU specification
+table; it is None where no source was checked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ROCM_GPU_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
+_AMD = "https://www.amd.com/en/products"
+
+
+@dataclass(frozen=True)
+class GPU:
+    key: str  # short label used in tables and plots
+    names: tuple[str, ...]  # product names as the runtime reports them
+    arch: str  # gfx target or sm_XY
+    memory_gb: float  # board memory, GB (10^9 bytes) as printed
+    bandwidth_gbs: float  # peak memory bandwidth of the board, GB/s
+    fp16_tflops: float  # FP16/BF16 matrix figure as printed
+    fp16_sparse: bool  # the printed figure assumes 2:4 structured sparsity
+    board_w: float  # board power, W
+    llc_mib: float | None  # last-level cache of one device, MiB
+    devices: int  # devices PyTorch sees per board
+    sources: tuple[str, ...]
+
+    @property
+    def fp16_dense_tflops(self) -> float:
+        return self.fp16_tflops / 2 if self.fp16_sparse else self.fp16_tflops
+
+    def per_device(self) -> dict:
+        """Figures of one device as PyTorch numbers it: bandwidth_gbs, fp16_dense_tflops, board_w,
+        memory_gb (board figures divided by ``devices``) and llc_mib."""
+        share = self.devices
+        return {
+            "bandwidth_gbs": self.bandwidth_gbs / share,
+            "fp16_dense_tflops": self.fp16_dense_tflops / share,
+            "board_w": self.board_w / share,
+            "memory_gb": self.memory_gb / share,
+            "llc_mib": self.llc_mib,
+        }
+
+
+TABLE: tuple[GPU, ...] = (
+    GPU("MI355X", ("AMD Instinct MI355X",), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS)),
+    GPU("MI350X", ("AMD Instinct MI350X",), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS)),
+    GPU("MI325X", ("AMD Instinct MI325X",), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS)),
+    GPU("MI300X", ("AMD Instinct MI300X",), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi300/mi300x.html", ROCM_GPU_SPECS)),
+    GPU("MI250X", ("AMD Instinct MI250X",), "gfx90a", 128, 3276.8, 383.0, False, 560, 8, 2,
+        (f"{_AMD}/accelerators/instinct/mi200/mi250x.html", ROCM_GPU_SPECS)),
+    GPU("MI210", ("AMD Instinct MI210",), "gfx90a", 64, 1638.4, 181.0, False, 300, 8, 1,
+        (f"{_AMD}/accelerators/instinct/mi200/mi210.html", ROCM_GPU_SPECS)),
+    GPU("RX 7900 XTX", ("Radeon RX 7900 XTX",), "gfx1100", 24, 960, 122.8, False, 355, 96, 1,
+        (f"{_AMD}/graphics/desktops/radeon/7000-series/amd-radeon-rx-7900xtx.html", ROCM_GPU_SPECS)),
+    GPU("H200 SXM", ("NVIDIA H200",), "sm_90", 141, 4800, 1979, True, 700, None, 1,
+        ("https://www.nvidia.com/en-us/data-center/h200/",)),
+    GPU("H100 SXM", ("NVIDIA H100 80GB HBM3",), "sm_90", 80, 3350, 1979, True, 700, None, 1,
+        ("https://www.nvidia.com/en-us/data-center/h100/",)),
+    GPU("A100 SXM 80GB", ("NVIDIA A100-SXM4-80GB",), "sm_80", 80, 2039, 312, False, 400, None, 1,
+        ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",)),
+)  # fmt: skip
+
+_VENDOR = re.compile(r"^(amd|nvidia)\s+")
+
+
+def normalise_name(name: str) -> str:
+    """Case-folded, single-spaced, without a leading vendor word: "AMD Radeon RX 7900 XTX" and
+    "Radeon RX 7900 XTX" name the same product."""
+    return _VENDOR.sub("", " ".join(str(name).split()).casefold())
+
+
+def lookup(name: str) -> GPU | None:
+    """The row whose product name equals ``name`` (after normalise_name), else None."""
+    wanted = normalise_name(name)
+    return next((gpu for gpu in TABLE if wanted in {normalise_name(n) for n in gpu.names}), None)
+
+
+def by_key(key: str) -> GPU:
+    """The row with this table key ("MI300X", "H100 SXM", ...); KeyError names the known keys."""
+    for gpu in TABLE:
+        if gpu.key == key:
+            return gpu
+    raise KeyError(f"no datasheet row {key!r}; known: {', '.join(g.key for g in TABLE)}")
+
+
+def for_device(device) -> tuple[str, GPU | None]:
+    """(the device's product name, its row or None) for a torch device; ("CPU", None) off a GPU."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "CPU", None
+    name = torch.cuda.get_device_name(device)
+    return name, lookup(name)
+
+
+HEADERS = (
+    "GPU",
+    "arch",
+    "memory",
+    "peak bandwidth",
+    "FP16/BF16 as printed",
+    "dense",
+    "board power",
+    "last-level cache",
+)
+
+
+def markdown_table() -> str:
+    """The table as Markdown, one row per GPU, with its sources as numbered links."""
+    lines = ["| " + " | ".join((*HEADERS, "sources")) + " |", "|" + " --- |" * (len(HEADERS) + 1)]
+    for gpu in TABLE:
+        per_board = f" per board of {gpu.devices} devices" if gpu.devices > 1 else ""
+        cells = (
+            gpu.key,
+            gpu.arch,
+            f"{gpu.memory_gb:g} GB",
+            f"{gpu.bandwidth_gbs:g} GB/s{per_board}",
+            f"{gpu.fp16_tflops:g} TFLOPS{' with sparsity' if gpu.fp16_sparse else ''}",
+            f"{gpu.fp16_dense_tflops:g} TFLOPS",
+            f"{gpu.board_w:g} W",
+            "—" if gpu.llc_mib is None else f"{gpu.llc_mib:g} MiB",
+            " · ".join(f"[{i + 1}]({url})" for i, url in enumerate(gpu.sources)),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""Pin liveness: does every pin of every current entry still resolve upstream?
+
+- a multi-arch pin: the torch version and the runner's ``amd-torch-device-<gfx>`` package are
+  on the entry's index (PEP 691 query);
+- a PyTorch-index pin: the version is on the entry's rocmX.Y index;
+- an image pin: the tag exists on Docker Hub; its digest is recorded (and compared with the
+  ``digest`` the matrix holds, if any);
+- a CPU pin: the release exists on PyPI (a ``+cpu`` torch: on the entry's ``torch_index``).
+
+Sources read more than 90 days ago are flagged. A query that fails is ``unreachable``: the
+verdict is then partial, reported with its own exit status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass, field
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from .matrix import STALE_SOURCE_DAYS, Entry
+from .upstream import (
+    ACCEPT_INDEX,
+    DOCKER_TAG,
+    PYPI_RELEASE,
+    NetworkError,
+    SourceError,
+    http_get,
+    project_url,
+    versions_on_index,
+)
+
+OK, MISSING, MOVED, UNREACHABLE = "ok", "missing", "moved", "unreachable"
+
+
+@dataclass(frozen=True)
+class PinState:
+    entry: str
+    pin: str
+    state: str  # ok | missing | moved | unreachable
+    detail: str = ""
+    url: str = ""
+    digest: str | None = None
+
+
+@dataclass
+class PinReport:
+    pins: list[PinState] = field(default_factory=list)
+    stale_sources: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
+
+    @property
+    def broken(self) -> list[PinState]:
+        return [p for p in self.pins if p.state in (MISSING, MOVED)]
+
+    @property
+    def unreachable(self) -> list[PinState]:
+        return [p for p in self.pins if p.state == UNREACHABLE]
+
+    def as_json(self) -> dict:
+        return {
+            "pins": [asdict(p) for p in self.pins],
+            "stale_sources": self.stale_sources,
+            "unverified": self.unverified,
+            "partial": bool(self.unreachable),
+        }
+
+
+def verify(entries: list[Entry], fetch=http_get, today: dt.date | None = None, timeout: float = 15.0) -> PinReport:
+    today = today or dt.date.today()
+    report = PinReport()
+    for entry in entries:
+        if entry.status != "current" or entry.kind not in ("rocm", "cpu"):
+            continue
+        checks = _rocm_checks(entry) if entry.kind == "rocm" else _cpu_checks(entry)
+        for pin, check in checks:
+            report.pins.append(_run(entry, pin, check, fetch, timeout))
+        for source in entry.stale_sources(today):
+            age = (today - source.seen).days
+            report.stale_sources.append(
+                f"{entry.name}: {source.url} seen {source.seen} ({age} days > {STALE_SOURCE_DAYS})"
+            )
+        report.unverified += [f"{entry.name}: {fact}" for fact in entry.unverified]
+    return report
+
+
+def _run(entry: Entry, pin: str, check, fetch, timeout: float) -> PinState:
+    try:
+        return check(lambda url, accept=None: fetch(url, accept=accept, timeout=timeout))
+    except (NetworkError, SourceError) as err:
+        return PinState(entry.name, pin, UNREACHABLE, str(err))
+
+
+def _on_index(entry: Entry, pin: str, index: str, project: str, version: str):
+    """A check: is ``project==version`` (local label included) listed on ``index``?"""
+
+    def check(get) -> PinState:
+        url = project_url(index, project)
+        found = versions_on_index(get(url, accept=ACCEPT_INDEX), project)
+        if version in found:
+            return PinState(entry.name, pin, OK, f"{project} {version} on {index}", url)
+        newest = max(found, key=Version, default="none")
+        return PinState(entry.name, pin, MISSING, f"{project} {version} not on {index} (newest: {newest})", url)
+
+    return check
+
+
+def _rocm_checks(entry: Entry) -> list[tuple[str, object]]:
+    install = entry.install
+    if install.method == "image":
+        return [(install.image, _image_check(entry))]
+    requirement = install.requirement_for(entry.runner_gfx)
+    version = next(iter(Requirement(requirement).specifier)).version
+    checks = [(requirement, _on_index(entry, requirement, install.index_url, "torch", version))]
+    if install.method == "multiarch":
+        device = f"amd-torch-device-{entry.runner_gfx}"
+        checks.append(
+            (f"{device}=={version}", _on_index(entry, f"{device}=={version}", install.index_url, device, version))
+        )
+    return checks
+
+
+def _image_check(entry: Entry):
+    tag = entry.install.image.split(":", 1)[1]
+
+    def check(get) -> PinState:
+        url = DOCKER_TAG.format(tag=tag)
+        response = get(url)
+        if response.status == 404:
+            return PinState(entry.name, entry.install.image, MISSING, "tag not on Docker Hub", url)
+        try:
+            digest = json.loads(response.text).get("digest")
+        except (json.JSONDecodeError, AttributeError):
+            raise SourceError(f"{url}: not a Docker Hub tag answer") from None
+        if entry.install.digest and digest != entry.install.digest:
+            detail = f"tag now points to {digest}, the matrix records {entry.install.digest}"
+            return PinState(entry.name, entry.install.image, MOVED, detail, url, digest)
+        return PinState(entry.name, entry.install.image, OK, f"digest {digest}", url, digest)
+
+    return check
+
+
+def _cpu_checks(entry: Entry) -> list[tuple[str, object]]:
+    checks = []
+    for pin in entry.pins:
+        req = Requirement(pin)
+        version = next(iter(req.specifier)).version
+        if Version(version).local and entry.torch_index:
+            checks.append((pin, _on_index(entry, pin, entry.torch_index, req.name, version)))
+        else:
+            checks.append((pin, _pypi_check(entry, pin, req.name, version)))
+    return checks
+
+
+def _pypi_check(entry: Entry, pin: str, name: str, version: str):
+    def check(get) -> PinState:
+        url = PYPI_RELEASE.format(name=name, version=version)
+        response = get(url)
+        if response.status == 404:
+            return PinState(entry.name, pin, MISSING, "not on PyPI", url)
+        try:
+            files = json.loads(response.text).get("urls") or []
+        except (json.JSONDecodeError, AttributeError):
+            raise SourceError(f"{url}: not a PyPI release answer") from None
+        if files and all(f.get("yanked") for f in files):
+            return PinState(entry.name, pin, MISSING, "every file of this release is yanked", url)
+        return PinState(entry.name, pin, OK, f"{len(files)} file(s) on PyPI", url)
+
+    return check
+
+
+def render(report: PinReport) -> str:
+    width = max((len(p.pin) for p in report.pins), default=10)
+    lines = [f"{p.entry:14} {p.pin:{width}}  {p.state:11} {p.detail}" for p in report.pins]
+    if report.stale_sources:
+        lines += ["", f"sources read more than {STALE_SOURCE_DAYS} days ago (read them again, update `seen`):"]
+        lines += [f"  {s}" for s in report.stale_sources]
+    if report.unverified:
+        lines += ["", "facts still marked unverified in the matrix:", *[f"  {u}" for u in report.unverified]]
+    if report.unreachable:
+        lines += ["", f"partial: {len(report.unreachable)} pin(s) could not be checked (offline?)"]
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""`rocmlab report`: the ledger and new results → verdicts, diff, dashboard, stamp, dead-man check."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+from ..catalog import Lab, LabError, discover, find_root
+from . import history
+from .dashboard import render_dashboard
+from .diff import diff_runs
+from .diff import to_data as diff_data
+from .diff import to_markdown as diff_markdown
+from .render import to_json, to_markdown, to_summary
+from .stamp import stamp
+from .verdict import DEFAULT_WINDOW_DAYS, age_days, build, newest_gpu_verification, read_upstream
+
+EXIT_OK, EXIT_DEAD_MAN = 0, 1
+
+
+def read_entries(root: Path) -> tuple[list, int, list[str]]:
+    """The course's matrix entries (none without env/matrix.toml), the verification window, problems."""
+    from ..releases import MATRIX_RELATIVE, MatrixError, read_matrix
+
+    path = root / MATRIX_RELATIVE
+    if not path.is_file():
+        return [], DEFAULT_WINDOW_DAYS, []
+    try:
+        matrix = read_matrix(path)
+    except MatrixError as exc:
+        return [], DEFAULT_WINDOW_DAYS, [f"release matrix not read: {exc}"]
+    return list(matrix.entries), getattr(matrix, "verify_days", None) or DEFAULT_WINDOW_DAYS, []
+
+
+def skipped_runs(specs: list[str], labs: list[Lab], entries: list, context: history.Context) -> list[history.Run]:
+    """``ENTRY=REASON`` → a skipped run of every lab on that entry, now (a job that never ran)."""
+    names = {e.name: e for e in entries}
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    runs = []
+    for spec in specs:
+        name, sep, reason = spec.partition("=")
+        if not sep or not reason.strip():
+            raise LabError(f"--skip {spec!r}: expected ENTRY=REASON, e.g. rocm-10.0='no runner picked the job up'")
+        if name not in names:
+            raise LabError(f"--skip {spec!r}: {name!r} is not a matrix entry ({', '.join(names)})")
+        profile = "gpu" if names[name].kind == "rocm" else "smoke"
+        runs += [
+            history.Run(
+                lab.id,
+                lab.version,
+                name,
+                profile,
+                "skipped",
+                now,
+                reason=reason.strip(),
+                commit=context.commit,
+                run_url=context.run_url,
+                lab_source_sha256=context.lab_source_sha256(lab.id),
+            )
+            for lab in labs
+        ]
+    return runs
+
+
+def run(args) -> int:
+    root = find_root(args.root)
+    labs = discover(root)
+    entries, window, problems = read_entries(root)
+    context = history.Context.detect(root)
+    ledger, ledger_problems = history.read_ledger(root)
+    dirs = [Path(d) for d in args.results] if args.results else [root / "results"]
+    new, result_problems = history.load_results([d for d in dirs if d.is_dir()], context)
+    new += skipped_runs(args.skip or [], labs, entries, context)
+    runs = history.merge(ledger, new)
+    upstream, upstream_problems = read_upstream(Path(args.upstream), entries) if args.upstream else (None, [])
+    freezes = history.FreezeStore(root)
+    report = build(labs, runs, entries, window_days=window, upstream=upstream, freezes=freezes)
+    report.problems = problems + ledger_problems + result_problems + upstream_problems
+    diffs = diff_runs(runs, freezes, only={(r.lab, r.env) for r in new} if new else None)
+    if args.stamp:
+        try:
+            changed = stamp(report, new, root, {e.name for e in entries})
+        except ValueError as exc:
+            raise LabError(str(exc)) from None
+        for path in changed:
+            print(f"stamped {path.relative_to(root)}", file=sys.stderr)
+        print(f"{len(changed)} file(s) changed", file=sys.stderr)
+        outside = sorted({r.env for r in new} - {e.name for e in entries})
+        if outside:
+            print(f"not recorded in ci/history (not matrix entries): {', '.join(outside)}", file=sys.stderr)
+    if args.github_summary:
+        _append_step_summary(to_summary(report, diff_markdown(diffs)))
+    output = Path(args.output) if args.output else None
+    relative_to = output.resolve().parent if output else Path.cwd()
+    if args.format == "html":
+        text = render_dashboard(report, diffs, relative_to)
+    elif args.diff:
+        text = diff_markdown(diffs) if args.format == "md" else _json_diff(diffs)
+    else:
+        text = to_markdown(report) if args.format == "md" else to_json(report, relative_to=relative_to) + "\n"
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        print(f"wrote {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if args.max_gpu_age is not None:
+        return dead_man(runs, entries, args.max_gpu_age)
+    return EXIT_OK
+
+
+def _json_diff(diffs) -> str:
+    import json
+
+    return json.dumps(diff_data(diffs), ensure_ascii=False, indent=2) + "\n"
+
+
+def _append_step_summary(text: str) -> None:
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        raise LabError("--github-summary: $GITHUB_STEP_SUMMARY is not set (it is, inside a GitHub Actions step)")
+    with open(path, "a", encoding="utf-8") as summary:
+        summary.write(text + "\n")
+
+
+def dead_man(runs: list[history.Run], entries: list, max_days: float, now: dt.datetime | None = None) -> int:
+    """Fail loudly when no ROCm entry has passed anything within ``max_days``."""
+    now = now or dt.datetime.now(dt.UTC)
+    newest = newest_gpu_verification(runs, entries)
+    if newest is not None and age_days(newest, now) <= max_days:
+        print(f"newest GPU verification: {newest.lab} on {newest.env}, {newest.started_at}", file=sys.stderr)
+        return EXIT_OK
+    said = (
+        "no GPU verification has ever been recorded"
+        if newest is None
+        else f"the newest GPU verification ({newest.lab} on {newest.env}, {newest.started_at}) is "
+        f"{age_days(newest, now):.0f} days old"
+    )
+    message = f"dead-man check: {said}; the limit is {max_days:g} days. Are the ROCm runners online?"
+    if os.environ.get("GITHUB_ACTIONS"):
+        print(f"::error title=No recent GPU verification::{message}")
+    print(f"rocmlab: {message}", file=sys.stderr)
+    return EXIT_DEAD_MAN

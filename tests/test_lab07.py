@@ -1,0 +1,316 @@
+"""Lab 07 (Triton kernels): its solutions against their meaning, in Triton's interpreter.
+
+Fast tests load the solution cells straight from the lab source into a namespace built with
+TRITON_INTERPRET=1 (kernels defined then run on the CPU), call them on inputs of their own,
+run the graded test cells that need no model against them, and check that the student version
+of each of those cells fails. The slow test runs the model-swap exercise on tiny-qwen-zh.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import re
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import jupytext
+import pytest
+import torch
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from rocmlab import releases
+from rocmlab.catalog import parse_lab
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = ROOT / "solutions" / "07-triton-kernels"
+SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+# Graded cells that need no model: their test cells run here against a namespace without one.
+MODEL_FREE = ("add", "softmax", "traffic", "matmul", "lanes", "wave32", "configs", "roofline")
+TOPICS = {*MODEL_FREE, "rmsnorm", "swiglu", "model"}
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    return jupytext.read(LAB / "lab.py")
+
+
+@pytest.fixture(scope="module")
+def cells(notebook):
+    return {c.metadata["grade_id"]: c.source for c in notebook.cells if c.metadata.get("grade_id")}
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    """TRITON_INTERPRET=1 while this module's kernels are defined and run (Triton reads it lazily)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        yield
+
+
+def student(source: str) -> str:
+    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+
+
+def _literal_constant(node) -> bool:
+    if not (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)):
+        return False
+    try:
+        ast.literal_eval(node.value)
+    except ValueError:
+        return False
+    return True
+
+
+def definitions(source: str) -> str:
+    """Imports, functions (kernels included), classes and literal UPPER_CASE constants of a cell; no demos."""
+    tree = ast.parse(source)
+    keep = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)) or _literal_constant(node)
+    ]
+    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+
+
+def run_cell(source: str, name: str, namespace: dict) -> None:
+    """Execute lab code under a file name that inspect can read back, as IPython does for notebook cells."""
+    filename = f"<lab07 {name} {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (runs the lab's own cells)
+
+
+def lab_namespace(notebook, cells, *, solutions=(), students=()):
+    """The lab's helpers on the CPU in interpreter mode, plus the given solution cells (or their student versions)."""
+    import triton
+    import triton.language as tl
+
+    namespace = {"__name__": "lab07_test"}
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    run_cell(code[0].source, "imports", namespace)
+    namespace.update(
+        triton=triton,
+        tl=tl,
+        device=torch.device("cpu"),
+        interpret=True,
+        MODEL="tiny-qwen-zh",
+        model=SimpleNamespace(config=SimpleNamespace(hidden_size=256)),
+    )
+    for index, cell in enumerate(code[1:], start=1):
+        tags = set(cell.metadata.get("tags", []))
+        if not {"parameters", "solution", "test"} & tags:
+            run_cell(definitions(cell.source), f"cell {index}", namespace)
+    for topic in solutions:
+        run_cell(definitions(cells[f"07-{topic}-sol-1"]), f"07-{topic}-sol-1", namespace)
+    for topic in students:
+        run_cell(definitions(student(cells[f"07-{topic}-sol-1"])), f"student 07-{topic}", namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def sol(notebook, cells, interpreter):
+    return lab_namespace(notebook, cells, solutions=[*MODEL_FREE, "rmsnorm", "swiglu", "stretch"])
+
+
+# ---------------------------------------------------------------- structure
+
+
+def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
+    lab = parse_lab(LAB)
+    assert lab.id == LAB.name and {"smoke", "gpu"} <= set(lab.profiles)
+    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL", "INTERPRET"} <= assigned
+    for name, profile in tomllib.loads((LAB / "lab.toml").read_text())["profiles"].items():
+        assert not set(profile["params"]) - assigned, f"profile {name}: parameters not in the parameters cell"
+
+
+def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
+    ids = [c.metadata["grade_id"] for c in notebook.cells if c.metadata.get("grade_id")]
+    assert len(ids) == len(set(ids)) and all(g.startswith("07-") for g in ids)
+    with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
+    with_test = {g.split("-")[1] for g in ids if "-sol-" not in g}
+    assert with_test == TOPICS and with_solution == TOPICS | {"stretch"}, "the stretch alone is ungraded"
+    for cell in notebook.cells:
+        tags = cell.metadata.get("tags", [])
+        if "solution" in tags:
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+        if "test" in tags:
+            assert int(cell.metadata["points"]) > 0
+
+
+def test_prose_comes_in_zh_en_pairs_and_cites_the_amd_sources(notebook):
+    prose = [c for c in notebook.cells if c.cell_type == "markdown"]
+    tags = [tuple(c.metadata.get("tags", [])) for c in prose]
+    assert tags.count(("zh",)) == tags.count(("en",)) >= 15
+    for lang in ("zh", "en"):
+        text = "\n".join(c.source for c in prose if lang in c.metadata.get("tags", []))
+        for source in (
+            "rocm.docs.amd.com/en/latest/reference/gpu-specs.html",
+            "third_party/amd/backend/compiler.py",
+            "inference-optimization/workload.html",
+            "triton-lang/triton/pull/4148",
+            "triton-lang/triton/issues/11584",
+            "hipamd/include/hip/amd_detail/amd_warp_sync_functions.h",
+            "projects/HIPIFY",
+        ):
+            assert source in text, f"{lang} prose does not cite {source}"
+
+
+def test_triton_pins_run_the_interpreter_beside_the_labs_extra():
+    """Every CPU environment pins a Triton whose interpreter runs loops with run-time bounds (3.7+)."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["labs"]
+    (triton_req,) = [Requirement(r) for r in extra if Requirement(r).name == "triton"]
+    for entry in (e for e in releases.load_matrix(ROOT / "env" / "matrix.toml") if e.kind == "cpu"):
+        pinned = entry.pin("triton")
+        assert pinned and Version(pinned) >= Version("3.7"), f"{entry.name}: triton {pinned}"
+        assert triton_req.specifier.contains(pinned), f"{entry.name}: triton {pinned} outside {triton_req}"
+
+
+# ---------------------------------------------------------------- the solutions
+
+
+def test_vector_add_masks_the_tail_and_returns_out(sol):
+    x, y = torch.arange(300.0), torch.ones(300)
+    buf = torch.full((300 + 128,), -1.0)
+    out = sol["vector_add"](x, y, out=buf[:300], block=128)
+    assert out.data_ptr() == buf.data_ptr() and torch.equal(buf[:300], x + 1)
+    assert bool((buf[300:] == -1.0).all())
+    with pytest.raises(ValueError):
+        sol["vector_add"](torch.ones(2), torch.ones(3))
+
+
+def test_softmax_handles_strides_dtypes_and_large_values(sol):
+    base = torch.randn(12, 70, dtype=torch.float64).float()
+    for view in (base, base.t(), base[:, 5:40], base[::3]):
+        torch.testing.assert_close(sol["softmax"](view), torch.softmax(view, dim=1))
+    huge = torch.tensor([[1e4, -1e4, 0.0], [3e4, 3e4, 3e4]])
+    torch.testing.assert_close(sol["softmax"](huge), torch.softmax(huge, dim=1))
+    half = torch.randn(4, 33).half()
+    torch.testing.assert_close(sol["softmax"](half), torch.softmax(half.float(), 1).half(), rtol=1e-3, atol=1e-3)
+
+
+def test_softmax_traffic_counts_five_eager_passes(sol):
+    t = sol["softmax_traffic"](2, 3, 2)
+    assert t == {"eager": (5 * 6 + 2 * 2 + 3 * 6 + 2 * 2) * 2, "fused": 2 * 6 * 2, "ratio": t["eager"] / 24}
+    with pytest.raises(ValueError):
+        sol["softmax_traffic"](0, 3, 2)
+
+
+def test_matmul_accumulates_in_fp32_on_transposed_and_ragged_inputs(sol):
+    a = torch.rand(24, 2048).half()
+    w = torch.rand(40, 2048).half()
+    got = sol["matmul"](a, w.t(), block_m=16, block_n=32, block_k=256)
+    assert got.dtype == torch.float16 and got.is_contiguous()
+    assert sol["rel_error"](got, a.double() @ w.double().t()) < 6e-4
+    x, y = torch.randn(33, 17), torch.randn(17, 45)
+    assert sol["rel_error"](sol["matmul"](x, y, 16, 16, 16), x.double() @ y.double()) < 1e-5
+    with pytest.raises(ValueError):
+        sol["matmul"](torch.ones(2, 3), torch.ones(4, 2))
+
+
+def test_rmsnorm_and_swiglu_match_their_definitions(sol):
+    x = torch.randn(3, 4, 50)
+    w = torch.randn(50)
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(sol["rmsnorm"](x, w, 1e-6), want)
+    torch.testing.assert_close(sol["rmsnorm"](x.transpose(0, 1), w, 1e-6), want.transpose(0, 1))
+    g, u = torch.randn(6, 10), torch.randn(10, 6)
+    torch.testing.assert_close(sol["swiglu"](g.t(), u), torch.nn.functional.silu(g.t()) * u)
+    with pytest.raises(ValueError):
+        sol["swiglu"](torch.ones(2), torch.ones(3))
+    y, h = sol["add_rmsnorm"](x, x, w, 1e-6)
+    torch.testing.assert_close(h, 2 * x)
+    torch.testing.assert_close(y, sol["rmsnorm"](2 * x, w, 1e-6))
+
+
+@pytest.mark.parametrize(
+    "num_warps, arch, lanes",
+    [(4, "gfx942", 256), (1, "gfx90a:sramecc+:xnack-", 64), (8, "gfx950", 512), (4, "gfx1100", 128), (2, "sm_90", 64)],
+)
+def test_lanes_per_program_counts_wavefronts(sol, num_warps, arch, lanes):
+    assert sol["lanes_per_program"](num_warps, arch) == lanes
+
+
+def test_the_ported_kernel_misses_half_on_wave64_and_the_fix_does_not(sol):
+    x = torch.randn(3, 256)
+    want = x.double().pow(2).mean(dim=1)
+    assert sol["rel_error"](sol["_run_ported"](x, 32), want) < 1e-6
+    assert sol["rel_error"](sol["_run_ported"](x, 64), want) > 0.2
+    for cols in (7, 256, 4100):
+        x = torch.randn(2, cols)
+        assert sol["rel_error"](sol["row_sq_mean"](x, 4, 64), x.double().pow(2).mean(dim=1)) < 1e-6
+    assert [sol["block_for"](n, 64) for n in (1, 64, 65, 9000)] == [64, 64, 128, 4096]
+
+
+def test_valid_configs_follow_lds_mfma_and_target_rules(sol):
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2, "kpack": 2}
+    assert sol["lds_bytes"](cfg, 2) == 96 * 1024
+    assert sol["valid_configs"]([cfg], "gfx942", 2, 64 * 1024) == []
+    assert sol["valid_configs"]([cfg], "gfx950", 2, 160 * 1024) == []  # kpack=2 on gfx950
+    assert sol["valid_configs"]([dict(cfg, kpack=1)], "gfx950", 2, 160 * 1024) == [dict(cfg, kpack=1)]
+    assert sol["valid_configs"]([cfg], "sm_90", 2, 227 * 1024) == []  # an AMD-only key on NVIDIA
+    space = sol["candidate_configs"]()
+    on_942 = sol["valid_configs"](space, "gfx942", 2, 64 * 1024)
+    on_950 = sol["valid_configs"](space, "gfx950", 2, 160 * 1024)
+    assert on_942 and on_950 and any(sol["lds_bytes"](c, 2) > 64 * 1024 for c in on_950)
+
+
+def test_roofline_derives_the_bound(sol):
+    r = sol["roofline"](5, 4, peak_tflops=1307.4, peak_gbs=5300)
+    assert r["bound"] == "memory" and r["intensity"] == 1.25 and r["attainable_tflops"] == pytest.approx(6.625)
+    assert sol["roofline"](1e6, 1, 1307.4, 5300)["bound"] == "compute"
+    assert sol["matmul_tile_traffic"](2, 3, 4, 2) == {"flops": 48, "bytes": (8 + 12 + 6) * 2}
+    with pytest.raises(ValueError):
+        sol["roofline"](1, 0, 1, 1)
+
+
+@pytest.mark.slow
+def test_the_lds_estimate_bounds_what_triton_compiles_for_gfx942_and_gfx950(sol):
+    """Ahead-of-time compiles (no GPU needed): the conservative estimate is never below the compiled LDS."""
+    jobs = [
+        (arch, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 8, "num_stages": st})
+        for arch in ("gfx942", "gfx950")
+        for bm, bn, bk, st in ((256, 256, 64, 2), (128, 128, 64, 3), (128, 64, 32, 1))
+    ]
+    compiled = sol["compiled_lds"](sol["matmul_kernel"], jobs)
+    for (arch, cfg), shared in zip(jobs, compiled):
+        assert 0 < shared <= sol["lds_bytes"](cfg, 2), (arch, cfg, shared)
+
+
+# ---------------------------------------------------------------- the graded cells, solution and student
+
+
+@pytest.mark.parametrize("topic", MODEL_FREE)
+def test_graded_cell_passes_on_the_solution_and_fails_on_the_student_version(notebook, cells, interpreter, topic):
+    solved = lab_namespace(notebook, cells, solutions=MODEL_FREE)
+    exec(compile(cells[f"07-{topic}-1"], f"<07-{topic}-1>", "exec"), solved)  # noqa: S102
+    others = [t for t in MODEL_FREE if t != topic]
+    empty = lab_namespace(notebook, cells, solutions=others, students=[topic])
+    # NotImplementedError itself, or Triton's InterpreterError wrapping it when a student kernel body runs
+    with pytest.raises(Exception) as caught:
+        exec(compile(cells[f"07-{topic}-1"], f"<student 07-{topic}-1>", "exec"), empty)  # noqa: S102
+    assert "NotImplementedError" in repr(caught.value) or isinstance(caught.value, NotImplementedError)
+
+
+# ---------------------------------------------------------------- the course model (slow)
+
+
+@pytest.mark.slow
+def test_kernels_swapped_into_tiny_qwen_zh_pass_their_graded_cells(notebook, cells, interpreter):
+    from rocmlab import lab
+
+    ns = lab_namespace(notebook, cells, solutions=[*MODEL_FREE, "rmsnorm", "swiglu", "model"])
+    model, tokenizer = lab.load_model("tiny-qwen-zh", device="cpu", dtype="float32")
+    ns.update(model=model, tokenizer=tokenizer, MAX_TOKENS=16)
+    ns["QC_PROMPTS"] = [row["description"] for row in lab.load_qc_reports("eval")[:2]]
+    ns["NORM_MODULES"] = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    ns["MLP_MODULES"] = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
+    ns["STOCK"] = ns["stock_logits"](ns["QC_PROMPTS"])
+    ns["_norm"], ns["_mlp"] = ns["NORM_MODULES"][-1], ns["MLP_MODULES"][0]
+    ns["_h"] = torch.randn(2, 3, model.config.hidden_size)
+    for topic in ("rmsnorm", "swiglu", "model"):
+        exec(compile(cells[f"07-{topic}-1"], f"<07-{topic}-1>", "exec"), ns)  # noqa: S102
+    assert not any("forward" in vars(m) for m in model.modules()), "the model is left as it was"

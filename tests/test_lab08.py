@@ -1,0 +1,447 @@
+"""Lab 08 (low-precision inference): source shape, the solution functions, and the power of the graded tests.
+
+Fast tests read solutions/08-low-precision/lab.py and run its solution cells against PyTorch's own float8
+dtypes, hand-computed values and tiny random Qwen2 models. Then they run the lab's graded test cells, first on
+the solution (they must pass) and then on deliberately wrong implementations, the mistakes the lab warns about
+(each must fail), so that no graded test is one that cannot fail.
+"""
+
+import ast
+import json
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "08-low-precision"
+SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
+CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+FP8_DTYPES = {
+    "e4m3fn": torch.float8_e4m3fn,
+    "e4m3fnuz": torch.float8_e4m3fnuz,
+    "e5m2": torch.float8_e5m2,
+    "e5m2fnuz": torch.float8_e5m2fnuz,
+}
+# plain-cell helpers the graded tests use, taken from the lab source itself
+PLAIN_DEFINITIONS = {"relative_error", "decoder_linears", "kv_cache_bytes", "PROJECTIONS", "QWEN25_05B", "QWEN25_7B"}
+
+
+def cells():
+    """(marker options, body) for every cell of lab.py."""
+    parts = CELL.split(SOURCE)
+    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+def graded_cell_source(grade_id):
+    (body,) = [b for o, b in cells() if '"test"' in o and f'grade_id="{grade_id}"' in o]
+    return body
+
+
+def plain_definitions():
+    """The named functions and constants of the plain code cells, as one module's source."""
+    nodes = []
+    for options, body in cells():
+        if options.startswith("[markdown]") or "grade_id" in options or "parameters" in options:
+            continue
+        for node in ast.parse(body).body:
+            names = {node.name} if isinstance(node, ast.FunctionDef) else set()
+            if isinstance(node, ast.Assign):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            if names & PLAIN_DEFINITIONS:
+                nodes.append(node)
+    return ast.unparse(ast.Module(body=nodes, type_ignores=[]))
+
+
+@pytest.fixture(scope="module")
+def ns():
+    """Every solution cell and the plain helpers run in one namespace (no model needed)."""
+    import torch.nn.functional as F
+
+    namespace = {"torch": torch, "math": math, "json": json, "F": F}
+    for options, body in cells():
+        if '"solution"' in options:
+            exec(compile(body, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own source)
+    exec(compile(plain_definitions(), "lab.py:plain", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A byte-level tokenizer (every UTF-8 byte is a token), no special tokens added by default."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core)
+    tok.add_special_tokens({"pad_token": "<|endoftext|>"})
+    return tok
+
+
+def tiny_model(seed=0, **overrides):
+    shape = dict(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(seed)
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**{**shape, **overrides})).eval()
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    return tiny_model()
+
+
+def graded_namespace(ns, tokenizer, model, **replaced):
+    """What the notebook has defined by the time its test cells run, with some functions replaced."""
+    from rocmlab.assets.loaders import load_qc_reports
+
+    namespace = dict(ns)
+    namespace.update(
+        _g=torch.Generator().manual_seed(1),
+        model=model,
+        tok=tokenizer,
+        device=torch.device("cpu"),
+        EVAL_TEXTS=[r["description"] for r in load_qc_reports("eval")][:20],
+        LINEARS=ns["decoder_linears"](model),
+        FP8=torch.float8_e4m3fn,
+        GEMM_DTYPE=torch.float8_e4m3fn,
+    )
+    namespace.update(replaced)
+    namespace["base_ppl"] = namespace["perplexity"](model, tokenizer, namespace["EVAL_TEXTS"])
+    return namespace
+
+
+def run_test_cell(grade_id, namespace):
+    exec(compile(graded_cell_source(grade_id), f"lab.py:{grade_id}", "exec"), dict(namespace))  # noqa: S102
+
+
+# -- source shape --------------------------------------------------------------------------
+
+
+def test_profiles_use_the_offline_model_in_smoke_and_a_real_qwen_on_gpu():
+    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
+    assert toml["id"] == LAB.name
+    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
+    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert toml["profiles"]["gpu"]["params"]["INT4_GROUP"] == 128
+
+
+def test_catalog_accepts_the_lab():
+    from rocmlab import catalog
+
+    assert LAB.name in {lab.id for lab in catalog.discover(LAB.parents[1])}
+
+
+def test_graded_cells_are_well_formed():
+    graded = [(o, b) for o, b in cells() if '"test"' in o or '"solution"' in o]
+    ids = [re.search(r'grade_id="([^"]+)"', o).group(1) for o, _ in graded]
+    assert len(ids) == len(set(ids)) and all(i.startswith("08-") for i in ids)
+    tests = [(o, b) for o, b in graded if '"test"' in o]
+    assert len(tests) >= 8
+    for options, body in tests:
+        assert re.search(r"points=\d+", options), options
+        assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
+
+
+def test_prose_comes_in_language_pairs():
+    tags = [o for o, _ in cells() if o.startswith("[markdown]")]
+    assert sum('"zh"' in t for t in tags) == sum('"en"' in t for t in tags) == len(tags) // 2
+
+
+# -- exercise 1: decoding FP8 bytes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", sorted(FP8_DTYPES))
+def test_decode_matches_torch_for_every_byte(ns, fmt):
+    reference = torch.arange(256, dtype=torch.uint8).view(FP8_DTYPES[fmt]).float().tolist()
+    for byte, want in enumerate(reference):
+        got = ns["decode_fp8"](byte, fmt)
+        if math.isnan(want):
+            assert math.isnan(got), (fmt, byte)
+        else:
+            assert got == want and math.copysign(1, got) == math.copysign(1, want), (fmt, byte, got, want)
+
+
+def test_decode_gives_the_published_extremes(ns):
+    decode = ns["decode_fp8"]
+    assert max(decode(b, "e4m3fn") for b in range(256) if not math.isnan(decode(b, "e4m3fn"))) == 448
+    assert max(decode(b, "e4m3fnuz") for b in range(256) if not math.isnan(decode(b, "e4m3fnuz"))) == 240
+    assert decode(0x7B, "e5m2") == decode(0x7F, "e5m2fnuz") == 57344
+    assert decode(0x38, "e4m3fn") == 2 * decode(0x38, "e4m3fnuz") == 1.0
+    with pytest.raises(ValueError):
+        decode(0x100, "e4m3fn")
+    with pytest.raises(ValueError):
+        decode(1, "fp8")
+
+
+# -- exercise 2: scaled quantization ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", sorted(FP8_DTYPES))
+def test_a_static_scale_saturates_instead_of_overflowing(ns, fmt):
+    dtype = FP8_DTYPES[fmt]
+    q, scale = ns["quantize_fp8"](torch.tensor([[1e9, -1e9, 1.0]]), dtype, scale=torch.tensor(1.0))
+    fmax = torch.finfo(dtype).max
+    assert q.float().tolist() == [[fmax, -fmax, 1.0]] and scale.item() == 1.0
+
+
+def test_per_channel_scales_each_row_to_the_format_maximum(ns):
+    w = torch.randn(5, 64, generator=torch.Generator().manual_seed(0)) * torch.arange(1, 6).unsqueeze(1)
+    q, scale = ns["quantize_fp8"](w, torch.float8_e4m3fnuz, granularity="channel")
+    assert scale.shape == (5, 1) and torch.equal(q.float().abs().amax(1), torch.full((5,), 240.0))
+    deq = ns["dequantize_fp8"](q, scale)
+    assert ((deq - w).abs() <= w.abs() * 2**-4 + scale * 2**-10).all(), "E4M3 rounding: half a step of 2^-3"
+
+
+# -- exercise 3: OCP checkpoint on gfx942 ----------------------------------------------------
+
+
+def test_ocp_to_fnuz_keeps_every_value_and_leaves_the_input_alone(ns):
+    bits = torch.arange(256, dtype=torch.uint8)
+    q = bits.clone().view(torch.float8_e4m3fn)
+    scale = torch.tensor(0.375)
+    q_fnuz, scale_fnuz = ns["ocp_to_fnuz"](q, scale)
+    assert torch.equal(q.view(torch.uint8), bits) and scale.item() == 0.375
+    before, after = q.float() * scale, q_fnuz.float() * scale_fnuz
+    finite = ~torch.isnan(before)
+    assert torch.equal(after[finite], before[finite]) and torch.isnan(after[~finite]).all()
+    assert q_fnuz.view(torch.uint8)[0x80] == 0 and not torch.isnan(after[0x80])
+
+
+# -- exercise 4: MXFP4 ------------------------------------------------------------------------
+
+
+def test_mxfp4_round_trip_of_exact_values_is_lossless(ns):
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    x = torch.cat([grid, -grid] * 2).reshape(1, 32) * 2.0**-5
+    codes, scales = ns["mxfp4_quantize"](x)
+    assert scales.item() == 127 - 5
+    assert torch.equal(ns["mxfp4_dequantize"](codes, scales), x)
+    assert torch.equal(scales.view(torch.float8_e8m0fnu).float(), torch.tensor([[2.0**-5]]))
+
+
+def test_mxfp4_blocks_follow_the_last_dimension(ns):
+    x = torch.ones(2, 3, 64)
+    x[1, 2, 32:] = 100.0
+    codes, scales = ns["mxfp4_quantize"](x)
+    assert codes.shape == x.shape and scales.shape == (2, 3, 2)
+    assert scales[1, 2].tolist() == [127 - 2, 127 + 4] and scales[0, 0].tolist() == [125, 125]
+    with pytest.raises(ValueError):
+        ns["mxfp4_quantize"](torch.ones(4, 48))
+
+
+# -- exercise 5: INT4 groups -----------------------------------------------------------------
+
+
+def test_int4_groups_have_their_own_scale_and_zero_point(ns):
+    w = torch.tensor([[-0.3, 0.0, 0.6, 0.3, 0.2, 0.4, 0.6, 0.8]])
+    packed = ns["int4_group_quantize"](w, group_size=4)
+    assert torch.allclose(packed["scale"], torch.tensor([[0.9 / 15, 0.8 / 15]]))
+    assert packed["zero"].tolist() == [[5, 0]]
+    assert torch.allclose(ns["int4_dequantize"](packed), w, atol=0.9 / 30 + 1e-6)
+    with pytest.raises(ValueError):
+        ns["int4_group_quantize"](torch.ones(2, 96), group_size=64)
+
+
+# -- exercise 6: perplexity and bytes -------------------------------------------------------
+
+
+def test_perplexity_is_weighted_by_tokens(ns, tokenizer, small_model):
+    model = small_model
+    texts = ["焊缝气孔，需返工。" * 6, "划痕", "x", "来料检验发现毛刺"]
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"][:40]
+            if len(ids) < 2:
+                continue
+            batch = torch.tensor([ids])
+            nll += float(model(input_ids=batch, labels=batch).loss) * (len(ids) - 1)
+            count += len(ids) - 1
+    assert ns["perplexity"](model, tokenizer, texts, max_tokens=40) == pytest.approx(math.exp(nll / count), rel=1e-5)
+    with pytest.raises(ValueError):
+        ns["perplexity"](model, tokenizer, ["x"])
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_bf16_weight_bytes_count_every_parameter(ns, tied):
+    model = tiny_model(tie_word_embeddings=tied)
+    assert ns["weight_bytes"](model.config.to_dict(), "bf16") == 2 * sum(p.numel() for p in model.parameters())
+
+
+def test_quantized_weight_bytes_of_qwen25_05b(ns):
+    config, bf16 = ns["QWEN25_05B"], 2 * 494_032_768
+    linear = 24 * (2 * 896 * 896 + 2 * 128 * 896 + 3 * 4864 * 896)
+    assert ns["weight_bytes"](config, "fp8-channel") == bf16 - linear + 24 * 4 * (
+        896 + 128 + 128 + 896 + 4864 + 4864 + 896
+    )
+    assert ns["weight_bytes"](config, "mxfp4") == bf16 - 2 * linear + linear * (0.5 + 1 / 32)
+    assert ns["weight_bytes"](config, "int4") == bf16 - 2 * linear + linear * (0.5 + 2.5 / 128)
+
+
+# -- exercise 7 and the stretch ------------------------------------------------------------
+
+
+def test_concurrent_sequences(ns):
+    seq = ns["max_concurrent_sequences"]
+    assert seq(100, 10, 2, 5) == 9 and seq(100, 10, 2, 5, reserve_bytes=11) == 7 and seq(10, 20, 1, 1) == 0
+    with pytest.raises(ValueError):
+        seq(100, 10, 0, 5)
+
+
+def test_w8a8_linear_equals_the_dequantized_product(ns):
+    gen = torch.Generator().manual_seed(4)
+    w, x = torch.randn(32, 64, generator=gen), torch.randn(8, 64, generator=gen) * 5
+    q_w, s_w = ns["quantize_fp8"](w, torch.float8_e4m3fn, granularity="channel")
+    q_x, s_x = ns["quantize_fp8"](x, torch.float8_e4m3fn, granularity="channel")
+    want = ns["dequantize_fp8"](q_x, s_x) @ ns["dequantize_fp8"](q_w, s_w).t()
+    assert torch.allclose(ns["fp8_linear"](x, q_w, s_w), want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
+
+
+# -- the graded tests pass on the solution and catch the mistakes the lab warns about -----
+
+GRADED = [
+    "08-fp8bits-1",
+    "08-fp8quant-1",
+    "08-fnuz-1",
+    "08-mxfp4-1",
+    "08-int4-1",
+    "08-ppl-1",
+    "08-memory-1",
+    "08-kvcap-1",
+    "08-w8a8-1",
+]
+
+
+@pytest.mark.parametrize("grade_id", GRADED)
+def test_graded_cell_passes_on_the_solution(ns, tokenizer, small_model, grade_id):
+    run_test_cell(grade_id, graded_namespace(ns, tokenizer, small_model))
+
+
+def _decode_without_fnuz(ns):
+    def decode(byte, fmt):
+        return ns["decode_fp8"](byte, fmt.replace("fnuz", "fn") if fmt.startswith("e4m3") else fmt.replace("fnuz", ""))
+
+    return decode
+
+
+def _quantize_without_clamp(ns):
+    def quantize(w, dtype, *, granularity="tensor", scale=None):
+        q, s = ns["quantize_fp8"](w, dtype, granularity=granularity, scale=scale)
+        return (w.float() / s).to(dtype), s  # the cast alone: NaN or inf where the scale is exceeded
+
+    return quantize
+
+
+def _vllm_style_fnuz(ns):
+    def convert(q, scale):  # zeroes -0 but lets fn NaN become ±240, and writes into the caller's tensor
+        bits = q.view(torch.uint8)
+        bits[bits == 0x80] = 0
+        return bits.view(torch.float8_e4m3fnuz), scale * 2
+
+    return convert
+
+
+def _fnuz_scaled_by_max_ratio(ns):
+    def convert(q, scale):
+        q_fnuz, _ = ns["ocp_to_fnuz"](q, scale)
+        return q_fnuz, scale * 448 / 240
+
+    return convert
+
+
+def _mxfp4_with_float_log2(ns):
+    def quantize(x, block_size=32):
+        codes, scales = ns["mxfp4_quantize"](x, block_size)
+        amax = x.float().reshape(*x.shape[:-1], -1, block_size).abs().amax(-1)
+        e = torch.where(amax > 0, torch.floor(torch.log2(amax)) - 2, torch.full_like(amax, -127)).clamp(-127, 127)
+        return codes, (e + 127).to(torch.uint8)
+
+    return quantize
+
+
+def _int4_without_zero_in_range(ns):
+    def quantize(w, group_size=128):
+        o, i = w.shape
+        g = w.float().reshape(o, i // group_size, group_size)
+        lo, hi = g.amin(-1), g.amax(-1)
+        scale = torch.where(hi > lo, (hi - lo) / 15, torch.ones_like(hi))
+        zero = torch.clamp(torch.round(-lo / scale), 0, 15)
+        q = torch.clamp(torch.round(g / scale.unsqueeze(-1)) + zero.unsqueeze(-1), 0, 15)
+        return {"q": q.reshape(o, i).to(torch.uint8), "scale": scale, "zero": zero.to(torch.uint8)}
+
+    return quantize
+
+
+def _perplexity_mean_of_texts(ns):
+    def ppl(model, tokenizer, texts, *, max_tokens=128):
+        per_text = [
+            ns["perplexity"](model, tokenizer, [t], max_tokens=max_tokens)
+            for t in texts
+            if len(tokenizer(t, add_special_tokens=False)["input_ids"]) >= 2
+        ]
+        if not per_text:
+            raise ValueError("nothing to score")
+        return sum(per_text) / len(per_text)
+
+    return ppl
+
+
+def _weight_bytes_without_biases(ns):
+    def nbytes(config, fmt, *, group_size=128):
+        heads, kv = config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"]
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        biases = 2 * config["num_hidden_layers"] * (heads * head_dim + 2 * kv * head_dim)
+        return ns["weight_bytes"](config, fmt, group_size=group_size) - biases
+
+    return nbytes
+
+
+def _sequences_ignoring_the_reserve(ns):
+    def seq(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *, reserve_bytes=0):
+        return ns["max_concurrent_sequences"](memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens)
+
+    return seq
+
+
+def _w8a8_without_activation_scale(ns):
+    def linear(x, q_weight, weight_scale):
+        q_x, _ = ns["quantize_fp8"](x, q_weight.dtype, granularity="channel")
+        ones = torch.ones(x.shape[0], 1)
+        return torch._scaled_mm(
+            q_x, q_weight.t(), scale_a=ones, scale_b=weight_scale.t(), out_dtype=torch.bfloat16
+        ).float()
+
+    return linear
+
+
+MUTANTS = [
+    ("08-fp8bits-1", "decode_fp8", _decode_without_fnuz),
+    ("08-fp8quant-1", "quantize_fp8", _quantize_without_clamp),
+    ("08-fnuz-1", "ocp_to_fnuz", _vllm_style_fnuz),
+    ("08-fnuz-1", "ocp_to_fnuz", _fnuz_scaled_by_max_ratio),
+    ("08-mxfp4-1", "mxfp4_quantize", _mxfp4_with_float_log2),
+    ("08-int4-1", "int4_group_quantize", _int4_without_zero_in_range),
+    ("08-ppl-1", "perplexity", _perplexity_mean_of_texts),
+    ("08-memory-1", "weight_bytes", _weight_bytes_without_biases),
+    ("08-kvcap-1", "max_concurrent_sequences", _sequences_ignoring_the_reserve),
+    ("08-w8a8-1", "fp8_linear", _w8a8_without_activation_scale),
+]
+
+
+@pytest.mark.parametrize("grade_id,name,mutant", MUTANTS, ids=[m[2].__name__.strip("_") for m in MUTANTS])
+def test_graded_cell_rejects_a_known_mistake(ns, tokenizer, small_model, grade_id, name, mutant):
+    namespace = graded_namespace(ns, tokenizer, small_model, **{name: mutant(ns)})
+    with pytest.raises(AssertionError):
+        run_test_cell(grade_id, namespace)

@@ -1,0 +1,285 @@
+"""Lab 09 (profiling and the performance levers of ROCm): source shape, the recorded data, and the
+solution functions run outside the notebook (no model, no profiler)."""
+
+import ast
+import csv
+import importlib.util
+import io
+import math
+import random
+import re
+import statistics
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rocmlab import catalog
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "09-profiling"
+DATA = LAB / "data"
+SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
+CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+TRACE_HEADER = [
+    "Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name",
+    "Correlation_Id", "Start_Timestamp", "End_Timestamp", "LDS_Block_Size", "Scratch_Size", "VGPR_Count",
+    "Accum_VGPR_Count", "SGPR_Count", "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z",
+    "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z",
+]  # fmt: skip
+COUNTER_HEADER = [
+    "Correlation_Id", "Dispatch_Id", "Agent_Id", "Queue_Id", "Process_Id", "Thread_Id", "Grid_Size", "Kernel_Id",
+    "Kernel_Name", "Workgroup_Size", "LDS_Block_Size", "Scratch_Size", "VGPR_Count", "Accum_VGPR_Count",
+    "SGPR_Count", "Counter_Name", "Counter_Value", "Start_Timestamp", "End_Timestamp",
+]  # fmt: skip
+
+
+def cells():
+    """(marker options, body) for every cell of lab.py."""
+    parts = CELL.split(SOURCE)
+    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+@pytest.fixture(scope="module")
+def sol():
+    """The functions of the solution cells in one namespace (their top-level statements need the notebook)."""
+    namespace = {"statistics": statistics, "math": math}
+    for options, body in cells():
+        if '"solution"' in options:
+            tree = ast.parse(body)
+            tree.body = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom))]
+            exec(compile(tree, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own solution source)
+    return namespace
+
+
+def rows_of(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def header_of(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return next(csv.reader(f))
+
+
+# -- source shape --------------------------------------------------------------------------------
+
+
+def test_lab_toml_profiles():
+    lab = catalog.parse_lab(LAB)
+    assert lab.id == "09-profiling" and {"smoke", "gpu"} <= set(lab.profiles)
+    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
+    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
+    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_grade_ids_unique_and_every_test_has_hidden_checks():
+    ids, tests = [], 0
+    for options, body in cells():
+        match = re.search(r'grade_id="([^"]+)"', options)
+        if match:
+            ids.append(match.group(1))
+            assert re.fullmatch(r"09-[a-z]+-(sol-)?\d", match.group(1)), match.group(1)
+        if '"test"' in options:
+            tests += 1
+            assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
+            assert re.search(r"points=\d+", options), options
+        if '"solution"' in options:
+            assert "### BEGIN SOLUTION" in body and "### END SOLUTION" in body, options
+    assert len(ids) == len(set(ids)), "duplicate grade_id"
+    assert tests == 10
+
+
+def test_prose_comes_in_zh_en_pairs():
+    tags = [options for options, _ in cells() if options.startswith("[markdown]")]
+    zh, en = sum('"zh"' in t for t in tags), sum('"en"' in t for t in tags)
+    assert zh == en and zh >= 15
+
+
+def test_recorded_data_is_labelled_illustrative():
+    card = (DATA / "README.md").read_text(encoding="utf-8")
+    assert "ILLUSTRATIVE, NOT MEASURED" in card
+    assert "示意数据" in SOURCE and "illustrative" in SOURCE
+
+
+# -- the recorded data ----------------------------------------------------------------------------
+
+
+def test_make_data_reproduces_the_shipped_files(tmp_path):
+    spec = importlib.util.spec_from_file_location("lab09_make_data", LAB / "make_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["make_data.py", str(tmp_path)])
+    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    shipped = sorted(p.relative_to(DATA) for p in DATA.rglob("*") if p.is_file() and p.name != "README.md")
+    assert made == shipped
+    for relative in made:
+        assert (tmp_path / relative).read_bytes() == (DATA / relative).read_bytes(), relative
+
+
+def test_rocprofv3_files_have_the_documented_columns():
+    traces = sorted(DATA.glob("rocprofv3/*/*_kernel_trace.csv"))
+    assert len(traces) == 3
+    for path in traces:
+        assert header_of(path) == TRACE_HEADER, path
+        for row in rows_of(path):
+            assert row["Kind"] == "KERNEL_DISPATCH" and int(row["End_Timestamp"]) > int(row["Start_Timestamp"])
+    for path in DATA.glob("rocprofv3/prefill/pass_*/*_counter_collection.csv"):
+        assert header_of(path) == COUNTER_HEADER, path
+    stats = next(DATA.glob("rocprofv3/decode_eager/*_kernel_stats.csv"))
+    assert header_of(stats) == [
+        "Name",
+        "Calls",
+        "TotalDurationNs",
+        "AverageNs",
+        "Percentage",
+        "MinNs",
+        "MaxNs",
+        "StdDev",
+    ]
+
+
+def test_kernel_summary_equals_the_recorded_stats(sol):
+    mine = {r["name"]: r for r in sol["kernel_summary"](rows_of(next(DATA.glob("rocprofv3/decode_eager/*_trace.csv"))))}
+    for stat in rows_of(next(DATA.glob("rocprofv3/decode_eager/*_kernel_stats.csv"))):
+        assert mine[stat["Name"]]["calls"] == int(stat["Calls"])
+        assert mine[stat["Name"]]["total_ns"] == int(stat["TotalDurationNs"])
+        assert abs(100 * mine[stat["Name"]]["share"] - float(stat["Percentage"])) < 1e-3
+
+
+def test_recorded_traces_tell_the_story(sol):
+    """Eager decode waits for the host, graph replay and prefill keep the device busy."""
+    bound = {}
+    for name in ("decode_eager", "decode_graph", "prefill"):
+        rows = rows_of(next(DATA.glob(f"rocprofv3/{name}/*_kernel_trace.csv")))
+        spans = [(int(r["Start_Timestamp"]), int(r["End_Timestamp"])) for r in rows]
+        idle = sol["busy_and_idle"](spans, min(a for a, _ in spans), max(b for _, b in spans))
+        bound[name] = sol["name_the_bound"](1 - idle["idle_fraction"], 0.0)
+    assert bound == {"decode_eager": "host", "decode_graph": "device", "prefill": "device"}
+
+
+def test_counter_metrics_agree_with_speed_of_light(sol):
+    pass_1 = sol["counter_metrics"](rows_of(next(DATA.glob("rocprofv3/prefill/pass_1/*.csv"))))
+    pass_2 = sol["counter_metrics"](rows_of(next(DATA.glob("rocprofv3/prefill/pass_2/*.csv"))))
+    top = sol["kernel_summary"](rows_of(next(DATA.glob("rocprofv3/prefill/*_trace.csv"))))[0]["name"]
+    sol_rows = {r["Metric"]: r for r in rows_of(DATA / "rocprof-compute" / "prefill_gemm_speed_of_light.csv")}
+    assert math.isclose(
+        pass_1[top]["mfma_bf16_tflops"] * 1000, float(sol_rows["MFMA FLOPs (BF16)"]["Avg"]), rel_tol=0.02
+    )
+    assert math.isclose(
+        pass_2[top]["lds_conflicts_per_access"], float(sol_rows["LDS Bank Conflicts/Access"]["Avg"]), rel_tol=0.05
+    )
+    for row in sol_rows.values():  # a percentage of peak is Avg / Peak
+        assert math.isclose(float(row["Pct of Peak"]), 100 * float(row["Avg"]) / float(row["Peak"]), abs_tol=0.01)
+    assert max(
+        (k for k, m in pass_2.items() if m["lds_conflicts_per_access"] is not None),
+        key=lambda k: pass_2[k]["lds_conflicts_per_access"],
+    ).startswith("attn_fwd")
+
+
+def test_tunableop_file_holds_qwen25_linear_shapes(sol):
+    parsed = sol["parse_tunableop"]((DATA / "tunableop" / "tunableop_results0.csv").read_text(encoding="utf-8"))
+    assert set(parsed["validators"]) == {
+        "PT_VERSION",
+        "ROCM_VERSION",
+        "GCN_ARCH_NAME",
+        "ROCBLAS_VERSION",
+        "HIPBLASLT_VERSION",
+    }
+    hidden, inter, vocab, kv = 896, 4864, 151936, 2 * 64  # Qwen2.5-0.5B config.json
+    layers = {(hidden, hidden), (kv, hidden), (inter, hidden), (hidden, inter), (vocab, hidden)}
+    assert {(g["m"], g["k"]) for g in parsed["gemms"]} == layers
+    assert {g["n"] for g in parsed["gemms"]} == {1, 4096}
+    assert all(g["ms"] > 0 and g["layout"] == "TN" for g in parsed["gemms"])
+
+
+# -- the solution functions ------------------------------------------------------------------------
+
+
+def test_self_time_shares(sol):
+    rows = [{"name": "aten::addmm", "self_us": 3.0, "calls": 1}, {"name": "aten::add", "self_us": 1.0, "calls": 1}]
+    assert sol["self_time_shares"](rows, {"add": ["aten::add"], "mm": ["mm"]}) == {"add": 1.0, "mm": 0.0, "other": 0.0}
+    with pytest.raises(ValueError):
+        sol["self_time_shares"]([], {"mm": ["mm"]})
+
+
+def test_busy_and_idle_matches_a_brute_force_grid(sol):
+    rng = random.Random(3)
+    for _ in range(50):
+        intervals = [(a, a + rng.randint(-2, 12)) for a in (rng.randint(-10, 60) for _ in range(8))]
+        grid = [any(a <= t < b for a, b in intervals) for t in range(50)]
+        gap = run = 0
+        for busy in grid:
+            run = 0 if busy else run + 1
+            gap = max(gap, run)
+        got = sol["busy_and_idle"](intervals, 0, 50)
+        assert (got["busy"], got["idle"], got["largest_gap"]) == (sum(grid), 50 - sum(grid), gap), intervals
+    with pytest.raises(ValueError):
+        sol["busy_and_idle"]([], 3, 3)
+
+
+def test_name_the_bound(sol):
+    f = sol["name_the_bound"]
+    assert [f(0.9, 0.0), f(0.5, 0.1), f(0.9, 0.3)] == ["device", "host", "data"]
+    with pytest.raises(ValueError):
+        f(1.5, 0.0)
+
+
+def test_compare_runs_uses_medians_and_the_interquartile_range(sol):
+    got = sol["compare_runs"]([2.0, 2.1, 2.05, 2.02, 30.0], [1.0, 1.01, 1.02])
+    assert got["verdict"] == "faster" and math.isclose(got["noise_s"], 0.08) and got["baseline_median_s"] == 2.05
+    assert sol["compare_runs"]([1.0, 1.2, 1.1], [1.05, 1.15, 1.1])["verdict"] == "no difference"
+    with pytest.raises(ValueError):
+        sol["compare_runs"]([1.0, 1.0], [1.0, 1.0, 1.0])
+
+
+def test_parse_tunableop_and_validators(sol):
+    text = "Validator,PT_VERSION,2.9.1\n\nGemmStridedBatchedTunableOp_Half_NT,nt_8_16_32_B_4_ld_8_16_8,Default\n"
+    gemm = sol["parse_tunableop"](text)["gemms"][0]
+    assert (gemm["m"], gemm["n"], gemm["k"], gemm["batch"], gemm["library"], gemm["ms"]) == (
+        8,
+        16,
+        32,
+        4,
+        "default",
+        None,
+    )
+    with pytest.raises(ValueError, match="line 2"):
+        sol["parse_tunableop"]("Validator,A,1\nGemmTunableOp_float_NN\n")
+    assert sol["validator_mismatches"]({"A": "1", "B": "2"}, {"A": "1", "C": "3"}) == ["B", "C"]
+
+
+def test_memory_timeline(sol):
+    events = [
+        {"name": "[memory]", "ts": t, "args": {"Bytes": b, "Total Allocated": total, "Device Type": 0}}
+        for t, b, total in ((1, 64, 1064), (2, 512, 1576), (3, -512, 1064))
+    ]
+    assert sol["memory_timeline"](events, 0) == {
+        "start_bytes": 1000,
+        "peak_bytes": 1576,
+        "peak_above_start": 576,
+        "largest_alloc_bytes": 512,
+    }
+    with pytest.raises(ValueError):
+        sol["memory_timeline"](events, 1)
+
+
+def test_decision_table(sol):
+    rules = [
+        {"symptom": "a", "metric": "x", "threshold": 0.5, "lever": "L"},
+        {"symptom": "b", "metric": "x", "threshold": 0.9, "lever": "M"},
+    ]
+    rows = sol["decision_table"](rules, {"x": 0.6}, {"L": "faster", "M": "faster"})
+    assert [(r["present"], r["pull"]) for r in rows] == [(True, True), (False, False)]
+    with pytest.raises(ValueError, match="y"):
+        sol["decision_table"]([{"symptom": "c", "metric": "y", "threshold": 0, "lever": "L"}], {}, {})
+
+
+def test_counter_metrics_keeps_each_dispatch_duration_once(sol):
+    text = "\n".join(",".join(r) for r in [
+        ["Kernel_Name", "Dispatch_Id", "Counter_Name", "Counter_Value", "Start_Timestamp", "End_Timestamp"],
+        ["k", "1", "FETCH_SIZE", "1", "0", "100"], ["k", "1", "WRITE_SIZE", "1", "0", "100"],
+        ["k", "2", "FETCH_SIZE", "2", "100", "300"], ["k", "2", "WRITE_SIZE", "0", "100", "300"],
+    ])  # fmt: skip
+    got = sol["counter_metrics"](list(csv.DictReader(io.StringIO(text))))["k"]
+    assert got["dispatches"] == 2 and got["duration_ns"] == 300
+    assert math.isclose(got["dram_gbs"], 4 * 1024 / 300) and got["mfma_bf16_tflops"] is None
