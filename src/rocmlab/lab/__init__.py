@@ -26,6 +26,8 @@ _EXPORTS = {
     "TorchrunResult": "launch",
     "RankOutput": "launch",
     "leftover_processes": "launch",
+    "end_process_group": "teardown",
+    "gloo_threads": "teardown",
     "ScriptedSSEServer": "sse",
     "active_sse_servers": "sse",
     "trusted": "integrity",
