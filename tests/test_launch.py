@@ -101,10 +101,6 @@ def test_rank_entry_passes_on_a_signal_death(tmp_path):
     assert rc == -signal.SIGKILL and ranks[1].returncode == -signal.SIGKILL
 
 
-def test_no_backend_threads_without_a_process_group():
-    assert launch.backend_threads() == []
-
-
 # ---------------------------------------------------------------- real torchrun (slow)
 
 PINNED_OR_NOT = """

@@ -10,9 +10,6 @@ by ``rocmlab.processes``: SIGTERM, a short grace period, then SIGKILL.
 
 torchrun starts each worker in a new session of its own, so killing torchrun's process
 group does not reach the ranks; the launcher tracks every descendant while it runs.
-
-Inside a rank, ``backend_threads`` tells whether a process group really went away after
-``destroy_process_group`` (lab 05, "leaving cleanly").
 """
 
 from __future__ import annotations
@@ -32,8 +29,6 @@ GRACE_S = 3.0
 POLL_S = 0.25
 _LOG_NAME = re.compile(r"^rank(\d+)\.attempt(\d+)\.log$")
 _LAUNCHED: dict = {}  # every process any launch from this interpreter started, by pid
-# Thread names of the gloo backend (its work loop and its TCP event loop), as torch names them.
-GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
 
 
 @dataclass
@@ -108,24 +103,6 @@ def leftover_processes() -> list:
     from rocmlab.processes import alive
 
     return alive(_LAUNCHED.values())
-
-
-def backend_threads() -> list[str]:
-    """Names of this process's live gloo backend threads (Linux; empty elsewhere).
-
-    After ``destroy_process_group()`` the list is empty unless something still holds the group.
-    A group that outlives it keeps its worker threads into interpreter shutdown, where a thread
-    that frees a tensor needs the GIL and takes the process down with SIGABRT.
-    """
-    names = []
-    for comm in Path("/proc/self/task").glob("*/comm"):
-        try:
-            name = comm.read_text().strip()
-        except OSError:  # the thread ended while we looked
-            continue
-        if name in GLOO_THREADS:
-            names.append(name)
-    return sorted(names)
 
 
 def _check_inputs(script, nproc, timeout_s, max_restarts, cwd) -> Path:

@@ -1,0 +1,399 @@
+"""Lab 10 (FSDP2 and distributed checkpoints): its solutions against their meaning.
+
+Fast tests run the exercises that need no process group (the memory bill, prefetch lists, the
+rank loss, the traffic formula, DCP save / resume / export in one process) straight from the lab
+source, check that the student version of each raises NotImplementedError, and check the
+teardown helper the rank scripts rely on. The slow test launches the lab's own rank script
+(shard, train, DCP save) ten times and requires a clean exit every time.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import math
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from fractions import Fraction
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+
+from rocmlab.catalog import parse_lab
+
+LAB = Path(__file__).resolve().parents[1] / "solutions" / "10-fsdp2"
+SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+CONSTANTS = {
+    "REPORT_KEYS",
+    "SYSTEM_PROMPT",
+    "RANK_CODE",
+    "RANK_HEADER",
+    "STRATEGIES",
+    "EXACT_FIELDS",
+    "SCHEDULES",
+    "TRAIN_CFG",
+}
+SOLUTION_IDS = ["memory", "shard", "prefetch", "loss", "comm", "dcp", "export"]
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    return jupytext.read(LAB / "lab.py")
+
+
+@pytest.fixture(scope="module")
+def cells(notebook):
+    return {c.metadata["grade_id"]: c.source for c in notebook.cells if c.metadata.get("grade_id")}
+
+
+def student(source: str) -> str:
+    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+
+
+def definitions(source: str) -> str:
+    """Imports, function and class definitions, and the module constants of a cell; no launches."""
+    tree = ast.parse(source)
+    keep = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom)
+        or (isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id in CONSTANTS for t in n.targets))
+    ]
+    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+
+
+def run_cell(source: str, name: str, namespace: dict) -> None:
+    """exec a cell under a file name that linecache knows, so inspect.getsource works on its functions
+    (the lab writes rank scripts from function sources)."""
+    filename = f"<lab10 {name} {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (runs lab cells)
+
+
+def lab_namespace(notebook, work: Path, *, student_ids=()):
+    """The lab's imports, parameters, helpers and solutions (student versions for `student_ids`)."""
+    namespace = {"__name__": "lab10_test"}
+    code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+    for cell in code_cells:
+        tags = set(cell.metadata.get("tags", []))
+        if "parameters" in tags:
+            run_cell(cell.source, "parameters", namespace)
+            namespace.update(WORK=work, device=torch.device("cpu"))
+        elif "test" in tags:
+            continue
+        else:
+            source = cell.source
+            grade_id = cell.metadata.get("grade_id", "")
+            if "solution" in tags and grade_id.split("-")[1] in student_ids:
+                source = student(source)
+            run_cell(definitions(source), grade_id or "cell", namespace)
+    return namespace
+
+
+@pytest.fixture
+def ns(notebook, tmp_path):
+    return lab_namespace(notebook, tmp_path)
+
+
+@pytest.fixture
+def empty(notebook, tmp_path):
+    return lab_namespace(notebook, tmp_path, student_ids=SOLUTION_IDS)
+
+
+# ---------------------------------------------------------------- structure
+
+
+def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
+    lab = parse_lab(LAB)
+    assert lab.id == LAB.name
+    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
+    for name, profile in tomllib.loads((LAB / "lab.toml").read_text())["profiles"].items():
+        missing = set(profile["params"]) - assigned
+        assert not missing, f"profile {name}: {missing} not assigned in the parameters cell"
+
+
+def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
+    ids = [c.metadata["grade_id"] for c in notebook.cells if c.metadata.get("grade_id")]
+    assert len(ids) == len(set(ids)) and all(g.startswith("10-") for g in ids)
+    with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
+    tested = {g.split("-")[1] for g in ids if "-sol-" not in g}
+    assert with_solution == set(SOLUTION_IDS)
+    assert tested == with_solution | {"equiv", "finetune"}
+    for cell in notebook.cells:
+        tags = cell.metadata.get("tags", [])
+        if "solution" in tags:
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+        if "test" in tags:
+            assert int(cell.metadata["points"]) > 0 and "### BEGIN HIDDEN TESTS" in cell.source
+
+
+def test_prose_comes_in_zh_en_pairs(notebook):
+    tags = [tuple(c.metadata.get("tags", [])) for c in notebook.cells if c.cell_type == "markdown"]
+    assert tags.count(("zh",)) == tags.count(("en",)) >= 15
+
+
+def test_every_rank_script_imports_torch_distributed_nn_before_init(ns):
+    assert "import torch.distributed.nn" in ns["RANK_HEADER"]
+    script = ns["write_rank_script"]("probe", ns["finetune_work"], [ns["shard_model"]]).read_text()
+    assert script.index("import torch.distributed.nn") < script.index("init_process_group(")
+    assert "lab.end_process_group()" in script
+
+
+# ---------------------------------------------------------------- exercise 1: the memory bill
+
+BYTES = {"ddp": (2, 2, 12, 1, 1, 1), "zero1": (2, 2, 12, 1, 1, 0), "zero2": (2, 2, 12, 1, 0, 0)}
+BYTES |= {"zero3": (2, 2, 12, 0, 0, 0), "fsdp2": (4, 4, 8, 0, 0, 0)}
+
+
+def per_parameter(strategy, n):
+    p, g, o, rp, rg, ro = BYTES[strategy]
+    return [Fraction(b, 1 if replicated else n) for b, replicated in ((p, rp), (g, rg), (o, ro))]
+
+
+@pytest.mark.parametrize("strategy", sorted(BYTES))
+@pytest.mark.parametrize("n", [1, 2, 8, 24])
+def test_state_bytes_follow_the_table(ns, strategy, n):
+    psi = 7_615_616_512
+    got = ns["state_bytes_per_rank"](psi, n, strategy)
+    want = [b * psi for b in per_parameter(strategy, n)]
+    for key, value in zip(("params", "grads", "optimizer"), want):
+        assert math.isclose(got[key], float(value), rel_tol=1e-12)
+    assert math.isclose(got["total"], float(sum(want)), rel_tol=1e-12)
+
+
+def test_fsdp2_with_mixed_precision_costs_what_zero3_costs_in_total(ns):
+    fsdp, zero3 = (ns["state_bytes_per_rank"](10**9, 8, s) for s in ("fsdp2", "zero3"))
+    assert math.isclose(fsdp["total"], zero3["total"]) and fsdp["params"] == 2 * zero3["params"]
+
+
+def test_largest_model_on_eight_mi300x(ns):
+    memory = 192 * 2**30
+    for strategy in BYTES:
+        got = ns["largest_model"](memory, 8, strategy)
+        assert got == math.floor(Fraction(memory) / sum(per_parameter(strategy, 8))), strategy
+    assert ns["largest_model"](memory, 8, "ddp") == 12_884_901_888
+
+
+@pytest.mark.parametrize("bad", [(10, 2, "zero4"), (10, 0, "ddp"), (-1, 2, "ddp")])
+def test_bad_memory_inputs_raise(ns, empty, bad):
+    with pytest.raises(ValueError):
+        ns["state_bytes_per_rank"](*bad)
+    with pytest.raises(NotImplementedError):
+        empty["state_bytes_per_rank"](10, 2, "ddp")
+
+
+# ---------------------------------------------------------------- exercise 3: prefetch lists
+
+
+def test_prefetch_lists(ns, empty):
+    layers = [ns["RecordingLayer"](i) for i in range(5)]
+    ns["set_prefetch"](layers, 2)
+    assert [layer.forward for layer in layers] == [[1, 2], [2, 3], [3, 4], [4], []]
+    assert [layer.backward for layer in layers] == [[], [0], [1, 0], [2, 1], [3, 2]]
+    ns["set_prefetch"](layers, 0)
+    assert all(layer.forward == [] and layer.backward == [] for layer in layers)
+    with pytest.raises(NotImplementedError):
+        empty["set_prefetch"](layers, 1)
+
+
+# ---------------------------------------------------------------- exercise 4: the rank loss
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_rank_loss_gradients_average_to_the_single_process_gradient(ns, world):
+    logits, labels = ns["synthetic_batch"](8, 10, 7, world)
+    got = ns["sharded_gradient"](ns["rank_loss"], logits, labels, world)
+    assert torch.allclose(got, ns["reference_gradient"](logits, labels), rtol=1e-6, atol=1e-9)
+
+
+def test_the_mean_of_per_rank_means_is_caught(ns, empty):
+    """The graded check can tell: averaging per-rank means differs when token counts differ."""
+    logits, labels = ns["synthetic_batch"](8, 12, 11, 0)
+    wrong = ns["sharded_gradient"](ns["per_rank_mean_loss"], logits, labels, 2)
+    assert not torch.allclose(wrong, ns["reference_gradient"](logits, labels), rtol=1e-6, atol=1e-9)
+    with pytest.raises(NotImplementedError):
+        empty["rank_loss"](logits, labels, 10, 2)
+
+
+# ---------------------------------------------------------------- exercise 5: traffic
+
+
+def test_traffic_formula_and_the_measurement_agree_on_a_recorded_schedule(ns, empty):
+    # The default schedule of a root and two layers on 2 ranks, as the dispatch mode records it (fp32).
+    root, layer = 100, 40
+    events = [("all_gather", 4 * root), ("all_gather", 4 * layer), ("forward", 0), ("all_gather", 4 * layer)]
+    events += [("forward", 1), ("all_gather", 4 * layer), ("all_gather", 4 * layer)]
+    events += [("reduce_scatter", 4 * layer), ("reduce_scatter", 4 * layer), ("reduce_scatter", 4 * root)]
+    measured = ns["measured_bytes_sent"]({"events": events}, 2)
+    predicted = ns["comm_bytes_per_step"]([root, layer, layer], 2)
+    for key, value in measured.items():
+        assert math.isclose(predicted[key], value), key
+    assert predicted["ddp_all_reduce"] == 2 * 0.5 * 180 * 4
+    assert ns["comm_bytes_per_step"]([root, layer, layer], 1)["fsdp_total"] == 0
+    no_reshard = ns["comm_bytes_per_step"]([root, layer], 4, param_bytes=2, reshard_after_forward=False)
+    assert no_reshard["all_gather_backward"] == 0 and no_reshard["all_gather_forward"] == 0.75 * 140 * 2
+    with pytest.raises(NotImplementedError):
+        empty["comm_bytes_per_step"]([1], 2)
+
+
+def test_schedule_counters(ns):
+    events = [("all_gather", 1), ("all_gather", 1), ("all_gather", 1), ("forward", 0), ("all_gather", 1)]
+    events += [("forward", 1), ("forward", 2), ("all_gather", 1), ("all_gather", 1), ("reduce_scatter", 1)]
+    assert ns["forward_gathers_before_layers"](events) == [3, 4, 4]
+    assert ns["backward_gathers_before_reduce_scatters"](events) == [2]
+
+
+# ---------------------------------------------------------------- exercises 6 and 7: DCP in one process
+
+
+def small_model_and_optimizer(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 2))
+    return model, torch.optim.AdamW(model.parameters(), lr=0.1)
+
+
+def one_step(model, optimizer):
+    model(torch.randn(3, 5)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_checkpoints_resume_the_newest_complete_one(ns, empty, tmp_path):
+    src, opt = small_model_and_optimizer(0)
+    root = tmp_path / "ckpt"
+    for step in (2, 10):
+        one_step(src, opt)
+        assert ns["save_checkpoint"](src, opt, step, root) == root / f"step-{step:06d}"
+    assert (root / "step-000010" / ".metadata").is_file()
+    (root / "step-000011").mkdir()  # a save killed before its .metadata
+    (root / "step-000011" / "__0_0.distcp").write_bytes(b"torn")
+    dst, dst_opt = small_model_and_optimizer(1)
+    assert ns["load_latest_checkpoint"](dst, dst_opt, tmp_path / "absent") == 0 and not dst_opt.state
+    assert ns["load_latest_checkpoint"](dst, dst_opt, root) == 10
+    for p, q in zip(dst.parameters(), src.parameters()):
+        assert torch.equal(p, q)
+        assert torch.equal(dst_opt.state[p]["exp_avg_sq"], opt.state[q]["exp_avg_sq"])
+    with pytest.raises(NotImplementedError):
+        empty["save_checkpoint"](src, opt, 1, root)
+    with pytest.raises(NotImplementedError):
+        empty["load_latest_checkpoint"](dst, dst_opt, root)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_export_writes_a_model_transformers_loads(ns, empty, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from rocmlab import lab
+
+    trained, tokenizer = lab.load_model("tiny-qwen-zh", device="cpu", dtype=torch.float32)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.mul_(1.5)
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"model": trained.state_dict(), "optim": {"step": torch.tensor(3.0)}}, checkpoint_id=str(tmp_path / "c"))
+    base, _ = lab.load_model("tiny-qwen-zh", device="cpu", dtype=torch.float32)
+    out = ns["export_full_model"](tmp_path / "c", base, tokenizer, tmp_path / "export")
+    assert out == tmp_path / "export" and (out / "model.safetensors").is_file()
+    back = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).state_dict()
+    assert all(torch.equal(back[k], v) for k, v in trained.state_dict().items())
+    with pytest.raises(NotImplementedError):
+        empty["export_full_model"](tmp_path / "c", base, tokenizer, tmp_path / "again")
+
+
+# ---------------------------------------------------------------- the teardown helper
+
+TEARDOWN_PROBE = textwrap.dedent(
+    """
+    import sys, tempfile
+    import torch, torch.distributed as dist, torch.distributed.nn
+    from torch.distributed.fsdp import fully_shard
+    from rocmlab.lab.teardown import backend_threads, end_process_group
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.FileStore(tempfile.mktemp(), 1))
+
+    def work():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(torch.randn(2, 8)).sum().backward()
+        optimizer.step()
+
+    work()
+    before = backend_threads()
+    if sys.argv[1] == "plain":
+        dist.destroy_process_group()
+        import gc
+        gc.collect()
+        after = backend_threads()
+    else:
+        after = end_process_group()
+    print(repr((before, after)))
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads are listed from /proc")
+def test_end_process_group_frees_the_group_fsdp_keeps_alive(tmp_path):
+    """After FSDP2, a plain destroy_process_group leaves gloo's threads running; the helper does not."""
+    script = tmp_path / "probe.py"
+    script.write_text(TEARDOWN_PROBE)
+    seen = {}
+    for mode in ("plain", "helper"):
+        run = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        seen[mode] = ast.literal_eval(run.stdout.strip().splitlines()[-1])
+    assert "pt_gloo_runloop" in seen["plain"][0] and "pt_gloo_runloop" in seen["plain"][1], seen
+    assert "pt_gloo_runloop" in seen["helper"][0] and seen["helper"][1] == [], seen
+
+
+def test_end_process_group_without_a_group_only_reports():
+    from rocmlab import lab
+
+    assert lab.end_process_group() == lab.backend_threads() == []
+
+
+# ---------------------------------------------------------------- the rank script, launched (slow)
+
+
+def clean_exit_work(cfg, rank, world, device, mesh):
+    """Shard, two training steps, a DCP save: what every launch of the lab does, in small.
+    Runs in the rank script, where the lab's rank code defines the names used here."""
+    model, tokenizer = load_for_training(cfg, device)  # noqa: F821
+    shard_model(model, mesh)  # noqa: F821
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
+    items = lab.load_qc_reports("train")  # noqa: F821
+    losses = []
+    for step in range(cfg["steps"]):
+        rows = global_batch(step, items, tokenizer, cfg)  # noqa: F821
+        losses.append(train_step(model, optimizer, rows, tokenizer.pad_token_id, rank, world, device))  # noqa: F821
+    save_checkpoint(model, optimizer, cfg["steps"], cfg["ckpt"])  # noqa: F821
+    return {"losses": losses}
+
+
+@pytest.mark.slow
+def test_the_rank_script_exits_cleanly_every_time(ns, tmp_path):
+    """Ten launches of the lab's rank code: exit 0 on both ranks, no gloo thread after destroy, no abort."""
+    from rocmlab import lab
+
+    cfg = dict(ns["TRAIN_CFG"], steps=2, global_batch=4)
+    functions = [ns[name] for name in ("shard_model", "rank_loss", "train_step", "save_checkpoint")]
+    for attempt in range(10):
+        run_cfg = dict(cfg, ckpt=str(tmp_path / f"ckpt{attempt}"))
+        result, ranks = ns["launch"](f"clean{attempt}", clean_exit_work, functions, run_cfg)
+        outputs = "\n".join(r.output for r in result.ranks) + result.output
+        assert result.ok and [r.returncode for r in result.ranks] == [0, 0], outputs[-3000:]
+        assert "terminate called" not in outputs and "Aborted" not in outputs, outputs[-3000:]
+        assert [r["gloo_threads_after_destroy"] for r in ranks] == [[], []], ranks
+        assert ranks[0]["losses"] == ranks[1]["losses"] and len(ranks[0]["losses"]) == 2
+    assert not lab.leftover_processes()
