@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
+import linecache
 import re
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +24,7 @@ from rocmlab.source import parameter_names
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION_BLOCK = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
 HIDDEN_MARKER = re.compile(r"^\s*### (BEGIN|END) HIDDEN TESTS\n?", re.MULTILINE)
+_CELL_NUMBERS = itertools.count(1)
 
 
 class LabSource:
@@ -64,11 +67,16 @@ class LabSource:
 
     def run(self, *sources: str, namespace: dict | None = None, cwd: Path | None = None, name: str = "") -> dict:
         """Execute ``sources`` (as ``as_code`` makes them) in ``namespace``, in ``cwd`` (the lab's
-        own folder reads its data/ relatively); the namespace."""
+        own folder reads its data/ relatively); the namespace. Each source is registered with
+        linecache under its own name, as IPython does for a cell, so ``inspect.getsource`` works on
+        what it defines (Triton reads a kernel's source that way)."""
         namespace = {} if namespace is None else namespace
         with contextlib.chdir(cwd) if cwd else contextlib.nullcontext():
             for source in sources:
-                exec(compile(as_code(source), f"<{name or self.lab.id} cell>", "exec"), namespace)  # noqa: S102 (our own lab source)
+                code = as_code(source)
+                filename = f"<{name or self.lab.id} cell {next(_CELL_NUMBERS)}>"
+                linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+                exec(compile(code, filename, "exec"), namespace)  # noqa: S102 (our own lab source)
         return namespace
 
     def run_solutions(self, *grade_ids: str, defining=(), namespace: dict | None = None, **options) -> dict:

@@ -41,25 +41,17 @@ def constant(node) -> bool:
 
 
 def lab_namespace(notebook, tmp_path, *solution_sources):
-    """The lab's imports and helper functions, plus the given solution cells, in one namespace.
-
-    Each piece runs from a file under tmp_path, so inspect.getsource (write_worker) can read it back.
-    """
-    namespace = {"__name__": "lab05_test"}
+    """The lab's imports and helper functions, plus the given solution cells, in one namespace
+    (run by the harness, so inspect.getsource works on them: write_worker reads functions back)."""
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
-    sources = [code_cells[0].source]
-    pieces = tmp_path / "lab05-source"
-    pieces.mkdir(exist_ok=True)
-    for cell in code_cells[1:]:
-        if not {"parameters", "solution", "test"} & set(cell.metadata.get("tags", [])):
-            sources.append(definitions(cell.source, constants=constant))
-    for index, source in enumerate([*sources, *solution_sources]):
-        path = pieces / f"piece{index}.py"
-        path.write_text(source, encoding="utf-8")
-        exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (runs lab cells)
-        if index == 0:
-            namespace.update(WORK=tmp_path, WORLD_SIZE=2, SEED=0, BACKEND="auto")
-    return namespace
+    namespace = SOURCE.run(code_cells[0].source, namespace={"__name__": "lab05_test"})
+    namespace.update(WORK=tmp_path, WORLD_SIZE=2, SEED=0, BACKEND="auto")
+    helpers = [
+        definitions(cell.source, constants=constant)
+        for cell in code_cells[1:]
+        if not {"parameters", "solution", "test"} & set(cell.metadata.get("tags", []))
+    ]
+    return SOURCE.run(*helpers, *solution_sources, namespace=namespace)
 
 
 # ---------------------------------------------------------------- structure
@@ -182,7 +174,7 @@ def test_failed_atomic_save_keeps_the_old_file_and_leaves_no_temp(notebook, cell
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         ns["save_checkpoint_atomic"]({"step": 2, "bad": lambda: None}, target)
     assert torch.load(target, weights_only=True)["step"] == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "lab05-source"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]  # no temporary file left
     empty = lab_namespace(notebook, tmp_path, student(cells["05-ckpt-sol-1"]))
     with pytest.raises(NotImplementedError):
         empty["save_checkpoint_atomic"]({"step": 3}, target)

@@ -9,24 +9,21 @@ of each of those cells fails. The slow test runs the model-swap exercise on tiny
 from __future__ import annotations
 
 import ast
-import linecache
-import re
 import tomllib
-from pathlib import Path
 from types import SimpleNamespace
 
-import jupytext
 import pytest
 import torch
+from labsource import REPO, LabSource, student
+from labsource import definitions as cell_definitions
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from rocmlab import releases
-from rocmlab.catalog import parse_lab
 
-ROOT = Path(__file__).resolve().parents[1]
-LAB = ROOT / "solutions" / "07-triton-kernels"
-SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+ROOT = REPO
+SOURCE = LabSource("07-triton-kernels")
+LAB = SOURCE.folder
 # Graded cells that need no model: their test cells run here against a namespace without one.
 MODEL_FREE = ("add", "softmax", "traffic", "matmul", "lanes", "wave32", "configs", "roofline")
 TOPICS = {*MODEL_FREE, "rmsnorm", "swiglu", "model"}
@@ -34,12 +31,12 @@ TOPICS = {*MODEL_FREE, "rmsnorm", "swiglu", "model"}
 
 @pytest.fixture(scope="module")
 def notebook():
-    return jupytext.read(LAB / "lab.py")
+    return SOURCE.notebook
 
 
 @pytest.fixture(scope="module")
-def cells(notebook):
-    return {c.metadata["grade_id"]: c.source for c in notebook.cells if c.metadata.get("grade_id")}
+def cells():
+    return SOURCE.graded
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +47,8 @@ def interpreter():
         yield
 
 
-def student(source: str) -> str:
-    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
-
-
 def _literal_constant(node) -> bool:
-    if not (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)):
-        return False
+    """An UPPER_CASE assignment of a literal (the cells' other constants need the notebook)."""
     try:
         ast.literal_eval(node.value)
     except ValueError:
@@ -64,22 +56,13 @@ def _literal_constant(node) -> bool:
     return True
 
 
+def run_cell(source: str, name: str, namespace: dict) -> None:
+    SOURCE.run(source, namespace=namespace, name=f"lab07 {name}")
+
+
 def definitions(source: str) -> str:
     """Imports, functions (kernels included), classes and literal UPPER_CASE constants of a cell; no demos."""
-    tree = ast.parse(source)
-    keep = [
-        node
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)) or _literal_constant(node)
-    ]
-    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
-
-
-def run_cell(source: str, name: str, namespace: dict) -> None:
-    """Execute lab code under a file name that inspect can read back, as IPython does for notebook cells."""
-    filename = f"<lab07 {name} {len(linecache.cache)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (runs the lab's own cells)
+    return cell_definitions(source, constants=_literal_constant)
 
 
 def lab_namespace(notebook, cells, *, solutions=(), students=()):
@@ -117,14 +100,12 @@ def sol(notebook, cells, interpreter):
 # ---------------------------------------------------------------- structure
 
 
-def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
-    lab = parse_lab(LAB)
-    assert lab.id == LAB.name and {"smoke", "gpu"} <= set(lab.profiles)
-    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
-    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned():
+    assert {"smoke", "gpu"} <= set(SOURCE.lab.profiles)
+    assigned = SOURCE.parameter_names
     assert {"PROFILE", "DEVICE", "SEED", "MODEL", "INTERPRET"} <= assigned
-    for name, profile in tomllib.loads((LAB / "lab.toml").read_text())["profiles"].items():
-        assert not set(profile["params"]) - assigned, f"profile {name}: parameters not in the parameters cell"
+    for name, profile in SOURCE.lab.profiles.items():
+        assert not set(profile.params) - assigned, f"profile {name}: parameters not in the parameters cell"
 
 
 def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
@@ -159,9 +140,10 @@ def test_prose_comes_in_zh_en_pairs_and_cites_the_amd_sources(notebook):
             assert source in text, f"{lang} prose does not cite {source}"
 
 
-def test_triton_pins_run_the_interpreter_beside_the_labs_extra():
-    """Every CPU environment pins a Triton whose interpreter runs loops with run-time bounds (3.7+)."""
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["labs"]
+def test_triton_pins_run_the_interpreter_and_fit_the_cpu_kernels_extra():
+    """Every CPU environment pins a Triton whose interpreter runs loops with run-time bounds (3.7+),
+    within the range of the cpu-kernels extra (where Triton moved from the labs extra)."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cpu-kernels"]
     (triton_req,) = [Requirement(r) for r in extra if Requirement(r).name == "triton"]
     for entry in (e for e in releases.load_matrix(ROOT / "env" / "matrix.toml") if e.kind == "cpu"):
         pinned = entry.pin("triton")
@@ -286,12 +268,12 @@ def test_the_lds_estimate_bounds_what_triton_compiles_for_gfx942_and_gfx950(sol)
 @pytest.mark.parametrize("topic", MODEL_FREE)
 def test_graded_cell_passes_on_the_solution_and_fails_on_the_student_version(notebook, cells, interpreter, topic):
     solved = lab_namespace(notebook, cells, solutions=MODEL_FREE)
-    exec(compile(cells[f"07-{topic}-1"], f"<07-{topic}-1>", "exec"), solved)  # noqa: S102
+    run_cell(cells[f"07-{topic}-1"], "07-{topic}-1", solved)
     others = [t for t in MODEL_FREE if t != topic]
     empty = lab_namespace(notebook, cells, solutions=others, students=[topic])
     # NotImplementedError itself, or Triton's InterpreterError wrapping it when a student kernel body runs
     with pytest.raises(Exception) as caught:
-        exec(compile(cells[f"07-{topic}-1"], f"<student 07-{topic}-1>", "exec"), empty)  # noqa: S102
+        run_cell(cells[f"07-{topic}-1"], "student 07-{topic}-1", empty)
     assert "NotImplementedError" in repr(caught.value) or isinstance(caught.value, NotImplementedError)
 
 
@@ -312,5 +294,5 @@ def test_kernels_swapped_into_tiny_qwen_zh_pass_their_graded_cells(notebook, cel
     ns["_norm"], ns["_mlp"] = ns["NORM_MODULES"][-1], ns["MLP_MODULES"][0]
     ns["_h"] = torch.randn(2, 3, model.config.hidden_size)
     for topic in ("rmsnorm", "swiglu", "model"):
-        exec(compile(cells[f"07-{topic}-1"], f"<07-{topic}-1>", "exec"), ns)  # noqa: S102
+        run_cell(cells[f"07-{topic}-1"], "07-{topic}-1", ns)
     assert not any("forward" in vars(m) for m in model.modules()), "the model is left as it was"

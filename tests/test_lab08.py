@@ -9,18 +9,15 @@ the solution (they must pass) and then on deliberately wrong implementations, th
 import ast
 import json
 import math
-import re
-import tomllib
-from pathlib import Path
 
 import pytest
+from labsource import LabSource
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "08-low-precision"
-SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
-CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+SOURCE = LabSource("08-low-precision")
+LAB = SOURCE.folder
 FP8_DTYPES = {
     "e4m3fn": torch.float8_e4m3fn,
     "e4m3fnuz": torch.float8_e4m3fnuz,
@@ -31,24 +28,13 @@ FP8_DTYPES = {
 PLAIN_DEFINITIONS = {"relative_error", "decoder_linears", "kv_cache_bytes", "PROJECTIONS", "QWEN25_05B", "QWEN25_7B"}
 
 
-def cells():
-    """(marker options, body) for every cell of lab.py."""
-    parts = CELL.split(SOURCE)
-    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
-
-
-def graded_cell_source(grade_id):
-    (body,) = [b for o, b in cells() if '"test"' in o and f'grade_id="{grade_id}"' in o]
-    return body
-
-
 def plain_definitions():
     """The named functions and constants of the plain code cells, as one module's source."""
     nodes = []
-    for options, body in cells():
-        if options.startswith("[markdown]") or "grade_id" in options or "parameters" in options:
+    for cell in SOURCE.code_cells:
+        if "grade_id" in cell.metadata or "parameters" in cell.metadata.get("tags", []):
             continue
-        for node in ast.parse(body).body:
+        for node in ast.parse(cell.source).body:
             names = {node.name} if isinstance(node, ast.FunctionDef) else set()
             if isinstance(node, ast.Assign):
                 names = {t.id for t in node.targets if isinstance(t, ast.Name)}
@@ -62,12 +48,8 @@ def ns():
     """Every solution cell and the plain helpers run in one namespace (no model needed)."""
     import torch.nn.functional as F
 
-    namespace = {"torch": torch, "math": math, "json": json, "F": F}
-    for options, body in cells():
-        if '"solution"' in options:
-            exec(compile(body, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own source)
-    exec(compile(plain_definitions(), "lab.py:plain", "exec"), namespace)  # noqa: S102
-    return namespace
+    namespace = SOURCE.run_solutions(namespace={"torch": torch, "math": math, "json": json, "F": F})
+    return SOURCE.run(plain_definitions(), namespace=namespace)
 
 
 @pytest.fixture(scope="module")
@@ -123,40 +105,32 @@ def graded_namespace(ns, tokenizer, model, **replaced):
 
 
 def run_test_cell(grade_id, namespace):
-    exec(compile(graded_cell_source(grade_id), f"lab.py:{grade_id}", "exec"), dict(namespace))  # noqa: S102
+    SOURCE.run(SOURCE.graded[grade_id], namespace=dict(namespace), name=grade_id)
 
 
 # -- source shape --------------------------------------------------------------------------
 
 
 def test_profiles_use_the_offline_model_in_smoke_and_a_real_qwen_on_gpu():
-    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
-    assert toml["id"] == LAB.name
-    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
-    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert toml["profiles"]["gpu"]["params"]["INT4_GROUP"] == 128
-
-
-def test_catalog_accepts_the_lab():
-    from rocmlab import catalog
-
-    assert LAB.name in {lab.id for lab in catalog.discover(LAB.parents[1])}
+    profiles = SOURCE.lab.profiles
+    assert profiles["smoke"].params["MODEL"] == "tiny-qwen-zh"
+    assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert profiles["gpu"].params["INT4_GROUP"] == 128
 
 
 def test_graded_cells_are_well_formed():
-    graded = [(o, b) for o, b in cells() if '"test"' in o or '"solution"' in o]
-    ids = [re.search(r'grade_id="([^"]+)"', o).group(1) for o, _ in graded]
-    assert len(ids) == len(set(ids)) and all(i.startswith("08-") for i in ids)
-    tests = [(o, b) for o, b in graded if '"test"' in o]
+    tests, solutions = SOURCE.tagged("test"), SOURCE.tagged("solution")
+    assert len(SOURCE.graded) == len(tests) + len(solutions), "duplicate grade_id"
+    assert all(grade_id.startswith("08-") for grade_id in SOURCE.graded)
     assert len(tests) >= 8
-    for options, body in tests:
-        assert re.search(r"points=\d+", options), options
-        assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
+    for cell in tests:
+        assert int(cell.metadata["points"]) > 0, cell.metadata
+        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
 
 
 def test_prose_comes_in_language_pairs():
-    tags = [o for o, _ in cells() if o.startswith("[markdown]")]
-    assert sum('"zh"' in t for t in tags) == sum('"en"' in t for t in tags) == len(tags) // 2
+    prose = [cell for cell in SOURCE.cells if cell.cell_type == "markdown"]
+    assert len(SOURCE.tagged("zh")) == len(SOURCE.tagged("en")) == len(prose) // 2
 
 
 # -- exercise 1: decoding FP8 bytes ---------------------------------------------------------

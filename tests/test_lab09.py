@@ -1,7 +1,6 @@
 """Lab 09 (profiling and the performance levers of ROCm): source shape, the recorded data, and the
 solution functions run outside the notebook (no model, no profiler)."""
 
-import ast
 import csv
 import importlib.util
 import io
@@ -9,17 +8,13 @@ import math
 import random
 import re
 import statistics
-import tomllib
-from pathlib import Path
 
 import pytest
+from labsource import LabSource, definitions
 
-from rocmlab import catalog
-
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "09-profiling"
+SOURCE = LabSource("09-profiling")
+LAB = SOURCE.folder
 DATA = LAB / "data"
-SOURCE = (LAB / "lab.py").read_text(encoding="utf-8")
-CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
 TRACE_HEADER = [
     "Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name",
     "Correlation_Id", "Start_Timestamp", "End_Timestamp", "LDS_Block_Size", "Scratch_Size", "VGPR_Count",
@@ -33,22 +28,12 @@ COUNTER_HEADER = [
 ]  # fmt: skip
 
 
-def cells():
-    """(marker options, body) for every cell of lab.py."""
-    parts = CELL.split(SOURCE)
-    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
-
-
 @pytest.fixture(scope="module")
 def sol():
     """The functions of the solution cells in one namespace (their top-level statements need the notebook)."""
     namespace = {"statistics": statistics, "math": math}
-    for options, body in cells():
-        if '"solution"' in options:
-            tree = ast.parse(body)
-            tree.body = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom))]
-            exec(compile(tree, f"lab.py:{options}", "exec"), namespace)  # noqa: S102 (our own solution source)
-    return namespace
+    solutions = [definitions(cell.source, constants=lambda node: False) for cell in SOURCE.tagged("solution")]
+    return SOURCE.run(*solutions, namespace=namespace)
 
 
 def rows_of(path):
@@ -65,40 +50,35 @@ def header_of(path):
 
 
 def test_lab_toml_profiles():
-    lab = catalog.parse_lab(LAB)
-    assert lab.id == "09-profiling" and {"smoke", "gpu"} <= set(lab.profiles)
-    toml = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
-    assert toml["profiles"]["smoke"]["params"]["MODEL"] == "tiny-qwen-zh"
-    assert toml["profiles"]["gpu"]["params"]["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    profiles = SOURCE.lab.profiles
+    assert {"smoke", "gpu"} <= set(profiles)
+    assert profiles["smoke"].params["MODEL"] == "tiny-qwen-zh"
+    assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 def test_grade_ids_unique_and_every_test_has_hidden_checks():
-    ids, tests = [], 0
-    for options, body in cells():
-        match = re.search(r'grade_id="([^"]+)"', options)
-        if match:
-            ids.append(match.group(1))
-            assert re.fullmatch(r"09-[a-z]+-(sol-)?\d", match.group(1)), match.group(1)
-        if '"test"' in options:
-            tests += 1
-            assert "### BEGIN HIDDEN TESTS" in body and "### END HIDDEN TESTS" in body, options
-            assert re.search(r"points=\d+", options), options
-        if '"solution"' in options:
-            assert "### BEGIN SOLUTION" in body and "### END SOLUTION" in body, options
-    assert len(ids) == len(set(ids)), "duplicate grade_id"
-    assert tests == 10
+    tests, solutions = SOURCE.tagged("test"), SOURCE.tagged("solution")
+    assert len(SOURCE.graded) == len(tests) + len(solutions), "duplicate grade_id"
+    for grade_id in SOURCE.graded:
+        assert re.fullmatch(r"09-[a-z]+-(sol-)?\d", grade_id), grade_id
+    for cell in tests:
+        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
+        assert int(cell.metadata["points"]) > 0, cell.metadata
+    for cell in solutions:
+        assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.metadata
+    assert len(tests) == 10
 
 
 def test_prose_comes_in_zh_en_pairs():
-    tags = [options for options, _ in cells() if options.startswith("[markdown]")]
-    zh, en = sum('"zh"' in t for t in tags), sum('"en"' in t for t in tags)
+    zh, en = len(SOURCE.tagged("zh")), len(SOURCE.tagged("en"))
     assert zh == en and zh >= 15
 
 
 def test_recorded_data_is_labelled_illustrative():
     card = (DATA / "README.md").read_text(encoding="utf-8")
     assert "ILLUSTRATIVE, NOT MEASURED" in card
-    assert "示意数据" in SOURCE and "illustrative" in SOURCE
+    text = (LAB / "lab.py").read_text(encoding="utf-8")
+    assert "示意数据" in text and "illustrative" in text
 
 
 # -- the recorded data ----------------------------------------------------------------------------

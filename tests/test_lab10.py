@@ -10,24 +10,20 @@ teardown helper the rank scripts rely on. The slow test launches the lab's own r
 from __future__ import annotations
 
 import ast
-import linecache
 import math
-import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 from fractions import Fraction
 from pathlib import Path
 
-import jupytext
 import pytest
 import torch
+from labsource import LabSource, student
+from labsource import definitions as cell_definitions
 
-from rocmlab.catalog import parse_lab
-
-LAB = Path(__file__).resolve().parents[1] / "solutions" / "10-fsdp2"
-SOLUTION = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
+SOURCE = LabSource("10-fsdp2")
+LAB = SOURCE.folder
 CONSTANTS = {
     "REPORT_KEYS",
     "SYSTEM_PROMPT",
@@ -43,36 +39,22 @@ SOLUTION_IDS = ["memory", "shard", "prefetch", "loss", "comm", "dcp", "export"]
 
 @pytest.fixture(scope="module")
 def notebook():
-    return jupytext.read(LAB / "lab.py")
+    return SOURCE.notebook
 
 
 @pytest.fixture(scope="module")
-def cells(notebook):
-    return {c.metadata["grade_id"]: c.source for c in notebook.cells if c.metadata.get("grade_id")}
-
-
-def student(source: str) -> str:
-    return SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError()\n", source)
+def cells():
+    return SOURCE.graded
 
 
 def definitions(source: str) -> str:
     """Imports, function and class definitions, and the module constants of a cell; no launches."""
-    tree = ast.parse(source)
-    keep = [
-        n
-        for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom)
-        or (isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id in CONSTANTS for t in n.targets))
-    ]
-    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+    return cell_definitions(source, constants=lambda node: all(t.id in CONSTANTS for t in node.targets))
 
 
 def run_cell(source: str, name: str, namespace: dict) -> None:
-    """exec a cell under a file name that linecache knows, so inspect.getsource works on its functions
-    (the lab writes rank scripts from function sources)."""
-    filename = f"<lab10 {name} {len(linecache.cache)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (runs lab cells)
+    """Run a cell so that inspect.getsource works on its functions (the lab writes rank scripts from them)."""
+    SOURCE.run(source, namespace=namespace, name=f"lab10 {name}")
 
 
 def lab_namespace(notebook, work: Path, *, student_ids=()):
@@ -108,14 +90,11 @@ def empty(notebook, tmp_path):
 # ---------------------------------------------------------------- structure
 
 
-def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned(notebook):
-    lab = parse_lab(LAB)
-    assert lab.id == LAB.name
-    params = next(c.source for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
-    assigned = set(re.findall(r"^([A-Z_]+)\s*=", params, re.MULTILINE))
+def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned():
+    assigned = SOURCE.parameter_names
     assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
-    for name, profile in tomllib.loads((LAB / "lab.toml").read_text())["profiles"].items():
-        missing = set(profile["params"]) - assigned
+    for name, profile in SOURCE.lab.profiles.items():
+        missing = set(profile.params) - assigned
         assert not missing, f"profile {name}: {missing} not assigned in the parameters cell"
 
 
