@@ -230,9 +230,7 @@ def test_install_lines_come_from_the_release_matrix():
 
 
 def test_every_solution_cell_has_a_contract_in_both_languages_right_above():
-    import jupytext
-
-    cells = jupytext.read(LAB / "lab.py").cells
+    cells = SOURCE.cells
     for i, cell in enumerate(cells):
         if "solution" not in cell.metadata.get("tags", []):
             continue
@@ -242,8 +240,6 @@ def test_every_solution_cell_has_a_contract_in_both_languages_right_above():
 
 
 def test_stretch_exercise_is_last_and_graded_apart():
-    import jupytext
-
-    ids = [c.metadata["grade_id"] for c in jupytext.read(LAB / "lab.py").cells if "grade_id" in c.metadata]
+    ids = list(SOURCE.graded)
     stretch = [i for i, g in enumerate(ids) if g.startswith("01-stretch-")]
     assert stretch and stretch == list(range(len(ids) - len(stretch), len(ids)))
