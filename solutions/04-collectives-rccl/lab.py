@@ -837,12 +837,15 @@ try:
           f"'90 %' of it is {0.9 * h100['theoretical_gbs']:.0f} GB/s of busbw")
     gpu = datasheets.lookup(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
     fabric = next((f for f in datasheets.INTERCONNECTS if gpu is not None and f.gpu == gpu.key), None)
-    if fabric is not None and bench_rows and N_RANKS >= 2:
-        mine = busbw_vs_peak(max(r[2] for r in bench_rows), fabric, N_RANKS)
-        print(f"this machine, {N_RANKS} x {gpu.key}: plateau {max(r[2] for r in bench_rows):.1f} GB/s = "
+    on_gpus = bench_rows and bench_data["label"] != "gloo"    # a gloo run measured the CPU, not the fabric
+    if fabric is not None and on_gpus and 2 <= N_RANKS <= fabric.gpus:
+        plateau = max(r[2] for r in bench_rows)
+        mine = busbw_vs_peak(plateau, fabric, N_RANKS)
+        print(f"this machine, {N_RANKS} x {gpu.key} over {bench_data['label']}: plateau {plateau:.1f} GB/s = "
               f"{fmt(mine['pct_of_theoretical'], ' %')} of theory, {fmt(mine['pct_of_achievable'], ' %')} of usable")
     else:
-        print("this machine: no fabric row (CPU/gloo, or a GPU the table does not list), so no percentage of peak")
+        print("this machine: no GPU fabric measured (gloo on the CPU, or a GPU the table does not list), "
+              "so no percentage of peak")
 except NotImplementedError:
     print("busbw_vs_peak is not written yet")
 
