@@ -670,7 +670,7 @@ if bench.ok and bench_path.exists():
 # %% [markdown] tags=["zh"]
 # ## 4b · “RCCL 只到 busbw 峰值的 60 %，NCCL 90 % 以上”：先问分母
 #
-# 这句话在一线工程师反馈里反复出现（课程的 FIELD-NOTES）。百分比有分子也有分母：分子是测到的 busbw，分母是
+# 这句话在一线工程师的反馈里反复出现。百分比有分子也有分母：分子是测到的 busbw，分母是
 # “峰值”——而峰值不止一个。以下数字都按**每块 GPU、单方向**计，与 busbw 的口径一致：
 #
 # - **MI300X**：8 块 GPU 经 xGMI 两两直连（全互联 mesh），每块 GPU 7 条链路，每条单向理论 64 GB/s，合计
@@ -689,7 +689,7 @@ if bench.ok and bench_path.exists():
 # %% [markdown] tags=["en"]
 # ## 4b · "RCCL reaches ~60 % of busbw peak, NCCL 90 %+": ask for the denominator first
 #
-# Practitioners repeat this line (the course's FIELD-NOTES). A percentage has a numerator and a denominator: the
+# Engineers in the field repeat this line. A percentage has a numerator and a denominator: the
 # numerator is the measured busbw, the denominator a "peak", and there is more than one. All figures below are
 # **per GPU, one direction**, the way busbw counts:
 #
