@@ -1,8 +1,9 @@
 """Lab 04 (collectives and RCCL debugging): its solution cells against its graded tests.
 
-Fast tests run the pure-Python exercises (init plan, busbw, debugging kit) straight from the lab
-source, and check that each test cell rejects the empty student version. Slow tests launch the ring
-all-reduce under torchrun with 2 to 4 ranks, and the hang scripts.
+Fast tests run the pure-Python exercises (init plan, busbw, busbw against the fabric's peak, the
+debugging kit) straight from the lab source, check that each test cell rejects the empty student
+version and plausible wrong answers, and check the source's shape (contracts in both languages,
+stretch after the core). Slow tests launch the ring all-reduce under torchrun with 2 to 4 ranks.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 import pytest
 import torch
 from labsource import LabSource, as_code, student
+
+from rocmlab.lab import datasheets
 
 SOURCE = LabSource("04-collectives-rccl")
 LAB = SOURCE.folder
@@ -27,6 +30,12 @@ def write_module(tmp_path, cells, grade_id, *, empty=False):
     source = cells[grade_id]
     name = source.splitlines()[0].split()[1]
     (tmp_path / name).write_text(as_code(student(source) if empty else source))
+    return tmp_path / name
+
+
+def write_given(tmp_path, name):
+    """Write the given (ungraded) %%writefile cell that creates `name`."""
+    (tmp_path / name).write_text(as_code(SOURCE.cell_starting(f"%%writefile {name}")))
     return tmp_path / name
 
 
@@ -52,15 +61,50 @@ def test_grade_ids_are_unique_and_paired(cells):
     assert len(tests) >= 6 and all(g.startswith("04-") for g in cells)
 
 
+def test_every_solution_cell_has_a_contract_in_both_languages_right_above():
+    """The check of labs 01/02: a zh cell with 约定 and an en cell with "contract" right above each solution."""
+    cells = SOURCE.cells
+    for i, cell in enumerate(cells):
+        if "solution" not in cell.metadata.get("tags", []):
+            continue
+        zh, en = cells[i - 2], cells[i - 1]
+        assert "zh" in zh.metadata.get("tags", []) and "约定" in zh.source, cell.metadata["grade_id"]
+        assert "en" in en.metadata.get("tags", []) and "contract" in en.source, cell.metadata["grade_id"]
+
+
+def test_stretch_comes_after_the_core_under_a_stretch_heading():
+    ids = list(SOURCE.graded)
+    stretch = [i for i, g in enumerate(ids) if g.startswith("04-stretch-")]
+    assert stretch and stretch == list(range(len(ids) - len(stretch), len(ids))), ids
+    first = next(i for i, c in enumerate(SOURCE.cells) if "04-stretch-" in c.metadata.get("grade_id", ""))
+    headings = [c.source for c in SOURCE.cells[:first] if c.cell_type == "markdown"][-4:]
+    assert any("## 选做" in h for h in headings) and any("## Stretch" in h for h in headings)
+    assert SOURCE.lab.minutes <= 105, "the graded core fits about 100 of the 120 minutes"
+
+
+def test_zh_prose_has_none_of_the_reviewed_calques():
+    source = (LAB / "lab.py").read_text(encoding="utf-8")
+    for calque in ("丢掉几天", "实践者报告", "诚实的基准", "smoke 配置", "# Lab 0"):
+        zh_lines = [line for line in source.splitlines() if calque in line and "Lab 04 · Collectives" not in line]
+        assert not zh_lines, (calque, zh_lines)
+
+
 @pytest.mark.parametrize("grade_id", ["04-init-1"])
 def test_init_plan_solution_passes_and_student_fails(tmp_path, cells, monkeypatch, grade_id):
     write_module(tmp_path, cells, "04-init-sol-1")
-    module = import_from(tmp_path, "dist_common", monkeypatch)
+    module = import_from(tmp_path, "init_plan", monkeypatch)
     run_cells(cells[grade_id], namespace={"init_plan": module.init_plan, "torch": torch})
     write_module(tmp_path, cells, "04-init-sol-1", empty=True)
-    module = import_from(tmp_path, "dist_common", monkeypatch)
+    module = import_from(tmp_path, "init_plan", monkeypatch)
     with pytest.raises(NotImplementedError):
         run_cells(cells[grade_id], namespace={"init_plan": module.init_plan, "torch": torch})
+
+
+def test_the_given_dist_common_imports_torch_distributed_nn_before_init(tmp_path):
+    """Issue 16: imported after init_process_group, torch.distributed.nn pins the default group."""
+    source = write_given(tmp_path, "dist_common.py").read_text()
+    assert "import torch.distributed.nn" in source and "from init_plan import init_plan" in source
+    assert source.index("import torch.distributed.nn") < source.index("init_process_group")
 
 
 def test_busbw_solution_passes_and_student_fails(cells):
@@ -79,18 +123,83 @@ def test_busbw_matches_nccl_tests_factors(cells):
             assert bandwidth(op, 1e9, 1.0, n)[1] == pytest.approx(1.0)
 
 
-def test_debug_kit_solution_passes_and_student_fails(cells):
-    run_cells(cells["04-debug-sol-1"], cells["04-debug-1"])
+def test_busbw_vs_peak_solution_passes_and_student_fails(cells):
+    ns = {"math": __import__("math"), "datasheets": datasheets}
+    run_cells(cells["04-peak-sol-1"], cells["04-peak-1"], namespace=dict(ns))
     with pytest.raises(NotImplementedError):
-        run_cells(student(cells["04-debug-sol-1"]), cells["04-debug-1"])
+        run_cells(student(cells["04-peak-sol-1"]), cells["04-peak-1"], namespace=dict(ns))
 
 
-def test_debug_kit_rejects_a_wrong_flight_recorder_name(cells):
-    """A kit that always uses the old buffer name must fail the graded test."""
-    wrong = cells["04-debug-sol-1"].replace('"TORCH_FR_BUFFER_SIZE" if new_names else ', "")
-    assert wrong != cells["04-debug-sol-1"]
-    with pytest.raises(AssertionError):
-        run_cells(wrong, cells["04-debug-1"])
+@pytest.mark.parametrize(
+    "original, broken",
+    [
+        ("links = n_gpus - 1", "links = link.gpus - 1"),  # every mesh link counted, whatever n
+        ("links = 1\n", "links = n_gpus - 1\n"),  # a switch peak that grows with n
+        ("100 * busbw_gbs / theoretical", "busbw_gbs / theoretical"),  # a fraction, not a percentage
+    ],
+)
+def test_busbw_vs_peak_test_rejects_a_wrong_denominator(cells, original, broken):
+    solution = cells["04-peak-sol-1"]
+    assert original in solution
+    ns = {"math": __import__("math"), "datasheets": datasheets}
+    with pytest.raises(AssertionError, match="rule"):
+        run_cells(solution.replace(original, broken, 1), cells["04-peak-1"], namespace=ns)
+
+
+def test_interconnect_rows_state_the_cited_figures():
+    xgmi, h100, h200 = (datasheets.interconnect(k) for k in ("MI300X", "H100 SXM", "H200 SXM"))
+    assert (xgmi.topology, xgmi.gpus, xgmi.link_gbs, xgmi.usable_link_gbs) == ("mesh", 8, 64, 48)
+    assert xgmi.sources[0].startswith("https://rocm.blogs.amd.com/") and "mi300x-rccl-xgmi" in xgmi.sources[0]
+    for row in (h100, h200):
+        assert (row.topology, row.gpus, row.link_gbs, row.usable_link_gbs) == ("switch", 8, 450, None)
+        assert any("hopper-architecture" in url for url in row.sources)
+    for row in datasheets.INTERCONNECTS:
+        datasheets.by_key(row.gpu)  # every fabric belongs to a GPU of the datasheet table
+        assert row.sources and all(url.startswith("https://") for url in row.sources)
+    assert datasheets.interconnect("MI300X xGMI") is xgmi
+    with pytest.raises(KeyError, match="known"):
+        datasheets.interconnect("B200")
+
+
+def test_debug_kit_solution_passes_and_student_fails(cells):
+    run_cells(cells["04-stretch-debug-sol-1"], cells["04-stretch-debug-1"])
+    with pytest.raises(NotImplementedError):
+        run_cells(student(cells["04-stretch-debug-sol-1"]), cells["04-stretch-debug-1"])
+
+
+def test_debug_kit_sets_both_flight_recorder_names_to_the_same_values(cells):
+    debug_env = run_cells(cells["04-stretch-debug-sol-1"])["debug_env"]
+    env = debug_env("hang", dump_dir="/tmp/fr")
+    assert env["TORCH_FR_BUFFER_SIZE"] == env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/tmp/fr/rank_"
+    assert "torch_version" not in cells["04-stretch-debug-sol-1"], "no branching on an arbitrary torch version"
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [
+        '"TORCH_FR_BUFFER_SIZE": "2000", ',  # only the old name: the flight recorder of torch >= 2.8 wants the new
+        '"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",',  # only the new name: ProcessGroupNCCL still reads the old
+        '"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{dump_dir}/rank_",',
+    ],
+)
+def test_debug_kit_test_rejects_a_single_flight_recorder_name(cells, dropped):
+    solution = cells["04-stretch-debug-sol-1"]
+    assert dropped in solution
+    with pytest.raises(AssertionError, match="hang"):
+        run_cells(solution.replace(dropped, "", 1), cells["04-stretch-debug-1"])
+
+
+def test_debug_kit_test_rejects_wrong_interface_without_debug_logs(cells):
+    """The hidden requirement of 1.0.x, now stated: wrong_interface must also turn NCCL_DEBUG on."""
+    solution = cells["04-stretch-debug-sol-1"]
+    wrong = '"wrong_interface": {**logs, "NCCL_DEBUG_SUBSYS": "INIT,NET", **socket},'
+    assert wrong in solution
+    broken = solution.replace(wrong, '"wrong_interface": {**socket},', 1)
+    with pytest.raises(AssertionError, match="wrong_interface"):
+        run_cells(broken, cells["04-stretch-debug-1"])
+    zh_contract = next(c for c in SOURCE.cells if "选做 S1 的约定" in c.source)
+    assert "NCCL_DEBUG" in zh_contract.source.split('`"wrong_interface"`')[1].split("\n")[0]
 
 
 # ---------------------------------------------------------------- torchrun (slow)
@@ -100,6 +209,7 @@ def ring_run(tmp_path, cells, nproc, sizes, *, break_it=False):
     from rocmlab.lab import run_torchrun
 
     write_module(tmp_path, cells, "04-init-sol-1")
+    write_given(tmp_path, "dist_common.py")
     ring = write_module(tmp_path, cells, "04-ring-sol-1")
     if break_it:  # all-gather forgotten: each rank keeps only its own reduced chunk
         ring.write_text(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import pickle
+import re
 
 import pytest
 import torch
@@ -70,11 +71,13 @@ def test_grade_ids_are_unique_paired_and_solutions_marked(notebook, cells):
     assert len(ids) == len(set(ids)) and all(g.startswith("05-") for g in ids)
     topics_with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
     topics_with_test = {g.split("-")[1] for g in ids if "-sol-" not in g}
-    assert (
-        topics_with_solution
-        == topics_with_test
-        == {"scratch", "ddp", "bucket", "nosync", "ckpt", "elastic", "finetune"}
-    )
+    assert topics_with_solution == topics_with_test == {"scratch", "ddp", "stretch", "ckpt", "elastic", "finetune"}
+    assert {g for g in ids if g.startswith("05-stretch-")} == {
+        "05-stretch-bucket-sol-1",
+        "05-stretch-bucket-1",
+        "05-stretch-nosync-sol-1",
+        "05-stretch-nosync-1",
+    }
     for cell in notebook.cells:
         tags = cell.metadata.get("tags", [])
         if "solution" in tags:
@@ -88,11 +91,76 @@ def test_prose_comes_in_zh_en_pairs(notebook):
     assert tags.count(("zh",)) == tags.count(("en",)) >= 10
 
 
+def test_every_solution_cell_has_a_contract_in_both_languages_right_above(notebook):
+    """The check of labs 01/02: a zh cell with 约定 and an en cell with "contract" right above each solution."""
+    for i, cell in enumerate(notebook.cells):
+        if "solution" not in cell.metadata.get("tags", []):
+            continue
+        zh, en = notebook.cells[i - 2], notebook.cells[i - 1]
+        assert "zh" in zh.metadata.get("tags", []) and "约定" in zh.source, cell.metadata["grade_id"]
+        assert "en" in en.metadata.get("tags", []) and "contract" in en.source, cell.metadata["grade_id"]
+
+
+def test_stretch_comes_after_the_core_and_the_cleanup_cell_is_last(notebook):
+    ids = [c.metadata["grade_id"] for c in notebook.cells if "grade_id" in c.metadata]
+    stretch = [i for i, g in enumerate(ids) if g.startswith("05-stretch-")]
+    assert stretch and stretch == list(range(len(ids) - len(stretch), len(ids))), ids
+    first = next(i for i, c in enumerate(notebook.cells) if "05-stretch-" in c.metadata.get("grade_id", ""))
+    headings = [c.source for c in notebook.cells[:first] if c.cell_type == "markdown"][-4:]
+    assert any("## 选做 S1" in h for h in headings) and any("## Stretch S1" in h for h in headings)
+    assert "shutil.rmtree(WORK" in notebook.cells[-1].source, "the scratch-folder cleanup must stay the last cell"
+    assert SOURCE.lab.minutes <= 105
+
+
+def test_zh_prose_is_consistent_and_wrapped(notebook):
+    """One term for the checkpoint, 冒烟（smoke）配置, 实验 0x, and no paragraph left on one long line."""
+    import unicodedata
+
+    def width(text):
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+    zh = "\n".join(c.source for c in notebook.cells if "zh" in c.metadata.get("tags", []))
+    for wrong in ("撕不坏", "不会被写坏", "smoke 配置", "Lab 0"):
+        assert wrong not in zh, wrong
+    assert "崩溃时也不会写坏的检查点" in zh and "冒烟（smoke）配置" in zh
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            long = [line for line in cell.source.splitlines() if width(line) > 124 and not line.startswith("|")]
+            assert not long, long[0][:60]
+
+
+def test_every_worker_script_defines_every_name_it_uses(notebook, cells, tmp_path):
+    """Each launch() ships SHARED + the functions it names to the ranks; a function left out (as
+    end_of_turn once was) fails only inside torchrun, so check the scripts with ruff's F821."""
+    import subprocess
+    import sys
+
+    solutions = [source for grade_id, source in cells.items() if "-sol-" in grade_id]
+    ns = lab_namespace(notebook, tmp_path, *solutions)
+    launches = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or "launch(" not in cell.source:
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "launch" and len(node.args) >= 3:
+                worker, functions = node.args[1].id, [element.id for element in node.args[2].elts]
+                launches.append((worker, functions))
+    assert {worker for worker, _ in launches} >= {"scratch_worker", "ddp_worker", "elastic_worker", "finetune_worker"}
+    for worker, functions in launches:
+        script = ns["write_worker"](f"check-{worker}", ns[worker], [ns[name] for name in functions])
+        found = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--select", "F821", str(script)],
+            capture_output=True,
+            text=True,
+        )
+        assert found.returncode == 0, f"{worker} with {functions}:\n{found.stdout}"
+
+
 # ---------------------------------------------------------------- bucketing
 
 
 def test_bucketing_calls_ceil_total_over_cap_and_averages(notebook, cells, tmp_path):
-    ns = lab_namespace(notebook, tmp_path, cells["05-bucket-sol-1"])
+    ns = lab_namespace(notebook, tmp_path, cells["05-stretch-bucket-sol-1"])
     ranks = [
         [torch.randn(s, dtype=torch.float64, generator=torch.Generator().manual_seed(r)) for s in [(9, 5), (7,), (1,)]]
         for r in range(3)
@@ -114,7 +182,7 @@ def test_bucketing_calls_ceil_total_over_cap_and_averages(notebook, cells, tmp_p
             assert torch.allclose(g, sum(per_rank) / 3, rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError):
         ns["bucketed_all_reduce_"]([torch.ones(3, dtype=torch.float64)], 12, 1, lambda t: None)
-    empty = lab_namespace(notebook, tmp_path, student(cells["05-bucket-sol-1"]))
+    empty = lab_namespace(notebook, tmp_path, student(cells["05-stretch-bucket-sol-1"]))
     with pytest.raises(NotImplementedError):
         empty["bucketed_all_reduce_"]([torch.ones(3)], 4, 1, lambda t: None)
 
@@ -206,26 +274,40 @@ def test_resume_restores_model_optimizer_and_step(notebook, cells, tmp_path):
 
 
 class CharTokenizer:
-    """A stand-in for the course tokenizer: one id per character, the Qwen chat template."""
+    """A stand-in for the course tokenizer: one id per character, one per special token, the Qwen chat
+    template. ``eos_token`` is that of an instruct checkpoint (end of turn) or, with ``base=True``, of a
+    base checkpoint (end of document)."""
 
-    eos_token, pad_token, pad_token_id = "<|im_end|>", "<|endoftext|>", 0
+    SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    pad_token, pad_token_id = "<|endoftext|>", 0
 
-    def __init__(self):
-        self.vocab = {self.pad_token: 0}
-        self.chars = {0: self.pad_token}
+    def __init__(self, *, base=False):
+        self.eos_token = "<|endoftext|>" if base else "<|im_end|>"
+        self.vocab = {token: i for i, token in enumerate(self.SPECIAL)}
+        self.pieces = {i: token for token, i in self.vocab.items()}
+
+    @property
+    def eos_token_id(self):
+        return self.vocab[self.eos_token]
+
+    def convert_tokens_to_ids(self, token):
+        return self.vocab[token]
 
     def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
         text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
     def __call__(self, text, add_special_tokens=True):
-        ids = [self.vocab.setdefault(ch, len(self.vocab)) for ch in text]
-        for ch, i in zip(text, ids):
-            self.chars[i] = ch
+        pieces = [p for p in re.split(r"(<\|[a-z_]+\|>)", text) if p]
+        ids = []
+        for piece in pieces:
+            for unit in [piece] if piece in self.SPECIAL else piece:
+                ids.append(self.vocab.setdefault(unit, len(self.vocab)))
+                self.pieces[ids[-1]] = unit
         return {"input_ids": ids}
 
     def decode(self, ids):
-        return "".join(self.chars[i] for i in ids)
+        return "".join(self.pieces[i] for i in ids)
 
 
 QC_ITEMS = [
@@ -273,14 +355,55 @@ QC_ITEMS = [
 
 def test_qc_batch_solution_passes_its_graded_test_and_student_fails(notebook, cells, tmp_path):
     ns = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
-    ns.update(ft_tokenizer=CharTokenizer(), qc_items=QC_ITEMS)
+    ns.update(ft_tokenizer=CharTokenizer(), base_like=CharTokenizer(base=True), qc_items=QC_ITEMS)
     SOURCE.run(cells["05-finetune-1"], namespace=ns)
     batch = ns["build_qc_batch"](QC_ITEMS, ns["ft_tokenizer"], 8)
     assert tuple(batch["labels"].shape) == (3, 8) and bool((batch["labels"] == -100).all())  # prompt only
     empty = lab_namespace(notebook, tmp_path, student(cells["05-finetune-sol-1"]))
-    empty.update(ft_tokenizer=CharTokenizer(), qc_items=QC_ITEMS)
+    empty.update(ft_tokenizer=CharTokenizer(), base_like=CharTokenizer(base=True), qc_items=QC_ITEMS)
     with pytest.raises(NotImplementedError):
         SOURCE.run(cells["05-finetune-1"], namespace=empty)
+
+
+@pytest.mark.parametrize("base", [False, True], ids=["instruct-like", "base-like"])
+def test_answers_end_with_the_templates_end_of_turn_token_whatever_eos_is(notebook, cells, tmp_path, base):
+    ns = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
+    tokenizer = CharTokenizer(base=base)
+    assert ns["end_of_turn"](tokenizer) == "<|im_end|>"
+    assert ns["qc_answer"](QC_ITEMS[0], tokenizer).endswith("<|im_end|>")
+    labels = ns["build_qc_batch"](QC_ITEMS, tokenizer, 256)["labels"]
+    for row in labels:
+        answer = row[row != -100].tolist()
+        assert answer[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert ("<|endoftext|>" if base else "<|im_end|>") == tokenizer.eos_token
+
+
+def test_the_graded_test_rejects_an_answer_ending_with_eos(notebook, cells, tmp_path):
+    """An answer built with tokenizer.eos_token passes on an instruct tokenizer and must fail on a base one."""
+    ns = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
+    ns.update(ft_tokenizer=CharTokenizer(), base_like=CharTokenizer(base=True), qc_items=QC_ITEMS)
+
+    def eos_answer(item, tokenizer):
+        return ns["json"].dumps(item["report"], ensure_ascii=False) + tokenizer.eos_token
+
+    ns["qc_answer"] = eos_answer
+    with pytest.raises(AssertionError, match="rule 1"):
+        run_graded_cell(cells["05-finetune-1"], ns)
+
+
+def test_end_of_turn_names_the_template_when_it_has_no_end_token(notebook, tmp_path):
+    ns = lab_namespace(notebook, tmp_path)
+
+    class Plain(CharTokenizer):
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+            return "".join(m["content"] for m in messages)
+
+    with pytest.raises(ValueError, match="chat template"):
+        ns["end_of_turn"](Plain())
+
+
+def run_graded_cell(source, namespace):
+    SOURCE.run(source, namespace=namespace)
 
 
 # ---------------------------------------------------------------- the whole notebook (slow)

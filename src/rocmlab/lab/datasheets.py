@@ -13,6 +13,9 @@ board: an MI250X board holds two GCDs that PyTorch numbers as two devices, so ``
 divides bandwidth, compute and power by ``devices``. ``llc_mib`` is the last-level cache of one
 device (Infinity Cache / L3 where the GPU has one, else L2), from AMD's ROCm GPU specification
 table; it is None where no source was checked.
+
+``INTERCONNECTS`` holds the scale-up fabric between the GPUs of one node (xGMI, NVLink), all
+figures per GPU and per direction, so that a collective's busbw can be set against them.
 """
 
 from __future__ import annotations
@@ -143,3 +146,51 @@ def markdown_table() -> str:
         )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# -- scale-up interconnects ---------------------------------------------------------------------
+
+_RCCL_XGMI_BLOG = "https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html"
+_MI300X_WORKLOAD = "https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/inference-optimization/workload.html"
+_HOPPER = "https://www.nvidia.com/en-us/technologies/hopper-architecture/"
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """The GPU-to-GPU fabric of one node, per GPU and per direction (GB/s = 1e9 bytes/s).
+
+    topology "mesh": every GPU has a direct link of ``link_gbs`` to each of the other
+    ``gpus - 1`` GPUs (MI300X: 7 xGMI links). topology "switch": every GPU reaches a switch at
+    ``link_gbs`` in all, whatever peer it talks to (H100/H200 through NVSwitch).
+    ``usable_link_gbs`` is the same figure after protocol overhead as the vendor states it, or
+    None where the vendor publishes none. NVIDIA prints NVLink as a bidirectional total (900 GB/s
+    a GPU); this table keeps one direction, as busbw counts it.
+    """
+
+    key: str
+    gpu: str  # the TABLE key of the GPU it connects
+    fabric: str
+    topology: str  # "mesh" | "switch"
+    gpus: int  # GPUs in one scale-up domain (a node)
+    link_gbs: float  # mesh: one link; switch: the GPU's whole connection; one direction
+    usable_link_gbs: float | None
+    sources: tuple[str, ...]
+
+
+INTERCONNECTS: tuple[Interconnect, ...] = (
+    Interconnect("MI300X xGMI", "MI300X", "Infinity Fabric (xGMI)", "mesh", 8, 64, 48,
+                 (_RCCL_XGMI_BLOG, _MI300X_WORKLOAD)),
+    Interconnect("H100 SXM NVLink", "H100 SXM", "NVLink 4 + NVSwitch", "switch", 8, 450, None,
+                 (_HOPPER, "https://www.nvidia.com/en-us/data-center/h100/")),
+    Interconnect("H200 SXM NVLink", "H200 SXM", "NVLink 4 + NVSwitch", "switch", 8, 450, None,
+                 (_HOPPER, "https://www.nvidia.com/en-us/data-center/h200/")),
+)  # fmt: skip
+
+
+def interconnect(key: str) -> Interconnect:
+    """The fabric row with this key, or the one of the GPU with this TABLE key ("MI300X");
+    KeyError names the known keys."""
+    for row in INTERCONNECTS:
+        if key in (row.key, row.gpu):
+            return row
+    raise KeyError(f"no interconnect row {key!r}; known: {', '.join(r.key for r in INTERCONNECTS)}")
