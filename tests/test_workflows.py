@@ -276,7 +276,7 @@ def test_build_command_per_gfx_target_with_a_registry_cache():
 def test_models_of_a_profile_are_what_its_labs_load():
     assert jobs.models_for(ROOT, "smoke") == ["tiny-qwen-zh"]
     gpu = jobs.models_for(ROOT, "gpu")
-    assert "Qwen/Qwen2.5-0.5B-Instruct" in gpu and "tiny-qwen-zh" not in gpu
+    assert gpu[0] == "tiny-qwen-zh" and "Qwen/Qwen2.5-0.5B-Instruct" in gpu  # lab 10's one-GPU profile: tiny
     assert jobs.models_for(ROOT, "gpu", ("01-rocm-setup",)) == []
 
 
@@ -330,13 +330,13 @@ def test_gpu_job_steps_in_order(tmp_path, monkeypatch):
     steps = [json.loads(line) for line in calls.read_text().splitlines()]
     kinds = [s[0] if s[0] != "run" else "run:" + s[s.index("--name") + 1].split("-")[-2] for s in steps]
     assert kinds[:5] == ["pull", "build", "tag", "push", "image"]
-    assert kinds[5:] == ["run:fetch", "run:doctor", "run:check", "run:labs", "rm", "rm", "rm", "rm"]
-    fetch, doctor, check, labs = (s for s in steps if s[0] == "run")
+    models = jobs.models_for(ROOT, "gpu")
+    fetches = ["run:fetch"] * len(models)
+    assert kinds[5:] == [*fetches, "run:doctor", "run:check", "run:labs", *["rm"] * (len(fetches) + 3)]
+    *fetch_steps, doctor, check, labs = (s for s in steps if s[0] == "run")
     assert "--build-arg" in steps[1] and "GFX=gfx90a" in steps[1] and "ghcr.io/o/r/rocmlab:rocm-10.1-gfx90a" in steps[1]
-    assert (
-        "HF_HUB_OFFLINE=1" not in fetch and fetch[-4:] == ["assets", "fetch", "Qwen/Qwen2.5-0.5B-Instruct"][-4:] or True
-    )
-    assert fetch[-3:] == ["assets", "fetch", "Qwen/Qwen2.5-0.5B-Instruct"]
+    for fetch, model in zip(fetch_steps, models):
+        assert "HF_HUB_OFFLINE=1" not in fetch and fetch[-3:] == ["assets", "fetch", model]
     for step in (doctor, check, labs):
         assert "HF_HUB_OFFLINE=1" in step and "ghcr.io/o/r/rocmlab@sha256:" + "f" * 64 in step
         assert step[step.index("--user") + 1] == f"{os.getuid()}:{os.getgid()}"

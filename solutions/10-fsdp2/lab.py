@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 10 · FSDP2 分片训练与分布式检查点
 #
-# `10-fsdp2` · 版本 1.0.0 · 约 120 分钟 · 先修：实验 03（显存预算、质检报告 JSON）、实验 05（DDP、torchrun、弹性重启）
+# `10-fsdp2` · 版本 1.0.1 · 约 120 分钟 · 先修：实验 03（显存预算、质检报告 JSON）、实验 05（DDP、torchrun、弹性重启）
 #
 # 实验 03 算过：7B 模型全量微调光是权重、梯度和优化器状态就要一百多 GiB；实验 05 的 DDP 让每张卡都存一整份。
 # 单卡放不下的模型，在 MI300X 节点上是靠**分片**（sharding）训练的：每个 rank 只存每个参数的 1/N。本实验用
@@ -32,7 +32,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 10 · Sharded fine-tuning with FSDP2 and DCP
 #
-# `10-fsdp2` · version 1.0.0 · about 120 minutes · prerequisites: lab 03 (memory budget, QC report JSON), lab 05 (DDP, torchrun, elastic restart)
+# `10-fsdp2` · version 1.0.1 · about 120 minutes · prerequisites: lab 03 (memory budget, QC report JSON), lab 05 (DDP, torchrun, elastic restart)
 #
 # Lab 03 computed that a full fine-tune of a 7B model needs over a hundred GiB for weights, gradients and optimizer state alone; lab 05's DDP keeps a whole copy on every GPU. Models that do not fit on one GPU are trained on MI300X nodes by **sharding**: each rank stores 1/N of every parameter. This lab goes all the way with PyTorch's FSDP2 (`fully_shard`) and distributed checkpoints (DCP, `torch.distributed.checkpoint`):
 #
