@@ -1,6 +1,10 @@
 """End to end: real papermill kernels on the fixture labs in tests/fixtures/course."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import psutil
 import pytest
@@ -140,3 +144,58 @@ def test_repeat_reports_a_pass_rate_and_marks_a_lab_that_fails_sometimes_flaky(
     assert main(["--root", str(fixture_course), "report", "--results", str(out)]) == 0
     assert "🔁 flaky" in capsys.readouterr().out
     assert no_tagged_processes(tmp_path)
+
+
+SLEEPER = """\
+# %% [markdown] tags=["zh"]
+# 睡
+
+# %% [markdown] tags=["en"]
+# Sleeps
+
+# %% tags=["parameters"]
+PROFILE = "smoke"
+SEED = 0
+
+# %%
+import time
+time.sleep(120)
+"""
+SLEEPER_TOML = """\
+id = "01-sleeper"
+version = "1.0.0"
+title = { zh = "睡", en = "Sleeper" }
+minutes = 5
+
+[profiles.smoke]
+timeout_s = 300
+"""
+
+
+def tagged(folder) -> list:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if RUN_TAG in proc.environ() and str(folder) in " ".join(proc.cmdline() + [proc.cwd()]):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_run_stopped_from_outside_leaves_no_kernel_behind(make_course, tmp_path, sig, status):
+    """SIGTERM unwinds like Ctrl-C; after SIGKILL the worker dies with its parent and ends the kernel."""
+    root = make_course({"01-sleeper": (SLEEPER_TOML, SLEEPER)})
+    out = tmp_path / "results"
+    cli = subprocess.Popen([sys.executable, "-m", "rocmlab.cli", "--root", str(root), "run", "--out", str(out)])
+    deadline = time.monotonic() + 60
+    while not any("ipykernel" in " ".join(p.cmdline()) for p in tagged(out)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert tagged(out), "the kernel never started"
+    cli.send_signal(sig)
+    assert cli.wait(timeout=60) == status
+    deadline = time.monotonic() + 30
+    while tagged(out) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert tagged(out) == []

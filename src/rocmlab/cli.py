@@ -17,7 +17,7 @@ import argparse
 import sys
 from importlib import import_module
 
-from . import __version__
+from . import __version__, processes
 from .errors import ExitCode, RocmlabError
 from .execute import UNUSED_IN_CLI, block_unused_imports
 
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: 2 after a usage error (message printed), 0 after --help
         return int(exc.code or 0)
     name = options.pop("command")
+    processes.exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: every kernel and rank is ended first
     try:
         return int(command(name).main(**options))
     except RocmlabError as exc:

@@ -20,8 +20,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +108,8 @@ class Worker:
         self.close()
 
     def _start(self) -> subprocess.Popen:
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [self.python, "-m", "rocmlab.execute", "--serve"],
@@ -182,7 +186,9 @@ class Worker:
 
     def close(self, kill: bool = False) -> int | None:
         """Stop the worker (politely unless ``kill``) and end everything it started; its exit status."""
-        proc, self.proc = self.proc, None
+        with _LIVE_LOCK:
+            proc, self.proc = self.proc, None
+            _LIVE.discard(self)
         if proc is None:
             return None
         if not kill:
@@ -197,6 +203,32 @@ class Worker:
             with contextlib.suppress(OSError):
                 stream.close()
         return returncode
+
+
+_LIVE: set[Worker] = set()  # workers with a process, so that an interrupt can end them all
+_LIVE_LOCK = threading.Lock()
+
+
+def close_all_workers() -> None:
+    """End every worker of this process and what it runs (an interrupted run or grade)."""
+    with _LIVE_LOCK:
+        workers = list(_LIVE)
+    for worker in workers:
+        worker.close(kill=True)
+
+
+def parallel_map(function, items, jobs: int) -> list:
+    """``function`` over ``items``, ``jobs`` at a time, in order. Interrupted (Ctrl-C, SIGTERM
+    through ``processes.exit_on_sigterm``), it ends every running notebook before it re-raises."""
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        return list(pool.map(function, items))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        close_all_workers()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def run_notebook(spec: Spec) -> Outcome:
@@ -320,6 +352,7 @@ def block_unused_imports(names: tuple = UNUSED_IN_WORKER) -> None:
 def serve() -> int:
     """The worker's loop: one request path per line on stdin, ``done`` on stdout after each run."""
     _become_subreaper()
+    processes.die_with_parent()
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything printed (papermill, a kernel) goes to the log, not into the answers
     processes.exit_on_sigterm()

@@ -148,6 +148,19 @@ def kill_user(uid: int, rounds: int = 3) -> None:
         psutil.wait_procs(procs, timeout=GRACE_S)
 
 
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent ends (PR_SET_PDEATHSIG).
+
+    A worker in a session of its own otherwise outlives a parent that was killed outright."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os.kill(os.getpid(), sig)
+
+
 def exit_on_sigterm():
     """Turn SIGTERM into ``SystemExit(143)`` so that ``finally`` blocks end what this process started.
     Returns the handler it replaced (None off the main thread, where handlers cannot be set)."""

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from .build import solution_notebook, write_notebook
 from .catalog import Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
-from .execute import Outcome, Spec, run_notebook
+from .execute import Outcome, Spec, parallel_map, run_notebook
 from .results import Record, fingerprint, write_record
 
 LOCAL_ENV = "local"
@@ -292,8 +291,7 @@ def run_labs(
         return record
 
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            return list(pool.map(one, labs))
+        return parallel_map(one, labs, jobs)
     finally:
         progress.close()
 

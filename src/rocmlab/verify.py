@@ -16,7 +16,7 @@ from pathlib import Path
 from .build import render_lab
 from .catalog import Lab
 from .errors import ExitCode
-from .execute import Outcome
+from .execute import Outcome, parallel_map
 from .run import Target, run_lab
 
 
@@ -99,8 +99,7 @@ def verify_labs(
         progress(f"verify {lab.id}: {'ok' if result.ok else 'FAILED'} ({len(result.tests)} graded tests)")
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, labs))
+    return parallel_map(one, labs, jobs)
 
 
 def verify_command(root: Path, labs: list[Lab], out: Path, jobs: int) -> int:
