@@ -18,6 +18,7 @@ from .catalog import Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, parallel_map, run_notebook
 from .results import Record, fingerprint, write_record
+from .root import ROOT_VARIABLE
 
 LOCAL_ENV = "local"
 
@@ -198,6 +199,7 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
         timeout_s=profile.timeout_s,
         allow_errors=allow_errors,
         python=target.python,
+        extra_env={ROOT_VARIABLE: str(Path(root).resolve())},  # the kernel runs outside the repository
     )
     outcome = run_notebook(spec)
     if outcome.status == "passed" or allow_errors:
