@@ -291,7 +291,8 @@ assert sum(label != -100 for label in _other_sample["labels"]) == \
 # 2. 形状（in → out）：`q_proj` hidden → 头数 × head_dim；`k_proj`、`v_proj` hidden → kv 头数 × head_dim；
 #    `o_proj` 头数 × head_dim → hidden；`gate_proj`、`up_proj` hidden → intermediate_size；
 #    `down_proj` intermediate_size → hidden。
-# 3. head_dim 取 `config.head_dim`（设置了就用它，它可以不等于 hidden / 头数），否则 `hidden_size // num_attention_heads`。
+# 3. head_dim 取 `config.head_dim`（设置了就用它，它可以不等于 hidden / 头数），否则取
+#    `hidden_size // num_attention_heads`。
 # 4. 只数 `target_modules` 里的投影。
 #
 # 隐藏测试用三个小配置（设置了与 hidden / 头数不同的 head_dim、GQA、r 取 2/4/16、只选部分投影）与 peft 自己的计数
@@ -1267,8 +1268,8 @@ for _arch in ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1
 # - **AOTriton 只把这个架构算作实验性支持。** PyTorch 的 `sdp_utils.cpp` 问 `aotriton::isArchExperimentallySupported()`；
 #   是的话，除非设置了 `TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1`，flash 和 memory-efficient 都不用，只警告一次。
 #   这份名单属于你的 torch 里编译进去的 AOTriton 版本（ROCm/aotriton `v3src/util.cc`）：0.10b 是 gfx1101、
-#   gfx1150、gfx1151、gfx1200；0.12b 和 0.13b 是 gfx1101–gfx1103、gfx1150、gfx1152、gfx1153、gfx1200
-#   （gfx1151 已转为正式支持）。
+#   gfx1150、gfx1151、gfx1200；0.13b 是 gfx1101–gfx1103、gfx1150、gfx1152、gfx1153、gfx1200（gfx1151 从
+#   0.12b 起转为正式支持）。
 #
 # 这个变量每个进程只读一次（源码里是函数内的 `static const bool`），必须在启动 Jupyter 内核**之前**设置，在
 # notebook 里改 `os.environ` 没有用。名单会变，所以不要背：下面的单元分别只允许 flash、只允许 memory-efficient，
@@ -1287,8 +1288,8 @@ for _arch in ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1
 # - **AOTriton calls the arch experimental.** PyTorch's `sdp_utils.cpp` asks
 #   `aotriton::isArchExperimentallySupported()`; when it says yes, flash and memory-efficient are refused, with one
 #   warning, unless `TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1` is set. The list belongs to the AOTriton built
-#   into your torch (ROCm/aotriton `v3src/util.cc`): in 0.10b gfx1101, gfx1150, gfx1151 and gfx1200; in 0.12b and
-#   0.13b gfx1101–gfx1103, gfx1150, gfx1152, gfx1153 and gfx1200 (gfx1151 was promoted).
+#   into your torch (ROCm/aotriton `v3src/util.cc`): in 0.10b gfx1101, gfx1150, gfx1151 and gfx1200; in 0.13b
+#   gfx1101–gfx1103, gfx1150, gfx1152, gfx1153 and gfx1200 (gfx1151 left the list in 0.12b).
 #
 # The variable is read once per process (a function-local `static const bool` in the source), so set it
 # **before** the Jupyter kernel starts; changing `os.environ` in the notebook does nothing. The list changes, so
@@ -1340,7 +1341,7 @@ else:
 #
 # RDNA 上的 CK 要按版本看：
 #
-# - 已发布的 wheel（最新 2.8.3.post1，2026 年 6 月）的 CK 后端只支持 CDNA。
+# - 已发布的版本（最新的标签 v2.8.3.post1，2026 年 6 月）的 CK 后端只支持 CDNA。
 # - RDNA 3/4 支持在 2026 年 3 月进入主干（PR #2400）：gfx11 没有反向，gfx12 只有非确定性反向。
 # - PR #2675（2026-06-24 提交，2026-07-06 合并）去掉了这些限制：gfx11、gfx12 都有反向，gfx12 也支持确定性模式。
 #
@@ -1348,9 +1349,10 @@ else:
 # 所以**版本号只能排除，不能证明**：低于 2.8.4 的 RDNA 上一定没有 CK 反向；是 2.8.4 也可能是 #2675 之前的构建，
 # 反向会直接报错。
 #
-# 有了反向也不等于更快。2026 年 8 月的 Dao-AILab/flash-attention#2800 报告：RX 9070 XT (gfx1201) 上 CK 的前向比
-# PyTorch SDPA 快，反向却慢 4.4–7.4 倍，前向+反向合计慢 3.3–6.0 倍；ROCm/flash-attention#188 的剖析指向寄存器
-# 溢出 (spill)。所以训练用哪个，最后由一次实测决定：同样的形状、同样的 dtype，各跑若干次前向+反向。
+# 有了反向也不等于更快。2026 年 8 月的 Dao-AILab/flash-attention#2800 报告：在 Windows 上的 RX 9070 XT
+# (gfx1201) 上，CK 的前向比 PyTorch SDPA 快，反向却慢 4.4–7.4 倍，前向+反向合计慢 3.3–6.0 倍；
+# ROCm/flash-attention#188 的剖析指向寄存器溢出 (spill)。所以训练用哪个，最后由一次实测决定：同样的形状、
+# 同样的 dtype，各跑若干次前向+反向。
 
 # %% [markdown] tags=["en"]
 # ### The flash-attn package: rule out by version, decide by measurement
@@ -1362,7 +1364,7 @@ else:
 #
 # CK on RDNA depends on the version:
 #
-# - The released wheels (the newest is 2.8.3.post1, June 2026) have CK for CDNA only.
+# - The released versions (the newest tag is v2.8.3.post1, June 2026) have CK for CDNA only.
 # - RDNA 3/4 support reached the main branch in March 2026 (PR #2400): no backward on gfx11, only
 #   non-deterministic backward on gfx12.
 # - PR #2675 (opened 2026-06-24, merged 2026-07-06) removed those guards: backward on gfx11 and gfx12, deterministic
@@ -1373,7 +1375,7 @@ else:
 # 2.8.4 may still predate #2675, and then the backward raises.
 #
 # A backward is not a fast backward either. Dao-AILab/flash-attention#2800 (August 2026) reports on an RX 9070 XT
-# (gfx1201) a CK forward faster than PyTorch SDPA but a backward 4.4–7.4× slower, 3.3–6.0× slower forward plus
+# (gfx1201, Windows) a CK forward faster than PyTorch SDPA but a backward 4.4–7.4× slower, 3.3–6.0× slower forward plus
 # backward; the profiling in ROCm/flash-attention#188 points at register spills. So a measurement makes the final
 # choice for training: the same shapes, the same dtype, several forward+backward passes of each.
 
