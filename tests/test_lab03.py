@@ -128,7 +128,9 @@ def test_stretch_comes_after_the_core_and_nothing_later_needs_it():
     first = next(i for i, c in enumerate(SOURCE.cells) if "03-stretch-" in c.metadata.get("grade_id", ""))
     headings = [c.source for c in SOURCE.cells[:first] if c.cell_type == "markdown"][-6:]
     assert any("## 选做 S1" in h for h in headings) and any("## Optional stretch S1" in h for h in headings)
-    later = [c for c in SOURCE.code_cells[SOURCE.code_cells.index(SOURCE.cells[first]) :] if "grade_id" not in c.metadata]
+    later = [
+        c for c in SOURCE.code_cells[SOURCE.code_cells.index(SOURCE.cells[first]) :] if "grade_id" not in c.metadata
+    ]
     for cell in later:
         assert "choose_attention(" not in cell.source or "except NotImplementedError" in cell.source, cell.source
     assert SOURCE.lab.minutes <= 105
@@ -348,4 +350,3 @@ def test_the_stretch_display_cell_runs_without_the_stretch():
     with contextlib.redirect_stdout(printed):
         SOURCE.run(display, namespace=out)
     assert "stretch S1 not done" in printed.getvalue()
-
