@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmlab import matrix, pins, proposals, releases, upstream
+from rocmlab import matrix, pins, proposals, releases, schemas, upstream
 from rocmlab.cli import main
 from rocmlab.errors import ExitCode
 from rocmlab.releases import MatrixError
@@ -163,6 +163,10 @@ BAD = [
     ('status = "current"\npins', 'status = "current"\ncolour = "red"\npins', "'cpu-current'", "colour"),
     ('status = "current"\npins', 'status = "current"\nheld = ["peft"]\npins', "'cpu-current'", "held"),
     ("schema = 1", "schema = 2", "top level", "schema"),
+    ('name = "rocm-7.14"\n', "", "[[rocm]] entry #1: missing field", "name"),
+    ("install = { method", "instal = { method", "'rocm-7.14': unknown field", "instal"),
+    ('method = "multiarch", ', 'method = "image", ', "install: missing field 'image' (with method = image", "image"),
+    ('runner_gfx = "gfx942"', "", "'rocm-7.14': missing field", "runner_gfx"),
 ]
 
 
@@ -180,9 +184,9 @@ def test_bad_matrix_names_file_entry_and_field(tmp_path, old, new, where, field)
 def test_the_schema_ships_with_the_package_and_is_a_valid_json_schema():
     import jsonschema
 
-    schema = matrix.schema()
+    schema = schemas.schema("matrix")
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["properties"]["schema"] == {"const": 1, "description": "1"}
+    assert schema["properties"]["schema"] == {"const": 1, "expected": "1"}
 
 
 def test_good_fixture_matrix_loads(tmp_path):
