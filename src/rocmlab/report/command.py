@@ -26,7 +26,7 @@ FORMATS = ("md", "html", "json")
 
 def read_entries(root: Path) -> tuple[list, int, list[str]]:
     """The course's matrix entries (none without env/matrix.toml), the verification window, problems."""
-    from ..releases import MATRIX_RELATIVE, MatrixError, read_matrix
+    from ..matrix import MATRIX_RELATIVE, MatrixError, read_matrix
 
     path = root / MATRIX_RELATIVE
     if not path.is_file():
