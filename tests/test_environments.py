@@ -275,3 +275,12 @@ class FailingProcess:
 
     def wait(self, timeout=None):
         return 7
+
+
+def test_run_env_looks_for_the_environment_under_root_not_the_working_directory(course, monkeypatch):
+    from rocmlab import run
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    with pytest.raises(EnvError, match=f"does not exist at {course / '.envs' / 'cpu-current'}"):
+        run.env_target("cpu-current", course)
