@@ -59,7 +59,7 @@ BAD_INPUT = {
     "doctor": (["doctor", "--machine", "{tmp}"], "machine.json"),
     "assets": (["assets", "build-model", "--steps", "0"], "--steps: expected a positive number, got 0"),
     "releases": (["releases", "show", "--matrix", "{tmp}/missing.toml"], "missing.toml"),
-    "env": (["env", "create", "no-such-env"], "no-such-env"),
+    "env": (["env", "create", "no-such-env"], "matrix.toml: no entry named 'no-such-env'"),
     "grade": (["grade", "01", "--submissions", "{tmp}/no-class"], "no-class: no such submissions folder"),
     "check": (["check", "{tmp}/nope.ipynb"], "nope.ipynb: no such notebook"),
     "hub": (["hub", "--demo", "--labs", "99-nope"], "unknown lab '99-nope'"),
