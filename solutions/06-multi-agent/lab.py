@@ -709,12 +709,12 @@ for d in _rt.dead_letters:
 _ids = sorted({m for _, m in golden_schedule})
 _redeliveries = len(golden_schedule) - len(_ids)
 assert golden_trace.count("duplicate") == _redeliveries, \
-    f"应丢弃 {_redeliveries} 条重复 / expected {_redeliveries} duplicates dropped, got {golden_trace.count('duplicate')}"
+    f"规则 1：应丢弃 {_redeliveries} 条重复 / rule 1: expected {_redeliveries} duplicates, got {golden_trace.count('duplicate')}"
 for _m in _ids:
     _done = len(golden_trace.select("done", _m))
     _dead = len(golden_trace.select("dead", _m))
-    assert _done + _dead == 1, f"{_m}: 应恰好一个结果 / exactly one outcome, got done={_done} dead={_dead}"
-    assert len(golden_trace.select("admit", _m)) == 1, f"{_m}: 只能被接收一次 / admitted once"
+    assert _done + _dead == 1, f"规则 4、5：{_m} 应恰好一个结果 / rules 4, 5: {_m} needs one outcome, got done={_done} dead={_dead}"
+    assert len(golden_trace.select("admit", _m)) == 1, f"规则 1：{_m} 只能被接收一次 / rule 1: {_m} is admitted once"
 _diff = golden_trace.explain_difference(Trace.load_rows(DATA / "golden_trace.json"))
 assert _diff is None, f"trace 与黄金 trace 不一致 / trace differs from the golden trace: {_diff}"
 print("ok: no duplicate reports; trace matches data/golden_trace.json")
