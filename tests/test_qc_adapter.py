@@ -68,3 +68,30 @@ def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeyp
     (built / "adapter_model.safetensors").write_bytes(b"cut")
     with pytest.raises(AssertionError, match="must not be trained"):
         qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=None)
+
+
+def lab03_parameter_defaults() -> dict:
+    """The literal assignments of lab 03's parameters cell."""
+    source = LAB03.read_text(encoding="utf-8")
+    start = source.index('# %% tags=["parameters"]')
+    cell = source[start : source.index("# %%", start + 1)]
+    return {
+        n.targets[0].id: ast.literal_eval(n.value)
+        for n in ast.parse(cell).body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+    }
+
+
+@pytest.mark.parametrize(("recipe", "profile"), [("tiny", "smoke"), ("real", "gpu")])
+def test_adapter_recipe_is_lab03s(recipe, profile):
+    from rocmlab.catalog import parse_lab
+
+    params = lab03_parameter_defaults() | parse_lab(LAB03.parent).profiles[profile].params
+    assert qc_adapter.RECIPES[recipe] == {
+        "steps": params["MAX_STEPS"],
+        "batch_size": params["BATCH_SIZE"],
+        "lr": params["LEARNING_RATE"],
+        "warmup_fraction": params["WARMUP_FRACTION"],
+        "dropout": params["LORA_DROPOUT"],
+        "max_len": params["MAX_LEN"],
+    }, f"lab 03's {profile} profile changed: update qc_adapter.RECIPES[{recipe!r}]"

@@ -24,7 +24,7 @@ BANNER = """
 """
 CACHE_WARNING = (
     "warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
-    "their own cache (about two minutes of CPU each): build it once with "
+    "their own cache (about five minutes of CPU each): build it once with "
     "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
     "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)"
 )
