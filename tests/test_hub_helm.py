@@ -353,6 +353,11 @@ def test_a_learners_pod_mounts_only_its_own_slices_of_the_exchange(monkeypatch):
             f"{inside}/inbound": (f"{course}/inbound/{name}", False),
             f"{inside}/feedback": (f"{course}/feedback/{name}", True),
         }
+    for container in pods.values():
+        [root] = [m for m in container.volume_mounts if m.name == CUSTOM["exchangeRootVolume"]]
+        assert root.mount_path == CUSTOM["exchangeMountPath"]
+    volumes = {v["name"]: v for v in SINGLEUSER["storage"]["extraVolumes"]}
+    assert "emptyDir" in volumes[CUSTOM["exchangeRootVolume"]], "the exchange root must be pod-local"
     writable = {name: {sub for sub, ro in volume_paths(c).values() if not ro} for name, c in pods.items()}
     readable = {name: {sub for sub, _ in volume_paths(c).values()} for name, c in pods.items()}
     assert not readable["ann"] & writable["bob"] and not readable["bob"] & writable["ann"]
