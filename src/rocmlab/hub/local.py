@@ -136,6 +136,23 @@ class LocalHub:
         if self.check_install:
             hub_process.check_shared_install(self.root)
 
+    def close_course(self) -> None:
+        """Server mode: what learners need of the checkout stays readable, the rest (solutions/,
+        .git, results/...) is opened to the instructor group only (rocmlab.hub.install)."""
+        import grp
+
+        from .install import close_course
+
+        try:
+            grp.getgrnam(self.instructor_group)
+        except KeyError:
+            raise InputError(f"Unix group {self.instructor_group!r} (instructors) does not exist") from None
+        closed = close_course(self.root, self.instructor_group)
+        if closed:
+            self.progress(
+                f"closed to learners (group {self.instructor_group} only): {', '.join(p.name for p in closed)}"
+            )
+
     def environment(self) -> dict:
         env = hub_process.hub_environment(
             self.root,
@@ -161,6 +178,7 @@ class LocalHub:
     def start(self) -> None:
         if not self.demo:
             self.check_accounts()
+            self.close_course()
         self.labs_dir, self.labs = delivered_labs(
             self.root, self.workdir, self.lang, self.labs, self.profile, progress=self.progress
         )
