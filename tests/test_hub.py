@@ -34,6 +34,7 @@ def load(path: Path, monkeypatch, **variables):
 
 
 def hub_config(monkeypatch, tmp_path, **variables):
+    variables.setdefault("ROCMLAB_HUB_IP", "127.0.0.1")  # beyond loopback needs TLS (test_hub_tls.py)
     return load(HUB_DIR / "jupyterhub_config.py", monkeypatch, ROCMLAB_HUB_DATA=tmp_path / "data", **variables)
 
 
@@ -67,6 +68,7 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
         monkeypatch,
         tmp_path,
         ROCMLAB_HUB_IP="10.0.0.5",
+        ROCMLAB_HUB_INSECURE_HTTP=1,
         ROCMLAB_HUB_MEM_LIMIT="6G",
         ROCMLAB_HUB_INSTRUCTOR_GROUP="teachers",
         ROCMLAB_HUB_LEARNER_GROUP="class",

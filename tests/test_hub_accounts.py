@@ -12,14 +12,17 @@ cannot fool, private homes, and that nothing of the users or the hub is left aft
 
 import contextlib
 import grp
+import hashlib
 import os
 import pwd
 import secrets
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -263,9 +266,20 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 check_install=False,
                 timeout_s=120,
                 root=course,
+                ip="",  # every address: TLS with a self-signed certificate, trusted below by its file only
+            )
+            monkeypatch.setattr(
+                ssl, "_create_default_https_context", lambda: ssl.create_default_context(cafile=hub.tls_cert)
             )
             marker = hub.marker
             with hub:
+                assert hub.url.startswith("https://")
+                served = ssl.get_server_certificate(("127.0.0.1", hub.port))
+                assert hashlib.sha256(
+                    ssl.PEM_cert_to_DER_cert(served)
+                ).hexdigest().upper() == hub.tls_fingerprint.replace(":", "")
+                with pytest.raises(OSError):  # no plain HTTP on the public port
+                    urllib.request.urlopen(f"http://127.0.0.1:{hub.port}/hub/login", timeout=10).read()
                 assert login_status(hub, ann, password) == 302
                 assert login_status(hub, ann, password + "x") == 403
                 assert login_status(hub, eve, password) == 403  # a real account, but in neither group

@@ -29,6 +29,9 @@
 #   ROCMLAB_HUB_MAX_PROCESSES  processes per Unix user (server mode, default 512; 0: none)
 #   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
 #   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
+#   ROCMLAB_HUB_SSL_CERT, ROCMLAB_HUB_SSL_KEY  PEM files the proxy serves HTTPS with; without
+#                            them a hub beyond loopback refuses to start unless
+#   ROCMLAB_HUB_INSECURE_HTTP=1  (plain HTTP: passwords in clear on the network)
 #   ROCMLAB_HUB_PROXY        path of configurable-http-proxy
 #   ROCMLAB_HUB_ID           a marker put in every process's environment (for clean-up)
 import os
@@ -80,7 +83,18 @@ c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 
 # ------------------------------------------------------------------ network
 ip = "127.0.0.1" if demo else env("ROCMLAB_HUB_IP", "")
-c.JupyterHub.bind_url = f"http://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
+ssl_cert, ssl_key = env("ROCMLAB_HUB_SSL_CERT", ""), env("ROCMLAB_HUB_SSL_KEY", "")
+if bool(ssl_cert) != bool(ssl_key):
+    raise ValueError("ROCMLAB_HUB_SSL_CERT and ROCMLAB_HUB_SSL_KEY go together")
+if not ssl_cert and ip not in ("127.0.0.1", "::1", "localhost") and env("ROCMLAB_HUB_INSECURE_HTTP") != "1":
+    raise ValueError(
+        f"ROCMLAB_HUB_IP={ip!r} reaches beyond this machine: serve TLS (ROCMLAB_HUB_SSL_CERT and "
+        "ROCMLAB_HUB_SSL_KEY; `rocmlab hub` makes a self-signed pair) or set ROCMLAB_HUB_INSECURE_HTTP=1"
+    )
+if ssl_cert:  # the proxy terminates TLS with these
+    c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = ssl_cert, ssl_key
+scheme = "https" if ssl_cert else "http"
+c.JupyterHub.bind_url = f"{scheme}://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(env("ROCMLAB_HUB_INTERNAL_PORT", "8081"))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(env('ROCMLAB_HUB_API_PORT', '8001'))}"
