@@ -323,6 +323,13 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 assert as_user(bob, "ls", str(hub.home(ann) / COURSE_ID)).returncode != 0
                 assert as_user(ann, "ls", str(hub.home(ann) / COURSE_ID / LAB)).returncode == 0
 
+                detached = subprocess.Popen(  # a learner's process that left the server's session
+                    ["sleep", "600"], user=pwd.getpwnam(bob).pw_uid, start_new_session=True
+                )
+                hub.stop_server(bob)
+                assert detached.wait(timeout=30) is not None  # ended with bob's server
+                assert server_process(pwd.getpwnam(teach).pw_uid)  # instructors' servers untouched
+
                 collected = call(teacher, token, "POST", f"formgrader/api/assignment/{LAB}/collect")
                 assert collected["success"], collected
                 assert "not collected" in collected.get("log", ""), collected  # the forgery, named

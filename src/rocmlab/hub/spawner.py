@@ -13,6 +13,7 @@ folder (the ``--demo`` mode: no isolation between users). Both
 - with real accounts, create a missing home owned by its user, and (``private_homes``) close a
   home others may enter (Debian's useradd makes them 755), so learners cannot read each
   other's answers;
+- with real accounts, end every process of a learner's account when their server stops;
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
   nbgrader config (course id, exchange root, course root or student id).
 """
@@ -90,6 +91,11 @@ class CourseSpawner(LocalProcessSpawner):
         True, help="close each real home to group and others on spawn (learners cannot read each other's answers)"
     ).tag(config=True)
     hub_marker = Unicode("", help="value of ROCMLAB_HUB_ID in every server's environment").tag(config=True)
+    end_learner_processes = Bool(
+        True,
+        help="when a learner's server stops, end every process of their Unix account (what they "
+        "started in the background or detached outlives the server otherwise); instructors' are kept",
+    ).tag(config=True)
 
     def home(self) -> Path:
         return Path(pwd.getpwnam(self.user.name).pw_dir)
@@ -175,6 +181,15 @@ class CourseSpawner(LocalProcessSpawner):
             if owner:
                 for path in [root / "source", *(root / "source").rglob("*")]:
                     os.chown(path, *owner, follow_symlinks=False)
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        owner = self.owner()
+        if self.end_learner_processes and owner and owner[0] not in (0, os.getuid()) and not self.is_instructor():
+            from ..processes import kill_user
+
+            kill_user(owner[0])
+            self.log.info("rocmlab: ended the processes of %s with their server", self.user.name)
 
     async def start(self):
         delivered = self.deliver_course()
