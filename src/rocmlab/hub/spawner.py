@@ -14,6 +14,7 @@ folder (the ``--demo`` mode: no isolation between users). Both
   home others may enter (Debian's useradd makes them 755), so learners cannot read each
   other's answers;
 - with real accounts, end every process of a learner's account when their server stops;
+- share the GPUs (every server sees all) or spread them (each server sees the least used one);
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
   nbgrader config (course id, exchange root, course root or student id).
 """
@@ -70,6 +71,28 @@ def copy_missing(src: Path, dest: Path, owner: tuple[int, int] | None) -> bool:
     return True
 
 
+def kfd_gpu_count(topology: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> int:
+    """GPUs the ROCm kernel driver lists (nodes with a non-zero gpu_id; CPUs have 0)."""
+    count = 0
+    for gpu_id in topology.glob("*/gpu_id"):
+        try:
+            count += gpu_id.read_text().strip() not in ("", "0")
+        except OSError:
+            continue
+    return count
+
+
+def spread_gpu(assigned: dict, user: str, count: int) -> int:
+    """The GPU index of ``user``'s server under the spread policy: theirs if already assigned,
+    else the one the fewest running servers use (lowest index on a tie); recorded in ``assigned``."""
+    if user not in assigned:
+        loads = [0] * count
+        for gpu in assigned.values():
+            loads[gpu] += 1
+        assigned[user] = loads.index(min(loads))
+    return assigned[user]
+
+
 class CourseSpawner(LocalProcessSpawner):
     """Real Unix accounts: the server runs as the user, in the user's home; traits set by jupyterhub_config.py."""
 
@@ -91,6 +114,13 @@ class CourseSpawner(LocalProcessSpawner):
         True, help="close each real home to group and others on spawn (learners cannot read each other's answers)"
     ).tag(config=True)
     hub_marker = Unicode("", help="value of ROCMLAB_HUB_ID in every server's environment").tag(config=True)
+    gpu_policy = Unicode(
+        "shared",
+        help="shared: every server sees every GPU; spread: each server sees one GPU "
+        "(ROCR_VISIBLE_DEVICES), the one the fewest running servers use",
+    ).tag(config=True)
+    gpu_count = Integer(0, help="GPUs of this machine for the spread policy (0: none)").tag(config=True)
+    _gpu_of: dict = {}  # user -> GPU index of their running server, shared by the hub's spawners
     end_learner_processes = Bool(
         True,
         help="when a learner's server stops, end every process of their Unix account (what they "
@@ -137,6 +167,8 @@ class CourseSpawner(LocalProcessSpawner):
         }
         if self.is_instructor():
             env["ROCMLAB_COURSE_ROOT"] = str(self.course_root())
+        if self.gpu_policy == "spread" and self.gpu_count > 0:
+            env["ROCR_VISIBLE_DEVICES"] = str(spread_gpu(CourseSpawner._gpu_of, self.user.name, self.gpu_count))
         return env
 
     def make_preexec_fn(self, name):
@@ -184,6 +216,7 @@ class CourseSpawner(LocalProcessSpawner):
 
     async def stop(self, now=False):
         await super().stop(now=now)
+        CourseSpawner._gpu_of.pop(self.user.name, None)
         owner = self.owner()
         if self.end_learner_processes and owner and owner[0] not in (0, os.getuid()) and not self.is_instructor():
             from ..processes import kill_user
