@@ -42,6 +42,7 @@ def hub_config(monkeypatch, tmp_path, **variables):
 
 
 def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
+    monkeypatch.delenv("SUDO_USER", raising=False)
     c = hub_config(
         monkeypatch,
         tmp_path,
@@ -60,7 +61,8 @@ def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
     assert c.DemoCourseSpawner.max_processes == 0
     assert c.DemoCourseSpawner.home_dir_template == str(tmp_path / "data" / "homes" / "{username}")
     assert c.CourseSpawner.labs == ["01-rocm-setup"]
-    assert ("--ServerApp.allow_root=True" in c.Spawner.args) == (os.geteuid() == 0)
+    assert "--ServerApp.allow_root=True" not in c.Spawner.args  # never a learner as root
+    assert c.DemoCourseSpawner.run_as == ("nobody" if os.geteuid() == 0 else "")
 
 
 def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
@@ -405,6 +407,7 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
 
 
 def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypatch, tmp_path):
+    monkeypatch.setattr(hub_launch, "check_shared_install", lambda root: None)  # as root: test_hub_demo.py
     environments = []
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda root, env, log, launcher=(): environments.append(env) or sleeper())
@@ -467,6 +470,7 @@ def sleeper(*_args, **_kwargs):
 
 
 def test_demo_prints_the_banner_and_cleans_up_a_failed_start(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(hub_launch, "check_shared_install", lambda root: None)  # as root: test_hub_demo.py
     started = []
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])
@@ -482,6 +486,7 @@ def test_demo_prints_the_banner_and_cleans_up_a_failed_start(monkeypatch, tmp_pa
 
 
 def test_demo_hub_stops_what_it_started_when_the_start_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(hub_launch, "check_shared_install", lambda root: None)  # as root: test_hub_demo.py
     started = []
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])

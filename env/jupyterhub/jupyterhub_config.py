@@ -22,6 +22,8 @@
 #   ROCMLAB_HUB_INSTRUCTOR_GROUP, ROCMLAB_HUB_LEARNER_GROUP   (instructors, rocmlab)
 #   ROCMLAB_HUB_INSTRUCTORS  demo: comma-separated hub users put in the instructor group
 #   ROCMLAB_HUB_PASSWORD     demo: the shared password (8 characters or more)
+#   ROCMLAB_HUB_DEMO_USER    demo run as root: the account every server runs as (default
+#                            $SUDO_USER, else nobody; never root). The hub's state stays root's.
 #   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
 #   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
@@ -132,9 +134,17 @@ server_args = (
     if kernel_idle
     else []
 )
-if demo and os.geteuid() == 0:
-    server_args.append("--ServerApp.allow_root=True")  # demo servers run as the hub's user
 c.Spawner.args = server_args
+if demo and os.geteuid() == 0:  # never a learner as root: the demo's servers run as an ordinary account
+    import pwd
+
+    run_as = env("ROCMLAB_HUB_DEMO_USER") or env("SUDO_USER") or "nobody"
+    try:
+        if pwd.getpwnam(run_as).pw_uid == 0:
+            raise ValueError(f"ROCMLAB_HUB_DEMO_USER={run_as!r}: the demo's servers must not run as root")
+    except KeyError:
+        raise ValueError(f"ROCMLAB_HUB_DEMO_USER={run_as!r} is not a Unix user") from None
+    c.DemoCourseSpawner.run_as = run_as
 
 default_memory = "0" if Path("/dev/kfd").exists() else "8G"
 memory = env("ROCMLAB_HUB_MEM_LIMIT", default_memory)

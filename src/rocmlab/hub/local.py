@@ -197,6 +197,8 @@ class LocalHub:
         if not self.demo:
             self.check_accounts()
             self.close_course()
+        elif os.geteuid() == 0 and self.check_install:  # the demo's servers then run as an ordinary account
+            hub_process.check_shared_install(self.root)
         self.labs_dir, self.labs = delivered_labs(
             self.root, self.workdir, self.lang, self.labs, self.profile, progress=self.progress
         )

@@ -232,18 +232,38 @@ class CourseSpawner(LocalProcessSpawner):
 
 
 class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
-    """Every server runs as the hub's user; nbgrader tells learners apart by ROCMLAB_STUDENT_ID.
+    """Every server runs as one Unix user: the hub's, or ``run_as`` (set when the hub runs as root,
+    so that no learner runs as root); nbgrader tells learners apart by ROCMLAB_STUDENT_ID.
 
     nbgrader 0.9 names the student after the process's Unix user (``pwd.getpwuid(os.getuid())``),
     which is the same for everyone here, so the shared nbgrader config sets
     ``CourseDirectory.student_id`` from this variable instead.
     """
 
+    run_as = Unicode("", help="Unix user every demo server runs as (default: the hub's own)").tag(config=True)
+
     def home(self) -> Path:
         return Path(self.home_dir)
 
-    def owner(self) -> None:
-        return None
+    def owner(self) -> tuple[int, int] | None:
+        if not self.run_as:
+            return None
+        entry = pwd.getpwnam(self.run_as)
+        return entry.pw_uid, entry.pw_gid
+
+    def make_preexec_fn(self, name):
+        prepare = super().make_preexec_fn(name)  # limits, then the home made and entered
+        if not self.run_as:
+            return prepare
+        from jupyterhub.spawner import set_user_setuid
+
+        switch_user = set_user_setuid(self.run_as, chdir=False)
+
+        def preexec():
+            prepare()
+            switch_user()
+
+        return preexec
 
     def course_env(self) -> dict:
         env = super().course_env()
