@@ -101,6 +101,8 @@ def demo_hub_options(tmp_path):
         return
     if not shutil.which("unshare"):
         pytest.skip("a demo hub run as root needs unshare to let `nobody` reach the interpreter")
+    for folder in (tmp_path, tmp_path.parent):  # pytest's own folders: passable, not listable
+        folder.chmod(folder.stat().st_mode | 0o001)
     scratch = Path(tempfile.mkdtemp(prefix="rmldemo-mounts-"))
     root = Path(__file__).resolve().parents[1]
     launcher = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", EXPOSE_FOR_DEMO]
