@@ -391,6 +391,7 @@ def test_the_exchange_steps_the_pods_name_exist_and_keep_learners_apart(monkeypa
     config, _ = nbgrader_config(monkeypatch, "instructor")
     assert import_item(config.ExchangeFactory.collect) is exchange.LearnerFolderCollect
     assert import_item(config.ExchangeFactory.release_feedback) is exchange.LearnerFolderReleaseFeedback
+    assert config.ExchangeCollect.check_owner is False  # every file is uid 1000's: it would only warn
 
 
 def test_the_jupyter_config_files_land_in_the_folder_on_the_config_path():
