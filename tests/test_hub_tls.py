@@ -72,6 +72,8 @@ def test_the_config_serves_https_with_the_pair(monkeypatch, tmp_path):
 def test_a_server_hub_on_every_address_is_https_and_names_its_fingerprint(tmp_path):
     hub = LocalHub(tmp_path / "hub", demo=False, ip="", labs=ROOT_LABS)
     assert hub.url.startswith("https://127.0.0.1:") and hub.public_url.startswith("https://")
+    assert not (tmp_path / "hub").exists()  # nothing written before start (which checks root first)
+    hub.prepare_tls()
     assert hub.tls_fingerprint == tls.fingerprint(hub.tls_cert)
     plain = LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True)
     assert plain.url.startswith("http://") and not plain.tls_fingerprint

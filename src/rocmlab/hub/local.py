@@ -83,9 +83,10 @@ class LocalHub:
         self.ip = "127.0.0.1" if demo else ip
         self.port = port or hub_process.free_port()
         self.internal_port = hub_process.free_port()
-        self.tls_cert, self.tls_key = tls.choose(
-            self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo
+        self.tls_cert, self.tls_key = tls.choose(  # a self-signed pair is made at start (as root)
+            self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo, create=False
         )
+        self.self_signed = bool(self.tls_cert) and not ssl_cert
         self.insecure_http = insecure_http
         answers_on = self.ip if self.ip not in ("", "0.0.0.0", "::") else "127.0.0.1"
         self.url = f"{'https' if self.tls_cert else 'http'}://{answers_on}:{self.port}"
@@ -151,6 +152,11 @@ class LocalHub:
         if self.check_install:
             hub_process.check_shared_install(self.root)
 
+    def prepare_tls(self) -> None:
+        """Make the self-signed pair the hub serves, unless it exists (it is kept across starts)."""
+        if self.self_signed:
+            tls.self_signed(Path(self.tls_cert).parent, self.ip)
+
     def close_course(self) -> None:
         """Server mode: what learners need of the checkout stays readable, the rest (solutions/,
         .git, results/...) is opened to the instructor group only (rocmlab.hub.install)."""
@@ -199,6 +205,7 @@ class LocalHub:
             self.close_course()
         elif os.geteuid() == 0 and self.check_install:  # the demo's servers then run as an ordinary account
             hub_process.check_shared_install(self.root)
+        self.prepare_tls()
         self.labs_dir, self.labs = delivered_labs(
             self.root, self.workdir, self.lang, self.labs, self.profile, progress=self.progress
         )

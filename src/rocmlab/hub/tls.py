@@ -30,9 +30,12 @@ def is_loopback(ip: str) -> bool:
         return False
 
 
-def choose(ip: str, state: Path, cert: str | None, key: str | None, insecure_http: bool) -> tuple[str, str]:
-    """(certificate, key) the hub serves, or ("", "") for plain HTTP; raises InputError when a
-    non-loopback hub would serve HTTP without ``insecure_http``. Makes the self-signed pair if needed."""
+def choose(
+    ip: str, state: Path, cert: str | None, key: str | None, insecure_http: bool, create: bool = True
+) -> tuple[str, str]:
+    """(certificate, key) the hub serves, or ("", "") for plain HTTP: the pair given, else beyond
+    loopback (unless ``insecure_http``) the self-signed pair in ``state/tls``, made now when
+    ``create`` (else by ``self_signed`` later)."""
     if bool(cert) != bool(key):
         raise InputError("--ssl-cert and --ssl-key go together")
     if cert:
@@ -42,6 +45,8 @@ def choose(ip: str, state: Path, cert: str | None, key: str | None, insecure_htt
         return str(Path(cert).resolve()), str(Path(key).resolve())
     if insecure_http or is_loopback(ip):
         return "", ""
+    if not create:
+        return str(state / "tls" / CERT_NAME), str(state / "tls" / KEY_NAME)
     return self_signed(state / "tls", ip)
 
 
