@@ -77,3 +77,14 @@ def test_a_server_hub_on_every_address_is_https_and_names_its_fingerprint(tmp_pa
     assert hub.tls_fingerprint == tls.fingerprint(hub.tls_cert)
     plain = LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True)
     assert plain.url.startswith("http://") and not plain.tls_fingerprint
+
+
+def test_the_command_prints_the_fingerprint_and_warns_on_plain_http(tmp_path, capsys):
+    from rocmlab.hub import command
+
+    hub = LocalHub(tmp_path / "hub", demo=False, ip="", labs=ROOT_LABS)
+    hub.prepare_tls()
+    command._say_ready(hub)
+    assert f"SHA-256 fingerprint {hub.tls_fingerprint}" in capsys.readouterr().out
+    command._say_ready(LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True))
+    assert "passwords cross the network in clear" in capsys.readouterr().err
