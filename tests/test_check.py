@@ -6,7 +6,7 @@ import pytest
 
 from rocmlab.check import prepare
 from rocmlab.cli import main
-from rocmlab.grade import INJECTED_TAG
+from rocmlab.grading.cells import INJECTED_TAG
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path, capsys):

@@ -8,22 +8,17 @@ import pytest
 
 from rocmlab.build import solution_notebook
 from rocmlab.catalog import LabError, discover, select
-from rocmlab.grade import (
+from rocmlab.grading.cells import (
     INJECTED_TAG,
     NOT_RUN_ENAME,
-    GradedTest,
-    StudentResult,
-    Submission,
     failure_message,
-    feedback_html,
-    find_submissions,
-    load_submission,
     mark_unrun_tests,
     restore_cells,
-    stage_feedback,
     trusted_names,
     visible_part,
 )
+from rocmlab.grading.feedback import feedback_html, stage_feedback
+from rocmlab.grading.submissions import GradedTest, StudentResult, Submission, find_submissions, load_submission
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from rocmlab.catalog import discover, select
-from rocmlab.grade import find_submissions, grade_class
+from rocmlab.grading.grader import grade_class
+from rocmlab.grading.submissions import find_submissions
 from rocmlab.sandbox import USER_PREFIX, Limits, Sandbox
 
 pytestmark = pytest.mark.slow

@@ -19,9 +19,9 @@ import nbformat
 from .build import write_notebook
 from .catalog import Lab, discover
 from .errors import ExitCode, InputError
-from .grade import (
+from .grading.cells import (
     INJECTED_TAG,
-    _grading,
+    grading,
     injected_cells,
     mark_unrun_tests,
     trusted_names,
@@ -47,7 +47,7 @@ def read_learner_notebook(path: Path):
         raise InputError(f"{path}: no such notebook") from None
     except Exception as exc:  # noqa: BLE001 (any parse failure is the learner's input)
         raise InputError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
-    tests = [c for c in nb.cells if _grading(c).get("grade")]
+    tests = [c for c in nb.cells if grading(c).get("grade")]
     if not tests:
         raise InputError(
             f"{path}: no graded test cell (cells with nbgrader metadata grade=true): is this a rocmlab lab notebook?"
@@ -119,7 +119,7 @@ def run_check(path: Path, keep_params: bool = False, root: str | None = None) ->
 def visible_results(executed) -> list[VisibleTest]:
     results = []
     for cell in executed.cells:
-        meta = _grading(cell)
+        meta = grading(cell)
         if not meta.get("grade"):
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]

@@ -1,0 +1,109 @@
+"""A learner's feedback page, and staging it for nbgrader's release_feedback."""
+
+from __future__ import annotations
+
+import html
+import shutil
+from pathlib import Path
+
+from ..catalog import Lab
+from .submissions import StudentResult
+
+TEXT = {
+    "en": {
+        "title": "Feedback",
+        "score": "Score",
+        "test": "Test",
+        "points": "Points",
+        "result": "Result",
+        "message": "Message",
+        "pass": "passed",
+        "fail": "failed",
+        "hidden": "a hidden test failed (its code is not shown)",
+        "notes": "Notes from the grader",
+        "invalid": "This submission could not be graded.",
+        "flags": {
+            "invalid": "not a gradable notebook of this lab",
+            "wrong_lab": "a notebook of another lab",
+            "old_version": "made from an older version of the lab",
+            "tampered": "test cells were changed: the original tests were used",
+            "monkeypatched": "functions the tests rely on were replaced: the originals were used",
+            "timeout": "a time limit was reached",
+            "crashed": "the notebook's kernel stopped",
+            "output_truncated": "too much output: it was cut",
+            "memory_limit": "the memory limit was reached",
+            "network": "a network connection was refused",
+        },
+    },
+    "zh": {
+        "title": "评分反馈",
+        "score": "得分",
+        "test": "测试",
+        "points": "分数",
+        "result": "结果",
+        "message": "信息",
+        "pass": "通过",
+        "fail": "未通过",
+        "hidden": "隐藏测试未通过（不显示其代码）",
+        "notes": "评分说明",
+        "invalid": "该提交无法评分。",
+        "flags": {
+            "invalid": "不是本实验可评分的笔记本",
+            "wrong_lab": "是另一个实验的笔记本",
+            "old_version": "基于旧版本的实验",
+            "tampered": "测试单元被改动：已使用原始测试",
+            "monkeypatched": "测试依赖的函数被替换：已使用原始函数",
+            "timeout": "超出时间限制",
+            "crashed": "笔记本内核已终止",
+            "output_truncated": "输出过多，已被截断",
+            "memory_limit": "超出内存限制",
+            "network": "网络连接被拒绝（评分时离线）",
+        },
+    },
+}
+
+
+def feedback_html(lab: Lab, result: StudentResult) -> str:
+    t = TEXT[result.lang]
+    esc = html.escape
+    rows = []
+    for test in result.tests:
+        verdict = t["pass"] if test.passed else t["fail"]
+        message = t["hidden"] if test.hidden_failed else test.message
+        rows.append(
+            f'<tr class="{"pass" if test.passed else "fail"}"><td><code>{esc(test.grade_id)}</code></td>'
+            f"<td>{test.points:g} / {test.max_points:g}</td><td>{verdict}</td><td>{esc(message)}</td></tr>"
+        )
+    flags = "".join(f"<li>{esc(t['flags'][f])}</li>" for f in result.flags)
+    status = f"<p>{t['invalid']}</p>" if result.status == "invalid" else ""
+    return (
+        f'<!DOCTYPE html>\n<html lang="{result.lang}"><head><meta charset="utf-8">'
+        f"<title>{esc(lab.title[result.lang])} — {t['title']}</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:.3em .6em}"
+        "table{border-collapse:collapse}tr.pass td:nth-child(3){color:#070}tr.fail td:nth-child(3){color:#b00}"
+        "</style></head><body>"
+        f"<h1>{esc(lab.title[result.lang])} ({esc(lab.id)} {esc(lab.version)})</h1>"
+        f"<p>{esc(result.student)} — {t['score']}: <b>{result.score:g} / {result.max_score:g}</b></p>{status}"
+        f"<table><tr><th>{t['test']}</th><th>{t['points']}</th><th>{t['result']}</th><th>{t['message']}</th></tr>"
+        f"{''.join(rows)}</table>" + (f"<h2>{t['notes']}</h2><ul>{flags}</ul>" if flags else "") + "</body></html>\n"
+    )
+
+
+def stage_feedback(course_root: Path, lab_id: str, grades: Path) -> list[str]:
+    """Put ``rocmlab grade``'s feedback (``<grades>/feedback/<student>/<lab>.html``) where nbgrader's
+    release_feedback takes it: ``<course_root>/feedback/<student>/<lab>/<lab>.html`` beside the
+    timestamp and secret of the collected submission. Returns the learners staged."""
+    staged = []
+    for html_file in sorted((grades / "feedback").glob(f"*/{lab_id}.html")):
+        student = html_file.parent.name
+        submitted = course_root / "submitted" / student / lab_id
+        if not (submitted / "timestamp.txt").is_file():
+            continue
+        dest = course_root / "feedback" / student / lab_id
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(html_file, dest / f"{lab_id}.html")
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            if (submitted / name).is_file():
+                shutil.copyfile(submitted / name, dest / name)
+        staged.append(student)
+    return staged
