@@ -1,22 +1,33 @@
 """The grader's cells: restoring the lab's test and parameters cells, the injected integrity
-cells, and reading an executed notebook (unrun tests, flags, failure messages). ``rocmlab check``
-uses this public API too."""
+cells, sealing and judging the tests, and reading an executed notebook (unrun tests, flags,
+failure messages). ``rocmlab check`` uses this public API too.
+
+A test's verdict is not taken from the learner's kernel alone, which learner code controls
+(IPython's hooks, transformers, ``set_custom_exc``, the messaging layer). ``seal_tests`` ends
+each test cell with a line that prints a secret drawn for this run, and puts a cell before it
+that resets IPython's hooks; ``judge_tests`` then passes a test only when the kernel's
+``execute_reply`` (recorded by the worker, outside the kernel) says ``ok``, the secret came
+back, and no error was shown. See docs/grading.md for the threat model.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 
 import nbformat
 
 from ..execute import Outcome
-from ..papermill_engine import TIMEOUT_ENAME, TRUNCATED_MARK
+from ..papermill_engine import REPLY_KEY, TIMEOUT_ENAME, TRUNCATED_MARK
 from ..source import MARKERS
 from .submissions import NETWORK_ERRORS, StudentResult
 
 INJECTED_TAG = "rocmlab-injected"
 INTEGRITY_MARK = "ROCMLAB-INTEGRITY "
 NOT_RUN_ENAME = "NotRun"
+VERDICT_ENAME = "TestNotCompleted"
+SEAL_MARK = "ROCMLAB-SEAL "
 TRUSTED_CALL = re.compile(r"trusted\(([^)]*)\)")
 CELL_LINE = re.compile(r"(?:Cell|Input) In ?\[\s*\d*\s*\], line (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -61,7 +72,8 @@ def injected_cells(names: list[str]) -> tuple:
     capture = nbformat.v4.new_code_cell(
         "# rocmlab grader: remember pristine functions before any learner code runs\n"
         "from rocmlab.lab import integrity as _rocmlab_integrity\n"
-        f"_rocmlab_integrity.capture({names!r})"
+        f"_rocmlab_integrity.capture({names!r})\n"
+        "_rocmlab_integrity.capture_shell()"
     )
     report = nbformat.v4.new_code_cell(
         "# rocmlab grader: report functions replaced by learner code\n"
@@ -72,6 +84,76 @@ def injected_cells(names: list[str]) -> tuple:
         cell.metadata["tags"] = [INJECTED_TAG]
         cell.id = cell_id
     return capture, report
+
+
+def _reset_cell(grade_id: str):
+    cell = nbformat.v4.new_code_cell(
+        "# rocmlab grader: put IPython's hooks back before the test\n"
+        '__import__("rocmlab.lab.integrity", fromlist=["reset_shell"]).reset_shell()'
+    )
+    cell.metadata["tags"] = [INJECTED_TAG]
+    cell.id = f"rocmlab-reset-{grade_id}"[:64]
+    return cell
+
+
+def _seal_line(secret: str) -> str:
+    return f'__import__("sys").stdout.write({SEAL_MARK + secret + chr(10)!r}) and None'
+
+
+def seal_tests(nb) -> dict[str, str]:
+    """End each test cell with a line printing a secret of this run; a hook-reset cell before it.
+    Returns grade_id -> secret, for ``judge_tests``."""
+    seals, cells = {}, []
+    for cell in nb.cells:
+        grade_id = grading(cell).get("grade_id")
+        if grading(cell).get("grade") and cell.cell_type == "code" and grade_id not in seals:
+            seals[grade_id] = secrets.token_hex(16)
+            cells.append(_reset_cell(grade_id))
+            cell.source = cell.source.rstrip("\n") + "\n" + _seal_line(seals[grade_id])
+        cells.append(cell)
+    nb.cells = cells
+    return seals
+
+
+def _unseal(cell, secret: str) -> bool:
+    """Remove the seal line and its output from a test cell; True when the secret came back."""
+    line = _seal_line(secret)
+    if cell.source.endswith("\n" + line):
+        cell.source = cell.source[: -len(line) - 1]
+    mark, found, kept = SEAL_MARK + secret + "\n", False, []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream" and out.get("name") == "stdout" and mark in out.get("text", ""):
+            found = True
+            out.text = out.text.replace(mark, "")
+            if not out.text:
+                continue
+        kept.append(out)
+    cell.outputs = kept
+    return found
+
+
+def judge_tests(nb, seals: dict[str, str]) -> None:
+    """Fail (with an error output nbgrader counts) every sealed test that did not really complete:
+    no ``ok`` reply recorded by the worker, or its secret never printed. Drops the reset cells."""
+    cells = []
+    for cell in nb.cells:
+        if cell.get("id", "").startswith("rocmlab-reset-") and INJECTED_TAG in cell.metadata.get("tags", []):
+            continue
+        cells.append(cell)
+        grade_id = grading(cell).get("grade_id")
+        if grade_id not in seals or cell.cell_type != "code":
+            continue
+        sealed = _unseal(cell, seals[grade_id])
+        reply = cell.metadata.pop(REPLY_KEY, {}).get("reply", "none")
+        if reply == "ok" and sealed or _errors(cell):
+            continue
+        why = "the kernel did not reply ok" if reply != "ok" else "the test's last line never ran"
+        cell.outputs.append(
+            nbformat.v4.new_output(
+                "error", ename=VERDICT_ENAME, evalue=f"this test did not complete ({why})", traceback=[]
+            )
+        )
+    nb.cells = cells
 
 
 def restore_cells(nb, source_nb, inject: bool = True) -> tuple:
@@ -173,25 +255,60 @@ def mark_unrun_tests(nb) -> int:
     return count
 
 
+def hidden_lines(source: str) -> list[str]:
+    """The lines of a test cell's hidden blocks (what nbgrader removes from the learner's copy)."""
+    kept, hidden = [], False
+    for line in source.split("\n"):
+        if HIDDEN_BEGIN in line:
+            hidden = True
+        elif HIDDEN_END in line:
+            hidden = False
+        elif hidden:
+            kept.append(line)
+    return kept
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def shown_message(ename: str, evalue: str, source: str, limit: int = 300) -> str:
+    """An error as feedback may show it. The name and value come from the learner's kernel, so
+    they can carry anything the kernel could read, hidden tests included (``linecache``, frames):
+    the name must look like an exception name, and a value that holds any hidden line, or a run
+    of encoded-looking text, is withheld."""
+    ename = ename if re.fullmatch(r"[A-Za-z_][\w.]{0,79}", ename or "") else "Error"
+    value = ANSI.sub("", str(evalue or ""))[:limit]
+    squashed = _squash(value)
+    secrets_in = [_squash(line) for line in hidden_lines(source) if len(_squash(line)) >= 6]
+    leaks = any(line in squashed for line in secrets_in)
+    encoded = bool(secrets_in) and re.search(r"[A-Za-z0-9+=]{48,}", value) is not None
+    if leaks or encoded:
+        return f"{ename} (its message is not shown: it may quote hidden test code)"
+    return f"{ename}: {value}".strip()
+
+
 def failure_message(cell, source_cell) -> tuple[bool, str]:
     """(hidden, message) for a failed test cell; a hidden failure's message is never returned."""
     errors = _errors(cell)
     if not errors:
         return False, "wrote to stderr (counted as a failure)"
     error = errors[0]
-    if error.get("ename") in (NOT_RUN_ENAME, TIMEOUT_ENAME):
+    if error.get("ename") in (NOT_RUN_ENAME, TIMEOUT_ENAME, VERDICT_ENAME):
         return False, f"{error['ename']}: {error.get('evalue', '')}"
-    text = ANSI.sub("", "\n".join(error.get("traceback", [])))
+    text = ANSI.sub("", "\n".join(str(line) for line in error.get("traceback", [])))
     match = CELL_LINE.search(text)
-    lines = source_cell.source.split("\n")
-    begin = next((i for i, line in enumerate(lines) if HIDDEN_BEGIN in line), None)
-    end = next((i for i, line in enumerate(lines) if HIDDEN_END in line), len(lines))
     if match is None:
         return True, ""
-    line = int(match.group(1)) - 1
-    if begin is not None and begin <= line <= end:
-        return True, ""
-    return False, f"{error.get('ename', '')}: {error.get('evalue', '')}".strip()[:1000]
+    line, hidden = int(match.group(1)) - 1, False
+    for index, source_line in enumerate(source_cell.source.split("\n")):
+        if HIDDEN_BEGIN in source_line:
+            hidden = True
+        if index == line and hidden:
+            return True, ""
+        if HIDDEN_END in source_line:
+            hidden = False
+    return False, shown_message(str(error.get("ename", "")), str(error.get("evalue", "")), source_cell.source)
 
 
 def read_flags(nb, outcome: Outcome, result: StudentResult) -> None:

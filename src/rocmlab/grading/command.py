@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-output-kb", type=int, default=Limits.max_cell_output_kb, metavar="KB", help="output kept per cell"
     )
     parser.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="grade even where no sandbox is available (no bubblewrap, not root): learner code then "
+        "runs with your rights",
+    )
+    parser.add_argument(
         "--feedback-to",
         metavar="COURSE_ROOT",
         help="also put each learner's feedback page in this nbgrader course's feedback/ folder, "
@@ -70,6 +76,7 @@ def main(
     max_processes: int = Limits.max_processes,
     max_output_kb: int = Limits.max_cell_output_kb,
     feedback_to: str | None = None,
+    unsafe: bool = False,
     root: str | None = None,
 ) -> int:
     processes.exit_on_sigterm()  # finally blocks end the kernels and remove the sandbox
@@ -95,6 +102,7 @@ def main(
         db_url=gradebook,
         limits=limits,
         progress=say,
+        unsafe=unsafe,
     )
     for r in results:
         print(f"{r.student:<24} {r.score:>6g} / {r.max_score:<6g} {','.join(r.flags) or '-'}")

@@ -14,12 +14,23 @@ from pathlib import Path
 
 from ..build import solution_notebook, write_notebook
 from ..catalog import LANGUAGES, Lab, Profile
+from ..errors import CommandFailed
 from ..results import write_json_atomic
-from ..sandbox import Limits, Sandbox
-from .cells import failure_message, grading, mark_unrun_tests, read_flags, restore_cells
+from ..sandbox import Limits, Sandbox, choose_backend, is_root
+from .cells import failure_message, grading, judge_tests, mark_unrun_tests, read_flags, restore_cells, seal_tests
 from .feedback import feedback_html
 from .gradebook import Course, safe_url, shared_gradebook_engines
-from .submissions import FLAGS, GradedTest, StudentResult, Submission, copy_learner_files, load_submission
+from .preflight import check_model_cache, course_view, model_cache
+from .submissions import (
+    FLAGS,
+    GradedTest,
+    StudentResult,
+    Submission,
+    copy_learner_files,
+    load_submission,
+    safe_text,
+    valid_id,
+)
 
 
 @dataclass
@@ -35,6 +46,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     """Restore, execute in the sandbox, mark unrun tests; returns the executed notebook."""
     lab, profile = plan.lab, plan.profile
     prepared, notes = restore_cells(nb, plan.sources[result.lang])
+    seals = seal_tests(prepared)
     for note in notes:
         result.flag("tampered", note)
     run = plan.sandbox.new_run(slot, profile.cell_timeout_s)
@@ -56,6 +68,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
         run.cleanup()
     read_flags(executed, outcome, result)
     mark_unrun_tests(executed)
+    judge_tests(executed, seals)
     return executed
 
 
@@ -67,7 +80,8 @@ def fill_tests(plan: Plan, executed, result: StudentResult, grades: dict) -> Non
         test = GradedTest(grade_id, float(max_points), float(points or 0.0))
         test.passed = test.points >= test.max_points
         if not test.passed and grade_id in cells:
-            test.hidden_failed, test.message = failure_message(cells[grade_id], source_cell)
+            test.hidden_failed, message = failure_message(cells[grade_id], source_cell)
+            test.message = safe_text(message)
         result.tests.append(test)
 
 
@@ -88,31 +102,46 @@ def _grade_class(
     limits: Limits | None = None,
     extra_hidden: list[Path] = (),
     progress=print,
+    unsafe: bool = False,
 ) -> list[StudentResult]:
     profile = lab.profile(profile_name)
+    backend = choose_backend(None)
+    if backend == "none" and not unsafe:
+        raise CommandFailed(
+            "no sandbox here: learner code would run with your rights, over the gradebook and every "
+            "submission. Install bubblewrap (`apt-get install bubblewrap`) or grade as root; "
+            "--unsafe grades anyway"
+        )
+    check_model_cache(profile.parameters, other_user=is_root())
     out.mkdir(parents=True, exist_ok=True)
     course = Course(root, lab, out / "course", db_url)
     sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
     course.create_assignment(sources["en"])
-    submitted = os.path.commonpath([str(Path(s.path).resolve().parent) for s in submissions])
-    hidden = [root / "solutions", out, *extra_hidden, Path(submitted)]
+    submitted = os.path.commonpath([os.path.abspath(os.path.dirname(s.path)) for s in submissions])
+    hidden, expose = course_view(root, out, *extra_hidden, Path(submitted))
     if db_url and db_url.startswith("sqlite:///"):
         hidden.append(Path(db_url[len("sqlite:///") :]).parent)
-    sandbox = Sandbox(limits, hide=hidden, slots=max(1, jobs))
+    sandbox = Sandbox(
+        limits,
+        hide=hidden,
+        expose=expose,
+        slots=max(1, jobs),
+        backend=backend,
+        env={"ROCMLAB_CACHE": str(model_cache())},
+    )
     plan = Plan(root, lab, profile, sandbox, sources)
-    if not sandbox.isolate or not sandbox.switch_user:
+    if backend == "none":
         progress(
-            "warning: limited sandbox: "
-            + ("" if sandbox.isolate else "no network, PID or mount isolation (needs root and unshare); ")
-            + ("" if sandbox.switch_user else "kernels run as this user; ")
-            + "time, memory, process and output limits still apply"
+            "warning: --unsafe: no sandbox: no network, PID or mount isolation"
+            + ("" if sandbox.switch_user else "; kernels run as this user")
+            + "; time, memory, process and output limits still apply"
         )
     slots: queue.Queue = queue.Queue()
     for slot in range(max(1, jobs)):
         slots.put(slot)
 
     def run_one(sub: Submission):
-        result = StudentResult(sub.student, str(sub.path))
+        result = StudentResult(safe_text(sub.student), safe_text(sub.path))
         started = time.monotonic()
         nb = load_submission(sub, lab, result)
         executed = None
@@ -134,13 +163,19 @@ def _grade_class(
         futures = [pool.submit(run_one, sub) for sub in submissions]
         for future in as_completed(futures):
             result, executed = future.result()
-            try:
-                course.record(result.student, executed if result.status == "graded" else None)
-            except RuntimeError as exc:  # nbgrader refused this notebook: zero it, say why, go on
-                result.status, executed = "invalid", None
-                result.flag("invalid", str(exc)[:500])
-                course.record(result.student, None)
-            result.score, result.max_score, grades = course.scores(result.student)
+            if valid_id(result.student):  # an invalid id names no gradebook row and no folder
+                try:
+                    course.record(result.student, executed if result.status == "graded" else None)
+                except RuntimeError as exc:  # nbgrader refused this notebook: zero it, say why, go on
+                    result.status, executed = "invalid", None
+                    result.flag("invalid", str(exc)[:500])
+                    course.record(result.student, None)
+                result.score, result.max_score, grades = course.scores(result.student)
+            else:
+                grades = {}
+                result.max_score = sum(
+                    float(grading(c)["points"]) for c in sources["en"].cells if grading(c).get("grade")
+                )
             fill_tests(plan, executed, result, grades)
             results.append(result)
             progress(
@@ -160,6 +195,8 @@ def write_outputs(
     lab: Lab, profile: Profile, course: Course, results: list[StudentResult], out: Path, isolation: dict
 ) -> None:
     for result in results:
+        if not valid_id(result.student):
+            continue
         path = out / "feedback" / result.student / f"{lab.id}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(feedback_html(lab, result), encoding="utf-8")

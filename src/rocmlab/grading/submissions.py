@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -25,14 +26,26 @@ FLAGS = (
     "network",
 )
 NETWORK_ERRORS = ("ConnectionRefusedError", "gaierror", "ConnectionError", "TimeoutError")
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
+STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}")  # with re.fullmatch: no trailing newline
 MAX_NOTEBOOK_BYTES = 50 * 2**20
+
+
+def safe_text(text) -> str:
+    """Learner-supplied text as it may be printed and stored: lone surrogates (from undecodable
+    file names or JSON) become backslash escapes."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def valid_id(student: str) -> bool:
+    """A learner id that may name a gradebook row, a CSV row and a folder."""
+    return STUDENT_ID.fullmatch(student) is not None
 
 
 @dataclass
 class Submission:
     student: str
     path: Path
+    problem: str = ""  # why it cannot be graded, found while looking for it (a symbolic link)
 
 
 @dataclass
@@ -63,7 +76,7 @@ class StudentResult:
         if name not in self.flags:
             self.flags.append(name)
         if note:
-            self.notes.append(note)
+            self.notes.append(safe_text(note))
 
 
 def find_submissions(folder: Path, lab_id: str) -> list[Submission]:
@@ -77,16 +90,39 @@ def find_submissions(folder: Path, lab_id: str) -> list[Submission]:
         student = path.parent.parent.name
         preferred = path.name == f"{lab_id}.ipynb"
         if student not in found or preferred:
-            found[student] = Submission(student, path)
+            found[student] = Submission(student, path, _link_problem(folder, path))
     for path in sorted(folder.glob("*.ipynb")):
         if path.stem in found:
-            raise LabError(f"{path}: learner {path.stem!r} also has a submission in {found[path.stem].path}")
-        found[path.stem] = Submission(path.stem, path)
+            raise LabError(
+                f"{safe_text(path)}: learner {safe_text(path.stem)!r} also has a submission in "
+                f"{safe_text(found[path.stem].path)}"
+            )
+        found[path.stem] = Submission(path.stem, path, _link_problem(folder, path))
     if not found:
         raise LabError(
             f"{folder}: no submissions of {lab_id} found (expected <student>/{lab_id}/*.ipynb or <student>.ipynb)"
         )
     return [found[s] for s in sorted(found)]
+
+
+def _link_problem(folder: Path, path: Path) -> str:
+    """Why a submission path cannot be trusted: a symbolic link on the way down from ``folder``
+    (a learner's link to the instructor's notebook would be graded as theirs)."""
+    part = path
+    while part != folder and part != part.parent:
+        if part.is_symlink():
+            return f"{safe_text(part.relative_to(folder))} is a symbolic link: submit the notebook itself"
+        part = part.parent
+    return ""
+
+
+def read_no_follow(path: Path) -> str:
+    """The file's text, refusing a symbolic link even one swapped in after the submission was found."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
+        return fh.read().decode("utf-8")
 
 
 def _semver(version: str) -> tuple:
@@ -99,14 +135,20 @@ def _semver(version: str) -> tuple:
 
 def load_submission(sub: Submission, lab: Lab, result: StudentResult):
     """The submission's notebook, or None when it cannot be graded (``result`` says why)."""
-    if not STUDENT_ID.match(sub.student):
+    if not valid_id(sub.student):
         result.status = "invalid"
-        result.flag("invalid", f"learner id {sub.student!r} is not a valid id (letters, digits, _.@+-)")
+        result.flag(
+            "invalid",
+            f"learner id {safe_text(sub.student)!r} is not a valid id (1-64 letters, digits, _.@+-, "
+            "starting with a letter or digit): rename the folder or file",
+        )
+        return None
+    if sub.problem:
+        result.status = "invalid"
+        result.flag("invalid", sub.problem)
         return None
     try:
-        if sub.path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            raise ValueError(f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
-        nb = nbformat.reads(sub.path.read_text(encoding="utf-8"), as_version=4)
+        nb = nbformat.reads(read_no_follow(sub.path), as_version=4)
         if not isinstance(nb.get("cells"), list):
             raise ValueError("no list of cells")  # noqa: TRY004
         for index, cell in enumerate(nb.cells):
@@ -115,14 +157,14 @@ def load_submission(sub: Submission, lab: Lab, result: StudentResult):
             cell.setdefault("metadata", nbformat.NotebookNode())
     except Exception as exc:  # noqa: BLE001 (any parse failure of learner input is a verdict)
         result.status = "invalid"
-        result.flag("invalid", f"{sub.path.name}: not a readable notebook: {str(exc)[:200]}")
+        result.flag("invalid", f"{safe_text(sub.path.name)}: not a readable notebook: {str(exc)[:200]}")
         return None
     meta = nb.metadata.get("rocmlab")
     if not isinstance(meta, dict) or not meta.get("id"):
         result.status = "invalid"
         result.flag("invalid", f"{sub.path.name}: no rocmlab metadata (id, version): not a notebook of this course")
         return None
-    result.submitted_version = str(meta.get("version", ""))
+    result.submitted_version = safe_text(meta.get("version", ""))
     result.lang = meta.get("lang") if meta.get("lang") in LANGUAGES else "en"
     if meta["id"] != lab.id:
         result.status = "invalid"
