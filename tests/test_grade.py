@@ -12,7 +12,6 @@ from rocmlab.catalog import LabError, discover, select
 from rocmlab.grading.cells import (
     INJECTED_TAG,
     NOT_RUN_ENAME,
-    SEAL_MARK,
     VERDICT_ENAME,
     failure_message,
     hidden_lines,
@@ -32,6 +31,7 @@ from rocmlab.grading.submissions import (
     load_submission,
     valid_id,
 )
+from rocmlab.papermill_engine import SEAL_MIME
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +262,7 @@ def _executed(source, replies: dict, seals: dict, printed: set):
             c.metadata["rocmlab"] = {"reply": replies[grade_id]}
             c.metadata["execution"] = {"shell.execute_reply": "2026-01-01T00:00:00Z"}
             if grade_id in printed:
-                c.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{SEAL_MARK}{seals[grade_id]}\n")]
+                c.outputs = [nbformat.v4.new_output("display_data", data={SEAL_MIME: seals[grade_id]})]
     return nb
 
 
@@ -284,7 +284,7 @@ def test_a_test_passes_only_with_an_ok_reply_and_its_seal(source):
         for grade_id in seals:
             test = cell(executed, grade_id)
             assert test.source == cell(source, grade_id).source and "rocmlab" not in test.metadata
-            assert not any(SEAL_MARK in o.get("text", "") for o in test.outputs)
+            assert not any(SEAL_MIME in (o.get("data") or {}) for o in test.outputs)
             errors = [o for o in test.outputs if o.output_type == "error"]
             assert (errors[0].ename == VERDICT_ENAME) if grade_id in failing else not errors, (replies, printed)
 

@@ -15,6 +15,7 @@ import pytest
 from rocmlab.papermill_engine import (
     ENGINE_NAME,
     ERROR_KEEP,
+    SEAL_MIME,
     TIMEOUT_ENAME,
     TRUNCATED_MARK,
     LimitedEngine,
@@ -214,3 +215,34 @@ def test_without_root_powers_the_limits_still_apply():
     finally:
         run.cleanup()
         sandbox.close()
+
+
+def test_without_root_bubblewrap_gets_its_own_user_namespace(monkeypatch):
+    """The instructor's path (#26): not root, so no grader users, but a user namespace with no
+    capabilities around each kernel, and the same hidden paths and private temp folders."""
+    from rocmlab import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "is_root", lambda: False)
+    box = Sandbox(slots=1, backend="bubblewrap", hide=[Path.home()])
+    try:
+        assert not box.switch_user and box.isolation["backend"] == "bubblewrap"
+        run = box.new_run(0, 5)
+        argv = json.loads((run.private / "policy.json").read_text())["bwrap"]
+        assert argv[1] == "--unshare-user" and "--unshare-net" in argv
+        assert ["--perms", "1777", "--tmpfs", "/tmp"] == argv[argv.index("/tmp") - 3 : argv.index("/tmp") + 1]
+        assert run.uid is None and "--bind" in argv and str(run.work) in argv
+    finally:
+        box.close()
+
+
+def test_one_small_seal_per_cell_passes_the_caps():
+    client = limited_client(cell_output_limit=100, notebook_output_limit=100)
+    outs = []
+    client.output(outs, message("stream", {"name": "stdout", "text": "x" * 500}), None, 0)
+    seal = message("display_data", {"data": {SEAL_MIME: "a" * 32}, "metadata": {}})
+    client.output(outs, seal, None, 0)
+    client.output(outs, seal, None, 0)  # a second one is ordinary output, over the cap
+    other = []
+    client.output(other, message("display_data", {"data": {SEAL_MIME: "b" * 65}, "metadata": {}}), None, 1)
+    assert [o.output_type for o in outs] == ["stream", "display_data"] and outs[1].data[SEAL_MIME] == "a" * 32
+    assert TRUNCATED_MARK in outs[0].text and [o.output_type for o in other] == ["stream"]  # too long to be one

@@ -4,7 +4,7 @@ failure messages). ``rocmlab check`` uses this public API too.
 
 A test's verdict is not taken from the learner's kernel alone, which learner code controls
 (IPython's hooks, transformers, ``set_custom_exc``, the messaging layer). ``seal_tests`` ends
-each test cell with a line that prints a secret drawn for this run, and puts a cell before it
+each test cell with a line that displays a secret drawn for this run, and puts a cell before it
 that resets IPython's hooks; ``judge_tests`` then passes a test only when the kernel's
 ``execute_reply`` (recorded by the worker, outside the kernel) says ``ok``, the secret came
 back, and no error was shown. See docs/grading.md for the threat model.
@@ -19,7 +19,7 @@ import secrets
 import nbformat
 
 from ..execute import Outcome
-from ..papermill_engine import REPLY_KEY, TIMEOUT_ENAME, TRUNCATED_MARK
+from ..papermill_engine import REPLY_KEY, SEAL_MIME, TIMEOUT_ENAME, TRUNCATED_MARK
 from ..source import MARKERS
 from .submissions import NETWORK_ERRORS, StudentResult
 
@@ -27,7 +27,6 @@ INJECTED_TAG = "rocmlab-injected"
 INTEGRITY_MARK = "ROCMLAB-INTEGRITY "
 NOT_RUN_ENAME = "NotRun"
 VERDICT_ENAME = "TestNotCompleted"
-SEAL_MARK = "ROCMLAB-SEAL "
 TRUSTED_CALL = re.compile(r"trusted\(([^)]*)\)")
 CELL_LINE = re.compile(r"(?:Cell|Input) In ?\[\s*\d*\s*\], line (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -97,7 +96,7 @@ def _reset_cell(grade_id: str):
 
 
 def _seal_line(secret: str) -> str:
-    return f'__import__("sys").stdout.write({SEAL_MARK + secret + chr(10)!r}) and None'
+    return f'__import__("IPython.display", fromlist=["display"]).display({{{SEAL_MIME!r}: {secret!r}}}, raw=True)'
 
 
 def seal_tests(nb) -> dict[str, str]:
@@ -120,13 +119,12 @@ def _unseal(cell, secret: str) -> bool:
     line = _seal_line(secret)
     if cell.source.endswith("\n" + line):
         cell.source = cell.source[: -len(line) - 1]
-    mark, found, kept = SEAL_MARK + secret + "\n", False, []
+    found, kept = False, []
     for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream" and out.get("name") == "stdout" and mark in out.get("text", ""):
-            found = True
-            out.text = out.text.replace(mark, "")
-            if not out.text:
-                continue
+        data = out.get("data") or {}
+        if out.get("output_type") == "display_data" and SEAL_MIME in data:
+            found = found or data[SEAL_MIME] == secret
+            continue
         kept.append(out)
     cell.outputs = kept
     return found

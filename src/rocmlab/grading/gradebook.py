@@ -1,8 +1,14 @@
-"""nbgrader's course folder and gradebook: every workaround around nbgrader lives here."""
+"""nbgrader's course folder and gradebook: every workaround around nbgrader lives here.
+
+The workarounds reach into nbgrader's internals (``nbgrader.api.create_engine``,
+``get_alembic_version``), so they apply only to the nbgrader series they were written for
+(``WORKAROUNDS_FOR``); with another version nbgrader runs as it ships, slower but correct.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import shutil
 import warnings
@@ -11,6 +17,36 @@ from pathlib import Path
 from ..build import nbgrader_config, write_notebook
 from ..catalog import Lab
 from ..errors import LabError
+
+WORKAROUNDS_FOR = (0, 9)  # nbgrader major, minor
+
+
+@functools.cache
+def workarounds_apply() -> bool:
+    from importlib.metadata import version
+
+    try:
+        return tuple(int(part) for part in version("nbgrader").split(".")[:2]) == WORKAROUNDS_FOR
+    except ValueError:
+        return False
+
+
+@functools.cache
+def _alembic_head() -> str:
+    import nbgrader
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(Path(nbgrader.__file__).parent / "alembic")).get_current_head()
+
+
+def alembic_head_in_process() -> None:
+    """nbgrader asks a subprocess (`alembic heads`) for the schema head of every new gradebook;
+    the answer is a constant of the installed nbgrader, so read it once, in process."""
+    if not workarounds_apply():
+        return
+    import nbgrader.api
+
+    nbgrader.api.get_alembic_version = _alembic_head
 
 
 def _fast_sqlite_commits() -> None:
@@ -28,6 +64,9 @@ def _fast_sqlite_commits() -> None:
 def shared_gradebook_engines():
     """nbgrader opens a new Gradebook, with a new engine and a check of every table, about ten
     times per autograded notebook; within one grading run they share one engine per database."""
+    if not workarounds_apply():
+        yield
+        return
     import nbgrader.api
 
     original, engines = nbgrader.api.create_engine, {}
@@ -91,7 +130,7 @@ class Course:
             CheckCellMetadata,
         ]
         logging.getLogger("traitlets").setLevel(logging.ERROR)
-        if self.db_url.startswith("sqlite"):
+        if self.db_url.startswith("sqlite") and workarounds_apply():
             _fast_sqlite_commits()
         warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy session warnings
 
