@@ -88,3 +88,17 @@ def test_the_first_failed_cell_is_named_with_whose_it_is_and_how_to_fix_it():
     assert (first.position, first.owner) == (2, "answer") and "fix this answer" in first.hint
     nb.cells[1].outputs = []
     assert first_error(nb, course) is None  # only the test failed: its own message says why
+
+
+def test_check_validates_the_notebook_as_the_grader_does(tmp_path, capsys):
+    real = tmp_path / "real.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), str(real))
+    (tmp_path / "link.ipynb").symlink_to(real)
+    assert main(["--root", str(classroom.COURSE), "check", str(tmp_path / "link.ipynb")]) == 2
+    assert "not a readable Jupyter notebook" in capsys.readouterr().err
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text(
+        '{"cells": [{"cell_type": "code", "source": 7, "metadata": {}, "outputs": []}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    assert main(["--root", str(classroom.COURSE), "check", str(broken)]) == 2
+    assert "cell 1 is not a well-formed" in capsys.readouterr().err

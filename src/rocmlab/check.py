@@ -35,6 +35,7 @@ from .grading.cells import (
     trusted_names,
 )
 from .grading.preflight import check_model_cache, course_view, model_cache
+from .grading.submissions import read_notebook, safe_text
 from .root import find_root
 from .sandbox import Limits, Sandbox, is_root
 
@@ -140,11 +141,11 @@ def course_cells(lab: Lab | None, lang: str) -> dict[str, str] | None:
 
 def read_learner_notebook(path: Path):
     try:
-        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+        nb = read_notebook(path)  # the grader's own checks: size, no symbolic link, well-formed cells
     except FileNotFoundError:
         raise InputError(f"{path}: no such notebook") from None
     except Exception as exc:  # noqa: BLE001 (any parse failure is the learner's input)
-        raise InputError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
+        raise InputError(f"{safe_text(path)}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
     tests = [c for c in nb.cells if grading(c).get("grade")]
     if not tests:
         raise InputError(
@@ -266,7 +267,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -> int:
     """Exit 0 when every visible test passed, 1 when one failed (2, raised: bad input)."""
-    path = Path(notebook).resolve()
+    path = Path(notebook).absolute()  # not resolved: a symbolic link is refused, as grading does
     tests, problem, first = run_check(path, keep_params, root)
     for test in tests:
         verdict = "PASS" if test.passed else "FAIL"

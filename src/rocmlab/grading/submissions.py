@@ -125,6 +125,20 @@ def read_no_follow(path: Path) -> str:
         return fh.read().decode("utf-8")
 
 
+def read_notebook(path: Path):
+    """A learner's notebook, checked as the grader needs it (``rocmlab check`` uses this too):
+    at most ``MAX_NOTEBOOK_BYTES``, not a symbolic link, UTF-8 JSON, every cell a well-formed
+    code, markdown or raw cell. Raises ``OSError`` or ``ValueError`` saying what is wrong."""
+    nb = nbformat.reads(read_no_follow(path), as_version=4)
+    if not isinstance(nb.get("cells"), list):
+        raise ValueError("no list of cells")  # noqa: TRY004
+    for index, cell in enumerate(nb.cells):
+        if cell.get("cell_type") not in ("code", "markdown", "raw") or not isinstance(cell.get("source"), str):
+            raise ValueError(f"cell {index + 1} is not a well-formed code, markdown or raw cell")
+        cell.setdefault("metadata", nbformat.NotebookNode())
+    return nb
+
+
 def _semver(version: str) -> tuple:
     core = version.split("+")[0].split("-")[0]
     try:
@@ -148,13 +162,7 @@ def load_submission(sub: Submission, lab: Lab, result: StudentResult):
         result.flag("invalid", sub.problem)
         return None
     try:
-        nb = nbformat.reads(read_no_follow(sub.path), as_version=4)
-        if not isinstance(nb.get("cells"), list):
-            raise ValueError("no list of cells")  # noqa: TRY004
-        for index, cell in enumerate(nb.cells):
-            if cell.get("cell_type") not in ("code", "markdown", "raw") or not isinstance(cell.get("source"), str):
-                raise ValueError(f"cell {index + 1} is not a well-formed code, markdown or raw cell")
-            cell.setdefault("metadata", nbformat.NotebookNode())
+        nb = read_notebook(sub.path)
     except Exception as exc:  # noqa: BLE001 (any parse failure of learner input is a verdict)
         result.status = "invalid"
         result.flag("invalid", f"{safe_text(sub.path.name)}: not a readable notebook: {str(exc)[:200]}")
