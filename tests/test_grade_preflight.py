@@ -62,3 +62,14 @@ def test_the_sandbox_view_hides_the_course_and_home_but_not_the_cache(tmp_path, 
     hide, expose = course_view(tmp_path / "course", tmp_path / "out")
     assert tmp_path / "course" in hide and tmp_path / "out" in hide and Path.home() in hide
     assert (tmp_path / "cache").resolve() in expose and tmp_path / "course" / "env" / "matrix.toml" in expose
+
+
+def test_a_closed_folder_above_the_cache_is_the_sandboxs_business(cache):
+    tiny_model.make_world_readable(cache)
+    above = cache.parents[2]  # the folder holding the cache root
+    above.chmod(0o700)
+    try:
+        assert "cannot be entered" in unreadable(cache, other_user=True)
+        check_model_cache(SMOKE, other_user=True)  # the sandbox puts the cache back below /root-like folders
+    finally:
+        above.chmod(0o755)

@@ -21,7 +21,7 @@ from rocmlab.papermill_engine import (
     LimitedEngine,
     LimitedNotebookClient,
 )
-from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, closed_ancestor, is_root, split_hidden
+from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, closed_ancestor, closed_ways, is_root, split_hidden
 
 
 def test_closed_ancestor_finds_the_first_folder_others_cannot_enter():
@@ -72,7 +72,9 @@ def test_the_namespace_fallback_starts_workers_in_fresh_namespaces(tmp_path):
 
 
 @pytest.mark.skipif(not bubblewrap_works(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
-def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel(tmp_path):
+def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
+    tmp_path = Path(tempfile.mkdtemp(prefix="rocmlab-test-"))  # pytest's own are closed to others
+    tmp_path.chmod(0o755)
     (tmp_path / "course" / "solutions").mkdir(parents=True)
     (tmp_path / "course" / "keep.toml").write_text("x")
     sandbox = Sandbox(slots=1, hide=[tmp_path / "course"], expose=[tmp_path / "course" / "keep.toml"])
@@ -91,6 +93,7 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel(tmp_path):
         assert "unshare" not in Path(run.worker.python).read_text()
     finally:
         sandbox.close()
+        shutil.rmtree(tmp_path)
 
 
 def test_hiding_a_folder_keeps_only_what_is_exposed_below_it(tmp_path):
@@ -246,3 +249,16 @@ def test_one_small_seal_per_cell_passes_the_caps():
     client.output(other, message("display_data", {"data": {SEAL_MIME: "b" * 65}, "metadata": {}}), None, 1)
     assert [o.output_type for o in outs] == ["stream", "display_data"] and outs[1].data[SEAL_MIME] == "a" * 32
     assert TRUNCATED_MARK in outs[0].text and [o.output_type for o in other] == ["stream"]  # too long to be one
+
+
+def test_paths_below_a_closed_folder_are_grouped_under_it():
+    top = Path(tempfile.mkdtemp(prefix="rocmlab-test-"))
+    try:
+        top.chmod(0o755)
+        for name in ("home/python/bin", "home/cache/models", "open/x"):
+            (top / name).mkdir(parents=True)
+        (top / "home").chmod(0o700)
+        ways = closed_ways([top / "home" / "python", top / "home" / "cache" / "models", top / "open" / "x"])
+        assert ways == {str(top / "home"): [str(top / "home" / "python"), str(top / "home" / "cache" / "models")]}
+    finally:
+        shutil.rmtree(top)

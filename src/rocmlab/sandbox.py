@@ -92,6 +92,7 @@ class Policy:
     cell_timeout_s: int = 0
     scratch: str = ""  # root-only folder for mount bookkeeping
     bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
+    expose: list = field(default_factory=list)  # paths the kernel needs below closed folders
 
 
 # ------------------------------------------------------------------ host side
@@ -312,7 +313,21 @@ class Sandbox:
         uid, gid = self._uid_gid(slot)
         policy = folder / "policy.json"
         policy.write_text(
-            json.dumps(asdict(Policy(asdict(self.limits), uid, gid, "", self.isolate, self.hide, 0, str(folder)))),
+            json.dumps(
+                asdict(
+                    Policy(
+                        asdict(self.limits),
+                        uid,
+                        gid,
+                        "",
+                        self.isolate,
+                        self.hide,
+                        0,
+                        str(folder),
+                        expose=[str(p) for p in self.expose],
+                    )
+                )
+            ),
             encoding="utf-8",
         )
         launcher = folder / "python"
@@ -370,13 +385,16 @@ class Sandbox:
         argv += ["--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
             argv += ["--perms", "1777", "--tmpfs", tmp]
-        gone = []  # closed folders above the interpreter (/root holding pyenv): only the way down stays
-        for found in filter(None, map(closed_ancestor, interpreter_paths()) if self.switch_user else []):
-            folder, child = map(str, found)
-            argv += ["--tmpfs", folder, "--ro-bind", child, child]
-            gone.append((folder, child))
+        covered = closed_ways(self.expose) if self.switch_user else {}
+        for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
+            argv += ["--perms", "0711", "--tmpfs", folder]
+            for path in paths:
+                for step in reversed(Path(path).parents):
+                    if _under(str(step), folder) and str(step) != folder:
+                        argv += ["--perms", "0711", "--dir", str(step)]
+                argv += ["--ro-bind", path, path]
         for path in self.hide:
-            if any(_under(path, folder) and not _under(path, child) for folder, child in gone):
+            if any(_under(path, f) and not any(_under(path, e) for e in es) for f, es in covered.items()):
                 continue
             argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
         for folder in (self.base, work.parent, private):  # bwrap would make them root-only
@@ -471,22 +489,35 @@ def interpreter_paths() -> list[Path]:
     return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parent]
 
 
-def expose_paths(paths: list[Path], scratch: Path) -> None:
-    """Make ``paths`` reachable by the grader user: a closed folder above one (e.g. /root holding
-    pyenv) is covered with a tmpfs that holds only the child on the way down (this mount ns only)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for n, path in enumerate(paths):
-        found = closed_ancestor(path)
-        if found is None:
+def closed_ways(paths: list[Path]) -> dict[str, list[str]]:
+    """For each folder others cannot enter (e.g. /root), the given paths below it (e.g. pyenv,
+    the model cache): a sandbox covers such a folder and puts back only those paths."""
+    ways: dict[str, list[str]] = {}
+    for path in paths:
+        if not Path(path).exists():
             continue
-        folder, child = found
-        keep = scratch / f"keep{n}"
-        keep.mkdir(mode=0o700, exist_ok=True)
-        _bind(str(child), str(keep))
-        if libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", 0, b"size=64k,mode=0711") != 0:
+        found = closed_ancestor(Path(path))
+        if found is not None:
+            ways.setdefault(str(found[0]), []).append(str(Path(path).resolve()))
+    return ways
+
+
+def expose_paths(paths: list[Path], scratch: Path) -> None:
+    """Make ``paths`` reachable by the grader user: a closed folder above them (e.g. /root holding
+    pyenv) is covered with a tmpfs that holds only the way down to each (this mount ns only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for n, (folder, below) in enumerate(closed_ways(paths).items()):
+        keeps = []
+        for m, path in enumerate(below):
+            keep = scratch / f"keep{n}-{m}"
+            keep.mkdir(mode=0o700, exist_ok=True)
+            _bind(path, str(keep))
+            keeps.append((keep, path))
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"size=64k,mode=0711") != 0:
             raise OSError(ctypes.get_errno(), f"cannot cover {folder}")
-        Path(child).mkdir(mode=0o755)
-        _bind(str(keep), str(child))
+        for keep, path in keeps:
+            Path(path).mkdir(mode=0o711, parents=True, exist_ok=True)
+            _bind(str(keep), path)
 
 
 def apply_limits(limits: dict, uid: int | None) -> None:
@@ -519,7 +550,7 @@ def worker_entry(policy: dict) -> int:
         bring_loopback_up()
         hide_paths(policy["hide"])
         if policy["uid"] is not None:
-            expose_paths(interpreter_paths(), Path(policy["scratch"]))
+            expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
     from .execute import block_unused_imports, serve
 
     block_unused_imports()

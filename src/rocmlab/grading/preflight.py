@@ -38,10 +38,12 @@ def uses_tiny_model(parameters: dict) -> bool:
     return any(value == MODEL_NAME for value in parameters.values())
 
 
-def unreadable(path: Path, other_user: bool) -> str:
+def unreadable(path: Path, other_user: bool, top: Path | None = None) -> str:
     """Why ``path`` (a file or a folder, and what is in it) cannot be read by the kernel's user:
-    another user (``other_user``, the grader users of a root run) or this one. "" when it can."""
-    parts = [*reversed(path.parents)]
+    another user (``other_user``, the grader users of a root run) or this one. "" when it can.
+    The folders above ``top`` are not checked: the sandbox opens the way to ``top`` itself (a
+    cache under /root)."""
+    parts = [p for p in reversed(path.parents) if top is None or top == p or top in p.parents]
     for folder in parts:
         if other_user and not folder.stat().st_mode & stat.S_IXOTH:
             return f"{folder} cannot be entered by other users"
@@ -70,7 +72,7 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
             f"the offline model is not in the cache ({target}): build it first with "
             f"`rocmlab assets build-model` (set ROCMLAB_CACHE for another cache folder)"
         )
-    problem = unreadable(target, other_user)
+    problem = unreadable(target, other_user, top=model_cache())
     if problem:
         who = "the grader users" if other_user else "this user"
         raise CommandFailed(
