@@ -38,7 +38,7 @@ def cache(monkeypatch):
 
 def test_a_private_cache_stops_grading_with_the_fix(cache):
     assert "mode 0700" in unreadable(cache, other_user=True)
-    with pytest.raises(CommandFailed, match="cannot be read by the grader users.*chmod -R a\\+rX"):
+    with pytest.raises(CommandFailed, match="cannot be read by the sandbox.s grader users.*chmod -R a\\+rX"):
         check_model_cache(SMOKE, other_user=True)
     check_model_cache(SMOKE, other_user=False)  # the owner itself can read it
     check_model_cache({"MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}, other_user=True)  # no offline model needed

@@ -74,9 +74,10 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
         )
     problem = unreadable(target, other_user, top=model_cache())
     if problem:
-        who = "the grader users" if other_user else "this user"
+        who = "the sandbox's grader users" if other_user else "this user"
         raise CommandFailed(
-            f"the model cache cannot be read by {who}: {problem}; every learner would lose the model's points. "
+            f"the model cache cannot be read by {who}: {problem}; every cell that loads the model would fail "
+            "(in grading: for every learner, the perfect one included). "
             f"Fix it with `chmod -R a+rX {target}` (and a+x on the folders above it), or rebuild it with "
             "`rocmlab assets build-model --force`, which builds it world-readable"
         )
