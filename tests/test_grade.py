@@ -360,3 +360,12 @@ def test_feedback_is_staged_beside_the_submission_secret(tmp_path):
     assert stage_feedback(tmp_path / "course", "01-rocm-setup", tmp_path / "grades") == ["ann"]
     staged = tmp_path / "course" / "feedback" / "ann" / "01-rocm-setup"
     assert sorted(p.name for p in staged.iterdir()) == ["01-rocm-setup.html", "submission_secret.txt", "timestamp.txt"]
+
+
+def test_feedback_escapes_learner_text(lab):
+    result = StudentResult("ann", "ann.ipynb", status="invalid")
+    result.tests = [GradedTest("01-grade-sum", 2.0, 0.0, message="<script>alert(1)</script>")]
+    result.flag("invalid", "note")
+    page = feedback_html(lab, result)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "This submission could not be graded." in page and "0 / 2" in page

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import shutil
 from pathlib import Path
 
@@ -64,28 +63,40 @@ TEXT = {
 
 
 def feedback_html(lab: Lab, result: StudentResult) -> str:
+    """The learner's page, from ``templates/feedback.html.j2`` with autoescaping: learner ids and
+    error text reach it."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(
+        loader=PackageLoader("rocmlab", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     t = TEXT[result.lang]
-    esc = html.escape
-    rows = []
-    for test in result.tests:
-        verdict = t["pass"] if test.passed else t["fail"]
-        message = t["hidden"] if test.hidden_failed else test.message
-        rows.append(
-            f'<tr class="{"pass" if test.passed else "fail"}"><td><code>{esc(test.grade_id)}</code></td>'
-            f"<td>{test.points:g} / {test.max_points:g}</td><td>{verdict}</td><td>{esc(message)}</td></tr>"
-        )
-    flags = "".join(f"<li>{esc(t['flags'][f])}</li>" for f in result.flags)
-    status = f"<p>{t['invalid']}</p>" if result.status == "invalid" else ""
-    return (
-        f'<!DOCTYPE html>\n<html lang="{result.lang}"><head><meta charset="utf-8">'
-        f"<title>{esc(lab.title[result.lang])} — {t['title']}</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:.3em .6em}"
-        "table{border-collapse:collapse}tr.pass td:nth-child(3){color:#070}tr.fail td:nth-child(3){color:#b00}"
-        "</style></head><body>"
-        f"<h1>{esc(lab.title[result.lang])} ({esc(lab.id)} {esc(lab.version)})</h1>"
-        f"<p>{esc(result.student)} — {t['score']}: <b>{result.score:g} / {result.max_score:g}</b></p>{status}"
-        f"<table><tr><th>{t['test']}</th><th>{t['points']}</th><th>{t['result']}</th><th>{t['message']}</th></tr>"
-        f"{''.join(rows)}</table>" + (f"<h2>{t['notes']}</h2><ul>{flags}</ul>" if flags else "") + "</body></html>\n"
+    rows = [
+        {
+            "grade_id": test.grade_id,
+            "passed": test.passed,
+            "points": f"{test.points:g}",
+            "max_points": f"{test.max_points:g}",
+            "message": t["hidden"] if test.hidden_failed else test.message,
+        }
+        for test in result.tests
+    ]
+    return env.get_template("feedback.html.j2").render(
+        lang=result.lang,
+        t=t,
+        title=lab.title[result.lang],
+        lab_id=lab.id,
+        version=lab.version,
+        student=result.student,
+        score=f"{result.score:g}",
+        max_score=f"{result.max_score:g}",
+        invalid=result.status == "invalid",
+        rows=rows,
+        flags=[t["flags"][f] for f in result.flags],
     )
 
 
