@@ -262,3 +262,25 @@ def test_paths_below_a_closed_folder_are_grouped_under_it():
         assert ways == {str(top / "home"): [str(top / "home" / "python"), str(top / "home" / "cache" / "models")]}
     finally:
         shutil.rmtree(top)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="namespaces need root")
+def test_the_namespace_fallback_gives_each_kernel_private_temp_folders():
+    marker = f"rocmlab-litter-{os.getpid()}"
+    sandbox = Sandbox(Limits(), slots=1, backend="namespaces")
+    run = sandbox.new_run(0, 20)
+    try:
+        code = (
+            f"import os\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n    open(os.path.join(d, {marker!r}), 'w').write('x')\n"
+            "print('ok', os.getcwd() == os.environ['HOME'], len(os.listdir('/dev/shm')))"
+        )
+        source = run.private / "in.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), str(source))
+        executed, outcome = run.execute(source, run.private / "out.ipynb", {}, 20, 60)
+        assert outcome.status == "passed", outcome.reason
+        assert executed.cells[0].outputs[0].text.strip() == "ok True 1"
+    finally:
+        run.cleanup()
+        sandbox.close()
+    assert not any(os.path.exists(os.path.join(d, marker)) for d in ("/tmp", "/var/tmp", "/dev/shm"))

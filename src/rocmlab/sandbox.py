@@ -294,7 +294,7 @@ class Sandbox:
         return {
             "backend": self.backend,
             "network": confined,
-            "private_tmp": self.backend == "bubblewrap",
+            "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
             "limits": asdict(self.limits),
@@ -557,6 +557,24 @@ def worker_entry(policy: dict) -> int:
     return serve()
 
 
+def private_temp_folders(work: str) -> None:
+    """This kernel's own mount namespace with empty /tmp, /var/tmp and /dev/shm (the namespace
+    fallback; bubblewrap does this itself); its work folder, which lives under /tmp, is put back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
+    held = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+            if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
+                raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
+        os.makedirs(work, mode=0o711, exist_ok=True)
+        _bind(f"/proc/self/fd/{held}", work)
+    finally:
+        os.close(held)
+
+
 def kernel_entry(policy: dict, connection_file: str) -> int:
     """Limits, then the grader user, then ipykernel (exec: nothing of this process stays)."""
     uid, gid = policy["uid"], policy["gid"]
@@ -567,6 +585,8 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         os.chown(copy, uid, gid)
         copy.chmod(0o600)
         connection_file = str(copy)
+    if policy["isolate"] and home:
+        private_temp_folders(home)
     apply_limits(policy["limits"], uid)
     if uid is not None:
         drop_privileges(uid, gid)
