@@ -36,6 +36,7 @@ from .grading.cells import (
 )
 from .grading.preflight import check_model_cache, course_view, model_cache
 from .grading.submissions import read_notebook, safe_text
+from .papermill_engine import TIMEOUT_ENAME
 from .root import find_root
 from .sandbox import Limits, Sandbox, is_root
 
@@ -81,6 +82,11 @@ HINTS = (
         "a package the lab needs is missing from this Python: run the check with the course's Python or kernel",
     ),
     (("FileNotFoundError",), "a file the lab needs is missing: keep the lab's data/ folder beside your notebook"),
+    (
+        (TIMEOUT_ENAME,),
+        "the cell ran past the lab's time limit: if it is a course cell, the machine was probably busy; "
+        "run the check again when it is idle (a loop of your own that never ends looks the same)",
+    ),
 )
 
 
