@@ -69,7 +69,8 @@ def test_failed_build_leaves_labs_as_they_were(make_course):
 def test_in_process_alembic_head_matches_nbgrader_subprocess():
     import nbgrader.api
 
-    from rocmlab.build import _alembic_head, _interpreter_bin_on_path
+    from rocmlab.build import _interpreter_bin_on_path
+    from rocmlab.grading.gradebook import _alembic_head
 
     _interpreter_bin_on_path()
     original = nbgrader.api.get_alembic_version

@@ -4,9 +4,9 @@ import classroom
 import nbformat
 import pytest
 
-from rocmlab.check import prepare
+from rocmlab.check import first_error, prepare
 from rocmlab.cli import main
-from rocmlab.grade import INJECTED_TAG
+from rocmlab.grading.cells import INJECTED_TAG
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path, capsys):
@@ -51,3 +51,54 @@ def test_check_reports_visible_results_and_exit_status(tmp_path, capsys):
     assert main(["--root", str(classroom.COURSE), "check", str(bad)]) == 1
     out = capsys.readouterr().out
     assert "FAIL  01-grade-sum" in out and "should be 3" in out and "visible score: 3 / 5" in out
+
+
+def _ran(source, *, cell_id=None, nbgrader=None, error=None):
+    cell = nbformat.v4.new_code_cell(source)
+    if cell_id:
+        cell.id = cell_id
+    if nbgrader:
+        cell.metadata["nbgrader"] = nbgrader
+    if error:
+        cell.outputs = [nbformat.v4.new_output("error", ename=error[0], evalue=error[1], traceback=[])]
+    return cell
+
+
+def test_the_first_failed_cell_is_named_with_whose_it_is_and_how_to_fix_it():
+    test = {"grade": True, "grade_id": "t", "points": 1}
+    answer = {"solution": True, "grade_id": "a"}
+    lock = ("PermissionError", "[Errno 13] Permission denied: '/cache/models/x.lock'")
+    course = {"cell-2": "model = load()"}
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            _ran("model = load()", cell_id="cell-2", error=lock),
+            _ran("def f(): ...", nbgrader=answer),
+            _ran("f(model)", nbgrader=test, error=("NameError", "name 'model' is not defined")),
+        ]
+    )
+    first = first_error(nb, course)
+    assert (first.position, first.owner) == (1, "course") and "PermissionError" in first.message
+    assert "not your code" in first.describe() and "build-model" in first.hint
+    nb.cells[0].source = "model = load(fast=True)"  # the learner edited the course cell
+    assert first_error(nb, course).owner == "course-edited"
+    assert first_error(nb, None).owner == "course"  # without the course: known by its id
+    nb.cells[0] = _ran("x = 1")
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[])]
+    first = first_error(nb, course)
+    assert (first.position, first.owner) == (2, "answer") and "fix this answer" in first.hint
+    nb.cells[1].outputs = []
+    assert first_error(nb, course) is None  # only the test failed: its own message says why
+
+
+def test_check_validates_the_notebook_as_the_grader_does(tmp_path, capsys):
+    real = tmp_path / "real.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), str(real))
+    (tmp_path / "link.ipynb").symlink_to(real)
+    assert main(["--root", str(classroom.COURSE), "check", str(tmp_path / "link.ipynb")]) == 2
+    assert "not a readable Jupyter notebook" in capsys.readouterr().err
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text(
+        '{"cells": [{"cell_type": "code", "source": 7, "metadata": {}, "outputs": []}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    assert main(["--root", str(classroom.COURSE), "check", str(broken)]) == 2
+    assert "cell 1 is not a well-formed" in capsys.readouterr().err

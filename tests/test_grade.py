@@ -1,6 +1,7 @@
 """Grading units: finding submissions, validation, restoring test cells, hidden failures, feedback."""
 
 import copy
+import json
 
 import classroom
 import nbformat
@@ -8,22 +9,29 @@ import pytest
 
 from rocmlab.build import solution_notebook
 from rocmlab.catalog import LabError, discover, select
-from rocmlab.grade import (
+from rocmlab.grading.cells import (
     INJECTED_TAG,
     NOT_RUN_ENAME,
-    GradedTest,
-    StudentResult,
-    Submission,
+    VERDICT_ENAME,
     failure_message,
-    feedback_html,
-    find_submissions,
-    load_submission,
+    hidden_lines,
+    judge_tests,
     mark_unrun_tests,
     restore_cells,
-    stage_feedback,
+    seal_tests,
     trusted_names,
     visible_part,
 )
+from rocmlab.grading.feedback import feedback_html, stage_feedback
+from rocmlab.grading.submissions import (
+    GradedTest,
+    StudentResult,
+    Submission,
+    find_submissions,
+    load_submission,
+    valid_id,
+)
+from rocmlab.papermill_engine import SEAL_MIME
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +133,36 @@ def test_notebook_without_course_metadata_is_invalid(tmp_path, lab, student):
     assert nb is None and "no rocmlab metadata" in result.notes[0]
 
 
-def test_unsafe_learner_id_is_invalid(tmp_path, lab, student):
-    nb, result = _load(tmp_path, lab, student, student="..bad")
-    assert nb is None and "not a valid id" in result.notes[0]
+@pytest.mark.parametrize("bad", ["..bad", "..", "ann\n", "a/b", "caf\udce9", "x" * 65, ""])
+def test_unsafe_learner_id_is_invalid(tmp_path, lab, student, bad):
+    assert not valid_id(bad)
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(student, str(path))
+    result = StudentResult(bad, str(path))
+    assert load_submission(Submission(bad, path), lab, result) is None and "not a valid id" in result.notes[0]
+    json.dumps(result.notes, ensure_ascii=False).encode("utf-8")  # printable and storable
+
+
+def test_a_lone_surrogate_in_the_version_is_stored_escaped(tmp_path, lab, student):
+    student.metadata["rocmlab"] = dict(student.metadata["rocmlab"], version="1.0\ud800")
+    nb, result = _load(tmp_path, lab, json.dumps(student))  # JSON escapes the lone surrogate
+    assert nb is None and result.submitted_version == "1.0\\ud800"
+    json.dumps(result.notes + [result.submitted_version], ensure_ascii=False).encode("utf-8")
+
+
+def test_symlinked_submissions_are_refused(tmp_path, lab, student):
+    real = tmp_path / "instructor" / "source.ipynb"
+    real.parent.mkdir()
+    nbformat.write(student, str(real))
+    (tmp_path / "sub" / "ann" / lab.id).mkdir(parents=True)
+    (tmp_path / "sub" / "ann" / lab.id / f"{lab.id}.ipynb").symlink_to(real)
+    (tmp_path / "sub" / "bob").symlink_to(tmp_path / "sub" / "ann")
+    (tmp_path / "sub" / "cat.ipynb").symlink_to(real)
+    found = {s.student: s for s in find_submissions(tmp_path / "sub", lab.id)}
+    assert set(found) == {"ann", "bob", "cat"}
+    for sub in found.values():
+        result = StudentResult(sub.student, str(sub.path))
+        assert load_submission(sub, lab, result) is None and "symbolic link" in result.notes[0], result.notes
 
 
 # ---------------------------------------------------------------- restoring cells
@@ -206,6 +241,54 @@ def test_failure_inside_the_hidden_block_is_named_without_message(source):
     assert failure_message(test, test) == (True, "")
 
 
+def test_a_learners_exception_never_carries_hidden_test_text(source):
+    test = copy.deepcopy(cell(source, "01-grade-sum"))
+    hidden = "\n".join(hidden_lines(test.source))
+    for evalue in (test.source, hidden, "x = 1\n" + hidden.upper().lower(), "A" * 60):
+        test.outputs = [_error(2, ename="ValueError", evalue=evalue)]
+        hidden_failed, message = failure_message(test, test)
+        assert not hidden_failed and message.startswith("ValueError") and "secret" not in message
+        assert "not shown" in message
+    test.outputs = [_error(2, ename="<script>hidden-sum-secret</script>", evalue="ok")]
+    assert failure_message(test, test)[1] == "Error: ok"
+
+
+def _executed(source, replies: dict, seals: dict, printed: set):
+    """The sealed source as a kernel might leave it: each test's reply and whether its seal printed."""
+    nb = copy.deepcopy(source)
+    for c in nb.cells:
+        grade_id = c.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in seals:
+            c.metadata["rocmlab"] = {"reply": replies[grade_id]}
+            c.metadata["execution"] = {"shell.execute_reply": "2026-01-01T00:00:00Z"}
+            if grade_id in printed:
+                c.outputs = [nbformat.v4.new_output("display_data", data={SEAL_MIME: seals[grade_id]})]
+    return nb
+
+
+def test_a_test_passes_only_with_an_ok_reply_and_its_seal(source):
+    nb = copy.deepcopy(source)
+    seals = seal_tests(nb)
+    assert set(seals) == {"01-grade-sum", "01-grade-norm"} and len(set(seals.values())) == 2
+    assert sum(INJECTED_TAG in c.metadata.get("tags", []) for c in nb.cells) == 2  # a reset before each test
+    assert all(seals[g] in cell(nb, g).source.splitlines()[-1] for g in seals)
+    cases = [
+        ({"01-grade-sum": "ok", "01-grade-norm": "ok"}, {"01-grade-sum", "01-grade-norm"}, set()),
+        ({"01-grade-sum": "error", "01-grade-norm": "ok"}, {"01-grade-sum", "01-grade-norm"}, {"01-grade-sum"}),
+        ({"01-grade-sum": "ok", "01-grade-norm": "ok"}, {"01-grade-sum"}, {"01-grade-norm"}),
+    ]
+    for replies, printed, failing in cases:
+        executed = _executed(nb, replies, seals, printed)
+        judge_tests(executed, seals)
+        assert len(executed.cells) == len(source.cells)
+        for grade_id in seals:
+            test = cell(executed, grade_id)
+            assert test.source == cell(source, grade_id).source and "rocmlab" not in test.metadata
+            assert not any(SEAL_MIME in (o.get("data") or {}) for o in test.outputs)
+            errors = [o for o in test.outputs if o.output_type == "error"]
+            assert (errors[0].ename == VERDICT_ENAME) if grade_id in failing else not errors, (replies, printed)
+
+
 def test_tests_that_never_ran_get_an_error(source):
     nb = copy.deepcopy(source)
     for c in nb.cells:  # papermill says "completed" even for cells after a dead kernel
@@ -277,3 +360,12 @@ def test_feedback_is_staged_beside_the_submission_secret(tmp_path):
     assert stage_feedback(tmp_path / "course", "01-rocm-setup", tmp_path / "grades") == ["ann"]
     staged = tmp_path / "course" / "feedback" / "ann" / "01-rocm-setup"
     assert sorted(p.name for p in staged.iterdir()) == ["01-rocm-setup.html", "submission_secret.txt", "timestamp.txt"]
+
+
+def test_feedback_escapes_learner_text(lab):
+    result = StudentResult("ann", "ann.ipynb", status="invalid")
+    result.tests = [GradedTest("01-grade-sum", 2.0, 0.0, message="<script>alert(1)</script>")]
+    result.flag("invalid", "note")
+    page = feedback_html(lab, result)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "This submission could not be graded." in page and "0 / 2" in page

@@ -14,8 +14,10 @@ import nbformat
 import psutil
 import pytest
 
+from rocmlab.build import solution_notebook, write_notebook
 from rocmlab.catalog import discover, select
-from rocmlab.grade import find_submissions, grade_class
+from rocmlab.grading.grader import grade_class
+from rocmlab.grading.submissions import find_submissions
 from rocmlab.sandbox import USER_PREFIX, Limits, Sandbox
 
 pytestmark = pytest.mark.slow
@@ -96,8 +98,16 @@ def graded(tmp_path_factory, listener, process_limit_holds):
     base = classroom.student_notebook(root, work)
     out = work / "out"
     secrets = {"solution": lab.source, "gradebook": out / "course" / "gradebook.db"}
-    entries = {**classroom.regular_class(base), **classroom.adversarial_class(base, secrets, listener[0])}
+    entries = {
+        **classroom.regular_class(base),
+        **classroom.adversarial_class(base, secrets, listener[0]),
+        **classroom.tampering_class(base),
+    }
     classroom.write_class(entries, work / "submitted")
+    solution = work / "instructor" / f"{lab.id}.ipynb"  # a solution notebook the grader could read
+    write_notebook(solution_notebook(lab), solution)
+    (work / "submitted" / "symlinked.ipynb").symlink_to(solution)
+    entries["symlinked"] = (None, 0, {"invalid"})
     results = grade_class(
         root, lab, find_submissions(work / "submitted", lab.id), out, jobs=2, progress=lambda _m: None
     )
@@ -122,6 +132,9 @@ EXPECTED = [
     "other_lab",
     "exits_kernel",
     "old_version",
+    *classroom.KERNEL_TAMPERING,
+    "leaks_hidden",
+    "symlinked",
 ]
 
 
@@ -182,8 +195,10 @@ def test_summary_and_feedback_name_hidden_failures_without_their_source(graded):
     assert summary["flag_counts"]["tampered"] >= 3
     partial = (out / "feedback" / "partial" / f"{lab.id}.html").read_text()
     assert "01-grade-norm" in partial and "a hidden test failed" in partial
-    for page in (out / "feedback").rglob("*.html"):
-        text = page.read_text()
+    pages = [page.read_text() for page in (out / "feedback").rglob("*.html")] + [json.dumps(summary)]
+    for text in pages:
         assert "-secret" not in text and "HIDDEN TESTS" not in text and "[0.6, 0.8]" not in text
+    leak = next(t for t in results["leaks_hidden"].tests if t.grade_id == "01-grade-sum")
+    assert not leak.passed and leak.message.startswith("ValueError") and "not shown" in leak.message
     wrong = (out / "feedback" / "wrong" / f"{lab.id}.html").read_text()
     assert "should be 3" in wrong  # the visible assertion message is shown

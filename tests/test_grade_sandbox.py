@@ -12,8 +12,16 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from rocmlab.papermill_engine import ENGINE_NAME, TIMEOUT_ENAME, TRUNCATED_MARK, LimitedEngine, LimitedNotebookClient
-from rocmlab.sandbox import Limits, Sandbox, closed_ancestor, is_root
+from rocmlab.papermill_engine import (
+    ENGINE_NAME,
+    ERROR_KEEP,
+    SEAL_MIME,
+    TIMEOUT_ENAME,
+    TRUNCATED_MARK,
+    LimitedEngine,
+    LimitedNotebookClient,
+)
+from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, closed_ancestor, closed_ways, is_root, split_hidden
 
 
 def test_closed_ancestor_finds_the_first_folder_others_cannot_enter():
@@ -54,13 +62,46 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
 
 
 @pytest.mark.skipif(not is_root(), reason="namespaces need root")
-def test_isolated_runs_start_in_fresh_namespaces(tmp_path):
-    sandbox = Sandbox(slots=1)
+def test_the_namespace_fallback_starts_workers_in_fresh_namespaces(tmp_path):
+    sandbox = Sandbox(slots=1, backend="namespaces")
     try:
-        assert sandbox.isolate, "unshare --net --pid --mount should work for root here"
+        assert sandbox.isolate and sandbox.isolation["backend"] == "namespaces"
         assert "unshare --net --pid --fork --mount-proc" in Path(sandbox.new_run(0, 5).worker.python).read_text()
     finally:
         sandbox.close()
+
+
+@pytest.mark.skipif(not bubblewrap_works(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
+    tmp_path = Path(tempfile.mkdtemp(prefix="rocmlab-test-"))  # pytest's own are closed to others
+    tmp_path.chmod(0o755)
+    (tmp_path / "course" / "solutions").mkdir(parents=True)
+    (tmp_path / "course" / "keep.toml").write_text("x")
+    sandbox = Sandbox(slots=1, hide=[tmp_path / "course"], expose=[tmp_path / "course" / "keep.toml"])
+    try:
+        assert sandbox.backend == "bubblewrap" and sandbox.isolation["private_tmp"]
+        run = sandbox.new_run(0, 5)
+        policy = json.loads((run.private / "policy.json").read_text())
+        argv = policy["bwrap"]
+        for option in ("--unshare-net", "--unshare-pid", "--die-with-parent"):
+            assert option in argv
+        assert ["--ro-bind", "/", "/"] == argv[argv.index("--ro-bind") : argv.index("--ro-bind") + 3]
+        covered = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
+        assert {"/tmp", "/var/tmp", "/dev/shm", str((tmp_path / "course" / "solutions").resolve())} <= set(covered)
+        assert str((tmp_path / "course" / "keep.toml").resolve()) not in " ".join(argv)
+        assert run.engine_options["ipc_path"].startswith(str(run.folder))
+        assert "unshare" not in Path(run.worker.python).read_text()
+    finally:
+        sandbox.close()
+        shutil.rmtree(tmp_path)
+
+
+def test_hiding_a_folder_keeps_only_what_is_exposed_below_it(tmp_path):
+    for name in ("a/b/keep", "a/b/other", "a/c", "d"):
+        (tmp_path / name).mkdir(parents=True)
+    covered = split_hidden([tmp_path], [tmp_path / "a" / "b" / "keep"])
+    assert sorted(covered) == sorted(tmp_path / n for n in ("a/b/other", "a/c", "d"))
+    assert split_hidden([tmp_path / "d"], []) == [tmp_path / "d"]
 
 
 def message(kind, content):
@@ -68,7 +109,9 @@ def message(kind, content):
 
 
 def limited_client(**options):
-    client = LimitedNotebookClient(SimpleNamespace(nb=nbformat.v4.new_notebook()), **options)
+    client = LimitedNotebookClient(
+        SimpleNamespace(nb=nbformat.v4.new_notebook(), autosave_cell=lambda: None), **options
+    )
     client.reset_execution_trackers()
     client.clear_before_next_output = False  # set by execute_cell before a cell's first output
     return client
@@ -96,6 +139,39 @@ def test_the_notebook_cap_counts_every_cell_and_a_client_without_caps_keeps_all(
     for _ in range(50):
         plain.output(kept, message("stream", {"name": "stdout", "text": "z" * 10_000}), None, 0)
     assert all(o.name == "stdout" for o in kept)
+
+
+def test_the_cap_counts_errors_and_display_metadata_and_keeps_one_cut_error():
+    client = limited_client(cell_output_limit=10_000, notebook_output_limit=20_000)
+    outs = []
+    big = {"ename": "E", "evalue": "v" * 50_000, "traceback": ["t" * 50_000] * 20}
+    for _ in range(10):
+        client.output(outs, message("error", big), None, 0)
+    errors = [o for o in outs if o.output_type == "error"]
+    assert len(errors) == 1 and len(json.dumps(errors[0])) <= 2 * ERROR_KEEP
+    meta = {"data": {"text/plain": "1"}, "metadata": {"x": "m" * 30_000}}
+    other = []
+    client.output(other, message("display_data", meta), None, 1)
+    assert [o.output_type for o in other] == ["stream"] and TRUNCATED_MARK in other[0].text
+
+
+def test_display_updates_and_widget_state_stay_within_the_caps():
+    client = limited_client(cell_output_limit=1000, notebook_output_limit=2000, store_widget_state=False)
+    cell = nbformat.v4.new_code_cell("")
+    cell.metadata["execution"] = {}
+    client.nb.cells = [cell]
+    shown = message("display_data", {"data": {"text/plain": "a"}, "metadata": {}, "transient": {"display_id": "d"}})
+    client.process_message(shown, cell, 0)
+    huge = message(
+        "update_display_data", {"data": {"text/plain": "b" * 50_000}, "metadata": {}, "transient": {"display_id": "d"}}
+    )
+    client.process_message(huge, cell, 0)
+    outs = cell.outputs
+    assert outs and len(json.dumps(outs)) < 1000
+    state = message("comm_msg", {"comm_id": "c", "data": {"state": {"v": "s" * 50_000}}})
+    client.handle_comm_msg(outs, state, 0)
+    assert client.widget_state == {}
+    client.handle_comm_msg(outs, message("comm_msg", {"data": None}), 0)  # malformed: ignored
 
 
 def test_an_interrupted_cell_is_marked_and_nbclient_itself_is_untouched():
@@ -142,3 +218,69 @@ def test_without_root_powers_the_limits_still_apply():
     finally:
         run.cleanup()
         sandbox.close()
+
+
+def test_without_root_bubblewrap_gets_its_own_user_namespace(monkeypatch):
+    """The instructor's path (#26): not root, so no grader users, but a user namespace with no
+    capabilities around each kernel, and the same hidden paths and private temp folders."""
+    from rocmlab import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "is_root", lambda: False)
+    box = Sandbox(slots=1, backend="bubblewrap", hide=[Path.home()])
+    try:
+        assert not box.switch_user and box.isolation["backend"] == "bubblewrap"
+        run = box.new_run(0, 5)
+        argv = json.loads((run.private / "policy.json").read_text())["bwrap"]
+        assert argv[1] == "--unshare-user" and "--unshare-net" in argv
+        assert ["--perms", "1777", "--tmpfs", "/tmp"] == argv[argv.index("/tmp") - 3 : argv.index("/tmp") + 1]
+        assert run.uid is None and "--bind" in argv and str(run.work) in argv
+    finally:
+        box.close()
+
+
+def test_one_small_seal_per_cell_passes_the_caps():
+    client = limited_client(cell_output_limit=100, notebook_output_limit=100)
+    outs = []
+    client.output(outs, message("stream", {"name": "stdout", "text": "x" * 500}), None, 0)
+    seal = message("display_data", {"data": {SEAL_MIME: "a" * 32}, "metadata": {}})
+    client.output(outs, seal, None, 0)
+    client.output(outs, seal, None, 0)  # a second one is ordinary output, over the cap
+    other = []
+    client.output(other, message("display_data", {"data": {SEAL_MIME: "b" * 65}, "metadata": {}}), None, 1)
+    assert [o.output_type for o in outs] == ["stream", "display_data"] and outs[1].data[SEAL_MIME] == "a" * 32
+    assert TRUNCATED_MARK in outs[0].text and [o.output_type for o in other] == ["stream"]  # too long to be one
+
+
+def test_paths_below_a_closed_folder_are_grouped_under_it():
+    top = Path(tempfile.mkdtemp(prefix="rocmlab-test-"))
+    try:
+        top.chmod(0o755)
+        for name in ("home/python/bin", "home/cache/models", "open/x"):
+            (top / name).mkdir(parents=True)
+        (top / "home").chmod(0o700)
+        ways = closed_ways([top / "home" / "python", top / "home" / "cache" / "models", top / "open" / "x"])
+        assert ways == {str(top / "home"): [str(top / "home" / "python"), str(top / "home" / "cache" / "models")]}
+    finally:
+        shutil.rmtree(top)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="namespaces need root")
+def test_the_namespace_fallback_gives_each_kernel_private_temp_folders():
+    marker = f"rocmlab-litter-{os.getpid()}"
+    sandbox = Sandbox(Limits(), slots=1, backend="namespaces")
+    run = sandbox.new_run(0, 20)
+    try:
+        code = (
+            f"import os\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n    open(os.path.join(d, {marker!r}), 'w').write('x')\n"
+            "print('ok', os.getcwd() == os.environ['HOME'], len(os.listdir('/dev/shm')))"
+        )
+        source = run.private / "in.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), str(source))
+        executed, outcome = run.execute(source, run.private / "out.ipynb", {}, 20, 60)
+        assert outcome.status == "passed", outcome.reason
+        assert executed.cells[0].outputs[0].text.strip() == "ok True 1"
+    finally:
+        run.cleanup()
+        sandbox.close()
+    assert not any(os.path.exists(os.path.join(d, marker)) for d in ("/tmp", "/var/tmp", "/dev/shm"))

@@ -147,6 +147,8 @@ assert _got == "cuda", f"cuda='12.8' 应为 cuda / expected 'cuda', got {_got!r}
 _got = backend_of(_fake_torch(None, None))
 assert _got == "cpu", f"两者皆 None 应为 cpu / expected 'cpu', got {_got!r}"
 ### BEGIN HIDDEN TESTS
+for _t in (_fake_torch("6.4.43484", None), _fake_torch(None, "12.8"), _fake_torch(None, None)):
+    assert type(backend_of(_t)) is str, "rule: backend_of returns a plain str"
 assert backend_of(_fake_torch("7.2.53211", None, capability=(9, 4))) == "rocm", "rule: a hip version means rocm"
 assert backend_of(_fake_torch(None, "12.4", capability=(9, 0))) == "cuda", "rule: decide by version, not capability"
 assert backend_of(SimpleNamespace(version=SimpleNamespace(cuda="11.8"))) == "cuda", \
@@ -245,14 +247,25 @@ assert _got[0] == {"name": "AMD Instinct MI300X", "gfx": "gfx942", "compute_unit
 ### BEGIN HIDDEN TESTS
 from rocmlab import probes as _probes
 
+
+def _same(a, b):  # type and value, all the way down: an object that equals anything fails
+    if type(a) is not type(b):
+        return False
+    if isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in b)
+    if isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
 for _key in ("mi250x-2cards", "apu-780m", "mi300x-8gpu", "rx7900xtx"):
     _ref = [{"name": a.marketing_name, "gfx": a.name, "compute_units": a.compute_units,
              "wavefront_size": a.wavefront_size} for a in _probes.gpu_agents(ROCMINFO[_key])]
     _got = parse_rocminfo(ROCMINFO[_key])
-    assert _got == _ref, f"{_key}: every GPU agent in order, with its own Name, Marketing Name and ints: expected {_ref}, got {_got}"
+    assert _same(_got, _ref), f"{_key}: every GPU agent in order, with its own Name, Marketing Name and ints: expected {_ref}, got {_got}"
 assert len(parse_rocminfo(ROCMINFO["mi250x-2cards"])) == 4, "rule: one MI250X card is two GPU agents (two cards here)"
 assert parse_rocminfo(ROCMINFO["apu-780m"])[0]["gfx"] == "gfx1103", "rule: skip CPU agents, even one named Radeon"
-assert parse_rocminfo("") == [], "rule: empty text gives []"
+assert _same(parse_rocminfo(""), []), "rule: empty text gives []"
 ### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
@@ -325,6 +338,10 @@ assert arch_family("gfx1100") == ("RDNA", 32), f"RX 7900 XTX (gfx1100) 是 RDNA 
 ### BEGIN HIDDEN TESTS
 from rocmlab import probes as _probes
 
+for _target, _want in (("gfx942", ("CDNA", 64)), ("gfx1100", ("RDNA", 32)), ("gfx906", ("GCN", 64))):
+    assert type(arch_family(_target)) is tuple and tuple(map(type, arch_family(_target))) == (str, int), \
+        "rule: arch_family returns a tuple of a str and an int"
+    assert arch_family(_target) == _want, f"rule: {_target} is {_want}"
 assert arch_family("gfx90a:sramecc+:xnack-") == ("CDNA", 64), "rule: drop the feature suffixes first"
 assert arch_family("gfx950") == ("CDNA", 64) and arch_family("gfx908") == ("CDNA", 64), "rule: CDNA_TARGETS are CDNA wave64"
 assert arch_family("gfx906") == ("GCN", 64) and arch_family("gfx803") == ("GCN", 64), "rule: other gfx6xx-gfx9xx are GCN wave64"
@@ -600,11 +617,23 @@ _cases = [
     ({"ROCR_VISIBLE_DEVICES": "GPU-FFFFFFFFFFFFFFFF,1"}, [], "rule 1: an unknown UUID ends the list"),
     ({"ROCR_VISIBLE_DEVICES": f"3,{GPU_UUIDS[3]}"}, [3], "rule 1: a UUID naming a listed GPU ends the list"),
 ]
-for _env, _want, _rule in _cases:
+
+
+def _same(a, b):  # type and value, all the way down: an object that equals anything fails
+    if type(a) is not type(b):
+        return False
+    if isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in b)
+    if isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+for _env, _want, _rule in [*_cases, ({}, list(range(8)), "rule 2: nothing set means all visible")]:
     _got = visible_gpus(GPU_UUIDS, _env)
-    assert _got == _want, f"{_rule}: env {_env} -> expected {_want}, got {_got}"
+    assert _same(_got, _want), f"{_rule}: env {_env} -> expected {_want} (a list of int), got {_got!r}"
 _got = visible_gpus(GPU_UUIDS[:2], {"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"})
-assert _got == [], f"rule 2: ROCR left one GPU, so HIP index 1 is out of range; got {_got}"
+assert _same(_got, []), f"rule 2: ROCR left one GPU, so HIP index 1 is out of range; got {_got}"
 ### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
@@ -645,6 +674,8 @@ def matmul_flops(m, n, k):
 assert copy_bytes(1024, 4) == 8192, f"1024 个 fp32 的拷贝读写共 8192 字节 / a copy of 1024 fp32 moves 8192 bytes, got {copy_bytes(1024, 4)}"
 assert matmul_flops(2, 3, 4) == 48, f"2·2·3·4 = 48, got {matmul_flops(2, 3, 4)}"
 ### BEGIN HIDDEN TESTS
+for _v in (copy_bytes(1024, 4), matmul_flops(2, 3, 4)):
+    assert type(_v) is int, f"rule: byte and FLOP counts are plain ints, got {type(_v).__name__}"
 assert copy_bytes(256 * 2**20, 2) == 2**30, "copy bytes = 2 · n · element size (read + write)"
 assert copy_bytes(0, 4) == 0, "copy bytes of an empty tensor are 0"
 assert matmul_flops(8192, 8192, 8192) == 2 * 8192**3, "matmul FLOPs = 2 · m · n · k"
@@ -772,15 +803,15 @@ assert _t == 2.0, f"一组的秒数除以 calls / a group's seconds divided by c
 ### BEGIN HIDDEN TESTS
 _dev = FakeDevice([1.0, 1.0, 4.0] * 5)
 _t = time_per_call(_dev.fn, calls=3, repeats=5, warmup=0, start=_dev.start, stop=_dev.stop)
-assert _t == 2.0 and _dev.marks == 5, f"rule: divide each group by calls (timing single calls gives 1.0): got {_t}"
+assert float(_t) == 2.0 and _dev.marks == 5, f"rule: divide each group by calls (timing single calls gives 1.0): got {_t}"
 _dev = FakeDevice([9.0, 2.0, 9.0, 2.0, 2.0])
-assert time_per_call(_dev.fn, calls=1, repeats=4, warmup=1, start=_dev.start, stop=_dev.stop) == 2.0, \
-    "rule: the median of the groups, not the mean"
+assert float(time_per_call(_dev.fn, calls=1, repeats=4, warmup=1, start=_dev.start, stop=_dev.stop)) == 2.0, \
+    "rule: the median of the groups, not the mean (a number)"
 _dev = FakeDevice([1.0, 5.0, 3.0, 7.0])
-assert time_per_call(_dev.fn, calls=1, repeats=4, warmup=0, start=_dev.start, stop=_dev.stop) == 4.0, \
+assert float(time_per_call(_dev.fn, calls=1, repeats=4, warmup=0, start=_dev.start, stop=_dev.stop)) == 4.0, \
     "rule: an even count takes the mean of the middle two"
 _dev = FakeDevice([3.0], queued=40.0)                      # work queued before timing starts
-assert time_per_call(_dev.fn, calls=2, repeats=3, warmup=0, start=_dev.start, stop=_dev.stop) == 3.0, \
+assert float(time_per_call(_dev.fn, calls=2, repeats=3, warmup=0, start=_dev.start, stop=_dev.stop)) == 3.0, \
     "rule: the mark comes before the group's calls"
 
 
@@ -802,7 +833,7 @@ class _FakeHost:
 
 _host = _FakeHost(0.5, queued=40.0)
 _start, _stop = wall_timer(_host.sync, _host.clock)
-assert time_per_call(_host.fn, calls=4, repeats=3, warmup=2, start=_start, stop=_stop) == 0.5, \
+assert float(time_per_call(_host.fn, calls=4, repeats=3, warmup=2, start=_start, stop=_stop)) == 0.5, \
     "rule: the same harness must work with the wall-clock timer"
 for _kw in ({"calls": 0, "repeats": 3}, {"calls": 3, "repeats": 0}):
     try:
@@ -1008,15 +1039,16 @@ assert abs(_got["MI300X"] - 1307.4 / 750) < 1e-9, f"MI300X 的数字本就是稠
 assert abs(_got["H100 SXM"] - 1979 / 2 / 700) < 1e-9, \
     f"H100 的 1979 含稀疏，稠密为一半 989.5 / H100's 1979 includes sparsity, dense is half, 989.5: {_got['H100 SXM']}"
 ### BEGIN HIDDEN TESTS
-assert max(_got, key=_got.get) == "MI300X", "rule: compare dense figures (like for like)"
+assert type(_got) is dict and all(type(k) is str for k in _got), "rule: a dict keyed by the gpu names"
+assert max(_got, key=lambda k: float(_got[k])) == "MI300X", "rule: compare dense figures (like for like)"
 _t = [{"gpu": "A", "fp16_tflops": 800.0, "sparse": True, "board_w": 400},
       {"gpu": "B", "fp16_tflops": 500.0, "sparse": False, "board_w": 500},
       {"gpu": "C", "fp16_tflops": 122.8, "sparse": False, "board_w": 355}]
 _ref = {"A": 1.0, "B": 1.0, "C": 122.8 / 355}
 _got = tflops_per_watt(_t)
 assert set(_got) == set(_ref), f"rule: one entry per row's gpu: got keys {sorted(_got)}"
-assert all(abs(_got[k] - _ref[k]) < 1e-9 for k in _ref), f"rule: sparse figures halved, then / board watts: {_got}"
-assert tflops_per_watt([]) == {}, "rule: an empty table gives {}"
+assert all(abs(float(_got[k]) - _ref[k]) < 1e-9 for k in _ref), f"rule: sparse figures halved, then / board watts: {_got}"
+assert type(tflops_per_watt([])) is dict and not tflops_per_watt([]), "rule: an empty table gives {}"
 try:
     tflops_per_watt([{"gpu": "Z", "fp16_tflops": 1.0, "sparse": False, "board_w": 0}])
     raise AssertionError("rule: board_w <= 0 must raise ValueError")
@@ -1137,14 +1169,27 @@ _want = [{"check": "access", "status": "fail", "fix": "join render"},
 assert _got == _want, f"fail 在前、warn 在后，ok 不列 / fails first, then warns, no oks: expected {_want}, got {_got}"
 assert [i["check"] for i in triage(recorded)][:1] == ["torch-arch"], "录制机器的首个问题是 torch-arch / the recorded machine's first problem is torch-arch"
 ### BEGIN HIDDEN TESTS
+
+
+def _same(a, b):  # type and value, all the way down: an object that equals anything fails
+    if type(a) is not type(b):
+        return False
+    if isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in b)
+    if isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+assert _same(triage(_report), _want), "rule: a list of dicts of str, as in the visible test"
 assert triage(_report, lang="zh")[0]["fix"] == "加入 render 组", "rule: lang='zh' takes fix_zh"
 _other = run_doctor("--machine", str(DATA / "machines" / "no-render-group"))
 _ref = ([{"check": f["check"], "status": "fail", "fix": f["fix_zh"]} for f in _other["findings"] if f["status"] == "fail"]
         + [{"check": f["check"], "status": "warn", "fix": f["fix_zh"]} for f in _other["findings"] if f["status"] == "warn"])
-assert triage(_other, lang="zh") == _ref and {"access", "torch"} <= {i["check"] for i in _ref}, \
+assert _same(triage(_other, lang="zh"), _ref) and {"access", "torch"} <= {i["check"] for i in _ref}, \
     "rule: every fail, then every warn, each in report order"
-assert triage({"findings": []}) == [], "rule: nothing to act on gives []"
-assert triage(here) == [{"check": f["check"], "status": f["status"], "fix": f["fix_en"]}
-                        for s in ("fail", "warn") for f in here["findings"] if f["status"] == s], \
+assert _same(triage({"findings": []}), []), "rule: nothing to act on gives []"
+assert _same(triage(here), [{"check": f["check"], "status": f["status"], "fix": f["fix_en"]}
+                        for s in ("fail", "warn") for f in here["findings"] if f["status"] == s]), \
     "rule: the same order on this machine's report"
 ### END HIDDEN TESTS

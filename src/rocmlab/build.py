@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import filecmp
-import functools
 import io
 import json
 import logging
@@ -38,7 +37,9 @@ def nbgrader_config(root: Path, course: Path, db_url: str | None = None):
     from traitlets.config.loader import PyFileConfigLoader
 
     _interpreter_bin_on_path()
-    _alembic_head_in_process()
+    from .grading.gradebook import alembic_head_in_process  # nbgrader's workarounds live there
+
+    alembic_head_in_process()
     config = Config()
     config_file = root / CONFIG_FILE
     if config_file.is_file():
@@ -53,22 +54,6 @@ def _interpreter_bin_on_path() -> None:
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-
-
-@functools.cache
-def _alembic_head() -> str:
-    import nbgrader
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory(str(Path(nbgrader.__file__).parent / "alembic")).get_current_head()
-
-
-def _alembic_head_in_process() -> None:
-    """nbgrader asks a subprocess (`alembic heads`) for the schema head of every new gradebook;
-    the answer is a constant of the installed nbgrader, so read it once, in process."""
-    import nbgrader.api
-
-    nbgrader.api.get_alembic_version = _alembic_head
 
 
 def write_notebook(nb, path: Path) -> None:

@@ -2,13 +2,18 @@
 
 Runs the notebook the way the grader would (smoke parameters unless ``--keep-params``, the
 lab's time limits when the course is at hand, the same sandboxed execution path), then
-prints each visible test's result and message and the visible score. Exit 0 when every
+prints each visible test's result and message and the visible score. When a cell failed
+before a test did, it names that first failed cell, says whether it is the learner's answer, a
+cell the learner added or a course cell (which the learner did not write), and how to fix it:
+a test failing with ``NameError`` is usually the echo of that earlier failure. The model cache
+is checked for readability before anything runs, as ``rocmlab grade`` does. Exit 0 when every
 visible test passed, 1 when one failed, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -16,20 +21,27 @@ from pathlib import Path
 
 import nbformat
 
-from .build import write_notebook
-from .catalog import Lab, discover
+from .build import solution_notebook, write_notebook
+from .catalog import LANGUAGES, Lab, discover
 from .errors import ExitCode, InputError
-from .grade import (
+from .grading.cells import (
     INJECTED_TAG,
-    _grading,
+    grading,
     injected_cells,
+    judge_tests,
     mark_unrun_tests,
+    seal_tests,
+    shown_message,
     trusted_names,
 )
+from .grading.preflight import check_model_cache, course_view, model_cache
+from .grading.submissions import read_notebook, safe_text
+from .papermill_engine import TIMEOUT_ENAME
 from .root import find_root
-from .sandbox import Limits, Sandbox
+from .sandbox import Limits, Sandbox, is_root
 
 DEFAULT_TIMEOUT_S = 1800
+COURSE_CELL_ID = re.compile(r"cell-\d+")  # the ids rocmlab build gives the lab's own cells
 
 
 @dataclass
@@ -40,14 +52,107 @@ class VisibleTest:
     message: str
 
 
+@dataclass
+class FirstError:
+    """The first cell that failed, as the learner sees the notebook."""
+
+    position: int  # 1-based, counting every cell the learner has
+    owner: str  # "test", "answer", "added", "course", "course-edited"
+    message: str
+    hint: str
+
+    def describe(self) -> str:
+        whose = {
+            "answer": "your answer",
+            "added": "a cell you added",
+            "course": "a course cell, not your code",
+            "course-edited": "a course cell you edited",
+        }[self.owner]
+        return f"first error: cell {self.position} ({whose}): {self.message}\n      how to fix: {self.hint}"
+
+
+HINTS = (
+    (
+        ("PermissionError", "CacheError", "model cache"),
+        "the check cannot read a file the lab needs, often the model cache: run `rocmlab assets build-model "
+        "--force` (it builds the cache readable by everyone) or ask your instructor to fix its permissions",
+    ),
+    (
+        ("ModuleNotFoundError", "ImportError"),
+        "a package the lab needs is missing from this Python: run the check with the course's Python or kernel",
+    ),
+    (("FileNotFoundError",), "a file the lab needs is missing: keep the lab's data/ folder beside your notebook"),
+    (
+        (TIMEOUT_ENAME,),
+        "the cell ran past the lab's time limit: if it is a course cell, the machine was probably busy; "
+        "run the check again when it is idle (a loop of your own that never ends looks the same)",
+    ),
+)
+
+
+def _owner(cell, course: dict[str, str] | None) -> str:
+    meta = grading(cell)
+    if meta.get("grade"):
+        return "test"
+    if meta.get("solution"):
+        return "answer"
+    cell_id = cell.get("id", "")
+    if course is not None:
+        if cell_id not in course:
+            return "added"
+        return "course" if cell.source.strip() == course[cell_id].strip() else "course-edited"
+    return "course" if COURSE_CELL_ID.fullmatch(cell_id) else "added"
+
+
+def _hint(owner: str, message: str) -> str:
+    for needles, hint in HINTS:
+        if any(n in message for n in needles):
+            return hint
+    return {
+        "answer": "fix this answer: the tests after it fail because of it",
+        "added": "fix or delete this cell: the tests after it fail because of it",
+        "course-edited": "put this course cell back as it was (copy it from a fresh copy of the lab)",
+    }.get(
+        owner,
+        "run the notebook from the top (Restart & Run All); if this cell fails there too, "
+        "tell your instructor and quote this message",
+    )
+
+
+def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
+    """The first non-test cell that raised before the first failing test (None: the tests failed on their own)."""
+    position = 0
+    for cell in executed.cells:
+        if INJECTED_TAG in cell.metadata.get("tags", []):
+            continue
+        position += 1
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if not errors:
+            continue
+        owner = _owner(cell, course)
+        if owner == "test":
+            return None
+        message = shown_message(str(errors[0].get("ename", "")), str(errors[0].get("evalue", "")), "")
+        return FirstError(position, owner, message, _hint(owner, message))
+    return None
+
+
+def course_cells(lab: Lab | None, lang: str) -> dict[str, str] | None:
+    """The lab's own cells (not answers, not tests) by id, when the course is at hand."""
+    if lab is None:
+        return None
+    nb = solution_notebook(lab, lang if lang in LANGUAGES else "en")
+    return {c.get("id", ""): c.source for c in nb.cells if c.cell_type == "code" and not grading(c)}
+
+
 def read_learner_notebook(path: Path):
     try:
-        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+        nb = read_notebook(path)  # the grader's own checks: size, no symbolic link, well-formed cells
     except FileNotFoundError:
         raise InputError(f"{path}: no such notebook") from None
     except Exception as exc:  # noqa: BLE001 (any parse failure is the learner's input)
-        raise InputError(f"{path}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
-    tests = [c for c in nb.cells if _grading(c).get("grade")]
+        raise InputError(f"{safe_text(path)}: not a readable Jupyter notebook: {str(exc)[:200]}") from None
+    tests = [c for c in nb.cells if grading(c).get("grade")]
     if not tests:
         raise InputError(
             f"{path}: no graded test cell (cells with nbgrader metadata grade=true): is this a rocmlab lab notebook?"
@@ -83,7 +188,19 @@ def prepare(nb, keep_params: bool):
     return nb
 
 
-def run_check(path: Path, keep_params: bool = False, root: str | None = None) -> tuple[list[VisibleTest], str]:
+def _sandbox(root: str | None, keep_params: bool) -> Sandbox:
+    """The grader's sandbox: the course root (when there is one) and the home folder hidden."""
+    try:
+        hide, expose = course_view(find_root(root))
+    except InputError:
+        hide, expose = [Path.home()], [model_cache()]
+    limits = Limits(memory_mb=0) if keep_params else Limits()
+    return Sandbox(limits, hide=hide, expose=expose, slots=1, env={"ROCMLAB_CACHE": str(model_cache())})
+
+
+def run_check(
+    path: Path, keep_params: bool = False, root: str | None = None
+) -> tuple[list[VisibleTest], str, FirstError | None]:
     nb = read_learner_notebook(path)
     lab = find_lab(nb, root)
     params, timeout_s, cell_timeout_s = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
@@ -92,9 +209,12 @@ def run_check(path: Path, keep_params: bool = False, root: str | None = None) ->
         timeout_s, cell_timeout_s = smoke.timeout_s, smoke.cell_timeout_s
         if not keep_params:
             params = smoke.parameters
+    lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
+    check_model_cache(params, other_user=is_root())
     prepared = prepare(nb, keep_params)
+    seals = seal_tests(prepared)
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
-    sandbox = Sandbox(Limits(memory_mb=0) if keep_params else Limits(), slots=1)
+    sandbox = _sandbox(root, keep_params)
     run = sandbox.new_run(0, cell_timeout_s)
     try:
         data = path.parent / "data"
@@ -113,13 +233,15 @@ def run_check(path: Path, keep_params: bool = False, root: str | None = None) ->
         run.cleanup()
         sandbox.close()
     mark_unrun_tests(executed)
-    return visible_results(executed), outcome.reason if outcome.status in ("timeout", "crashed") else ""
+    judge_tests(executed, seals)
+    problem = outcome.reason if outcome.status in ("timeout", "crashed") else ""
+    return visible_results(executed), problem, first_error(executed, course_cells(lab, lang))
 
 
 def visible_results(executed) -> list[VisibleTest]:
     results = []
     for cell in executed.cells:
-        meta = _grading(cell)
+        meta = grading(cell)
         if not meta.get("grade"):
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -151,8 +273,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -> int:
     """Exit 0 when every visible test passed, 1 when one failed (2, raised: bad input)."""
-    path = Path(notebook).resolve()
-    tests, problem = run_check(path, keep_params, root)
+    path = Path(notebook).absolute()  # not resolved: a symbolic link is refused, as grading does
+    tests, problem, first = run_check(path, keep_params, root)
     for test in tests:
         verdict = "PASS" if test.passed else "FAIL"
         print(
@@ -161,6 +283,8 @@ def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -
         )
     earned = sum(t.points for t in tests if t.passed)
     total = sum(t.points for t in tests)
+    if first is not None and not all(t.passed for t in tests):
+        print(first.describe())
     if problem:
         print(f"note: {problem}", file=sys.stderr)
     print(f"visible score: {earned:g} / {total:g} (hidden tests run when the lab is graded)")

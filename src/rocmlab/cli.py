@@ -31,7 +31,7 @@ COMMANDS = {
     "assets": ("rocmlab.assets.commands", "the offline course model and data; pre-fetch real models"),
     "releases": ("rocmlab.releases", "the release matrix; upstream releases newer than it"),
     "env": ("rocmlab.environments", "the release matrix's environments: create, list, Dockerfiles"),
-    "grade": ("rocmlab.grade", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),
+    "grade": ("rocmlab.grading.command", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),
     "check": ("rocmlab.check", "a learner's offline self-check of a notebook's visible tests"),
     "hub": (
         "rocmlab.hub",

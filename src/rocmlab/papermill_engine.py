@@ -7,11 +7,21 @@ engine is papermill's nbclient engine with one client class instead of papermill
 ``LimitedNotebookClient``, whose options are passed as
 ``papermill.execute_notebook(..., engine_name="rocmlab", **options)``:
 
-- ``cell_output_limit`` / ``notebook_output_limit`` (bytes; 0: none): stream and display output
-  kept per cell and per notebook; past a limit the rest is dropped and the cell gets one stderr
-  line, ``TRUNCATED_MARK``. Errors are always kept (they say why a test failed);
+- ``cell_output_limit`` / ``notebook_output_limit`` (bytes; 0: none): output kept per cell and
+  per notebook, counting every part of a message (text, every display format, its metadata,
+  an error's name, value and traceback); past a limit the rest is dropped and the cell gets one
+  stderr line, ``TRUNCATED_MARK``. The first error of a cell is always kept, cut to
+  ``ERROR_KEEP`` characters (it says why a test failed);
+- ``store_widget_state`` (nbclient's own option): the grader turns it off, so widget comm
+  state never reaches the notebook's metadata; a malformed comm message is ignored;
+- ``ipc_path``: the kernel talks to the client over Unix sockets at this path prefix (a kernel
+  in its own network namespace, ``rocmlab.sandbox``), not over TCP;
 - ``interrupt_on_timeout`` (nbclient's own option): a cell past its time limit is interrupted and
   the notebook goes on; the cell gets an error output named ``TIMEOUT_ENAME`` that says so.
+
+One display of ``SEAL_MIME`` per cell (at most 64 characters) is kept past the caps: it is how
+the grader sees a test reach its last line. Each executed cell records its ``execute_reply`` status in ``cell.metadata.rocmlab.reply``: the
+grader judges tests from it (``rocmlab.grading.cells``), not from outputs alone.
 
 Nothing is patched: a client made elsewhere in the process is nbclient's own.
 """
@@ -28,14 +38,43 @@ from traitlets import Integer
 ENGINE_NAME = "rocmlab"
 TRUNCATED_MARK = "[rocmlab] output truncated: this cell printed more than the grader keeps"
 TIMEOUT_ENAME = "CellTimeoutError"
+REPLY_KEY = "rocmlab"
+SEAL_MIME = "application/x-rocmlab-seal"  # the grader's end-of-test mark (rocmlab.grading.cells)
+ERROR_KEEP = 8192  # characters of a kept error (name, value, traceback)
 
 
 def message_size(msg: dict) -> int:
-    """Characters of output a kernel message carries (stream text or every display format)."""
-    content = msg.get("content", {})
-    if "text" in content:
-        return len(content["text"])
-    return sum(len(str(value)) for value in content.get("data", {}).values())
+    """Characters of output a kernel message carries: every string in its content (text, every
+    display format, metadata, an error's parts), keys included."""
+    return _size(msg.get("content", {}))
+
+
+def _size(value, depth: int = 0) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if depth > 32:  # deeper than any real output: counted as huge
+        return 2**30
+    if isinstance(value, dict):
+        return sum(len(str(k)) + _size(v, depth + 1) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(_size(v, depth + 1) for v in value)
+    return len(str(value)) if value is not None else 0
+
+
+def cut_error(content: dict) -> dict:
+    """An error message's content cut to ``ERROR_KEEP`` characters in all."""
+    budget = ERROR_KEEP
+    ename = str(content.get("ename", ""))[:200]
+    evalue = str(content.get("evalue", ""))[: budget // 4]
+    budget -= len(ename) + len(evalue)
+    traceback = []
+    for line in content.get("traceback", []) or []:
+        line = str(line)[:budget]
+        if not line:
+            break
+        traceback.append(line)
+        budget -= len(line)
+    return {**content, "ename": ename, "evalue": evalue, "traceback": traceback}
 
 
 class LimitedNotebookClient(PapermillNotebookClient):
@@ -54,12 +93,26 @@ class LimitedNotebookClient(PapermillNotebookClient):
         self.truncated_cells: set = set()
 
     def output(self, outs, msg, display_id, cell_index):
-        if msg["msg_type"] in ("error", "clear_output") or not self._over_limit(msg, cell_index):
+        if self._is_seal(msg, outs):  # tiny, one per cell: kept past the caps, so a test can still pass
+            return super().output(outs, msg, display_id, cell_index)
+        first_error = False
+        if msg["msg_type"] == "error":
+            msg = {**msg, "content": cut_error(msg.get("content", {}))}
+            first_error = not any(o.get("output_type") == "error" for o in outs)
+        over = msg["msg_type"] != "clear_output" and self._over_limit(msg, cell_index)
+        if not over or first_error:  # a cell's first error is kept: it says why the cell failed
             return super().output(outs, msg, display_id, cell_index)
         if cell_index not in self.truncated_cells:
             self.truncated_cells.add(cell_index)
             outs.append(nbformat.v4.new_output("stream", name="stderr", text=TRUNCATED_MARK + "\n"))
         return None
+
+    @staticmethod
+    def _is_seal(msg: dict, outs) -> bool:
+        data = msg.get("content", {}).get("data") if msg["msg_type"] == "display_data" else None
+        if not isinstance(data, dict) or list(data) != [SEAL_MIME] or len(str(data[SEAL_MIME])) > 64:
+            return False
+        return not any(SEAL_MIME in (o.get("data") or {}) for o in outs)
 
     def _over_limit(self, msg: dict, cell_index: int) -> bool:
         size = message_size(msg)
@@ -68,6 +121,26 @@ class LimitedNotebookClient(PapermillNotebookClient):
         return (0 < self.cell_output_limit < self.output_kept[cell_index]) or (
             0 < self.notebook_output_limit < self.output_kept["notebook"]
         )
+
+    def _update_display_id(self, display_id, msg):
+        """An update replaces earlier outputs in place: refused when it alone would pass a limit."""
+        size = message_size(msg)
+        if (0 < self.cell_output_limit < size) or (
+            0 < self.notebook_output_limit < self.output_kept.get("notebook", 0) + size
+        ):
+            return None
+        return super()._update_display_id(display_id, msg)
+
+    def handle_comm_msg(self, outs, msg, cell_index):
+        try:
+            return super().handle_comm_msg(outs, msg, cell_index)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return None  # a malformed comm message from the kernel: nothing to keep
+
+    async def _check_raise_for_error(self, cell, cell_index, exec_reply):
+        status = (exec_reply or {}).get("content", {}).get("status", "none")
+        cell.metadata[REPLY_KEY] = {"reply": str(status)}
+        return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
     async def _async_handle_timeout(self, timeout, cell=None):
         if self.interrupt_on_timeout and cell is not None:
@@ -98,6 +171,11 @@ class LimitedEngine(NBClientEngine):
         **options,
     ):
         options = remove_args(["input_path", "timeout", "startup_timeout"], **options)
+        ipc_path = options.pop("ipc_path", None)
+        if ipc_path:  # a kernel without network (bubblewrap): ZMQ over Unix sockets at this prefix
+            from traitlets.config import Config
+
+            options["config"] = Config({"KernelManager": {"transport": "ipc", "ip": ipc_path}})
         client = LimitedNotebookClient(
             nb_man,
             timeout=execution_timeout,

@@ -16,7 +16,16 @@ worker and kernel are started:
   ipykernel. The worker stays root, so the kernel cannot touch the input, output or outcome
   files, which live in root-only folders.
 
-Without root (a laptop, a hub user) only the resource limits apply; ``Sandbox.isolation``
+Where bubblewrap (``bwrap``) is installed, it is the isolation instead, as root or as any user
+(an instructor grading without root): each run's kernel starts inside its own ``bwrap``, with
+no network at all (``--unshare-net``; the worker talks to it over Unix sockets in the run's
+folder, ZMQ's ``ipc`` transport), its own PID, IPC and UTS namespaces, ``--die-with-parent``,
+the whole file system read-only, private ``/tmp``, ``/var/tmp`` and ``/dev/shm``, the hidden
+paths covered and only the run's work folder writable. As root it still drops to the slot's
+grader user. The namespace code above is the fallback where bubblewrap is missing.
+
+Without either (no bubblewrap, not root) only the resource limits apply: ``Sandbox.backend`` is
+``"none"`` and ``rocmlab grade`` refuses to run unless told ``--unsafe``. ``Sandbox.isolation``
 says which guarantees hold, and the grading summary records it.
 """
 
@@ -46,6 +55,7 @@ if TYPE_CHECKING:
     from .execute import Worker
 
 KERNEL_NAME = "rocmlab-sandbox"
+BACKENDS = ("bubblewrap", "namespaces", "none")
 USER_PREFIX = "rocmlab-grader-"
 
 
@@ -65,6 +75,7 @@ class Limits:
             "cell_output_limit": self.max_cell_output_kb * 1024,
             "notebook_output_limit": self.max_output_kb * 1024,
             "interrupt_on_timeout": True,
+            "store_widget_state": False,
         }
 
 
@@ -80,6 +91,8 @@ class Policy:
     hide: list = field(default_factory=list)
     cell_timeout_s: int = 0
     scratch: str = ""  # root-only folder for mount bookkeeping
+    bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
+    expose: list = field(default_factory=list)  # paths the kernel needs below closed folders
 
 
 # ------------------------------------------------------------------ host side
@@ -103,6 +116,47 @@ def namespaces_work() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
+
+
+def bubblewrap_works() -> bool:
+    """True when ``bwrap`` can start a process in fresh network, PID and mount namespaces here."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return False
+    user = [] if is_root() else ["--unshare-user"]
+    try:
+        proc = subprocess.run(
+            [bwrap, *user, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def split_hidden(hide: list[Path], expose: list[Path]) -> list[Path]:
+    """The paths to cover so that everything under ``hide`` is hidden except ``expose``: a hidden
+    folder holding an exposed path is replaced by its other entries, recursively."""
+    exposed = [Path(p).resolve() for p in expose if Path(p).exists()]
+    covered: list[Path] = []
+
+    def visit(path: Path) -> None:
+        if any(path == e or path in e.parents for e in exposed):
+            if path in exposed:
+                return
+            for child in sorted(path.iterdir()):
+                if not child.is_symlink():
+                    visit(child)
+        else:
+            covered.append(path)
+
+    for path in hide:
+        path = Path(path)
+        if path.exists() and not path.is_symlink():
+            visit(path.resolve())
+    return [p for p in covered if not any(q in p.parents for q in covered)]
 
 
 def ensure_user(slot: int) -> tuple[int, int]:
@@ -190,13 +244,22 @@ class Sandbox:
         slots: int = 1,
         isolate: bool | None = None,
         switch_user: bool | None = None,
+        expose: list[Path] | None = None,
+        backend: str | None = None,
+        env: dict | None = None,
     ):
+        """``hide``: paths the kernel must not see, except ``expose`` (and the interpreter) below
+        them; ``isolate``: False for none; ``backend``: one of ``BACKENDS``, else the best here;
+        ``env``: more variables for the kernels."""
         self.limits = limits or Limits()
+        self.env = dict(env or {})
         self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
         os.chmod(self.base, 0o711)
-        self.isolate = namespaces_work() if isolate is None else isolate
+        self.backend = backend or choose_backend(isolate)
+        self.isolate = self.backend == "namespaces"  # the worker in unshare's namespaces
         self.switch_user = is_root() if switch_user is None else switch_user
-        if self.switch_user and not self.isolate and any(closed_ancestor(p) for p in interpreter_paths()):
+        confined = self.backend == "bubblewrap" or self.isolate
+        if self.switch_user and not confined and any(closed_ancestor(p) for p in interpreter_paths()):
             self.switch_user = False  # the grader user could not even start Python here
         self.problems: list[str] = []
         self._locks = self._claim_users(slots) if self.switch_user else []
@@ -205,7 +268,8 @@ class Sandbox:
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             self.problems.append(f"kernels run as this user: {exc}")
             self.switch_user, self.users = False, []
-        self.hide = [str(Path(p).resolve()) for p in (hide or []) if Path(p).exists()]
+        self.expose = [*interpreter_paths(), *(expose or [])]
+        self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
 
     @staticmethod
@@ -226,9 +290,12 @@ class Sandbox:
 
     @property
     def isolation(self) -> dict:
+        confined = self.backend != "none"
         return {
-            "network": self.isolate,
-            "hidden_paths": self.hide if self.isolate else [],
+            "backend": self.backend,
+            "network": confined,
+            "private_tmp": confined,
+            "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
             "limits": asdict(self.limits),
             "problems": self.problems,
@@ -246,7 +313,21 @@ class Sandbox:
         uid, gid = self._uid_gid(slot)
         policy = folder / "policy.json"
         policy.write_text(
-            json.dumps(asdict(Policy(asdict(self.limits), uid, gid, "", self.isolate, self.hide, 0, str(folder)))),
+            json.dumps(
+                asdict(
+                    Policy(
+                        asdict(self.limits),
+                        uid,
+                        gid,
+                        "",
+                        self.isolate,
+                        self.hide,
+                        0,
+                        str(folder),
+                        expose=[str(p) for p in self.expose],
+                    )
+                )
+            ),
             encoding="utf-8",
         )
         launcher = folder / "python"
@@ -265,10 +346,15 @@ class Sandbox:
         work = folder / "work"
         work.mkdir(mode=0o700)
         uid, gid = self._uid_gid(slot)
+        ipc = folder / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
+        ipc.mkdir(mode=0o700)
         if uid is not None:
             os.chown(work, uid, gid)
+            os.chown(ipc, uid, gid)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
         policy_path = private / "policy.json"
+        if self.backend == "bubblewrap":
+            policy.bwrap = self.bwrap_argv(private, policy_path, work, ipc)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
         jupyter = self._write_kernelspec(private, policy_path)
         env = {
@@ -283,8 +369,39 @@ class Sandbox:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
+            **self.env,
         }
-        return Run(folder, private, work, self.workers[slot], env, uid, self.limits.engine_options())
+        options = self.limits.engine_options()
+        if self.backend == "bubblewrap":  # the kernel has no network: Unix sockets in the run's folder
+            options["ipc_path"] = str(folder / "ipc" / "k")
+        return Run(folder, private, work, self.workers[slot], env, uid, options)
+
+    def bwrap_argv(self, private: Path, policy_path: Path, work: Path, ipc: Path) -> list[str]:
+        """``bwrap`` and its options around one run's kernel."""
+        argv = [shutil.which("bwrap") or "bwrap"]
+        if not is_root():
+            argv.append("--unshare-user")
+        argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+        argv += ["--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+            argv += ["--perms", "1777", "--tmpfs", tmp]
+        covered = closed_ways(self.expose) if self.switch_user else {}
+        for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
+            argv += ["--perms", "0711", "--tmpfs", folder]
+            for path in paths:
+                for step in reversed(Path(path).parents):
+                    if _under(str(step), folder) and str(step) != folder:
+                        argv += ["--perms", "0711", "--dir", str(step)]
+                argv += ["--ro-bind", path, path]
+        for path in self.hide:
+            if any(_under(path, f) and not any(_under(path, e) for e in es) for f, es in covered.items()):
+                continue
+            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        for folder in (self.base, work.parent, private):  # bwrap would make them root-only
+            argv += ["--perms", "0711", "--dir", str(folder)]
+        argv += ["--bind", str(work), str(work), "--bind", str(ipc), str(ipc)]
+        argv += ["--ro-bind", str(policy_path), str(policy_path), "--chdir", str(work)]
+        return argv
 
     def _write_kernelspec(self, private: Path, policy_path: Path) -> Path:
         jupyter = private / "jupyter"
@@ -296,6 +413,8 @@ class Sandbox:
             "language": "python",
             "metadata": {"debugger": False},
         }
+        if self.backend == "bubblewrap":  # a signal would reach bwrap, not the kernel inside it
+            spec["interrupt_mode"] = "message"
         (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
         return jupyter
 
@@ -310,6 +429,14 @@ class Sandbox:
 
 
 # ------------------------------------------------------------------ inside the namespaces
+
+
+def choose_backend(isolate: bool | None) -> str:
+    if isolate is False:
+        return "none"
+    if bubblewrap_works():
+        return "bubblewrap"
+    return "namespaces" if namespaces_work() else "none"
 
 
 def bring_loopback_up() -> None:
@@ -344,6 +471,10 @@ def _bind(source: str, target: str) -> None:
         raise OSError(ctypes.get_errno(), f"cannot bind {source} to {target}")
 
 
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def closed_ancestor(path: Path) -> tuple[Path, Path] | None:
     """The first folder above ``path`` that others cannot enter, and its child on the way down."""
     parts = path.resolve().parts
@@ -358,22 +489,35 @@ def interpreter_paths() -> list[Path]:
     return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parent]
 
 
-def expose_paths(paths: list[Path], scratch: Path) -> None:
-    """Make ``paths`` reachable by the grader user: a closed folder above one (e.g. /root holding
-    pyenv) is covered with a tmpfs that holds only the child on the way down (this mount ns only)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for n, path in enumerate(paths):
-        found = closed_ancestor(path)
-        if found is None:
+def closed_ways(paths: list[Path]) -> dict[str, list[str]]:
+    """For each folder others cannot enter (e.g. /root), the given paths below it (e.g. pyenv,
+    the model cache): a sandbox covers such a folder and puts back only those paths."""
+    ways: dict[str, list[str]] = {}
+    for path in paths:
+        if not Path(path).exists():
             continue
-        folder, child = found
-        keep = scratch / f"keep{n}"
-        keep.mkdir(mode=0o700, exist_ok=True)
-        _bind(str(child), str(keep))
-        if libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", 0, b"size=64k,mode=0711") != 0:
+        found = closed_ancestor(Path(path))
+        if found is not None:
+            ways.setdefault(str(found[0]), []).append(str(Path(path).resolve()))
+    return ways
+
+
+def expose_paths(paths: list[Path], scratch: Path) -> None:
+    """Make ``paths`` reachable by the grader user: a closed folder above them (e.g. /root holding
+    pyenv) is covered with a tmpfs that holds only the way down to each (this mount ns only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for n, (folder, below) in enumerate(closed_ways(paths).items()):
+        keeps = []
+        for m, path in enumerate(below):
+            keep = scratch / f"keep{n}-{m}"
+            keep.mkdir(mode=0o700, exist_ok=True)
+            _bind(path, str(keep))
+            keeps.append((keep, path))
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"size=64k,mode=0711") != 0:
             raise OSError(ctypes.get_errno(), f"cannot cover {folder}")
-        Path(child).mkdir(mode=0o755)
-        _bind(str(keep), str(child))
+        for keep, path in keeps:
+            Path(path).mkdir(mode=0o711, parents=True, exist_ok=True)
+            _bind(str(keep), path)
 
 
 def apply_limits(limits: dict, uid: int | None) -> None:
@@ -406,11 +550,29 @@ def worker_entry(policy: dict) -> int:
         bring_loopback_up()
         hide_paths(policy["hide"])
         if policy["uid"] is not None:
-            expose_paths(interpreter_paths(), Path(policy["scratch"]))
+            expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
     from .execute import block_unused_imports, serve
 
     block_unused_imports()
     return serve()
+
+
+def private_temp_folders(work: str) -> None:
+    """This kernel's own mount namespace with empty /tmp, /var/tmp and /dev/shm (the namespace
+    fallback; bubblewrap does this itself); its work folder, which lives under /tmp, is put back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
+    held = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+            if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
+                raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
+        os.makedirs(work, mode=0o711, exist_ok=True)
+        _bind(f"/proc/self/fd/{held}", work)
+    finally:
+        os.close(held)
 
 
 def kernel_entry(policy: dict, connection_file: str) -> int:
@@ -423,6 +585,8 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         os.chown(copy, uid, gid)
         copy.chmod(0o600)
         connection_file = str(copy)
+    if policy["isolate"] and home:
+        private_temp_folders(home)
     apply_limits(policy["limits"], uid)
     if uid is not None:
         drop_privileges(uid, gid)
@@ -432,13 +596,24 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
     return 1  # not reached
 
 
+def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
+    """Start this kernel again inside its ``bwrap``, with its connection file (named only now)."""
+    # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
+    argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
+    argv += [sys.executable, "-m", "rocmlab.sandbox", "kernel-inside", policy_path, connection_file]
+    os.execv(argv[0], argv)
+    return 1  # not reached
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("worker", "kernel"):
+    if len(argv) < 2 or argv[0] not in ("worker", "kernel", "kernel-inside"):
         print("usage: python -m rocmlab.sandbox {worker|kernel} POLICY ...", file=sys.stderr)
         return 2
     policy = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     if argv[0] == "worker":
         return worker_entry(policy)
+    if argv[0] == "kernel" and policy.get("bwrap"):
+        return enter_bubblewrap(policy, argv[1], argv[2])
     return kernel_entry(policy, argv[2])
 
 

@@ -311,6 +311,15 @@ def build_tiny_model(
     return manifest
 
 
+def make_world_readable(folder: Path) -> None:
+    """Files 0644 and folders 0755, whatever the builder's umask: the grader's kernels run as other
+    users (rocmlab-grader-N) and a learner's server as the learner, and all of them read this cache."""
+    for current, _dirs, files in os.walk(folder):
+        os.chmod(current, 0o755)
+        for name in files:
+            os.chmod(os.path.join(current, name), 0o644)
+
+
 def cache_root(cache_dir=None) -> Path:
     """``cache_dir``, else ``$ROCMLAB_CACHE``, else the user cache dir for rocmlab."""
     if cache_dir is not None:
@@ -391,6 +400,7 @@ def ensure_tiny_model(
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 build_tiny_model(staging, steps=steps, seed=seed, log=log, evaluate=evaluate)
+                make_world_readable(staging)
                 os.replace(staging, target)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)

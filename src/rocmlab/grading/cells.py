@@ -1,0 +1,338 @@
+"""The grader's cells: restoring the lab's test and parameters cells, the injected integrity
+cells, sealing and judging the tests, and reading an executed notebook (unrun tests, flags,
+failure messages). ``rocmlab check`` uses this public API too.
+
+A test's verdict is not taken from the learner's kernel alone, which learner code controls
+(IPython's hooks, transformers, ``set_custom_exc``, the messaging layer). ``seal_tests`` ends
+each test cell with a line that displays a secret drawn for this run, and puts a cell before it
+that resets IPython's hooks; ``judge_tests`` then passes a test only when the kernel's
+``execute_reply`` (recorded by the worker, outside the kernel) says ``ok``, the secret came
+back, and no error was shown. See docs/grading.md for the threat model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+
+import nbformat
+
+from ..execute import Outcome
+from ..papermill_engine import REPLY_KEY, SEAL_MIME, TIMEOUT_ENAME, TRUNCATED_MARK
+from ..source import MARKERS
+from .submissions import NETWORK_ERRORS, StudentResult
+
+INJECTED_TAG = "rocmlab-injected"
+INTEGRITY_MARK = "ROCMLAB-INTEGRITY "
+NOT_RUN_ENAME = "NotRun"
+VERDICT_ENAME = "TestNotCompleted"
+TRUSTED_CALL = re.compile(r"trusted\(([^)]*)\)")
+CELL_LINE = re.compile(r"(?:Cell|Input) In ?\[\s*\d*\s*\], line (\d+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+HIDDEN_BEGIN, HIDDEN_END = MARKERS["test"]
+
+
+def grading(cell) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader")
+    return meta if isinstance(meta, dict) else {}
+
+
+def visible_part(source: str) -> str:
+    """A test cell as the learner sees it: nbgrader removes the hidden block and its markers."""
+    kept, hidden = [], False
+    for line in source.split("\n"):
+        if HIDDEN_BEGIN in line:
+            hidden = True
+        elif HIDDEN_END in line:
+            hidden = False
+        elif not hidden:
+            kept.append(line.rstrip())
+    return "\n".join(kept).strip()
+
+
+def _fresh(cell):
+    new = nbformat.from_dict(json.loads(json.dumps(cell)))
+    if new.cell_type == "code":
+        new.outputs, new.execution_count = [], None
+    return new
+
+
+def trusted_names(source_nb) -> list[str]:
+    names = []
+    for cell in source_nb.cells:
+        if grading(cell).get("grade"):
+            for args in TRUSTED_CALL.findall(cell.source):
+                names += [n for n in re.findall(r"[\"']([\w.]+)[\"']", args) if n not in names]
+    return names
+
+
+def injected_cells(names: list[str]) -> tuple:
+    capture = nbformat.v4.new_code_cell(
+        "# rocmlab grader: remember pristine functions before any learner code runs\n"
+        "from rocmlab.lab import integrity as _rocmlab_integrity\n"
+        f"_rocmlab_integrity.capture({names!r})\n"
+        "_rocmlab_integrity.capture_shell()"
+    )
+    report = nbformat.v4.new_code_cell(
+        "# rocmlab grader: report functions replaced by learner code\n"
+        "import json as _json, rocmlab.lab.integrity as _rocmlab_integrity\n"
+        f"print({INTEGRITY_MARK!r} + _json.dumps(_rocmlab_integrity.patched()))"
+    )
+    for cell, cell_id in ((capture, "rocmlab-capture"), (report, "rocmlab-integrity")):
+        cell.metadata["tags"] = [INJECTED_TAG]
+        cell.id = cell_id
+    return capture, report
+
+
+def _reset_cell(grade_id: str):
+    cell = nbformat.v4.new_code_cell(
+        "# rocmlab grader: put IPython's hooks back before the test\n"
+        '__import__("rocmlab.lab.integrity", fromlist=["reset_shell"]).reset_shell()'
+    )
+    cell.metadata["tags"] = [INJECTED_TAG]
+    cell.id = f"rocmlab-reset-{grade_id}"[:64]
+    return cell
+
+
+def _seal_line(secret: str) -> str:
+    return f'__import__("IPython.display", fromlist=["display"]).display({{{SEAL_MIME!r}: {secret!r}}}, raw=True)'
+
+
+def seal_tests(nb) -> dict[str, str]:
+    """End each test cell with a line printing a secret of this run; a hook-reset cell before it.
+    Returns grade_id -> secret, for ``judge_tests``."""
+    seals, cells = {}, []
+    for cell in nb.cells:
+        grade_id = grading(cell).get("grade_id")
+        if grading(cell).get("grade") and cell.cell_type == "code" and grade_id not in seals:
+            seals[grade_id] = secrets.token_hex(16)
+            cells.append(_reset_cell(grade_id))
+            cell.source = cell.source.rstrip("\n") + "\n" + _seal_line(seals[grade_id])
+        cells.append(cell)
+    nb.cells = cells
+    return seals
+
+
+def _unseal(cell, secret: str) -> bool:
+    """Remove the seal line and its output from a test cell; True when the secret came back."""
+    line = _seal_line(secret)
+    if cell.source.endswith("\n" + line):
+        cell.source = cell.source[: -len(line) - 1]
+    found, kept = False, []
+    for out in cell.get("outputs", []):
+        data = out.get("data") or {}
+        if out.get("output_type") == "display_data" and SEAL_MIME in data:
+            found = found or data[SEAL_MIME] == secret
+            continue
+        kept.append(out)
+    cell.outputs = kept
+    return found
+
+
+def judge_tests(nb, seals: dict[str, str]) -> None:
+    """Fail (with an error output nbgrader counts) every sealed test that did not really complete:
+    no ``ok`` reply recorded by the worker, or its secret never printed. Drops the reset cells."""
+    cells = []
+    for cell in nb.cells:
+        if cell.get("id", "").startswith("rocmlab-reset-") and INJECTED_TAG in cell.metadata.get("tags", []):
+            continue
+        cells.append(cell)
+        grade_id = grading(cell).get("grade_id")
+        if grade_id not in seals or cell.cell_type != "code":
+            continue
+        sealed = _unseal(cell, seals[grade_id])
+        reply = cell.metadata.pop(REPLY_KEY, {}).get("reply", "none")
+        if reply == "ok" and sealed or _errors(cell):
+            continue
+        why = "the kernel did not reply ok" if reply != "ok" else "the test's last line never ran"
+        cell.outputs.append(
+            nbformat.v4.new_output(
+                "error", ename=VERDICT_ENAME, evalue=f"this test did not complete ({why})", traceback=[]
+            )
+        )
+    nb.cells = cells
+
+
+def restore_cells(nb, source_nb, inject: bool = True) -> tuple:
+    """The submission with the source's test and parameters cells; returns (notebook, notes)."""
+    tests = {(grading(c).get("grade_id")): c for c in source_nb.cells if grading(c).get("grade")}
+    solutions = {
+        grading(c).get("grade_id"): c
+        for c in source_nb.cells
+        if grading(c).get("solution") and not grading(c).get("grade")
+    }
+    params = next(c for c in source_nb.cells if "parameters" in c.metadata.get("tags", []))
+    notes, seen, cells = [], set(), []
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" in tags or INJECTED_TAG in tags:
+            continue
+        grade_id = grading(cell).get("grade_id")
+        if grade_id in tests:
+            if grade_id in seen:
+                notes.append(f"duplicated test cell {grade_id} (the copy was dropped)")
+                continue
+            if visible_part(cell.get("source", "")) != visible_part(tests[grade_id].source):
+                notes.append(f"edited test cell {grade_id} (restored from the source)")
+            seen.add(grade_id)
+            cells.append(_fresh(tests[grade_id]))
+        elif grade_id in solutions:
+            if grade_id in seen:  # a copied answer cell (Jupyter copies metadata): plain code now
+                del cell.metadata["nbgrader"]
+            else:
+                seen.add(grade_id)
+                cell.metadata["nbgrader"] = dict(grading(solutions[grade_id]))
+            cells.append(cell)
+        elif grade_id:
+            notes.append(f"graded cell {grade_id} is unknown or duplicated (its grading metadata was removed)")
+            del cell.metadata["nbgrader"]
+            cells.append(cell)
+        elif "parameters" in tags:
+            restored = _fresh(params)
+            restored.id = cell.get("id", restored.get("id"))
+            cells.append(restored)
+            seen.add("parameters")
+        else:
+            cells.append(cell)
+    _reinsert_missing(cells, source_nb, seen, notes, params)
+    if inject:
+        capture, report = injected_cells(trusted_names(source_nb))
+        cells = [capture, *cells, report]
+    nb.cells = cells
+    nb.metadata["kernelspec"] = dict(source_nb.metadata["kernelspec"])
+    return nb, notes
+
+
+def _reinsert_missing(cells: list, source_nb, seen: set, notes: list, params) -> None:
+    """Put back deleted test cells after the graded cell that precedes them in the source."""
+    order = [c for c in source_nb.cells if grading(c).get("grade_id")]
+    for index, source_cell in enumerate(order):
+        grade_id = grading(source_cell)["grade_id"]
+        if grade_id in seen or not grading(source_cell).get("grade"):
+            continue
+        notes.append(f"deleted test cell {grade_id} (put back from the source)")
+        position = len(cells)
+        for earlier in reversed(order[:index]):
+            hits = [i for i, c in enumerate(cells) if grading(c).get("grade_id") == grading(earlier)["grade_id"]]
+            if hits:
+                position = hits[0] + 1
+                break
+        cells.insert(position, _fresh(source_cell))
+        seen.add(grade_id)
+    if "parameters" not in seen:
+        first_graded = next((i for i, c in enumerate(cells) if grading(c)), len(cells))
+        cells.insert(first_graded, _fresh(params))
+
+
+# ------------------------------------------------------------------ reading an executed notebook
+
+
+def _errors(cell) -> list:
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def mark_unrun_tests(nb) -> int:
+    """Give every test cell that never finished an error output, so nbgrader cannot count it as passed."""
+    count = 0
+    for cell in nb.cells:
+        if not grading(cell).get("grade") or cell.cell_type != "code":
+            continue
+        # papermill marks cells after a dead kernel "completed" too: only the kernel's reply proves it ran
+        replied = "shell.execute_reply" in cell.metadata.get("execution", {})
+        if not replied and not _errors(cell):
+            cell.setdefault("outputs", []).append(
+                nbformat.v4.new_output(
+                    "error",
+                    ename=NOT_RUN_ENAME,
+                    traceback=[],
+                    evalue="this test did not run: the notebook stopped earlier (time limit or crash)",
+                )
+            )
+            count += 1
+    return count
+
+
+def hidden_lines(source: str) -> list[str]:
+    """The lines of a test cell's hidden blocks (what nbgrader removes from the learner's copy)."""
+    kept, hidden = [], False
+    for line in source.split("\n"):
+        if HIDDEN_BEGIN in line:
+            hidden = True
+        elif HIDDEN_END in line:
+            hidden = False
+        elif hidden:
+            kept.append(line)
+    return kept
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def shown_message(ename: str, evalue: str, source: str, limit: int = 300) -> str:
+    """An error as feedback may show it. The name and value come from the learner's kernel, so
+    they can carry anything the kernel could read, hidden tests included (``linecache``, frames):
+    the name must look like an exception name, and a value that holds any hidden line, or a run
+    of encoded-looking text, is withheld."""
+    ename = ename if re.fullmatch(r"[A-Za-z_][\w.]{0,79}", ename or "") else "Error"
+    value = ANSI.sub("", str(evalue or ""))[:limit]
+    squashed = _squash(value)
+    secrets_in = [_squash(line) for line in hidden_lines(source) if len(_squash(line)) >= 6]
+    leaks = any(line in squashed for line in secrets_in)
+    encoded = bool(secrets_in) and re.search(r"[A-Za-z0-9+=]{48,}", value) is not None
+    if leaks or encoded:
+        return f"{ename} (its message is not shown: it may quote hidden test code)"
+    return f"{ename}: {value}".strip()
+
+
+def failure_message(cell, source_cell) -> tuple[bool, str]:
+    """(hidden, message) for a failed test cell; a hidden failure's message is never returned."""
+    errors = _errors(cell)
+    if not errors:
+        return False, "wrote to stderr (counted as a failure)"
+    error = errors[0]
+    if error.get("ename") in (NOT_RUN_ENAME, TIMEOUT_ENAME, VERDICT_ENAME):
+        return False, f"{error['ename']}: {error.get('evalue', '')}"
+    text = ANSI.sub("", "\n".join(str(line) for line in error.get("traceback", [])))
+    match = CELL_LINE.search(text)
+    if match is None:
+        return True, ""
+    line, hidden = int(match.group(1)) - 1, False
+    for index, source_line in enumerate(source_cell.source.split("\n")):
+        if HIDDEN_BEGIN in source_line:
+            hidden = True
+        if index == line and hidden:
+            return True, ""
+        if HIDDEN_END in source_line:
+            hidden = False
+    return False, shown_message(str(error.get("ename", "")), str(error.get("evalue", "")), source_cell.source)
+
+
+def read_flags(nb, outcome: Outcome, result: StudentResult) -> None:
+    if outcome.status == "timeout":
+        result.flag("timeout", outcome.reason)
+    elif outcome.status == "crashed":
+        result.flag("crashed", outcome.reason)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and out.get("ename") == TIMEOUT_ENAME:
+                result.flag("timeout", f"a cell ran past its limit: {out.get('evalue', '')}")
+            if out.get("output_type") == "error" and out.get("ename") == "MemoryError":
+                result.flag("memory_limit", "a cell ran out of its memory limit (MemoryError)")
+            if out.get("output_type") == "error" and (
+                out.get("ename") in NETWORK_ERRORS or "Network is unreachable" in out.get("evalue", "")
+            ):
+                result.flag("network", f"a network connection failed: {out.get('ename')} (grading is offline)")
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            if TRUNCATED_MARK in text:
+                result.flag("output_truncated", "a cell printed more output than the grader keeps")
+            if INJECTED_TAG in cell.metadata.get("tags", []) and INTEGRITY_MARK in text:
+                patched = json.loads(text.split(INTEGRITY_MARK, 1)[1].splitlines()[0])
+                if patched:
+                    result.flag(
+                        "monkeypatched",
+                        "replaced functions the tests rely on: "
+                        + ", ".join(patched)
+                        + " (the tests used the originals)",
+                    )

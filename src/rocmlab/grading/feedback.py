@@ -1,0 +1,120 @@
+"""A learner's feedback page, and staging it for nbgrader's release_feedback."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..catalog import Lab
+from .submissions import StudentResult
+
+TEXT = {
+    "en": {
+        "title": "Feedback",
+        "score": "Score",
+        "test": "Test",
+        "points": "Points",
+        "result": "Result",
+        "message": "Message",
+        "pass": "passed",
+        "fail": "failed",
+        "hidden": "a hidden test failed (its code is not shown)",
+        "notes": "Notes from the grader",
+        "invalid": "This submission could not be graded.",
+        "flags": {
+            "invalid": "not a gradable notebook of this lab",
+            "wrong_lab": "a notebook of another lab",
+            "old_version": "made from an older version of the lab",
+            "tampered": "test cells were changed: the original tests were used",
+            "monkeypatched": "functions the tests rely on were replaced: the originals were used",
+            "timeout": "a time limit was reached",
+            "crashed": "the notebook's kernel stopped",
+            "output_truncated": "too much output: it was cut",
+            "memory_limit": "the memory limit was reached",
+            "network": "a network connection was refused",
+        },
+    },
+    "zh": {
+        "title": "评分反馈",
+        "score": "得分",
+        "test": "测试",
+        "points": "分数",
+        "result": "结果",
+        "message": "信息",
+        "pass": "通过",
+        "fail": "未通过",
+        "hidden": "隐藏测试未通过（不显示其代码）",
+        "notes": "评分说明",
+        "invalid": "该提交无法评分。",
+        "flags": {
+            "invalid": "不是本实验可评分的笔记本",
+            "wrong_lab": "是另一个实验的笔记本",
+            "old_version": "基于旧版本的实验",
+            "tampered": "测试单元被改动：已使用原始测试",
+            "monkeypatched": "测试依赖的函数被替换：已使用原始函数",
+            "timeout": "超出时间限制",
+            "crashed": "笔记本内核已终止",
+            "output_truncated": "输出过多，已被截断",
+            "memory_limit": "超出内存限制",
+            "network": "网络连接被拒绝（评分时离线）",
+        },
+    },
+}
+
+
+def feedback_html(lab: Lab, result: StudentResult) -> str:
+    """The learner's page, from ``templates/feedback.html.j2`` with autoescaping: learner ids and
+    error text reach it."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(
+        loader=PackageLoader("rocmlab", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    t = TEXT[result.lang]
+    rows = [
+        {
+            "grade_id": test.grade_id,
+            "passed": test.passed,
+            "points": f"{test.points:g}",
+            "max_points": f"{test.max_points:g}",
+            "message": t["hidden"] if test.hidden_failed else test.message,
+        }
+        for test in result.tests
+    ]
+    return env.get_template("feedback.html.j2").render(
+        lang=result.lang,
+        t=t,
+        title=lab.title[result.lang],
+        lab_id=lab.id,
+        version=lab.version,
+        student=result.student,
+        score=f"{result.score:g}",
+        max_score=f"{result.max_score:g}",
+        invalid=result.status == "invalid",
+        rows=rows,
+        flags=[t["flags"][f] for f in result.flags],
+    )
+
+
+def stage_feedback(course_root: Path, lab_id: str, grades: Path) -> list[str]:
+    """Put ``rocmlab grade``'s feedback (``<grades>/feedback/<student>/<lab>.html``) where nbgrader's
+    release_feedback takes it: ``<course_root>/feedback/<student>/<lab>/<lab>.html`` beside the
+    timestamp and secret of the collected submission. Returns the learners staged."""
+    staged = []
+    for html_file in sorted((grades / "feedback").glob(f"*/{lab_id}.html")):
+        student = html_file.parent.name
+        submitted = course_root / "submitted" / student / lab_id
+        if not (submitted / "timestamp.txt").is_file():
+            continue
+        dest = course_root / "feedback" / student / lab_id
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(html_file, dest / f"{lab_id}.html")
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            if (submitted / name).is_file():
+                shutil.copyfile(submitted / name, dest / name)
+        staged.append(student)
+    return staged

@@ -1,0 +1,214 @@
+"""Grading a class: each submission validated, restored, executed in the sandbox, then scored by
+nbgrader's autograde; the main thread alone writes the gradebook and the outputs."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..build import solution_notebook, write_notebook
+from ..catalog import LANGUAGES, Lab, Profile
+from ..errors import CommandFailed
+from ..results import write_json_atomic
+from ..sandbox import Limits, Sandbox, choose_backend, is_root
+from .cells import failure_message, grading, judge_tests, mark_unrun_tests, read_flags, restore_cells, seal_tests
+from .feedback import feedback_html
+from .gradebook import Course, safe_url, shared_gradebook_engines
+from .preflight import check_model_cache, course_view, model_cache
+from .submissions import (
+    FLAGS,
+    GradedTest,
+    StudentResult,
+    Submission,
+    copy_learner_files,
+    load_submission,
+    safe_text,
+    valid_id,
+)
+
+
+@dataclass
+class Plan:
+    root: Path
+    lab: Lab
+    profile: Profile
+    sandbox: Sandbox
+    sources: dict  # lang -> solution notebook
+
+
+def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
+    """Restore, execute in the sandbox, mark unrun tests; returns the executed notebook."""
+    lab, profile = plan.lab, plan.profile
+    prepared, notes = restore_cells(nb, plan.sources[result.lang])
+    seals = seal_tests(prepared)
+    for note in notes:
+        result.flag("tampered", note)
+    run = plan.sandbox.new_run(slot, profile.cell_timeout_s)
+    try:
+        copy_learner_files(Path(result.file), lab, run.work)
+        if lab.data_dir.is_dir():
+            shutil.copytree(lab.data_dir, run.work / "data", dirs_exist_ok=True)
+        source = run.private / "input" / f"{lab.id}.ipynb"
+        write_notebook(prepared, source)
+        executed, outcome = run.execute(
+            source,
+            run.private / "output" / f"{lab.id}.ipynb",
+            profile.parameters,
+            profile.cell_timeout_s,
+            profile.timeout_s,
+        )
+        executed = executed or prepared
+    finally:
+        run.cleanup()
+    read_flags(executed, outcome, result)
+    mark_unrun_tests(executed)
+    judge_tests(executed, seals)
+    return executed
+
+
+def fill_tests(plan: Plan, executed, result: StudentResult, grades: dict) -> None:
+    source_tests = {grading(c)["grade_id"]: c for c in plan.sources[result.lang].cells if grading(c).get("grade")}
+    cells = {grading(c).get("grade_id"): c for c in (executed.cells if executed else [])}
+    for grade_id, source_cell in source_tests.items():
+        points, max_points = grades.get(grade_id, (0.0, float(grading(source_cell)["points"])))
+        test = GradedTest(grade_id, float(max_points), float(points or 0.0))
+        test.passed = test.points >= test.max_points
+        if not test.passed and grade_id in cells:
+            test.hidden_failed, message = failure_message(cells[grade_id], source_cell)
+            test.message = safe_text(message)
+        result.tests.append(test)
+
+
+def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, **options) -> list[StudentResult]:
+    with shared_gradebook_engines():
+        return _grade_class(root, lab, submissions, out, **options)
+
+
+def _grade_class(
+    root: Path,
+    lab: Lab,
+    submissions: list[Submission],
+    out: Path,
+    *,
+    profile_name: str = "smoke",
+    jobs: int = 1,
+    db_url: str | None = None,
+    limits: Limits | None = None,
+    extra_hidden: list[Path] = (),
+    progress=print,
+    unsafe: bool = False,
+) -> list[StudentResult]:
+    profile = lab.profile(profile_name)
+    backend = choose_backend(None)
+    if backend == "none" and not unsafe:
+        raise CommandFailed(
+            "no sandbox here: learner code would run with your rights, over the gradebook and every "
+            "submission. Install bubblewrap (`apt-get install bubblewrap`) or grade as root; "
+            "--unsafe grades anyway"
+        )
+    check_model_cache(profile.parameters, other_user=is_root())
+    out.mkdir(parents=True, exist_ok=True)
+    course = Course(root, lab, out / "course", db_url)
+    sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
+    course.create_assignment(sources["en"])
+    submitted = os.path.commonpath([os.path.abspath(os.path.dirname(s.path)) for s in submissions])
+    hidden, expose = course_view(root, out, *extra_hidden, Path(submitted))
+    if db_url and db_url.startswith("sqlite:///"):
+        hidden.append(Path(db_url[len("sqlite:///") :]).parent)
+    sandbox = Sandbox(
+        limits,
+        hide=hidden,
+        expose=expose,
+        slots=max(1, jobs),
+        backend=backend,
+        env={"ROCMLAB_CACHE": str(model_cache())},
+    )
+    plan = Plan(root, lab, profile, sandbox, sources)
+    if backend == "none":
+        progress(
+            "warning: --unsafe: no sandbox: no network, PID or mount isolation"
+            + ("" if sandbox.switch_user else "; kernels run as this user")
+            + "; time, memory, process and output limits still apply"
+        )
+    slots: queue.Queue = queue.Queue()
+    for slot in range(max(1, jobs)):
+        slots.put(slot)
+
+    def run_one(sub: Submission):
+        result = StudentResult(safe_text(sub.student), safe_text(sub.path))
+        started = time.monotonic()
+        nb = load_submission(sub, lab, result)
+        executed = None
+        if nb is not None:
+            slot = slots.get()
+            try:
+                executed = execute_submission(plan, nb, result, slot)
+            except Exception as exc:  # noqa: BLE001 (one learner's odd notebook never stops the class)
+                result.status, executed = "invalid", None
+                result.flag("invalid", f"could not be prepared or run: {type(exc).__name__}: {str(exc)[:300]}")
+            finally:
+                slots.put(slot)
+        result.duration_s = round(time.monotonic() - started, 2)
+        return result, executed
+
+    results = []
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        futures = [pool.submit(run_one, sub) for sub in submissions]
+        for future in as_completed(futures):
+            result, executed = future.result()
+            if valid_id(result.student):  # an invalid id names no gradebook row and no folder
+                try:
+                    course.record(result.student, executed if result.status == "graded" else None)
+                except RuntimeError as exc:  # nbgrader refused this notebook: zero it, say why, go on
+                    result.status, executed = "invalid", None
+                    result.flag("invalid", str(exc)[:500])
+                    course.record(result.student, None)
+                result.score, result.max_score, grades = course.scores(result.student)
+            else:
+                grades = {}
+                result.max_score = sum(
+                    float(grading(c)["points"]) for c in sources["en"].cells if grading(c).get("grade")
+                )
+            fill_tests(plan, executed, result, grades)
+            results.append(result)
+            progress(
+                f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "
+                f"{','.join(result.flags)} ({result.duration_s:.1f}s)"
+            )
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        sandbox.close()  # ends the kernels of runs still going, so their workers return at once
+        pool.shutdown(wait=True)
+    results.sort(key=lambda r: r.student)
+    write_outputs(lab, profile, course, results, out, sandbox.isolation)
+    return results
+
+
+def write_outputs(
+    lab: Lab, profile: Profile, course: Course, results: list[StudentResult], out: Path, isolation: dict
+) -> None:
+    for result in results:
+        if not valid_id(result.student):
+            continue
+        path = out / "feedback" / result.student / f"{lab.id}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(feedback_html(lab, result), encoding="utf-8")
+    course.export_csv(out / "grades.csv")
+    summary = {
+        "lab": lab.id,
+        "version": lab.version,
+        "profile": profile.name,
+        "graded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "gradebook": safe_url(course.db_url),
+        "sandbox": isolation,
+        "students": [asdict(r) for r in results],
+        "flag_counts": {f: sum(f in r.flags for r in results) for f in FLAGS},
+    }
+    write_json_atomic(out / "summary.json", summary)

@@ -1,0 +1,83 @@
+"""What must hold before any learner code runs, for ``rocmlab grade`` and ``rocmlab check``:
+the paths a sandboxed kernel sees of the course, and the model cache readable by its user.
+
+A kernel that cannot read the model loses points for every learner, the perfect one included,
+so an unreadable cache stops the run with the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ..errors import CommandFailed
+
+MATRIX = Path("env") / "matrix.toml"
+
+
+def model_cache() -> Path:
+    """The cache root the grader's kernels are given (``$ROCMLAB_CACHE`` for them)."""
+    from ..assets.tiny_model import cache_root
+
+    return cache_root().resolve()
+
+
+def course_view(root: Path, *also_hidden: Path) -> tuple[list[Path], list[Path]]:
+    """(hide, expose) for a sandbox: the whole course root and this user's home are hidden (the
+    solutions, .git, results/, grades/, earlier gradebooks); the kernel still gets the release
+    matrix and the model cache (the interpreter and the rocmlab package are always exposed)."""
+    hide = [Path(root), Path.home(), *also_hidden]
+    expose = [Path(root) / MATRIX, model_cache()]
+    return hide, expose
+
+
+def uses_tiny_model(parameters: dict) -> bool:
+    from ..assets.tiny_model import MODEL_NAME
+
+    return any(value == MODEL_NAME for value in parameters.values())
+
+
+def unreadable(path: Path, other_user: bool, top: Path | None = None) -> str:
+    """Why ``path`` (a file or a folder, and what is in it) cannot be read by the kernel's user:
+    another user (``other_user``, the grader users of a root run) or this one. "" when it can.
+    The folders above ``top`` are not checked: the sandbox opens the way to ``top`` itself (a
+    cache under /root)."""
+    parts = [p for p in reversed(path.parents) if top is None or top == p or top in p.parents]
+    for folder in parts:
+        if other_user and not folder.stat().st_mode & stat.S_IXOTH:
+            return f"{folder} cannot be entered by other users"
+    for current, dirs, files in os.walk(path):
+        for name in [current, *(os.path.join(current, f) for f in files)]:
+            mode = os.stat(name).st_mode
+            need = (stat.S_IROTH | stat.S_IXOTH) if stat.S_ISDIR(mode) else stat.S_IROTH
+            if other_user and mode & need != need:
+                return f"{name} is mode {stat.S_IMODE(mode):04o}"
+            if not other_user and not os.access(name, os.R_OK):
+                return f"{name} is not readable"
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(current, d))]
+    return ""
+
+
+def check_model_cache(parameters: dict, other_user: bool) -> None:
+    """Raise ``CommandFailed`` when a lab run with ``parameters`` needs the offline model and the
+    kernel's user could not read it."""
+    if not uses_tiny_model(parameters):
+        return
+    from ..assets.tiny_model import model_dir, read_valid_manifest
+
+    target = model_dir(model_cache())
+    if not read_valid_manifest(target):
+        raise CommandFailed(
+            f"the offline model is not in the cache ({target}): build it first with "
+            f"`rocmlab assets build-model` (set ROCMLAB_CACHE for another cache folder)"
+        )
+    problem = unreadable(target, other_user, top=model_cache())
+    if problem:
+        who = "the sandbox's grader users" if other_user else "this user"
+        raise CommandFailed(
+            f"the model cache cannot be read by {who}: {problem}; every cell that loads the model would fail "
+            "(in grading: for every learner, the perfect one included). "
+            f"Fix it with `chmod -R a+rX {target}` (and a+x on the folders above it), or rebuild it with "
+            "`rocmlab assets build-model --force`, which builds it world-readable"
+        )
