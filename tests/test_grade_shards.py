@@ -123,3 +123,20 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, argv, message):
     argv = ["--root", str(classroom.COURSE), *(word.replace("{tmp}", str(tmp_path)) for word in argv)]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_shard_without_learners_still_writes_its_summary(tmp_path, capsys):
+    import classroom
+
+    for name in ("ada", "bob"):
+        (tmp_path / "class" / f"{name}.ipynb").parent.mkdir(exist_ok=True)
+        (tmp_path / "class" / f"{name}.ipynb").write_text("{}", encoding="utf-8")
+    out = tmp_path / "shard-3"
+    argv = ["--root", str(classroom.COURSE), "grade", "01", "--submissions", str(tmp_path / "class")]
+    assert main([*argv, "--shard", "3/3", "--out", str(out)]) == 0
+    assert "no learner of the 2 falls in this shard" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["students"] == [] and (summary["lab"], summary["version"]) == ("01-grade", "1.1.0")
+    assert summary["shard"] == shard_record(Shard(3, 3), make_class(["ada", "bob"]))
+    others = [write_shard(tmp_path / str(k), Shard(k, 3), [s], ["ada", "bob"]) for k, s in ((1, "ada"), (2, "bob"))]
+    assert len(read_shards([*others, out])) == 3
