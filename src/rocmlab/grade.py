@@ -844,6 +844,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="grade only the K-th of N deterministic parts of the class (learners by id, round-robin); "
         "`rocmlab grade merge OUT... --out DIR` joins the N outputs",
     )
+    parser.description += (
+        " Also class.html (the class at a glance) with its CSV files. With --shard K/N only a part of the class; "
+        "`rocmlab grade merge OUT... --out DIR` merges the parts into one gradebook, as one run would have written it."
+    )
+    # ----
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions executed at once")
     parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu"])
     parser.add_argument("--gradebook", metavar="URL", help="SQLAlchemy URL of the gradebook (default: sqlite in --out)")
