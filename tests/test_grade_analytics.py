@@ -89,7 +89,12 @@ def test_the_csv_files_hold_the_same_data(tmp_path):
     learners = read_csv(out / analytics.CSV_FILES["learners"])
     assert [row["student"] for row in learners] == ["ada", "bob", "cy", "dee", "eve", "'=cmd"]
     dee = learners[3]
-    assert (dee["score"], dee["duration_s"], dee["lab_version"], dee["flags"]) == ("0", "31", "1.2.0", "tampered timeout")
+    assert (dee["score"], dee["duration_s"], dee["lab_version"], dee["flags"]) == (
+        "0",
+        "31",
+        "1.2.0",
+        "tampered timeout",
+    )
     assert dee["reasons"].startswith("edited test cell sum (restored from the source) | a cell ran past")
     exercises = read_csv(out / analytics.CSV_FILES["exercises"])
     assert [(r["grade_id"], r["mean_points"], r["pass_rate"], r["passed"], r["graded"]) for r in exercises] == [
@@ -97,9 +102,13 @@ def test_the_csv_files_hold_the_same_data(tmp_path):
         ("norm", "1.2", "0.4", "2", "5"),
     ]
     failures = read_csv(out / analytics.CSV_FILES["failures"])
-    assert {"grade_id": "sum", "message": "AssertionError: expected #, got # (array([#…]))", "learners": "2"} in failures
+    assert {
+        "grade_id": "sum",
+        "message": "AssertionError: expected #, got # (array([#…]))",
+        "learners": "2",
+    } in failures
     # a spreadsheet opening the file must not run learner text as a formula
-    assert {"grade_id": "norm", "message": "'=HYPERLINK(\"http://x\")", "learners": "1"} in failures
+    assert {"grade_id": "norm", "message": '\'=HYPERLINK("http://x")', "learners": "1"} in failures
 
 
 def test_an_undecodable_learner_id_is_written_escaped(tmp_path):
