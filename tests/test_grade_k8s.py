@@ -169,3 +169,4 @@ def test_the_shards_and_the_merge_get_matching_arguments(tmp_path):
     assert options["shard_outputs"] == outs
     assert options["out"] == str(tmp_path / "course" / "grades" / env(MERGE)["LAB"])
     assert options["out"] not in outs
+    assert options["feedback_to"] == str(tmp_path / "course")  # staged for nbgrader release_feedback

@@ -90,7 +90,7 @@ def test_three_shards_merged_equal_one_run(tmp_path):
     assert (merged / analytics.PAGE).is_file()
 
 
-def test_merging_again_keeps_one_gradebook_entry_per_learner(tmp_path):
+def test_merging_again_keeps_one_gradebook_entry_per_learner_and_stages_feedback(tmp_path):
     base = classroom.student_notebook(classroom.COURSE, tmp_path)
     entries = {k: v for k, v in classroom.regular_class(base).items() if k in ("correct", "partial")}
     classroom.write_class(entries, tmp_path / "course" / "submitted", layout="nbgrader")
@@ -99,6 +99,14 @@ def test_merging_again_keeps_one_gradebook_entry_per_learner(tmp_path):
         grade(classroom.LAB, "--submissions", tmp_path / "course", "--shard", f"{k}/2", "--out", out)
     grade("merge", *outs, "--out", tmp_path / "merged")
     first = gradebook(tmp_path / "merged")
-    grade("merge", *outs, "--out", tmp_path / "merged")
+    course = tmp_path / "course"
+    for name in entries:  # what nbgrader collect leaves beside a submission
+        (course / "submitted" / name / classroom.LAB / "timestamp.txt").write_text("2026-12-01 10:00:00 UTC\n")
+    grade("merge", *outs, "--out", tmp_path / "merged", "--feedback-to", course)
     assert gradebook(tmp_path / "merged") == first
+    for name in entries:
+        staged = course / "feedback" / name / classroom.LAB
+        page = tmp_path / "merged" / "feedback" / name / f"{classroom.LAB}.html"
+        assert (staged / f"{classroom.LAB}.html").read_bytes() == page.read_bytes()
+        assert (staged / "timestamp.txt").is_file()
     assert {name: score for name, (score, _grades) in first.items()} == {"correct": 5.0, "partial": 2.0}

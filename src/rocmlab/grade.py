@@ -898,7 +898,7 @@ def main(
     root = find_root(root)
     # ---- scale-out (grading/shards.py)
     if lab == "merge":
-        return shards.merge_command(root, shard_outputs, out, gradebook, submissions, shard)
+        return shards.merge_command(root, shard_outputs, out, gradebook, submissions, shard, feedback_to)
     if shard_outputs or not submissions:
         raise InputError("grade: expected `rocmlab grade LAB --submissions DIR` (OUT folders only with `merge`)")
     part = shards.parse_shard(shard) if shard else None

@@ -221,8 +221,10 @@ def _merged_summary(shards: list[tuple[Path, dict]], students: list[dict], db_ur
     return base
 
 
-def merge_command(root: Path, shard_outputs, out: str | None, gradebook: str | None, submissions, shard) -> int:
-    """``rocmlab grade merge OUT... --out DIR [--gradebook URL]`` (the options of ``rocmlab grade``)."""
+def merge_command(
+    root: Path, shard_outputs, out: str | None, gradebook: str | None, submissions, shard, feedback_to=None
+) -> int:
+    """``rocmlab grade merge OUT... --out DIR [--gradebook URL] [--feedback-to COURSE_ROOT]``."""
     if submissions or shard:
         raise InputError("merge: --submissions and --shard belong to grading; merge takes OUT... and --out")
     if not out:
@@ -235,4 +237,11 @@ def merge_command(root: Path, shard_outputs, out: str | None, gradebook: str | N
         f"merged {len(folders)} shard(s), {len(merged['students'])} learner(s) of {merged['lab']} "
         f"{merged['version']}: {target / 'grades.csv'}, summary.json, {analytics.PAGE}, feedback/"
     )
+    if feedback_to:
+        from ..grade import stage_feedback
+
+        staged = stage_feedback(Path(feedback_to).resolve(), merged["lab"], target)
+        print(
+            f"feedback of {len(staged)} learner(s) staged: release it with `nbgrader release_feedback {merged['lab']}`"
+        )
     return ExitCode.OK
