@@ -110,3 +110,20 @@ def test_merging_again_keeps_one_gradebook_entry_per_learner_and_stages_feedback
         assert (staged / f"{classroom.LAB}.html").read_bytes() == page.read_bytes()
         assert (staged / "timestamp.txt").is_file()
     assert {name: score for name, (score, _grades) in first.items()} == {"correct": 5.0, "partial": 2.0}
+
+
+def test_merge_fails_when_a_shard_no_longer_matches_its_notebooks(tmp_path, capsys):
+    base = classroom.student_notebook(classroom.COURSE, tmp_path)
+    entries = {k: v for k, v in classroom.regular_class(base).items() if k in ("correct", "partial")}
+    classroom.write_class(entries, tmp_path / "course" / "submitted", layout="nbgrader")
+    outs = [tmp_path / "s1", tmp_path / "s2"]
+    for k, out in enumerate(outs, start=1):
+        grade(classroom.LAB, "--submissions", tmp_path / "course", "--shard", f"{k}/2", "--out", out)
+    summary_file = outs[0] / "summary.json"
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    summary["students"][0]["score"] = 4.0  # as if the executed notebook had been swapped since
+    summary_file.write_text(json.dumps(summary), encoding="utf-8")
+    argv = ["--root", str(classroom.COURSE), "grade", "merge", *map(str, outs), "--out", str(tmp_path / "merged")]
+    assert main(argv) == 1
+    assert "scored 4/5 in the shard, 5/5 in the merged gradebook" in capsys.readouterr().err
+    assert not (tmp_path / "merged" / "summary.json").exists()

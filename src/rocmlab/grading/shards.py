@@ -135,6 +135,8 @@ def read_shards(outs: list[Path]) -> list[tuple[Path, dict]]:
 
 def executed_notebook(shard_out: Path, lab_id: str, student: str):
     """The notebook the shard handed to nbgrader, or None (ungradable, or refused by nbgrader)."""
+    if not _safe_component(student):
+        return None
     path = shard_out / "course" / "submitted" / student / lab_id / f"{lab_id}.ipynb"
     if path.is_symlink() or not path.is_file():
         return None
