@@ -9,9 +9,11 @@ the main thread alone, so the gradebook never sees two writers.
 
 Outputs under ``--out``: ``course/`` (nbgrader's folders and, by default, the sqlite
 gradebook), ``feedback/<student>/<lab>.html``, ``grades.csv`` (nbgrader's CSV exporter) and
-``summary.json`` (per learner: score, flags, tests).
+``summary.json`` (per learner: score, flags, tests), ``class.html`` with its CSV files
+(``analytics``).
 
 Modules: ``submissions`` (finding, validating), ``cells`` (restoring and reading test cells),
 ``gradebook`` (nbgrader and its workarounds), ``feedback`` (the learner's page), ``grader``
-(the class, in parallel), ``command`` (the CLI).
+(the class, in parallel), ``command`` (the CLI), ``analytics`` (the instructor's class page),
+``shards`` (``--shard K/N`` and ``rocmlab grade merge``).
 """

@@ -11,6 +11,7 @@ from ..catalog import discover, select
 from ..errors import ExitCode, InputError
 from ..root import find_root
 from ..sandbox import Limits
+from . import analytics, shards
 from .feedback import stage_feedback
 from .grader import grade_class
 from .submissions import find_submissions
@@ -22,13 +23,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with the test cells restored from the source; grades.csv, summary.json (score and flags per learner) "
         "and a feedback page per learner in --out."
     )
-    parser.add_argument("lab", metavar="LAB", help="lab id or its number")
+    parser.add_argument("lab", metavar="LAB", help="lab id or its number; `merge`: merge the shard outputs OUT...")
     parser.add_argument(
         "--submissions",
-        required=True,
         metavar="DIR",
-        help="folder of submitted/<student>/<lab>/*.ipynb or of <student>.ipynb files",
+        help="folder of submitted/<student>/<lab>/*.ipynb or of <student>.ipynb files (required to grade)",
     )
+    # ---- scale-out (grading/shards.py): grade a part of the class, merge the parts
+    parser.add_argument("shard_outputs", nargs="*", metavar="OUT", help="with `merge`: the --out folders of the shards")
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="grade only the K-th of N deterministic parts of the class (learners by id, round-robin); "
+        "`rocmlab grade merge OUT... --out DIR` joins the N outputs",
+    )
+    parser.description += (
+        " Also class.html (the class at a glance) with its CSV files. With --shard K/N only a part of the class; "
+        "`rocmlab grade merge OUT... --out DIR` merges the parts into one gradebook, as one run would have written it."
+    )
+    # ----
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions executed at once")
     parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu"])
     parser.add_argument("--gradebook", metavar="URL", help="SQLAlchemy URL of the gradebook (default: sqlite in --out)")
@@ -67,7 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(
     *,
     lab: str,
-    submissions: str,
+    submissions: str | None = None,
+    shard_outputs: list[str] = (),
+    shard: str | None = None,
     jobs: int = 1,
     profile: str = "smoke",
     gradebook: str | None = None,
@@ -81,11 +96,26 @@ def main(
 ) -> int:
     processes.exit_on_sigterm()  # finally blocks end the kernels and remove the sandbox
     root = find_root(root)
+    # ---- scale-out (grading/shards.py)
+    if lab == "merge":
+        return shards.merge_command(root, shard_outputs, out, gradebook, submissions, shard, feedback_to)
+    if shard_outputs or not submissions:
+        raise InputError("grade: expected `rocmlab grade LAB --submissions DIR` (OUT folders only with `merge`)")
+    part = shards.parse_shard(shard) if shard else None
+    # ----
     lab = select(discover(root), [lab])[0]
     if jobs < 1:
         raise InputError(f"--jobs: expected a positive number, got {jobs}")
-    submissions = find_submissions(Path(submissions).resolve(), lab.id)
+    everyone = submissions = find_submissions(Path(submissions).resolve(), lab.id)
     out = Path(out).resolve() if out else root / "grades" / lab.id
+    # ---- scale-out: this shard's learners; a shard without any still writes its summary for merge
+    if part:
+        submissions = shards.select_shard(everyone, part)
+        if not submissions:
+            shards.write_empty_shard(out, lab, profile, part, everyone)
+            print(f"shard {part}: no learner of the {len(everyone)} falls in this shard: {out / 'summary.json'}")
+            return ExitCode.OK
+    # ----
     memory_mb = memory_mb if memory_mb is not None else Limits.memory_mb if profile == "smoke" else 0
     limits = Limits(memory_mb=memory_mb, max_processes=max_processes, max_cell_output_kb=max_output_kb)
 
@@ -104,11 +134,14 @@ def main(
         progress=say,
         unsafe=unsafe,
     )
+    if part:  # ---- scale-out
+        shards.record_shard(out, part, everyone)
+    analytics.write_class_page(out)  # ---- the instructor's class page
     for r in results:
         print(f"{r.student:<24} {r.score:>6g} / {r.max_score:<6g} {','.join(r.flags) or '-'}")
     print(
         f"graded {len(results)} submission(s) of {lab.id} {lab.version}: {out / 'grades.csv'}, "
-        f"{out / 'summary.json'}, feedback in {out / 'feedback'}"
+        f"{out / 'summary.json'}, {out / analytics.PAGE}, feedback in {out / 'feedback'}"
     )
     if feedback_to:
         course_root = Path(feedback_to).resolve()
