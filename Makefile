@@ -7,13 +7,14 @@ TORCH     ?= torch==2.13.0
 JOBS      ?= 2
 RESULTS   ?= results
 
-.PHONY: lint setup hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
+.PHONY: lint setup site hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
 	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
 	@echo "make test       fast tests (unit + quick end-to-end)"
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
+	@echo "make site       the course website into _site/ (static, bilingual, offline; docs/site.md)"
 	@echo "make hub-setup  configurable-http-proxy (npm) for rocmlab hub"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make build | check | verify | report | bench | clean"
@@ -26,6 +27,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The course website: the site extra once, then `rocmlab site` (reads labs/, fetches nothing).
+SITE      ?= _site
+SITE_STAMP := $(VENV)/.rocmlab-site-installed
+$(SITE_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e ".[site]"
+	touch $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	$(ROCMLAB) site --out $(SITE)
 
 # configurable-http-proxy for `rocmlab hub`, from npm into the venv (no global install).
 HUB_PROXY := $(VENV)/hub-node/node_modules/.bin/configurable-http-proxy
