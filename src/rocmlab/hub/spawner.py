@@ -29,6 +29,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from traitlets import Bool, Integer, List, Unicode
 
+from .delivery import deliver_lab
 from .labs import COURSE_ID
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
@@ -150,8 +151,12 @@ class CourseSpawner(LocalProcessSpawner):
         prepare_home(home, owner, self.private_homes)
         built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
         for lab_id in self.labs:
-            if copy_missing(built / lab_id, home / lab_id, owner):
+            changelog = Path(self.course_repo) / "solutions" / lab_id / "CHANGELOG.md"
+            done = deliver_lab(built / lab_id, home / lab_id, owner, changelog)
+            if done and done.action != "current":
                 delivered.append(lab_id)
+            if done and done.action == "updated":
+                self.log.info("rocmlab: %s %s -> %s for %s: %s", lab_id, done.previous, done.version, self.user.name, done.note)
         if self.is_instructor():
             self.write_sources(owner)
         return delivered

@@ -1,0 +1,178 @@
+"""Delivering a lab into a learner's home, and a newer version of it mid-course, without ever
+overwriting what the learner changed.
+
+The first delivery copies the built lab folder (``<lab>.ipynb`` and its ``data/``) and records in
+``<lab>/.rocmlab-delivered.json`` the version and the SHA-256 of every file as delivered. When the
+hub later has a newer version of the lab (``rocmlab build`` after a bump; the notebook's
+``rocmlab.version`` metadata says which), each file is handled on its own:
+
+- missing in the home (deleted or renamed by the learner): put back where it was;
+- unchanged since it was delivered: replaced by the new version in place;
+- changed by the learner: kept as it is; the new version goes beside it as
+  ``<stem>.v<version><suffix>`` (``01-rocm-setup.v1.2.0.ipynb``).
+
+``UPDATE-<version>.md`` in the lab folder then tells the learner, in Chinese and English, which
+files are new or kept and what changed: the lab's CHANGELOG sections newer than the version they
+had. The grader accepts a notebook of either version (an older one is flagged ``old_version``).
+
+Why not nbgitpuller's merge: on a conflict it keeps the learner's file and drops the upstream
+change, so a learner who edited the notebook (every learner) would never see the new version;
+nbgitpuller stays the launch link's way in (``rocmlab.site.launch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+MANIFEST = ".rocmlab-delivered.json"
+IGNORED = ("__pycache__", ".ipynb_checkpoints")
+
+
+@dataclass
+class Delivery:
+    lab_id: str
+    action: str  # new | updated | current
+    version: str = ""
+    previous: str = ""
+    replaced: list[str] = field(default_factory=list)  # unchanged files updated in place (and restored ones)
+    beside: list[str] = field(default_factory=list)  # new versions written next to the learner's edits
+    note: str = ""  # the UPDATE file, relative to the lab folder
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def notebook_version(path: Path) -> str:
+    """The ``rocmlab.version`` of a built notebook ('' when unreadable or absent)."""
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["metadata"]["rocmlab"]["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def beside_name(relative: str, version: str) -> str:
+    path = Path(relative)
+    return str(path.with_name(f"{path.stem}.v{version}{path.suffix}"))
+
+
+def built_files(src: Path) -> list[str]:
+    return sorted(
+        str(path.relative_to(src))
+        for path in src.rglob("*")
+        if path.is_file() and not any(part in IGNORED for part in path.relative_to(src).parts)
+    )
+
+
+def newer(version: str, than: str) -> bool:
+    try:
+        return Version(version) > Version(than)
+    except InvalidVersion:
+        return version != than
+
+
+def changelog_since(changelog: Path | None, previous: str, version: str) -> str:
+    """The CHANGELOG sections (``## X.Y.Z``) newer than ``previous`` up to ``version``, as written."""
+    if changelog is None or not changelog.is_file():
+        return ""
+    sections = re.split(r"^## ", changelog.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]
+    kept = []
+    for section in sections:
+        heading = section.split("\n", 1)[0].strip()
+        if newer(heading, previous) and not newer(heading, version):
+            kept.append("## " + section.rstrip() + "\n")
+    return "\n".join(kept)
+
+
+def read_manifest(dest: Path) -> dict:
+    try:
+        data = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else {}
+
+
+def deliver_lab(src: Path, dest: Path, owner: tuple[int, int] | None = None, changelog: Path | None = None):
+    """Deliver the built lab folder ``src`` to ``dest`` (see the module's doc); None when ``src`` is
+    not a built lab. ``owner`` (uid, gid) owns everything written; ``changelog`` is the lab's
+    CHANGELOG.md, quoted in the update note."""
+    lab_id = src.name
+    if not (src / f"{lab_id}.ipynb").is_file():
+        return None
+    version = notebook_version(src / f"{lab_id}.ipynb")
+    files = built_files(src)
+    if not dest.exists():
+        written = [_copy(src / name, dest / name, owner) for name in files]
+        _write_manifest(dest, version, {name: sha256(src / name) for name in files}, owner)
+        return Delivery(lab_id, "new", version, replaced=[str(p.relative_to(dest)) for p in written])
+    manifest = read_manifest(dest)
+    previous = manifest.get("version") or notebook_version(dest / f"{lab_id}.ipynb")
+    if not newer(version, previous) or (dest / beside_name(f"{lab_id}.ipynb", version)).exists():
+        return Delivery(lab_id, "current", version, previous)
+    delivery = Delivery(lab_id, "updated", version, previous)
+    hashes = dict(manifest["files"]) if manifest else {}
+    for name in files:
+        target = dest / name
+        if not target.exists() or sha256(target) == hashes.get(name):
+            _copy(src / name, target, owner)
+            hashes[name] = sha256(src / name)
+            delivery.replaced.append(name)
+        elif sha256(target) != sha256(src / name):
+            _copy(src / name, dest / beside_name(name, version), owner)
+            delivery.beside.append(beside_name(name, version))
+    delivery.note = f"UPDATE-{version}.md"
+    _write(dest / delivery.note, update_note(delivery, changelog_since(changelog, previous, version)), owner)
+    _write_manifest(dest, version, hashes, owner)
+    return delivery
+
+
+def update_note(delivery: Delivery, changes: str) -> str:
+    lab, version, previous = delivery.lab_id, delivery.version, delivery.previous
+    lines = [f"# {lab}: {previous} → {version}", ""]
+    if delivery.beside:
+        files = ", ".join(f"`{name}`" for name in delivery.beside)
+        lines += [
+            f"你修改过的文件保持原样，没有被覆盖。新版本放在旁边：{files}。"
+            "可以在新版本里继续做，也可以把改动抄过去；两个版本都可以提交，评分程序都接受（旧版本会被标记为 old_version）。",
+            "",
+            f"Your edited files are kept as they were. The new version is beside them: {files}. Continue in "
+            "the new version or copy your work across; either version can be submitted and is graded "
+            "(an older one is flagged old_version).",
+            "",
+        ]
+    if delivery.replaced:
+        files = ", ".join(f"`{name}`" for name in delivery.replaced)
+        lines += [f"未修改的文件已更新为新版本 · Files you had not changed are now the new version: {files}.", ""]
+    changes = re.sub(r"^## ", "### ", changes, flags=re.MULTILINE).strip()
+    lines += ["## 改动 · What changed", "", changes or "(the lab's CHANGELOG has no entry for this version)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _copy(src: Path, dest: Path, owner) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _own(dest.parent, owner)
+    shutil.copyfile(src, dest)
+    _own(dest, owner)
+    return dest
+
+
+def _write(path: Path, text: str, owner) -> None:
+    path.write_text(text, encoding="utf-8")
+    _own(path, owner)
+
+
+def _write_manifest(dest: Path, version: str, hashes: dict, owner) -> None:
+    _write(dest / MANIFEST, json.dumps({"version": version, "files": hashes}, indent=1, sort_keys=True) + "\n", owner)
+
+
+def _own(path: Path, owner) -> None:
+    if owner:
+        os.chown(path, *owner, follow_symlinks=False)
