@@ -143,7 +143,7 @@ def test_grader_accepts_either_version_and_flags_the_old_one(tmp_path, changelog
     (lab,) = select(discover(REPO), [LAB])
     lab = dataclasses.replace(lab, version="1.2.0")  # the source after the bump
     for name, old in ((f"{LAB}.ipynb", True), (f"{LAB}.v1.2.0.ipynb", False)):
-        result = grade.StudentResult("learner1")
+        result = grade.StudentResult("learner1", name)
         assert grade.load_submission(grade.Submission("learner1", dest / name), lab, result) is not None
         assert ("old_version" in result.flags) == old, (name, result.flags)
 
