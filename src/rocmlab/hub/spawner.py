@@ -31,6 +31,7 @@ from traitlets import Bool, Integer, List, Unicode
 
 from .delivery import deliver_lab
 from .labs import COURSE_ID
+from .language import set_lab_language, ui_environment
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
@@ -132,6 +133,7 @@ class CourseSpawner(LocalProcessSpawner):
         }
         if self.is_instructor():
             env["ROCMLAB_COURSE_ROOT"] = str(self.course_root())
+        env.update(ui_environment(self.lang))
         return env
 
     def make_preexec_fn(self, name):
@@ -149,6 +151,7 @@ class CourseSpawner(LocalProcessSpawner):
         """Copy the labs into the home (and the instructor's sources into the course root)."""
         home, owner, delivered = self.home(), self.owner(), []
         prepare_home(home, owner, self.private_homes)
+        set_lab_language(home, self.lang, owner)
         built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
         for lab_id in self.labs:
             changelog = Path(self.course_repo) / "solutions" / lab_id / "CHANGELOG.md"
@@ -156,7 +159,9 @@ class CourseSpawner(LocalProcessSpawner):
             if done and done.action != "current":
                 delivered.append(lab_id)
             if done and done.action == "updated":
-                self.log.info("rocmlab: %s %s -> %s for %s: %s", lab_id, done.previous, done.version, self.user.name, done.note)
+                self.log.info(
+                    "rocmlab: %s %s -> %s for %s: %s", lab_id, done.previous, done.version, self.user.name, done.note
+                )
         if self.is_instructor():
             self.write_sources(owner)
         return delivered
