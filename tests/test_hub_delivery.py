@@ -205,3 +205,23 @@ def test_edit_bump_deliver_again_through_the_hub(tmp_path):
         assert "A clearer first exercise." in (home / "UPDATE-1.2.0.md").read_text()
         listing = {item["name"] for item in contents_api(server, hub.user_token(learner), LAB)["content"]}
         assert {f"{LAB}.ipynb", f"{LAB}.v1.2.0.ipynb", "UPDATE-1.2.0.md"} <= listing
+
+
+def test_the_helm_hook_command_delivers_updates_beside_edits(tmp_path):
+    """``python -m rocmlab.hub.delivery BUILT HOME``: what the chart's postStart runs."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    built = tmp_path / "built"
+    shutil.copytree(BUILT, built / LAB)
+    command = [sys.executable, "-m", "rocmlab.hub.delivery", str(built), str(home)]
+    env = {"PATH": "/usr/bin:/bin", "ROCMLAB_ROOT": str(REPO)}
+    subprocess.run(command, check=True, timeout=60, env=env)
+    learner_edit(home / LAB / f"{LAB}.ipynb")
+    shutil.rmtree(built / LAB)
+    shutil.copytree(bumped(tmp_path), built / LAB)
+    out = subprocess.run(command, check=True, timeout=60, env=env, capture_output=True, text=True).stdout
+    assert f"{LAB} 1.1.0 -> 1.2.0 (updated)" in out
+    assert "# my answer" in (home / LAB / f"{LAB}.ipynb").read_text()
+    assert (home / LAB / f"{LAB}.v1.2.0.ipynb").is_file() and (home / LAB / "UPDATE-1.2.0.md").is_file()

@@ -47,3 +47,44 @@ def test_the_zh_language_pack_is_in_the_hub_extra():
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     hub = " ".join(project["project"]["optional-dependencies"]["hub"])
     assert "jupyterlab-language-pack-zh-cn" in hub and "nbgitpuller" in hub
+
+
+# ------------------------------------------------------------------ the Helm chart's zh profile
+
+
+def test_helm_zh_profile_gives_chinese_notebooks_and_menus(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import test_hub_helm as helm
+
+    env = helm.profile("cpu-smoke-zh")["kubespawner_override"]["environment"]
+    assert env["ROCMLAB_HUB_LANG"] == "zh" and env["ROCMLAB_UI_LANG"] == "zh" and env["ROCMLAB_PROFILE"] == "smoke"
+    assert env["LANG"] == "zh_CN.UTF-8"
+    assert "locale-gen" in (helm.ROOT / "env" / "jupyterhub" / "helm" / "Dockerfile").read_text()
+    # the roles hook keeps the profile's language instead of custom.rocmlab.lang
+    hook = helm.roles_hook(monkeypatch)
+    pod_env = [helm.types.SimpleNamespace(name="ROCMLAB_HUB_LANG", value="zh")]
+    container = helm.types.SimpleNamespace(image="i:t", env=pod_env, volume_mounts=[])
+    pod = helm.types.SimpleNamespace(spec=helm.types.SimpleNamespace(containers=[container]))
+    user = helm.types.SimpleNamespace(name="x", groups=[])
+    hook(helm.types.SimpleNamespace(user=user), pod)
+    assert [v.value for v in container.env if v.name == "ROCMLAB_HUB_LANG"] == ["zh"]
+    # postStart with the profile's variables: zh notebooks and the JupyterLab setting in the home
+    script = helm.POST_START.replace(helm.CUSTOM["courseDir"], str(helm.ROOT))
+    home = tmp_path / "home"
+    home.mkdir()
+    variables = {
+        "HOME": str(home),
+        "ROCMLAB_ROOT": str(helm.ROOT),
+        "ROCMLAB_HUB_ROLE": "learner",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        **{key: str(value) for key, value in env.items() if key != "LANG"},
+    }
+    subprocess.run(["sh", "-c", script], env=variables, check=True, timeout=120)
+    assert json.loads((home / SETTINGS / SETTINGS_FILE).read_text()) == {"locale": "zh_CN"}
+    first = sorted(p.name for p in (helm.ROOT / "labs" / "zh").iterdir() if p.is_dir())[0]
+    assert (home / first / f"{first}.ipynb").read_bytes() == (
+        helm.ROOT / "labs" / "zh" / first / f"{first}.ipynb"
+    ).read_bytes()

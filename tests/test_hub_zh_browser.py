@@ -51,6 +51,8 @@ def test_zh_learner_gets_jupyterlab_in_chinese(tmp_path):
                 heading = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown h1").first
                 sync_api.expect(heading).to_contain_text("实验 01")
                 dismiss_toasts(page)
+                for button in page.locator(".jp-toast-button", has_text="否").all():
+                    button.click()  # JupyterLab's news question, in Chinese
                 page.locator(".lm-MenuBar-item", has_text=MENUS_ZH[0]).first.click()
                 sync_api.expect(page.locator(".lm-Menu-itemLabel", has_text="新建").first).to_be_visible()
             finally:

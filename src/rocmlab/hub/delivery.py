@@ -176,3 +176,24 @@ def _write_manifest(dest: Path, version: str, hashes: dict, owner) -> None:
 def _own(path: Path, owner) -> None:
     if owner:
         os.chown(path, *owner, follow_symlinks=False)
+
+
+def deliver_all(built: Path, home: Path, course: Path | None = None) -> list[Delivery]:
+    """Every built lab folder of ``built`` into ``home`` (CHANGELOGs from ``course``/solutions when
+    there); the Helm chart's postStart hook runs this as ``python -m rocmlab.hub.delivery BUILT HOME``."""
+    done = []
+    for src in sorted(p for p in built.iterdir() if p.is_dir()):
+        changelog = course / "solutions" / src.name / "CHANGELOG.md" if course else None
+        delivery = deliver_lab(src, home / src.name, changelog=changelog)
+        if delivery:
+            done.append(delivery)
+    return done
+
+
+if __name__ == "__main__":
+    import sys
+
+    root = os.environ.get("ROCMLAB_ROOT")
+    for item in deliver_all(Path(sys.argv[1]), Path(sys.argv[2]), Path(root) if root else None):
+        if item.action != "current":
+            print(f"rocmlab: {item.lab_id} {item.previous or '-'} -> {item.version} ({item.action})")
