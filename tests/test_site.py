@@ -230,3 +230,32 @@ def test_no_lab_page_holds_an_answer(tmp_path):
     labs = [lab.id for lab in discover(REPO)]
     site = build(tmp_path, labs=labs)
     assert check_no_answers(site, labs) > 100
+
+
+@pytest.mark.slow
+def test_the_site_builds_with_no_network(tmp_path):
+    """`rocmlab site` in a network namespace of its own (no interface but a downed loopback)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare for a network namespace")
+    out = tmp_path / "offline-site"
+    command = [
+        "unshare",
+        "-n",
+        sys.executable,
+        "-m",
+        "rocmlab.cli",
+        "--root",
+        str(REPO),
+        "site",
+        "--out",
+        str(out),
+        "01",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert (out / "zh" / "01-rocm-setup.html").is_file() and (out / "en" / "01-rocm-setup.html").is_file()
