@@ -145,11 +145,24 @@ def changelog_html(lab: Lab) -> str:
     return markdown_html(re.sub(r"^## ", "### ", text, flags=re.MULTILINE))
 
 
-def doc_html(root: Path, name: str, lang: str) -> str:
+def doc_html(root: Path, name: str, lang: str, static: Path) -> str:
+    """A docs page as HTML: its images copied into ``static/images/``, its links to other docs
+    files (not part of the site) left as plain text."""
     path = root / DOCS[name][lang]
     if not path.is_file():
         raise InputError(f"{path}: missing (the site's {name} page)")
-    return markdown_html(path.read_text(encoding="utf-8"))
+    html = markdown_html(path.read_text(encoding="utf-8"))
+
+    def image(match: re.Match) -> str:
+        source = (path.parent / match.group(2)).resolve()
+        if not source.is_file():
+            raise InputError(f"{path}: image {match.group(2)} not found")
+        (static / "images").mkdir(exist_ok=True)
+        shutil.copy(source, static / "images" / source.name)
+        return f'{match.group(1)}"../static/images/{source.name}"'
+
+    html = re.sub(r'(<img[^>]*\ssrc=)"(?![a-z]+:|/)([^"]+)"', image, html)
+    return re.sub(r'<a href="(?![a-z]+:|#|\.\./)[^"]*\.md(#[^"]*)?">(.*?)</a>', r"\2", html, flags=re.DOTALL)
 
 
 def pygments_css() -> str:
@@ -189,7 +202,7 @@ def build_site(root: Path, out: Path, launch: LaunchConfig, lab_ids=(), langs=LA
             written.append(_write(env, "lab.html.j2", folder / page.href, common, page=page, here=page.href))
         written.append(_write(env, "index.html.j2", folder / "index.html", common, here="index.html"))
         for name in DOCS:
-            html = doc_html(root, name, lang)
+            html = doc_html(root, name, lang, staging / "static")
             written.append(
                 _write(env, "doc.html.j2", folder / f"{name}.html", common, doc=name, body=html, here=f"{name}.html")
             )
