@@ -225,3 +225,20 @@ def test_the_helm_hook_command_delivers_updates_beside_edits(tmp_path):
     assert f"{LAB} 1.1.0 -> 1.2.0 (updated)" in out
     assert "# my answer" in (home / LAB / f"{LAB}.ipynb").read_text()
     assert (home / LAB / f"{LAB}.v1.2.0.ipynb").is_file() and (home / LAB / "UPDATE-1.2.0.md").is_file()
+
+
+def test_everything_delivered_belongs_to_the_learner(tmp_path, changelog):
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    owner = (54321, 54321)
+    dest = tmp_path / "home" / LAB
+    (tmp_path / "home").mkdir()
+    deliver_lab(BUILT, dest, owner)
+    learner_edit(dest / f"{LAB}.ipynb")
+    deliver_lab(bumped(tmp_path), dest, owner, changelog)
+    paths = [dest, *dest.rglob("*")]
+    assert any(p.is_dir() and not any(c.is_file() for c in p.iterdir()) for p in paths)  # folders of folders too
+    not_theirs = [str(p.relative_to(dest)) for p in paths if (p.stat().st_uid, p.stat().st_gid) != owner]
+    assert not not_theirs, not_theirs

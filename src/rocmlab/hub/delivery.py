@@ -157,8 +157,10 @@ def update_note(delivery: Delivery, changes: str) -> str:
 
 
 def _copy(src: Path, dest: Path, owner) -> Path:
+    missing = [folder for folder in [dest.parent, *dest.parent.parents] if not folder.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _own(dest.parent, owner)
+    for folder in missing:
+        _own(folder, owner)
     shutil.copyfile(src, dest)
     _own(dest, owner)
     return dest
