@@ -124,7 +124,7 @@ def test_a_notebook_with_solution_markers_is_refused(tmp_path):
     nbformat.write(notebook, target)
     with pytest.raises(InputError, match=r"cell 3 holds '### BEGIN SOLUTION'"):
         build_site(root, tmp_path / "out", read_config(root), [lab_id], langs=("zh",), progress=lambda *_: None)
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.building").exists()
 
 
 def test_each_lab_page_shows_its_version_minutes_profiles_and_freshness(site):

@@ -175,11 +175,23 @@ def build_site(root: Path, out: Path, launch: LaunchConfig, lab_ids=(), langs=LA
     """Write the site into ``out`` (replaced whole); the pages written."""
     labs = sorted(select(discover(root), list(lab_ids)), key=lambda lab: lab.id)
     verdicts = freshness(root, labs)
+    staging = out.with_name(f".{out.name}.building")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        written = _render(root, staging, labs, verdicts, launch, langs)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    progress(f"site: {len(written)} pages in {out}")
+    return [out / path.relative_to(staging) for path in written]
+
+
+def _render(root: Path, staging: Path, labs: list[Lab], verdicts: dict, launch: LaunchConfig, langs) -> list[Path]:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html", "j2"])
     )
-    staging = out.with_name(f".{out.name}.building")
-    shutil.rmtree(staging, ignore_errors=True)
     (staging / "static").mkdir(parents=True)
     shutil.copy(TEMPLATES / "site.css", staging / "static" / "site.css")
     (staging / "static" / "pygments.css").write_text(pygments_css(), encoding="utf-8")
@@ -207,10 +219,7 @@ def build_site(root: Path, out: Path, launch: LaunchConfig, lab_ids=(), langs=LA
                 _write(env, "doc.html.j2", folder / f"{name}.html", common, doc=name, body=html, here=f"{name}.html")
             )
     written.append(_write(env, "root.html.j2", staging / "index.html", {"labs": labs}))
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
-    progress(f"site: {len(written)} pages in {out}")
-    return [out / path.relative_to(staging) for path in written]
+    return written
 
 
 def _write(env: jinja2.Environment, template: str, path: Path, context: dict, **more) -> Path:
