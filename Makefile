@@ -62,7 +62,7 @@ system-deps:
 	        || echo "could not install$$missing: the tests that need them will skip"; \
 	else echo "not installed:$$missing (needs root and apt-get): the tests that need them will skip"; fi
 
-# The offline course model, built once into the user cache (about two minutes on 2 cores).
+# The offline course model, built once into the user cache (about five minutes of one core).
 model: setup
 	$(ROCMLAB) assets build-model
 

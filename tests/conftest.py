@@ -77,3 +77,36 @@ def fixture_course(tmp_path):
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text)
+
+
+# Runs as the launcher of jupyterhub: argv = [-c, scratch, path ..., --, jupyterhub, ...].
+EXPOSE_FOR_DEMO = (
+    "import os, sys; from pathlib import Path; from rocmlab.sandbox import expose_paths, interpreter_paths; "
+    "cut = sys.argv.index('--'); "
+    "expose_paths([*interpreter_paths(), *map(Path, sys.argv[2:cut])], Path(sys.argv[1])); "
+    "os.execv(sys.argv[cut + 1], sys.argv[cut + 1:])"
+)
+
+
+@pytest.fixture
+def demo_hub_options(tmp_path):
+    """Options of a DemoHub started by a test. As root the demo's servers run as `nobody`, who
+    must reach the interpreter, the checkout and tmp_path: jupyterhub then starts in a private
+    mount namespace where the closed folders on the way are covered, as the grading sandbox does."""
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0:
+        yield {}
+        return
+    if not shutil.which("unshare"):
+        pytest.skip("a demo hub run as root needs unshare to let `nobody` reach the interpreter")
+    for folder in (tmp_path, tmp_path.parent):  # pytest's own folders: passable, not listable
+        folder.chmod(folder.stat().st_mode | 0o001)
+    scratch = Path(tempfile.mkdtemp(prefix="rmldemo-mounts-"))
+    root = Path(__file__).resolve().parents[1]
+    launcher = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", EXPOSE_FOR_DEMO]
+    yield {"launcher": [*launcher, str(scratch), str(root), str(tmp_path), "--"], "check_install": False}
+    for keep in scratch.glob("keep*"):  # only bound inside the namespace: empty here
+        keep.rmdir()
+    scratch.rmdir()

@@ -1,4 +1,3 @@
-import argparse
 import json
 import shutil
 import sys
@@ -7,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from rocmlab import environments, releases
-from rocmlab.environments import EnvError
+from rocmlab.cli import main
+from rocmlab.environments import EnvBuildError, EnvError
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_CHECK_VERSIONS = environments._check_versions
@@ -116,7 +116,7 @@ def test_pin_that_did_not_hold_is_an_error(course, monkeypatch):
         )()
 
     monkeypatch.setattr(environments.subprocess, "run", wrong_versions)
-    with pytest.raises(EnvError, match="transformers is 4.57.5 after install, pinned 4.57.6"):
+    with pytest.raises(EnvBuildError, match="transformers is 4.57.5 after install, pinned 4.57.6"):
         environments.create("cpu-previous", root=course, log=lambda *_: None)
     assert not (course / ".envs" / "cpu-previous" / environments.STAMP).exists()
 
@@ -141,9 +141,9 @@ def test_unknown_name_is_a_matrix_error(course):
 
 
 def test_run_kills_a_command_past_its_timeout(tmp_path):
-    with pytest.raises(EnvError, match="timed out"):
+    with pytest.raises(EnvBuildError, match="timed out"):
         environments._run([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log", 0.5)
-    with pytest.raises(EnvError, match="exit 3"):
+    with pytest.raises(EnvBuildError, match="exit 3"):
         environments._run([sys.executable, "-c", "print('boom'); raise SystemExit(3)"], tmp_path / "log", 30)
     assert "boom" in (tmp_path / "log").read_text()
 
@@ -256,9 +256,31 @@ def test_install_recipe_has_the_exact_commands():
 
 def test_cli_create_for_rocm_prints_the_recipe(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    parser = argparse.ArgumentParser()
-    environments.add_arguments(parser)
-    assert environments.run(parser.parse_args(["create", "rocm-10.0"])) == 0
+    assert main(["env", "create", "rocm-10.0"]) == 0
     assert "torch[device-gfx942]==2.13.0+rocm10.0.0" in capsys.readouterr().out
-    assert environments.run(parser.parse_args(["create", "nope"])) == 1
-    assert "no entry named 'nope'" in capsys.readouterr().err
+    assert main(["env", "create", "nope"]) == 2
+    assert "rocmlab env: error: " in (err := capsys.readouterr().err) and "no entry named 'nope'" in err
+
+
+def test_cli_a_failed_install_is_exit_1_and_names_the_log(course, capsys, monkeypatch):
+    monkeypatch.setattr(environments, "find_python", lambda version: Path(sys.executable))
+    monkeypatch.setattr(environments.subprocess, "Popen", lambda cmd, **kw: FailingProcess())
+    assert main(["--root", str(course), "env", "create", "cpu-current"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rocmlab env: error: failed (exit 7): ") and "(log: " in err
+
+
+class FailingProcess:
+    pid = 0
+
+    def wait(self, timeout=None):
+        return 7
+
+
+def test_run_env_looks_for_the_environment_under_root_not_the_working_directory(course, monkeypatch):
+    from rocmlab import run
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    with pytest.raises(EnvError, match=f"does not exist at {course / '.envs' / 'cpu-current'}"):
+        run.env_target("cpu-current", course)

@@ -34,6 +34,7 @@ def load(path: Path, monkeypatch, **variables):
 
 
 def hub_config(monkeypatch, tmp_path, **variables):
+    variables.setdefault("ROCMLAB_HUB_IP", "127.0.0.1")  # beyond loopback needs TLS (test_hub_tls.py)
     return load(HUB_DIR / "jupyterhub_config.py", monkeypatch, ROCMLAB_HUB_DATA=tmp_path / "data", **variables)
 
 
@@ -41,6 +42,7 @@ def hub_config(monkeypatch, tmp_path, **variables):
 
 
 def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
+    monkeypatch.delenv("SUDO_USER", raising=False)
     c = hub_config(
         monkeypatch,
         tmp_path,
@@ -59,7 +61,8 @@ def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
     assert c.DemoCourseSpawner.max_processes == 0
     assert c.DemoCourseSpawner.home_dir_template == str(tmp_path / "data" / "homes" / "{username}")
     assert c.CourseSpawner.labs == ["01-rocm-setup"]
-    assert ("--ServerApp.allow_root=True" in c.Spawner.args) == (os.geteuid() == 0)
+    assert "--ServerApp.allow_root=True" not in c.Spawner.args  # never a learner as root
+    assert c.DemoCourseSpawner.run_as == ("nobody" if os.geteuid() == 0 else "")
 
 
 def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
@@ -67,6 +70,7 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
         monkeypatch,
         tmp_path,
         ROCMLAB_HUB_IP="10.0.0.5",
+        ROCMLAB_HUB_INSECURE_HTTP=1,
         ROCMLAB_HUB_MEM_LIMIT="6G",
         ROCMLAB_HUB_INSTRUCTOR_GROUP="teachers",
         ROCMLAB_HUB_LEARNER_GROUP="class",
@@ -403,6 +407,7 @@ def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path)
 
 
 def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypatch, tmp_path):
+    monkeypatch.setattr(hub_launch, "check_shared_install", lambda root: None)  # as root: test_hub_demo.py
     environments = []
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda root, env, log, launcher=(): environments.append(env) or sleeper())
@@ -465,6 +470,7 @@ def sleeper(*_args, **_kwargs):
 
 
 def test_demo_prints_the_banner_and_cleans_up_a_failed_start(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(hub_launch, "check_shared_install", lambda root: None)  # as root: test_hub_demo.py
     started = []
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])
@@ -480,6 +486,7 @@ def test_demo_prints_the_banner_and_cleans_up_a_failed_start(monkeypatch, tmp_pa
 
 
 def test_demo_hub_stops_what_it_started_when_the_start_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(hub_launch, "check_shared_install", lambda root: None)  # as root: test_hub_demo.py
     started = []
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])

@@ -12,14 +12,17 @@ cannot fool, private homes, and that nothing of the users or the hub is left aft
 
 import contextlib
 import grp
+import hashlib
 import os
 import pwd
 import secrets
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -163,7 +166,7 @@ def as_user(name: str, *command: str) -> subprocess.CompletedProcess:
         command,
         user=entry.pw_uid,
         group=entry.pw_gid,
-        extra_groups=[],
+        extra_groups=os.getgrouplist(name, entry.pw_gid),  # the user's Unix groups, as at a login
         cwd="/",
         capture_output=True,
         text=True,
@@ -198,6 +201,31 @@ def forge_submission(hub: LocalHub, forger: str, victim: str) -> None:
     assert proc.returncode == 0, proc.stderr  # the inbound is writable by everyone: nbgrader's design
 
 
+def link_submission(hub: LocalHub, learner: str, target: Path) -> None:
+    """``learner`` files a submission of their own whose notebook is a symlink to ``target``."""
+    stamp = (datetime.now(UTC) + timedelta(hours=2)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    folder = hub.exchange / COURSE_ID / "inbound" / f"{learner}+{LAB}+{stamp}+linked"
+    script = f'mkdir "{folder}" && echo "{stamp}" > "{folder}/timestamp.txt" && ln -s "{target}" "{folder}/{LAB}.ipynb"'
+    proc = as_user(learner, "sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+
+
+def course_copy(base: Path) -> Path:
+    """The course as a workshop server installs it (``git clone`` leaves it world-readable), with a
+    git history and executed results that hold answers; its .venv is this checkout's."""
+    course = base / "course"
+    for folder in ("labs", "autograder", "env", "solutions"):
+        shutil.copytree(ROOT / folder, course / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (course / ".venv").symlink_to(ROOT / ".venv")
+    for name, text in ((".git/objects/ab/cdef", "git history"), ("results/local/lab.ipynb", "executed answers")):
+        (course / name).parent.mkdir(parents=True)
+        (course / name).write_text(text)
+    for path in [course, *course.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    return course
+
+
 def test_workshop_server_mode_with_real_accounts(monkeypatch):
     _skip_unless_possible()
     import psutil
@@ -225,6 +253,7 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 str(scratch),
                 str(ROOT),
             ]
+            course = course_copy(base)
             hub = LocalHub(
                 base / "hub",
                 demo=False,
@@ -236,10 +265,21 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 launcher=launcher,
                 check_install=False,
                 timeout_s=120,
-                root=ROOT,
+                root=course,
+                ip="",  # every address: TLS with a self-signed certificate, trusted below by its file only
+            )
+            monkeypatch.setattr(
+                ssl, "_create_default_https_context", lambda: ssl.create_default_context(cafile=hub.tls_cert)
             )
             marker = hub.marker
             with hub:
+                assert hub.url.startswith("https://")
+                served = ssl.get_server_certificate(("127.0.0.1", hub.port))
+                assert hashlib.sha256(
+                    ssl.PEM_cert_to_DER_cert(served)
+                ).hexdigest().upper() == hub.tls_fingerprint.replace(":", "")
+                with pytest.raises(OSError):  # no plain HTTP on the public port
+                    urllib.request.urlopen(f"http://127.0.0.1:{hub.port}/hub/login", timeout=10).read()
                 assert login_status(hub, ann, password) == 302
                 assert login_status(hub, ann, password + "x") == 403
                 assert login_status(hub, eve, password) == 403  # a real account, but in neither group
@@ -258,6 +298,10 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                     assert (delivered / f"{LAB}.ipynb").is_file()
                     assert {owner(p) for p in [delivered, *delivered.rglob("*")]} == {name}
                     assert hub.home(name).stat().st_mode & 0o077 == 0, oct(hub.home(name).stat().st_mode)
+                for secret in (f"solutions/{LAB}/lab.py", ".git/objects/ab/cdef", "results/local/lab.ipynb"):
+                    assert as_user(ann, "cat", str(course / secret)).returncode != 0, secret
+                    assert as_user(teach, "cat", str(course / secret)).returncode == 0, secret  # graders read it
+                assert as_user(ann, "cat", str(course / "solutions" / LAB / "lab.toml")).returncode == 0
                 source = hub.home(teach) / "course" / "source" / LAB / f"{LAB}.ipynb"
                 assert owner(source) == owner(source.parent.parent) == teach
                 assert not (hub.home(ann) / "course").exists()
@@ -273,18 +317,28 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 inbound = list((hub.exchange / COURSE_ID / "inbound").glob(f"{ann}+{LAB}+*"))
                 assert [owner(p) for p in inbound] == [ann]
                 forge_submission(hub, bob, ann)
+                link_submission(hub, bob, source)  # bob cannot read it; the instructor's collect could
 
                 assert as_user(bob, "cat", str(hub.home(ann) / LAB / f"{LAB}.ipynb")).returncode != 0
                 assert as_user(bob, "ls", str(hub.home(ann) / COURSE_ID)).returncode != 0
                 assert as_user(ann, "ls", str(hub.home(ann) / COURSE_ID / LAB)).returncode == 0
 
+                detached = subprocess.Popen(  # a learner's process that left the server's session
+                    ["sleep", "600"], user=pwd.getpwnam(bob).pw_uid, start_new_session=True
+                )
+                hub.stop_server(bob)
+                assert detached.wait(timeout=30) is not None  # ended with bob's server
+                assert server_process(pwd.getpwnam(teach).pw_uid)  # instructors' servers untouched
+
                 collected = call(teacher, token, "POST", f"formgrader/api/assignment/{LAB}/collect")
                 assert collected["success"], collected
                 assert "not collected" in collected.get("log", ""), collected  # the forgery, named
+                assert "is a symbolic link" in collected.get("log", ""), collected  # the link, named
                 submitted = hub.home(teach) / "course" / "submitted"
                 assert sorted(p.name for p in submitted.iterdir()) == [ann]
                 text = (submitted / ann / LAB / f"{LAB}.ipynb").read_text()
                 assert mark in text and "FORGED" not in text
+                assert not any("BEGIN SOLUTION" in p.read_text() for p in submitted.rglob("*.ipynb"))
             assert not _processes_of(uids), [p.cmdline() for p in _processes_of(uids)]
         for name in names.values():
             with pytest.raises(KeyError):

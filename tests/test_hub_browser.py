@@ -130,14 +130,16 @@ def check_the_run(page, notebook) -> None:
     output.last.scroll_into_view_if_needed()  # the screenshot shows the failed assertion
 
 
-def test_learner_runs_lab01_in_the_browser(tmp_path):
+def test_learner_runs_lab01_in_the_browser(tmp_path, demo_hub_options):
     from rocmlab.hub import DemoHub
 
     executable = chromium_path()
     shots = tmp_path / "output"
     shots.mkdir()
     screenshot = shots / f"{LEARNER}-{LAB}.png"
-    with DemoHub(tmp_path / "hub", learners=(LEARNER,), instructors=(), labs=(LAB,), timeout_s=120) as hub:
+    with DemoHub(
+        tmp_path / "hub", learners=(LEARNER,), instructors=(), labs=(LAB,), timeout_s=120, **demo_hub_options
+    ) as hub:
         hub.start_server(LEARNER)
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=executable, headless=True, args=launch_args())

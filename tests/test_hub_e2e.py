@@ -10,6 +10,7 @@ learner fetches it. Then everything is stopped and no process of the hub may rem
 
 import asyncio
 import json
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -165,7 +166,7 @@ def fetch_answer_submit(hub: DemoHub, name: str, solutions: dict) -> list[str]:
     return errors
 
 
-def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path):
+def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path, demo_hub_options):
     _proxy_or_skip()
     import psutil
 
@@ -176,7 +177,14 @@ def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path):
         if c.metadata.get("nbgrader", {}).get("solution")
     }
     started = time.monotonic()
-    hub = DemoHub(tmp_path / "hub", learners=(RIGHT, WRONG), instructors=("teacher",), labs=(LAB,), timeout_s=120)
+    hub = DemoHub(
+        tmp_path / "hub",
+        learners=(RIGHT, WRONG),
+        instructors=("teacher",),
+        labs=(LAB,),
+        timeout_s=120,
+        **demo_hub_options,
+    )
     processes = []
     with hub:
         users = {u["name"]: u for u in hub.api("GET", "/users")}
@@ -197,6 +205,13 @@ def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path):
         assert (hub.home(RIGHT) / LAB / f"{LAB}.ipynb").is_file()  # delivered on spawn too
         processes = psutil.Process(hub._process.pid).children(recursive=True)
         assert len(processes) >= 5  # proxy, culler, three servers
+        if os.geteuid() == 0:  # never a learner as root; the hub's state stays out of their reach
+            import pwd
+
+            servers = [p for p in processes if "jupyterhub-singleuser" in " ".join(p.cmdline())]
+            assert servers and {p.uids().real for p in servers} == {pwd.getpwnam("nobody").pw_uid}
+            state = (hub.workdir / "hub").stat()
+            assert state.st_uid == 0 and state.st_mode & 0o077 == 0
 
         collected = call(teacher, teacher_token, "POST", f"formgrader/api/assignment/{LAB}/collect")
         assert collected["success"], collected

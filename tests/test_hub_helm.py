@@ -68,16 +68,6 @@ def profile(slug: str) -> dict:
     return found[0]
 
 
-def volume_mount(sub_path: str) -> dict:
-    mounts = [
-        m
-        for m in SINGLEUSER["storage"]["extraVolumeMounts"]
-        if m["name"] == CUSTOM["volume"] and m.get("subPath") == sub_path
-    ]
-    assert len(mounts) == 1, f"expected one mount of {CUSTOM['volume']}/{sub_path}, got {mounts}"
-    return mounts[0]
-
-
 def nbgrader_config(monkeypatch, role: str, user: str = "learner7") -> tuple[Config, list[str]]:
     """Execute the nbgrader_config.py of singleuser.extraFiles as a pod of ``role`` would."""
     monkeypatch.setenv("ROCMLAB_HUB_ROLE", role)
@@ -245,8 +235,8 @@ def test_the_image_holds_every_model_the_gpu_profiles_name():
 
 def test_the_exchange_is_mounted_where_the_nbgrader_config_says(monkeypatch):
     config, subconfigs = nbgrader_config(monkeypatch, "learner")
-    assert config.Exchange.root == volume_mount("exchange")["mountPath"]
-    assert config.CourseDirectory.course_id
+    assert config.Exchange.root == CUSTOM["exchangeMountPath"]
+    assert config.CourseDirectory.course_id == CUSTOM["courseId"]
     assert [in_repo(path) for path in subconfigs] == [ROOT / "autograder" / "nbgrader_config.py"]
     assert in_repo(subconfigs[0]).is_file()
 
@@ -260,7 +250,7 @@ def test_learners_are_named_by_their_hub_user_and_instructors_get_the_course_roo
     assert "student_id" not in instructor.CourseDirectory
 
 
-def test_the_nbgrader_volume_is_a_read_write_many_claim_with_both_folders():
+def test_the_nbgrader_volume_is_a_read_write_many_claim_with_its_folders():
     documents = list(yaml.safe_load_all((HELM / "nbgrader-volume.yaml").read_text(encoding="utf-8")))
     claim = next(d for d in documents if d["kind"] == "PersistentVolumeClaim")
     job = next(d for d in documents if d["kind"] == "Job")
@@ -271,9 +261,10 @@ def test_the_nbgrader_volume_is_a_read_write_many_claim_with_both_folders():
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     mount = pod["containers"][0]["volumeMounts"][0]["mountPath"]
     script = pod["containers"][0]["command"][-1]
-    for sub_path in ("exchange", "course"):
-        assert f"{mount}/{sub_path}" in script, sub_path
-    assert f"chmod 1777 {mount}/exchange" in script
+    course = f"{mount}/exchange/{CUSTOM['courseId']}"
+    for folder in (f"{course}/inbound", f"{course}/outbound", f"{course}/feedback", f"{mount}/course"):
+        assert folder in script, folder
+    assert "1777" not in script, "no folder of the volume may be writable by everyone"
     assert pod["containers"][0]["image"] == f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
 
 
@@ -290,10 +281,8 @@ def roles_hook(monkeypatch):
         return node
 
     models = types.ModuleType("kubernetes_asyncio.client.models")
-    models.V1EnvVar = lambda name, value: types.SimpleNamespace(name=name, value=value)
-    models.V1VolumeMount = lambda name, mount_path, sub_path=None: types.SimpleNamespace(
-        name=name, mount_path=mount_path, sub_path=sub_path
-    )
+    for model in ("V1Container", "V1EnvVar", "V1SecurityContext", "V1VolumeMount"):  # keyword-only, like the real ones
+        setattr(models, model, lambda **fields: types.SimpleNamespace(**fields))
     monkeypatch.setitem(sys.modules, "kubernetes_asyncio.client.models", models)
     monkeypatch.setitem(sys.modules, "z2jh", types.SimpleNamespace(get_config=get_config))
     config = Config()
@@ -302,18 +291,26 @@ def roles_hook(monkeypatch):
     return config.KubeSpawner.modify_pod_hook
 
 
-def spawn(hook, groups):
+def spawn(hook, groups, name="someone"):
+    """The notebook container and its environment after the hook; the pod is ``container.pod``."""
     image = f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
-    exchange = types.SimpleNamespace(
-        name=CUSTOM["volume"], mount_path=volume_mount("exchange")["mountPath"], sub_path="exchange"
-    )
     container = types.SimpleNamespace(
-        image=image, env=[types.SimpleNamespace(name="ROCMLAB_PROFILE", value="smoke")], volume_mounts=[exchange]
+        image=image, env=[types.SimpleNamespace(name="ROCMLAB_PROFILE", value="smoke")], volume_mounts=[]
     )
-    pod = types.SimpleNamespace(spec=types.SimpleNamespace(containers=[container]))
-    user = types.SimpleNamespace(name="someone", groups=[types.SimpleNamespace(name=g) for g in groups])
+    pod = types.SimpleNamespace(spec=types.SimpleNamespace(containers=[container], init_containers=None))
+    user = types.SimpleNamespace(name=name, groups=[types.SimpleNamespace(name=g) for g in groups])
     assert hook(types.SimpleNamespace(user=user), pod) is pod
+    container.pod = pod
     return container, {var.name: var.value for var in container.env}
+
+
+def volume_paths(container) -> dict[str, tuple[str, bool]]:
+    """mountPath -> (subPath of the nbgrader volume, read-only) of one container."""
+    return {
+        m.mount_path: (m.sub_path, bool(getattr(m, "read_only", False)))
+        for m in container.volume_mounts
+        if m.name == CUSTOM["volume"]
+    }
 
 
 def test_instructors_get_the_course_folder_the_formgrader_and_the_instructor_image(monkeypatch):
@@ -321,8 +318,11 @@ def test_instructors_get_the_course_folder_the_formgrader_and_the_instructor_ima
     assert env["ROCMLAB_HUB_ROLE"] == "instructor"
     assert env["ROCMLAB_PROFILE"] == "smoke"  # the profile's variables stay
     assert container.image == f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}-instructor"
-    course = [m for m in container.volume_mounts if m.sub_path == "course"]
-    assert [(m.name, m.mount_path) for m in course] == [(CUSTOM["volume"], CUSTOM["courseMountPath"])]
+    assert volume_paths(container) == {
+        CUSTOM["courseMountPath"]: ("course", False),
+        CUSTOM["exchangeMountPath"]: ("exchange", False),
+    }
+    assert not container.pod.spec.init_containers
     role_dir, config_dir = env["JUPYTER_CONFIG_PATH"].split(":")
     assert in_repo(role_dir) == ROOT / "env" / "jupyterhub" / "jupyter" / "instructor"
     assert in_repo(role_dir).is_dir()
@@ -330,13 +330,68 @@ def test_instructors_get_the_course_folder_the_formgrader_and_the_instructor_ima
 
 
 def test_learners_get_neither_course_folder_nor_solutions(monkeypatch):
-    container, env = spawn(roles_hook(monkeypatch), groups=["students"])
+    container, env = spawn(roles_hook(monkeypatch), groups=["students"], name="ada")
     assert env["ROCMLAB_HUB_ROLE"] == "learner"
     assert env["ROCMLAB_HUB_LANG"] == CUSTOM["lang"]
     assert container.image == f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
-    assert [m.mount_path for m in container.volume_mounts] == [volume_mount("exchange")["mountPath"]]
+    assert all(not sub_path.startswith("course") for sub_path, _ in volume_paths(container).values())
     role_dir = env["JUPYTER_CONFIG_PATH"].split(":")[0]
     assert in_repo(role_dir).is_dir() and in_repo(role_dir).name == "learner"
+
+
+def test_a_learners_pod_mounts_only_its_own_slices_of_the_exchange(monkeypatch):
+    """Every pod runs as uid 1000, so the mounts are the isolation: what one learner's pod can
+    write is disjoint from every other pod's, the released labs are read-only, and the names are
+    the ones nbgrader uses inside the pod (outbound/, inbound/, feedback/ of the course)."""
+    hook = roles_hook(monkeypatch)
+    inside = f"{CUSTOM['exchangeMountPath']}/{CUSTOM['courseId']}"
+    course = f"exchange/{CUSTOM['courseId']}"
+    pods = {name: spawn(hook, groups=["students"], name=name)[0] for name in ("ann", "bob")}
+    for name, container in pods.items():
+        assert volume_paths(container) == {
+            f"{inside}/outbound": (f"{course}/outbound", True),
+            f"{inside}/inbound": (f"{course}/inbound/{name}", False),
+            f"{inside}/feedback": (f"{course}/feedback/{name}", True),
+        }
+    for container in pods.values():
+        [root] = [m for m in container.volume_mounts if m.name == CUSTOM["exchangeRootVolume"]]
+        assert root.mount_path == CUSTOM["exchangeMountPath"]
+    volumes = {v["name"]: v for v in SINGLEUSER["storage"]["extraVolumes"]}
+    assert "emptyDir" in volumes[CUSTOM["exchangeRootVolume"]], "the exchange root must be pod-local"
+    writable = {name: {sub for sub, ro in volume_paths(c).values() if not ro} for name, c in pods.items()}
+    readable = {name: {sub for sub, _ in volume_paths(c).values()} for name, c in pods.items()}
+    assert not readable["ann"] & writable["bob"] and not readable["bob"] & writable["ann"]
+    for sub_paths in readable.values():  # nothing above a learner's own folders
+        assert all(sub.count("/") >= 2 for sub in sub_paths), sub_paths
+
+
+def test_an_init_container_makes_the_learners_folders_without_privileges(monkeypatch):
+    container, _ = spawn(roles_hook(monkeypatch), groups=["students"], name="ann")
+    [init] = container.pod.spec.init_containers
+    course = f"exchange/{CUSTOM['courseId']}"
+    [folders] = [m for m in init.volume_mounts if m.name == CUSTOM["volume"]]
+    assert (folders.sub_path, folders.mount_path) == (course, "/exchange")
+    assert init.command == ["mkdir", "-p", "/exchange/inbound/ann", "/exchange/feedback/ann"]  # no shell
+    assert init.security_context.run_as_user == SINGLEUSER["uid"]
+    assert init.security_context.allow_privilege_escalation is False
+    assert init.image == container.image
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "a/b", "Ann", "x" * 70, ""])
+def test_a_user_name_that_is_not_one_folder_cannot_spawn(monkeypatch, name):
+    with pytest.raises(ValueError, match="exchange folder"):
+        spawn(roles_hook(monkeypatch), groups=["students"], name=name)
+
+
+def test_the_exchange_steps_the_pods_name_exist_and_keep_learners_apart(monkeypatch):
+    from traitlets.utils.importstring import import_item
+
+    from rocmlab.hub import exchange
+
+    config, _ = nbgrader_config(monkeypatch, "instructor")
+    assert import_item(config.ExchangeFactory.collect) is exchange.LearnerFolderCollect
+    assert import_item(config.ExchangeFactory.release_feedback) is exchange.LearnerFolderReleaseFeedback
+    assert config.ExchangeCollect.check_owner is False  # every file is uid 1000's: it would only warn
 
 
 def test_the_jupyter_config_files_land_in_the_folder_on_the_config_path():
@@ -345,12 +400,91 @@ def test_the_jupyter_config_files_land_in_the_folder_on_the_config_path():
         assert str(mount_path.parent) == CUSTOM["jupyterConfigDir"], key
 
 
-def test_the_instructor_group_can_log_in():
+# ------------------------------------------------------------------ accounts and TLS
+
+
+def test_no_authenticator_lets_a_first_login_claim_an_account():
+    text = (HELM / "values.yaml").read_text(encoding="utf-8")
+    for claimable in ("FirstUseAuthenticator", "firstuse", "NativeAuthenticator", "dummy", "allow_all"):
+        assert claimable.lower() not in text.lower(), claimable
+    assert "authenticator_class" not in VALUES["hub"]["config"].get("JupyterHub", {})  # set by rocmlab-accounts.py
+
+
+def accounts_authenticator(monkeypatch, tmp_path, names, rounds=1000):
+    """The authenticator of hub.extraConfig, reading an accounts file made by rocmlab.hub.accounts."""
+    from rocmlab.hub import accounts
+
+    passwords, content = accounts.make_accounts(names, rounds=rounds)
+    secret = yaml.safe_load(accounts.secret_manifest(content))
+    assert secret["metadata"]["name"] == VALUES["hub"]["extraVolumes"][0]["secret"]["secretName"]
+    mount = VALUES["hub"]["extraVolumeMounts"][0]
+    assert mount["readOnly"] and CUSTOM["accountsFile"] == f"{mount['mountPath']}/{accounts.ACCOUNTS_KEY}"
+    path = tmp_path / accounts.ACCOUNTS_KEY
+    path.write_text(secret["stringData"][accounts.ACCOUNTS_KEY], encoding="utf-8")
+    values = copy.deepcopy(VALUES)
+    values["custom"]["rocmlab"]["accountsFile"] = str(path)
+    config = Config()
+
+    def get_config(key, default=None):
+        node = values
+        for part in key.split("."):
+            node = node.get(part, default) if isinstance(node, dict) else default
+        return node
+
+    monkeypatch.setitem(sys.modules, "z2jh", types.SimpleNamespace(get_config=get_config))
+    code = VALUES["hub"]["extraConfig"]["rocmlab-accounts.py"]
+    exec(compile(code, "rocmlab-accounts.py", "exec"), {"c": config})  # noqa: S102 (the course's own source)
+    return config.JupyterHub.authenticator_class(config=config), passwords
+
+
+def test_only_the_preset_password_opens_an_account(monkeypatch, tmp_path):
+    import asyncio
+
+    admins = VALUES["hub"]["config"]["Authenticator"]["admin_users"]
+    authenticator, passwords = accounts_authenticator(monkeypatch, tmp_path, [*admins, "ann"])
+
+    def login(name, password):
+        return asyncio.run(authenticator.authenticate(None, {"username": name, "password": password}))
+
+    for name in (*admins, "ann"):
+        assert login(name, passwords[name]) == name
+        assert login(name, passwords[name] + "x") is None
+        assert login(name, "") is None
+        assert authenticator.check_allowed(name)
+    assert login("ann", passwords[admins[0]]) is None  # one account's password opens no other
+    assert login("newcomer", "anything") is None  # no account is made by logging in
+    assert not authenticator.check_allowed("newcomer")
+
+
+def test_the_instructor_group_and_the_admins_are_set():
     hub_config = VALUES["hub"]["config"]
     groups = hub_config["JupyterHub"]["load_groups"]
-    assert CUSTOM["instructorGroup"] in groups
-    allowed = set(hub_config["Authenticator"]["allowed_users"]) | set(hub_config["Authenticator"]["admin_users"])
-    assert set(groups[CUSTOM["instructorGroup"]]["users"]) <= allowed
+    assert set(groups[CUSTOM["instructorGroup"]]["users"]) == set(hub_config["Authenticator"]["admin_users"])
+
+
+def test_the_accounts_command_writes_the_passwords_owner_only(tmp_path, capsys):
+    from rocmlab.hub import accounts
+
+    out = tmp_path / "passwords.csv"
+    assert accounts.main(["--passwords", str(out), "instructor", "ann"]) == 0
+    secret = yaml.safe_load(capsys.readouterr().out)
+    stored = json.loads(secret["stringData"][accounts.ACCOUNTS_KEY])["users"]
+    rows = dict(line.split(",") for line in out.read_text().splitlines()[1:])
+    assert set(stored) == set(rows) == {"instructor", "ann"}
+    assert out.stat().st_mode & 0o077 == 0
+    assert all(rows[name] not in secret["stringData"][accounts.ACCOUNTS_KEY] for name in rows)
+    assert accounts.verify_password(rows["ann"], stored["ann"]) and not accounts.verify_password("x", stored["ann"])
+    assert accounts.main(["--passwords", str(out), "ann"]) == 2  # never overwrites
+    assert accounts.main(["--passwords", str(tmp_path / "p2"), "../x"]) == 2
+
+
+def test_the_hub_is_served_over_tls():
+    https = VALUES["proxy"]["https"]
+    assert https["enabled"] is True
+    assert https["hosts"], "proxy.https.hosts: the hub's DNS name"
+    assert https["type"] in ("letsencrypt", "secret", "manual")
+    if https["type"] == "letsencrypt":
+        assert "@" in https["letsencrypt"]["contactEmail"]
 
 
 # ------------------------------------------------------------------ notebooks delivered to learners

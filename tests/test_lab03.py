@@ -11,7 +11,7 @@ import math
 import unicodedata
 
 import pytest
-from labsource import LabSource
+from labsource import LabSource, definitions, student
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -109,6 +109,49 @@ def test_graded_cells_are_well_formed():
 def test_prose_comes_in_language_pairs():
     prose = [cell for cell in SOURCE.cells if cell.cell_type == "markdown"]
     assert len(SOURCE.tagged("zh")) == len(SOURCE.tagged("en")) == len(prose) // 2
+
+
+def test_every_solution_cell_has_a_contract_in_both_languages_right_above():
+    """As in labs 01/02/04/05: a zh cell with 约定 and an en cell with "contract" right above each solution."""
+    for i, cell in enumerate(SOURCE.cells):
+        if "solution" not in cell.metadata.get("tags", []):
+            continue
+        zh, en = SOURCE.cells[i - 2], SOURCE.cells[i - 1]
+        assert "zh" in zh.metadata.get("tags", []) and "约定" in zh.source, cell.metadata["grade_id"]
+        assert "en" in en.metadata.get("tags", []) and "contract" in en.source, cell.metadata["grade_id"]
+
+
+def test_stretch_comes_after_the_core_and_nothing_later_needs_it():
+    ids = [cell.metadata["grade_id"] for cell in SOURCE.cells if "grade_id" in cell.metadata]
+    stretch = [i for i, g in enumerate(ids) if g.startswith("03-stretch-")]
+    assert stretch and stretch == list(range(len(ids) - len(stretch), len(ids))), ids
+    first = next(i for i, c in enumerate(SOURCE.cells) if "03-stretch-" in c.metadata.get("grade_id", ""))
+    headings = [c.source for c in SOURCE.cells[:first] if c.cell_type == "markdown"][-6:]
+    assert any("## 选做 S1" in h for h in headings) and any("## Optional stretch S1" in h for h in headings)
+    later = [
+        c for c in SOURCE.code_cells[SOURCE.code_cells.index(SOURCE.cells[first]) :] if "grade_id" not in c.metadata
+    ]
+    for cell in later:
+        assert "choose_attention(" not in cell.source or "except NotImplementedError" in cell.source, cell.source
+    assert SOURCE.lab.minutes <= 105
+
+
+def test_zh_prose_uses_the_course_terms():
+    zh = "\n".join(c.source for c in SOURCE.cells if "zh" in c.metadata.get("tags", []))
+    for wrong in ("smoke 配置", "Lab 0", "诚实的基准测试", "丢掉几天", "实践者报告"):
+        assert wrong not in zh, wrong
+    assert "冒烟（smoke）配置" in zh and "# 实验 03" in zh
+
+
+def test_bf16_is_decided_from_the_arch_not_from_the_probe():
+    (setup,) = [c.source for c in SOURCE.code_cells if "def has_bf16_matrix_cores" in c.source]
+    assert "is_bf16_supported()" not in setup.split("def has_bf16_matrix_cores")[1]
+    keep = definitions(setup, constants=lambda node: node.targets[0].id == "BF16_MATRIX_ARCHS")
+    fast = SOURCE.run(keep)["has_bf16_matrix_cores"]
+    for arch in ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1200", "gfx1201", "sm_80", "sm_90"):
+        assert fast(arch), arch
+    for arch in (None, "gfx900", "gfx906", "gfx1010", "gfx1030", "gfx1036", "sm_75"):
+        assert not fast(arch), arch
 
 
 # -- exercise 1: SFT sample -------------------------------------------------------------------
@@ -265,3 +308,45 @@ def test_memory_budget_formula(ns):
 
 
 # -- the whole notebook --------------------------------------------------------------------
+
+
+# -- stretch S1: the attention choice --------------------------------------------------------
+
+FAST = {"sdpa": [2.0, 2.1], "flash_attention_2": [1.0, 1.2]}
+
+
+@pytest.mark.parametrize(
+    "arch,version,timings,expected",
+    [
+        (None, "2.8.4", FAST, "sdpa"),
+        ("gfx942", None, FAST, "sdpa"),
+        ("gfx942", "2.8.3", FAST, "flash_attention_2"),
+        ("gfx90a", "2.8.3.post1", FAST, "flash_attention_2"),
+        ("gfx908", "2.10.0", FAST, "sdpa"),
+        ("gfx1030", "2.10.0", FAST, "sdpa"),
+        ("sm_90", "2.10.0", FAST, "sdpa"),
+        ("gfx1100", "2.8.3.post1", FAST, "sdpa"),
+        ("gfx1201", "2.8.4", FAST, "flash_attention_2"),
+        ("gfx1201", "2.8.4", {"sdpa": [1.0, 1.3], "flash_attention_2": [1.2, 1.4]}, "sdpa"),
+        ("gfx950", "2.8.4", {"sdpa": [1.0], "flash_attention_2": [1.0]}, "sdpa"),
+        ("gfx950", "2.8.4", {"sdpa": [1.0], "flash_attention_2": []}, "sdpa"),
+        ("gfx950", "2.8.4", {}, "sdpa"),
+    ],
+)
+def test_choose_attention_rules(ns, arch, version, timings, expected):
+    assert ns["choose_attention"](arch, version, timings) == expected
+
+
+def test_the_stretch_display_cell_runs_without_the_stretch():
+    sol = SOURCE.graded["03-stretch-attention-sol-1"]
+    (display,) = [c.source for c in SOURCE.code_cells if "except NotImplementedError" in c.source]
+    out = SOURCE.run(student(sol), namespace={"ARCH": None, "FLASH_VERSION": None, "attention_timings": {}})
+    with pytest.raises(NotImplementedError):
+        out["choose_attention"](None, None, {})
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        SOURCE.run(display, namespace=out)
+    assert "stretch S1 not done" in printed.getvalue()

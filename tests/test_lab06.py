@@ -10,6 +10,7 @@ tests/test_labs.py (slow).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def index_of(cells, needle):
 @pytest.fixture(scope="module")
 def runtime_ns(code_cells):
     """Namespace after every code cell of sections 0-5 (solutions and graded tests run)."""
-    stop = index_of(code_cells, "import jieba")
+    stop = index_of(code_cells, "TAXONOMY = lab.qc_taxonomy()")
     return run(code_cells[:stop])
 
 
@@ -97,7 +98,7 @@ RUNTIME_EXERCISES = [
     ("06-retry-sol-1", [], "06-retry-1"),
     ("06-runtime-sol-1", ["def golden_run("], "06-dedupe-1"),
     ("06-runtime-sol-1", [], "06-shutdown-1"),
-    ("06-cycle-sol-1", [], "06-cycle-1"),
+    ("06-stretch-cycle-sol-1", [], "06-stretch-cycle-1"),
     ("06-deadlock-sol-1", [], "06-deadlock-1"),
 ]
 
@@ -135,8 +136,14 @@ MUTATIONS = [
         "06-shutdown-1",
     ),
     ("06-runtime-sol-1", "        for w in self._workers:\n            w.cancel()\n", "", [], "06-shutdown-1"),
-    ("06-cycle-sol-1", "return path[path.index(nxt):]", "return path", [], "06-cycle-1"),
-    ("06-cycle-sol-1", "elif color.get(nxt, WHITE) == GREY:", "elif color.get(nxt, WHITE) != WHITE:", [], "06-cycle-1"),
+    ("06-stretch-cycle-sol-1", "return path[path.index(nxt):]", "return path", [], "06-stretch-cycle-1"),
+    (
+        "06-stretch-cycle-sol-1",
+        "elif color.get(nxt, WHITE) == GREY:",
+        "elif color.get(nxt, WHITE) != WHITE:",
+        [],
+        "06-stretch-cycle-1",
+    ),
 ]
 
 
@@ -162,21 +169,33 @@ def test_golden_traces_are_reproduced_by_the_seeded_runs(runtime_ns):
 
 @pytest.fixture(scope="module")
 def retrieval_ns(runtime_ns, code_cells):
-    start = index_of(code_cells, "import jieba")
-    stop = next(i for i, c in enumerate(code_cells) if c.metadata.get("grade_id") == "06-bm25-1")
-    return run(code_cells[start:stop], dict(runtime_ns))
+    """The given retrieval code of section 7, stretch S2's solution and its given comparison cell."""
+    given = code_cells[index_of(code_cells, "import jieba")]
+    sol = by_grade_id(code_cells, "06-stretch-bm25-sol-1")
+    compare = code_cells[index_of(code_cells, "BM25_INDEX = BM25(KB_TOKENS)")]
+    return run([given, sol, compare], dict(runtime_ns))
 
 
 def test_bm25_solution_passes_and_wrong_versions_fail(retrieval_ns, code_cells):
-    test = by_grade_id(code_cells, "06-bm25-1")
+    test = by_grade_id(code_cells, "06-stretch-bm25-1")
     run([test], dict(retrieval_ns))
-    sol = by_grade_id(code_cells, "06-bm25-sol-1")
+    sol = by_grade_id(code_cells, "06-stretch-bm25-sol-1")
     with pytest.raises((NotImplementedError, AssertionError)):
-        run([student(sol), "KB_INDEX = BM25(KB_TOKENS)", test], dict(retrieval_ns))
+        run([student(sol), test], dict(retrieval_ns))
     no_length_norm = sol.replace("(1 - self.b + self.b * length / self.avgdl)", "1")
     assert no_length_norm != sol
     with pytest.raises(AssertionError):
-        run([no_length_norm, "KB_INDEX = BM25(KB_TOKENS)", test], dict(retrieval_ns))
+        run([no_length_norm, test], dict(retrieval_ns))
+
+
+def test_the_core_retriever_is_given_and_needs_no_stretch_exercise(code_cells):
+    """Section 7 retrieves with the given KeywordIndex: stretch S2 (BM25) comes after everything that runs the agents."""
+    given = index_of(code_cells, "import jieba")
+    agents = index_of(code_cells, "async def retrieve_agent(")
+    stretch = [i for i, c in enumerate(code_cells) if "06-stretch-" in c.metadata.get("grade_id", "")]
+    last_core = max(i for i, c in enumerate(code_cells) if c.metadata.get("grade_id", "06-stretch").find("stretch") < 0)
+    assert given < agents < min(stretch) and last_core < min(stretch)
+    assert "class BM25" not in code_cells[given].source and "KeywordIndex(KB_TOKENS)" in code_cells[given].source
 
 
 def test_expected_documents_rank_in_the_top_3_with_an_independent_bm25(retrieval_ns):
@@ -230,7 +249,7 @@ sys.path.insert(0, sys.argv[1])
 src = open(sys.argv[2], encoding="utf-8").read()
 cells = src.split("\n# %%")
 start = next(i for i, c in enumerate(cells) if "class Stage:" in c)
-stop = next(i for i, c in enumerate(cells) if "import jieba" in c)
+stop = next(i for i, c in enumerate(cells) if "TAXONOMY = lab.qc_taxonomy()" in c)
 prelude = (
     "import asyncio, json, math, random\n"
     "from dataclasses import dataclass\n"
@@ -296,3 +315,72 @@ def test_redis_streams_extension_runs_and_leaves_nothing_behind(code_cells, tmp_
     results = ns["redis_pipeline"](7, timeout_s=30.0)
     assert sorted(results) == [f"r{i:03d}" for i in range(7)]
     assert psutil.Process().children(recursive=True) == []
+
+
+def test_exercise_headings_come_in_order_and_every_solution_has_one(notebook):
+    import re
+
+    for lang, core, stretch in (
+        ("zh", r"^### 练习 (\d)", r"^## 选做 (S\d)"),
+        ("en", r"^### Exercise (\d)", r"^## Stretch (S\d)"),
+    ):
+        heading, seen = None, []
+        for cell in notebook.cells:
+            tags = cell.metadata.get("tags", [])
+            if cell.cell_type == "markdown" and lang in tags:
+                for pattern in (core, stretch):
+                    found = re.search(pattern, cell.source, re.MULTILINE)
+                    if found:
+                        heading = found.group(1)
+                        seen.append(heading)
+            if "solution" in tags:
+                stretch_id = "stretch" in cell.metadata["grade_id"]
+                assert heading is not None and heading.startswith("S") == stretch_id, (lang, cell.metadata["grade_id"])
+        assert seen == ["1", "2", "3", "4", "5", "S1", "S2"], (lang, seen)
+
+
+def test_solution_cells_hold_only_what_the_learner_writes(code_cells):
+    """Given code lives outside solution cells, so a learner replacing a stub cannot delete it."""
+    import ast
+
+    for cell in code_cells:
+        if "solution" not in cell.metadata.get("tags", []):
+            continue
+        body = ast.parse(cell.source).body
+        kinds = {type(node).__name__ for node in body}
+        assert kinds <= {"FunctionDef", "AsyncFunctionDef", "ClassDef"}, (cell.metadata["grade_id"], kinds)
+        methods = [m for node in body if isinstance(node, ast.ClassDef) for m in node.body]
+        for node in body + methods:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith(
+                "_"
+            ):
+                doc = ast.get_docstring(node) or ""
+                assert re.search("[\u4e00-\u9fff]", doc) and re.search("[A-Za-z]{4}", doc), (node.name, doc)
+
+
+def test_a_golden_trace_mismatch_names_the_rule_it_broke(runtime_ns, code_cells):
+    ns = dict(runtime_ns)
+    early_admit = by_grade_id(code_cells, "06-runtime-sol-1").replace(
+        "        await self._queues[0].put((msg_id, payload))   # may wait: backpressure on the feeder\n"
+        '        self.trace.record("admit", msg_id)\n',
+        '        self.trace.record("admit", msg_id)\n        await self._queues[0].put((msg_id, payload))\n',
+    )
+    assert "admit" in early_admit
+    cells = [early_admit, code_cells[index_of(code_cells, "def golden_run(")].source]
+    cells.append(by_grade_id(code_cells, "06-dedupe-1"))
+    with pytest.raises(AssertionError, match=r"rule \d / 规则 \d broken for m\d+"):
+        run(cells, ns)
+
+
+def test_the_fair_benchmark_holds_what_its_prose_states(runtime_ns, code_cells):
+    """Section 8 on the virtual clock: equal concurrency, the knee, the admission cap, one shared GPU (asserted)."""
+    from rocmlab import lab
+
+    ns = dict(runtime_ns, lab=lab)
+    bench = code_cells[index_of(code_cells, "BENCH_MS = (")]
+    capped = code_cells[index_of(code_cells, "C_SEED = 9")]
+    claims = code_cells[index_of(code_cells, "The prose of this section states these")]
+    ns = run([bench, capped, claims], ns)
+    assert ns["CAPPED"][4]["in_pipeline_ms"] < ns["CAPPED"][None]["in_pipeline_ms"]
+    seed = ns["PIPE"][9]
+    assert seed["throughput"] > 3 * ns["MONO"][1]["throughput"] and seed["latency_ms"] > 2 * ns["WORK_MS"]

@@ -227,3 +227,37 @@ def test_bad_golden_file_names_the_file(tmp_path):
     path.write_text("not json")
     with pytest.raises(ValueError, match="g.json"):
         Trace.load_rows(path)
+
+
+GOLDEN_ROWS = [
+    [0.0, "m1", "", "admit", 0, ""],
+    [0.0, "m1", "detect", "start", 1, ""],
+    [1.0, "m1", "detect", "end", 1, ""],
+    [1.0, "m1", "", "done", 0, ""],
+    [2.0, "m1", "", "duplicate", 0, ""],
+    [3.0, "m2", "", "admit", 0, ""],
+    [3.0, "m2", "detect", "start", 1, ""],
+    [13.0, "m2", "detect", "fail", 1, "timeout"],
+    [13.0, "m2", "detect", "dead", 1, "timeout"],
+    [20.0, "m3", "intake", "dead", 0, "shutdown"],
+]
+GOLDEN_ROWS.sort()  # the canonical order of Trace.rows(): time, then the other fields
+
+
+@pytest.mark.parametrize(
+    "rows,rule,msg_id",
+    [
+        ([r for r in GOLDEN_ROWS if r[3] != "duplicate"], 1, "m1"),
+        ([r for r in GOLDEN_ROWS if r[3] != "done"], 5, "m1"),
+        ([r for r in GOLDEN_ROWS if r[2] != "intake"], 2, "m3"),  # no shutdown dead letter
+        ([r for r in GOLDEN_ROWS if r[3] != "dead" or r[2] == "intake"], 4, "m2"),  # exhausted, no dead letter
+        ([r if r[3] != "fail" else [*r[:5], "timed out"] for r in GOLDEN_ROWS], 3, "m2"),  # wrong reason
+        ([r if r[3] != "fail" else [12.0, *r[1:]] for r in GOLDEN_ROWS], 6, "m2"),  # right events, wrong time
+    ],
+)
+def test_trace_differences_name_the_broken_rule(rows, rule, msg_id):
+    from rocmlab.lab.agents import RUNTIME_TRACE_RULES, explain_trace_difference
+
+    message = explain_trace_difference(sorted(rows), GOLDEN_ROWS)
+    assert message.startswith(f"rule {rule} / 规则 {rule} broken for {msg_id}: {RUNTIME_TRACE_RULES[rule]}"), message
+    assert explain_trace_difference(GOLDEN_ROWS, GOLDEN_ROWS) is None

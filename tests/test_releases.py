@@ -1,6 +1,5 @@
 """The release matrix (schema, facts), upstream answers (recorded), proposals, verify-pins."""
 
-import argparse
 import datetime as dt
 import json
 import shutil
@@ -9,7 +8,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmlab import matrix, pins, proposals, releases, upstream
+from rocmlab import matrix, pins, proposals, releases, schemas, upstream
+from rocmlab.cli import main
+from rocmlab.errors import ExitCode
 from rocmlab.releases import MatrixError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +21,7 @@ TODAY = dt.date(2026, 12, 1)
 
 
 def cli(*argv) -> int:
-    parser = argparse.ArgumentParser()
-    releases.add_arguments(parser)
-    return releases.run(parser.parse_args(list(argv)))
+    return main(["releases", *argv])
 
 
 def recorded(entries):
@@ -164,6 +163,10 @@ BAD = [
     ('status = "current"\npins', 'status = "current"\ncolour = "red"\npins', "'cpu-current'", "colour"),
     ('status = "current"\npins', 'status = "current"\nheld = ["peft"]\npins', "'cpu-current'", "held"),
     ("schema = 1", "schema = 2", "top level", "schema"),
+    ('name = "rocm-7.14"\n', "", "[[rocm]] entry #1: missing field", "name"),
+    ("install = { method", "instal = { method", "'rocm-7.14': unknown field", "instal"),
+    ('method = "multiarch", ', 'method = "image", ', "install: missing field 'image' (with method = image", "image"),
+    ('runner_gfx = "gfx942"', "", "'rocm-7.14': missing field", "runner_gfx"),
 ]
 
 
@@ -181,9 +184,9 @@ def test_bad_matrix_names_file_entry_and_field(tmp_path, old, new, where, field)
 def test_the_schema_ships_with_the_package_and_is_a_valid_json_schema():
     import jsonschema
 
-    schema = matrix.schema()
+    schema = schemas.schema("matrix")
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["properties"]["schema"] == {"const": 1, "description": "1"}
+    assert schema["properties"]["schema"] == {"const": 1, "expected": "1"}
 
 
 def test_good_fixture_matrix_loads(tmp_path):
@@ -375,7 +378,7 @@ def test_a_failed_source_makes_the_check_partial_never_up_to_date(tmp_path, caps
     assert code == releases.EXIT_OFFLINE
     out, err = capsys.readouterr()
     assert "Partial check" in out and "Nothing newer" not in out and "pypi peft" in err
-    assert releases.EXIT_OFFLINE not in (releases.EXIT_UP_TO_DATE, releases.EXIT_UPDATES, releases.EXIT_ERROR, 2)
+    assert releases.EXIT_OFFLINE not in (releases.EXIT_UP_TO_DATE, releases.EXIT_UPDATES, *ExitCode)
 
 
 def test_offline_says_which_sources_failed(monkeypatch, capsys):
@@ -390,14 +393,14 @@ def test_offline_says_which_sources_failed(monkeypatch, capsys):
 
 
 def test_fixtures_folder_without_a_manifest_is_bad_input(tmp_path, capsys):
-    assert cli("check", "--matrix", str(MATRIX), "--fixtures", str(tmp_path)) == releases.EXIT_ERROR
+    assert cli("check", "--matrix", str(MATRIX), "--fixtures", str(tmp_path)) == ExitCode.BAD_INPUT
     assert "manifest.json" in capsys.readouterr().err
 
 
-def test_bad_matrix_is_an_error_exit(tmp_path, capsys):
+def test_bad_matrix_is_bad_input(tmp_path, capsys):
     path = tmp_path / "matrix.toml"
     path.write_text("schema = 1\n[[cpu]]\nname = 'x'\n", encoding="utf-8")
-    assert cli("show", "--matrix", str(path)) == releases.EXIT_ERROR
+    assert cli("show", "--matrix", str(path)) == ExitCode.BAD_INPUT
     assert str(path) in capsys.readouterr().err
 
 
@@ -407,6 +410,15 @@ def test_show_lists_entries_and_unverified_facts(capsys):
     m = releases.read_matrix(MATRIX)
     assert [line.split()[0] for line in lines] == [e.name for e in m.entries + m.canaries]
     assert "[unverified: released, pytorch, install]" in lines[0]
+
+
+def test_the_python_api_takes_keywords_and_finds_the_matrix_under_root(tmp_path, capsys):
+    (tmp_path / "env").mkdir()
+    shutil.copy(MATRIX, tmp_path / "env" / "matrix.toml")
+    assert releases.main(releases_command="show", root=tmp_path, as_json=True) == releases.EXIT_UP_TO_DATE
+    assert json.loads(capsys.readouterr().out) == releases.job_matrix(releases.load_matrix(MATRIX))
+    with pytest.raises(MatrixError, match="env/matrix.toml: file not found"):
+        releases.main(releases_command="show", root=tmp_path / "env")
 
 
 # ---------------------------------------------------------------- verify-pins

@@ -159,3 +159,14 @@ def test_stamp_refuses_a_readme_without_markers(course, capsys):
     (course / "README.md").write_text("# Course\n")
     assert report(course, "--stamp") == 2
     assert "add the markers" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_keywords(course, tmp_path):
+    from rocmlab.errors import InputError
+    from rocmlab.report import command
+
+    output = tmp_path / "out" / "freshness.json"
+    assert command.main(root=course, format="json", output=output) == command.EXIT_OK
+    assert [lab["id"] for lab in json.loads(output.read_text())["labs"]] == ["01-demo", "02-other"]
+    with pytest.raises(InputError, match="--format 'xml': expected one of md, html, json"):
+        command.main(root=course, format="xml")

@@ -22,13 +22,21 @@
 #   ROCMLAB_HUB_INSTRUCTOR_GROUP, ROCMLAB_HUB_LEARNER_GROUP   (instructors, rocmlab)
 #   ROCMLAB_HUB_INSTRUCTORS  demo: comma-separated hub users put in the instructor group
 #   ROCMLAB_HUB_PASSWORD     demo: the shared password (8 characters or more)
+#   ROCMLAB_HUB_DEMO_USER    demo run as root: the account every server runs as (default
+#                            $SUDO_USER, else nobody; never root). The hub's state stays root's.
 #   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
 #   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
 #                            than it uses, and an RLIMIT_AS would break it)
 #   ROCMLAB_HUB_MAX_PROCESSES  processes per Unix user (server mode, default 512; 0: none)
+#   ROCMLAB_HUB_GPU_POLICY   shared (default: every server sees every GPU) | spread (each server
+#                            sees one GPU, the least used; ROCMLAB_HUB_GPUS GPUs, default: counted
+#                            from the ROCm driver's topology)
 #   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
 #   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
+#   ROCMLAB_HUB_SSL_CERT, ROCMLAB_HUB_SSL_KEY  PEM files the proxy serves HTTPS with; without
+#                            them a hub beyond loopback refuses to start unless
+#   ROCMLAB_HUB_INSECURE_HTTP=1  (plain HTTP: passwords in clear on the network)
 #   ROCMLAB_HUB_PROXY        path of configurable-http-proxy
 #   ROCMLAB_HUB_ID           a marker put in every process's environment (for clean-up)
 import os
@@ -80,7 +88,18 @@ c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 
 # ------------------------------------------------------------------ network
 ip = "127.0.0.1" if demo else env("ROCMLAB_HUB_IP", "")
-c.JupyterHub.bind_url = f"http://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
+ssl_cert, ssl_key = env("ROCMLAB_HUB_SSL_CERT", ""), env("ROCMLAB_HUB_SSL_KEY", "")
+if bool(ssl_cert) != bool(ssl_key):
+    raise ValueError("ROCMLAB_HUB_SSL_CERT and ROCMLAB_HUB_SSL_KEY go together")
+if not ssl_cert and ip not in ("127.0.0.1", "::1", "localhost") and env("ROCMLAB_HUB_INSECURE_HTTP") != "1":
+    raise ValueError(
+        f"ROCMLAB_HUB_IP={ip!r} reaches beyond this machine: serve TLS (ROCMLAB_HUB_SSL_CERT and "
+        "ROCMLAB_HUB_SSL_KEY; `rocmlab hub` makes a self-signed pair) or set ROCMLAB_HUB_INSECURE_HTTP=1"
+    )
+if ssl_cert:  # the proxy terminates TLS with these
+    c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = ssl_cert, ssl_key
+scheme = "https" if ssl_cert else "http"
+c.JupyterHub.bind_url = f"{scheme}://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(env("ROCMLAB_HUB_INTERNAL_PORT", "8081"))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(env('ROCMLAB_HUB_API_PORT', '8001'))}"
@@ -115,9 +134,17 @@ server_args = (
     if kernel_idle
     else []
 )
-if demo and os.geteuid() == 0:
-    server_args.append("--ServerApp.allow_root=True")  # demo servers run as the hub's user
 c.Spawner.args = server_args
+if demo and os.geteuid() == 0:  # never a learner as root: the demo's servers run as an ordinary account
+    import pwd
+
+    run_as = env("ROCMLAB_HUB_DEMO_USER") or env("SUDO_USER") or "nobody"
+    try:
+        if pwd.getpwnam(run_as).pw_uid == 0:
+            raise ValueError(f"ROCMLAB_HUB_DEMO_USER={run_as!r}: the demo's servers must not run as root")
+    except KeyError:
+        raise ValueError(f"ROCMLAB_HUB_DEMO_USER={run_as!r} is not a Unix user") from None
+    c.DemoCourseSpawner.run_as = run_as
 
 default_memory = "0" if Path("/dev/kfd").exists() else "8G"
 memory = env("ROCMLAB_HUB_MEM_LIMIT", default_memory)
@@ -131,6 +158,16 @@ c.CourseSpawner.instructor_group = instructor_group
 c.CourseSpawner.course_id = COURSE_ID
 c.CourseSpawner.exchange_root = str(exchange)
 c.CourseSpawner.hub_marker = env("ROCMLAB_HUB_ID", "")
+# GPUs: shared (every server sees all) or spread (each server one, ROCR_VISIBLE_DEVICES; a fair
+# share, not an isolation: the device files stay open to the render group).
+gpu_policy = env("ROCMLAB_HUB_GPU_POLICY", "shared")
+if gpu_policy not in ("shared", "spread"):
+    raise ValueError(f"ROCMLAB_HUB_GPU_POLICY={gpu_policy!r}: expected shared or spread")
+c.CourseSpawner.gpu_policy = gpu_policy
+if gpu_policy == "spread":
+    from rocmlab.hub.spawner import kfd_gpu_count
+
+    c.CourseSpawner.gpu_count = _seconds("ROCMLAB_HUB_GPUS", 0) or kfd_gpu_count()
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
 c.CourseSpawner.max_processes = _seconds("ROCMLAB_HUB_MAX_PROCESSES", 512)
 c.DemoCourseSpawner.max_processes = 0

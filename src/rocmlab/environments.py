@@ -25,10 +25,11 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from . import containers, jobs, processes, releases
-from .catalog import LabError
+from . import containers, jobs, processes
 from .containers import CONTAINER_VARIABLE, DOCKER_RUN
-from .releases import Entry, MatrixError
+from .errors import CommandFailed, ExitCode, InputError
+from .matrix import MATRIX_RELATIVE, Entry, Matrix, read_matrix
+from .root import find_root
 
 ENVS_DIR = ".envs"
 INSTALLED_EXTRA = "labs"
@@ -38,8 +39,13 @@ CHECKED_PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers")
 PYPI = "https://pypi.org/simple"
 
 
-class EnvError(LabError):
-    """An environment that cannot be created or used; the message says what to do."""
+class EnvError(InputError):
+    """An entry that cannot be used this way, or an environment not created (or out of date) yet;
+    the message says what to do."""
+
+
+class EnvBuildError(CommandFailed):
+    """A step of building an environment failed or timed out; the message names the command and its log."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +60,12 @@ class EnvState:
 # ---------------------------------------------------------------- paths and stamps
 
 
-def _matrix(root: Path | None) -> releases.Matrix:
-    return releases.read_matrix(Path(root) / releases.MATRIX_RELATIVE if root else None)
+def _matrix(root: Path) -> Matrix:
+    return read_matrix(root / MATRIX_RELATIVE)
 
 
 def env_dir(name: str, root: Path | None = None) -> Path:
-    root = Path(root) if root else releases.repo_root()
-    return root / ENVS_DIR / name
+    return find_root(root) / ENVS_DIR / name
 
 
 def env_hash(entry: Entry, root: Path) -> str:
@@ -114,7 +119,7 @@ def python_for(name: str, root: Path | None = None) -> Path:
     Inside an entry's container (``ROCMLAB_ENV`` = name) it is the running interpreter; for a
     CPU entry it is ``.envs/NAME/bin/python``, which must be created and up to date.
     """
-    root = Path(root) if root else releases.repo_root()
+    root = find_root(root)
     entry = _matrix(root).get(name)
     if os.environ.get(CONTAINER_VARIABLE) == name:
         return Path(sys.executable)
@@ -134,7 +139,7 @@ def python_for(name: str, root: Path | None = None) -> Path:
 
 
 def list_environments(root: Path | None = None) -> list[EnvState]:
-    root = Path(root) if root else releases.repo_root()
+    root = find_root(root)
     states = []
     matrix = _matrix(root)
     for entry in matrix.entries + matrix.canaries:
@@ -150,7 +155,7 @@ def list_environments(root: Path | None = None) -> list[EnvState]:
 
 def create(name: str, root: Path | None = None, force: bool = False, timeout_s: float = 3600, log=print) -> Path:
     """Build (or reuse) the virtual environment of CPU entry ``name``; returns its folder."""
-    root = Path(root) if root else releases.repo_root()
+    root = find_root(root)
     entry = _matrix(root).get(name)
     if entry.on_gpu:
         raise EnvError(f"{name} runs on a GPU; it is installed on a GPU machine:\n" + install_recipe(entry))
@@ -188,7 +193,7 @@ def find_python(version: str) -> Path:
     found = shutil.which(f"python{version}")
     if found:
         return Path(found)
-    raise EnvError(f"Python {version} is needed for this environment and no python{version} is on PATH")
+    raise EnvBuildError(f"Python {version} is needed for this environment and no python{version} is on PATH")
 
 
 # ---------------------------------------------------------------- building
@@ -206,7 +211,7 @@ def _install(entry: Entry, folder: Path, root: Path, timeout_s: float, log) -> N
     log(f"{entry.name}: installing {torch_pin} (local wheels and configured indexes first)")
     if _run(pip + [torch_pin], logfile, timeout_s, check=False) != 0:
         if not entry.torch_index:
-            raise EnvError(
+            raise EnvBuildError(
                 f"{entry.name}: {torch_pin} is not installable here and the entry names no torch_index; see {logfile}"
             )
         log(f"{entry.name}: retrying {torch_pin} from {entry.torch_index}")
@@ -248,7 +253,7 @@ def _installed(folder: Path, package: str, timeout_s: float) -> str:
         [str(_interpreter(folder)), "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
     )
     if result.returncode != 0:
-        raise EnvError(f"{package} is not installed in {folder}: {result.stderr.strip()[-300:]}")
+        raise EnvBuildError(f"{package} is not installed in {folder}: {result.stderr.strip()[-300:]}")
     return result.stdout.strip()
 
 
@@ -265,12 +270,12 @@ def _check_versions(entry: Entry, folder: Path, timeout_s: float) -> dict:
         [str(_interpreter(folder)), "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
     )
     if result.returncode != 0:
-        raise EnvError(f"{entry.name}: could not read installed versions: {result.stderr.strip()[-500:]}")
+        raise EnvBuildError(f"{entry.name}: could not read installed versions: {result.stderr.strip()[-500:]}")
     versions = json.loads(result.stdout)
     for package in CHECKED_PACKAGES:
         pinned = entry.pin(package)
         if pinned and not pin_holds(pinned, versions.get(package)):
-            raise EnvError(f"{entry.name}: {package} is {versions.get(package)} after install, pinned {pinned}")
+            raise EnvBuildError(f"{entry.name}: {package} is {versions.get(package)} after install, pinned {pinned}")
     return versions
 
 
@@ -297,13 +302,13 @@ def _run(cmd: list[str], logfile: Path, timeout_s: float, check: bool = True) ->
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             processes.stop(proc)
-            raise EnvError(f"timed out after {timeout_s:.0f}s: {shlex.join(cmd)} (log: {logfile})") from None
+            raise EnvBuildError(f"timed out after {timeout_s:.0f}s: {shlex.join(cmd)} (log: {logfile})") from None
         except BaseException:
             processes.stop(proc)
             raise
     if code != 0 and check:
         tail = logfile.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        raise EnvError(f"failed (exit {code}): {shlex.join(cmd)}\n  " + "\n  ".join(tail) + f"\n(log: {logfile})")
+        raise EnvBuildError(f"failed (exit {code}): {shlex.join(cmd)}\n  " + "\n  ".join(tail) + f"\n(log: {logfile})")
     return code
 
 
@@ -361,7 +366,7 @@ def render_dockerfile(entry: Entry) -> str:
 
 def write_dockerfiles(root: Path | None = None, check: bool = False) -> list[Path]:
     """Write env/docker/<name>.Dockerfile for every entry with a container; with check, only list the stale ones."""
-    root = Path(root) if root else releases.repo_root()
+    root = find_root(root)
     matrix = _matrix(root)
     return containers.write_dockerfiles(root, list(matrix.entries + matrix.canaries), check=check)
 
@@ -395,55 +400,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--out", type=Path, help="also write the report (JSON) here")
 
 
-def run(args: argparse.Namespace) -> int:
-    root = Path(args.root).resolve() if getattr(args, "root", None) else None
-    try:
-        if args.env_command == "create":
-            return _create_command(args, root)
-        if args.env_command == "list":
-            for s in list_environments(root):
-                print(f"{s.name:24} {s.kind:6} {s.status:9} {s.state:9} {s.path}")
-            return 0
-        if args.env_command == "job":
-            return _job_command(args, root or releases.repo_root())
-        if args.env_command == "check-entry":
-            return jobs.check_entry_command(root or releases.repo_root(), args.name, args.gfx, args.out)
-        return _dockerfiles_command(args.check, root)
-    except (EnvError, MatrixError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, jobs.JobError) else 1
+def main(*, env_command: str, root=None, **options) -> int:
+    """One sub-command of `rocmlab env`, on the course found by ``root.find_root(root)``."""
+    handlers = {
+        "create": create_command,
+        "list": list_command,
+        "dockerfiles": dockerfiles_command,
+        "job": jobs.job_command,
+        "check-entry": jobs.check_entry_command,
+    }
+    return handlers[env_command](find_root(root), **options)
 
 
-def _job_command(args: argparse.Namespace, root: Path) -> int:
-    job = jobs.plan(
-        root,
-        args.name,
-        args.profile,
-        args.gfx,
-        cache=args.cache_dir.resolve(),
-        results=(root / args.results).resolve() if not args.results.is_absolute() else args.results,
-        image_repo=args.image_repo,
-        labs=tuple(args.labs),
-        timeout_s=args.timeout,
-        run_id=args.run_id,
-    )
-    return jobs.run_job(job)
-
-
-def _create_command(args: argparse.Namespace, root: Path | None) -> int:
-    entry = _matrix(root).get(args.name)
+def create_command(root: Path, *, name: str, force: bool = False, timeout: float = 3600) -> int:
+    """A CPU entry's environment is built; a GPU entry's install commands are printed."""
+    entry = _matrix(root).get(name)
     if entry.on_gpu:
         print(install_recipe(entry))
-        return 0
-    create(args.name, root=root, force=args.force, timeout_s=args.timeout)
-    return 0
+        return ExitCode.OK
+    create(name, root=root, force=force, timeout_s=timeout)
+    return ExitCode.OK
 
 
-def _dockerfiles_command(check: bool, root: Path | None) -> int:
+def list_command(root: Path) -> int:
+    for s in list_environments(root):
+        print(f"{s.name:24} {s.kind:6} {s.status:9} {s.state:9} {s.path}")
+    return ExitCode.OK
+
+
+def dockerfiles_command(root: Path, *, check: bool = False) -> int:
+    """Regenerate env/docker/; with ``check``, list the stale Dockerfiles and return FAILED when there are any."""
     changed = write_dockerfiles(root, check=check)
     verb = "out of date" if check else "written"
     for path in changed:
         print(f"{verb}: {path}")
     if not changed:
         print("env/docker/ matches env/matrix.toml")
-    return 1 if check and changed else 0
+    return ExitCode.FAILED if check and changed else ExitCode.OK

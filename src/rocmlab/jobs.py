@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from packaging.version import Version
 
 from . import containers
 from .containers import REPO_MOUNT, RunSpec
+from .errors import CommandFailed
 from .matrix import Entry, MatrixError, read_matrix
 
 PROFILES = ("smoke", "gpu", "multi-gpu")
@@ -39,7 +39,11 @@ TINY_MODEL = "tiny-qwen-zh"
 
 
 class JobError(MatrixError):
-    """The job cannot run here or stopped early; the message says why."""
+    """The job asked for cannot be planned (entry, profile, gfx, Dockerfile); the message says why."""
+
+
+class JobFailed(CommandFailed):
+    """The job cannot run on this runner, or a docker step failed or timed out; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -111,10 +115,10 @@ class _Docker:
             )
         except subprocess.TimeoutExpired:
             self.cleanup()
-            raise JobError(f"timed out after {self.job.timeout_s:.0f}s: {containers.shell(argv)}") from None
+            raise JobFailed(f"timed out after {self.job.timeout_s:.0f}s: {containers.shell(argv)}") from None
         if check and result.returncode != 0:
             detail = (result.stderr or "").strip()[-800:] if capture else ""
-            raise JobError(f"exit {result.returncode}: {containers.shell(argv)}{chr(10) + detail if detail else ''}")
+            raise JobFailed(f"exit {result.returncode}: {containers.shell(argv)}{chr(10) + detail if detail else ''}")
         return result
 
     def run(self, step: str, image: str, spec: RunSpec, command: list[str], **kw) -> subprocess.CompletedProcess:
@@ -127,10 +131,40 @@ class _Docker:
             subprocess.run([self.binary, "rm", "-f", name], capture_output=True, timeout=120, check=False)
 
 
+def job_command(
+    root: Path,
+    *,
+    name: str,
+    cache_dir,
+    profile: str = "gpu",
+    gfx: str | None = None,
+    labs=(),
+    results=Path("results"),
+    image_repo: str | None = None,
+    timeout: float = 9000,
+    run_id: str = "local",
+) -> int:
+    """`rocmlab env job`: plan the job (``results`` relative to ``root``) and run it."""
+    results = Path(results)
+    job = plan(
+        root,
+        name,
+        profile,
+        gfx,
+        cache=Path(cache_dir).resolve(),
+        results=results if results.is_absolute() else (root / results).resolve(),
+        image_repo=image_repo,
+        labs=tuple(labs),
+        timeout_s=timeout,
+        run_id=run_id,
+    )
+    return run_job(job)
+
+
 def run_job(job: Job, log=print) -> int:
     """Build, pre-fetch, check, run; returns the exit status of `rocmlab run` (labs)."""
     if job.gpu and not all(device.exists() for device in DEVICES):
-        raise JobError("this runner has no /dev/kfd or /dev/dri: not a ROCm host (the gpu profiles need one)")
+        raise JobFailed("this runner has no /dev/kfd or /dev/dri: not a ROCm host (the gpu profiles need one)")
     docker = _Docker(job, log)
     out = job.results / job.entry.name
     out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +224,7 @@ def _build(job: Job, docker: _Docker) -> str:
     digests = docker(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", cache_ref], capture=True)
     pushed = [d for d in json.loads(digests.stdout or "[]") if d.startswith(job.image_repo + "@")]
     if not pushed:
-        raise JobError(f"{cache_ref}: no digest after the push")
+        raise JobFailed(f"{cache_ref}: no digest after the push")
     return pushed[0]
 
 
@@ -247,7 +281,8 @@ def _expectations(entry: Entry, gfx: str | None) -> dict:
     return expected
 
 
-def check_entry_command(root: Path, name: str, gfx: str | None, out: Path | None) -> int:
+def check_entry_command(root: Path, *, name: str, gfx: str | None = None, out=None) -> int:
+    """`rocmlab env check-entry`: the report as JSON (also to ``out``); a problem fails the command."""
     entry = read_matrix(root / "env" / "matrix.toml").get(name)
     report = check_entry(entry, gfx)
     text = json.dumps(report, indent=2)
@@ -255,6 +290,6 @@ def check_entry_command(root: Path, name: str, gfx: str | None, out: Path | None
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n", encoding="utf-8")
     print(text)
-    for problem in report["problems"]:
-        print(f"error: {name}: {problem}", file=sys.stderr)
-    return 1 if report["problems"] else 0
+    if report["problems"]:
+        raise CommandFailed(f"{name}: " + "; ".join(report["problems"]))
+    return 0

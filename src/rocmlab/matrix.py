@@ -1,7 +1,7 @@
 """The release matrix, env/matrix.toml: schema, typed entries, the CI job matrix.
 
 ``read_matrix()`` validates the file against the JSON Schema shipped in the package
-(``schemas/matrix.schema.json``), then checks the rules that tie fields together, and returns
+(``schemas/matrix.schema.json``, through ``schemas.validate``), then checks the rules that tie fields together, and returns
 typed entries, newest first. Every error names the file, the entry and the field.
 """
 
@@ -12,18 +12,15 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
-import jsonschema
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from .catalog import LabError
+from .schemas import validate
 
 MATRIX_RELATIVE = Path("env") / "matrix.toml"
-SCHEMA_FILE = "matrix.schema.json"
 STATUSES = ("current", "previous", "eol")
 ERAS = ("6.x", "7.x", "therock")
 METHODS = ("wheel", "multiarch", "image")
@@ -154,7 +151,7 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise MatrixError(f"{path}: not valid TOML: {err}") from None
-    validate_schema(data, path)
+    validate(data, "matrix", path, MatrixError, locate=lambda parts: _locate(parts, data))
     entries = [_rocm_entry(t, path) for t in data.get("rocm", [])]
     entries += [_cpu_entry(t, path) for t in data.get("cpu", [])]
     canaries = [_canary_entry(t, path) for t in data.get("canary", [])]
@@ -204,49 +201,18 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-# ---------------------------------------------------------------- the JSON Schema
+# ---------------------------------------------------------------- where a schema error is
 
 
-@cache
-def schema() -> dict:
-    text = resources.files("rocmlab").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
-
-
-def validate_schema(data: dict, path: Path) -> None:
-    """Raise MatrixError for the first schema violation, naming the entry and the field."""
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(_json_ready(data)), key=_error_order)
-    if errors:
-        raise MatrixError(_describe(errors[0], data, path))
-
-
-def _json_ready(value):
-    """TOML dates become ISO strings (a date with a time keeps its time, and fails the date pattern)."""
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    return value
-
-
-def _error_order(error: jsonschema.ValidationError):
-    # the deepest error first: it names the field; ties keep the file's order
-    return (-len(error.absolute_path), [str(p) for p in error.absolute_path])
-
-
-def _describe(error: jsonschema.ValidationError, data: dict, path: Path) -> str:
-    where_parts = list(error.absolute_path)
-    if error.validator in ("required", "additionalProperties", "not", "if", "then", "else"):
-        detail = error.message
-        field = where_parts[-1] if where_parts and isinstance(where_parts[-1], str) else None
-        return f"{path}: {_where(where_parts, data)}{f': field {field!r}' if field else ''}: {detail}"
-    field = next((p for p in reversed(where_parts) if isinstance(p, str)), "?")
-    expected = error.schema.get("description") or error.message
-    parent = where_parts[: len(where_parts) - 1 - where_parts[::-1].index(field)] if field in where_parts else []
-    return f"{path}: {_where(parent, data)}: field {field!r}: expected {expected}, got {error.instance!r}"
+def _locate(parts: list, data: dict) -> tuple[str, str]:
+    """The place of the field at ``parts`` as matrix messages name it (``schemas.validate``'s hook):
+    ("[[cpu]] entry 'cpu-current' sources[0]: ", "'url'"); an item of a list is its list's field."""
+    names = [p for p in parts if isinstance(p, str)]
+    if not names:
+        return "", "(top level)"
+    field = names[-1]
+    parent = parts[: len(parts) - 1 - parts[::-1].index(field)]
+    return f"{_where(parent, data)}: ", repr(field)
 
 
 def _where(parts: list, data: dict) -> str:

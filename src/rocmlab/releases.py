@@ -34,10 +34,10 @@ from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ impo
     sort_newest_first,
 )
 from .proposals import Findings, compare, render_body, render_entries_toml  # noqa: F401
+from .root import find_root
 from .upstream import NetworkError, Recorded, SourceError, Upstream, gather  # noqa: F401
 
 EXIT_UP_TO_DATE = 0
-EXIT_ERROR = 1
 EXIT_UPDATES = 10
 EXIT_OFFLINE = 11  # a source failed: the answer is partial, never "up to date"
 EXIT_PINS_BROKEN = 12
@@ -47,12 +47,14 @@ FIXTURES_RELATIVE = Path("tests") / "fixtures" / "upstream"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`rocmlab releases show | check | verify-pins`."""
     sub = parser.add_subparsers(dest="releases_command", required=True)
-    show = sub.add_parser("show", help="list the matrix, newest first, with unverified facts")
-    show.add_argument("--matrix", type=Path, help="matrix file (default: env/matrix.toml of this repository)")
-    show.add_argument("--json", action="store_true", help="print the CI job matrix for current ROCm entries")
-    check = sub.add_parser("check", help="find upstream releases newer than env/matrix.toml")
+    show_p = sub.add_parser("show", help="list the matrix, newest first, with unverified facts")
+    show_p.add_argument("--matrix", type=Path, help="matrix file (default: env/matrix.toml of this repository)")
+    show_p.add_argument(
+        "--json", dest="as_json", action="store_true", help="print the CI job matrix for current ROCm entries"
+    )
+    check_p = sub.add_parser("check", help="find upstream releases newer than env/matrix.toml")
     verify_p = sub.add_parser("verify-pins", help="check that every pin of every current entry still resolves")
-    for p in (check, verify_p):
+    for p in (check_p, verify_p):
         p.add_argument("--matrix", type=Path, help="matrix file (default: env/matrix.toml of this repository)")
         p.add_argument(
             "--fixtures",
@@ -63,38 +65,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         p.add_argument("--timeout", type=float, default=15.0, help="seconds per upstream request")
         p.add_argument("--today", type=dt.date.fromisoformat, help="the date to stamp and judge ages with")
-        p.add_argument("--json", action="store_true", help="print the result as JSON")
-    check.add_argument("--body-out", type=Path, help="write the PR / issue body (Markdown) here")
-    check.add_argument("--apply", action="store_true", help="write the findings into the matrix file")
+        p.add_argument("--json", dest="as_json", action="store_true", help="print the result as JSON")
+    check_p.add_argument("--body-out", type=Path, help="write the PR / issue body (Markdown) here")
+    check_p.add_argument("--apply", action="store_true", help="write the findings into the matrix file")
     verify_p.add_argument("--out", type=Path, help="write the report (digests included) as JSON here")
 
 
-def run(args: argparse.Namespace) -> int:
-    root = getattr(args, "root", None)
-    path = args.matrix or (Path(root) / MATRIX_RELATIVE if root else find_matrix())
-    try:
-        matrix = read_matrix(path)
-        if args.releases_command == "show":
-            return _show(matrix, args.json)
-        fetch = _fetcher(args, path)
-        if args.releases_command == "check":
-            return _check(matrix, fetch, args)
-        return _verify_pins(matrix, fetch, args)
-    except MatrixError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+def main(*, releases_command: str, root=None, matrix=None, fixtures=None, **options) -> int:
+    """Read the matrix (``matrix``, else env/matrix.toml of the course) and run one sub-command.
+
+    ``fixtures``: a folder of recorded upstream responses, or ``":recorded:"`` for the
+    repository's own; without it, check and verify-pins ask upstream over the network.
+    """
+    path = Path(matrix) if matrix else find_root(root) / MATRIX_RELATIVE
+    loaded = read_matrix(path)
+    if releases_command == "show":
+        return show(loaded, **options)
+    handlers = {"check": check, "verify-pins": verify_pins}
+    return handlers[releases_command](loaded, fetcher(fixtures, path), **options)
 
 
-def _fetcher(args: argparse.Namespace, matrix_path: Path):
-    if args.fixtures is None:
+def fetcher(fixtures, matrix_path: Path):
+    """What answers upstream requests: the network, or a folder of recorded responses."""
+    if fixtures is None:
         return upstream.http_get
-    folder = repo_root(matrix_path) / FIXTURES_RELATIVE if str(args.fixtures) == ":recorded:" else args.fixtures
+    folder = repo_root(matrix_path) / FIXTURES_RELATIVE if str(fixtures) == ":recorded:" else Path(fixtures)
     if not (folder / "manifest.json").is_file():
         raise MatrixError(f"{folder}: no manifest.json of recorded responses (see {FIXTURES_RELATIVE}/README.md)")
     return Recorded(folder)
 
 
-def _show(matrix: Matrix, as_json: bool) -> int:
+def show(matrix: Matrix, *, as_json: bool = False) -> int:
     if as_json:
         print(json.dumps(job_matrix(list(matrix.entries))))
         return EXIT_UP_TO_DATE
@@ -110,17 +111,27 @@ def _show(matrix: Matrix, as_json: bool) -> int:
     return EXIT_UP_TO_DATE
 
 
-def _check(matrix: Matrix, fetch, args: argparse.Namespace) -> int:
+def check(
+    matrix: Matrix,
+    fetch,
+    *,
+    timeout: float = 15.0,
+    today: dt.date | None = None,
+    as_json: bool = False,
+    body_out=None,
+    apply: bool = False,
+) -> int:
+    """Upstream against the matrix: EXIT_UPDATES when something is newer, EXIT_OFFLINE when a source failed."""
     entries = list(matrix.entries)
-    found = gather(entries, fetch, timeout=args.timeout)
-    findings = compare(entries, found, today=args.today)
+    found = gather(entries, fetch, timeout=timeout)
+    findings = compare(entries, found, today=today)
     body = render_body(findings)
-    if args.body_out:
-        args.body_out.write_text(body, encoding="utf-8")
-    if args.apply and findings.anything:
-        for change in proposals.apply(matrix.path, findings, today=args.today):
+    if body_out:
+        Path(body_out).write_text(body, encoding="utf-8")
+    if apply and findings.anything:
+        for change in proposals.apply(matrix.path, findings, today=today):
             print(f"applied: {change}", file=sys.stderr)
-    if args.json:
+    if as_json:
         print(json.dumps(findings.as_json(), indent=2, default=str))
     else:
         print(body)
@@ -133,11 +144,14 @@ def _check(matrix: Matrix, fetch, args: argparse.Namespace) -> int:
     return EXIT_OFFLINE if found.failures else EXIT_UP_TO_DATE
 
 
-def _verify_pins(matrix: Matrix, fetch, args: argparse.Namespace) -> int:
-    report = pins.verify(list(matrix.entries), fetch, today=args.today, timeout=args.timeout)
-    if args.out:
-        args.out.write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report.as_json(), indent=2) if args.json else pins.render(report))
+def verify_pins(
+    matrix: Matrix, fetch, *, timeout: float = 15.0, today: dt.date | None = None, as_json: bool = False, out=None
+) -> int:
+    """Every pin of every current entry: EXIT_PINS_BROKEN when one no longer resolves, EXIT_OFFLINE when unreachable."""
+    report = pins.verify(list(matrix.entries), fetch, today=today, timeout=timeout)
+    if out:
+        Path(out).write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report.as_json(), indent=2) if as_json else pins.render(report))
     if report.broken or report.stale_sources:
         return EXIT_PINS_BROKEN
     return EXIT_OFFLINE if report.unreachable else EXIT_UP_TO_DATE

@@ -40,11 +40,11 @@ def local_target() -> Target:
     return Target(LOCAL_ENV, sys.executable, fingerprint())
 
 
-def env_target(name: str) -> Target:
-    """A release-matrix environment created by ``rocmlab env create NAME``."""
+def env_target(name: str, root: Path | None = None) -> Target:
+    """A release-matrix environment of the course at ``root``, created by ``rocmlab env create NAME``."""
     from .environments import python_for
 
-    python = str(python_for(name))
+    python = str(python_for(name, root))
     proc = subprocess.run([python, "-m", "rocmlab.results"], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise CommandFailed(
@@ -351,7 +351,7 @@ def main(
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive number, got {repeat}")
     results = Path(out) if out else root / "results"
-    target = env_target(env) if env else local_target()
+    target = env_target(env, root) if env else local_target()
     records = run_labs(root, chosen, profile, target, results, jobs=jobs, lang=lang, student=student, repeat=repeat)
     for record in records:
         print(_run_line(record))

@@ -25,7 +25,7 @@ BANNER = """
 """
 CACHE_WARNING = (
     "warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
-    "their own cache (about two minutes of CPU each): build it once with "
+    "their own cache (about five minutes of CPU each): build it once with "
     "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
     "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)"
 )
@@ -74,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=120, metavar="SECONDS", help="seconds to wait for the hub to start"
     )
+    parser.add_argument("--ssl-cert", metavar="PEM", help="certificate the hub serves HTTPS with (with --ssl-key)")
+    parser.add_argument("--ssl-key", metavar="PEM", help="its private key")
+    parser.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="serve plain HTTP beyond loopback (default there: HTTPS, with a self-signed certificate "
+        "made in DATA_DIR/hub/tls/ when --ssl-cert is not given; its fingerprint is printed)",
+    )
 
 
 def data_folder(data_dir: str | None, demo: bool) -> Path:
@@ -98,6 +106,9 @@ def main(
     instructors=("instructor",),
     timeout: float = 120,
     root: str | None = None,
+    ssl_cert: str | None = None,
+    ssl_key: str | None = None,
+    insecure_http: bool = False,
 ) -> int:
     """Start the hub and serve until Ctrl-C or SIGTERM (exit 0), or until jupyterhub exits (exit 1)."""
     hub = LocalHub(
@@ -113,6 +124,9 @@ def main(
         root=root,
         profile=profile,
         progress=lambda message: print(message, file=sys.stderr),
+        ssl_cert=ssl_cert,
+        ssl_key=ssl_key,
+        insecure_http=insecure_http,
     )
     if demo:
         print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
@@ -146,6 +160,11 @@ def _say_ready(hub: LocalHub) -> None:
         f"rocmlab hub ({mode}) at {hub.public_url}  labs: {', '.join(hub.labs) or '-'} "
         f"({hub.profile} profile)  log: {hub.log_path}"
     )
+    if hub.tls_fingerprint:
+        print(f"TLS certificate {hub.tls_cert}, SHA-256 fingerprint {hub.tls_fingerprint}")
+        print("learners compare it with what their browser shows before they accept the certificate")
+    elif not hub.demo and hub.insecure_http:
+        print("warning: plain HTTP (--insecure-http): passwords cross the network in clear", file=sys.stderr)
     if hub.demo:
         print(
             f"log in with any user name and the password {hub.password}; "

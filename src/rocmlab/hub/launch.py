@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -97,6 +98,9 @@ def hub_environment(
     marker: str = "",
     proxy: Path | None = None,
     labs_dir: Path | None = None,
+    ssl_cert: str = "",
+    ssl_key: str = "",
+    insecure_http: bool = False,
 ) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
@@ -117,6 +121,9 @@ def hub_environment(
             "ROCMLAB_HUB_INSTRUCTORS": ",".join(instructors),
             HUB_MARKER: marker or secrets.token_hex(8),
             "ROCMLAB_HUB_PROXY": str(proxy or find_proxy(root)),
+            "ROCMLAB_HUB_SSL_CERT": ssl_cert,
+            "ROCMLAB_HUB_SSL_KEY": ssl_key,
+            "ROCMLAB_HUB_INSECURE_HTTP": "1" if insecure_http else "",
         }
     )
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
@@ -157,8 +164,9 @@ def wait_ready(process: subprocess.Popen, url: str, timeout_s: float, log_path: 
                 f"jupyterhub exited with status {process.returncode} while starting; "
                 f"its log ({log_path}):\n{log_tail(log_path)}"
             )
-        try:
-            with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as response:
+        try:  # a liveness probe only (no credentials): the hub's certificate may be self-signed
+            context = ssl._create_unverified_context() if url.startswith("https:") else None
+            with urllib.request.urlopen(f"{url}/hub/api/", timeout=5, context=context) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):

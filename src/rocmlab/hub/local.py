@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..root import find_root
 from . import launch as hub_process
+from . import tls
 from .labs import check_profile, delivered_labs, resolve_labs
 
 
@@ -65,6 +66,9 @@ class LocalHub:
         launcher=(),
         check_install: bool = True,
         progress=None,
+        ssl_cert: str | None = None,
+        ssl_key: str | None = None,
+        insecure_http: bool = False,
     ):
         self.root = find_root(root)
         self.workdir = Path(workdir).resolve()
@@ -78,8 +82,14 @@ class LocalHub:
         self.labs_dir = self.root / "labs" / lang
         self.ip = "127.0.0.1" if demo else ip
         self.port = port or hub_process.free_port()
-        answers_on = self.ip if self.ip not in ("", "0.0.0.0") else "127.0.0.1"
-        self.url = f"http://{answers_on}:{self.port}"
+        self.internal_port = hub_process.free_port()
+        self.tls_cert, self.tls_key = tls.choose(  # a self-signed pair is made at start (as root)
+            self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo, create=False
+        )
+        self.self_signed = bool(self.tls_cert) and not ssl_cert
+        self.insecure_http = insecure_http
+        answers_on = self.ip if self.ip not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        self.url = f"{'https' if self.tls_cert else 'http'}://{answers_on}:{self.port}"
         self.password = (password or secrets.token_urlsafe(12)) if demo else ""
         if demo and len(self.password) < 8:
             raise InputError("the demo hub's shared password needs 8 characters or more")
@@ -106,7 +116,13 @@ class LocalHub:
         """Where users reach the hub."""
         import socket
 
-        return self.url if self.ip else f"http://{socket.getfqdn()}:{self.port}"
+        scheme = "https" if self.tls_cert else "http"
+        return self.url if self.ip not in ("", "0.0.0.0", "::") else f"{scheme}://{socket.getfqdn()}:{self.port}"
+
+    @property
+    def tls_fingerprint(self) -> str:
+        """SHA-256 fingerprint of the certificate served ("" for plain HTTP)."""
+        return tls.fingerprint(self.tls_cert) if self.tls_cert else ""
 
     def check_accounts(self) -> None:
         """Server mode: root, every named user a Unix account in the group of its role, and an
@@ -136,6 +152,28 @@ class LocalHub:
         if self.check_install:
             hub_process.check_shared_install(self.root)
 
+    def prepare_tls(self) -> None:
+        """Make the self-signed pair the hub serves, unless it exists (it is kept across starts)."""
+        if self.self_signed:
+            tls.self_signed(Path(self.tls_cert).parent, self.ip)
+
+    def close_course(self) -> None:
+        """Server mode: what learners need of the checkout stays readable, the rest (solutions/,
+        .git, results/...) is opened to the instructor group only (rocmlab.hub.install)."""
+        import grp
+
+        from .install import close_course
+
+        try:
+            grp.getgrnam(self.instructor_group)
+        except KeyError:
+            raise InputError(f"Unix group {self.instructor_group!r} (instructors) does not exist") from None
+        closed = close_course(self.root, self.instructor_group)
+        if closed:
+            self.progress(
+                f"closed to learners (group {self.instructor_group} only): {', '.join(p.name for p in closed)}"
+            )
+
     def environment(self) -> dict:
         env = hub_process.hub_environment(
             self.root,
@@ -146,12 +184,15 @@ class LocalHub:
             lang=self.lang,
             labs=self.labs,
             api_port=hub_process.free_port(),
-            internal_port=hub_process.free_port(),
+            internal_port=self.internal_port,
             password=self.password,
             admin_token=self._token,
             marker=self.marker,
             labs_dir=self.labs_dir,
             instructors=self.instructors if self.demo else (),
+            ssl_cert=self.tls_cert,
+            ssl_key=self.tls_key,
+            insecure_http=self.insecure_http,
         )
         env.update(
             {"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group, "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group}
@@ -161,6 +202,10 @@ class LocalHub:
     def start(self) -> None:
         if not self.demo:
             self.check_accounts()
+            self.close_course()
+        elif os.geteuid() == 0 and self.check_install:  # the demo's servers then run as an ordinary account
+            hub_process.check_shared_install(self.root)
+        self.prepare_tls()
         self.labs_dir, self.labs = delivered_labs(
             self.root, self.workdir, self.lang, self.labs, self.profile, progress=self.progress
         )
@@ -180,8 +225,8 @@ class LocalHub:
     def api(self, method: str, path: str, body=None):
         """The hub's REST API (``/hub/api`` + path) with the admin service's token; parsed JSON or None."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            f"{self.url}/hub/api{path}",
+        request = urllib.request.Request(  # the hub itself, on loopback: no certificate to trust
+            f"http://127.0.0.1:{self.internal_port}/hub/api{path}",
             data=data,
             method=method,
             headers={"Authorization": f"token {self._token}", "Content-Type": "application/json"},

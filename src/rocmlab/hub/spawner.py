@@ -13,6 +13,8 @@ folder (the ``--demo`` mode: no isolation between users). Both
 - with real accounts, create a missing home owned by its user, and (``private_homes``) close a
   home others may enter (Debian's useradd makes them 755), so learners cannot read each
   other's answers;
+- with real accounts, end every process of a learner's account when their server stops;
+- share the GPUs (every server sees all) or spread them (each server sees the least used one);
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
   nbgrader config (course id, exchange root, course root or student id).
 """
@@ -71,6 +73,28 @@ def copy_missing(src: Path, dest: Path, owner: tuple[int, int] | None) -> bool:
     return True
 
 
+def kfd_gpu_count(topology: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> int:
+    """GPUs the ROCm kernel driver lists (nodes with a non-zero gpu_id; CPUs have 0)."""
+    count = 0
+    for gpu_id in topology.glob("*/gpu_id"):
+        try:
+            count += gpu_id.read_text().strip() not in ("", "0")
+        except OSError:
+            continue
+    return count
+
+
+def spread_gpu(assigned: dict, user: str, count: int) -> int:
+    """The GPU index of ``user``'s server under the spread policy: theirs if already assigned,
+    else the one the fewest running servers use (lowest index on a tie); recorded in ``assigned``."""
+    if user not in assigned:
+        loads = [0] * count
+        for gpu in assigned.values():
+            loads[gpu] += 1
+        assigned[user] = loads.index(min(loads))
+    return assigned[user]
+
+
 class CourseSpawner(LocalProcessSpawner):
     """Real Unix accounts: the server runs as the user, in the user's home; traits set by jupyterhub_config.py."""
 
@@ -92,6 +116,18 @@ class CourseSpawner(LocalProcessSpawner):
         True, help="close each real home to group and others on spawn (learners cannot read each other's answers)"
     ).tag(config=True)
     hub_marker = Unicode("", help="value of ROCMLAB_HUB_ID in every server's environment").tag(config=True)
+    gpu_policy = Unicode(
+        "shared",
+        help="shared: every server sees every GPU; spread: each server sees one GPU "
+        "(ROCR_VISIBLE_DEVICES), the one the fewest running servers use",
+    ).tag(config=True)
+    gpu_count = Integer(0, help="GPUs of this machine for the spread policy (0: none)").tag(config=True)
+    _gpu_of: dict = {}  # user -> GPU index of their running server, shared by the hub's spawners
+    end_learner_processes = Bool(
+        True,
+        help="when a learner's server stops, end every process of their Unix account (what they "
+        "started in the background or detached outlives the server otherwise); instructors' are kept",
+    ).tag(config=True)
 
     def home(self) -> Path:
         return Path(pwd.getpwnam(self.user.name).pw_dir)
@@ -133,6 +169,8 @@ class CourseSpawner(LocalProcessSpawner):
         }
         if self.is_instructor():
             env["ROCMLAB_COURSE_ROOT"] = str(self.course_root())
+        if self.gpu_policy == "spread" and self.gpu_count > 0:
+            env["ROCR_VISIBLE_DEVICES"] = str(spread_gpu(CourseSpawner._gpu_of, self.user.name, self.gpu_count))
         env.update(ui_environment(self.lang))
         return env
 
@@ -186,6 +224,16 @@ class CourseSpawner(LocalProcessSpawner):
                 for path in [root / "source", *(root / "source").rglob("*")]:
                     os.chown(path, *owner, follow_symlinks=False)
 
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        CourseSpawner._gpu_of.pop(self.user.name, None)
+        owner = self.owner()
+        if self.end_learner_processes and owner and owner[0] not in (0, os.getuid()) and not self.is_instructor():
+            from ..processes import kill_user
+
+            kill_user(owner[0])
+            self.log.info("rocmlab: ended the processes of %s with their server", self.user.name)
+
     async def start(self):
         delivered = self.deliver_course()
         if delivered:
@@ -194,18 +242,38 @@ class CourseSpawner(LocalProcessSpawner):
 
 
 class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
-    """Every server runs as the hub's user; nbgrader tells learners apart by ROCMLAB_STUDENT_ID.
+    """Every server runs as one Unix user: the hub's, or ``run_as`` (set when the hub runs as root,
+    so that no learner runs as root); nbgrader tells learners apart by ROCMLAB_STUDENT_ID.
 
     nbgrader 0.9 names the student after the process's Unix user (``pwd.getpwuid(os.getuid())``),
     which is the same for everyone here, so the shared nbgrader config sets
     ``CourseDirectory.student_id`` from this variable instead.
     """
 
+    run_as = Unicode("", help="Unix user every demo server runs as (default: the hub's own)").tag(config=True)
+
     def home(self) -> Path:
         return Path(self.home_dir)
 
-    def owner(self) -> None:
-        return None
+    def owner(self) -> tuple[int, int] | None:
+        if not self.run_as:
+            return None
+        entry = pwd.getpwnam(self.run_as)
+        return entry.pw_uid, entry.pw_gid
+
+    def make_preexec_fn(self, name):
+        prepare = super().make_preexec_fn(name)  # limits, then the home made and entered
+        if not self.run_as:
+            return prepare
+        from jupyterhub.spawner import set_user_setuid
+
+        switch_user = set_user_setuid(self.run_as, chdir=False)
+
+        def preexec():
+            prepare()
+            switch_user()
+
+        return preexec
 
     def course_env(self) -> dict:
         env = super().course_env()

@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import sys
 from pathlib import Path
 
-from ..catalog import Lab, LabError, discover, find_root
+from ..catalog import Lab, discover
+from ..errors import InputError, LabError
+from ..root import find_root
 from . import history
 from .dashboard import render_dashboard
 from .diff import diff_runs
 from .diff import to_data as diff_data
 from .diff import to_markdown as diff_markdown
 from .render import to_json, to_markdown, to_summary
-from .stamp import stamp
+from .stamp import stamp as stamp_ledger
 from .verdict import DEFAULT_WINDOW_DAYS, age_days, build, newest_gpu_verification, read_upstream
 
 EXIT_OK, EXIT_DEAD_MAN = 0, 1
+FORMATS = ("md", "html", "json")
 
 
 def read_entries(root: Path) -> tuple[list, int, list[str]]:
     """The course's matrix entries (none without env/matrix.toml), the verification window, problems."""
-    from ..releases import MATRIX_RELATIVE, MatrixError, read_matrix
+    from ..matrix import MATRIX_RELATIVE, MatrixError, read_matrix
 
     path = root / MATRIX_RELATIVE
     if not path.is_file():
@@ -64,51 +68,106 @@ def skipped_runs(specs: list[str], labs: list[Lab], entries: list, context: hist
     return runs
 
 
-def run(args) -> int:
-    root = find_root(args.root)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "The verdict per lab and matrix entry (verified, outdated, failing, flaky, stale, skipped, never "
+        "run) from the ledger `ci/history/` and new result records (docs/freshness.md). --diff: what changed "
+        "since each pair's previous run; --format html: the dashboard; --stamp: append to the ledger, "
+        "refresh the README table and the badges."
+    )
+    parser.add_argument("--results", nargs="*", metavar="DIR", help="folders of new result records (default results/)")
+    parser.add_argument("--format", default="md", choices=FORMATS, help="html: the dashboard")
+    parser.add_argument("--output", metavar="FILE", help="write to this file instead of stdout")
+    parser.add_argument("--diff", action="store_true", help="show what changed since the previous run of each pair")
+    parser.add_argument(
+        "--stamp",
+        action="store_true",
+        help="append new runs to ci/history, refresh ci/results/freshness.json, ci/badges and the README table",
+    )
+    parser.add_argument(
+        "--upstream", metavar="JSON", help="findings of `rocmlab releases check --json`: entries with newer releases"
+    )
+    parser.add_argument(
+        "--skip", action="append", metavar="ENTRY=REASON", help="record every lab on ENTRY as skipped (repeatable)"
+    )
+    parser.add_argument("--github-summary", action="store_true", help="append a summary to $GITHUB_STEP_SUMMARY")
+    parser.add_argument(
+        "--max-gpu-age",
+        type=float,
+        metavar="DAYS",
+        help="dead-man check: exit 1 when no ROCm entry passed anything in DAYS days",
+    )
+
+
+def main(
+    *,
+    root=None,
+    results=None,
+    format: str = "md",
+    output=None,
+    diff: bool = False,
+    stamp: bool = False,
+    upstream=None,
+    skip=None,
+    github_summary: bool = False,
+    max_gpu_age: float | None = None,
+) -> int:
+    """The report of the course at ``root``; EXIT_DEAD_MAN when ``max_gpu_age`` finds no recent GPU verification."""
+    if format not in FORMATS:
+        raise InputError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
+    root = find_root(root)
     labs = discover(root)
     entries, window, problems = read_entries(root)
     context = history.Context.detect(root)
     ledger, ledger_problems = history.read_ledger(root)
-    dirs = [Path(d) for d in args.results] if args.results else [root / "results"]
+    dirs = [Path(d) for d in results] if results else [root / "results"]
     new, result_problems = history.load_results([d for d in dirs if d.is_dir()], context)
-    new += skipped_runs(args.skip or [], labs, entries, context)
+    new += skipped_runs(skip or [], labs, entries, context)
     runs = history.merge(ledger, new)
-    upstream, upstream_problems = read_upstream(Path(args.upstream), entries) if args.upstream else (None, [])
+    newer, upstream_problems = read_upstream(Path(upstream), entries) if upstream else (None, [])
     freezes = history.FreezeStore(root)
-    report = build(labs, runs, entries, window_days=window, upstream=upstream, freezes=freezes)
+    report = build(labs, runs, entries, window_days=window, upstream=newer, freezes=freezes)
     report.problems = problems + ledger_problems + result_problems + upstream_problems
     diffs = diff_runs(runs, freezes, only={(r.lab, r.env) for r in new} if new else None)
-    if args.stamp:
-        try:
-            changed = stamp(report, new, root, {e.name for e in entries})
-        except ValueError as exc:
-            raise LabError(str(exc)) from None
-        for path in changed:
-            print(f"stamped {path.relative_to(root)}", file=sys.stderr)
-        print(f"{len(changed)} file(s) changed", file=sys.stderr)
-        outside = sorted({r.env for r in new} - {e.name for e in entries})
-        if outside:
-            print(f"not recorded in ci/history (not matrix entries): {', '.join(outside)}", file=sys.stderr)
-    if args.github_summary:
+    if stamp:
+        _stamp(report, new, root, entries)
+    if github_summary:
         _append_step_summary(to_summary(report, diff_markdown(diffs)))
-    output = Path(args.output) if args.output else None
+    _write(_render(report, diffs, format, diff, Path(output) if output else None), Path(output) if output else None)
+    if max_gpu_age is not None:
+        return dead_man(runs, entries, max_gpu_age)
+    return EXIT_OK
+
+
+def _stamp(report, new: list[history.Run], root: Path, entries: list) -> None:
+    try:
+        changed = stamp_ledger(report, new, root, {e.name for e in entries})
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
+    for path in changed:
+        print(f"stamped {path.relative_to(root)}", file=sys.stderr)
+    print(f"{len(changed)} file(s) changed", file=sys.stderr)
+    outside = sorted({r.env for r in new} - {e.name for e in entries})
+    if outside:
+        print(f"not recorded in ci/history (not matrix entries): {', '.join(outside)}", file=sys.stderr)
+
+
+def _render(report, diffs, format: str, diff: bool, output: Path | None) -> str:
     relative_to = output.resolve().parent if output else Path.cwd()
-    if args.format == "html":
-        text = render_dashboard(report, diffs, relative_to)
-    elif args.diff:
-        text = diff_markdown(diffs) if args.format == "md" else _json_diff(diffs)
-    else:
-        text = to_markdown(report) if args.format == "md" else to_json(report, relative_to=relative_to) + "\n"
+    if format == "html":
+        return render_dashboard(report, diffs, relative_to)
+    if diff:
+        return diff_markdown(diffs) if format == "md" else _json_diff(diffs)
+    return to_markdown(report) if format == "md" else to_json(report, relative_to=relative_to) + "\n"
+
+
+def _write(text: str, output: Path | None) -> None:
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
         print(f"wrote {output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    if args.max_gpu_age is not None:
-        return dead_man(runs, entries, args.max_gpu_age)
-    return EXIT_OK
 
 
 def _json_diff(diffs) -> str:

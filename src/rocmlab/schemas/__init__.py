@@ -3,13 +3,16 @@
 ``lab.schema.json`` describes ``solutions/<id>/lab.toml``; ``.taplo.toml`` at the repository
 root hands it to editors (Taplo, VS Code's Even Better TOML) for completion and checks. Each
 property may carry ``expected``, the phrase an error message uses for it ("expected a positive
-integer"); a property without one borrows its parent's.
+integer"); a property without one borrows its parent's. ``matrix.schema.json`` describes
+``env/matrix.toml``; ``rocmlab.matrix`` names each place in it by its entry (a ``locate`` hook).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import tomllib
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -38,49 +41,77 @@ def read_toml(path: Path, error=InputError, missing: str = "") -> dict:
         raise error(f"{path}: not valid TOML: {exc}") from None
 
 
-def validate(data: dict, name: str, path: Path, error=InputError) -> None:
+# locate(parts) -> (where, field): how a message names the place of the field reached by
+# ``parts`` (the keys and indexes from the top of the file): a prefix that says where, and the field.
+Locate = Callable[[list], tuple[str, str]]
+
+
+def dotted(parts: list) -> tuple[str, str]:
+    """The default place of a field: no prefix, the dotted path (``profiles.smoke.timeout_s``)."""
+    return "", ".".join(str(p) for p in parts) or "(top level)"
+
+
+def validate(data: dict, name: str, path: Path, error=InputError, locate: Locate = dotted) -> None:
     """Check ``data`` (read from ``path``) against schema ``name``; raise ``error`` naming the file,
-    the field and what was expected."""
+    the field (as ``locate`` names it) and what was expected. TOML dates are checked as ISO strings."""
     from jsonschema import Draft202012Validator
 
     found = sorted(
-        Draft202012Validator(schema(name)).iter_errors(data),
+        Draft202012Validator(schema(name)).iter_errors(_json_ready(data)),
         key=lambda e: (_FIRST.get(e.validator, 2), [str(p) for p in e.absolute_path]),
     )
     if found:
-        raise error(f"{path}: {describe(found[0], schema(name))}")
+        raise error(f"{path}: {describe(found[0], schema(name), locate)}")
 
 
-def describe(error, root: dict) -> str:
-    """One jsonschema error as rocmlab says it: the dotted field and what was expected."""
-    where = ".".join(str(p) for p in error.absolute_path)
-    prefix = f"{where}." if where else ""
+def describe(error, root: dict, locate: Locate = dotted) -> str:
+    """One jsonschema error as rocmlab says it: where, the field and what was expected."""
+    parts = list(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))[0]
-        return f"unknown field {prefix}{unknown} (allowed: {', '.join(allowed)})"
+        where, field = locate([*parts, unknown])
+        return f"{where}unknown field {field} (allowed: {', '.join(allowed)})"
     if error.validator == "required":
         missing = next(key for key in error.validator_value if key not in error.instance)
         expected = _expected([*error.absolute_schema_path][:-1] + ["properties", missing], root)
-        return f"missing field {prefix}{missing}" + (f" ({expected})" if expected else "")
+        where, field = locate([*parts, missing])
+        return f"{where}missing field {field}" + (f" ({expected})" if expected else "")
     expected = _expected([*error.absolute_schema_path][:-1], root) or error.message
-    return f"field {where or '(top level)'}: expected {expected}, got {error.instance!r}"
+    where, field = locate(parts)
+    return f"{where}field {field}: expected {expected}, got {error.instance!r}"
+
+
+def _json_ready(value):
+    """TOML dates and times become ISO strings (a date with a time keeps its time, so a date pattern fails it)."""
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    return value
 
 
 def _expected(schema_path: list, root: dict) -> str:
     """The ``expected`` phrase of the deepest schema on ``schema_path`` that has one. jsonschema
-    leaves ``$ref`` out of the path: a step a node lacks is taken in the schema it refers to."""
+    leaves ``$ref`` out of the path: a step a node lacks is taken in the schema it refers to; a
+    number steps into a list of schemas (``allOf``, ``anyOf``)."""
     node, found = root, ""
     for step in schema_path:
-        if step not in node and "$ref" in node:
+        if isinstance(node, dict) and step not in node and "$ref" in node:
             node = _resolve(node["$ref"], root)
             found = node.get("expected", found)
-        node = node.get(step, {})
-        if not isinstance(node, dict):
+        if isinstance(node, list) and isinstance(step, int) and step < len(node):
+            node = node[step]
+        elif isinstance(node, dict):
+            node = node.get(step, {})
+        else:
             break
-        if "$ref" in node:
-            found = _resolve(node["$ref"], root).get("expected", found)
-        found = node.get("expected", found)
+        if isinstance(node, dict):
+            if "$ref" in node:
+                found = _resolve(node["$ref"], root).get("expected", found)
+            found = node.get("expected", found)
     return found
 
 

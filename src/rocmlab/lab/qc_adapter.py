@@ -1,0 +1,233 @@
+"""Lab 03's QC-report LoRA adapter, built once and cached, for labs that need a real reporter.
+
+Lab 03 teaches the recipe and throws its adapter away with its temporary folder; lab 06's report
+agent needs one that exists. :func:`ensure_qc_adapter` trains the same recipe (Qwen chat
+template, lab 03's system prompt and user turn, the answer as one line of JSON ending with
+``<|im_end|>`` in the loss, LoRA r=8 / alpha=16 on all seven projections, AdamW with a linear
+decay) on the course's ``qc_reports`` train split, and caches the result next to the course model
+under a key that names the base checkpoint and this recipe. Several processes may ask at once:
+one builds under a file lock, the others wait and reuse it.
+
+:func:`qc_messages` is lab 03's prompt (``SYSTEM_PROMPT``, ``to_messages``); tests/test_qc_adapter.py
+checks it against lab 03's source so that the two cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import unicodedata
+from pathlib import Path
+
+from rocmlab.errors import CommandFailed
+
+ADAPTER_RECIPE = 1  # bump on any change to the prompt, the data selection or the training recipe
+ANSWER_KEYS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
+SYSTEM_PROMPT = "你是质检助手。把缺陷描述转换成 JSON 质检报告，字段：" + "、".join(ANSWER_KEYS) + "。"
+QWEN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MANIFEST = "rocmlab-adapter.json"
+LOCK_TIMEOUT_S = 900
+
+# Lab 03's two profiles: the tiny offline model, and a real 0.5B-class model on a GPU.
+RECIPES = {
+    "tiny": {"steps": 160, "batch_size": 8, "lr": 5e-3, "warmup_fraction": 0.0, "dropout": 0.0, "max_len": 384},
+    "real": {"steps": 300, "batch_size": 16, "lr": 2e-4, "warmup_fraction": 0.1, "dropout": 0.05, "max_len": 384},
+}
+
+
+def qc_messages(product_line: str, description: str, answer: dict | None = None) -> list[dict]:
+    """Lab 03's chat turns for one defect description; with ``answer``, the assistant turn too."""
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"产品线：{product_line}\n缺陷描述：{description}"},
+    ]
+    if answer is not None:
+        messages.append({"role": "assistant", "content": json.dumps(answer, ensure_ascii=False)})
+    return messages
+
+
+def _normal(text: str) -> str:
+    return "".join(unicodedata.normalize("NFKC", text).split())
+
+
+def training_records() -> list[dict]:
+    """qc_reports train, first record per normalised description, none that also occurs in eval."""
+    from rocmlab.assets.loaders import load_qc_reports
+
+    held_out = {_normal(r["description"]) for r in load_qc_reports("eval")}
+    seen, kept = set(), []
+    for record in load_qc_reports("train"):
+        key = _normal(record["description"])
+        if key not in seen and key not in held_out:
+            seen.add(key)
+            kept.append(record)
+    return kept
+
+
+def adapter_dir(model: str = "tiny-qwen-zh", *, seed: int = 0, cache_dir=None) -> Path:
+    """Where the adapter for ``model`` is cached: keyed by the base checkpoint and the recipe."""
+    from rocmlab.assets.tiny_model import cache_root
+    from rocmlab.lab.models import model_path
+
+    base = Path(model_path(model))
+    return cache_root(cache_dir) / "adapters" / f"{base.name}-qc-lora-a{ADAPTER_RECIPE}-s{seed}"
+
+
+def _valid(path: Path) -> dict | None:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        if not all((path / name).stat().st_size == size for name, size in manifest["files"].items()):
+            return None
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def ensure_qc_adapter(
+    model: str = "tiny-qwen-zh",
+    *,
+    device=None,
+    seed: int = 0,
+    cache_dir=None,
+    log=print,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+) -> Path:
+    """The cached adapter folder for ``model`` (peft format), trained first when missing or partial."""
+    from filelock import FileLock, Timeout
+
+    target = adapter_dir(model, seed=seed, cache_dir=cache_dir)
+    if _valid(target):
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandFailed(f"cannot create the adapter cache {target.parent}: {exc}; set ROCMLAB_CACHE") from exc
+    try:
+        with FileLock(str(target) + ".lock", timeout=lock_timeout_s):
+            if _valid(target):
+                return target
+            shutil.rmtree(target, ignore_errors=True)
+            staging = target.with_name(f"{target.name}.building-{os.getpid()}")
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                _train(model, staging, device=device, seed=seed, log=log)
+                os.replace(staging, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except Timeout:
+        raise CommandFailed(
+            f"waited {lock_timeout_s:.0f} s for another process building {target}; if none runs, delete {target}.lock"
+        ) from None
+    return target
+
+
+def _sample(tokenizer, record, end_id):
+    messages = qc_messages(record["product_line"], record["description"])
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer = json.dumps({k: record["report"][k] for k in ANSWER_KEYS}, ensure_ascii=False)
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [end_id]
+    return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids
+
+
+def _train(model_name: str, out: Path, *, device, seed: int, log) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from rocmlab.lab.env import pick_device, seed_everything
+    from rocmlab.lab.models import load_model
+
+    started = time.perf_counter()
+    recipe = RECIPES["tiny" if model_name == "tiny-qwen-zh" else "real"]
+    device = pick_device("auto" if device is None else str(device))
+    seed_everything(seed)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # lab 03's setting: one thread is fastest for the tiny model, and repeatable
+    try:
+        model, tok = load_model(model_name, device=device)
+        end_id = tok.convert_tokens_to_ids("<|im_end|>")
+        samples = [_sample(tok, r, end_id) for r in training_records()]
+        samples = [s for s in samples if len(s[0]) <= recipe["max_len"]]
+        config = LoraConfig(
+            r=8,
+            lora_alpha=16,
+            lora_dropout=recipe["dropout"],
+            bias="none",
+            target_modules=list(QWEN_PROJECTIONS),
+            task_type="CAUSAL_LM",
+        )
+        peft_model = get_peft_model(model, config)
+        losses = _fit(peft_model, samples, recipe, tok.pad_token_id, device, seed)
+        out.mkdir(parents=True)
+        peft_model.save_pretrained(out)
+    finally:
+        torch.set_num_threads(threads)
+    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+    manifest = {
+        "base_model": model_name,
+        "recipe": ADAPTER_RECIPE,
+        **recipe,
+        "seed": seed,
+        "train_samples": len(samples),
+        "first_loss": round(losses[0], 4),
+        "last_loss": round(sum(losses[-5:]) / len(losses[-5:]), 4),
+        "build_seconds": round(time.perf_counter() - started, 1),
+        "files": files,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    if log:
+        log(
+            f"built lab 03's QC adapter for {model_name} in {manifest['build_seconds']} s "
+            f"({recipe['steps']} steps, loss {manifest['first_loss']} -> {manifest['last_loss']})"
+        )
+
+
+def _fit(peft_model, samples, recipe, pad_id, device, seed) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=recipe["lr"], weight_decay=0.0)
+    steps, warmup = recipe["steps"], int(recipe["steps"] * recipe["warmup_fraction"])
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / (steps - warmup))
+    )
+    generator = torch.Generator().manual_seed(seed)
+    order, losses = [], []
+    peft_model.train()
+    for _ in range(steps):
+        if len(order) < recipe["batch_size"]:
+            order += torch.randperm(len(samples), generator=generator).tolist()
+        chunk, order = order[: recipe["batch_size"]], order[recipe["batch_size"] :]
+        longest = max(len(samples[i][0]) for i in chunk)
+        ids = torch.tensor([samples[i][0] + [pad_id] * (longest - len(samples[i][0])) for i in chunk], device=device)
+        labels = torch.tensor([samples[i][1] + [-100] * (longest - len(samples[i][1])) for i in chunk], device=device)
+        mask = torch.tensor(
+            [[1] * len(samples[i][0]) + [0] * (longest - len(samples[i][0])) for i in chunk], device=device
+        )
+        logits = peft_model(input_ids=ids, attention_mask=mask).logits
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)).float(), labels[:, 1:].reshape(-1), ignore_index=-100
+        )
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    peft_model.eval()
+    return losses
+
+
+def load_qc_reporter(model: str = "tiny-qwen-zh", *, device=None, seed: int = 0, log=print):
+    """``(model with lab 03's adapter, tokenizer)`` in eval mode, building the adapter when absent."""
+    from peft import PeftModel
+
+    from rocmlab.lab.models import load_model
+
+    path = ensure_qc_adapter(model, device=device, seed=seed, log=log)
+    base, tok = load_model(model, device=device)
+    return PeftModel.from_pretrained(base, path).eval(), tok
