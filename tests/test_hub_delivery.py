@@ -242,3 +242,34 @@ def test_everything_delivered_belongs_to_the_learner(tmp_path, changelog):
     assert any(p.is_dir() and not any(c.is_file() for c in p.iterdir()) for p in paths)  # folders of folders too
     not_theirs = [str(p.relative_to(dest)) for p in paths if (p.stat().st_uid, p.stat().st_gid) != owner]
     assert not not_theirs, not_theirs
+
+
+def test_delivery_for_a_real_account_runs_in_a_child_as_that_account(tmp_path, changelog, monkeypatch):
+    """The hub (root) never writes in a home: ``deliver_as_user`` runs the delivery as the owner.
+    Here the owner is this test's own uid (an unprivileged one cannot run this checkout's Python);
+    test_hub_accounts runs it for real accounts."""
+    import os
+    import subprocess
+
+    from rocmlab.hub.delivery import deliver_as_user
+    from rocmlab.hub.language import SETTINGS, SETTINGS_FILE
+
+    seen = []
+    real_run = subprocess.run
+
+    def spy(command, **options):
+        seen.append((command, options.get("user"), options.get("group"), options.get("extra_groups")))
+        return real_run(command, **options)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    owner = (os.geteuid(), os.getegid())
+    dest = tmp_path / "home" / LAB
+    (tmp_path / "home").mkdir()
+    assert deliver_as_user(owner, BUILT, dest, changelog, "zh").action == "new"
+    learner_edit(dest / f"{LAB}.ipynb")
+    done = deliver_as_user(owner, bumped(tmp_path), dest, changelog)
+    assert (done.action, done.beside) == ("updated", [f"{LAB}.v1.2.0.ipynb"])
+    assert "TFLOP/s" in (dest / "UPDATE-1.2.0.md").read_text()  # the CHANGELOG came on stdin
+    assert (tmp_path / "home" / SETTINGS / SETTINGS_FILE).is_file()
+    assert [(user, group, extra) for _, user, group, extra in seen] == [(owner[0], owner[1], [])] * 2
+    assert deliver_as_user(owner, tmp_path / "not-built", tmp_path / "home" / "x") is None

@@ -65,12 +65,20 @@ def test_helm_zh_profile_gives_chinese_notebooks_and_menus(monkeypatch, tmp_path
     assert "locale-gen" in (helm.ROOT / "env" / "jupyterhub" / "helm" / "Dockerfile").read_text()
     # the roles hook keeps the profile's language instead of custom.rocmlab.lang
     hook = helm.roles_hook(monkeypatch)
-    pod_env = [helm.types.SimpleNamespace(name="ROCMLAB_HUB_LANG", value="zh")]
-    container = helm.types.SimpleNamespace(image="i:t", env=pod_env, volume_mounts=[])
-    pod = helm.types.SimpleNamespace(spec=helm.types.SimpleNamespace(containers=[container]))
-    user = helm.types.SimpleNamespace(name="x", groups=[])
-    hook(helm.types.SimpleNamespace(user=user), pod)
-    assert [v.value for v in container.env if v.name == "ROCMLAB_HUB_LANG"] == ["zh"]
+    _, default = helm.spawn(hook, groups=[])
+    assert default["ROCMLAB_HUB_LANG"] == helm.CUSTOM["lang"]
+    zh = helm.types.SimpleNamespace(name="ROCMLAB_HUB_LANG", value="zh")
+    real_namespace = helm.types.SimpleNamespace
+
+    def with_zh(**fields):  # the profile's environment is on the container before the hook runs
+        if "env" in fields:
+            fields["env"] = [*fields["env"], zh]
+        return real_namespace(**fields)
+
+    monkeypatch.setattr(helm.types, "SimpleNamespace", with_zh)
+    _, env_zh = helm.spawn(hook, groups=[])
+    monkeypatch.setattr(helm.types, "SimpleNamespace", real_namespace)
+    assert env_zh["ROCMLAB_HUB_LANG"] == "zh"
     # postStart with the profile's variables: zh notebooks and the JupyterLab setting in the home
     script = helm.POST_START.replace(helm.CUSTOM["courseDir"], str(helm.ROOT))
     home = tmp_path / "home"

@@ -79,11 +79,16 @@ def newer(version: str, than: str) -> bool:
         return version != than
 
 
-def changelog_since(changelog: Path | None, previous: str, version: str) -> str:
+def changelog_text(changelog: Path | str | None) -> str:
+    """A CHANGELOG's text, from its path ('' when missing) or as given."""
+    if isinstance(changelog, Path):
+        return changelog.read_text(encoding="utf-8") if changelog.is_file() else ""
+    return changelog or ""
+
+
+def changelog_since(changelog: Path | str | None, previous: str, version: str) -> str:
     """The CHANGELOG sections (``## X.Y.Z``) newer than ``previous`` up to ``version``, as written."""
-    if changelog is None or not changelog.is_file():
-        return ""
-    sections = re.split(r"^## ", changelog.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]
+    sections = re.split(r"^## ", changelog_text(changelog), flags=re.MULTILINE)[1:]
     kept = []
     for section in sections:
         heading = section.split("\n", 1)[0].strip()
@@ -100,10 +105,11 @@ def read_manifest(dest: Path) -> dict:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else {}
 
 
-def deliver_lab(src: Path, dest: Path, owner: tuple[int, int] | None = None, changelog: Path | None = None):
+def deliver_lab(src: Path, dest: Path, owner: tuple[int, int] | None = None, changelog: Path | str | None = None):
     """Deliver the built lab folder ``src`` to ``dest`` (see the module's doc); None when ``src`` is
     not a built lab. ``owner`` (uid, gid) owns everything written; ``changelog`` is the lab's
-    CHANGELOG.md, quoted in the update note."""
+    CHANGELOG.md (its path or text), quoted in the update note. Runs as the caller: for a real
+    account use ``deliver_as_user``."""
     lab_id = src.name
     if not (src / f"{lab_id}.ipynb").is_file():
         return None
@@ -180,6 +186,36 @@ def _own(path: Path, owner) -> None:
         os.chown(path, *owner, follow_symlinks=False)
 
 
+def deliver_as_user(owner: tuple[int, int], src: Path, dest: Path, changelog: Path | None = None, lang: str = ""):
+    """``deliver_lab`` (and, for ``lang``, JupyterLab's language setting) in a child process running
+    as ``owner``: a home is its user's to shape, symlinks included, so the hub (root) never writes
+    in it. The CHANGELOG is read here (learners may not read solutions/) and passed on stdin."""
+    import subprocess
+    import sys
+
+    uid, gid = owner
+    home = dest.parent
+    command = [sys.executable, "-I", "-m", "rocmlab.hub.delivery", "one", str(src), str(dest), lang]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    result = subprocess.run(
+        command,
+        input=changelog_text(changelog),
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        env=env,
+        cwd=str(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise OSError(f"delivering {src.name} to {dest} as uid {uid} failed: {result.stderr.strip()[-500:]}")
+    data = json.loads(result.stdout)
+    return Delivery(**data) if data else None
+
+
 def deliver_all(built: Path, home: Path, course: Path | None = None) -> list[Delivery]:
     """Every built lab folder of ``built`` into ``home`` (CHANGELOGs from ``course``/solutions when
     there); the Helm chart's postStart hook runs this as ``python -m rocmlab.hub.delivery BUILT HOME``."""
@@ -192,10 +228,28 @@ def deliver_all(built: Path, home: Path, course: Path | None = None) -> list[Del
     return done
 
 
+def main(argv: list[str]) -> None:
+    """``one SRC DEST [LANG]`` (CHANGELOG text on stdin; the Delivery as JSON): ``deliver_as_user``'s
+    child. ``BUILT HOME``: every lab, what the Helm chart's postStart hook runs."""
+    import sys
+    from dataclasses import asdict
+
+    if argv[0] == "one":
+        src, dest = Path(argv[1]), Path(argv[2])
+        if len(argv) > 3 and argv[3]:
+            from .language import set_lab_language
+
+            set_lab_language(dest.parent, argv[3])
+        delivery = deliver_lab(src, dest, changelog=sys.stdin.read())
+        print(json.dumps(asdict(delivery) if delivery else None))
+        return
+    root = os.environ.get("ROCMLAB_ROOT")
+    for item in deliver_all(Path(argv[0]), Path(argv[1]), Path(root) if root else None):
+        if item.action != "current":
+            print(f"rocmlab: {item.lab_id} {item.previous or '-'} -> {item.version} ({item.action})")
+
+
 if __name__ == "__main__":
     import sys
 
-    root = os.environ.get("ROCMLAB_ROOT")
-    for item in deliver_all(Path(sys.argv[1]), Path(sys.argv[2]), Path(root) if root else None):
-        if item.action != "current":
-            print(f"rocmlab: {item.lab_id} {item.previous or '-'} -> {item.version} ({item.action})")
+    main(sys.argv[1:])

@@ -31,7 +31,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from traitlets import Bool, Integer, List, Unicode
 
-from .delivery import deliver_lab
+from .delivery import deliver_as_user, deliver_lab
 from .labs import COURSE_ID
 from .language import set_lab_language, ui_environment
 
@@ -189,11 +189,16 @@ class CourseSpawner(LocalProcessSpawner):
         """Copy the labs into the home (and the instructor's sources into the course root)."""
         home, owner, delivered = self.home(), self.owner(), []
         prepare_home(home, owner, self.private_homes)
-        set_lab_language(home, self.lang, owner)
+        if not owner:
+            set_lab_language(home, self.lang)
         built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
-        for lab_id in self.labs:
+        for index, lab_id in enumerate(self.labs):
             changelog = Path(self.course_repo) / "solutions" / lab_id / "CHANGELOG.md"
-            done = deliver_lab(built / lab_id, home / lab_id, owner, changelog)
+            if owner:  # a real account: written by the learner's own uid (hub.delivery)
+                lang = self.lang if index == 0 else ""
+                done = deliver_as_user(owner, built / lab_id, home / lab_id, changelog, lang)
+            else:
+                done = deliver_lab(built / lab_id, home / lab_id, None, changelog)
             if done and done.action != "current":
                 delivered.append(lab_id)
             if done and done.action == "updated":
