@@ -163,7 +163,7 @@ def contents_api(server: str, token: str, path: str, method="GET", body=None):
 
 
 @pytest.mark.slow
-def test_edit_bump_deliver_again_through_the_hub(tmp_path):
+def test_edit_bump_deliver_again_through_the_hub(tmp_path, demo_hub_options):
     from rocmlab.build import build
     from rocmlab.hub import DemoHub
 
@@ -175,7 +175,8 @@ def test_edit_bump_deliver_again_through_the_hub(tmp_path):
     )
     (course / ".venv").symlink_to(REPO / ".venv")  # the proxy of `make hub-setup`
     learner = "learner1"
-    with DemoHub(tmp_path / "hub", root=course, learners=(learner,), instructors=(), labs=(LAB,), lang="zh") as hub:
+    options = {"root": course, "learners": (learner,), "instructors": (), "labs": (LAB,), "lang": "zh"}
+    with DemoHub(tmp_path / "hub", **options, **demo_hub_options) as hub:
         server = hub.start_server(learner)
         token = hub.user_token(learner)
         path = f"{LAB}/{LAB}.ipynb"

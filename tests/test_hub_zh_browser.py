@@ -21,7 +21,7 @@ LAB = "01-rocm-setup"
 MENUS_ZH = ["文件", "编辑", "查看", "运行", "内核", "帮助"]
 
 
-def test_zh_learner_gets_jupyterlab_in_chinese(tmp_path):
+def test_zh_learner_gets_jupyterlab_in_chinese(tmp_path, demo_hub_options):
     from rocmlab.hub import DemoHub
 
     if missing_pack("zh"):
@@ -29,7 +29,8 @@ def test_zh_learner_gets_jupyterlab_in_chinese(tmp_path):
     shots = tmp_path / "output"
     shots.mkdir()
     screenshot = shots / "zh-session.png"
-    with DemoHub(tmp_path / "hub", learners=(LEARNER,), instructors=(), labs=(LAB,), lang="zh", timeout_s=120) as hub:
+    options = {"learners": (LEARNER,), "instructors": (), "labs": (LAB,), "lang": "zh", "timeout_s": 120}
+    with DemoHub(tmp_path / "hub", **options, **demo_hub_options) as hub:
         hub.start_server(LEARNER)
         setting = hub.home(LEARNER) / SETTINGS / SETTINGS_FILE
         assert json.loads(setting.read_text()) == {"locale": "zh_CN"}

@@ -8,6 +8,8 @@ taken from the built page, not rebuilt by the test.
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import subprocess
 
@@ -25,6 +27,7 @@ pytest.importorskip("nbgitpuller", reason="nbgitpuller is not installed (hub ext
 LEARNER = "learner1"
 LAB = "01-rocm-setup"
 BRANCH = "student-labs"
+NOBODY = pwd.getpwnam("nobody")
 
 
 def git(*args, cwd) -> None:
@@ -37,6 +40,9 @@ def student_repo(tmp_path):
     git("init", "-q", "-b", BRANCH, cwd=repo)
     git("add", ".", cwd=repo)
     git("-c", "user.name=ci", "-c", "user.email=ci@example.invalid", "commit", "-qm", "labs", cwd=repo)
+    if os.geteuid() == 0:  # the demo's servers run as nobody, and git refuses a repository of another user
+        for path in [repo, *repo.rglob("*")]:
+            os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid, follow_symlinks=False)
     return repo
 
 
@@ -47,13 +53,14 @@ def launch_link(site, lang: str) -> str:
     return link
 
 
-def test_launch_link_delivers_the_lab_and_opens_it(tmp_path):
+def test_launch_link_delivers_the_lab_and_opens_it(tmp_path, demo_hub_options):
     from rocmlab.hub import DemoHub
 
     repo = student_repo(tmp_path)
     shots = tmp_path / "output"
     shots.mkdir()
-    with DemoHub(tmp_path / "hub", learners=(LEARNER,), instructors=(), labs=(LAB,), timeout_s=120) as hub:
+    options = {"learners": (LEARNER,), "instructors": (), "labs": (LAB,), "timeout_s": 120}
+    with DemoHub(tmp_path / "hub", **options, **demo_hub_options) as hub:
         site = tmp_path / "site"
         config = read_config(REPO, hub_url=hub.url, labs_repo=repo.as_uri(), labs_branch=BRANCH)
         build_site(REPO, site, config, [LAB], progress=lambda *_: None)
