@@ -245,32 +245,42 @@ def test_everything_delivered_belongs_to_the_learner(tmp_path, changelog):
     assert not not_theirs, not_theirs
 
 
-def test_delivery_for_a_real_account_runs_in_a_child_as_that_account(tmp_path, changelog, monkeypatch):
-    """The hub (root) never writes in a home: ``deliver_as_user`` runs the delivery as the owner.
-    Here the owner is this test's own uid (an unprivileged one cannot run this checkout's Python);
-    test_hub_accounts runs it for real accounts."""
+def test_delivery_for_a_real_account_runs_as_that_account(tmp_path, changelog):
+    """With real accounts the hub is root and the home is the learner's to fill: ``deliver_as_user``
+    writes as the learner (a forked child that dropped to their uid), so a link the learner planted
+    where the new version goes cannot make root write outside the home."""
     import os
-    import subprocess
+    import pwd
 
     from rocmlab.hub.delivery import deliver_as_user
     from rocmlab.hub.language import SETTINGS, SETTINGS_FILE
 
-    seen = []
-    real_run = subprocess.run
-
-    def spy(command, **options):
-        seen.append((command, options.get("user"), options.get("group"), options.get("extra_groups")))
-        return real_run(command, **options)
-
-    monkeypatch.setattr(subprocess, "run", spy)
-    owner = (os.geteuid(), os.getegid())
-    dest = tmp_path / "home" / LAB
-    (tmp_path / "home").mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("dropping to another account needs root")
+    nobody = pwd.getpwnam("nobody")
+    owner = (nobody.pw_uid, nobody.pw_gid)
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, *owner)
+    dest = home / LAB
     assert deliver_as_user(owner, BUILT, dest, changelog, "zh").action == "new"
-    learner_edit(dest / f"{LAB}.ipynb")
-    done = deliver_as_user(owner, bumped(tmp_path), dest, changelog)
+    paths = [dest, *dest.rglob("*"), home / SETTINGS / SETTINGS_FILE]
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in paths} == {owner}
+    # the learner edits, and plants a link where the new version will be written
+    notebook = dest / f"{LAB}.ipynb"
+    learner_edit(notebook)
+    os.chown(notebook, *owner)
+    root_only = tmp_path / "root-only"
+    root_only.mkdir(mode=0o700)
+    (dest / "UPDATE-1.2.0.md").symlink_to(root_only / "planted")
+    with pytest.raises(OSError, match="as uid .*PermissionError"):
+        deliver_as_user(owner, bumped(tmp_path), dest, changelog)
+    assert not (root_only / "planted").exists()
+    # without the link the update arrives, written by the learner's uid
+    (dest / "UPDATE-1.2.0.md").unlink()
+    (dest / f"{LAB}.v1.2.0.ipynb").unlink()
+    done = deliver_as_user(owner, bumped(tmp_path / "again"), dest, changelog)
     assert (done.action, done.beside) == ("updated", [f"{LAB}.v1.2.0.ipynb"])
-    assert "TFLOP/s" in (dest / "UPDATE-1.2.0.md").read_text()  # the CHANGELOG came on stdin
-    assert (tmp_path / "home" / SETTINGS / SETTINGS_FILE).is_file()
-    assert [(user, group, extra) for _, user, group, extra in seen] == [(owner[0], owner[1], [])] * 2
-    assert deliver_as_user(owner, tmp_path / "not-built", tmp_path / "home" / "x") is None
+    assert "TFLOP/s" in (dest / "UPDATE-1.2.0.md").read_text()  # the CHANGELOG read before the fork
+    assert (dest / f"{LAB}.v1.2.0.ipynb").stat().st_uid == owner[0]
+    assert deliver_as_user(owner, tmp_path / "not-built", home / "x") is None

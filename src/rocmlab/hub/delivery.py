@@ -26,13 +26,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 MANIFEST = ".rocmlab-delivered.json"
+DELIVERY_TIMEOUT_S = 120
 IGNORED = ("__pycache__", ".ipynb_checkpoints")
 
 
@@ -105,39 +105,61 @@ def read_manifest(dest: Path) -> dict:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else {}
 
 
+def read_built(src: Path) -> dict[str, bytes]:
+    """A built lab folder's files by relative name ({} when ``src`` is not a built lab)."""
+    if not (src / f"{src.name}.ipynb").is_file():
+        return {}
+    return {name: (src / name).read_bytes() for name in built_files(src)}
+
+
 def deliver_lab(src: Path, dest: Path, owner: tuple[int, int] | None = None, changelog: Path | str | None = None):
     """Deliver the built lab folder ``src`` to ``dest`` (see the module's doc); None when ``src`` is
     not a built lab. ``owner`` (uid, gid) owns everything written; ``changelog`` is the lab's
     CHANGELOG.md (its path or text), quoted in the update note. Runs as the caller: for a real
     account use ``deliver_as_user``."""
-    lab_id = src.name
-    if not (src / f"{lab_id}.ipynb").is_file():
-        return None
-    version = notebook_version(src / f"{lab_id}.ipynb")
-    files = built_files(src)
+    built = read_built(src)
+    return deliver_files(src.name, built, dest, owner, changelog_text(changelog)) if built else None
+
+
+def deliver_files(lab_id: str, built: dict[str, bytes], dest: Path, owner=None, changelog: str = "") -> Delivery:
+    """``deliver_lab`` of files already read (``read_built``)."""
+    version = notebook_version_of(built[f"{lab_id}.ipynb"])
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in built.items()}
     if not dest.exists():
-        written = [_copy(src / name, dest / name, owner) for name in files]
-        _write_manifest(dest, version, {name: sha256(src / name) for name in files}, owner)
-        return Delivery(lab_id, "new", version, replaced=[str(p.relative_to(dest)) for p in written])
+        for name, data in built.items():
+            _put(data, dest / name, owner)
+        _write_manifest(dest, version, digests, owner)
+        return Delivery(lab_id, "new", version, replaced=sorted(built))
     manifest = read_manifest(dest)
     previous = manifest.get("version") or notebook_version(dest / f"{lab_id}.ipynb")
-    if not newer(version, previous) or (dest / beside_name(f"{lab_id}.ipynb", version)).exists():
+    if not newer(version, previous) or _exists(dest / beside_name(f"{lab_id}.ipynb", version)):
         return Delivery(lab_id, "current", version, previous)
     delivery = Delivery(lab_id, "updated", version, previous)
     hashes = dict(manifest["files"]) if manifest else {}
-    for name in files:
+    for name, data in built.items():
         target = dest / name
-        if not target.exists() or sha256(target) == hashes.get(name):
-            _copy(src / name, target, owner)
-            hashes[name] = sha256(src / name)
+        if not _exists(target) or sha256(target) == hashes.get(name):
+            _put(data, target, owner)
+            hashes[name] = digests[name]
             delivery.replaced.append(name)
-        elif sha256(target) != sha256(src / name):
-            _copy(src / name, dest / beside_name(name, version), owner)
+        elif sha256(target) != digests[name]:
+            _put(data, dest / beside_name(name, version), owner)
             delivery.beside.append(beside_name(name, version))
     delivery.note = f"UPDATE-{version}.md"
     _write(dest / delivery.note, update_note(delivery, changelog_since(changelog, previous, version)), owner)
     _write_manifest(dest, version, hashes, owner)
     return delivery
+
+
+def notebook_version_of(data: bytes) -> str:
+    try:
+        return str(json.loads(data)["metadata"]["rocmlab"]["version"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
 
 
 def update_note(delivery: Delivery, changes: str) -> str:
@@ -162,12 +184,12 @@ def update_note(delivery: Delivery, changes: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _copy(src: Path, dest: Path, owner) -> Path:
+def _put(data: bytes, dest: Path, owner) -> Path:
     missing = [folder for folder in [dest.parent, *dest.parent.parents] if not folder.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     for folder in missing:
         _own(folder, owner)
-    shutil.copyfile(src, dest)
+    dest.write_bytes(data)
     _own(dest, owner)
     return dest
 
@@ -187,33 +209,69 @@ def _own(path: Path, owner) -> None:
 
 
 def deliver_as_user(owner: tuple[int, int], src: Path, dest: Path, changelog: Path | None = None, lang: str = ""):
-    """``deliver_lab`` (and, for ``lang``, JupyterLab's language setting) in a child process running
-    as ``owner``: a home is its user's to shape, symlinks included, so the hub (root) never writes
-    in it. The CHANGELOG is read here (learners may not read solutions/) and passed on stdin."""
-    import subprocess
-    import sys
+    """``deliver_lab`` (and, with ``lang``, JupyterLab's language setting) in a forked child that
+    has dropped to ``owner`` (uid, gid) for good: a home is its user's to shape, symlinks included,
+    so the hub (root) never writes in it. The CHANGELOG is read here, before the fork (learners may
+    not read solutions/), and so are the built files; the child works inside the home through a
+    descriptor opened here, so the home's ancestors need not be passable for it. A child that fails or takes longer than ``DELIVERY_TIMEOUT_S`` is an OSError."""
+    import select
+    import signal
+    import time
+    from dataclasses import asdict
 
-    uid, gid = owner
-    home = dest.parent
-    command = [sys.executable, "-I", "-m", "rocmlab.hub.delivery", "one", str(src), str(dest), lang]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
-    result = subprocess.run(
-        command,
-        input=changelog_text(changelog),
-        user=uid,
-        group=gid,
-        extra_groups=[],
-        env=env,
-        cwd=str(home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise OSError(f"delivering {src.name} to {dest} as uid {uid} failed: {result.stderr.strip()[-500:]}")
-    data = json.loads(result.stdout)
-    return Delivery(**data) if data else None
+    from .language import set_lab_language
+
+    text = changelog_text(changelog)
+    built = read_built(src)
+    if not built:
+        return None
+    home = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(home)
+        raise
+    if pid == 0:  # the child: never returns
+        status = 1
+        try:
+            os.close(read_end)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(owner[1])
+                os.setuid(owner[0])
+            os.fchdir(home)  # the home, opened as root: its ancestors need not be passable for the learner
+            if lang:
+                set_lab_language(Path("."), lang)
+            delivery = deliver_files(src.name, built, Path(dest.name), changelog=text)
+            answer, status = {"delivery": asdict(delivery)}, 0
+        except BaseException as exc:  # noqa: BLE001 (reported to the parent, which raises)
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            try:
+                os.write(write_end, json.dumps(answer).encode())
+            finally:
+                os._exit(status)
+    os.close(write_end)
+    os.close(home)
+    chunks, deadline = [], time.monotonic() + DELIVERY_TIMEOUT_S
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                raise OSError(f"delivering {src.name} to {dest}: no answer within {DELIVERY_TIMEOUT_S} s")
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    answer = json.loads(b"".join(chunks) or b'{"error": "the child died"}')
+    if "error" in answer:
+        raise OSError(f"delivering {src.name} to {dest} as uid {owner[0]}: {answer['error']}")
+    return Delivery(**answer["delivery"])
 
 
 def deliver_all(built: Path, home: Path, course: Path | None = None) -> list[Delivery]:
@@ -229,20 +287,7 @@ def deliver_all(built: Path, home: Path, course: Path | None = None) -> list[Del
 
 
 def main(argv: list[str]) -> None:
-    """``one SRC DEST [LANG]`` (CHANGELOG text on stdin; the Delivery as JSON): ``deliver_as_user``'s
-    child. ``BUILT HOME``: every lab, what the Helm chart's postStart hook runs."""
-    import sys
-    from dataclasses import asdict
-
-    if argv[0] == "one":
-        src, dest = Path(argv[1]), Path(argv[2])
-        if len(argv) > 3 and argv[3]:
-            from .language import set_lab_language
-
-            set_lab_language(dest.parent, argv[3])
-        delivery = deliver_lab(src, dest, changelog=sys.stdin.read())
-        print(json.dumps(asdict(delivery) if delivery else None))
-        return
+    """``BUILT HOME``: every lab of BUILT into HOME, what the Helm chart's postStart hook runs."""
     root = os.environ.get("ROCMLAB_ROOT")
     for item in deliver_all(Path(argv[0]), Path(argv[1]), Path(root) if root else None):
         if item.action != "current":

@@ -196,7 +196,11 @@ class CourseSpawner(LocalProcessSpawner):
             changelog = Path(self.course_repo) / "solutions" / lab_id / "CHANGELOG.md"
             if owner:  # a real account: written by the learner's own uid (hub.delivery)
                 lang = self.lang if index == 0 else ""
-                done = deliver_as_user(owner, built / lab_id, home / lab_id, changelog, lang)
+                try:
+                    done = deliver_as_user(owner, built / lab_id, home / lab_id, changelog, lang)
+                except OSError as exc:  # the learner's home refused it (a link, a full disk): their server still starts
+                    self.log.warning("rocmlab: %s not delivered to %s: %s", lab_id, self.user.name, exc)
+                    continue
             else:
                 done = deliver_lab(built / lab_id, home / lab_id, None, changelog)
             if done and done.action != "current":
