@@ -7,13 +7,14 @@ TORCH     ?= torch==2.13.0
 JOBS      ?= 2
 RESULTS   ?= results
 
-.PHONY: lint setup hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
+.PHONY: lint setup site hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
 	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
 	@echo "make test       fast tests (unit + quick end-to-end)"
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
+	@echo "make site       the course website into _site/ (static, bilingual, offline; docs/site.md)"
 	@echo "make hub-setup  configurable-http-proxy (npm) for rocmlab hub"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make build | check | verify | report | bench | clean"
@@ -27,6 +28,16 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The course website: the site extra once, then `rocmlab site` (reads labs/, fetches nothing).
+SITE      ?= _site
+SITE_STAMP := $(VENV)/.rocmlab-site-installed
+$(SITE_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e ".[site]"
+	touch $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	$(ROCMLAB) site --out $(SITE)
+
 # configurable-http-proxy for `rocmlab hub`, from npm into the venv (no global install).
 HUB_PROXY := $(VENV)/hub-node/node_modules/.bin/configurable-http-proxy
 $(HUB_PROXY): | $(STAMP)
@@ -38,9 +49,12 @@ hub-setup: $(HUB_PROXY)
 # Debian packages of the slow tests: redis-server (lab 06's broker), chromium (the hub's
 # browser test) and shellcheck (ci/*.sh and the workflows' run: blocks, through actionlint).
 # Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
+# fonts-noto-cjk: Chinese glyphs in the zh screenshots (site and hub browser tests).
 SYSTEM_PACKAGES := redis-server chromium shellcheck
+FONT_PACKAGES := fonts-noto-cjk
 system-deps:
 	@missing=""; for pkg in $(SYSTEM_PACKAGES); do command -v $$pkg >/dev/null || missing="$$missing $$pkg"; done; \
+	for pkg in $(FONT_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (apt-get)"; \

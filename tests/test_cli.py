@@ -63,6 +63,7 @@ BAD_INPUT = {
     "grade": (["grade", "01", "--submissions", "{tmp}/no-class"], "no-class: no such submissions folder"),
     "check": (["check", "{tmp}/nope.ipynb"], "nope.ipynb: no such notebook"),
     "hub": (["hub", "--demo", "--labs", "99-nope"], "unknown lab '99-nope'"),
+    "site": (["site", "--hub-url", "hub.example.org"], "site.toml: missing (the hub URL of the launch links)"),
 }
 
 

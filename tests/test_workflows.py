@@ -40,7 +40,24 @@ def load(name: str) -> dict:
 
 
 def test_three_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["freshness.yml", "pr.yml", "release-check.yml"]
+    assert [p.name for p in WORKFLOWS] == ["freshness.yml", "pages.yml", "pr.yml", "release-check.yml"]
+
+
+def test_pages_workflow_builds_the_site_and_publishes_it_and_the_student_branch():
+    import tomllib
+
+    workflow = load("pages.yml")
+    build, branch, deploy = workflow["jobs"]["build"], workflow["jobs"]["student-labs"], workflow["jobs"]["deploy"]
+    runs = "\n".join(step.get("run", "") for step in build["steps"])
+    assert '".[site]"' in runs and "rocmlab build --check" in runs and "rocmlab site --out _site" in runs
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact"))
+    assert upload["with"]["path"] == "_site"
+    assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in deploy["steps"])
+    split = "\n".join(step.get("run", "") for step in branch["steps"])
+    assert "git subtree split --prefix labs" in split and "env/site.toml" in split
+    site = tomllib.loads((ROOT / "env" / "site.toml").read_text())
+    assert site["labs_branch"] != "main"  # the launch links never pull the branch holding solutions/
 
 
 def test_actionlint_passes():

@@ -33,6 +33,7 @@ COMMANDS = {
     "env": ("rocmlab.environments", "the release matrix's environments: create, list, Dockerfiles"),
     "grade": ("rocmlab.grading.command", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),
     "check": ("rocmlab.check", "a learner's offline self-check of a notebook's visible tests"),
+    "site": ("rocmlab.site", "the course website (static, bilingual, offline) with launch links to the hub"),
     "hub": (
         "rocmlab.hub",
         "the workshop JupyterHub of this machine (--demo: loopback, shared password, not secure)",

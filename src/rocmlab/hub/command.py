@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import processes
 from ..errors import ExitCode
 from .labs import LANGUAGES, PROFILES
+from .language import missing_pack
 from .launch import log_tail
 from .local import LocalHub
 
@@ -42,7 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ip", default="", metavar="ADDRESS", help="public address (default: all; --demo: always 127.0.0.1)"
     )
-    parser.add_argument("--lang", default="en", choices=LANGUAGES, help="language of the delivered notebooks")
+    parser.add_argument(
+        "--lang",
+        default="en",
+        choices=LANGUAGES,
+        help="language of the delivered notebooks and of JupyterLab's menus (zh: the zh-CN language pack)",
+    )
     parser.add_argument(
         "--labs", nargs="*", default=[], metavar="LAB", help="labs put in every home (default: every built lab)"
     )
@@ -126,6 +132,11 @@ def main(
         print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
     elif not os.environ.get("ROCMLAB_CACHE"):
         print(CACHE_WARNING, file=sys.stderr)
+    if missing_pack(lang):
+        print(
+            f"JupyterLab's menus stay in English: {missing_pack(lang)} is not installed (pip install -e '.[hub]')",
+            file=sys.stderr,
+        )
     previous = processes.exit_on_sigterm()
     try:
         with hub:

@@ -31,7 +31,9 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from traitlets import Bool, Integer, List, Unicode
 
+from .delivery import deliver_as_user, deliver_lab
 from .labs import COURSE_ID
+from .language import set_lab_language, ui_environment
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
@@ -169,6 +171,7 @@ class CourseSpawner(LocalProcessSpawner):
             env["ROCMLAB_COURSE_ROOT"] = str(self.course_root())
         if self.gpu_policy == "spread" and self.gpu_count > 0:
             env["ROCR_VISIBLE_DEVICES"] = str(spread_gpu(CourseSpawner._gpu_of, self.user.name, self.gpu_count))
+        env.update(ui_environment(self.lang))
         return env
 
     def make_preexec_fn(self, name):
@@ -186,10 +189,26 @@ class CourseSpawner(LocalProcessSpawner):
         """Copy the labs into the home (and the instructor's sources into the course root)."""
         home, owner, delivered = self.home(), self.owner(), []
         prepare_home(home, owner, self.private_homes)
+        if not owner:
+            set_lab_language(home, self.lang)
         built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
-        for lab_id in self.labs:
-            if copy_missing(built / lab_id, home / lab_id, owner):
+        for index, lab_id in enumerate(self.labs):
+            changelog = Path(self.course_repo) / "solutions" / lab_id / "CHANGELOG.md"
+            if owner:  # a real account: written by the learner's own uid (hub.delivery)
+                lang = self.lang if index == 0 else ""
+                try:
+                    done = deliver_as_user(owner, built / lab_id, home / lab_id, changelog, lang)
+                except OSError as exc:  # the learner's home refused it (a link, a full disk): their server still starts
+                    self.log.warning("rocmlab: %s not delivered to %s: %s", lab_id, self.user.name, exc)
+                    continue
+            else:
+                done = deliver_lab(built / lab_id, home / lab_id, None, changelog)
+            if done and done.action != "current":
                 delivered.append(lab_id)
+            if done and done.action == "updated":
+                self.log.info(
+                    "rocmlab: %s %s -> %s for %s: %s", lab_id, done.previous, done.version, self.user.name, done.note
+                )
         if self.is_instructor():
             self.write_sources(owner)
         return delivered
