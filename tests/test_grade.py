@@ -78,6 +78,23 @@ def test_finds_nbgrader_layout_and_flat_files(tmp_path):
     assert [(s.student, s.path.name) for s in found] == [("ann", "01-grade.ipynb"), ("cat", "cat.ipynb")]
 
 
+def test_a_newer_version_delivered_beside_the_old_one_is_graded_when_saved_last(tmp_path):
+    import os
+
+    lab = tmp_path / "ann" / "01-grade"
+    lab.mkdir(parents=True)
+    old, new, other = lab / "01-grade.ipynb", lab / "01-grade.v1.1.0.ipynb", lab / "notes.ipynb"
+    for i, path in enumerate((new, other, old)):
+        path.write_text("{}")
+        os.utime(path, (1000 + i, 1000 + i))
+    assert find_submissions(tmp_path, "01-grade")[0].path == old  # went on in the edited notebook
+    os.utime(new, (2000, 2000))
+    assert find_submissions(tmp_path, "01-grade")[0].path == new  # moved to the new version
+    old.unlink()
+    new.unlink()
+    assert find_submissions(tmp_path, "01-grade")[0].path == other
+
+
 def test_no_submissions_is_a_clear_error(tmp_path):
     with pytest.raises(LabError, match="no submissions of 01-grade"):
         find_submissions(tmp_path, "01-grade")

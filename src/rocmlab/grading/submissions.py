@@ -86,11 +86,10 @@ def find_submissions(folder: Path, lab_id: str) -> list[Submission]:
     if (folder / "submitted").is_dir():
         folder = folder / "submitted"
     found: dict[str, Submission] = {}
-    for path in sorted(folder.glob(f"*/{lab_id}/*.ipynb")):
-        student = path.parent.parent.name
-        preferred = path.name == f"{lab_id}.ipynb"
-        if student not in found or preferred:
-            found[student] = Submission(student, path, _link_problem(folder, path))
+    for lab_folder in sorted(p for p in folder.glob(f"*/{lab_id}") if p.is_dir()):
+        path = pick_lab_notebook(sorted(lab_folder.glob("*.ipynb")), lab_id)
+        if path:
+            found[lab_folder.parent.name] = Submission(lab_folder.parent.name, path, _link_problem(folder, path))
     for path in sorted(folder.glob("*.ipynb")):
         if path.stem in found:
             raise LabError(
@@ -103,6 +102,18 @@ def find_submissions(folder: Path, lab_id: str) -> list[Submission]:
             f"{folder}: no submissions of {lab_id} found (expected <student>/{lab_id}/*.ipynb or <student>.ipynb)"
         )
     return [found[s] for s in sorted(found)]
+
+
+def pick_lab_notebook(paths: list[Path], lab_id: str) -> Path | None:
+    """The notebook to grade among a learner's: ``<lab>.ipynb`` or a newer version delivered beside
+    it mid-course (``<lab>.v<version>.ipynb``, rocmlab.hub.delivery), whichever the learner saved
+    last; any notebook when neither is there."""
+    named = [
+        p for p in paths if p.name == f"{lab_id}.ipynb" or re.fullmatch(rf"{re.escape(lab_id)}\.v[^/]+\.ipynb", p.name)
+    ]
+    if not named:
+        return paths[0] if paths else None
+    return max(named, key=lambda p: (p.lstat().st_mtime, p.name))
 
 
 def _link_problem(folder: Path, path: Path) -> str:
