@@ -88,6 +88,8 @@ def test_adapter_recipe_is_lab03s(recipe, profile):
 
     params = lab03_parameter_defaults() | parse_lab(LAB03.parent).profiles[profile].params
     assert qc_adapter.RECIPES[recipe] == {
+        "r": params["LORA_R"],
+        "alpha": params["LORA_ALPHA"],
         "steps": params["MAX_STEPS"],
         "batch_size": params["BATCH_SIZE"],
         "lr": params["LEARNING_RATE"],

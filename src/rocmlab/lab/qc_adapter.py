@@ -3,7 +3,7 @@
 Lab 03 teaches the recipe and throws its adapter away with its temporary folder; lab 06's report
 agent needs one that exists. :func:`ensure_qc_adapter` trains the same recipe (Qwen chat
 template, lab 03's system prompt and user turn, the answer as one line of JSON ending with
-``<|im_end|>`` in the loss, LoRA r=8 / alpha=16 on all seven projections, AdamW with a linear
+``<|im_end|>`` in the loss, LoRA on all seven projections (rank per profile, ``RECIPES``), AdamW with a linear
 decay) on the course's ``qc_reports`` train split, and caches the result next to the course model
 under a key that names the base checkpoint and this recipe. Several processes may ask at once:
 one builds under a file lock, the others wait and reuse it.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rocmlab.errors import CommandFailed
 
-ADAPTER_RECIPE = 1  # bump on any change to the prompt, the data selection or the training recipe
+ADAPTER_RECIPE = 2  # bump on any change to the prompt, the data selection or the training recipe
 ANSWER_KEYS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
 SYSTEM_PROMPT = "你是质检助手。把缺陷描述转换成 JSON 质检报告，字段：" + "、".join(ANSWER_KEYS) + "。"
 QWEN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -32,8 +32,26 @@ LOCK_TIMEOUT_S = 900
 
 # Lab 03's two profiles: the tiny offline model, and a real 0.5B-class model on a GPU.
 RECIPES = {
-    "tiny": {"steps": 160, "batch_size": 8, "lr": 5e-3, "warmup_fraction": 0.0, "dropout": 0.0, "max_len": 384},
-    "real": {"steps": 300, "batch_size": 16, "lr": 2e-4, "warmup_fraction": 0.1, "dropout": 0.05, "max_len": 384},
+    "tiny": {
+        "r": 16,
+        "alpha": 32,
+        "steps": 320,
+        "batch_size": 8,
+        "lr": 5e-3,
+        "warmup_fraction": 0.0,
+        "dropout": 0.0,
+        "max_len": 384,
+    },
+    "real": {
+        "r": 8,
+        "alpha": 16,
+        "steps": 300,
+        "batch_size": 16,
+        "lr": 2e-4,
+        "warmup_fraction": 0.1,
+        "dropout": 0.05,
+        "max_len": 384,
+    },
 }
 
 
@@ -152,8 +170,8 @@ def _train(model_name: str, out: Path, *, device, seed: int, log) -> None:
         samples = [_sample(tok, r, end_id) for r in training_records()]
         samples = [s for s in samples if len(s[0]) <= recipe["max_len"]]
         config = LoraConfig(
-            r=8,
-            lora_alpha=16,
+            r=recipe["r"],
+            lora_alpha=recipe["alpha"],
             lora_dropout=recipe["dropout"],
             bias="none",
             target_modules=list(QWEN_PROJECTIONS),
