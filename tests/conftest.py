@@ -110,3 +110,23 @@ def demo_hub_options(tmp_path):
     for keep in scratch.glob("keep*"):  # only bound inside the namespace: empty here
         keep.rmdir()
     scratch.rmdir()
+
+
+@pytest.fixture(scope="session")
+def _quick_model_cache(tmp_path_factory):
+    from rocmlab.assets import tiny_model
+
+    cache = tmp_path_factory.mktemp("quick-model-cache")
+    tiny_model.ensure_tiny_model(cache, steps=1, evaluate=False, log=None)
+    return cache
+
+
+@pytest.fixture
+def quick_tiny_model(_quick_model_cache, monkeypatch):
+    """tiny-qwen-zh after one pre-training step, in a private cache: for fast tests that need the
+    model's shapes and files, not what it learned (the full recipe takes minutes to build)."""
+    from rocmlab.assets import tiny_model
+
+    monkeypatch.setenv("ROCMLAB_CACHE", str(_quick_model_cache))
+    monkeypatch.setattr(tiny_model, "DEFAULT_STEPS", 1)
+    return _quick_model_cache

@@ -123,12 +123,10 @@ def test_two_processes_building_at_once_build_once(tmp_path):
     assert len(builders) == 1 and builders <= {r["pid"] for r in results}
 
 
-def test_load_model_from_cache(quick_build, monkeypatch):
+def test_load_model_from_cache(quick_tiny_model):
     from rocmlab import lab
 
-    cache, path, _ = quick_build
-    monkeypatch.setenv("ROCMLAB_CACHE", str(cache))
-    monkeypatch.setattr(tiny_model, "DEFAULT_STEPS", QUICK["steps"])
+    path = tiny_model.model_dir(quick_tiny_model)
     started = time.perf_counter()
     model, tokenizer = lab.load_model(device="cpu")
     elapsed = time.perf_counter() - started

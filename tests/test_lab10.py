@@ -267,7 +267,7 @@ def test_checkpoints_resume_the_newest_complete_one(ns, empty, tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-def test_export_writes_a_model_transformers_loads(ns, empty, tmp_path):
+def test_export_writes_a_model_transformers_loads(ns, empty, tmp_path, quick_tiny_model):
     from transformers import AutoModelForCausalLM
 
     from rocmlab import lab
