@@ -83,7 +83,7 @@ def test_cpu_entries_pin_two_library_generations():
     current, previous = m.get("cpu-current"), m.get("cpu-previous")
     assert Version(current.pin("transformers")).major == Version(previous.pin("transformers")).major + 1
     assert Version(current.pin("peft")) > Version(previous.pin("peft"))
-    assert Version(current.torch_version) >= Version("2.14.1") and current.held == ("torch",)
+    assert Version(current.torch_version) >= Version("2.14.1") and current.held == ("torch", "triton")
     assert previous.torch_version == "2.13.0+cpu"
 
 
@@ -320,7 +320,10 @@ def test_the_current_matrix_is_up_to_date_and_says_what_it_holds():
     entries = releases.load_matrix(MATRIX)
     findings = proposals.compare(entries, recorded(entries), today=TODAY)
     assert not findings.anything and not findings.failures
-    assert findings.held == ["cpu-current: torch 2.14.1 held; PyPI has 2.15.0 (2026-11-04)"]
+    assert findings.held == [
+        "cpu-current: torch 2.14.1 held; PyPI has 2.15.0 (2026-11-04)",
+        "cpu-current: triton 3.8.0 held; PyPI has 3.9.0 (2026-10-27)",  # torch 2.14.1 requires triton~=3.8.0
+    ]
     assert "Nothing newer" in proposals.render_body(findings)
 
 
