@@ -203,6 +203,25 @@ class Run:
     env: dict
     uid: int | None
     engine_options: dict
+    cell_timeout_s: int = 0
+    upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
+
+    def kernel_spec(self):
+        """What the worker needs to start this run's kernel ahead of its notebook."""
+        from .execute import Spec
+
+        return Spec(
+            input="",
+            output="",
+            cwd=str(self.work),
+            parameters={},
+            cell_timeout_s=self.cell_timeout_s,
+            timeout_s=0,
+            python=self.worker.python,
+            kernel_name=KERNEL_NAME,
+            extra_env=self.env,
+            engine_options=self.engine_options,
+        )
 
     def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int):
         """Run the notebook at ``source`` here, every cell even after errors; ``(executed or None, outcome)``."""
@@ -223,7 +242,8 @@ class Run:
                 kernel_name=KERNEL_NAME,
                 extra_env=self.env,
                 engine_options=self.engine_options,
-            )
+            ),
+            prestart=self.upcoming.kernel_spec() if self.upcoming else None,
         )
         try:
             return nbformat.read(output, as_version=4), outcome
@@ -249,10 +269,15 @@ class Sandbox:
         expose: list[Path] | None = None,
         backend: str | None = None,
         env: dict | None = None,
+        prestart: bool = False,
     ):
         """``hide``: paths the kernel must not see, except ``expose`` (and the interpreter) below
         them; ``isolate``: False for none; ``backend``: one of ``BACKENDS``, else the best here;
-        ``env``: more variables for the kernels."""
+        ``env``: more variables for the kernels; ``prestart``: each run of a slot starts the
+        kernel of the slot's next run (a class: the kernel start overlaps the previous notebook).
+
+        With ``prestart`` two kernels of a slot live at once, so each slot alternates between two
+        grader users: a running learner's kernel never shares its uid with the next learner's."""
         self.limits = limits or Limits()
         self.env = dict(env or {})
         self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
@@ -264,7 +289,11 @@ class Sandbox:
         if self.switch_user and not confined and any(closed_ancestor(p) for p in interpreter_paths()):
             self.switch_user = False  # the grader user could not even start Python here
         self.problems: list[str] = []
-        self._locks = self._claim_users(slots) if self.switch_user else []
+        self.prestart = prestart
+        self._turns = 2 if prestart else 1
+        self._pending: dict[int, Run] = {}
+        self._runs_started: dict[int, int] = {}
+        self._locks = self._claim_users(slots * self._turns) if self.switch_user else []
         try:
             self.users = [ensure_user(index) for index, _ in self._locks]
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
@@ -303,8 +332,8 @@ class Sandbox:
             "problems": self.problems,
         }
 
-    def _uid_gid(self, slot: int) -> tuple[int | None, int | None]:
-        return self.users[slot] if self.switch_user else (None, None)
+    def _uid_gid(self, slot: int, turn: int = 0) -> tuple[int | None, int | None]:
+        return self.users[slot * self._turns + turn] if self.switch_user else (None, None)
 
     def _new_worker(self, slot: int) -> Worker:
         """The slot's worker: started on its first run, through a launcher in a root-only folder."""
@@ -341,13 +370,28 @@ class Sandbox:
         return Worker(str(launcher))
 
     def new_run(self, slot: int, cell_timeout_s: int) -> Run:
+        """The slot's next run (made ahead when ``prestart``); with ``prestart`` it also makes the
+        run after it, whose kernel starts while this one runs. Runs of a slot are used in turn."""
+        run = self._pending.pop(slot, None)
+        if run is not None and run.cell_timeout_s != cell_timeout_s:
+            run.cleanup()  # made for other limits: its kernel (if started) ends with the worker's sweep
+            run = None
+        if run is None:
+            run = self._make_run(slot, cell_timeout_s)
+        if self.prestart:
+            run.upcoming = self._pending[slot] = self._make_run(slot, cell_timeout_s)
+        return run
+
+    def _make_run(self, slot: int, cell_timeout_s: int) -> Run:
+        turn = self._runs_started.get(slot, 0) % self._turns
+        self._runs_started[slot] = self._runs_started.get(slot, 0) + 1
         folder = Path(tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.base))
         os.chmod(folder, 0o711)
         private = folder / "private"
         private.mkdir(mode=0o700)
         work = folder / "work"
         work.mkdir(mode=0o700)
-        uid, gid = self._uid_gid(slot)
+        uid, gid = self._uid_gid(slot, turn)
         ipc = folder / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
         ipc.mkdir(mode=0o700)
         if uid is not None:
@@ -376,7 +420,7 @@ class Sandbox:
         options = self.limits.engine_options()
         if self.backend == "bubblewrap":  # the kernel has no network: Unix sockets in the run's folder
             options["ipc_path"] = str(folder / "ipc" / "k")
-        return Run(folder, private, work, self.workers[slot], env, uid, options)
+        return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
     def bwrap_argv(self, private: Path, policy_path: Path, work: Path, ipc: Path) -> list[str]:
         """``bwrap`` and its options around one run's kernel."""
@@ -422,7 +466,9 @@ class Sandbox:
 
     def close(self) -> None:
         for worker in self.workers:
-            worker.close(kill=True)
+            # what still runs is learner code or a kernel started ahead: killed, not asked (saves
+            # about 2 s per slot at the end of a class); kill_user below waits for them
+            worker.close(kill=True, grace_s=0)
         for uid, _ in self.users:
             processes.kill_user(uid)
         for _, lock in self._locks:

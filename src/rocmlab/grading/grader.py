@@ -128,6 +128,7 @@ def _grade_class(
         slots=max(1, jobs),
         backend=backend,
         env={"ROCMLAB_CACHE": str(model_cache())},
+        prestart=True,
     )
     plan = Plan(root, lab, profile, sandbox, sources)
     if backend == "none":
