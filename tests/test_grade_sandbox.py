@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from rocmlab.grading.grader import lab_imports
 from rocmlab.papermill_engine import (
     ENGINE_NAME,
     ERROR_KEEP,
@@ -79,6 +80,22 @@ def test_with_prestart_each_run_brings_the_next_and_a_slot_alternates_users():
     finally:
         sandbox.close()
     assert not sandbox.base.exists()
+
+
+def test_kernels_preimport_only_the_heavy_libraries_the_lab_imports():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import numpy as np\nfrom torch.nn import functional\nfrom . import local"),
+        nbformat.v4.new_code_cell("import pandas", metadata={"nbgrader": {"solution": True}}),  # the learner's
+        nbformat.v4.new_code_cell("not python ("),
+    ]
+    assert lab_imports(nb) == ["numpy", "torch"]
+    sandbox = Sandbox(slots=1, isolate=False, preimport=["numpy", "matplotlib", "os"])
+    try:
+        run = sandbox.new_run(0, 5)
+        assert json.loads((run.private / "policy.json").read_text())["preimport"] == ["numpy"]
+    finally:
+        sandbox.close()
 
 
 @pytest.mark.skipif(not is_root(), reason="namespaces need root")

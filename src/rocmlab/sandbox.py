@@ -95,6 +95,7 @@ class Policy:
     scratch: str = ""  # root-only folder for mount bookkeeping
     bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
     expose: list = field(default_factory=list)  # paths the kernel needs below closed folders
+    preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
 
 
 # ------------------------------------------------------------------ host side
@@ -270,6 +271,7 @@ class Sandbox:
         backend: str | None = None,
         env: dict | None = None,
         prestart: bool = False,
+        preimport: list[str] = (),
     ):
         """``hide``: paths the kernel must not see, except ``expose`` (and the interpreter) below
         them; ``isolate``: False for none; ``backend``: one of ``BACKENDS``, else the best here;
@@ -277,7 +279,9 @@ class Sandbox:
         kernel of the slot's next run (a class: the kernel start overlaps the previous notebook).
 
         With ``prestart`` two kernels of a slot live at once, so each slot alternates between two
-        grader users: a running learner's kernel never shares its uid with the next learner's."""
+        grader users: a running learner's kernel never shares its uid with the next learner's.
+        ``preimport``: modules of ``PREIMPORTABLE`` each kernel imports before ipykernel starts (in
+        the sandbox, as the grader user), so that a prestarted kernel has the lab's heavy imports done."""
         self.limits = limits or Limits()
         self.env = dict(env or {})
         self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
@@ -290,6 +294,7 @@ class Sandbox:
             self.switch_user = False  # the grader user could not even start Python here
         self.problems: list[str] = []
         self.prestart = prestart
+        self.preimport = [m for m in preimport if m in PREIMPORTABLE]
         self._turns = 2 if prestart else 1
         self._pending: dict[int, Run] = {}
         self._runs_started: dict[int, int] = {}
@@ -398,6 +403,7 @@ class Sandbox:
             os.chown(work, uid, gid)
             os.chown(ipc, uid, gid)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
+        policy.preimport = self.preimport
         policy_path = private / "policy.json"
         if self.backend == "bubblewrap":
             policy.bwrap = self.bwrap_argv(private, policy_path, work, ipc)
@@ -625,9 +631,16 @@ def private_temp_folders(work: str) -> None:
 
 # ipykernel's launcher, without its debugger: importing debugpy costs about 0.35 s of every
 # kernel's start, and a graded kernel is never debugged.
+# It first imports the lab's heavy modules named in $ROCMLAB_PREIMPORT (no name reaches the
+# learner's namespace): a kernel started ahead has them loaded when the learner's notebook comes.
 START_KERNEL = (
-    "import sys; sys.modules['debugpy'] = None; from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+    "import os, sys; sys.modules['debugpy'] = None; "
+    "[__import__(m) for m in os.environ.pop('ROCMLAB_PREIMPORT', '').split(',') if m]; "
+    "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
 )
+# Imported before the learner's code only if the lab imports them: libraries without display or
+# backend side effects at import.
+PREIMPORTABLE = ("numpy", "scipy", "pandas", "torch")
 
 
 def kernel_entry(policy: dict, connection_file: str) -> int:
@@ -647,6 +660,7 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         drop_privileges(uid, gid)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
+    os.environ["ROCMLAB_PREIMPORT"] = ",".join(m for m in policy.get("preimport", []) if m in PREIMPORTABLE)
     os.execv(sys.executable, [sys.executable, "-P", "-c", START_KERNEL, "-f", connection_file])
     return 1  # not reached
 
