@@ -1,16 +1,23 @@
-"""Grade a class of 40 with ``rocmlab grade --jobs 2`` and with stock ``nbgrader autograde`` (serial).
+"""Grade a class with ``rocmlab grade --jobs 2`` and with stock ``nbgrader autograde`` (serial).
 
-The class (10 correct, 10 partial, 10 wrong, 10 slow) is made from the real student notebook
-of the grading fixture lab (tests/fixtures/submissions). Both graders get the same files;
-the script checks that every learner gets the same score from both, then prints both wall
-times and the ratio. Exit 1 when a score differs.
+Two classes, each graded by both in the same invocation:
 
-    .venv/bin/python benchmarks/grade_throughput.py [--students 40] [--jobs 2] [--keep DIR]
+- ``fixture``: 40 learners (10 correct, 10 partial, 10 wrong, 10 slow) made from the real
+  student notebook of the grading fixture lab (tests/fixtures/submissions);
+- ``lab``: a real lab's student notebook (``--lab``, lab 01 by default) in three variants, in
+  turn: every exercise answered with the solution, the first half answered, none answered.
+
+Both graders get the same files; the script checks that every learner gets the same score from
+both, then prints both wall times and the ratio. Exit 1 when a score differs.
+
+    .venv/bin/python benchmarks/grade_throughput.py [--students 40] [--lab-students 6] [--jobs 2]
+        [--lab 01-rocm-setup] [--only fixture|lab] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import json
 import os
@@ -26,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "submissions"))
 
 import classroom  # noqa: E402 (after the sys.path setup)
+import nbformat  # noqa: E402 (after the sys.path setup)
 
 from rocmlab.build import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
 from rocmlab.catalog import discover, select  # noqa: E402 (after the sys.path setup)
@@ -34,7 +42,7 @@ BIN = Path(sys.executable).parent
 SLOW_SECONDS = 2
 
 
-def make_class(base, students: int) -> dict:
+def make_fixture_class(base, students: int) -> dict:
     kinds = {
         "correct": classroom.answer(base),
         "partial": classroom.answer(base, norm_src=classroom.NORM_WRONG),
@@ -50,7 +58,31 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_rocmlab(course_root: Path, submissions: Path, out: Path, jobs: int) -> tuple[float, dict]:
+def make_lab_class(root: Path, lab_id: str, work: Path, students: int) -> dict:
+    """A real lab's student notebook: all answers (from the solution), the first half, none."""
+    from rocmlab.build import render_lab
+
+    lab = select(discover(root), [lab_id])[0]
+    base = nbformat.read(render_lab(root, lab, "en", work / f"release-{lab_id}"), as_version=4)
+    solved = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solution_notebook(lab, "en").cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    answers = [c for c in base.cells if c.metadata.get("nbgrader", {}).get("solution")]
+
+    def answered(count: int):
+        nb = copy.deepcopy(base)
+        for cell in [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")][:count]:
+            cell.source = solved[cell.metadata["nbgrader"]["grade_id"]]
+        return nb
+
+    kinds = {"solved": answered(len(answers)), "half": answered(len(answers) // 2), "blank": answered(0)}
+    names = list(kinds)
+    return {f"{names[i % 3]}{i:02d}": kinds[names[i % 3]] for i in range(students)}
+
+
+def run_rocmlab(course_root: Path, lab_id: str, submissions: Path, out: Path, jobs: int) -> tuple[float, dict]:
     started = time.monotonic()
     proc = subprocess.run(
         [
@@ -58,7 +90,7 @@ def run_rocmlab(course_root: Path, submissions: Path, out: Path, jobs: int) -> t
             "--root",
             str(course_root),
             "grade",
-            classroom.LAB,
+            lab_id,
             "--submissions",
             str(submissions),
             "--jobs",
@@ -78,12 +110,13 @@ def run_rocmlab(course_root: Path, submissions: Path, out: Path, jobs: int) -> t
     return wall, {s["student"]: float(s["score"]) for s in summary["students"]}
 
 
-def stock_course(course_root: Path, submissions: Path, course: Path) -> None:
+def stock_course(course_root: Path, lab_id: str, submissions: Path, course: Path) -> None:
     """An nbgrader course with the same source assignment and the same submitted notebooks."""
-    lab = select(discover(course_root), [classroom.LAB])[0]
+    lab = select(discover(course_root), [lab_id])[0]
     source = course / "source" / lab.id
     write_notebook(solution_notebook(lab, "en"), source / f"{lab.id}.ipynb")
-    shutil.copytree(lab.data_dir, source / "data")
+    if lab.data_dir.is_dir():
+        shutil.copytree(lab.data_dir, source / "data")
     config = (REPO / "autograder" / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(
         config + f"\nc.CourseDirectory.root = {str(course)!r}\n", encoding="utf-8"
@@ -101,10 +134,10 @@ def stock_course(course_root: Path, submissions: Path, course: Path) -> None:
     )
 
 
-def run_stock(course: Path) -> tuple[float, dict]:
+def run_stock(course: Path, lab_id: str) -> tuple[float, dict]:
     started = time.monotonic()
     proc = subprocess.run(
-        [str(BIN / "nbgrader"), "autograde", classroom.LAB, "--create", "--force"],
+        [str(BIN / "nbgrader"), "autograde", lab_id, "--create", "--force"],
         cwd=course,
         capture_output=True,
         text=True,
@@ -125,41 +158,57 @@ def run_stock(course: Path) -> tuple[float, dict]:
         return wall, {row["student_id"]: float(row["score"]) for row in csv.DictReader(fh)}
 
 
+def compare(name: str, course_root: Path, lab_id: str, notebooks: dict, work: Path, jobs: int, note: str) -> bool:
+    """Grade one class with both graders, print the figures; True when every score agrees."""
+    work = work / name
+    submissions = work / "class"
+    for student, nb in notebooks.items():
+        classroom.write(nb, submissions / f"{student}.ipynb")
+    stock_course(course_root, lab_id, submissions, work / "stock")
+    print(f"class {name}: {len(notebooks)} submissions of {lab_id} ({note})", flush=True)
+    cpu = children_cpu_s()
+    stock_s, stock = run_stock(work / "stock", lab_id)
+    stock_cpu, cpu = children_cpu_s() - cpu, children_cpu_s()
+    print(f"  nbgrader autograde (serial): {stock_s:7.1f} s wall, {stock_cpu:7.1f} s CPU", flush=True)
+    ours_s, ours = run_rocmlab(course_root, lab_id, submissions, work / "rocmlab", jobs)
+    ours_cpu = children_cpu_s() - cpu
+    print(f"  rocmlab grade --jobs {jobs}:      {ours_s:7.1f} s wall, {ours_cpu:7.1f} s CPU", flush=True)
+    print(f"  load average after the runs: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    differ = sorted(s for s in set(ours) | set(stock) if ours.get(s) != stock.get(s))
+    for student in differ:
+        print(f"  score differs for {student}: rocmlab {ours.get(student)} vs nbgrader {stock.get(student)}")
+    print(f"  scores identical: {not differ} ({len(ours)} learners)")
+    print(
+        f"  speed-up: {stock_s / ours_s:.2f}x (target >= 3x on 2 cores; timings on a shared machine "
+        "are inflated by other load)",
+        flush=True,
+    )
+    return not differ
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--students", type=int, default=40, help="learners in the fixture class")
+    parser.add_argument("--lab-students", type=int, default=6, help="learners in the real lab's class")
+    parser.add_argument("--lab", default="01-rocm-setup", help="the real lab (its smoke profile)")
+    parser.add_argument("--only", choices=("fixture", "lab"), help="grade one of the two classes")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--keep", help="keep the work folder here instead of a temporary one")
     args = parser.parse_args()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rocmlab-bench-"))
+    print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     try:
-        base = classroom.student_notebook(classroom.COURSE, work)
-        submissions = work / "class"
-        for name, nb in make_class(base, args.students).items():
-            classroom.write(nb, submissions / f"{name}.ipynb")
-        stock_course(classroom.COURSE, submissions, work / "stock")
-        print(
-            f"class: {args.students} submissions of {classroom.LAB} (correct, partial, wrong, slow "
-            f"with a {SLOW_SECONDS} s cell)",
-            flush=True,
-        )
-        cpu = children_cpu_s()
-        stock_s, stock = run_stock(work / "stock")
-        stock_cpu, cpu = children_cpu_s() - cpu, children_cpu_s()
-        print(f"nbgrader autograde (serial): {stock_s:7.1f} s wall, {stock_cpu:7.1f} s CPU", flush=True)
-        ours_s, ours = run_rocmlab(classroom.COURSE, submissions, work / "rocmlab", args.jobs)
-        ours_cpu = children_cpu_s() - cpu
-        print(f"rocmlab grade --jobs {args.jobs}:      {ours_s:7.1f} s wall, {ours_cpu:7.1f} s CPU", flush=True)
-        print(f"load average after the runs: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        differ = sorted(s for s in set(ours) | set(stock) if ours.get(s) != stock.get(s))
-        for student in differ:
-            print(f"score differs for {student}: rocmlab {ours.get(student)} vs nbgrader {stock.get(student)}")
-        print(f"scores identical: {not differ} ({len(ours)} learners)")
-        print(
-            f"speed-up: {stock_s / ours_s:.2f}x (target >= 1.7x on 2 cores; timings on a shared machine "
-            "are inflated by other load)"
-        )
-        return 1 if differ else 0
+        same = True
+        if args.only in (None, "fixture"):
+            base = classroom.student_notebook(classroom.COURSE, work)
+            notebooks = make_fixture_class(base, args.students)
+            note = f"correct, partial, wrong, slow with a {SLOW_SECONDS} s cell"
+            same &= compare("fixture", classroom.COURSE, classroom.LAB, notebooks, work, args.jobs, note)
+        if args.only in (None, "lab"):
+            notebooks = make_lab_class(REPO, args.lab, work, args.lab_students)
+            note = "all answers, half, none"
+            same &= compare("lab", REPO, args.lab, notebooks, work, args.jobs, note)
+        return 0 if same else 1
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

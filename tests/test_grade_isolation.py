@@ -74,7 +74,11 @@ def _grade(course, tmp_path_factory):
         "reads_litter": (classroom.answer(base, classroom.SUM_OK + seen), 5),
     }
     folder = work / "submitted"
+    entries["shadows_modules"] = (classroom.answer(base), 5)
     classroom.write_class({k: (nb, s, set()) for k, (nb, s) in entries.items()}, folder, layout="nbgrader")
+    for module in ("psutil", "json"):  # beside the notebook, so in the kernel's start-up folder
+        hijack = "import os\nopen('/tmp/hijacked', 'w').write(str(os.getuid()))\nraise SystemExit('hijacked')\n"
+        (folder / "shadows_modules" / classroom.LAB / f"{module}.py").write_text(hijack)
     for name in ("newline\n", os.fsdecode(b"caf\xe9")):  # a trailing newline; a non-UTF-8 folder name
         classroom.write(classroom.answer(base), folder / name / classroom.LAB / f"{classroom.LAB}.ipynb")
     classroom.write(classroom.answer(base), folder / "dotdot.ipynb")

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from rocmlab.grading.grader import lab_imports
 from rocmlab.papermill_engine import (
     ENGINE_NAME,
     ERROR_KEEP,
@@ -50,7 +51,7 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
         assert stat.S_IMODE(launcher.parent.stat().st_mode) == 0o700
         assert "rocmlab.sandbox worker" in launcher.read_text() and "unshare" not in launcher.read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
-        assert spec["argv"][1:4] == ["-m", "rocmlab.sandbox", "kernel"]
+        assert spec["argv"][1:5] == ["-P", "-m", "rocmlab.sandbox", "kernel"]  # -P: work folder not on sys.path
         assert run.env["HOME"] == str(run.work) and run.env["JUPYTER_PATH"].startswith(str(run.private))
         if sandbox.switch_user:
             assert run.work.stat().st_uid == policy["uid"] != 0
@@ -59,6 +60,42 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
     finally:
         sandbox.close()
     assert not sandbox.base.exists()
+
+
+def test_with_prestart_each_run_brings_the_next_and_a_slot_alternates_users():
+    sandbox = Sandbox(slots=2, isolate=False, prestart=True)
+    try:
+        first = sandbox.new_run(0, 5)
+        second = sandbox.new_run(0, 5)
+        assert first.upcoming is second and second.upcoming is not None and second.upcoming.folder.exists()
+        assert first.upcoming.kernel_spec().cwd == str(second.work)
+        other_slot = sandbox.new_run(1, 5)
+        assert other_slot.upcoming is not None and other_slot.worker is not first.worker
+        assert sandbox.new_run(0, 7).cell_timeout_s == 7  # a run made for other limits is not used
+        if sandbox.switch_user:  # two kernels of a slot live at once: never under one uid
+            assert first.uid != second.uid and second.uid != second.upcoming.uid
+            assert len({first.uid, second.uid, other_slot.uid, other_slot.upcoming.uid}) == 4
+        for run in (first, second, other_slot):
+            run.cleanup()
+    finally:
+        sandbox.close()
+    assert not sandbox.base.exists()
+
+
+def test_kernels_preimport_only_the_heavy_libraries_the_lab_imports():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import numpy as np\nfrom torch.nn import functional\nfrom . import local"),
+        nbformat.v4.new_code_cell("import pandas", metadata={"nbgrader": {"solution": True}}),  # the learner's
+        nbformat.v4.new_code_cell("not python ("),
+    ]
+    assert lab_imports(nb) == ["numpy", "torch"]
+    sandbox = Sandbox(slots=1, isolate=False, preimport=["numpy", "matplotlib", "os"])
+    try:
+        run = sandbox.new_run(0, 5)
+        assert json.loads((run.private / "policy.json").read_text())["preimport"] == ["numpy"]
+    finally:
+        sandbox.close()
 
 
 @pytest.mark.skipif(not is_root(), reason="namespaces need root")
@@ -91,6 +128,14 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
         assert str((tmp_path / "course" / "keep.toml").resolve()) not in " ".join(argv)
         assert run.engine_options["ipc_path"].startswith(str(run.folder))
         assert "unshare" not in Path(run.worker.python).read_text()
+        spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
+        inside = spec["argv"].index("kernel-inside")  # bwrap starts the kernel's entry point itself
+        assert spec["argv"][: len(argv)] == argv and spec["argv"][inside - 3 : inside] == [
+            "-P",
+            "-m",
+            "rocmlab.sandbox",
+        ]
+        assert ["--ro-bind", "{connection_file}", "{connection_file}"] == spec["argv"][len(argv) + 2 : len(argv) + 5]
     finally:
         sandbox.close()
         shutil.rmtree(tmp_path)

@@ -81,12 +81,13 @@ def kernel_environment(tag: str, extra: dict) -> dict:
     return env
 
 
-def end_run(tag: str, root_pid: int | None = None) -> None:
-    """End every process tagged with the run (kernel, torchrun ranks) and ``root_pid``'s tree."""
+def end_run(tag: str, root_pid: int | None = None, grace_s: float = KILL_GRACE_S) -> None:
+    """End every process tagged with the run (kernel, torchrun ranks) and ``root_pid``'s tree;
+    ``grace_s`` 0: SIGKILL at once, without waiting for them to go."""
     found = processes.marked(RUN_TAG, tag)
     if root_pid is not None:
         found += processes.descendants(root_pid)
-    processes.end(found, KILL_GRACE_S)
+    processes.end(found, grace_s)
 
 
 # ---------------------------------------------------------------- parent side
@@ -100,6 +101,7 @@ class Worker:
         self.tag = uuid.uuid4().hex
         self.proc: subprocess.Popen | None = None
         self.log = None
+        self._tags: dict[str, str] = {}  # a prestarted kernel's folder -> the tag it runs under
 
     def __enter__(self) -> Worker:
         return self
@@ -121,18 +123,29 @@ class Worker:
         )
         return self.proc
 
-    def run(self, spec: Spec) -> Outcome:
-        """Execute ``spec.input`` into ``spec.output``; never hangs, never leaves a process behind."""
+    def run(self, spec: Spec, prestart: Spec | None = None) -> Outcome:
+        """Execute ``spec.input`` into ``spec.output``; never hangs, never leaves a process behind.
+
+        ``prestart``: the kernel of the next run (its ``cwd``, kernel and environment), which the
+        worker starts now, so that it is ready when that run comes; only for specs that bring their
+        own ``TMPDIR`` (a sandbox run). A prestarted kernel carries its run's tag from the start."""
         Path(spec.output).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.cwd).mkdir(parents=True, exist_ok=True)
-        tag = uuid.uuid4().hex
+        tag = self._tags.pop(spec.cwd, None) or uuid.uuid4().hex
         request = Path(spec.output).parent / f".run-{tag[:8]}.json"
         outcome_path = request.with_suffix(".outcome.json")
         # The run's own temporary folder, removed after it: a killed kernel leaves its connection
         # file, and labs their temporary files, in $TMPDIR (a sandbox run brings its own).
         scratch = None if "TMPDIR" in spec.extra_env else tempfile.mkdtemp(prefix="rocmlab-run-")
         env = kernel_environment(tag, {**({"TMPDIR": scratch} if scratch else {}), **spec.extra_env})
-        write_json_atomic(request, {"spec": spec.__dict__, "env": env, "outcome": str(outcome_path)})
+        message = {"spec": spec.__dict__, "env": env, "outcome": str(outcome_path)}
+        if prestart is not None and "TMPDIR" in prestart.extra_env:
+            self._tags[prestart.cwd] = next_tag = uuid.uuid4().hex
+            message["prestart"] = {
+                "spec": prestart.__dict__,
+                "env": kernel_environment(next_tag, prestart.extra_env),
+            }
+        write_json_atomic(request, message)
         started = time.monotonic()
         try:
             outcome = self._wait(request, outcome_path, spec, started)
@@ -184,8 +197,9 @@ class Worker:
         except (OSError, ValueError):  # closed by another thread's close()
             return []
 
-    def close(self, kill: bool = False) -> int | None:
-        """Stop the worker (politely unless ``kill``) and end everything it started; its exit status."""
+    def close(self, kill: bool = False, grace_s: float = KILL_GRACE_S) -> int | None:
+        """Stop the worker (politely unless ``kill``) and end everything it started, giving each
+        process ``grace_s`` after SIGTERM; its exit status."""
         with _LIVE_LOCK:
             proc, self.proc = self.proc, None
             _LIVE.discard(self)
@@ -197,7 +211,7 @@ class Worker:
                 proc.wait(timeout=KILL_GRACE_S)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        end_run(self.tag, proc.pid if proc.poll() is None else None)
+        end_run(self.tag, proc.pid if proc.poll() is None else None, grace_s)
         returncode = proc.wait()
         for stream in (proc.stdin, proc.stdout, self.log):
             with contextlib.suppress(OSError):
@@ -293,7 +307,37 @@ def _become_subreaper() -> None:
         pass  # not Linux: the parent's tag sweep still ends what is left
 
 
-def _execute(spec: Spec) -> dict:
+def _start_kernel(spec: Spec, env: dict):
+    """Start (not wait for) the kernel of a coming run, as papermill would start it; its manager."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+    from traitlets.config import Config
+
+    config = Config()
+    if spec.engine_options.get("ipc_path"):
+        config = Config({"KernelManager": {"transport": "ipc", "ip": spec.engine_options["ipc_path"]}})
+    specs = KernelSpecManager()
+    if env.get("JUPYTER_PATH"):
+        specs = KernelSpecManager(
+            kernel_dirs=[os.path.join(p, "kernels") for p in env["JUPYTER_PATH"].split(os.pathsep)]
+        )
+    manager = AsyncKernelManager(kernel_name=spec.kernel_name, kernel_spec_manager=specs, config=config)
+    runtime = env.get("JUPYTER_RUNTIME_DIR") or tempfile.mkdtemp(prefix="rocmlab-runtime-")
+    os.makedirs(runtime, mode=0o700, exist_ok=True)
+    manager.connection_file = os.path.join(runtime, f"kernel-{uuid.uuid4().hex}.json")
+    run_sync(manager.start_kernel)(env=env, cwd=spec.cwd)
+    return manager
+
+
+def _kernel_pids(manager) -> set[int]:
+    process = getattr(getattr(manager, "provisioner", None), "process", None)
+    if process is None:
+        return set()
+    return {process.pid} | {p.pid for p in processes.descendants(process.pid)}
+
+
+def _execute(spec: Spec, kernel=None) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -312,6 +356,7 @@ def _execute(spec: Spec) -> dict:
             progress_bar=False,
             allow_errors=spec.allow_errors,
             start_timeout=120,
+            **({"km": kernel} if kernel is not None else {}),
             **spec.engine_options,
         )
         return {"status": "passed"}
@@ -356,15 +401,25 @@ def serve() -> int:
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything printed (papermill, a kernel) goes to the log, not into the answers
     processes.exit_on_sigterm()
+    warm: dict = {}  # a coming run's folder -> its kernel, started ahead (Worker.run's prestart)
     for line in sys.stdin:
         request = json.loads(Path(line.strip()).read_text(encoding="utf-8"))
         os.environ.clear()
         os.environ.update(request["env"])  # the kernel inherits the run's tag and settings
         tempfile.tempdir = None  # read $TMPDIR again: the last run's folder is gone
+        spec = Spec(**request["spec"])
+        kernel = warm.pop(spec.cwd, None)
+        warm.clear()  # a kernel for a run that did not come next: the sweep below ends it
         try:
-            result = _execute(Spec(**request["spec"]))
+            if request.get("prestart"):
+                coming = Spec(**request["prestart"]["spec"])
+                with contextlib.suppress(Exception):  # then that run starts its kernel itself
+                    warm[coming.cwd] = _start_kernel(coming, request["prestart"]["env"])
+            result = _execute(spec, kernel)
         finally:
-            processes.end(processes.descendants(os.getpid(), include_self=False), KILL_GRACE_S)
+            kept = set().union(*(_kernel_pids(k) for k in warm.values()))
+            leftovers = [p for p in processes.descendants(os.getpid(), include_self=False) if p.pid not in kept]
+            processes.end(leftovers, KILL_GRACE_S)
         write_json_atomic(Path(request["outcome"]), result)
         answer.write("done\n")
         answer.flush()

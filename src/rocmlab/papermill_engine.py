@@ -176,8 +176,10 @@ class LimitedEngine(NBClientEngine):
             from traitlets.config import Config
 
             options["config"] = Config({"KernelManager": {"transport": "ipc", "ip": ipc_path}})
+        kernel = options.pop("km", None)  # started ahead for this run (rocmlab.execute): this run's alone
         client = LimitedNotebookClient(
             nb_man,
+            km=kernel,
             timeout=execution_timeout,
             startup_timeout=start_timeout,
             kernel_name=kernel_name,
@@ -187,6 +189,7 @@ class LimitedEngine(NBClientEngine):
             stderr_file=stderr_file,
             **options,
         )
+        client.owns_km = True  # so that the client ends that kernel after the run, as one it started
         return client.execute()
 
 

@@ -76,6 +76,8 @@ class Limits:
             "notebook_output_limit": self.max_output_kb * 1024,
             "interrupt_on_timeout": True,
             "store_widget_state": False,
+            # the run's sandbox is torn down after it: no need to wait (about 0.5 s) for a polite exit
+            "shutdown_kernel": "immediate",
         }
 
 
@@ -93,6 +95,7 @@ class Policy:
     scratch: str = ""  # root-only folder for mount bookkeeping
     bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
     expose: list = field(default_factory=list)  # paths the kernel needs below closed folders
+    preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
 
 
 # ------------------------------------------------------------------ host side
@@ -201,6 +204,25 @@ class Run:
     env: dict
     uid: int | None
     engine_options: dict
+    cell_timeout_s: int = 0
+    upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
+
+    def kernel_spec(self):
+        """What the worker needs to start this run's kernel ahead of its notebook."""
+        from .execute import Spec
+
+        return Spec(
+            input="",
+            output="",
+            cwd=str(self.work),
+            parameters={},
+            cell_timeout_s=self.cell_timeout_s,
+            timeout_s=0,
+            python=self.worker.python,
+            kernel_name=KERNEL_NAME,
+            extra_env=self.env,
+            engine_options=self.engine_options,
+        )
 
     def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int):
         """Run the notebook at ``source`` here, every cell even after errors; ``(executed or None, outcome)``."""
@@ -221,7 +243,8 @@ class Run:
                 kernel_name=KERNEL_NAME,
                 extra_env=self.env,
                 engine_options=self.engine_options,
-            )
+            ),
+            prestart=self.upcoming.kernel_spec() if self.upcoming else None,
         )
         try:
             return nbformat.read(output, as_version=4), outcome
@@ -247,10 +270,18 @@ class Sandbox:
         expose: list[Path] | None = None,
         backend: str | None = None,
         env: dict | None = None,
+        prestart: bool = False,
+        preimport: list[str] = (),
     ):
         """``hide``: paths the kernel must not see, except ``expose`` (and the interpreter) below
         them; ``isolate``: False for none; ``backend``: one of ``BACKENDS``, else the best here;
-        ``env``: more variables for the kernels."""
+        ``env``: more variables for the kernels; ``prestart``: each run of a slot starts the
+        kernel of the slot's next run (a class: the kernel start overlaps the previous notebook).
+
+        With ``prestart`` two kernels of a slot live at once, so each slot alternates between two
+        grader users: a running learner's kernel never shares its uid with the next learner's.
+        ``preimport``: modules of ``PREIMPORTABLE`` each kernel imports before ipykernel starts (in
+        the sandbox, as the grader user), so that a prestarted kernel has the lab's heavy imports done."""
         self.limits = limits or Limits()
         self.env = dict(env or {})
         self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
@@ -262,7 +293,12 @@ class Sandbox:
         if self.switch_user and not confined and any(closed_ancestor(p) for p in interpreter_paths()):
             self.switch_user = False  # the grader user could not even start Python here
         self.problems: list[str] = []
-        self._locks = self._claim_users(slots) if self.switch_user else []
+        self.prestart = prestart
+        self.preimport = [m for m in preimport if m in PREIMPORTABLE]
+        self._turns = 2 if prestart else 1
+        self._pending: dict[int, Run] = {}
+        self._runs_started: dict[int, int] = {}
+        self._locks = self._claim_users(slots * self._turns) if self.switch_user else []
         try:
             self.users = [ensure_user(index) for index, _ in self._locks]
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
@@ -301,8 +337,8 @@ class Sandbox:
             "problems": self.problems,
         }
 
-    def _uid_gid(self, slot: int) -> tuple[int | None, int | None]:
-        return self.users[slot] if self.switch_user else (None, None)
+    def _uid_gid(self, slot: int, turn: int = 0) -> tuple[int | None, int | None]:
+        return self.users[slot * self._turns + turn] if self.switch_user else (None, None)
 
     def _new_worker(self, slot: int) -> Worker:
         """The slot's worker: started on its first run, through a launcher in a root-only folder."""
@@ -339,24 +375,40 @@ class Sandbox:
         return Worker(str(launcher))
 
     def new_run(self, slot: int, cell_timeout_s: int) -> Run:
+        """The slot's next run (made ahead when ``prestart``); with ``prestart`` it also makes the
+        run after it, whose kernel starts while this one runs. Runs of a slot are used in turn."""
+        run = self._pending.pop(slot, None)
+        if run is not None and run.cell_timeout_s != cell_timeout_s:
+            run.cleanup()  # made for other limits: its kernel (if started) ends with the worker's sweep
+            run = None
+        if run is None:
+            run = self._make_run(slot, cell_timeout_s)
+        if self.prestart:
+            run.upcoming = self._pending[slot] = self._make_run(slot, cell_timeout_s)
+        return run
+
+    def _make_run(self, slot: int, cell_timeout_s: int) -> Run:
+        turn = self._runs_started.get(slot, 0) % self._turns
+        self._runs_started[slot] = self._runs_started.get(slot, 0) + 1
         folder = Path(tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.base))
         os.chmod(folder, 0o711)
         private = folder / "private"
         private.mkdir(mode=0o700)
         work = folder / "work"
         work.mkdir(mode=0o700)
-        uid, gid = self._uid_gid(slot)
+        uid, gid = self._uid_gid(slot, turn)
         ipc = folder / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
         ipc.mkdir(mode=0o700)
         if uid is not None:
             os.chown(work, uid, gid)
             os.chown(ipc, uid, gid)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
+        policy.preimport = self.preimport
         policy_path = private / "policy.json"
         if self.backend == "bubblewrap":
             policy.bwrap = self.bwrap_argv(private, policy_path, work, ipc)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
-        jupyter = self._write_kernelspec(private, policy_path)
+        jupyter = self._write_kernelspec(private, policy_path, asdict(policy))
         env = {
             "JUPYTER_PATH": str(jupyter),
             "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
@@ -374,7 +426,7 @@ class Sandbox:
         options = self.limits.engine_options()
         if self.backend == "bubblewrap":  # the kernel has no network: Unix sockets in the run's folder
             options["ipc_path"] = str(folder / "ipc" / "k")
-        return Run(folder, private, work, self.workers[slot], env, uid, options)
+        return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
     def bwrap_argv(self, private: Path, policy_path: Path, work: Path, ipc: Path) -> list[str]:
         """``bwrap`` and its options around one run's kernel."""
@@ -403,12 +455,12 @@ class Sandbox:
         argv += ["--ro-bind", str(policy_path), str(policy_path), "--chdir", str(work)]
         return argv
 
-    def _write_kernelspec(self, private: Path, policy_path: Path) -> Path:
+    def _write_kernelspec(self, private: Path, policy_path: Path, policy: dict) -> Path:
         jupyter = private / "jupyter"
         spec_dir = jupyter / "kernels" / KERNEL_NAME
         spec_dir.mkdir(parents=True)
         spec = {
-            "argv": [sys.executable, "-m", "rocmlab.sandbox", "kernel", str(policy_path), "{connection_file}"],
+            "argv": kernel_argv(policy, str(policy_path), "{connection_file}"),
             "display_name": "rocmlab sandbox",
             "language": "python",
             "metadata": {"debugger": False},
@@ -420,7 +472,9 @@ class Sandbox:
 
     def close(self) -> None:
         for worker in self.workers:
-            worker.close(kill=True)
+            # what still runs is learner code or a kernel started ahead: killed, not asked (saves
+            # about 2 s per slot at the end of a class); kill_user below waits for them
+            worker.close(kill=True, grace_s=0)
         for uid, _ in self.users:
             processes.kill_user(uid)
         for _, lock in self._locks:
@@ -575,6 +629,20 @@ def private_temp_folders(work: str) -> None:
         os.close(held)
 
 
+# ipykernel's launcher, without its debugger: importing debugpy costs about 0.35 s of every
+# kernel's start, and a graded kernel is never debugged.
+# It first imports the lab's heavy modules named in $ROCMLAB_PREIMPORT (no name reaches the
+# learner's namespace): a kernel started ahead has them loaded when the learner's notebook comes.
+START_KERNEL = (
+    "import os, sys; sys.modules['debugpy'] = None; "
+    "[__import__(m) for m in os.environ.pop('ROCMLAB_PREIMPORT', '').split(',') if m]; "
+    "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+)
+# Imported before the learner's code only if the lab imports them: libraries without display or
+# backend side effects at import.
+PREIMPORTABLE = ("numpy", "scipy", "pandas", "torch")
+
+
 def kernel_entry(policy: dict, connection_file: str) -> int:
     """Limits, then the grader user, then ipykernel (exec: nothing of this process stays)."""
     uid, gid = policy["uid"], policy["gid"]
@@ -592,15 +660,28 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         drop_privileges(uid, gid)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
-    os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
+    os.environ["ROCMLAB_PREIMPORT"] = ",".join(m for m in policy.get("preimport", []) if m in PREIMPORTABLE)
+    os.execv(sys.executable, [sys.executable, "-P", "-c", START_KERNEL, "-f", connection_file])
     return 1  # not reached
+
+
+def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:
+    """The kernel's command line (``connection_file`` may be jupyter's ``{connection_file}``): with
+    bubblewrap, ``bwrap`` itself starts ``kernel-inside``, saving a Python start per kernel.
+
+    ``-P``: the kernel starts in the learner's work folder, whose files must not shadow the
+    modules this entry point imports while it still runs with the grader's rights."""
+    entry = [sys.executable, "-P", "-m", "rocmlab.sandbox"]
+    if not policy.get("bwrap"):
+        return [*entry, "kernel", policy_path, connection_file]
+    # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
+    argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
+    return [*argv, *entry, "kernel-inside", policy_path, connection_file]
 
 
 def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
     """Start this kernel again inside its ``bwrap``, with its connection file (named only now)."""
-    # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
-    argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
-    argv += [sys.executable, "-m", "rocmlab.sandbox", "kernel-inside", policy_path, connection_file]
+    argv = kernel_argv(policy, policy_path, connection_file)
     os.execv(argv[0], argv)
     return 1  # not reached
 

@@ -3,6 +3,7 @@ nbgrader's autograde; the main thread alone writes the gradebook and the outputs
 
 from __future__ import annotations
 
+import ast
 import os
 import queue
 import shutil
@@ -72,6 +73,24 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     return executed
 
 
+def lab_imports(nb) -> list[str]:
+    """The top-level modules the lab's own code cells import (its heavy ones are loaded ahead)."""
+    names = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code" or grading(cell).get("solution"):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return sorted(names)
+
+
 def fill_tests(plan: Plan, executed, result: StudentResult, grades: dict) -> None:
     source_tests = {grading(c)["grade_id"]: c for c in plan.sources[result.lang].cells if grading(c).get("grade")}
     cells = {grading(c).get("grade_id"): c for c in (executed.cells if executed else [])}
@@ -128,6 +147,8 @@ def _grade_class(
         slots=max(1, jobs),
         backend=backend,
         env={"ROCMLAB_CACHE": str(model_cache())},
+        prestart=True,
+        preimport=lab_imports(sources["en"]),
     )
     plan = Plan(root, lab, profile, sandbox, sources)
     if backend == "none":
