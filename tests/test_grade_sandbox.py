@@ -49,9 +49,9 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
         assert policy["hide"] == [str(tmp_path.resolve())]
         launcher = Path(run.worker.python)
         assert stat.S_IMODE(launcher.parent.stat().st_mode) == 0o700
-        assert "rocmlab.sandbox worker" in launcher.read_text() and "unshare" not in launcher.read_text()
+        assert "rocmlab.sandbox_entry worker" in launcher.read_text() and "unshare" not in launcher.read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
-        assert spec["argv"][1:5] == ["-P", "-m", "rocmlab.sandbox", "kernel"]  # -P: work folder not on sys.path
+        assert spec["argv"][1:5] == ["-P", "-m", "rocmlab.sandbox_entry", "kernel"]  # -P: work folder not on sys.path
         assert run.env["HOME"] == str(run.work) and run.env["JUPYTER_PATH"].startswith(str(run.private))
         if sandbox.switch_user:
             assert run.work.stat().st_uid == policy["uid"] != 0
@@ -133,7 +133,7 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
         assert spec["argv"][: len(argv)] == argv and spec["argv"][inside - 3 : inside] == [
             "-P",
             "-m",
-            "rocmlab.sandbox",
+            "rocmlab.sandbox_entry",
         ]
         assert ["--ro-bind", "{connection_file}", "{connection_file}"] == spec["argv"][len(argv) + 2 : len(argv) + 5]
     finally:

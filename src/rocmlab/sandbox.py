@@ -26,28 +26,22 @@ grader user. The namespace code above is the fallback where bubblewrap is missin
 
 Without either (no bubblewrap, not root) only the resource limits apply: ``Sandbox.backend`` is
 ``"none"`` and ``rocmlab grade`` refuses to run unless told ``--unsafe``. ``Sandbox.isolation``
-says which guarantees hold, and the grading summary records it.
+says which guarantees hold, and the grading summary records it. What runs inside, before any
+learner code, is ``rocmlab.sandbox_entry``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
 import json
 import os
 import pwd
-import resource
 import shutil
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import psutil
 
 from . import processes
 
@@ -369,7 +363,7 @@ class Sandbox:
         launcher = folder / "python"
         prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
         launcher.write_text(
-            f"#!/bin/sh\n{prefix}{sys.executable} -m rocmlab.sandbox worker {policy}\n", encoding="utf-8"
+            f"#!/bin/sh\n{prefix}{sys.executable} -m rocmlab.sandbox_entry worker {policy}\n", encoding="utf-8"
         )
         launcher.chmod(0o700)
         return Worker(str(launcher))
@@ -493,38 +487,6 @@ def choose_backend(isolate: bool | None) -> str:
     return "namespaces" if namespaces_work() else "none"
 
 
-def bring_loopback_up() -> None:
-    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
-
-
-def hide_paths(paths: list[str]) -> None:
-    """Cover each folder with an empty read-only tmpfs and each file with /dev/null (this mount ns only)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 1, 2, 4, 8, 4096
-    for path in paths:
-        if os.path.isdir(path):
-            rc = libc.mount(
-                b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k,mode=000"
-            )
-        elif os.path.exists(path):
-            rc = libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None)
-        else:
-            continue
-        if rc != 0:
-            raise OSError(ctypes.get_errno(), f"cannot hide {path}")
-
-
-def _bind(source: str, target: str) -> None:
-    MS_BIND, MS_REC = 4096, 16384
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
-        raise OSError(ctypes.get_errno(), f"cannot bind {source} to {target}")
-
-
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -556,113 +518,9 @@ def closed_ways(paths: list[Path]) -> dict[str, list[str]]:
     return ways
 
 
-def expose_paths(paths: list[Path], scratch: Path) -> None:
-    """Make ``paths`` reachable by the grader user: a closed folder above them (e.g. /root holding
-    pyenv) is covered with a tmpfs that holds only the way down to each (this mount ns only)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for n, (folder, below) in enumerate(closed_ways(paths).items()):
-        keeps = []
-        for m, path in enumerate(below):
-            keep = scratch / f"keep{n}-{m}"
-            keep.mkdir(mode=0o700, exist_ok=True)
-            _bind(path, str(keep))
-            keeps.append((keep, path))
-        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"size=64k,mode=0711") != 0:
-            raise OSError(ctypes.get_errno(), f"cannot cover {folder}")
-        for keep, path in keeps:
-            Path(path).mkdir(mode=0o711, parents=True, exist_ok=True)
-            _bind(str(keep), path)
-
-
-def apply_limits(limits: dict, uid: int | None) -> None:
-    if limits["memory_mb"] > 0:  # 0: no address-space limit (GPU runtimes reserve huge virtual ranges)
-        mem = limits["memory_mb"] * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    size = limits["max_file_mb"] * 2**20
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    procs = limits["max_processes"]
-    if uid is None:  # our own uid: the count includes the user's other processes
-        procs += sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == os.getuid())
-    resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def drop_privileges(uid: int, gid: int) -> None:
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    PR_SET_NO_NEW_PRIVS = 38
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if os.getuid() != uid or os.geteuid() != uid:
-        raise RuntimeError("failed to drop privileges")
-
-
-def worker_entry(policy: dict) -> int:
-    """``python -m rocmlab.sandbox worker POLICY``: a ``rocmlab.execute`` worker, as root, in the namespaces."""
-    os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
-    if policy["isolate"]:
-        bring_loopback_up()
-        hide_paths(policy["hide"])
-        if policy["uid"] is not None:
-            expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
-    from .execute import block_unused_imports, serve
-
-    block_unused_imports()
-    return serve()
-
-
-def private_temp_folders(work: str) -> None:
-    """This kernel's own mount namespace with empty /tmp, /var/tmp and /dev/shm (the namespace
-    fallback; bubblewrap does this itself); its work folder, which lives under /tmp, is put back."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
-    held = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
-            if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
-                raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
-        os.makedirs(work, mode=0o711, exist_ok=True)
-        _bind(f"/proc/self/fd/{held}", work)
-    finally:
-        os.close(held)
-
-
-# ipykernel's launcher, without its debugger: importing debugpy costs about 0.35 s of every
-# kernel's start, and a graded kernel is never debugged.
-# It first imports the lab's heavy modules named in $ROCMLAB_PREIMPORT (no name reaches the
-# learner's namespace): a kernel started ahead has them loaded when the learner's notebook comes.
-START_KERNEL = (
-    "import os, sys; sys.modules['debugpy'] = None; "
-    "[__import__(m) for m in os.environ.pop('ROCMLAB_PREIMPORT', '').split(',') if m]; "
-    "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
-)
 # Imported before the learner's code only if the lab imports them: libraries without display or
 # backend side effects at import.
 PREIMPORTABLE = ("numpy", "scipy", "pandas", "torch")
-
-
-def kernel_entry(policy: dict, connection_file: str) -> int:
-    """Limits, then the grader user, then ipykernel (exec: nothing of this process stays)."""
-    uid, gid = policy["uid"], policy["gid"]
-    home = policy["home"]
-    if uid is not None:  # the runtime folder is root-only: hand the kernel its own copy
-        copy = Path(home) / ".connection.json"
-        copy.write_bytes(Path(connection_file).read_bytes())
-        os.chown(copy, uid, gid)
-        copy.chmod(0o600)
-        connection_file = str(copy)
-    if policy["isolate"] and home:
-        private_temp_folders(home)
-    apply_limits(policy["limits"], uid)
-    if uid is not None:
-        drop_privileges(uid, gid)
-    if home:
-        os.environ.update({"HOME": home, "TMPDIR": home})
-    os.environ["ROCMLAB_PREIMPORT"] = ",".join(m for m in policy.get("preimport", []) if m in PREIMPORTABLE)
-    os.execv(sys.executable, [sys.executable, "-P", "-c", START_KERNEL, "-f", connection_file])
-    return 1  # not reached
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:
@@ -671,32 +529,9 @@ def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[st
 
     ``-P``: the kernel starts in the learner's work folder, whose files must not shadow the
     modules this entry point imports while it still runs with the grader's rights."""
-    entry = [sys.executable, "-P", "-m", "rocmlab.sandbox"]
+    entry = [sys.executable, "-P", "-m", "rocmlab.sandbox_entry"]
     if not policy.get("bwrap"):
         return [*entry, "kernel", policy_path, connection_file]
     # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
     argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
     return [*argv, *entry, "kernel-inside", policy_path, connection_file]
-
-
-def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
-    """Start this kernel again inside its ``bwrap``, with its connection file (named only now)."""
-    argv = kernel_argv(policy, policy_path, connection_file)
-    os.execv(argv[0], argv)
-    return 1  # not reached
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("worker", "kernel", "kernel-inside"):
-        print("usage: python -m rocmlab.sandbox {worker|kernel} POLICY ...", file=sys.stderr)
-        return 2
-    policy = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    if argv[0] == "worker":
-        return worker_entry(policy)
-    if argv[0] == "kernel" and policy.get("bwrap"):
-        return enter_bubblewrap(policy, argv[1], argv[2])
-    return kernel_entry(policy, argv[2])
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
