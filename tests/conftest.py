@@ -81,7 +81,7 @@ def dedent(text: str) -> str:
 
 # Runs as the launcher of jupyterhub: argv = [-c, scratch, path ..., --, jupyterhub, ...].
 EXPOSE_FOR_DEMO = (
-    "import os, sys; from pathlib import Path; from rocmlab.sandbox import interpreter_paths; from rocmlab.sandbox_entry import expose_paths; "
+    "import os, sys; from pathlib import Path; from rocmlab.sandbox_paths import interpreter_paths; from rocmlab.sandbox_entry import expose_paths; "
     "cut = sys.argv.index('--'); "
     "expose_paths([*interpreter_paths(), *map(Path, sys.argv[2:cut])], Path(sys.argv[1])); "
     "os.execv(sys.argv[cut + 1], sys.argv[cut + 1:])"

@@ -22,7 +22,8 @@ from rocmlab.papermill_engine import (
     LimitedEngine,
     LimitedNotebookClient,
 )
-from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, closed_ancestor, closed_ways, is_root, split_hidden
+from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, is_root
+from rocmlab.sandbox_paths import closed_ancestor, closed_ways, split_hidden
 
 
 def test_closed_ancestor_finds_the_first_folder_others_cannot_enter():

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import processes
+from .sandbox_paths import closed_ancestor, closed_ways, interpreter_paths, is_under, split_hidden
 
 if TYPE_CHECKING:
     from .execute import Worker
@@ -131,29 +132,6 @@ def bubblewrap_works() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
-
-
-def split_hidden(hide: list[Path], expose: list[Path]) -> list[Path]:
-    """The paths to cover so that everything under ``hide`` is hidden except ``expose``: a hidden
-    folder holding an exposed path is replaced by its other entries, recursively."""
-    exposed = [Path(p).resolve() for p in expose if Path(p).exists()]
-    covered: list[Path] = []
-
-    def visit(path: Path) -> None:
-        if any(path == e or path in e.parents for e in exposed):
-            if path in exposed:
-                return
-            for child in sorted(path.iterdir()):
-                if not child.is_symlink():
-                    visit(child)
-        else:
-            covered.append(path)
-
-    for path in hide:
-        path = Path(path)
-        if path.exists() and not path.is_symlink():
-            visit(path.resolve())
-    return [p for p in covered if not any(q in p.parents for q in covered)]
 
 
 def ensure_user(slot: int) -> tuple[int, int]:
@@ -436,11 +414,11 @@ class Sandbox:
             argv += ["--perms", "0711", "--tmpfs", folder]
             for path in paths:
                 for step in reversed(Path(path).parents):
-                    if _under(str(step), folder) and str(step) != folder:
+                    if is_under(str(step), folder) and str(step) != folder:
                         argv += ["--perms", "0711", "--dir", str(step)]
                 argv += ["--ro-bind", path, path]
         for path in self.hide:
-            if any(_under(path, f) and not any(_under(path, e) for e in es) for f, es in covered.items()):
+            if any(is_under(path, f) and not any(is_under(path, e) for e in es) for f, es in covered.items()):
                 continue
             argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
         for folder in (self.base, work.parent, private):  # bwrap would make them root-only
@@ -485,37 +463,6 @@ def choose_backend(isolate: bool | None) -> str:
     if bubblewrap_works():
         return "bubblewrap"
     return "namespaces" if namespaces_work() else "none"
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def closed_ancestor(path: Path) -> tuple[Path, Path] | None:
-    """The first folder above ``path`` that others cannot enter, and its child on the way down."""
-    parts = path.resolve().parts
-    for i in range(1, len(parts)):
-        folder = Path(*parts[:i])
-        if not folder.stat().st_mode & 0o001:
-            return folder, Path(*parts[: i + 1])
-    return None
-
-
-def interpreter_paths() -> list[Path]:
-    return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parent]
-
-
-def closed_ways(paths: list[Path]) -> dict[str, list[str]]:
-    """For each folder others cannot enter (e.g. /root), the given paths below it (e.g. pyenv,
-    the model cache): a sandbox covers such a folder and puts back only those paths."""
-    ways: dict[str, list[str]] = {}
-    for path in paths:
-        if not Path(path).exists():
-            continue
-        found = closed_ancestor(Path(path))
-        if found is not None:
-            ways.setdefault(str(found[0]), []).append(str(Path(path).resolve()))
-    return ways
 
 
 # Imported before the learner's code only if the lab imports them: libraries without display or

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from .sandbox import PREIMPORTABLE, closed_ways, kernel_argv
+from .sandbox import PREIMPORTABLE, kernel_argv
+from .sandbox_paths import closed_ways
 
 
 def bring_loopback_up() -> None:

@@ -1,0 +1,64 @@
+"""Which paths a sandboxed kernel sees: the folders covered (``split_hidden``) and, below folders
+other users cannot enter (``/root`` holding the interpreter or the model cache), the ways put
+back for the grader user (``closed_ancestor``, ``closed_ways``). ``rocmlab.sandbox`` plans with
+them; ``rocmlab.sandbox_entry`` applies them inside.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def split_hidden(hide: list[Path], expose: list[Path]) -> list[Path]:
+    """The paths to cover so that everything under ``hide`` is hidden except ``expose``: a hidden
+    folder holding an exposed path is replaced by its other entries, recursively."""
+    exposed = [Path(p).resolve() for p in expose if Path(p).exists()]
+    covered: list[Path] = []
+
+    def visit(path: Path) -> None:
+        if any(path == e or path in e.parents for e in exposed):
+            if path in exposed:
+                return
+            for child in sorted(path.iterdir()):
+                if not child.is_symlink():
+                    visit(child)
+        else:
+            covered.append(path)
+
+    for path in hide:
+        path = Path(path)
+        if path.exists() and not path.is_symlink():
+            visit(path.resolve())
+    return [p for p in covered if not any(q in p.parents for q in covered)]
+
+
+def is_under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def closed_ancestor(path: Path) -> tuple[Path, Path] | None:
+    """The first folder above ``path`` that others cannot enter, and its child on the way down."""
+    parts = path.resolve().parts
+    for i in range(1, len(parts)):
+        folder = Path(*parts[:i])
+        if not folder.stat().st_mode & 0o001:
+            return folder, Path(*parts[: i + 1])
+    return None
+
+
+def interpreter_paths() -> list[Path]:
+    return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parent]
+
+
+def closed_ways(paths: list[Path]) -> dict[str, list[str]]:
+    """For each folder others cannot enter (e.g. /root), the given paths below it (e.g. pyenv,
+    the model cache): a sandbox covers such a folder and puts back only those paths."""
+    ways: dict[str, list[str]] = {}
+    for path in paths:
+        if not Path(path).exists():
+            continue
+        found = closed_ancestor(Path(path))
+        if found is not None:
+            ways.setdefault(str(found[0]), []).append(str(Path(path).resolve()))
+    return ways
