@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from class_outputs import HOSTILE, LAB, write_outputs
-from test_hub_browser import chromium_path, launch_args
+from test_hub_browser import check_offline_page
 
 from rocmlab.grading.analytics import write_class_page
 
@@ -24,27 +24,9 @@ sync_api = pytest.importorskip(
 
 
 def test_class_page_renders_in_a_real_browser(tmp_path):
-    executable = chromium_path()
     page_file = write_class_page(write_outputs(tmp_path / "grades"))
     screenshot = tmp_path / "output" / "class-page.png"
-    screenshot.parent.mkdir()
-    refused, dialogs = [], []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=launch_args())
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.route("http*://**", lambda route: (refused.append(route.request.url), route.abort()))
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            try:
-                page.goto(page_file.as_uri(), wait_until="load")
-                check_the_page(page)
-            finally:
-                page.screenshot(path=str(screenshot), full_page=True)
-                print(f"screenshot: {screenshot}")
-        finally:
-            browser.close()
-    assert refused == [] and dialogs == []
-    assert screenshot.stat().st_size > 0
+    check_offline_page(page_file, screenshot, {"width": 1280, "height": 900}, check_the_page)
 
 
 def check_the_page(page) -> None:

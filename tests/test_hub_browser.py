@@ -62,6 +62,29 @@ def launch_args() -> list[str]:
     return CHROMIUM_ARGS + (["--no-sandbox"] if os.geteuid() == 0 else [])
 
 
+def check_offline_page(page_file: Path, screenshot: Path, viewport: dict, check) -> None:
+    """Open a self-contained page in chromium with every network request refused, run ``check(page)``,
+    save a full-page screenshot (also on failure); no request may have left and no dialog opened."""
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    refused, dialogs = [], []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=launch_args())
+        try:
+            page = browser.new_page(viewport=viewport)
+            page.route("http*://**", lambda route: (refused.append(route.request.url), route.abort()))
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            try:
+                page.goto(page_file.as_uri(), wait_until="load")
+                check(page)
+            finally:
+                page.screenshot(path=str(screenshot), full_page=True)
+                print(f"screenshot: {screenshot}")
+        finally:
+            browser.close()
+    assert refused == [] and dialogs == []
+    assert screenshot.stat().st_size > 0
+
+
 def log_in(page, hub) -> None:
     """The hub's own login form, then straight on to the lab notebook (the `next` URL)."""
     page.goto(f"{hub.url}/hub/login?next=/user/{LEARNER}/lab/tree/{NOTEBOOK}")

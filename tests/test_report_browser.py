@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from freshness_helpers import dashboard_course, render_dashboard
-from test_hub_browser import chromium_path, launch_args
+from test_hub_browser import check_offline_page
 
 pytestmark = pytest.mark.slow
 
@@ -24,29 +24,11 @@ VERDICT_COLOURS = {"verified": "rgb(220, 252, 231)", "never run": "rgb(255, 255,
 
 
 def test_dashboard_renders_in_a_real_browser(make_course, tmp_path):
-    executable = chromium_path()
     root = dashboard_course(make_course)
     page_file = tmp_path / "site" / "index.html"
     render_dashboard(root, page_file)
     screenshot = tmp_path / "output" / "freshness-dashboard.png"
-    screenshot.parent.mkdir()
-    refused, dialogs = [], []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=launch_args())
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.route("http*://**", lambda route: (refused.append(route.request.url), route.abort()))
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            try:
-                page.goto(page_file.as_uri(), wait_until="load")
-                check_the_page(page)
-            finally:
-                page.screenshot(path=str(screenshot), full_page=True)
-                print(f"screenshot: {screenshot}")
-        finally:
-            browser.close()
-    assert refused == [] and dialogs == []
-    assert screenshot.stat().st_size > 0
+    check_offline_page(page_file, screenshot, {"width": 1400, "height": 1000}, check_the_page)
 
 
 def check_the_page(page) -> None:
