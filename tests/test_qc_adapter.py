@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from labsource import LabSource
 
 from rocmlab.lab import qc_adapter
 
@@ -70,23 +71,20 @@ def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeyp
         qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=None)
 
 
-def lab03_parameter_defaults() -> dict:
-    """The literal assignments of lab 03's parameters cell."""
-    source = LAB03.read_text(encoding="utf-8")
-    start = source.index('# %% tags=["parameters"]')
-    cell = source[start : source.index("# %%", start + 1)]
-    return {
+def lab03_parameters(profile: str) -> dict:
+    """Lab 03's parameters cell (its literal assignments) overridden by the profile's params."""
+    source = LabSource("03-lora-finetune-zh")
+    defaults = {
         n.targets[0].id: ast.literal_eval(n.value)
-        for n in ast.parse(cell).body
+        for n in ast.parse(source.parameters).body
         if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
     }
+    return defaults | source.lab.profiles[profile].params
 
 
 @pytest.mark.parametrize(("recipe", "profile"), [("tiny", "smoke"), ("real", "gpu")])
 def test_adapter_recipe_is_lab03s(recipe, profile):
-    from rocmlab.catalog import parse_lab
-
-    params = lab03_parameter_defaults() | parse_lab(LAB03.parent).profiles[profile].params
+    params = lab03_parameters(profile)
     assert qc_adapter.RECIPES[recipe] == {
         "r": params["LORA_R"],
         "alpha": params["LORA_ALPHA"],
