@@ -19,10 +19,9 @@ LORA_LR = 5e-3
 
 
 @pytest.fixture(scope="module")
-def quick_build(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    path = tiny_model.ensure_tiny_model(cache, **QUICK)
-    return cache, path, tiny_model.read_valid_manifest(path)
+def quick_build(_quick_model_cache):
+    path = tiny_model.ensure_tiny_model(_quick_model_cache, **QUICK)  # conftest built it: this finds it
+    return _quick_model_cache, path, tiny_model.read_valid_manifest(path)
 
 
 def test_same_seed_same_weights_other_seed_differs(quick_build, tmp_path):
