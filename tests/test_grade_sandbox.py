@@ -1,8 +1,10 @@
 """Sandbox plumbing that needs no kernel: folders, permissions, launchers, and the papermill
 engine's output caps and timeout marks (in process: the engine patches nothing)."""
 
+import asyncio
 import json
 import os
+import queue
 import shutil
 import stat
 import tempfile
@@ -21,6 +23,7 @@ from rocmlab.papermill_engine import (
     TRUNCATED_MARK,
     LimitedEngine,
     LimitedNotebookClient,
+    kernel_ready,
 )
 from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, is_root
 from rocmlab.sandbox_paths import closed_ancestor, closed_ways, split_hidden
@@ -150,8 +153,8 @@ def test_hiding_a_folder_keeps_only_what_is_exposed_below_it(tmp_path):
     assert split_hidden([tmp_path / "d"], []) == [tmp_path / "d"]
 
 
-def message(kind, content):
-    return {"msg_type": kind, "header": {"msg_type": kind}, "parent_header": {"msg_id": "m"}, "content": content}
+def message(kind, content, parent="m"):
+    return {"msg_type": kind, "header": {"msg_type": kind}, "parent_header": {"msg_id": parent}, "content": content}
 
 
 def limited_client(**options):
@@ -330,3 +333,64 @@ def test_the_namespace_fallback_gives_each_kernel_private_temp_folders():
         run.cleanup()
         sandbox.close()
     assert not any(os.path.exists(os.path.join(d, marker)) for d in ("/tmp", "/var/tmp", "/dev/shm"))
+
+
+class FakeKernelClient:
+    """A kernel client without a kernel: ``shell`` replies in turn; each ``kernel_info`` request
+    publishes on IOPub what ``published`` holds for its msg id (msg ids: info-0, info-1, ...)."""
+
+    def __init__(self, shell, published, alive=True, iopub=()):
+        self.shell, self.published, self.alive = list(shell), published, alive
+        self.iopub, self.asked, self.handled = list(iopub), [], None
+
+    def kernel_info(self):
+        self.asked.append(f"info-{len(self.asked)}")
+        self.iopub += self.published.get(self.asked[-1], [])
+        return self.asked[-1]
+
+    @staticmethod
+    async def _next(messages):
+        if not messages:
+            raise queue.Empty
+        return messages.pop(0)
+
+    async def get_shell_msg(self, timeout=None):
+        return await self._next(self.shell)
+
+    async def get_iopub_msg(self, timeout=None):
+        return await self._next(self.iopub)
+
+    async def is_alive(self):
+        return self.alive
+
+    def _handle_kernel_info_reply(self, msg):
+        self.handled = msg
+
+
+def status(parent, state):
+    return message("status", {"execution_state": state}, parent)
+
+
+def test_a_kernel_is_ready_once_its_info_reply_and_idle_status_arrive():
+    reply = message("kernel_info_reply", {}, "info-0")
+    kc = FakeKernelClient(
+        [message("execute_reply", {}, "older"), reply],
+        {"info-0": [status("info-0", "busy"), status("info-0", "idle")]},
+        iopub=[status("startup", "starting")],
+    )
+    asyncio.run(kernel_ready(kc, 5))
+    assert kc.asked == ["info-0"] and kc.handled is reply and kc.iopub == []
+
+
+def test_a_kernel_whose_idle_status_was_missed_is_asked_again():
+    # the first request's status went out before IOPub was subscribed: only the second one's arrives
+    shell = [message("kernel_info_reply", {}, "info-0"), message("kernel_info_reply", {}, "info-1")]
+    kc = FakeKernelClient(shell, {"info-1": [status("info-1", "idle")]})
+    asyncio.run(kernel_ready(kc, 5))
+    assert kc.asked == ["info-0", "info-1"] and kc.handled is not None
+    assert kc.handled["parent_header"]["msg_id"] == "info-1"
+
+
+def test_a_dead_kernel_is_not_waited_for():
+    with pytest.raises(RuntimeError, match="died"):
+        asyncio.run(kernel_ready(FakeKernelClient([], {}, alive=False), 5))

@@ -28,7 +28,14 @@ Nothing is patched: a client made elsewhere in the process is nbclient's own.
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import subprocess
+import time
+
 import nbformat
+from jupyter_core.utils import ensure_async, run_sync
+from nbclient.util import run_hook
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
 from papermill.log import logger
@@ -41,6 +48,8 @@ TIMEOUT_ENAME = "CellTimeoutError"
 REPLY_KEY = "rocmlab"
 SEAL_MIME = "application/x-rocmlab-seal"  # the grader's end-of-test mark (rocmlab.grading.cells)
 ERROR_KEEP = 8192  # characters of a kept error (name, value, traceback)
+IOPUB_WAIT_S = 0.5  # for a request's idle status, before kernel_info is asked again
+KILL_WAIT_S = 5
 
 
 def message_size(msg: dict) -> int:
@@ -153,6 +162,70 @@ class LimitedNotebookClient(PapermillNotebookClient):
                 )
             )
         return await super()._async_handle_timeout(timeout, cell)
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's start, with ``kernel_ready`` as the wait (a started-ahead kernel is used at once)."""
+        self.kc = self.km.client()
+        try:
+            await ensure_async(self.kc.start_channels())
+            await kernel_ready(self.kc, self.startup_timeout)
+        except Exception:
+            await self._async_cleanup_kernel()
+            raise
+        self.kc.allow_stdin = False
+        await run_hook(self.on_notebook_start, notebook=self.nb)
+        return self.kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _async_cleanup_kernel(self):
+        """``shutdown_kernel="immediate"``: SIGKILL and reap the kernel's process group at once,
+        instead of jupyter_client's interrupt, kill and 0.1 s polls for its end."""
+        process = getattr(getattr(self.km, "provisioner", None), "process", None)
+        if self.shutdown_kernel != "immediate" or process is None:
+            return await super()._async_cleanup_kernel()
+        try:
+            await self.km.provisioner.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=KILL_WAIT_S)
+        finally:
+            await ensure_async(self.km.cleanup_resources())
+            if self.kc is not None:
+                self.kc.stop_channels()
+            self.kc = self.km = None
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
+
+async def kernel_ready(kc, timeout: float) -> None:
+    """Wait until the kernel answers ``kernel_info`` and its idle status for that request comes on
+    IOPub (the subscription is live). jupyter_client's ``wait_for_ready`` also waits for 0.2 s of
+    IOPub silence on every start; not needed here, as outputs are matched to their request."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg_id = kc.kernel_info()
+        reply = await _reply_to(kc.get_shell_msg, msg_id, min(1.0, deadline - time.monotonic()))
+        if reply is not None and await _reply_to(kc.get_iopub_msg, msg_id, IOPUB_WAIT_S, idle=True):
+            kc._handle_kernel_info_reply(reply)
+            return
+        if not await ensure_async(kc.is_alive()):
+            raise RuntimeError("Kernel died before replying to kernel_info")
+    raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
+
+
+async def _reply_to(get_msg, msg_id: str, timeout: float, idle: bool = False):
+    """The next message on a channel answering ``msg_id`` (with ``idle``: its idle status), or None."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            msg = await ensure_async(get_msg(timeout=left))
+        except queue.Empty:
+            return None
+        if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        if not idle or msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+            return msg
+    return None
 
 
 class LimitedEngine(NBClientEngine):
