@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import processes
+from .sandbox_entry import PREIMPORTABLE
 from .sandbox_paths import closed_ancestor, closed_ways, interpreter_paths, is_under, split_hidden
 
 if TYPE_CHECKING:
@@ -463,11 +464,6 @@ def choose_backend(isolate: bool | None) -> str:
     if bubblewrap_works():
         return "bubblewrap"
     return "namespaces" if namespaces_work() else "none"
-
-
-# Imported before the learner's code only if the lab imports them: libraries without display or
-# backend side effects at import.
-PREIMPORTABLE = ("numpy", "scipy", "pandas", "torch")
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import importlib
 import json
 import os
 import resource
@@ -19,10 +20,11 @@ import struct
 import sys
 from pathlib import Path
 
-import psutil
-
-from .sandbox import PREIMPORTABLE, kernel_argv
 from .sandbox_paths import closed_ways
+
+# Imported before the learner's code only if the lab imports them: libraries without display or
+# backend side effects at import.
+PREIMPORTABLE = ("numpy", "scipy", "pandas", "torch")
 
 
 def bring_loopback_up() -> None:
@@ -83,6 +85,8 @@ def apply_limits(limits: dict, uid: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     procs = limits["max_processes"]
     if uid is None:  # our own uid: the count includes the user's other processes
+        import psutil
+
         procs += sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -130,19 +134,24 @@ def private_temp_folders(work: str) -> None:
         os.close(held)
 
 
-# ipykernel's launcher, without its debugger: importing debugpy costs about 0.35 s of every
-# kernel's start, and a graded kernel is never debugged.
-# It first imports the lab's heavy modules named in $ROCMLAB_PREIMPORT (no name reaches the
-# learner's namespace): a kernel started ahead has them loaded when the learner's notebook comes.
-START_KERNEL = (
-    "import os, sys; sys.modules['debugpy'] = None; "
-    "[__import__(m) for m in os.environ.pop('ROCMLAB_PREIMPORT', '').split(',') if m]; "
-    "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
-)
+def start_ipykernel(connection_file: str, preimport: list[str]) -> int:
+    """ipykernel in this process (one interpreter start per kernel), without its debugger:
+    importing debugpy costs about 0.35 s of every kernel's start, and a graded kernel is never
+    debugged. It first imports the lab's heavy modules of ``PREIMPORTABLE`` (no name reaches the
+    learner's namespace): a kernel started ahead has them loaded when the learner's notebook comes."""
+    sys.modules["debugpy"] = None
+    for name in preimport:
+        if name in PREIMPORTABLE:
+            importlib.import_module(name)
+    from ipykernel import kernelapp
+
+    sys.argv = [sys.argv[0], "-f", connection_file]
+    kernelapp.launch_new_instance(argv=sys.argv[1:])
+    return 0
 
 
 def kernel_entry(policy: dict, connection_file: str) -> int:
-    """Limits, then the grader user, then ipykernel (exec: nothing of this process stays)."""
+    """Limits, then the grader user, then ipykernel."""
     uid, gid = policy["uid"], policy["gid"]
     home = policy["home"]
     if uid is not None:  # the runtime folder is root-only: hand the kernel its own copy
@@ -158,13 +167,13 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         drop_privileges(uid, gid)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
-    os.environ["ROCMLAB_PREIMPORT"] = ",".join(m for m in policy.get("preimport", []) if m in PREIMPORTABLE)
-    os.execv(sys.executable, [sys.executable, "-P", "-c", START_KERNEL, "-f", connection_file])
-    return 1  # not reached
+    return start_ipykernel(connection_file, policy.get("preimport", []))
 
 
 def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
     """Start this kernel again inside its ``bwrap``, with its connection file (named only now)."""
+    from .sandbox import kernel_argv
+
     argv = kernel_argv(policy, policy_path, connection_file)
     os.execv(argv[0], argv)
     return 1  # not reached
