@@ -62,26 +62,36 @@ def _fast_sqlite_commits() -> None:
 
 @contextlib.contextmanager
 def shared_gradebook_engines():
-    """nbgrader opens a new Gradebook, with a new engine and a check of every table, about ten
-    times per autograded notebook; within one grading run they share one engine per database."""
+    """nbgrader opens a new Gradebook about ten times per autograded notebook, each with a new
+    engine, a check of every table and a dispose of the engine's connections; within one grading
+    run they share one engine per database, kept connected, and the tables are checked once."""
     if not workarounds_apply():
         yield
         return
     import nbgrader.api
 
-    original, engines = nbgrader.api.create_engine, {}
+    original, engines, checked = nbgrader.api.create_engine, {}, set()
+    metadata = nbgrader.api.Base.metadata
 
     def create_engine(url, **kwargs):
         if url not in engines:
             engines[url] = original(url, **kwargs)
+            engines[url].dispose = lambda *args, **kw: None  # Gradebook.close: the run closes it at its end
         return engines[url]
 
-    nbgrader.api.create_engine = create_engine
+    def create_all(bind=None, **kwargs):
+        if bind not in checked:
+            type(metadata).create_all(metadata, bind=bind, **kwargs)
+            checked.add(bind)
+
+    nbgrader.api.create_engine, metadata.create_all = create_engine, create_all
     try:
         yield
     finally:
         nbgrader.api.create_engine = original
+        del metadata.create_all
         for engine in engines.values():
+            del engine.dispose
             engine.dispose()
 
 
@@ -129,6 +139,8 @@ class Course:
             AssignLatePenalties,
             CheckCellMetadata,
         ]
+        # nbconvert validates the notebook after each of those preprocessors; once, after the last, is enough
+        self.config.Exporter.optimistic_validation = True
         logging.getLogger("traitlets").setLevel(logging.ERROR)
         if self.db_url.startswith("sqlite") and workarounds_apply():
             _fast_sqlite_commits()
