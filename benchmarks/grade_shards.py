@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests" / "fixtures" / "submissions"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import classroom  # noqa: E402 (after the sys.path setup)
-from grade_throughput import make_class  # noqa: E402 (after the sys.path setup)
+from grade_throughput import make_fixture_class  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
 
@@ -54,7 +54,7 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="rocmlab-shards-"))
     try:
         base = classroom.student_notebook(classroom.COURSE, work)
-        entries = {name: (nb,) for name, nb in make_class(base, args.students).items()}
+        entries = {name: (nb,) for name, nb in make_fixture_class(base, args.students).items()}
         classroom.write_class(entries, work / "course" / "submitted", layout="nbgrader")
         submissions = work / "course"
         whole = rocmlab(classroom.LAB, "--submissions", submissions, "--jobs", args.jobs, "--out", work / "whole")
