@@ -145,7 +145,9 @@ def start_ipykernel(connection_file: str, preimport: list[str]) -> int:
             importlib.import_module(name)
     from ipykernel import kernelapp
 
-    sys.argv = [sys.argv[0], "-f", connection_file]
+    # Plain tracebacks: the grader reads only a failure's cell line, name and value, and IPython's
+    # default (Context) costs about 0.2 s of CPU for a fresh kernel's first failing test.
+    sys.argv = [sys.argv[0], "-f", connection_file, "--InteractiveShell.xmode=Plain"]
     kernelapp.launch_new_instance(argv=sys.argv[1:])
     return 0
 
