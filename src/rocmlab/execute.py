@@ -109,7 +109,11 @@ class Worker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self) -> subprocess.Popen:
+    def start(self) -> subprocess.Popen:
+        """Start the worker process now (it loads papermill while the caller prepares the first run);
+        a run starts it otherwise."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self.proc
         with _LIVE_LOCK:
             _LIVE.add(self)
         self.log = tempfile.TemporaryFile()
@@ -177,7 +181,7 @@ class Worker:
 
     def _request(self, request: Path, deadline: float) -> bool | None:
         """True when the worker answered, False on the deadline, None when it died first."""
-        proc = self.proc if self.proc and self.proc.poll() is None else self._start()
+        proc = self.start()
         self._log_start = self.log.seek(0, os.SEEK_END)
         try:
             proc.stdin.write(f"{request}\n".encode())

@@ -280,6 +280,9 @@ class Sandbox:
         self.expose = [*interpreter_paths(), *(expose or [])]
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
+        if prestart:  # a class: the workers load papermill while the grader sets up its gradebook
+            for worker in self.workers:
+                worker.start()
 
     @staticmethod
     def _claim_users(slots: int) -> list:

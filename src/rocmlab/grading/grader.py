@@ -133,9 +133,7 @@ def _grade_class(
         )
     check_model_cache(profile.parameters, other_user=is_root())
     out.mkdir(parents=True, exist_ok=True)
-    course = Course(root, lab, out / "course", db_url)
     sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
-    course.create_assignment(sources["en"])
     submitted = os.path.commonpath([os.path.abspath(os.path.dirname(s.path)) for s in submissions])
     hidden, expose = course_view(root, out, *extra_hidden, Path(submitted))
     if db_url and db_url.startswith("sqlite:///"):
@@ -150,8 +148,22 @@ def _grade_class(
         prestart=True,
         preimport=lab_imports(sources["en"]),
     )
-    plan = Plan(root, lab, profile, sandbox, sources)
-    if backend == "none":
+    try:  # the sandbox's workers start meanwhile
+        course = Course(root, lab, out / "course", db_url)
+        course.create_assignment(sources["en"])
+    except BaseException:
+        sandbox.close()
+        raise
+    results = grade_in_sandbox(Plan(root, lab, profile, sandbox, sources), course, submissions, jobs, progress)
+    write_outputs(lab, profile, course, results, out, sandbox.isolation)
+    return results
+
+
+def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: int, progress) -> list[StudentResult]:
+    """Each submission run in a job slot, the calling thread recording the results as they come;
+    closes the sandbox."""
+    lab, sandbox, sources = plan.lab, plan.sandbox, plan.sources
+    if sandbox.backend == "none":
         progress(
             "warning: --unsafe: no sandbox: no network, PID or mount isolation"
             + ("" if sandbox.switch_user else "; kernels run as this user")
@@ -207,9 +219,7 @@ def _grade_class(
         pool.shutdown(wait=False, cancel_futures=True)
         sandbox.close()  # ends the kernels of runs still going, so their workers return at once
         pool.shutdown(wait=True)
-    results.sort(key=lambda r: r.student)
-    write_outputs(lab, profile, course, results, out, sandbox.isolation)
-    return results
+    return sorted(results, key=lambda r: r.student)
 
 
 def write_outputs(
