@@ -12,7 +12,7 @@ worker and kernel are started:
   cell that runs past its limit instead of stopping;
 - the kernel starts through a kernelspec whose command applies the resource limits
   (address space, processes, file size), switches to an unprivileged grader user (one per
-  parallel job, because RLIMIT_NPROC counts per real uid), sets no_new_privs and then execs
+  parallel job, because RLIMIT_NPROC counts per real uid), sets no_new_privs and then starts
   ipykernel. The worker stays root, so the kernel cannot touch the input, output or outcome
   files, which live in root-only folders.
 

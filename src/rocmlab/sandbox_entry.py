@@ -3,8 +3,8 @@
 ``worker POLICY``: the slot's papermill worker, as root in its namespaces (loopback up, hidden
 paths covered, the paths the kernel needs put back). ``kernel POLICY CONNECTION`` (and
 ``kernel-inside`` under bubblewrap): the kernel's own start, which applies the limits, gives it
-private temp folders, drops to the grader user and execs ipykernel. ``rocmlab.sandbox`` plans
-and starts these; the policy file it writes is all they read.
+private temp folders, drops to the grader user and starts ipykernel in the same process.
+``rocmlab.sandbox`` plans and starts these; the policy file it writes is all they read.
 """
 
 from __future__ import annotations
