@@ -45,7 +45,15 @@ from typing import TYPE_CHECKING
 
 from . import processes
 from .sandbox_entry import PREIMPORTABLE
-from .sandbox_paths import closed_ancestor, closed_ways, interpreter_paths, is_under, split_hidden
+from .sandbox_paths import (
+    PRIVATE_TEMP,
+    closed_ancestor,
+    closed_ways,
+    interpreter_paths,
+    is_under,
+    split_hidden,
+    under_private_temp,
+)
 
 if TYPE_CHECKING:
     from .execute import Worker
@@ -90,7 +98,7 @@ class Policy:
     cell_timeout_s: int = 0
     scratch: str = ""  # root-only folder for mount bookkeeping
     bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
-    expose: list = field(default_factory=list)  # paths the kernel needs below closed folders
+    expose: list = field(default_factory=list)  # paths the kernel needs below closed or private temp folders
     preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
 
 
@@ -380,6 +388,7 @@ class Sandbox:
             os.chown(ipc, uid, gid)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
         policy.preimport = self.preimport
+        policy.expose = [str(p) for p in self.expose]
         policy_path = private / "policy.json"
         if self.backend == "bubblewrap":
             policy.bwrap = self.bwrap_argv(private, policy_path, work, ipc)
@@ -411,8 +420,10 @@ class Sandbox:
             argv.append("--unshare-user")
         argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
         argv += ["--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+        for tmp in PRIVATE_TEMP:
             argv += ["--perms", "1777", "--tmpfs", tmp]
+        for path in under_private_temp(self.expose):
+            argv += ["--ro-bind", path, path]
         covered = closed_ways(self.expose) if self.switch_user else {}
         for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
             argv += ["--perms", "0711", "--tmpfs", folder]

@@ -20,7 +20,7 @@ import struct
 import sys
 from pathlib import Path
 
-from .sandbox_paths import closed_ways
+from .sandbox_paths import PRIVATE_TEMP, closed_ways, under_private_temp
 
 # Imported before the learner's code only if the lab imports them: libraries without display or
 # backend side effects at import.
@@ -116,22 +116,29 @@ def worker_entry(policy: dict) -> int:
     return serve()
 
 
-def private_temp_folders(work: str) -> None:
+def private_temp_folders(work: str, expose: list[str]) -> None:
     """This kernel's own mount namespace with empty /tmp, /var/tmp and /dev/shm (the namespace
-    fallback; bubblewrap does this itself); its work folder, which lives under /tmp, is put back."""
+    fallback; bubblewrap does this itself); its work folder, which lives under /tmp, and the
+    exposed paths below them (a checkout in /tmp) are put back."""
     libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
     if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
-    held = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    kept = {path: os.open(path, os.O_PATH) for path in [work, *under_private_temp(expose)]}
     try:
-        for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+        for tmp in PRIVATE_TEMP:
             if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
                 raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
-        os.makedirs(work, mode=0o711, exist_ok=True)
-        _bind(f"/proc/self/fd/{held}", work)
+        for path, fd in kept.items():
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, mode=0o711 if path == work else 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                Path(path).touch()
+            _bind(f"/proc/self/fd/{fd}", path)
     finally:
-        os.close(held)
+        for fd in kept.values():
+            os.close(fd)
 
 
 def start_ipykernel(connection_file: str, preimport: list[str]) -> int:
@@ -163,7 +170,7 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         copy.chmod(0o600)
         connection_file = str(copy)
     if policy["isolate"] and home:
-        private_temp_folders(home)
+        private_temp_folders(home, policy.get("expose", []))
     apply_limits(policy["limits"], uid)
     if uid is not None:
         drop_privileges(uid, gid)

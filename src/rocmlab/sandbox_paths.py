@@ -33,6 +33,16 @@ def split_hidden(hide: list[Path], expose: list[Path]) -> list[Path]:
     return [p for p in covered if not any(q in p.parents for q in covered)]
 
 
+PRIVATE_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # each kernel gets its own, empty
+
+
+def under_private_temp(paths: list) -> list[str]:
+    """The paths (existing, resolved) below a private temp folder, e.g. a checkout in /tmp: the
+    interpreter and the package a kernel needs, which its empty temp folders would cover."""
+    found = [str(Path(p).resolve()) for p in paths if Path(p).exists()]
+    return [p for p in found if any(is_under(p, tmp) for tmp in PRIVATE_TEMP)]
+
+
 def is_under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
