@@ -422,16 +422,13 @@ class Sandbox:
         argv += ["--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for tmp in PRIVATE_TEMP:
             argv += ["--perms", "1777", "--tmpfs", tmp]
-        for path in under_private_temp(self.expose):
-            argv += ["--ro-bind", path, path]
+        for path in under_private_temp(self.expose):  # a checkout in /tmp: its interpreter and package
+            argv += put_back(next(t for t in PRIVATE_TEMP if is_under(path, t)), path)
         covered = closed_ways(self.expose) if self.switch_user else {}
         for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
             argv += ["--perms", "0711", "--tmpfs", folder]
             for path in paths:
-                for step in reversed(Path(path).parents):
-                    if is_under(str(step), folder) and str(step) != folder:
-                        argv += ["--perms", "0711", "--dir", str(step)]
-                argv += ["--ro-bind", path, path]
+                argv += put_back(folder, path)
         for path in self.hide:
             if any(is_under(path, f) and not any(is_under(path, e) for e in es) for f, es in covered.items()):
                 continue
@@ -478,6 +475,13 @@ def choose_backend(isolate: bool | None) -> str:
     if bubblewrap_works():
         return "bubblewrap"
     return "namespaces" if namespaces_work() else "none"
+
+
+def put_back(folder: str, path: str) -> list[str]:
+    """bwrap options that make ``path`` reachable again below ``folder``, covered by a tmpfs: the
+    folders on the way down (which bwrap would make root-only), then ``path`` itself, read-only."""
+    steps = [str(step) for step in reversed(Path(path).parents) if is_under(str(step), folder) and str(step) != folder]
+    return [*(arg for step in steps for arg in ("--perms", "0711", "--dir", step)), "--ro-bind", path, path]
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:
