@@ -131,10 +131,10 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
         assert {"/tmp", "/var/tmp", "/dev/shm", str((tmp_path / "course" / "solutions").resolve())} <= set(covered)
         keep = str((tmp_path / "course" / "keep.toml").resolve())
         assert keep not in covered
-        # below /tmp, which each kernel gets empty: put back read-only, the way down open to the grader user
+        # below /tmp, which each kernel gets empty: put back read-only, the way down listable by the grader user
         at = argv.index(keep)
         assert argv[at - 1 : at + 2] == ["--ro-bind", keep, keep]
-        assert argv[at - 5 : at - 1] == ["--perms", "0711", "--dir", str(Path(keep).parent)]
+        assert argv[at - 5 : at - 1] == ["--perms", "0755", "--dir", str(Path(keep).parent)]
         assert run.engine_options["ipc_path"].startswith(str(run.folder))
         assert "unshare" not in Path(run.worker.python).read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())

@@ -34,7 +34,7 @@ from .grading.cells import (
     shown_message,
     trusted_names,
 )
-from .grading.preflight import check_model_cache, course_view, model_cache
+from .grading.preflight import check_model_cache, course_view, model_cache, sandbox_env
 from .grading.submissions import read_notebook, safe_text
 from .papermill_engine import TIMEOUT_ENAME
 from .root import find_root
@@ -191,11 +191,12 @@ def prepare(nb, keep_params: bool):
 def _sandbox(root: str | None, keep_params: bool) -> Sandbox:
     """The grader's sandbox: the course root (when there is one) and the home folder hidden."""
     try:
-        hide, expose = course_view(find_root(root))
+        course = find_root(root)
+        hide, expose = course_view(course)
     except InputError:
-        hide, expose = [Path.home()], [model_cache()]
+        course, hide, expose = None, [Path.home()], [model_cache()]
     limits = Limits(memory_mb=0) if keep_params else Limits()
-    return Sandbox(limits, hide=hide, expose=expose, slots=1, env={"ROCMLAB_CACHE": str(model_cache())})
+    return Sandbox(limits, hide=hide, expose=expose, slots=1, env=sandbox_env(course))
 
 
 def run_check(

@@ -423,7 +423,8 @@ class Sandbox:
         for tmp in PRIVATE_TEMP:
             argv += ["--perms", "1777", "--tmpfs", tmp]
         for path in under_private_temp(self.expose):  # a checkout in /tmp: its interpreter and package
-            argv += put_back(next(t for t in PRIVATE_TEMP if is_under(path, t)), path)
+            # listable on the way down: a checkout's src/ is on sys.path, and Python lists its entries
+            argv += put_back(next(t for t in PRIVATE_TEMP if is_under(path, t)), path, mode="0755")
         covered = closed_ways(self.expose) if self.switch_user else {}
         for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
             argv += ["--perms", "0711", "--tmpfs", folder]
@@ -477,11 +478,12 @@ def choose_backend(isolate: bool | None) -> str:
     return "namespaces" if namespaces_work() else "none"
 
 
-def put_back(folder: str, path: str) -> list[str]:
+def put_back(folder: str, path: str, mode: str = "0711") -> list[str]:
     """bwrap options that make ``path`` reachable again below ``folder``, covered by a tmpfs: the
-    folders on the way down (which bwrap would make root-only), then ``path`` itself, read-only."""
+    folders on the way down (which bwrap would make root-only; they hold only what is put back),
+    then ``path`` itself, read-only."""
     steps = [str(step) for step in reversed(Path(path).parents) if is_under(str(step), folder) and str(step) != folder]
-    return [*(arg for step in steps for arg in ("--perms", "0711", "--dir", step)), "--ro-bind", path, path]
+    return [*(arg for step in steps for arg in ("--perms", mode, "--dir", step)), "--ro-bind", path, path]
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:

@@ -21,7 +21,7 @@ from ..sandbox import Limits, Sandbox, choose_backend, is_root
 from .cells import failure_message, grading, judge_tests, mark_unrun_tests, read_flags, restore_cells, seal_tests
 from .feedback import feedback_html
 from .gradebook import Course, safe_url, shared_gradebook_engines
-from .preflight import check_model_cache, course_view, model_cache
+from .preflight import check_model_cache, course_view, sandbox_env
 from .submissions import (
     FLAGS,
     GradedTest,
@@ -144,7 +144,7 @@ def _grade_class(
         expose=expose,
         slots=max(1, jobs),
         backend=backend,
-        env={"ROCMLAB_CACHE": str(model_cache())},
+        env=sandbox_env(root),
         prestart=True,
         preimport=lab_imports(sources["en"]),
     )

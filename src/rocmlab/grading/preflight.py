@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from ..errors import CommandFailed
+from ..root import ROOT_VARIABLE
 
 MATRIX = Path("env") / "matrix.toml"
 
@@ -30,6 +31,15 @@ def course_view(root: Path, *also_hidden: Path) -> tuple[list[Path], list[Path]]
     hide = [Path(root), Path.home(), *also_hidden]
     expose = [Path(root) / MATRIX, model_cache()]
     return hide, expose
+
+
+def sandbox_env(root: Path | None) -> dict:
+    """What a sandboxed kernel is told: the model cache, and the course root, whose release matrix
+    it may read (a lab's ``releases.load_matrix()``; the rest of the root is hidden)."""
+    env = {"ROCMLAB_CACHE": str(model_cache())}
+    if root is not None:
+        env[ROOT_VARIABLE] = str(root)
+    return env
 
 
 def uses_tiny_model(parameters: dict) -> bool:
