@@ -316,11 +316,10 @@ def _start_kernel(spec: Spec, env: dict):
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
-    from traitlets.config import Config
 
-    config = Config()
-    if spec.engine_options.get("ipc_path"):
-        config = Config({"KernelManager": {"transport": "ipc", "ip": spec.engine_options["ipc_path"]}})
+    from .papermill_engine import ipc_config
+
+    config = ipc_config(spec.engine_options.get("ipc_path"))
     specs = KernelSpecManager()
     if env.get("JUPYTER_PATH"):
         specs = KernelSpecManager(
@@ -335,7 +334,9 @@ def _start_kernel(spec: Spec, env: dict):
 
 
 def _kernel_pids(manager) -> set[int]:
-    process = getattr(getattr(manager, "provisioner", None), "process", None)
+    from .papermill_engine import kernel_process
+
+    process = kernel_process(manager)
     if process is None:
         return set()
     return {process.pid} | {p.pid for p in processes.descendants(process.pid)}

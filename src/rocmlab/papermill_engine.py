@@ -181,7 +181,7 @@ class LimitedNotebookClient(PapermillNotebookClient):
     async def _async_cleanup_kernel(self):
         """``shutdown_kernel="immediate"``: SIGKILL and reap the kernel's process group at once,
         instead of jupyter_client's interrupt, kill and 0.1 s polls for its end."""
-        process = getattr(getattr(self.km, "provisioner", None), "process", None)
+        process = kernel_process(self.km)
         if self.shutdown_kernel != "immediate" or process is None:
             return await super()._async_cleanup_kernel()
         try:
@@ -195,6 +195,19 @@ class LimitedNotebookClient(PapermillNotebookClient):
             self.kc = self.km = None
 
     _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
+
+def ipc_config(ipc_path: str | None):
+    """jupyter_client's config for a kernel without network (bubblewrap): ZMQ over Unix sockets at
+    the ``ipc_path`` prefix; the default (TCP) without one."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport": "ipc", "ip": ipc_path}}) if ipc_path else Config()
+
+
+def kernel_process(manager):
+    """The kernel's own process (its ``Popen``) under a jupyter_client manager, or None."""
+    return getattr(getattr(manager, "provisioner", None), "process", None)
 
 
 async def kernel_ready(kc, timeout: float) -> None:
@@ -245,10 +258,8 @@ class LimitedEngine(NBClientEngine):
     ):
         options = remove_args(["input_path", "timeout", "startup_timeout"], **options)
         ipc_path = options.pop("ipc_path", None)
-        if ipc_path:  # a kernel without network (bubblewrap): ZMQ over Unix sockets at this prefix
-            from traitlets.config import Config
-
-            options["config"] = Config({"KernelManager": {"transport": "ipc", "ip": ipc_path}})
+        if ipc_path:
+            options["config"] = ipc_config(ipc_path)
         kernel = options.pop("km", None)  # started ahead for this run (rocmlab.execute): this run's alone
         client = LimitedNotebookClient(
             nb_man,
