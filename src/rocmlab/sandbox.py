@@ -422,9 +422,9 @@ class Sandbox:
         argv += ["--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for tmp in PRIVATE_TEMP:
             argv += ["--perms", "1777", "--tmpfs", tmp]
-        for path in under_private_temp(self.expose):  # a checkout in /tmp: its interpreter and package
+        for tmp, path in under_private_temp(self.expose):  # a checkout in /tmp: its interpreter and package
             # listable on the way down: a checkout's src/ is on sys.path, and Python lists its entries
-            argv += put_back(next(t for t in PRIVATE_TEMP if is_under(path, t)), path, mode="0755")
+            argv += put_back(tmp, path, mode="0755")
         covered = closed_ways(self.expose) if self.switch_user else {}
         for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
             argv += ["--perms", "0711", "--tmpfs", folder]

@@ -124,7 +124,7 @@ def private_temp_folders(work: str, expose: list[str]) -> None:
     CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
     if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
-    kept = {path: os.open(path, os.O_PATH) for path in [work, *under_private_temp(expose)]}
+    kept = {path: os.open(path, os.O_PATH) for path in [work, *(p for _, p in under_private_temp(expose))]}
     try:
         for tmp in PRIVATE_TEMP:
             if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):

@@ -1,7 +1,8 @@
 """Which paths a sandboxed kernel sees: the folders covered (``split_hidden``) and, below folders
 other users cannot enter (``/root`` holding the interpreter or the model cache), the ways put
-back for the grader user (``closed_ancestor``, ``closed_ways``). ``rocmlab.sandbox`` plans with
-them; ``rocmlab.sandbox_entry`` applies them inside.
+back for the grader user (``closed_ancestor``, ``closed_ways``), and those below the temp folders
+each kernel gets empty (``under_private_temp``). ``rocmlab.sandbox`` plans with them;
+``rocmlab.sandbox_entry`` applies them inside.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ def split_hidden(hide: list[Path], expose: list[Path]) -> list[Path]:
 PRIVATE_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # each kernel gets its own, empty
 
 
-def under_private_temp(paths: list) -> list[str]:
-    """The paths (existing, resolved) below a private temp folder, e.g. a checkout in /tmp: the
-    interpreter and the package a kernel needs, which its empty temp folders would cover."""
+def under_private_temp(paths: list) -> list[tuple[str, str]]:
+    """(temp folder, path) for each of the paths (existing, resolved) below a private temp folder,
+    e.g. a checkout in /tmp: the interpreter and package a kernel needs, which its empty temp
+    folders would cover."""
     found = [str(Path(p).resolve()) for p in paths if Path(p).exists()]
-    return [p for p in found if any(is_under(p, tmp) for tmp in PRIVATE_TEMP)]
+    return [(tmp, p) for p in found for tmp in PRIVATE_TEMP if is_under(p, tmp)]
 
 
 def is_under(path: str, folder: str) -> bool:
