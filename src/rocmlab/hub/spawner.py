@@ -62,17 +62,6 @@ def prepare_home(home: Path, owner: tuple[int, int] | None, private: bool) -> No
         home.chmod(status.st_mode & 0o700)
 
 
-def copy_missing(src: Path, dest: Path, owner: tuple[int, int] | None) -> bool:
-    """Copy the folder ``src`` to ``dest`` unless ``dest`` exists; chown the copy to ``owner``."""
-    if dest.exists() or not src.is_dir():
-        return False
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-    if owner:
-        for path in [dest, *dest.rglob("*")]:
-            os.chown(path, *owner, follow_symlinks=False)
-    return True
-
-
 def kfd_gpu_count(topology: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> int:
     """GPUs the ROCm kernel driver lists (nodes with a non-zero gpu_id; CPUs have 0)."""
     count = 0
