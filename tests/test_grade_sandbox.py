@@ -25,7 +25,7 @@ from rocmlab.papermill_engine import (
     LimitedNotebookClient,
     kernel_ready,
 )
-from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, is_root
+from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, is_root, thread_budget
 from rocmlab.sandbox_paths import closed_ancestor, closed_ways, split_hidden
 
 
@@ -399,3 +399,16 @@ def test_a_kernel_whose_idle_status_was_missed_is_asked_again():
 def test_a_dead_kernel_is_not_waited_for():
     with pytest.raises(RuntimeError, match="died"):
         asyncio.run(kernel_ready(FakeKernelClient([], {}, alive=False), 5))
+
+
+def test_each_kernel_gets_its_share_of_the_cores_for_its_thread_pools(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")  # the instructor's own setting stays
+    assert thread_budget(4) == {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "3"}
+    assert thread_budget(32)["OMP_NUM_THREADS"] == "1"
+    sandbox = Sandbox(slots=2, isolate=False)
+    try:
+        assert sandbox.new_run(0, 5).env["OPENBLAS_NUM_THREADS"] == "8"
+    finally:
+        sandbox.close()

@@ -59,6 +59,10 @@ if TYPE_CHECKING:
     from .execute import Worker
 
 KERNEL_NAME = "rocmlab-sandbox"
+# The thread pools a kernel's numerical libraries size from these (OpenMP: torch too; OpenBLAS;
+# MKL). Unset, each of ``slots`` kernels starts one thread per core, and on a busy machine the
+# idle ones spin: importing numpy costs a kernel twice the CPU on 2 cores.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("bubblewrap", "namespaces", "none")
 USER_PREFIX = "rocmlab-grader-"
 
@@ -286,6 +290,7 @@ class Sandbox:
             self.problems.append(f"kernels run as this user: {exc}")
             self.switch_user, self.users = False, []
         self.expose = [*interpreter_paths(), *(expose or [])]
+        self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
         if prestart:  # a class: the workers load papermill while the grader sets up its gradebook
@@ -406,6 +411,7 @@ class Sandbox:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
+            **self.threads,
             **self.env,
         }
         options = self.limits.engine_options()
@@ -465,6 +471,13 @@ class Sandbox:
         for _, lock in self._locks:
             lock.release()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def thread_budget(slots: int) -> dict:
+    """Each of ``slots`` parallel kernels gets an equal share of this machine's cores for its
+    thread pools; a variable the grader's own environment sets is kept as it is."""
+    threads = str(max(1, (os.cpu_count() or 1) // slots))
+    return {name: os.environ.get(name, threads) for name in THREAD_VARIABLES}
 
 
 # ------------------------------------------------------------------ inside the namespaces
