@@ -10,12 +10,13 @@ import uuid
 import classroom
 import pytest
 
+from rocmlab import sandbox
 from rocmlab.catalog import discover, select
 from rocmlab.errors import CommandFailed
 from rocmlab.grading import grader
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
-from rocmlab.sandbox import bubblewrap_works, choose_backend, namespaces_work
+from rocmlab.sandbox import bubblewrap_works, choose_backend, is_root, namespaces_work
 
 pytestmark = pytest.mark.slow
 
@@ -43,17 +44,21 @@ def course(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module", params=["bubblewrap", "namespaces"])
+@pytest.fixture(scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces"])
 def graded(course, tmp_path_factory, request):
-    """The class graded once per sandbox backend this machine has."""
-    if request.param == "bubblewrap" and not bubblewrap_works():
+    """The class graded once per sandbox backend this machine has; as root, bubblewrap's kernels
+    are forked from a zygote unless ``-per-kernel``."""
+    backend = request.param.removesuffix("-per-kernel")
+    if backend == "bubblewrap" and not bubblewrap_works():
         pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
-    if request.param == "namespaces" and not namespaces_work():
+    if backend == "namespaces" and not namespaces_work():
         pytest.skip("the namespace fallback needs root and unshare")
     patch = pytest.MonkeyPatch()
-    patch.setattr(grader, "choose_backend", lambda _isolate: request.param)
+    patch.setattr(grader, "choose_backend", lambda _isolate: backend)
+    if request.param.endswith("-per-kernel"):
+        patch.setattr(sandbox, "fork_server_applies", lambda *_: False)
     try:
-        yield _grade(course, tmp_path_factory)
+        yield (*_grade(course, tmp_path_factory), request.param == "bubblewrap" and is_root())
     finally:
         patch.undo()
 
@@ -93,17 +98,18 @@ def _executed(out, student):
 
 
 def test_good_learners_are_graded_despite_bad_ids_in_the_class(graded):
-    results, entries, out, _ = graded
+    results, entries, out, _, forked = graded
     for name, (_nb, score) in entries.items():
         assert results[name].score == score and results[name].status == "graded", results[name]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["sandbox"]["backend"] in ("bubblewrap", "namespaces") and summary["sandbox"]["private_tmp"]
+    assert summary["sandbox"]["forked_kernels"] == forked
     rows = (out / "grades.csv").read_text().splitlines()
     assert len(rows) == 1 + len(entries), rows  # no row for an invalid id, and no split row
 
 
 def test_each_bad_id_costs_only_its_learner_with_a_reason(graded):
-    results, _, out, _ = graded
+    results, _, out, _, _ = graded
     bad = {name: r for name, r in results.items() if r.status == "invalid"}
     assert set(bad) == {"..", "newline\n", "caf\\udce9"}, set(bad)
     for result in bad.values():
@@ -115,14 +121,14 @@ def test_each_bad_id_costs_only_its_learner_with_a_reason(graded):
 
 
 def test_the_course_root_is_hidden_from_learner_code(graded):
-    _, _, out, _ = graded
+    _, _, out, _, _ = graded
     executed = _executed(out, "reads_course")
     assert "secret-answer" not in executed
     assert executed.count("blocked") >= len(PLANTED)
 
 
 def test_temp_folders_are_private_to_each_run(graded):
-    _, _, out, marker = graded
+    _, _, out, marker, _ = graded
     for folder in ("/tmp", "/var/tmp", "/dev/shm"):
         assert not os.path.exists(os.path.join(folder, marker)), folder
     assert "SEEN []" in _executed(out, "reads_litter")

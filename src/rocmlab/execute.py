@@ -342,6 +342,14 @@ def _kernel_pids(manager) -> set[int]:
     return {process.pid} | {p.pid for p in processes.descendants(process.pid)}
 
 
+def _kill_kernel(manager) -> None:
+    from .papermill_engine import kernel_process
+
+    with contextlib.suppress(OSError):
+        if (process := kernel_process(manager)) is not None:
+            process.kill()
+
+
 def _execute(spec: Spec, kernel=None) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -414,7 +422,9 @@ def serve() -> int:
         tempfile.tempdir = None  # read $TMPDIR again: the last run's folder is gone
         spec = Spec(**request["spec"])
         kernel = warm.pop(spec.cwd, None)
-        warm.clear()  # a kernel for a run that did not come next: the sweep below ends it
+        for unused in warm.values():  # a kernel for a run that did not come next (a forked one is
+            _kill_kernel(unused)  # no descendant of this worker, so the sweep below misses it)
+        warm.clear()
         try:
             if request.get("prestart"):
                 coming = Spec(**request["prestart"]["spec"])

@@ -22,7 +22,9 @@ no network at all (``--unshare-net``; the worker talks to it over Unix sockets i
 folder, ZMQ's ``ipc`` transport), its own PID, IPC and UTS namespaces, ``--die-with-parent``,
 the whole file system read-only, private ``/tmp``, ``/var/tmp`` and ``/dev/shm``, the hidden
 paths covered and only the run's work folder writable. As root it still drops to the slot's
-grader user. The namespace code above is the fallback where bubblewrap is missing.
+grader user. A class graded as root forks its kernels from one zygote per slot instead, in a
+``bwrap`` of the same view, each fork in its own namespaces (``rocmlab.forkserver``). The
+namespace code above is the fallback where bubblewrap is missing.
 
 Without either (no bubblewrap, not root) only the resource limits apply: ``Sandbox.backend`` is
 ``"none"`` and ``rocmlab grade`` refuses to run unless told ``--unsafe``. ``Sandbox.isolation``
@@ -104,6 +106,7 @@ class Policy:
     bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
     expose: list = field(default_factory=list)  # paths the kernel needs below closed or private temp folders
     preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
+    forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
 
 
 # ------------------------------------------------------------------ host side
@@ -293,9 +296,12 @@ class Sandbox:
         self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
+        self.fork_servers = []
         if prestart:  # a class: the workers load papermill while the grader sets up its gradebook
             for worker in self.workers:
                 worker.start()
+            if fork_server_applies(self.backend, self.switch_user):
+                self.fork_servers = [self._start_fork_server(slot) for slot in range(len(self.workers))]
 
     @staticmethod
     def _claim_users(slots: int) -> list:
@@ -322,6 +328,7 @@ class Sandbox:
             "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
+            "forked_kernels": bool(self.fork_servers),
             "limits": asdict(self.limits),
             "problems": self.problems,
         }
@@ -363,6 +370,19 @@ class Sandbox:
         launcher.chmod(0o700)
         return Worker(str(launcher))
 
+    def _start_fork_server(self, slot: int):
+        """The slot's zygote (``rocmlab.forkserver``), in a ``bwrap`` with the slot's view: the
+        sandbox's folder is there, each kernel covers it again but for its own run."""
+        from .execute import kernel_environment
+        from .forkserver import ForkServer
+
+        folder = self.base / f"slot{slot}"
+        argv = [*self.bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
+        argv += ["--bind", str(self.base), str(self.base), "--chdir", "/"]
+        argv += [sys.executable, "-P", "-m", "rocmlab.sandbox_entry", "zygote", str(folder / "zygote.sock")]
+        env = kernel_environment(f"zygote-{slot}", {**self.threads, **self.env})
+        return ForkServer([*argv, *self.preimport], folder / "zygote.sock", env, folder / "zygote.log")
+
     def new_run(self, slot: int, cell_timeout_s: int) -> Run:
         """The slot's next run (made ahead when ``prestart``); with ``prestart`` it also makes the
         run after it, whose kernel starts while this one runs. Runs of a slot are used in turn."""
@@ -395,10 +415,15 @@ class Sandbox:
         policy.preimport = self.preimport
         policy.expose = [str(p) for p in self.expose]
         policy_path = private / "policy.json"
-        if self.backend == "bubblewrap":
+        if self.fork_servers:
+            policy.forked = {
+                "cover": [] if under_private_temp([str(self.base)]) else [str(self.base)],
+                "keep": [str(ipc)],
+            }
+        elif self.backend == "bubblewrap":
             policy.bwrap = self.bwrap_argv(private, policy_path, work, ipc)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
-        jupyter = self._write_kernelspec(private, policy_path, asdict(policy))
+        jupyter = self._write_kernelspec(private, policy_path, asdict(policy), slot)
         env = {
             "JUPYTER_PATH": str(jupyter),
             "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
@@ -419,13 +444,14 @@ class Sandbox:
             options["ipc_path"] = str(folder / "ipc" / "k")
         return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
-    def bwrap_argv(self, private: Path, policy_path: Path, work: Path, ipc: Path) -> list[str]:
-        """``bwrap`` and its options around one run's kernel."""
+    def bwrap_view(self, own_pids: bool = True) -> list[str]:
+        """``bwrap`` and its options for a kernel's view of this machine (a zygote's: ``own_pids``
+        False, so that it sees the workers that ask it for kernels)."""
         argv = [shutil.which("bwrap") or "bwrap"]
         if not is_root():
             argv.append("--unshare-user")
-        argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
-        argv += ["--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        argv += ["--unshare-net", *(["--unshare-pid"] if own_pids else []), "--unshare-ipc", "--unshare-uts"]
+        argv += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for tmp in PRIVATE_TEMP:
             argv += ["--perms", "1777", "--tmpfs", tmp]
         for tmp, path in under_private_temp(self.expose):  # a checkout in /tmp: its interpreter and package
@@ -440,13 +466,18 @@ class Sandbox:
             if any(is_under(path, f) and not any(is_under(path, e) for e in es) for f, es in covered.items()):
                 continue
             argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        return argv
+
+    def bwrap_argv(self, private: Path, policy_path: Path, work: Path, ipc: Path) -> list[str]:
+        """``bwrap`` and its options around one run's kernel."""
+        argv = self.bwrap_view()
         for folder in (self.base, work.parent, private):  # bwrap would make them root-only
             argv += ["--perms", "0711", "--dir", str(folder)]
         argv += ["--bind", str(work), str(work), "--bind", str(ipc), str(ipc)]
         argv += ["--ro-bind", str(policy_path), str(policy_path), "--chdir", str(work)]
         return argv
 
-    def _write_kernelspec(self, private: Path, policy_path: Path, policy: dict) -> Path:
+    def _write_kernelspec(self, private: Path, policy_path: Path, policy: dict, slot: int) -> Path:
         jupyter = private / "jupyter"
         spec_dir = jupyter / "kernels" / KERNEL_NAME
         spec_dir.mkdir(parents=True)
@@ -456,6 +487,14 @@ class Sandbox:
             "language": "python",
             "metadata": {"debugger": False},
         }
+        if self.fork_servers:  # the argv only names the policy and connection files to the zygote
+            from .forkserver import PROVISIONER_NAME
+
+            socket = str(self.fork_servers[slot].socket_path)
+            spec["metadata"]["kernel_provisioner"] = {
+                "provisioner_name": PROVISIONER_NAME,
+                "config": {"socket": socket},
+            }
         if self.backend == "bubblewrap":  # a signal would reach bwrap, not the kernel inside it
             spec["interrupt_mode"] = "message"
         (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
@@ -466,11 +505,21 @@ class Sandbox:
             # what still runs is learner code or a kernel started ahead: killed, not asked (saves
             # about 2 s per slot at the end of a class); kill_user below waits for them
             worker.close(kill=True, grace_s=0)
-        for uid, _ in self.users:
+        for uid, _ in self.users:  # a forked kernel's parent reaps it at once, while its zygote lives
             processes.kill_user(uid)
+        for server in self.fork_servers:
+            server.close()
         for _, lock in self._locks:
             lock.release()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def fork_server_applies(backend: str, switch_user: bool) -> bool:
+    """Kernels are forked from a zygote where a class is graded as root under bubblewrap: the fork
+    needs root's rights to leave the zygote's namespaces and drop to a grader user. Elsewhere
+    (an instructor without root, the namespace fallback, one learner's check) each kernel is a
+    process of its own."""
+    return backend == "bubblewrap" and switch_user and is_root()
 
 
 def thread_budget(slots: int) -> dict:

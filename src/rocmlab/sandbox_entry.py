@@ -4,7 +4,9 @@
 paths covered, the paths the kernel needs put back). ``kernel POLICY CONNECTION`` (and
 ``kernel-inside`` under bubblewrap): the kernel's own start, which applies the limits, gives it
 private temp folders, drops to the grader user and starts ipykernel in the same process.
-``rocmlab.sandbox`` plans and starts these; the policy file it writes is all they read.
+``zygote SOCKET MODULE...``: a slot's kernel fork server (``rocmlab.forkserver``), whose forks
+take the same steps. ``rocmlab.sandbox`` plans and starts these; the policy file it writes is
+all they read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import importlib
 import json
 import os
 import resource
+import signal
 import socket
 import struct
 import sys
@@ -116,17 +119,18 @@ def worker_entry(policy: dict) -> int:
     return serve()
 
 
-def private_temp_folders(work: str, expose: list[str]) -> None:
+def private_temp_folders(work: str, expose: list[str], cover: list[str] = (), keep: list[str] = ()) -> None:
     """This kernel's own mount namespace with empty /tmp, /var/tmp and /dev/shm (the namespace
-    fallback; bubblewrap does this itself); its work folder, which lives under /tmp, and the
-    exposed paths below them (a checkout in /tmp) are put back."""
+    fallback and forked kernels; bubblewrap does this itself); its work folder, which lives under
+    /tmp, and the exposed paths below them (a checkout in /tmp) are put back. ``cover``: more
+    folders emptied the same way; ``keep``: more folders put back."""
     libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
     if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
-    kept = {path: os.open(path, os.O_PATH) for path in [work, *(p for _, p in under_private_temp(expose))]}
+    kept = {path: os.open(path, os.O_PATH) for path in [work, *keep, *(p for _, p in under_private_temp(expose))]}
     try:
-        for tmp in PRIVATE_TEMP:
+        for tmp in [*PRIVATE_TEMP, *cover]:
             if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
                 raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
         for path, fd in kept.items():
@@ -141,15 +145,27 @@ def private_temp_folders(work: str, expose: list[str]) -> None:
             os.close(fd)
 
 
-def start_ipykernel(connection_file: str, preimport: list[str]) -> int:
-    """ipykernel in this process (one interpreter start per kernel), without its debugger:
-    importing debugpy costs about 0.35 s of every kernel's start, and a graded kernel is never
-    debugged. It first imports the lab's heavy modules of ``PREIMPORTABLE`` (no name reaches the
-    learner's namespace): a kernel started ahead has them loaded when the learner's notebook comes."""
+def mount_own_proc() -> None:
+    """A /proc that shows this PID namespace only (a forked kernel, PID 1 of its own)."""
+    MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+    if ctypes.CDLL(None, use_errno=True).mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None):
+        raise OSError(ctypes.get_errno(), "cannot mount the kernel's own /proc")
+
+
+def load_kernel(preimport: list[str]) -> None:
+    """Import ipykernel without its debugger (importing debugpy costs about 0.35 s of every
+    kernel's start, and a graded kernel is never debugged), after the lab's heavy modules of
+    ``PREIMPORTABLE`` (no name reaches the learner's namespace): a kernel started ahead, or forked
+    from a zygote, has them loaded when the learner's notebook comes."""
     sys.modules["debugpy"] = None
     for name in preimport:
         if name in PREIMPORTABLE:
             importlib.import_module(name)
+    importlib.import_module("ipykernel.kernelapp")
+
+
+def start_ipykernel(connection_file: str) -> int:
+    """ipykernel in this process (one interpreter start per kernel, or none when forked)."""
     from ipykernel import kernelapp
 
     # Plain tracebacks: the grader reads only a failure's cell line, name and value, and IPython's
@@ -160,7 +176,8 @@ def start_ipykernel(connection_file: str, preimport: list[str]) -> int:
 
 
 def kernel_entry(policy: dict, connection_file: str) -> int:
-    """Limits, then the grader user, then ipykernel."""
+    """Limits, then the grader user, then ipykernel. A forked kernel (``policy["forked"]``) is PID
+    1 of its own namespaces: it also gets its own /proc, and the sandbox's folder is covered."""
     uid, gid = policy["uid"], policy["gid"]
     home = policy["home"]
     if uid is not None:  # the runtime folder is root-only: hand the kernel its own copy
@@ -169,14 +186,23 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         os.chown(copy, uid, gid)
         copy.chmod(0o600)
         connection_file = str(copy)
-    if policy["isolate"] and home:
-        private_temp_folders(home, policy.get("expose", []))
+    forked = policy.get("forked", {})
+    if (policy["isolate"] or forked) and home:
+        private_temp_folders(home, policy.get("expose", []), forked.get("cover", []), forked.get("keep", []))
+    if forked:
+        mount_own_proc()
+        bring_loopback_up()
     apply_limits(policy["limits"], uid)
     if uid is not None:
         drop_privileges(uid, gid)
+    if forked:  # the change of user cleared it
+        from .processes import die_with_parent
+
+        die_with_parent(signal.SIGKILL)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
-    return start_ipykernel(connection_file, policy.get("preimport", []))
+    load_kernel(policy.get("preimport", []))
+    return start_ipykernel(connection_file)
 
 
 def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
@@ -189,9 +215,14 @@ def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> in
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("worker", "kernel", "kernel-inside"):
-        print("usage: python -m rocmlab.sandbox_entry {worker|kernel} POLICY ...", file=sys.stderr)
+    if len(argv) < 2 or argv[0] not in ("worker", "kernel", "kernel-inside", "zygote"):
+        print("usage: python -m rocmlab.sandbox_entry {worker|kernel|zygote} POLICY|SOCKET ...", file=sys.stderr)
         return 2
+    if argv[0] == "zygote":
+        from .forkserver import serve_forks
+
+        load_kernel(argv[2:])
+        return serve_forks(argv[1])
     policy = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     if argv[0] == "worker":
         return worker_entry(policy)

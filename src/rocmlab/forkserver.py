@@ -1,0 +1,245 @@
+"""Kernels forked from a zygote that has ipykernel and the lab's heavy modules loaded.
+
+Starting a graded kernel is mostly imports (ipykernel, numpy: about 0.2 s of CPU each time), and a
+class starts one kernel per learner. Where a class is graded as root under bubblewrap, each slot
+has one zygote instead: ``python -m rocmlab.sandbox_entry zygote`` inside a ``bwrap`` with the
+slot's view of the machine (read-only, no network, hidden paths covered). For each kernel the
+slot's worker asks it over a Unix socket in the slot's root-only folder, and the fork:
+
+- starts a session and leaves the zygote's PID, network, IPC and UTS namespaces;
+- forks the kernel, PID 1 of the new ones, and sends the worker its pid and a pidfd: a SIGKILL
+  from the worker ends everything in the kernel's namespace;
+- waits for it, and kills it if the worker that asked for it ends first.
+
+The kernel takes ``rocmlab.sandbox_entry.kernel_entry``'s steps: its own mount namespace with
+empty temp folders and the sandbox's folder covered except the run's work and socket folders,
+its own /proc, loopback, the limits, the run's grader user, no_new_privs.
+
+The zygote is root, not dumpable, and outside every kernel's namespaces: a kernel sees neither
+its process nor its socket. What a kernel shares with the zygote is memory laid out before the
+fork (address-space layout, Python's hash seed; numpy's random state is drawn again), which
+tells a learner nothing about another learner's kernel, a process of another user.
+``ForkProvisioner`` is the worker's side, a jupyter_client kernel provisioner (``kernel.json``
+names it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from jupyter_client.provisioning import LocalProvisioner
+from traitlets import Unicode
+
+from .processes import die_with_parent
+from .sandbox_entry import kernel_entry
+
+PROVISIONER_NAME = "rocmlab-fork"
+CONNECT_TIMEOUT_S = 60
+REQUEST = {"policy": str, "connection_file": str, "env": dict, "cwd": str}  # what a worker sends
+CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x04000000, 0x08000000, 0x20000000, 0x40000000
+
+
+# ---------------------------------------------------------------- host side
+
+
+class ForkServer:
+    """One slot's zygote, started in its ``bwrap`` (``argv``) and ended with ``close``."""
+
+    def __init__(self, argv: list[str], socket_path: Path, env: dict, log: Path):
+        self.socket_path = socket_path
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+
+    def close(self) -> None:
+        """End the zygote; its forks' parent-death signals end them (``Sandbox.close`` first ends
+        every process of its grader users, which a learner's code cannot escape)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+class ForkedKernel:
+    """``subprocess.Popen``'s interface (what jupyter_client and the engine call) for a kernel that
+    is not this process's child. Its pidfd tells when it ended but not its status, which is its
+    parent's: ``returncode`` is minus the first signal sent from here, else 0."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, pid: int, pidfd: int):
+        self.pid, self.pidfd, self.returncode = pid, pidfd, None
+        self._signal = 0
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
+            self.returncode = -self._signal
+            os.close(self.pidfd)
+        return self.returncode
+
+    def __del__(self):
+        if self.returncode is None:
+            os.close(self.pidfd)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"kernel {self.pid}", timeout)
+            select.select([self.pidfd], [], [], left)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            self._signal = self._signal or signum
+            signal.pidfd_send_signal(self.pidfd, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def fork_kernel(socket_path: str, request: dict, timeout_s: float = CONNECT_TIMEOUT_S) -> ForkedKernel:
+    """Ask the slot's zygote for a kernel (waiting for a zygote still loading its modules)."""
+    deadline = time.monotonic() + timeout_s
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        while True:
+            try:
+                conn.connect(socket_path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the kernel fork server at {socket_path} did not start in {timeout_s} s"
+                    ) from None
+                time.sleep(0.02)
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        message, fds, _flags, _addr = socket.recv_fds(conn, 4096, 1)
+    if not fds:
+        raise RuntimeError(
+            f"the kernel fork server at {socket_path} gave no kernel: {message.decode(errors='replace')}"
+        )
+    return ForkedKernel(json.loads(message)["pid"], fds[0])
+
+
+class ForkProvisioner(LocalProvisioner):
+    """jupyter_client's local provisioner, with the kernel forked by the slot's zygote; the
+    kernelspec's ``argv`` ends with the run's policy file and the connection file."""
+
+    socket = Unicode(help="the zygote's Unix socket").tag(config=True)
+
+    async def launch_kernel(self, cmd: list[str], **kwargs):
+        env = {k: v for k, v in kwargs["env"].items() if k != "JPY_PARENT_PID"}  # ipykernel's parent is not us
+        policy, connection_file = cmd[-2:]
+        self.cwd = str(kwargs.get("cwd") or os.getcwd())  # papermill changes folder instead
+        self.process = fork_kernel(
+            self.socket, {"policy": policy, "connection_file": connection_file, "env": env, "cwd": self.cwd}
+        )
+        self.pid, self.pgid = self.process.pid, None  # signals go through the pidfd
+        return self.connection_info
+
+
+# ---------------------------------------------------------------- inside the zygote's bwrap
+
+
+def serve_forks(socket_path: str) -> int:
+    """The zygote's loop: one kernel per connection, answered with its pid and a pidfd."""
+    PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # A kernel whose parent ended comes to this process, and Linux reaps both at once (SIGCHLD
+    # ignored): a run's cleanup never waits on a zombie of its grader user.
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+        server.bind(socket_path + ".new")
+        os.chmod(socket_path + ".new", 0o600)
+        server.listen(8)
+        os.rename(socket_path + ".new", socket_path)  # a worker never finds it before the listen
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                _answer(server, conn)
+
+
+def _answer(server: socket.socket, conn: socket.socket) -> None:
+    try:
+        with conn.makefile("rb") as lines:
+            request = json.loads(lines.readline())
+        wrong = [key for key, kind in REQUEST.items() if not isinstance(request.get(key), kind)]
+        if wrong:
+            raise ValueError(f"expected {', '.join(f'{k} ({REQUEST[k].__name__})' for k in wrong)}")
+        peer_pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        worker = os.pidfd_open(peer_pid)
+    except (OSError, ValueError, AttributeError) as exc:
+        conn.sendall(f"bad request: {exc}".encode())
+        return
+    if os.fork() == 0:
+        code = 1
+        try:
+            server.close()
+            code = forked_kernel(request, worker, conn)
+        except BaseException:  # noqa: BLE001 (the kernel's start failed: say why in the log)
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(worker)
+
+
+def forked_kernel(request: dict, worker: int, conn: socket.socket) -> int:
+    """In the zygote's child: new namespaces, and the kernel as PID 1 of them, whose pid and pidfd
+    go to the worker (a SIGKILL to it ends everything in its namespace); this process waits."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    die_with_parent(signal.SIGKILL)
+    policy = json.loads(Path(request["policy"]).read_text(encoding="utf-8"))
+    if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS):
+        raise OSError(ctypes.get_errno(), "cannot give the kernel its own namespaces")
+    kernel = os.fork()
+    if kernel:
+        pidfd = os.pidfd_open(kernel)
+        with conn:
+            socket.send_fds(conn, [json.dumps({"pid": kernel}).encode()], [pidfd])
+        return _watch(kernel, pidfd, worker)
+    conn.close()
+    os.close(worker)
+    die_with_parent(signal.SIGKILL)
+    _reseed()
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    return kernel_entry(policy, request["connection_file"])
+
+
+def _watch(kernel: int, pidfd: int, worker: int) -> int:
+    """Wait for the kernel; kill it if the worker that asked for it ends first. Its exit code."""
+    if pidfd not in select.select([pidfd, worker], [], [])[0]:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    code = os.waitstatus_to_exitcode(os.waitpid(kernel, 0)[1])
+    return code if code >= 0 else 128 - code
+
+
+def _reseed() -> None:
+    """A fork copies the zygote's random state: each kernel draws its own (``random`` reseeds itself)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()

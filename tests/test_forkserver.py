@@ -1,0 +1,138 @@
+"""Kernels forked from a slot's zygote: what each one can see, and that none outlives its run."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import nbformat
+import psutil
+import pytest
+
+from rocmlab.forkserver import ForkedKernel, fork_kernel
+from rocmlab.sandbox import Sandbox, bubblewrap_works, fork_server_applies, is_root
+
+needs_forks = pytest.mark.skipif(
+    not (is_root() and bubblewrap_works()), reason="forked kernels need root and bubblewrap"
+)
+
+PROBE = """
+import json, os, socket, numpy
+print(json.dumps({
+    "pid": os.getpid(),
+    "uid": os.getuid(),
+    "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+    "interfaces": [name for _, name in socket.if_nameindex()],
+    "sandbox": os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))),
+    "socket_seen": os.path.exists(SOCKET),
+    "random": numpy.random.rand(),
+}))
+"""
+
+
+def test_a_forked_kernel_handle_tells_when_its_process_ended_and_what_signal_ended_it():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        kernel = ForkedKernel(child.pid, os.pidfd_open(child.pid))
+        assert kernel.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            kernel.wait(timeout=0.05)
+        kernel.kill()
+        child.wait()  # this test is its parent: reaped here, so that the pidfd says it ended
+        assert kernel.wait(timeout=5) == -signal.SIGKILL and kernel.poll() == -signal.SIGKILL
+        kernel.kill()  # an ended kernel: nothing to signal
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_forks_apply_only_to_a_class_graded_as_root_under_bubblewrap():
+    assert not fork_server_applies("namespaces", True)
+    assert not fork_server_applies("bubblewrap", False)
+    assert fork_server_applies("bubblewrap", True) == is_root()
+
+
+def test_without_a_zygote_listening_the_worker_gets_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="fork server at .* did not start in 0.1 s"):
+        fork_kernel(str(tmp_path / "zygote.sock"), {}, timeout_s=0.1)
+
+
+def _run(sandbox, probe: str, timeout_s: int = 60):
+    source = sandbox.base / "probe.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(probe)]
+    nbformat.write(nb, source)
+    run = sandbox.new_run(0, timeout_s)
+    executed, outcome = run.execute(source, run.private / "out.ipynb", {}, timeout_s, timeout_s)
+    return run, executed, outcome
+
+
+@pytest.mark.slow
+@needs_forks
+def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user():
+    sandbox = Sandbox(slots=1, prestart=True, preimport=["numpy"])
+    try:
+        assert sandbox.isolation["forked_kernels"]
+        zygote_socket = str(sandbox.fork_servers[0].socket_path)
+        seen = []
+        for _ in range(2):
+            run, executed, outcome = _run(sandbox, f"SOCKET = {zygote_socket!r}\n{PROBE}")
+            assert outcome.status == "passed", outcome.reason
+            spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
+            assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "rocmlab-fork"
+            probe = json.loads(executed.cells[0].outputs[0]["text"])
+            assert probe["pid"] == 1 and probe["pids"] == ["1"]  # its own PID namespace: no zygote, no worker
+            assert probe["uid"] == run.uid != 0
+            assert probe["interfaces"] == ["lo"] and not probe["socket_seen"]
+            assert probe["sandbox"] == [run.folder.name]  # other runs and the slot's folder are covered
+            seen.append(probe)
+            run.cleanup()
+        assert seen[0]["uid"] != seen[1]["uid"]
+        assert seen[0]["random"] != seen[1]["random"]  # each fork draws its own random state
+    finally:
+        sandbox.close()
+    assert sandbox.fork_servers[0].proc.poll() is not None
+
+
+@pytest.mark.slow
+@needs_forks
+def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
+    sandbox = Sandbox(slots=1, prestart=True)
+    try:
+        run, _, outcome = _run(sandbox, "import time\ntime.sleep(120)", timeout_s=3)
+        assert outcome.status == "timeout"  # the worker was killed: its kernel's parent sees it go
+        deadline = time.monotonic() + 5
+        while _processes_of(run.uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _processes_of(run.uid)
+    finally:
+        sandbox.close()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "zygote" in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+@needs_forks
+def test_the_zygote_answers_a_bad_request_and_serves_the_next():
+    sandbox = Sandbox(slots=1, prestart=True)
+    try:
+        path = str(sandbox.fork_servers[0].socket_path)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.connect(path)
+            conn.sendall(b"not json\n")
+            assert conn.recv(4096).startswith(b"bad request")
+        with pytest.raises(RuntimeError, match="gave no kernel: bad request"):
+            fork_kernel(path, {"policy": 1})
+        _, _, outcome = _run(sandbox, "print('still serving')")
+        assert outcome.status == "passed", outcome.reason
+    finally:
+        sandbox.close()
+
+
+def _processes_of(uid: int) -> list:
+    return [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
