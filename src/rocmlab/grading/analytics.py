@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..errors import InputError
+from ..pages import render_page
 
 PAGE = "class.html"
 CSV_FILES = {"learners": "class-learners.csv", "exercises": "class-exercises.csv", "failures": "class-failures.csv"}
@@ -243,18 +244,10 @@ def score_plot(view: ClassView) -> str | None:
 # ------------------------------------------------------------------ the page and the CSV files
 
 
-def render_page(view: ClassView) -> str:
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
-    env = Environment(
-        loader=PackageLoader("rocmlab", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+def class_page(view: ClassView) -> str:
     scores = [learner.score for learner in view.learners]
-    return env.get_template("class.html.j2").render(
+    return render_page(
+        "class.html.j2",
         view=view,
         plot=score_plot(view),
         mean=round(statistics.fmean(scores), 2) if scores else 0.0,
@@ -311,7 +304,7 @@ def write_class_page(out: Path) -> Path:
         csv.writer(buffer, lineterminator="\n").writerows([[_cell(v) for v in row] for row in rows])
         _write_text(out / CSV_FILES[name], buffer.getvalue())
     page = out / PAGE
-    _write_text(page, render_page(view))
+    _write_text(page, class_page(view))
     return page
 
 

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from ..catalog import Lab
+from ..pages import render_page
 from .submissions import StudentResult
 
 TEXT = {
@@ -63,17 +64,7 @@ TEXT = {
 
 
 def feedback_html(lab: Lab, result: StudentResult) -> str:
-    """The learner's page, from ``templates/feedback.html.j2`` with autoescaping: learner ids and
-    error text reach it."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
-    env = Environment(
-        loader=PackageLoader("rocmlab", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    """The learner's page, from ``templates/feedback.html.j2``."""
     t = TEXT[result.lang]
     rows = [
         {
@@ -85,7 +76,8 @@ def feedback_html(lab: Lab, result: StudentResult) -> str:
         }
         for test in result.tests
     ]
-    return env.get_template("feedback.html.j2").render(
+    return render_page(
+        "feedback.html.j2",
         lang=result.lang,
         t=t,
         title=lab.title[result.lang],

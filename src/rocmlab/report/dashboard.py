@@ -15,6 +15,7 @@ import io
 from pathlib import Path
 
 from ..catalog import LabError
+from ..pages import render_page
 from .diff import PairDiff
 from .history import Run
 from .render import cell_text, links, removal_text
@@ -33,22 +34,13 @@ MARKERS = {  # status → (marker, colour)
 
 def render_dashboard(report: Freshness, diffs: list[PairDiff] | None = None, relative_to: Path | None = None) -> str:
     """The page as a string; links to local notebooks are made relative to ``relative_to``."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
     try:
         import matplotlib  # noqa: F401 (checked here so that a missing plot library is one clear error)
     except ImportError:
         raise LabError("the dashboard draws its plots with matplotlib: pip install 'rocmlab[report]'") from None
 
-    env = Environment(
-        loader=PackageLoader("rocmlab", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    template = env.get_template("dashboard.html.j2")
-    return template.render(
+    return render_page(
+        "dashboard.html.j2",
         report=report,
         columns=report.columns,
         judged=[c.name for c in report.judged_on],
