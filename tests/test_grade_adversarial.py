@@ -16,9 +16,10 @@ import pytest
 
 from rocmlab.build import solution_notebook, write_notebook
 from rocmlab.catalog import discover, select
+from rocmlab.grader_users import USER_PREFIX
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
-from rocmlab.sandbox import USER_PREFIX, Limits, Sandbox
+from rocmlab.sandbox import Limits, Sandbox
 
 pytestmark = pytest.mark.slow
 

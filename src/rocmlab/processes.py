@@ -148,6 +148,10 @@ def kill_user(uid: int, rounds: int = 3) -> None:
         psutil.wait_procs(procs, timeout=GRACE_S)
 
 
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """Ask Linux to send ``sig`` to this process when its parent ends (PR_SET_PDEATHSIG).
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -45,14 +44,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import processes
+from . import bubblewrap, processes
+from .bubblewrap import bubblewrap_works
+from .grader_users import claim_users, ensure_user
+from .processes import is_root
 from .sandbox_entry import PREIMPORTABLE
 from .sandbox_paths import (
-    PRIVATE_TEMP,
     closed_ancestor,
-    closed_ways,
     interpreter_paths,
-    is_under,
     split_hidden,
     under_private_temp,
 )
@@ -66,7 +65,6 @@ KERNEL_NAME = "rocmlab-sandbox"
 # idle ones spin: importing numpy costs a kernel twice the CPU on 2 cores.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("bubblewrap", "namespaces", "none")
-USER_PREFIX = "rocmlab-grader-"
 
 
 @dataclass
@@ -112,10 +110,6 @@ class Policy:
 # ------------------------------------------------------------------ host side
 
 
-def is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
 def namespaces_work() -> bool:
     """True when ``unshare`` can give us network, PID and mount namespaces here."""
     if not is_root() or not shutil.which("unshare"):
@@ -130,55 +124,6 @@ def namespaces_work() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
-
-
-def bubblewrap_works() -> bool:
-    """True when ``bwrap`` can start a process in fresh network, PID and mount namespaces here."""
-    bwrap = shutil.which("bwrap")
-    if not bwrap:
-        return False
-    user = [] if is_root() else ["--unshare-user"]
-    try:
-        proc = subprocess.run(
-            [bwrap, *user, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"],
-            capture_output=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
-
-
-def ensure_user(slot: int) -> tuple[int, int]:
-    """The unprivileged grader user of one job slot, created (as a system user) when missing."""
-    name = f"{USER_PREFIX}{slot}"
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        proc = subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                "--user-group",
-                name,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if proc.returncode != 0 and "already exists" not in proc.stderr:
-            raise RuntimeError(f"cannot create the grader user {name}: {proc.stderr.strip()}") from None
-        entry = pwd.getpwnam(name)
-    if entry.pw_uid == 0:
-        raise RuntimeError(f"the grader user {name} has uid 0: refusing to run learner code as root")
-    return entry.pw_uid, entry.pw_gid
 
 
 @dataclass
@@ -286,7 +231,7 @@ class Sandbox:
         self._turns = 2 if prestart else 1
         self._pending: dict[int, Run] = {}
         self._runs_started: dict[int, int] = {}
-        self._locks = self._claim_users(slots * self._turns) if self.switch_user else []
+        self._locks = claim_users(slots * self._turns) if self.switch_user else []
         try:
             self.users = [ensure_user(index) for index, _ in self._locks]
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
@@ -302,22 +247,6 @@ class Sandbox:
                 worker.start()
             if fork_server_applies(self.backend, self.switch_user):
                 self.fork_servers = [self._start_fork_server(slot) for slot in range(len(self.workers))]
-
-    @staticmethod
-    def _claim_users(slots: int) -> list:
-        """Grader users no other grading run on this machine holds (a run kills its users' leftovers)."""
-        from filelock import FileLock, Timeout
-
-        claimed, index = [], 0
-        while len(claimed) < slots:
-            lock = FileLock(str(Path(tempfile.gettempdir()) / f"{USER_PREFIX}{index}.lock"))
-            try:
-                lock.acquire(timeout=0)
-                claimed.append((index, lock))
-            except Timeout:
-                pass
-            index += 1
-        return claimed
 
     @property
     def isolation(self) -> dict:
@@ -377,7 +306,7 @@ class Sandbox:
         from .forkserver import ForkServer
 
         folder = self.base / f"slot{slot}"
-        argv = [*self.bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
+        argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
         argv += ["--bind", str(self.base), str(self.base), "--chdir", "/"]
         argv += [sys.executable, "-P", "-m", "rocmlab.sandbox_entry", "zygote", str(folder / "zygote.sock")]
         env = kernel_environment(f"zygote-{slot}", {**self.threads, **self.env})
@@ -421,7 +350,7 @@ class Sandbox:
                 "keep": [str(ipc)],
             }
         elif self.backend == "bubblewrap":
-            policy.bwrap = self.bwrap_argv(private, policy_path, work, ipc)
+            policy.bwrap = bubblewrap.run_argv(self._bwrap_view(), self.base, private, work, ipc, policy_path)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
         jupyter = self._write_kernelspec(private, policy_path, asdict(policy), slot)
         env = {
@@ -444,38 +373,11 @@ class Sandbox:
             options["ipc_path"] = str(folder / "ipc" / "k")
         return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
-    def bwrap_view(self, own_pids: bool = True) -> list[str]:
-        """``bwrap`` and its options for a kernel's view of this machine (a zygote's: ``own_pids``
-        False, so that it sees the workers that ask it for kernels)."""
-        argv = [shutil.which("bwrap") or "bwrap"]
-        if not is_root():
-            argv.append("--unshare-user")
-        argv += ["--unshare-net", *(["--unshare-pid"] if own_pids else []), "--unshare-ipc", "--unshare-uts"]
-        argv += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for tmp in PRIVATE_TEMP:
-            argv += ["--perms", "1777", "--tmpfs", tmp]
-        for tmp, path in under_private_temp(self.expose):  # a checkout in /tmp: its interpreter and package
-            # listable on the way down: a checkout's src/ is on sys.path, and Python lists its entries
-            argv += put_back(tmp, path, mode="0755")
-        covered = closed_ways(self.expose) if self.switch_user else {}
-        for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
-            argv += ["--perms", "0711", "--tmpfs", folder]
-            for path in paths:
-                argv += put_back(folder, path)
-        for path in self.hide:
-            if any(is_under(path, f) and not any(is_under(path, e) for e in es) for f, es in covered.items()):
-                continue
-            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
-        return argv
-
-    def bwrap_argv(self, private: Path, policy_path: Path, work: Path, ipc: Path) -> list[str]:
-        """``bwrap`` and its options around one run's kernel."""
-        argv = self.bwrap_view()
-        for folder in (self.base, work.parent, private):  # bwrap would make them root-only
-            argv += ["--perms", "0711", "--dir", str(folder)]
-        argv += ["--bind", str(work), str(work), "--bind", str(ipc), str(ipc)]
-        argv += ["--ro-bind", str(policy_path), str(policy_path), "--chdir", str(work)]
-        return argv
+    def _bwrap_view(self, own_pids: bool = True) -> list[str]:
+        own_user = not is_root()
+        return bubblewrap.view_argv(
+            self.expose, self.hide, switch_user=self.switch_user, own_user=own_user, own_pids=own_pids
+        )
 
     def _write_kernelspec(self, private: Path, policy_path: Path, policy: dict, slot: int) -> Path:
         jupyter = private / "jupyter"
@@ -538,14 +440,6 @@ def choose_backend(isolate: bool | None) -> str:
     if bubblewrap_works():
         return "bubblewrap"
     return "namespaces" if namespaces_work() else "none"
-
-
-def put_back(folder: str, path: str, mode: str = "0711") -> list[str]:
-    """bwrap options that make ``path`` reachable again below ``folder``, covered by a tmpfs: the
-    folders on the way down (which bwrap would make root-only; they hold only what is put back),
-    then ``path`` itself, read-only."""
-    steps = [str(step) for step in reversed(Path(path).parents) if is_under(str(step), folder) and str(step) != folder]
-    return [*(arg for step in steps for arg in ("--perms", mode, "--dir", step)), "--ro-bind", path, path]
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:
