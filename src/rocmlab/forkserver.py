@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -159,6 +160,9 @@ class ForkProvisioner(LocalProvisioner):
 
 def serve_forks(socket_path: str) -> int:
     """The zygote's loop: one kernel per connection, answered with its pid and a pidfd."""
+    # What is loaded now is shared with every fork until written to; a garbage collection in a
+    # fork would write to every object it tracks, copying their pages. Frozen, it leaves them.
+    gc.freeze()
     PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
