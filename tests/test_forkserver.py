@@ -57,7 +57,13 @@ def test_forks_apply_only_to_a_class_graded_as_root_under_bubblewrap():
 
 def test_without_a_zygote_listening_the_worker_gets_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="fork server at .* did not start in 0.1 s"):
-        fork_kernel(str(tmp_path / "zygote.sock"), {}, timeout_s=0.1)
+        fork_kernel(str(tmp_path / "zygote.sock"), os.getpid(), {}, timeout_s=0.1)  # alive: still loading
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="fork server at .* has ended"):
+        fork_kernel(str(tmp_path / "zygote.sock"), ended.pid, {}, timeout_s=30)
+    assert time.monotonic() - started < 5  # no wait for a zygote that is gone
 
 
 def _run(sandbox, probe: str, timeout_s: int = 60):
@@ -127,9 +133,25 @@ def test_the_zygote_answers_a_bad_request_and_serves_the_next():
             conn.sendall(b"not json\n")
             assert conn.recv(4096).startswith(b"bad request")
         with pytest.raises(RuntimeError, match="gave no kernel: bad request"):
-            fork_kernel(path, {"policy": 1})
+            fork_kernel(path, sandbox.fork_servers[0].proc.pid, {"policy": 1})
         _, _, outcome = _run(sandbox, "print('still serving')")
         assert outcome.status == "passed", outcome.reason
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.slow
+@needs_forks
+def test_when_a_zygote_ends_its_slot_starts_each_kernel_in_its_own_bwrap():
+    sandbox = Sandbox(slots=1, prestart=True)
+    try:
+        os.killpg(sandbox.fork_servers[0].proc.pid, signal.SIGKILL)
+        sandbox.fork_servers[0].proc.wait()
+        run, _, outcome = _run(sandbox, "print('started as a process')")
+        assert outcome.status == "passed", outcome.reason
+        spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
+        assert "kernel_provisioner" not in spec["metadata"] and "kernel-inside" in spec["argv"]
+        assert any("fork server ended: exit status -9" in p for p in sandbox.isolation["problems"])
     finally:
         sandbox.close()
 

@@ -41,7 +41,7 @@ import traceback
 from pathlib import Path
 
 from jupyter_client.provisioning import LocalProvisioner
-from traitlets import Unicode
+from traitlets import Integer, Unicode
 
 from .processes import die_with_parent
 from .sandbox_entry import kernel_entry
@@ -59,11 +59,20 @@ class ForkServer:
     """One slot's zygote, started in its ``bwrap`` (``argv``) and ended with ``close``."""
 
     def __init__(self, argv: list[str], socket_path: Path, env: dict, log: Path):
-        self.socket_path = socket_path
+        self.socket_path, self.log = socket_path, log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
             )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self) -> str:
+        """Its exit status and the last lines it wrote (after it ended)."""
+        lines = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        return f"exit status {self.proc.poll()}" + "".join(f" | {line}" for line in lines)
 
     def close(self) -> None:
         """End the zygote; its forks' parent-death signals end them (``Sandbox.close`` first ends
@@ -115,15 +124,18 @@ class ForkedKernel:
         self.send_signal(signal.SIGTERM)
 
 
-def fork_kernel(socket_path: str, request: dict, timeout_s: float = CONNECT_TIMEOUT_S) -> ForkedKernel:
-    """Ask the slot's zygote for a kernel (waiting for a zygote still loading its modules)."""
+def fork_kernel(socket_path: str, zygote: int, request: dict, timeout_s: float = CONNECT_TIMEOUT_S) -> ForkedKernel:
+    """Ask the slot's zygote (``zygote``: the pid of its ``bwrap``) for a kernel, waiting while it
+    still loads its modules; a clear error at once when it has ended."""
     deadline = time.monotonic() + timeout_s
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         while True:
             try:
                 conn.connect(socket_path)
                 break
-            except (FileNotFoundError, ConnectionRefusedError):
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                if isinstance(exc, ConnectionRefusedError) or _ended(zygote):
+                    raise RuntimeError(f"the kernel fork server at {socket_path} has ended") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the kernel fork server at {socket_path} did not start in {timeout_s} s"
@@ -138,18 +150,32 @@ def fork_kernel(socket_path: str, request: dict, timeout_s: float = CONNECT_TIME
     return ForkedKernel(json.loads(message)["pid"], fds[0])
 
 
+def _ended(pid: int) -> bool:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([pidfd], [], [], 0)[0])
+    finally:
+        os.close(pidfd)
+
+
 class ForkProvisioner(LocalProvisioner):
     """jupyter_client's local provisioner, with the kernel forked by the slot's zygote; the
     kernelspec's ``argv`` ends with the run's policy file and the connection file."""
 
     socket = Unicode(help="the zygote's Unix socket").tag(config=True)
+    zygote = Integer(help="the pid of the zygote's bwrap").tag(config=True)
 
     async def launch_kernel(self, cmd: list[str], **kwargs):
         env = {k: v for k, v in kwargs["env"].items() if k != "JPY_PARENT_PID"}  # ipykernel's parent is not us
         policy, connection_file = cmd[-2:]
         self.cwd = str(kwargs.get("cwd") or os.getcwd())  # papermill changes folder instead
         self.process = fork_kernel(
-            self.socket, {"policy": policy, "connection_file": connection_file, "env": env, "cwd": self.cwd}
+            self.socket,
+            self.zygote,
+            {"policy": policy, "connection_file": connection_file, "env": env, "cwd": self.cwd},
         )
         self.pid, self.pgid = self.process.pid, None  # signals go through the pidfd
         return self.connection_info

@@ -241,7 +241,7 @@ class Sandbox:
         self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
-        self.fork_servers = []
+        self.fork_servers, self._ended = [], []
         if prestart:  # a class: the workers load papermill while the grader sets up its gradebook
             for worker in self.workers:
                 worker.start()
@@ -344,7 +344,7 @@ class Sandbox:
         policy.preimport = self.preimport
         policy.expose = [str(p) for p in self.expose]
         policy_path = private / "policy.json"
-        if self.fork_servers:
+        if self._forks(slot):
             policy.forked = {
                 "cover": [] if under_private_temp([str(self.base)]) else [str(self.base)],
                 "keep": [str(ipc)],
@@ -373,6 +373,17 @@ class Sandbox:
             options["ipc_path"] = str(folder / "ipc" / "k")
         return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
+    def _forks(self, slot: int) -> bool:
+        """Whether the slot's kernels are forked: not once its zygote has ended (then, as without
+        one, each kernel starts in its own ``bwrap``; the summary's problems say so)."""
+        if not self.fork_servers:
+            return False
+        server = self.fork_servers[slot]
+        if not server.alive and server not in self._ended:
+            self._ended.append(server)
+            self.problems.append(f"slot {slot}: the kernel fork server ended: {server.log_tail()}")
+        return server.alive
+
     def _bwrap_view(self, own_pids: bool = True) -> list[str]:
         own_user = not is_root()
         return bubblewrap.view_argv(
@@ -389,13 +400,13 @@ class Sandbox:
             "language": "python",
             "metadata": {"debugger": False},
         }
-        if self.fork_servers:  # the argv only names the policy and connection files to the zygote
+        if policy["forked"]:  # the argv only names the policy and connection files to the zygote
             from .forkserver import PROVISIONER_NAME
 
-            socket = str(self.fork_servers[slot].socket_path)
+            server = self.fork_servers[slot]
             spec["metadata"]["kernel_provisioner"] = {
                 "provisioner_name": PROVISIONER_NAME,
-                "config": {"socket": socket},
+                "config": {"socket": str(server.socket_path), "zygote": server.proc.pid},
             }
         if self.backend == "bubblewrap":  # a signal would reach bwrap, not the kernel inside it
             spec["interrupt_mode"] = "message"
