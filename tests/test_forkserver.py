@@ -134,6 +134,9 @@ def test_the_zygote_answers_a_bad_request_and_serves_the_next():
             assert conn.recv(4096).startswith(b"bad request")
         with pytest.raises(RuntimeError, match="gave no kernel: bad request"):
             fork_kernel(path, sandbox.fork_servers[0].proc.pid, {"policy": 1})
+        missing = {"policy": "/nonexistent/policy.json", "connection_file": "", "env": {}, "cwd": "/"}
+        with pytest.raises(RuntimeError, match="gave no kernel: cannot start the kernel: FileNotFoundError"):
+            fork_kernel(path, sandbox.fork_servers[0].proc.pid, missing)
         _, _, outcome = _run(sandbox, "print('still serving')")
         assert outcome.status == "passed", outcome.reason
     finally:

@@ -226,8 +226,10 @@ def _answer(server: socket.socket, conn: socket.socket) -> None:
         try:
             server.close()
             code = forked_kernel(request, worker, conn)
-        except BaseException:  # noqa: BLE001 (the kernel's start failed: say why in the log)
+        except BaseException as exc:  # noqa: BLE001 (a failed start: said in the log and to the worker)
             traceback.print_exc()
+            with contextlib.suppress(OSError):
+                conn.sendall(f"cannot start the kernel: {type(exc).__name__}: {exc}".encode())
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
