@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
-from .processes import is_root
+from .processes import is_root, succeeds
 from .sandbox_paths import PRIVATE_TEMP, closed_ways, is_under, under_private_temp
 
 
@@ -18,16 +17,9 @@ def bubblewrap_works() -> bool:
     if not bwrap:
         return False
     user = [] if is_root() else ["--unshare-user"]
-    try:
-        proc = subprocess.run(
-            [bwrap, *user, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"],
-            capture_output=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+    return succeeds(
+        [bwrap, *user, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"]
+    )
 
 
 def view_argv(expose: list, hide: list[str], *, switch_user: bool, own_user: bool, own_pids: bool = True) -> list[str]:

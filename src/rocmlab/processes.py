@@ -148,6 +148,14 @@ def kill_user(uid: int, rounds: int = 3) -> None:
         psutil.wait_procs(procs, timeout=GRACE_S)
 
 
+def succeeds(argv: list[str], timeout_s: float = 20) -> bool:
+    """True when ``argv`` runs and exits 0 within ``timeout_s`` (a probe of what this machine allows)."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 

@@ -114,16 +114,7 @@ def namespaces_work() -> bool:
     """True when ``unshare`` can give us network, PID and mount namespaces here."""
     if not is_root() or not shutil.which("unshare"):
         return False
-    try:
-        proc = subprocess.run(
-            ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
-            capture_output=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+    return processes.succeeds(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "true"])
 
 
 @dataclass
