@@ -432,8 +432,10 @@ def serve() -> int:
                     warm[coming.cwd] = _start_kernel(coming, request["prestart"]["env"])
             result = _execute(spec, kernel)
         finally:
-            kept = set().union(*(_kernel_pids(k) for k in warm.values()))
-            leftovers = [p for p in processes.descendants(os.getpid(), include_self=False) if p.pid not in kept]
+            leftovers = processes.descendants(os.getpid(), include_self=False)
+            if leftovers:  # a forked kernel started ahead is no descendant: nothing to walk then
+                kept = set().union(*(_kernel_pids(k) for k in warm.values()))
+                leftovers = [p for p in leftovers if p.pid not in kept]
             processes.end(leftovers, KILL_GRACE_S)
         write_json_atomic(Path(request["outcome"]), result)
         answer.write("done\n")
