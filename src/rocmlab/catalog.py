@@ -58,6 +58,11 @@ class Lab:
     def data_dir(self) -> Path:
         return self.folder / "data"
 
+    @property
+    def checks(self) -> Path:
+        """The lab's hidden checks, run by the trusted harness (``rocmlab.harness``)."""
+        return self.folder / "checks.py"
+
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
             known = ", ".join(self.profiles)

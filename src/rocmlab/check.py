@@ -19,21 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-
 from .build import solution_notebook, write_notebook
 from .catalog import LANGUAGES, Lab, discover
 from .errors import ExitCode, InputError
-from .grading.cells import (
-    INJECTED_TAG,
-    grading,
-    injected_cells,
-    judge_tests,
-    mark_unrun_tests,
-    seal_tests,
-    shown_message,
-    trusted_names,
-)
+from .grading.cells import grading, mark_unrun_tests, shown_message
 from .grading.preflight import check_model_cache, course_view, model_cache, sandbox_env
 from .grading.submissions import read_notebook, safe_text
 from .papermill_engine import TIMEOUT_ENAME
@@ -123,8 +112,6 @@ def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
     """The first non-test cell that raised before the first failing test (None: the tests failed on their own)."""
     position = 0
     for cell in executed.cells:
-        if INJECTED_TAG in cell.metadata.get("tags", []):
-            continue
         position += 1
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if not errors:
@@ -173,15 +160,7 @@ def find_lab(nb, root: str | None) -> Lab | None:
 
 
 def prepare(nb, keep_params: bool):
-    cells = [
-        c
-        for c in nb.cells
-        if INJECTED_TAG not in c.metadata.get("tags", [])
-        and (keep_params or "injected-parameters" not in c.metadata.get("tags", []))
-    ]
-    names = trusted_names(nbformat.v4.new_notebook(cells=cells))
-    capture, report = injected_cells(names)
-    nb.cells = [capture, *cells, report]
+    nb.cells = [c for c in nb.cells if keep_params or "injected-parameters" not in c.metadata.get("tags", [])]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -213,7 +192,6 @@ def run_check(
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
     check_model_cache(params, other_user=is_root())
     prepared = prepare(nb, keep_params)
-    seals = seal_tests(prepared)
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
     sandbox = _sandbox(root, keep_params)
     run = sandbox.new_run(0, cell_timeout_s)
@@ -234,7 +212,6 @@ def run_check(
         run.cleanup()
         sandbox.close()
     mark_unrun_tests(executed)
-    judge_tests(executed, seals)
     problem = outcome.reason if outcome.status in ("timeout", "crashed") else ""
     return visible_results(executed), problem, first_error(executed, course_cells(lab, lang))
 
@@ -288,5 +265,8 @@ def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -
         print(first.describe())
     if problem:
         print(f"note: {problem}", file=sys.stderr)
-    print(f"visible score: {earned:g} / {total:g} (hidden tests run when the lab is graded)")
+    print(
+        f"visible score: {earned:g} / {total:g} (the grade comes from the hidden checks, run when the lab is "
+        "graded: each rule the text states, on inputs of your own)"
+    )
     return ExitCode.OK if tests and all(t.passed for t in tests) else ExitCode.FAILED

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import processes
 from .deprecations import find_deprecations
+from .harness import read_results
 from .results import write_json_atomic
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
@@ -65,6 +66,7 @@ class Outcome:
     failing_cell: dict | None = None
     warnings: list = field(default_factory=list)
     cells: list = field(default_factory=list)  # per code cell: {"index", "tags", "grade_id", "error"}
+    harness: dict | None = None  # the trusted harness's record (rocmlab.harness), when the run asked for it
 
 
 def kernel_environment(tag: str, extra: dict) -> dict:
@@ -118,7 +120,7 @@ class Worker:
             _LIVE.add(self)
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [self.python, "-m", "rocmlab.execute", "--serve"],
+            [self.python, "-P", "-m", "rocmlab.execute", "--serve"],
             env=kernel_environment(self.tag, {}),
             start_new_session=True,
             stdin=subprocess.PIPE,
@@ -150,19 +152,25 @@ class Worker:
                 "env": kernel_environment(next_tag, prestart.extra_env),
             }
         write_json_atomic(request, message)
+        harness = spec.engine_options.get("harness")
         started = time.monotonic()
         try:
             outcome = self._wait(request, outcome_path, spec, started)
+            if harness:
+                outcome.harness = read_results(Path(harness["out"]))
         finally:
             end_run(tag)
             request.unlink(missing_ok=True)
             outcome_path.unlink(missing_ok=True)
+            if harness:
+                Path(harness["out"]).unlink(missing_ok=True)
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
         return inspect_output(outcome, Path(spec.output))
 
     def _wait(self, request: Path, outcome_path: Path, spec: Spec, started: float) -> Outcome:
-        answered = self._request(request, started + spec.timeout_s)
+        harness_s = float((spec.engine_options.get("harness") or {}).get("budget_s", 0))
+        answered = self._request(request, started + spec.timeout_s + harness_s)
         duration = time.monotonic() - started
         if answered is False:
             self.close(kill=True)

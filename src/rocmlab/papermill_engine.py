@@ -17,11 +17,9 @@ engine is papermill's nbclient engine with one client class instead of papermill
 - ``ipc_path``: the kernel talks to the client over Unix sockets at this path prefix (a kernel
   in its own network namespace, ``rocmlab.sandbox``), not over TCP;
 - ``interrupt_on_timeout`` (nbclient's own option): a cell past its time limit is interrupted and
-  the notebook goes on; the cell gets an error output named ``TIMEOUT_ENAME`` that says so.
-
-One display of ``SEAL_MIME`` per cell (at most 64 characters) is kept past the caps: it is how
-the grader sees a test reach its last line. Each executed cell records its ``execute_reply`` status in ``cell.metadata.rocmlab.reply``: the
-grader judges tests from it (``rocmlab.grading.cells``), not from outputs alone.
+  the notebook goes on; the cell gets an error output named ``TIMEOUT_ENAME`` that says so;
+- ``harness``: after the last cell, while the kernel still runs, the trusted harness asks it the
+  lab's checks (``rocmlab.harness.run_harness``) and writes its record to ``harness["out"]``.
 
 Nothing is patched: a client made elsewhere in the process is nbclient's own.
 """
@@ -32,6 +30,7 @@ import contextlib
 import queue
 import subprocess
 import time
+from pathlib import Path
 
 import nbformat
 from jupyter_core.utils import ensure_async, run_sync
@@ -40,13 +39,11 @@ from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
 from papermill.log import logger
 from papermill.utils import remove_args
-from traitlets import Integer
+from traitlets import Dict, Integer
 
 ENGINE_NAME = "rocmlab"
 TRUNCATED_MARK = "[rocmlab] output truncated: this cell printed more than the grader keeps"
 TIMEOUT_ENAME = "CellTimeoutError"
-REPLY_KEY = "rocmlab"
-SEAL_MIME = "application/x-rocmlab-seal"  # the grader's end-of-test mark (rocmlab.grading.cells)
 ERROR_KEEP = 8192  # characters of a kept error (name, value, traceback)
 IOPUB_WAIT_S = 0.5  # for a request's idle status, before kernel_info is asked again
 KILL_WAIT_S = 5
@@ -96,14 +93,24 @@ class LimitedNotebookClient(PapermillNotebookClient):
         config=True
     )
 
+    harness = Dict(
+        default_value=None, allow_none=True, help="the checks to run after the last cell (rocmlab.harness)"
+    ).tag(config=True)
+
+    def papermill_execute_cells(self):
+        super().papermill_execute_cells()
+        if self.harness:
+            from .harness import run_harness
+            from .results import write_json_atomic
+
+            write_json_atomic(Path(self.harness["out"]), run_harness(self.kc, self.km, self.harness))
+
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
         self.output_kept: dict = {}
         self.truncated_cells: set = set()
 
     def output(self, outs, msg, display_id, cell_index):
-        if self._is_seal(msg, outs):  # tiny, one per cell: kept past the caps, so a test can still pass
-            return super().output(outs, msg, display_id, cell_index)
         first_error = False
         if msg["msg_type"] == "error":
             msg = {**msg, "content": cut_error(msg.get("content", {}))}
@@ -115,13 +122,6 @@ class LimitedNotebookClient(PapermillNotebookClient):
             self.truncated_cells.add(cell_index)
             outs.append(nbformat.v4.new_output("stream", name="stderr", text=TRUNCATED_MARK + "\n"))
         return None
-
-    @staticmethod
-    def _is_seal(msg: dict, outs) -> bool:
-        data = msg.get("content", {}).get("data") if msg["msg_type"] == "display_data" else None
-        if not isinstance(data, dict) or list(data) != [SEAL_MIME] or len(str(data[SEAL_MIME])) > 64:
-            return False
-        return not any(SEAL_MIME in (o.get("data") or {}) for o in outs)
 
     def _over_limit(self, msg: dict, cell_index: int) -> bool:
         size = message_size(msg)
@@ -145,11 +145,6 @@ class LimitedNotebookClient(PapermillNotebookClient):
             return super().handle_comm_msg(outs, msg, cell_index)
         except (KeyError, TypeError, AttributeError, ValueError):
             return None  # a malformed comm message from the kernel: nothing to keep
-
-    async def _check_raise_for_error(self, cell, cell_index, exec_reply):
-        status = (exec_reply or {}).get("content", {}).get("status", "none")
-        cell.metadata[REPLY_KEY] = {"reply": str(status)}
-        return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
     async def _async_handle_timeout(self, timeout, cell=None):
         if self.interrupt_on_timeout and cell is not None:

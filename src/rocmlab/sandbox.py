@@ -148,8 +148,9 @@ class Run:
             engine_options=self.engine_options,
         )
 
-    def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int):
-        """Run the notebook at ``source`` here, every cell even after errors; ``(executed or None, outcome)``."""
+    def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int, harness=None):
+        """Run the notebook at ``source`` here, every cell even after errors, then the lab's checks
+        when ``harness`` says which (``rocmlab.harness``); ``(executed or None, outcome)``."""
         import nbformat
 
         from .execute import Spec
@@ -166,7 +167,7 @@ class Run:
                 python=self.worker.python,
                 kernel_name=KERNEL_NAME,
                 extra_env=self.env,
-                engine_options=self.engine_options,
+                engine_options={**self.engine_options, **({"harness": harness} if harness else {})},
             ),
             prestart=self.upcoming.kernel_spec() if self.upcoming else None,
         )

@@ -35,8 +35,7 @@ PAGE = "class.html"
 CSV_FILES = {"learners": "class-learners.csv", "exercises": "class-exercises.csv", "failures": "class-failures.csv"}
 TOP_FAILURES = 5
 MESSAGE_CHARS = 160
-HIDDEN_FAILURE = "(a hidden test failed: its message is not shown to learners)"
-NO_MESSAGE = "(no error message)"
+NO_MESSAGE = "(no rule recorded)"
 
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w])")
@@ -181,6 +180,13 @@ def class_view(out: Path) -> ClassView:
     )
 
 
+def rule_message(rule) -> str:
+    """A check's rule as the class page counts it: both languages."""
+    if not isinstance(rule, dict):
+        return ""
+    return " / ".join(str(rule[lang]) for lang in ("en", "zh") if rule.get(lang))[:MESSAGE_CHARS]
+
+
 def exercise_stats(students: list[dict]) -> list[Exercise]:
     """Per test, over the learners whose notebook was graded (invalid ones are counted apart)."""
     exercises: dict[str, Exercise] = {}
@@ -196,11 +202,10 @@ def exercise_stats(students: list[dict]) -> list[Exercise]:
             if test.get("passed"):
                 exercise.passed += 1
                 continue
-            if test.get("hidden_failed"):
-                message = HIDDEN_FAILURE
-            else:
-                message = normalize_message(str(test.get("message") or "")) or NO_MESSAGE
-            messages.setdefault(grade_id, Counter())[message] += 1
+            broken = [r for r in test.get("rules", []) if not r.get("passed")]
+            for rule in broken or [{}]:
+                message = rule_message(rule.get("rule")) or NO_MESSAGE
+                messages.setdefault(grade_id, Counter())[message] += 1
     for grade_id, exercise in exercises.items():
         counted = messages.get(grade_id, Counter())
         exercise.failures = sorted(counted.items(), key=lambda item: (-item[1], item[0]))[:TOP_FAILURES]

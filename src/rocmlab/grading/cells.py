@@ -1,33 +1,26 @@
-"""The grader's cells: restoring the lab's test and parameters cells, the injected integrity
-cells, sealing and judging the tests, and reading an executed notebook (unrun tests, flags,
-failure messages). ``rocmlab check`` uses this public API too.
+"""The grader's cells: restoring the lab's test and parameters cells, writing the trusted
+harness's scores into the test cells for nbgrader, and reading an executed notebook (unrun
+tests, flags, failure messages). ``rocmlab check`` uses this public API too.
 
-A test's verdict is not taken from the learner's kernel alone, which learner code controls
-(IPython's hooks, transformers, ``set_custom_exc``, the messaging layer). ``seal_tests`` ends
-each test cell with a line that displays a secret drawn for this run, and puts a cell before it
-that resets IPython's hooks; ``judge_tests`` then passes a test only when the kernel's
-``execute_reply`` (recorded by the worker, outside the kernel) says ``ok``, the secret came
-back, and no error was shown. See docs/grading.md for the threat model.
+Nothing the learner's kernel printed decides a grade: a test cell's visible asserts are the
+learner's self-check, and the graded score of each test cell is the sum of the lab's checks
+that passed in the harness (``rocmlab.harness``), written here as the cell's only result
+(``score_tests``). See docs/grading.md for the threat model.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import secrets
 
 import nbformat
 
 from ..execute import Outcome
-from ..papermill_engine import REPLY_KEY, SEAL_MIME, TIMEOUT_ENAME, TRUNCATED_MARK
+from ..papermill_engine import TIMEOUT_ENAME, TRUNCATED_MARK
 from ..source import MARKERS
 from .submissions import NETWORK_ERRORS, StudentResult
 
-INJECTED_TAG = "rocmlab-injected"
-INTEGRITY_MARK = "ROCMLAB-INTEGRITY "
 NOT_RUN_ENAME = "NotRun"
-VERDICT_ENAME = "TestNotCompleted"
-TRUSTED_CALL = re.compile(r"trusted\(([^)]*)\)")
 CELL_LINE = re.compile(r"(?:Cell|Input) In ?\[\s*\d*\s*\], line (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 HIDDEN_BEGIN, HIDDEN_END = MARKERS["test"]
@@ -58,103 +51,7 @@ def _fresh(cell):
     return new
 
 
-def trusted_names(source_nb) -> list[str]:
-    names = []
-    for cell in source_nb.cells:
-        if grading(cell).get("grade"):
-            for args in TRUSTED_CALL.findall(cell.source):
-                names += [n for n in re.findall(r"[\"']([\w.]+)[\"']", args) if n not in names]
-    return names
-
-
-def injected_cells(names: list[str]) -> tuple:
-    capture = nbformat.v4.new_code_cell(
-        "# rocmlab grader: remember pristine functions before any learner code runs\n"
-        "from rocmlab.lab import integrity as _rocmlab_integrity\n"
-        f"_rocmlab_integrity.capture({names!r})\n"
-        "_rocmlab_integrity.capture_shell()"
-    )
-    report = nbformat.v4.new_code_cell(
-        "# rocmlab grader: report functions replaced by learner code\n"
-        "import json as _json, rocmlab.lab.integrity as _rocmlab_integrity\n"
-        f"print({INTEGRITY_MARK!r} + _json.dumps(_rocmlab_integrity.patched()))"
-    )
-    for cell, cell_id in ((capture, "rocmlab-capture"), (report, "rocmlab-integrity")):
-        cell.metadata["tags"] = [INJECTED_TAG]
-        cell.id = cell_id
-    return capture, report
-
-
-def _reset_cell(grade_id: str):
-    cell = nbformat.v4.new_code_cell(
-        "# rocmlab grader: put IPython's hooks back before the test\n"
-        '__import__("rocmlab.lab.integrity", fromlist=["reset_shell"]).reset_shell()'
-    )
-    cell.metadata["tags"] = [INJECTED_TAG]
-    cell.id = f"rocmlab-reset-{grade_id}"[:64]
-    return cell
-
-
-def _seal_line(secret: str) -> str:
-    return f'__import__("IPython.display", fromlist=["display"]).display({{{SEAL_MIME!r}: {secret!r}}}, raw=True)'
-
-
-def seal_tests(nb) -> dict[str, str]:
-    """End each test cell with a line printing a secret of this run; a hook-reset cell before it.
-    Returns grade_id -> secret, for ``judge_tests``."""
-    seals, cells = {}, []
-    for cell in nb.cells:
-        grade_id = grading(cell).get("grade_id")
-        if grading(cell).get("grade") and cell.cell_type == "code" and grade_id not in seals:
-            seals[grade_id] = secrets.token_hex(16)
-            cells.append(_reset_cell(grade_id))
-            cell.source = cell.source.rstrip("\n") + "\n" + _seal_line(seals[grade_id])
-        cells.append(cell)
-    nb.cells = cells
-    return seals
-
-
-def _unseal(cell, secret: str) -> bool:
-    """Remove the seal line and its output from a test cell; True when the secret came back."""
-    line = _seal_line(secret)
-    if cell.source.endswith("\n" + line):
-        cell.source = cell.source[: -len(line) - 1]
-    found, kept = False, []
-    for out in cell.get("outputs", []):
-        data = out.get("data") or {}
-        if out.get("output_type") == "display_data" and SEAL_MIME in data:
-            found = found or data[SEAL_MIME] == secret
-            continue
-        kept.append(out)
-    cell.outputs = kept
-    return found
-
-
-def judge_tests(nb, seals: dict[str, str]) -> None:
-    """Fail (with an error output nbgrader counts) every sealed test that did not really complete:
-    no ``ok`` reply recorded by the worker, or its secret never printed. Drops the reset cells."""
-    cells = []
-    for cell in nb.cells:
-        if cell.get("id", "").startswith("rocmlab-reset-") and INJECTED_TAG in cell.metadata.get("tags", []):
-            continue
-        cells.append(cell)
-        grade_id = grading(cell).get("grade_id")
-        if grade_id not in seals or cell.cell_type != "code":
-            continue
-        sealed = _unseal(cell, seals[grade_id])
-        reply = cell.metadata.pop(REPLY_KEY, {}).get("reply", "none")
-        if reply == "ok" and sealed or _errors(cell):
-            continue
-        why = "the kernel did not reply ok" if reply != "ok" else "the test's last line never ran"
-        cell.outputs.append(
-            nbformat.v4.new_output(
-                "error", ename=VERDICT_ENAME, evalue=f"this test did not complete ({why})", traceback=[]
-            )
-        )
-    nb.cells = cells
-
-
-def restore_cells(nb, source_nb, inject: bool = True) -> tuple:
+def restore_cells(nb, source_nb) -> tuple:
     """The submission with the source's test and parameters cells; returns (notebook, notes)."""
     tests = {(grading(c).get("grade_id")): c for c in source_nb.cells if grading(c).get("grade")}
     solutions = {
@@ -166,7 +63,7 @@ def restore_cells(nb, source_nb, inject: bool = True) -> tuple:
     notes, seen, cells = [], set(), []
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
-        if "injected-parameters" in tags or INJECTED_TAG in tags:
+        if "injected-parameters" in tags:
             continue
         grade_id = grading(cell).get("grade_id")
         if grade_id in tests:
@@ -196,9 +93,6 @@ def restore_cells(nb, source_nb, inject: bool = True) -> tuple:
         else:
             cells.append(cell)
     _reinsert_missing(cells, source_nb, seen, notes, params)
-    if inject:
-        capture, report = injected_cells(trusted_names(source_nb))
-        cells = [capture, *cells, report]
     nb.cells = cells
     nb.metadata["kernelspec"] = dict(source_nb.metadata["kernelspec"])
     return nb, notes
@@ -292,7 +186,7 @@ def failure_message(cell, source_cell) -> tuple[bool, str]:
     if not errors:
         return False, "wrote to stderr (counted as a failure)"
     error = errors[0]
-    if error.get("ename") in (NOT_RUN_ENAME, TIMEOUT_ENAME, VERDICT_ENAME):
+    if error.get("ename") in (NOT_RUN_ENAME, TIMEOUT_ENAME):
         return False, f"{error['ename']}: {error.get('evalue', '')}"
     text = ANSI.sub("", "\n".join(str(line) for line in error.get("traceback", [])))
     match = CELL_LINE.search(text)
@@ -327,12 +221,46 @@ def read_flags(nb, outcome: Outcome, result: StudentResult) -> None:
             text = out.get("text", "") if out.get("output_type") == "stream" else ""
             if TRUNCATED_MARK in text:
                 result.flag("output_truncated", "a cell printed more output than the grader keeps")
-            if INJECTED_TAG in cell.metadata.get("tags", []) and INTEGRITY_MARK in text:
-                patched = json.loads(text.split(INTEGRITY_MARK, 1)[1].splitlines()[0])
-                if patched:
-                    result.flag(
-                        "monkeypatched",
-                        "replaced functions the tests rely on: "
-                        + ", ".join(patched)
-                        + " (the tests used the originals)",
-                    )
+
+
+# ------------------------------------------------------------------ the harness's scores
+
+
+def check_results(record: dict | None, checks: list, reason: str) -> list[dict]:
+    """The harness's result per check, or every check failed with ``reason`` when it never ran."""
+    if record and not record.get("error") and len(record.get("checks", [])) == len(checks):
+        return record["checks"]
+    why = (record or {}).get("error") or reason
+    return [
+        {
+            "grade_id": c.grade_id,
+            "name": c.name,
+            "points": 0.0,
+            "max_points": c.points,
+            "rule": c.rule,
+            "passed": False,
+            "detail": why,
+        }
+        for c in checks
+    ]
+
+
+def score_tests(nb, results: list[dict], lang: str) -> None:
+    """Replace each test cell's outputs with its checks' rules (shown) and their score, the one
+    result nbgrader reads (an ``execute_result`` holding a number is partial credit)."""
+    by_cell: dict[str, list] = {}
+    for result in results:
+        by_cell.setdefault(result["grade_id"], []).append(result)
+    for cell in nb.cells:
+        grade_id = grading(cell).get("grade_id")
+        if not grading(cell).get("grade") or cell.cell_type != "code":
+            continue
+        rules = by_cell.get(grade_id, [])
+        lines = [
+            f"{'✓' if r['passed'] else '✗'} {r['rule'][lang]} ({r['points']:g}/{r['max_points']:g})" for r in rules
+        ]
+        score = sum(r["points"] for r in rules)
+        cell.outputs = [
+            nbformat.v4.new_output("display_data", data={"text/plain": "\n".join(lines)}),
+            nbformat.v4.new_output("execute_result", data={"text/plain": f"{score:g}"}, execution_count=None),
+        ]

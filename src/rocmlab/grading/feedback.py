@@ -19,7 +19,7 @@ TEXT = {
         "message": "Message",
         "pass": "passed",
         "fail": "failed",
-        "hidden": "a hidden test failed (its code is not shown)",
+        "rules": "Rules checked",
         "notes": "Notes from the grader",
         "invalid": "This submission could not be graded.",
         "flags": {
@@ -27,7 +27,6 @@ TEXT = {
             "wrong_lab": "a notebook of another lab",
             "old_version": "made from an older version of the lab",
             "tampered": "test cells were changed: the original tests were used",
-            "monkeypatched": "functions the tests rely on were replaced: the originals were used",
             "timeout": "a time limit was reached",
             "crashed": "the notebook's kernel stopped",
             "output_truncated": "too much output: it was cut",
@@ -44,7 +43,7 @@ TEXT = {
         "message": "信息",
         "pass": "通过",
         "fail": "未通过",
-        "hidden": "隐藏测试未通过（不显示其代码）",
+        "rules": "检查的规则",
         "notes": "评分说明",
         "invalid": "该提交无法评分。",
         "flags": {
@@ -52,7 +51,6 @@ TEXT = {
             "wrong_lab": "是另一个实验的笔记本",
             "old_version": "基于旧版本的实验",
             "tampered": "测试单元被改动：已使用原始测试",
-            "monkeypatched": "测试依赖的函数被替换：已使用原始函数",
             "timeout": "超出时间限制",
             "crashed": "笔记本内核已终止",
             "output_truncated": "输出过多，已被截断",
@@ -72,7 +70,14 @@ def feedback_html(lab: Lab, result: StudentResult) -> str:
             "passed": test.passed,
             "points": f"{test.points:g}",
             "max_points": f"{test.max_points:g}",
-            "message": t["hidden"] if test.hidden_failed else test.message,
+            "rules": [
+                {
+                    "passed": r["passed"],
+                    "text": r["rule"][result.lang],
+                    "points": f"{r['points']:g}/{r['max_points']:g}",
+                }
+                for r in test.rules
+            ],
         }
         for test in result.tests
     ]

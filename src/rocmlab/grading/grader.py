@@ -6,19 +6,21 @@ from __future__ import annotations
 import ast
 import os
 import queue
+import secrets
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..build import solution_notebook, write_notebook
 from ..catalog import LANGUAGES, Lab, Profile
 from ..errors import CommandFailed
+from ..harness import PROBE_TIMEOUT_S, harness_options, lab_checks
 from ..results import write_json_atomic
 from ..sandbox import Limits, Sandbox, choose_backend, is_root
-from .cells import failure_message, grading, judge_tests, mark_unrun_tests, read_flags, restore_cells, seal_tests
+from .cells import check_results, grading, read_flags, restore_cells, score_tests
 from .feedback import feedback_html
 from .gradebook import Course, safe_url, shared_gradebook_engines
 from .preflight import check_model_cache, course_view, sandbox_env
@@ -41,35 +43,41 @@ class Plan:
     profile: Profile
     sandbox: Sandbox
     sources: dict  # lang -> solution notebook
+    checks: list  # the lab's hidden checks (rocmlab.harness.Check), in the trusted harness
+    seeds: dict = field(default_factory=dict)  # learner -> the seed of an earlier grading (a regrade)
 
 
 def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
-    """Restore, execute in the sandbox, mark unrun tests; returns the executed notebook."""
+    """Restore, execute in the sandbox, then let the harness check the answers in the kernel;
+    returns the executed notebook with each test cell's score from the harness."""
     lab, profile = plan.lab, plan.profile
     prepared, notes = restore_cells(nb, plan.sources[result.lang])
-    seals = seal_tests(prepared)
     for note in notes:
         result.flag("tampered", note)
+    result.seed = plan.seeds.get(result.student, secrets.randbelow(2**31))
     run = plan.sandbox.new_run(slot, profile.cell_timeout_s)
     try:
         copy_learner_files(Path(result.file), lab, run.work)
         if lab.data_dir.is_dir():
             shutil.copytree(lab.data_dir, run.work / "data", dirs_exist_ok=True)
         source = run.private / "input" / f"{lab.id}.ipynb"
+        output = run.private / "output" / f"{lab.id}.ipynb"
         write_notebook(prepared, source)
+        probe_s = min(PROBE_TIMEOUT_S, profile.cell_timeout_s)
         executed, outcome = run.execute(
             source,
-            run.private / "output" / f"{lab.id}.ipynb",
+            output,
             profile.parameters,
             profile.cell_timeout_s,
             profile.timeout_s,
+            harness=harness_options(lab.checks, result.seed, output.with_suffix(".checks.json"), probe_s),
         )
         executed = executed or prepared
     finally:
         run.cleanup()
     read_flags(executed, outcome, result)
-    mark_unrun_tests(executed)
-    judge_tests(executed, seals)
+    result.checks = check_results(outcome.harness, plan.checks, f"no check ran: {outcome.reason or outcome.status}")
+    score_tests(executed, result.checks, result.lang)
     return executed
 
 
@@ -91,17 +99,24 @@ def lab_imports(nb) -> list[str]:
     return sorted(names)
 
 
-def fill_tests(plan: Plan, executed, result: StudentResult, grades: dict) -> None:
-    source_tests = {grading(c)["grade_id"]: c for c in plan.sources[result.lang].cells if grading(c).get("grade")}
-    cells = {grading(c).get("grade_id"): c for c in (executed.cells if executed else [])}
-    for grade_id, source_cell in source_tests.items():
-        points, max_points = grades.get(grade_id, (0.0, float(grading(source_cell)["points"])))
+def fill_tests(plan: Plan, result: StudentResult, grades: dict) -> None:
+    """Each test cell's score from the gradebook, with the rules its checks found broken."""
+    for grade_id, max_points in cell_points(plan.sources[result.lang]).items():
+        points, max_points = grades.get(grade_id, (0.0, max_points))
         test = GradedTest(grade_id, float(max_points), float(points or 0.0))
         test.passed = test.points >= test.max_points
-        if not test.passed and grade_id in cells:
-            test.hidden_failed, message = failure_message(cells[grade_id], source_cell)
-            test.message = safe_text(message)
+        test.rules = [
+            {k: r[k] for k in ("name", "rule", "points", "max_points", "passed")}
+            for r in result.checks
+            if r["grade_id"] == grade_id
+        ]
+        test.message = "; ".join(r["rule"][result.lang] for r in test.rules if not r["passed"])
         result.tests.append(test)
+
+
+def cell_points(nb) -> dict[str, float]:
+    """grade_id -> points of a notebook's test cells."""
+    return {grading(c)["grade_id"]: float(grading(c)["points"]) for c in nb.cells if grading(c).get("grade")}
 
 
 def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, **options) -> list[StudentResult]:
@@ -122,6 +137,7 @@ def _grade_class(
     extra_hidden: list[Path] = (),
     progress=print,
     unsafe: bool = False,
+    seeds: dict | None = None,
 ) -> list[StudentResult]:
     profile = lab.profile(profile_name)
     backend = choose_backend(None)
@@ -134,6 +150,7 @@ def _grade_class(
     check_model_cache(profile.parameters, other_user=is_root())
     out.mkdir(parents=True, exist_ok=True)
     sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
+    checks = lab_checks(lab.checks, cell_points(sources["en"]))
     submitted = os.path.commonpath([os.path.abspath(os.path.dirname(s.path)) for s in submissions])
     hidden, expose = course_view(root, out, *extra_hidden, Path(submitted))
     if db_url and db_url.startswith("sqlite:///"):
@@ -154,7 +171,8 @@ def _grade_class(
     except BaseException:
         sandbox.close()
         raise
-    results = grade_in_sandbox(Plan(root, lab, profile, sandbox, sources), course, submissions, jobs, progress)
+    plan = Plan(root, lab, profile, sandbox, sources, checks, dict(seeds or {}))
+    results = grade_in_sandbox(plan, course, submissions, jobs, progress)
     write_outputs(lab, profile, course, results, out, sandbox.isolation)
     return results
 
@@ -206,10 +224,8 @@ def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: in
                 result.score, result.max_score, grades = course.scores(result.student)
             else:
                 grades = {}
-                result.max_score = sum(
-                    float(grading(c)["points"]) for c in sources["en"].cells if grading(c).get("grade")
-                )
-            fill_tests(plan, executed, result, grades)
+                result.max_score = sum(cell_points(sources["en"]).values())
+            fill_tests(plan, result, grades)
             results.append(result)
             progress(
                 f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "

@@ -18,7 +18,6 @@ FLAGS = (
     "wrong_lab",
     "old_version",
     "tampered",
-    "monkeypatched",
     "timeout",
     "crashed",
     "output_truncated",
@@ -54,8 +53,8 @@ class GradedTest:
     max_points: float
     points: float = 0.0
     passed: bool = False
-    hidden_failed: bool = False
-    message: str = ""
+    message: str = ""  # the rules the harness found broken, in the learner's language
+    rules: list = field(default_factory=list)  # per check: name, rule {en, zh}, points, max_points, passed
 
 
 @dataclass
@@ -71,6 +70,8 @@ class StudentResult:
     tests: list = field(default_factory=list)
     duration_s: float = 0.0
     submitted_version: str = ""
+    seed: int = 0  # the variant of the hidden checks (``rocmlab grade --seeds`` regrades with it)
+    checks: list = field(default_factory=list)  # the harness's record per check, details for the instructor
 
     def flag(self, name: str, note: str = "") -> None:
         if name not in self.flags:

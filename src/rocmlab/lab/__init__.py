@@ -31,7 +31,6 @@ _EXPORTS = {
     "end_process_group": "teardown",
     "ScriptedSSEServer": "sse",
     "active_sse_servers": "sse",
-    "trusted": "integrity",
 }
 
 

@@ -1,0 +1,341 @@
+"""The trusted grading harness: a lab's hidden checks, run outside the learner's kernel.
+
+A lab's checks live in ``solutions/<lab>/checks.py`` (instructor only; never built into a
+student notebook). Each is a function marked with ``@check``: one rule, its points, and a short
+message in both languages that names the rule::
+
+    @check("01-backend-1", points=1, en="an empty string is not a version", zh="空字符串不算版本")
+    def empty_string(learner, variant):
+        got = learner.eval("backend_of(SimpleNamespace(version=SimpleNamespace(hip=h, cuda=None)))", h="")
+        assert got == "cpu"
+
+After the notebook has run in its sandboxed kernel, the harness (in the worker, a process the
+kernel cannot reach) calls each check with a ``Learner``, a narrow channel to that kernel:
+``eval`` an expression over the learner's names with values the check chose, ``call`` an answer
+function, ``get`` a variable, ``file`` a file of the work folder. The kernel answers with plain
+data only (``rocmlab.lab.answers``); the check compares it here, with this interpreter's own
+``==``, numpy and torch, which no learner code has touched. A ``variant`` gives each check
+random inputs from a seed drawn per learner and run, recorded for regrades.
+
+The points of a test cell's checks add up to the cell's points; nbgrader's gradebook gets the
+sum of the passed ones as the cell's autograded score (``score_cells``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .lab.answers import ANSWER_MIME, Raised, decode, encode
+
+PROBE_TIMEOUT_S = 60
+RECOVER_S = 10  # after an interrupt, for the kernel to finish the request and serve again
+MAX_ANSWER_CHARS = 64 * 2**20
+NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+@dataclass
+class Check:
+    grade_id: str
+    name: str
+    points: float
+    rule: dict  # {"en": ..., "zh": ...}
+    function: object = field(repr=False, compare=False, default=None)
+
+
+def check(grade_id: str, *, points: float, en: str, zh: str):
+    """Mark a function of ``checks.py`` as one graded rule of the test cell ``grade_id``."""
+
+    def mark(function):
+        function.rocmlab_check = Check(grade_id, function.__name__, float(points), {"en": en, "zh": zh}, function)
+        return function
+
+    return mark
+
+
+class NoAnswer(Exception):
+    """The kernel gave no usable answer (timed out, died, or sent something unreadable)."""
+
+
+class LearnerRaised(AssertionError):
+    """The learner's code raised where the check expected a value."""
+
+    def __init__(self, raised: Raised):
+        super().__init__(f"raised {raised.type}")
+        self.raised = raised
+
+
+class Learner:
+    """The check's view of the learner's kernel: requests out, plain data back."""
+
+    def __init__(self, channel):
+        self._channel = channel
+        self.requests = 0
+
+    def eval(self, expr: str, setup: str = "", **values):
+        """``expr`` evaluated in the kernel over a copy of the learner's names plus ``values``
+        (run ``setup`` first); its value as plain data. Raises ``LearnerRaised`` if it raised."""
+        answer = self._ask(expr, setup, values)
+        if isinstance(answer, Raised):
+            raise LearnerRaised(answer)
+        return answer
+
+    def raised(self, expr: str, setup: str = "", **values) -> Raised | None:
+        """What ``expr`` raised in the kernel, or None when it returned."""
+        answer = self._ask(expr, setup, values)
+        return answer if isinstance(answer, Raised) else None
+
+    def call(self, function: str, *args, **kwargs):
+        """``function(*args, **kwargs)`` in the kernel: the learner's answer to those inputs."""
+        if not NAME.fullmatch(function):
+            raise ValueError(f"not a function name: {function!r}")
+        return self.eval(f"{function}(*__args, **__kwargs)", __args=tuple(args), __kwargs=dict(kwargs))
+
+    def get(self, name: str):
+        """The value of the learner's variable ``name``."""
+        if not NAME.fullmatch(name):
+            raise ValueError(f"not a variable name: {name!r}")
+        return self.eval(name)
+
+    def file(self, path: str, limit: int = 16 * 2**20) -> bytes:
+        """The bytes of ``path``, relative to the notebook's work folder, as the kernel reads them."""
+        return self.eval("open(__path, 'rb').read(__limit)", __path=str(path), __limit=int(limit))
+
+    def _ask(self, expr: str, setup: str, values: dict):
+        self.requests += 1
+        request = {"expr": expr, "setup": setup, "values": {k: encode(v) for k, v in values.items()}}
+        return decode(self._channel.ask(request))
+
+
+class Variant:
+    """A check's random inputs, from the run's seed and the check's name (the same on a regrade)."""
+
+    def __init__(self, seed: int, name: str):
+        self.seed = seed
+        self.key = [seed, zlib.crc32(name.encode())]
+        self.random = random.Random(f"{seed}/{name}")
+
+    def numpy(self):
+        import numpy as np
+
+        return np.random.default_rng(self.key)
+
+    def torch(self):
+        import torch
+
+        return torch.Generator().manual_seed(self.key[0] * 2**32 + self.key[1])
+
+
+# ---------------------------------------------------------------- the channel to a kernel
+
+
+class KernelChannel:
+    """Requests as ``execute_request``s to a running kernel through a jupyter_client client; the
+    answer is the first ``ANSWER_MIME`` display for that request. Any client (blocking or async)
+    works; a kernel that stops answering is given up on, and every later request fails at once."""
+
+    def __init__(self, client, manager=None, timeout_s: float = PROBE_TIMEOUT_S):
+        self.client, self.manager, self.timeout_s = client, manager, timeout_s
+        self.broken = ""
+
+    def ask(self, request: dict):
+        if self.broken:
+            raise NoAnswer(self.broken)
+        code = f'__import__("rocmlab.lab.answers", fromlist=["serve"]).serve({json.dumps(request)!r})'
+        msg_id = self.client.execute(code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False)
+        answer, done = self._collect(msg_id, time.monotonic() + self.timeout_s)
+        if not done:
+            why = self.broken or f"no answer within {self.timeout_s:g} s (interrupted)"
+            if not self.broken:  # interrupted: the kernel may serve the next checks again
+                self._interrupt()
+                if not self._collect(msg_id, time.monotonic() + RECOVER_S)[1]:
+                    self.broken = self.broken or f"the kernel did not answer within {self.timeout_s:g} s"
+            raise NoAnswer(why)
+        if answer is None:
+            raise NoAnswer("the kernel finished the request without an answer")
+        return answer
+
+    def _collect(self, msg_id: str, deadline: float):
+        from jupyter_core.utils import run_sync
+
+        answer = None
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = run_sync(_maybe_async(self.client.get_iopub_msg))(timeout=min(left, 1.0))
+            except Exception:  # noqa: BLE001 (queue.Empty: poll again, and check the kernel lives)
+                if not self._alive():
+                    self.broken = "the kernel stopped"
+                    return answer, False
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            content = msg.get("content") or {}
+            if msg["msg_type"] == "display_data" and answer is None:
+                answer = _answer_of(content)
+            elif msg["msg_type"] == "status" and content.get("execution_state") == "idle":
+                return answer, True
+        return answer, False
+
+    def _alive(self) -> bool:
+        from jupyter_core.utils import run_sync
+
+        if self.manager is None:
+            return True
+        try:
+            return bool(run_sync(_maybe_async(self.manager.is_alive))())
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _interrupt(self) -> None:
+        from jupyter_core.utils import run_sync
+
+        if self.manager is not None:
+            try:
+                run_sync(_maybe_async(self.manager.interrupt_kernel))()
+            except Exception:  # noqa: BLE001 (it is given up on either way)
+                pass
+
+
+def _maybe_async(function):
+    from jupyter_core.utils import ensure_async
+
+    async def call(*args, **kwargs):
+        return await ensure_async(function(*args, **kwargs))
+
+    return call
+
+
+def _answer_of(content: dict):
+    data = content.get("data")
+    if not isinstance(data, dict) or ANSWER_MIME not in data:
+        return None
+    if len(json.dumps(data[ANSWER_MIME])) > MAX_ANSWER_CHARS:
+        return {"$rocmlab": "object", "type": "answer too large"}
+    return data[ANSWER_MIME]
+
+
+# ---------------------------------------------------------------- loading and running checks
+
+
+def load_checks(source: str, filename: str) -> list[Check]:
+    """The checks a ``checks.py`` defines, in order."""
+    namespace = {"__name__": "rocmlab_checks", "__file__": filename}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
+    return [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
+
+
+def problems(checks: list[Check], cell_points: dict[str, float]) -> list[str]:
+    """What is wrong between a lab's checks and its test cells (``grade_id`` -> points)."""
+    found, by_cell = [], {}
+    for item in checks:
+        by_cell.setdefault(item.grade_id, []).append(item)
+        if item.grade_id not in cell_points:
+            found.append(f"check {item.name}: no test cell has grade_id {item.grade_id!r}")
+        if not (item.rule.get("en", "").strip() and item.rule.get("zh", "").strip()):
+            found.append(f"check {item.name}: its rule needs a message in en and zh")
+        if not item.points > 0:
+            found.append(f"check {item.name}: points must be positive, got {item.points:g}")
+    for grade_id, points in cell_points.items():
+        total = sum(c.points for c in by_cell.get(grade_id, []))
+        if not by_cell.get(grade_id):
+            found.append(f"test cell {grade_id}: no check grades it")
+        elif not math.isclose(total, points, abs_tol=1e-9):
+            found.append(f"test cell {grade_id}: its checks give {total:g} points, the cell has {points:g}")
+    return found
+
+
+@dataclass
+class CheckResult:
+    grade_id: str
+    name: str
+    points: float
+    max_points: float
+    rule: dict
+    detail: str = ""  # for the instructor: why it failed (never shown to the learner)
+
+    @property
+    def passed(self) -> bool:
+        return self.points >= self.max_points
+
+
+def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) -> list[CheckResult]:
+    results = []
+    for item in checks:
+        detail = ""
+        try:
+            item.function(learner, Variant(seed, item.name))
+        except NoAnswer as exc:
+            detail = f"no answer: {exc}"
+        except LearnerRaised as exc:
+            detail = f"your code raised {exc.raised.type}"
+        except AssertionError as exc:
+            detail = f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"
+        except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
+            detail = f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}"
+        passed = not detail
+        results.append(
+            CheckResult(item.grade_id, item.name, item.points if passed else 0.0, item.points, item.rule, detail)
+        )
+        if progress:
+            progress(item, passed)
+    return results
+
+
+def run_harness(client, manager, config: dict) -> dict:
+    """The worker's entry: load the checks sent with the run, ask the kernel, return the record
+    the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``)."""
+    seed = int(config["seed"])
+    try:
+        checks = load_checks(config["source"], config.get("filename", "checks.py"))
+    except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
+        return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
+    channel = KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)))
+    learner = Learner(channel)
+    results = run_checks(checks, learner, seed)
+    return {"seed": seed, "requests": learner.requests, "checks": [_as_dict(r) for r in results]}
+
+
+def _as_dict(result: CheckResult) -> dict:
+    return {**asdict(result), "passed": result.passed}
+
+
+def read_results(path: Path) -> dict | None:
+    """The record ``run_harness`` wrote for a run, or None when it never ran."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def harness_options(checks_file: Path, seed: int, out: Path, probe_timeout_s: float) -> dict:
+    """The engine option that makes a run end with the lab's checks (``papermill_engine``)."""
+    return {
+        "source": checks_file.read_text(encoding="utf-8"),
+        "filename": str(checks_file),
+        "seed": int(seed),
+        "out": str(out),
+        "probe_timeout_s": float(probe_timeout_s),
+        "budget_s": 2 * float(probe_timeout_s) + 30,
+    }
+
+
+def lab_checks(checks_file: Path, cell_points: dict[str, float]) -> list[Check]:
+    """A lab's checks, loaded and matched to its test cells; LabError naming the file otherwise."""
+    from .errors import LabError
+
+    try:
+        checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file))
+    except OSError as exc:
+        raise LabError(f"{checks_file}: cannot read the lab's checks: {exc}") from exc
+    except Exception as exc:
+        raise LabError(f"{checks_file}: the checks do not load: {type(exc).__name__}: {exc}") from exc
+    found = problems(checks, cell_points)
+    if found:
+        raise LabError(f"{checks_file}: " + "; ".join(found))
+    return checks
