@@ -22,12 +22,11 @@ from pathlib import Path
 
 import nbformat
 
-from .catalog import LANGUAGES, Lab
+from .catalog import HIDDEN_DATA, LANGUAGES, Lab
 from .errors import ExitCode, InputError, LabError
 from .source import MARKERS, for_language, read_notebook
 
 CONFIG_FILE = Path("autograder") / "nbgrader_config.py"
-HIDDEN_DATA = "*_hidden.*"  # data files only hidden tests read: kept from students, given to graders
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 

@@ -18,6 +18,7 @@ from .schemas import read_toml, validate
 
 PROFILE_NAMES = ("smoke", "gpu", "multi-gpu")
 LANGUAGES = ("zh", "en")
+HIDDEN_DATA = "*_hidden.*"  # data files only the hidden checks read: kept from learners' kernels
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ class Lab:
     def checks(self) -> Path:
         """The lab's hidden checks, run by the trusted harness (``rocmlab.harness``)."""
         return self.folder / "checks.py"
+
+    @property
+    def hidden_files(self) -> list[Path]:
+        """Data only the hidden checks read (``data/*_hidden.*``)."""
+        return sorted(self.data_dir.glob(HIDDEN_DATA)) if self.data_dir.is_dir() else []
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:

@@ -223,9 +223,10 @@ def _answer_of(content: dict):
 # ---------------------------------------------------------------- loading and running checks
 
 
-def load_checks(source: str, filename: str) -> list[Check]:
-    """The checks a ``checks.py`` defines, in order."""
-    namespace = {"__name__": "rocmlab_checks", "__file__": filename}
+def load_checks(source: str, filename: str, files: dict | None = None) -> list[Check]:
+    """The checks a ``checks.py`` defines, in order. ``files``: the lab's hidden data (name ->
+    text), which the checks read as ``HIDDEN_FILES``."""
+    namespace = {"__name__": "rocmlab_checks", "__file__": filename, "HIDDEN_FILES": dict(files or {})}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
     return [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
 
@@ -292,7 +293,7 @@ def run_harness(client, manager, config: dict) -> dict:
     the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``)."""
     seed = int(config["seed"])
     try:
-        checks = load_checks(config["source"], config.get("filename", "checks.py"))
+        checks = load_checks(config["source"], config.get("filename", "checks.py"), config.get("files"))
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
     channel = KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)))
@@ -313,10 +314,19 @@ def read_results(path: Path) -> dict | None:
         return None
 
 
+def hidden_files(checks_file: Path) -> dict[str, str]:
+    """The lab's hidden data beside its checks (``data/*_hidden.*``), for ``HIDDEN_FILES``."""
+    from .catalog import HIDDEN_DATA
+
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted((checks_file.parent / "data").glob(HIDDEN_DATA))}
+
+
 def harness_options(checks_file: Path, seed: int, out: Path, probe_timeout_s: float) -> dict:
-    """The engine option that makes a run end with the lab's checks (``papermill_engine``)."""
+    """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
+    checks travel as text, as the worker may not see the course."""
     return {
         "source": checks_file.read_text(encoding="utf-8"),
+        "files": hidden_files(checks_file),
         "filename": str(checks_file),
         "seed": int(seed),
         "out": str(out),
@@ -330,7 +340,7 @@ def lab_checks(checks_file: Path, cell_points: dict[str, float]) -> list[Check]:
     from .errors import LabError
 
     try:
-        checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file))
+        checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file), hidden_files(checks_file))
     except OSError as exc:
         raise LabError(f"{checks_file}: cannot read the lab's checks: {exc}") from exc
     except Exception as exc:

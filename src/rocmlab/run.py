@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -17,6 +18,7 @@ from .build import solution_notebook, write_notebook
 from .catalog import Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, parallel_map, run_notebook
+from .harness import PROBE_TIMEOUT_S, harness_options
 from .results import Record, fingerprint, write_record
 from .root import ROOT_VARIABLE
 
@@ -201,10 +203,28 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
         python=target.python,
         extra_env={ROOT_VARIABLE: str(Path(root).resolve())},  # the kernel runs outside the repository
     )
+    if lab.checks.is_file():
+        checks_out = env_dir / f".{lab.id}.checks.json"
+        probe_s = min(PROBE_TIMEOUT_S, profile.cell_timeout_s)
+        spec.engine_options["harness"] = harness_options(lab.checks, secrets.randbelow(2**31), checks_out, probe_s)
     outcome = run_notebook(spec)
+    if lab.checks.is_file() and not student:
+        judge_checks(outcome)
     if outcome.status == "passed" or allow_errors:
         shutil.rmtree(work, ignore_errors=True)
     return outcome
+
+
+def judge_checks(outcome: Outcome) -> None:
+    """A solution run passes only when the lab's hidden checks pass on it too."""
+    if outcome.status != "passed":
+        return
+    record = outcome.harness or {"error": "the checks did not run"}
+    failed = [c for c in record.get("checks", []) if not c["passed"]]
+    if record.get("error") or failed:
+        why = record.get("error") or "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
+        outcome.status = "failed"
+        outcome.reason = f"hidden checks (seed {record.get('seed')}): {why}"[:1000]
 
 
 def _clear_repeat_notebooks(env_dir: Path, lab: Lab) -> None:

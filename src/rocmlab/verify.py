@@ -1,8 +1,10 @@
-"""``rocmlab build --verify``: every graded test passes on the solution and fails on the student version.
+"""``rocmlab build --verify``: every test cell and every hidden check passes on the solution and
+fails on the student version.
 
-Both notebooks run in the smoke profile; the student version runs with errors allowed so
-that every test cell is reached. A test that passes on the empty student version cannot tell
-a right answer from no answer: that is a build error.
+Both notebooks run in the smoke profile, each followed by the lab's hidden checks in the trusted
+harness (``rocmlab.harness``); the student version runs with errors allowed so that every test
+cell is reached. A test or check that passes on the empty student version cannot tell a right
+answer from no answer: that is a build error.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import render_lab
+from .build import render_lab, solution_notebook
 from .catalog import Lab
 from .errors import ExitCode
 from .execute import Outcome, parallel_map
+from .grading.cells import cell_points
+from .harness import lab_checks
 from .run import Target, run_lab
 
 
@@ -39,13 +43,17 @@ class Verification:
 
 
 def _verdicts(outcome: Outcome | None) -> dict[str, str]:
+    """Each visible test cell's verdict (``grade_id``) and each hidden check's (``grade_id:name``)."""
     if outcome is None:
         return {}
-    return {
+    verdicts = {
         c["grade_id"]: ("not run" if not c["executed"] else "fail" if c["error"] else "pass")
         for c in outcome.cells
         if c["graded"]
     }
+    for item in (outcome.harness or {}).get("checks", []):
+        verdicts[f"{item['grade_id']}:{item['name']}"] = "pass" if item["passed"] else "fail"
+    return verdicts
 
 
 def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: Outcome | None) -> Verification:
@@ -70,6 +78,7 @@ def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: 
 
 
 def verify_lab(root: Path, lab: Lab, target: Target, out: Path, lang: str = "en") -> Verification:
+    lab_checks(lab.checks, cell_points(solution_notebook(lab, lang)))
     with tempfile.TemporaryDirectory(prefix="rocmlab-verify-") as tmp:
         student_nb = render_lab(root, lab, lang, Path(tmp) / lab.id)
         with ThreadPoolExecutor(max_workers=2) as pool:

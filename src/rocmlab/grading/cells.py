@@ -31,6 +31,11 @@ def grading(cell) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+def cell_points(nb) -> dict[str, float]:
+    """grade_id -> points of a notebook's test cells."""
+    return {grading(c)["grade_id"]: float(grading(c)["points"]) for c in nb.cells if grading(c).get("grade")}
+
+
 def visible_part(source: str) -> str:
     """A test cell as the learner sees it: nbgrader removes the hidden block and its markers."""
     kept, hidden = [], False

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..build import solution_notebook, write_notebook
-from ..catalog import LANGUAGES, Lab, Profile
+from ..catalog import HIDDEN_DATA, LANGUAGES, Lab, Profile
 from ..errors import CommandFailed
 from ..harness import PROBE_TIMEOUT_S, harness_options, lab_checks
 from ..results import write_json_atomic
 from ..sandbox import Limits, Sandbox, choose_backend, is_root
-from .cells import check_results, grading, read_flags, restore_cells, score_tests
+from .cells import cell_points, check_results, grading, read_flags, restore_cells, score_tests
 from .feedback import feedback_html
 from .gradebook import Course, safe_url, shared_gradebook_engines
 from .preflight import check_model_cache, course_view, sandbox_env
@@ -59,7 +59,9 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     try:
         copy_learner_files(Path(result.file), lab, run.work)
         if lab.data_dir.is_dir():
-            shutil.copytree(lab.data_dir, run.work / "data", dirs_exist_ok=True)
+            shutil.copytree(
+                lab.data_dir, run.work / "data", dirs_exist_ok=True, ignore=shutil.ignore_patterns(HIDDEN_DATA)
+            )
         source = run.private / "input" / f"{lab.id}.ipynb"
         output = run.private / "output" / f"{lab.id}.ipynb"
         write_notebook(prepared, source)
@@ -112,11 +114,6 @@ def fill_tests(plan: Plan, result: StudentResult, grades: dict) -> None:
         ]
         test.message = "; ".join(r["rule"][result.lang] for r in test.rules if not r["passed"])
         result.tests.append(test)
-
-
-def cell_points(nb) -> dict[str, float]:
-    """grade_id -> points of a notebook's test cells."""
-    return {grading(c)["grade_id"]: float(grading(c)["points"]) for c in nb.cells if grading(c).get("grade")}
 
 
 def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, **options) -> list[StudentResult]:
