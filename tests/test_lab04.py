@@ -247,3 +247,16 @@ def test_ring_test_cell_catches_a_missing_all_gather(tmp_path, cells, monkeypatc
     assert result.ok, result.summary()
     case = next(c for c in ranks[0]["results"] if c["size"] == 7)
     assert not torch.allclose(torch.tensor(case["ring"]), torch.tensor(case["reference"]))
+
+
+def test_every_test_cell_is_graded_by_checks_whose_points_add_up():
+    """Since 1.2.0 the graded rules live in checks.py (the trusted harness), none in the notebook."""
+    from rocmlab.harness import hidden_files, load_checks, problems
+
+    checks_file = LAB / "checks.py"
+    checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file), hidden_files(checks_file))
+    tests = SOURCE.tagged("test")
+    assert all("HIDDEN TESTS" not in cell.source for cell in tests)
+    cells = {cell.metadata["grade_id"]: float(cell.metadata["points"]) for cell in tests}
+    assert problems(checks, cells) == []
+    assert len({c.name for c in checks}) == len(checks)

@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 04 · 集合通信与 RCCL 调试
 #
-# 版本 1.1.0 · 核心部分约 100 分钟，另有约 20 分钟的选做（optional stretch）练习 · 前置：实验 01（能用的环境）、
+# 版本 1.2.0 · 核心部分约 100 分钟，另有约 20 分钟的选做（optional stretch）练习 · 前置：实验 01（能用的环境）、
 # Python、PyTorch 基础
 #
 # 分布式训练是 ROCm 用户最容易一耗就是好几天的地方：“all-reduce 只跑到总线带宽的 60 %”、同步超时、rank 掉线、
@@ -34,7 +34,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 04 · Collectives and RCCL debugging
 #
-# Version 1.1.0 · about 100 minutes for the core, plus about 20 minutes of optional stretch exercises ·
+# Version 1.2.0 · about 100 minutes for the core, plus about 20 minutes of optional stretch exercises ·
 # prerequisites: lab 01 (a working environment), Python, PyTorch basics
 #
 # Distributed training is where ROCm users lose days: "all-reduce reaches only 60 % of bus bandwidth", sync
@@ -55,6 +55,20 @@
 # Every script is written to a file with `%%writefile` and started under torchrun with `lab.run_torchrun`:
 # it has a timeout, ends every rank, and shows each rank's output and exit status. The smoke profile uses
 # gloo on the CPU; the code is the same on GPUs.
+
+# %% [markdown] tags=["zh"]
+# **自测与提交**：每个练习下面的测试单元是给你自测的可见检查；随时运行 `rocmlab check <本 notebook>.ipynb` 跑一遍
+# 全部可见测试。做完后在工作坊 hub 上通过 nbgrader 的 Assignments 标签页提交（或等讲师统一收取）。成绩来自隐藏检查：
+# 它们在你的 notebook 之外运行，用按你的种子生成的输入逐条检查每个练习的约定里写明的规则，每条规则单独计分；
+# torchrun 的运行不会重跑，隐藏检查读取你的运行记下的结果。可见测试覆盖了每一类规则，全部通过时隐藏检查通常也会通过。
+
+# %% [markdown] tags=["en"]
+# **Self-check and submit**: the test cell under each exercise holds visible checks for you; run
+# `rocmlab check <this notebook>.ipynb` at any time to run them all. When done, submit through nbgrader's
+# Assignments tab on the workshop hub (or let the instructor collect). The grade comes from hidden checks: they run
+# outside your notebook and test each rule stated in an exercise's contract, one by one, on inputs drawn from your
+# own seed, each rule with its own points; torchrun runs are not repeated, the checks read the results your runs
+# recorded. The visible tests cover every kind of rule, so when they all pass the hidden checks usually do too.
 
 # %% tags=["parameters"]
 PROFILE = "smoke"
@@ -145,8 +159,8 @@ print(f"ranks: {N_RANKS}, runs folder: {RUNS}")
 # 3. `label`：nccl 且 `hip_version` 不为 None 时为 `"rccl"`，nccl 且为 None 时为 `"nccl"`，gloo 时为 `"gloo"`。
 # 4. `timeout_s` 原样返回（默认 60 秒）。
 #
-# 隐藏测试换用别的环境检查这些规则（例如两台 4 卡机器上的 rank 5、一块 GPU 上的两个 rank、空的环境）；
-# 下面的驱动脚本还检查每个 rank 真的按你的计划加入了进程组。
+# 隐藏检查用你自己的一组随机环境（多机多卡里的某个 rank、GPU 不够的情况、有无 HIP）和空的环境逐条检查这些规则；
+# 下面的驱动脚本运行后，还检查每个 rank 真的按你的计划加入了进程组（rank、world size、backend，打招呼的和为 n(n+1)/2）。
 
 # %% [markdown] tags=["en"]
 # **Exercise 1 contract**: `init_plan(environ, *, gpu_count, hip_version, timeout_s=60)` decides how this rank
@@ -163,8 +177,9 @@ print(f"ranks: {N_RANKS}, runs folder: {RUNS}")
 #    gloo.
 # 4. `timeout_s` comes back unchanged (60 seconds by default).
 #
-# The hidden tests check these rules on other environments (rank 5 of two 4-GPU nodes, two ranks on one GPU,
-# an empty environment); the driver script below also checks that every rank really joined as planned.
+# The hidden checks test each rule on random environments of your own (a rank of several multi-GPU nodes, too few
+# GPUs, with and without HIP) and an empty one; after the driver script below they also check that every rank
+# really joined as planned (rank, world size, backend, and a hello sum of n(n+1)/2).
 
 # %% tags=["solution"] grade_id="04-init-sol-1"
 # %%writefile init_plan.py
@@ -243,22 +258,10 @@ _p = init_plan({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_
                gpu_count=0, hip_version=None)
 assert (_p["backend"], _p["label"], _p["device"]) == ("gloo", "gloo", "cpu"), \
     f"规则 2：没有 GPU 时应为 gloo/cpu / rule 2: no GPU means gloo on cpu; got {_p}"
-### BEGIN HIDDEN TESTS
-_p = init_plan({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"},
-               gpu_count=4, hip_version=None, timeout_s=12)
-assert (_p["backend"], _p["label"], _p["device"], _p["rank"], _p["local_rank"]) == \
-    ("nccl", "nccl", "cuda:1", 5, 1), \
-    f"规则 2、3：CUDA 版，两台 4 卡机器的 rank 5 / rules 2, 3: CUDA build, rank 5 of two 4-GPU nodes; got {_p}"
-_p = init_plan({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-               gpu_count=1, hip_version="7.2.0")
-assert (_p["backend"], _p["device"]) == ("gloo", "cpu"), \
-    f"规则 2：一块 GPU 上两个 rank 必须退回 gloo / rule 2: two ranks on one GPU must fall back to gloo; got {_p}"
-_p = init_plan({}, gpu_count=1, hip_version="7.2.0")
-assert (_p["backend"], _p["label"], _p["device"], _p["rank"], _p["world_size"], _p["local_rank"]) == \
-    ("nccl", "rccl", "cuda:0", 0, 1, 0), \
-    f"规则 1：空环境是单进程 (0, 1, 0) / rule 1: an empty environment is a single process (0, 1, 0); got {_p}"
-assert _p["timeout_s"] == 60, f"规则 4：默认 timeout_s 为 60 / rule 4: timeout_s defaults to 60; got {_p}"
-### END HIDDEN TESTS
+_p = init_plan({}, gpu_count=0, hip_version=None)
+assert (_p["rank"], _p["world_size"], _p["local_rank"], _p["timeout_s"]) == (0, 1, 0, 60), \
+    f"规则 1、4：空环境为 (0, 1, 0)，timeout_s 默认 60 / rules 1, 4: an empty environment gives (0, 1, 0), timeout_s " \
+    f"60; got {_p}"
 
 # %% [markdown] tags=["zh"]
 # ## 2 · 手写环形全归约（ring all-reduce）
@@ -299,7 +302,7 @@ assert _p["timeout_s"] == 60, f"规则 4：默认 timeout_s 为 60 / rule 4: tim
 # 3. 返回 `{"sent_elements": int, "received_elements": int, "steps": int}`：本 rank 一共发送、接收的元素个数，以及交换的
 #    步数——2(n−1)，空块的那一步也算一步。
 #
-# 隐藏测试用 `RING_WORLD_SIZES` 里的每个 rank 数、`RING_SIZES` 里的每个长度检查：每个 rank 的结果都等于总和（规则 1）、
+# 隐藏检查读取驱动脚本记下的结果，用 `RING_WORLD_SIZES` 里的每个 rank 数、`RING_SIZES` 里的每个长度检查：每个 rank 的结果都等于总和（规则 1）、
 # 步数为 2(n−1)（规则 3）、每个 rank 发送约 2(n−1)/n · N 个元素（误差不超过 2(n−1)），并且所有 rank 合起来恰好发送
 # 2(n−1) · N 个元素（规则 1、3：每一步每个元素恰好发送一次）。
 
@@ -316,7 +319,7 @@ assert _p["timeout_s"] == 60, f"规则 4：默认 timeout_s 为 60 / rule 4: tim
 # 3. return `{"sent_elements": int, "received_elements": int, "steps": int}`: the elements this rank sent and
 #    received in all, and the number of exchange steps, 2(n−1), a step with an empty chunk included.
 #
-# The hidden tests check, for every rank count in `RING_WORLD_SIZES` and every length in `RING_SIZES`: every
+# The hidden checks read the results the driver records and check, for every rank count in `RING_WORLD_SIZES` and every length in `RING_SIZES`: every
 # rank's result equals the sum (rule 1), there are 2(n−1) steps (rule 3), each rank sends about 2(n−1)/n · N
 # elements (within 2(n−1)), and all ranks together send exactly 2(n−1) · N elements (rules 1 and 3: each step
 # sends every element once).
@@ -416,19 +419,9 @@ assert ring_runs[_n].ok and all(_r.returncode == 0 for _r in ring_runs[_n].ranks
     f"{ring_runs[_n].summary()}"
 _got = rank_json("ring", _n)
 assert all(_g is not None for _g in _got), "每个 rank 都应写出 JSON / every rank should write its JSON"
-### BEGIN HIDDEN TESTS
-for _n in RING_WORLD_SIZES:
-    _expected_backend = "nccl" if _n <= torch.cuda.device_count() else "gloo"
-    for _rank, _g in enumerate(rank_json("ring", _n)):
-        assert _g is not None, f"{_n} ranks: rank {_rank} wrote no JSON: {ring_runs[_n].summary()}"
-        assert _g["hello_sum"] == _n * (_n + 1) / 2, \
-            f"{_n} ranks, rank {_rank}: the hello all-reduce should give n(n+1)/2, got {_g['hello_sum']}"
-        assert _g["plan"]["rank"] == _rank and _g["plan"]["world_size"] == _n, \
-            f"练习 1 规则 1 / exercise 1 rule 1: rank {_rank} of {_n} planned as {_g['plan']}"
-        assert _g["plan"]["backend"] == _expected_backend, \
-            f"练习 1 规则 2 / exercise 1 rule 2: {_n} ranks, {torch.cuda.device_count()} GPUs: expected " \
-            f"{_expected_backend}, rank {_rank} planned {_g['plan']['backend']}"
-### END HIDDEN TESTS
+for _rank, _g in enumerate(_got):
+    assert _g["hello_sum"] == _n * (_n + 1) / 2 and (_g["plan"]["rank"], _g["plan"]["world_size"]) == (_rank, _n), \
+        f"rank {_rank}：应按计划加入，打招呼的和为 n(n+1)/2 / should join as planned, hello sum n(n+1)/2: {_g['plan']}"
 
 # %% tags=["test"] grade_id="04-ring-1" points=3
 _n = RING_WORLD_SIZES[0]
@@ -441,28 +434,10 @@ assert torch.allclose(torch.tensor(_case["ring"]), torch.tensor(_case["reference
     f"match dist.all_reduce: {_case['ring']} vs {_case['reference']}"
 assert _case["steps"] == 2 * (_n - 1), \
     f"规则 3：应有 2(n-1) 步 / rule 3: expected 2(n-1) = {2 * (_n - 1)} steps, got {_case['steps']}"
-### BEGIN HIDDEN TESTS
-for _n in RING_WORLD_SIZES:
-    assert ring_runs[_n].ok and all(_r.returncode == 0 for _r in ring_runs[_n].ranks), \
-        f"{_n} ranks: the ring run failed: {ring_runs[_n].summary()}"
-    _ranks = rank_json("ring", _n)
-    for _size in RING_SIZES:
-        _expected = sum(dist_common.rank_input(_r, _size, SEED) for _r in range(_n))
-        _sent_total = 0
-        for _rank, _data in enumerate(_ranks):
-            _x = next(_c for _c in _data["results"] if _c["size"] == _size)
-            assert torch.allclose(torch.tensor(_x["ring"]).reshape(-1), _expected, rtol=1e-5, atol=1e-5), \
-                f"规则 1 / rule 1: {_n} ranks, N={_size}, rank {_rank}: the ring result is not the sum"
-            assert _x["steps"] == 2 * (_n - 1), \
-                f"规则 3 / rule 3: {_n} ranks, N={_size}, rank {_rank}: {_x['steps']} steps, expected {2 * (_n - 1)}"
-            assert abs(_x["sent_elements"] - 2 * (_n - 1) / _n * _size) <= 2 * (_n - 1), \
-                f"规则 1、3 / rules 1, 3: {_n} ranks, N={_size}, rank {_rank}: sent {_x['sent_elements']}, " \
-                f"expected about 2(n-1)/n*N = {2 * (_n - 1) / _n * _size:.1f}"
-            _sent_total += _x["sent_elements"]
-        assert _sent_total == 2 * (_n - 1) * _size, \
-            f"规则 1、3 / rules 1, 3: {_n} ranks, N={_size}: all ranks together must send 2(n-1)N = " \
-            f"{2 * (_n - 1) * _size} elements, got {_sent_total}"
-### END HIDDEN TESTS
+_sent = [next(_c for _c in _d["results"] if _c["size"] == 7)["sent_elements"] for _d in _ranks]
+assert sum(_sent) == 2 * (_n - 1) * 7, \
+    f"规则 1、3：N=7 时所有 rank 合计应发送 2(n-1)N 个元素 / rules 1, 3: at N=7 all ranks together send 2(n-1)N = " \
+    f"{2 * (_n - 1) * 7} elements, got {_sent}"
 
 # %% [markdown] tags=["zh"]
 # 结果的含义：每个 rank 发送的数据量约为 2(n−1)/n · N，n=2 时为 1·N，n 很大时趋近 2·N。单个 rank 的发送量
@@ -509,7 +484,7 @@ for _n in RING_WORLD_SIZES:
 #    `"all_gather"`、`"all_to_all"` 为 (n−1)/n；`"broadcast"` 与 `"reduce"` 为 1；
 # 3. `op` 不是这六个之一时抛出 `ValueError`（信息中列出已知的 op）；`seconds <= 0` 时抛出 `ValueError`。
 #
-# 隐藏测试对每种 op 用别的大小、时间和 rank 数检查这三条规则。
+# 隐藏检查对每种 op 用你自己的随机大小、时间和 rank 数分别检查这三条规则。
 
 # %% [markdown] tags=["en"]
 # **Exercise 3 contract**: `bandwidth(op, size_bytes, seconds, world_size)` returns the tuple `(algbw, busbw)` in
@@ -521,7 +496,7 @@ for _n in RING_WORLD_SIZES:
 # 3. an `op` that is not one of these six raises `ValueError` (the message lists the known ops);
 #    `seconds <= 0` raises `ValueError`.
 #
-# The hidden tests check these three rules for every op with other sizes, times and rank counts.
+# The hidden checks test each of these three rules for every op with random sizes, times and rank counts of your own.
 
 # %% tags=["solution"] grade_id="04-busbw-sol-1"
 def bandwidth(op, size_bytes, seconds, world_size):
@@ -550,28 +525,14 @@ assert math.isclose(_alg, 10.0) and math.isclose(_bus, 17.5), \
 _alg, _bus = bandwidth("broadcast", 4e9, 2.0, 4)
 assert math.isclose(_alg, 2.0) and math.isclose(_bus, 2.0), \
     f"规则 2：broadcast 的因子为 1 / rule 2: broadcast has factor 1, got {(_alg, _bus)}"
-### BEGIN HIDDEN TESTS
-_table = [  # op, S, t, n, expected busbw factor
-    ("reduce_scatter", 3.2e9, 0.5, 4, 3 / 4),
-    ("all_gather", 1e6, 1e-3, 2, 1 / 2),
-    ("all_to_all", 8e8, 0.2, 16, 15 / 16),
-    ("reduce", 1e8, 0.01, 8, 1.0),
-    ("all_reduce", 2.5e8, 0.05, 2, 1.0),
-    ("all_reduce", 1e9, 1.0, 1, 0.0),
-]
-for _op, _s, _t, _n, _f in _table:
-    _alg, _bus = bandwidth(_op, _s, _t, _n)
-    assert math.isclose(_alg, _s / _t / 1e9, rel_tol=1e-12), f"规则 1 / rule 1: {_op}, S={_s}, t={_t}: algbw {_alg}"
-    assert math.isclose(_bus, _s / _t / 1e9 * _f, rel_tol=1e-12, abs_tol=1e-15), \
-        f"规则 2 / rule 2: {_op}, n={_n}: busbw {_bus}, expected algbw x {_f:g}"
+assert type(_alg) is float and type(_bus) is float, f"规则 1：返回 float / rule 1: floats, got {(_alg, _bus)}"
 for _bad in [("allreduce", 1, 1, 2), ("all_reduce", 1, 0, 2)]:
     try:
         bandwidth(*_bad)
     except ValueError:
         pass
     else:
-        raise AssertionError(f"规则 3 / rule 3: bandwidth{_bad} should raise ValueError")
-### END HIDDEN TESTS
+        raise AssertionError(f"规则 3：bandwidth{_bad} 应抛出 ValueError / rule 3: bandwidth{_bad} should raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # ## 4 · all-reduce 基准：busbw 与消息大小
@@ -723,7 +684,7 @@ if bench.ok and bench_path.exists():
 # 4. `n_gpus` 不在 2…`link.gpus` 之间、`busbw_gbs` 为负数、或 `topology` 不是这两种之一时抛出 `ValueError`，
 #    信息中写出收到的值和允许的范围。
 #
-# 隐藏测试用别的 GPU 数（如 2 块 MI300X）、H100 的 switch 行，以及几行构造出来的互联检查这四条规则。
+# 隐藏检查用随机的 GPU 数（如 2 块 MI300X）、H100 的 switch 行，以及几行构造出来的互联检查这四条规则。
 
 # %% [markdown] tags=["en"]
 # **Exercise 4b contract**: `busbw_vs_peak(busbw_gbs, link, n_gpus)` sets a busbw measured on n GPUs (GB/s)
@@ -738,7 +699,7 @@ if bench.ok and bench_path.exists():
 # 4. `n_gpus` outside 2…`link.gpus`, a negative `busbw_gbs`, or a `topology` other than these two raise
 #    `ValueError` naming the value received and the range allowed.
 #
-# The hidden tests check these four rules with other GPU counts (two MI300X, for instance), the H100 switch row
+# The hidden checks test each of these four rules with random GPU counts (two MI300X, for instance), the H100 switch row
 # and a few constructed fabrics.
 
 # %% tags=["solution"] grade_id="04-peak-sol-1"
@@ -773,38 +734,20 @@ assert math.isclose(_got["theoretical_gbs"], 448) and math.isclose(_got["achieva
 assert math.isclose(_got["pct_of_theoretical"], 100 * 318.98 / 448) and \
     math.isclose(_got["pct_of_achievable"], 100 * 318.98 / 336), \
     f"规则 3：百分数 = 100 × busbw / 峰值 / rule 3: percent = 100 x busbw / peak; got {_got}"
-### BEGIN HIDDEN TESTS
 _got = busbw_vs_peak(40.0, _xgmi, 2)
 assert math.isclose(_got["theoretical_gbs"], 64) and math.isclose(_got["achievable_gbs"], 48), \
-    f"规则 1、2：2 块 MI300X 只有一条链路 / rules 1, 2: two MI300X share one link (64, 48 GB/s); got {_got}"
-assert math.isclose(_got["pct_of_theoretical"], 62.5) and math.isclose(_got["pct_of_achievable"], 250 / 3), \
-    f"规则 3 / rule 3: 40 GB/s on one link; got {_got}"
-_nvl = datasheets.interconnect("H100 SXM")
-for _n in (2, 8):
-    _got = busbw_vs_peak(400.0, _nvl, _n)
-    assert math.isclose(_got["theoretical_gbs"], 450) and _got["achievable_gbs"] is None, \
-        f"规则 1、2：switch 的峰值与 GPU 数无关、可用值未公布 / rules 1, 2: a switch peak does not depend on n, " \
-        f"the usable figure is unpublished; n={_n}, got {_got}"
-    assert math.isclose(_got["pct_of_theoretical"], 800 / 9) and _got["pct_of_achievable"] is None, \
-        f"规则 3 / rule 3: H100, n={_n}; got {_got}"
-_mesh4 = datasheets.Interconnect("test mesh", "MI300X", "test", "mesh", 4, 100.0, None, ())
-_got = busbw_vs_peak(150.0, _mesh4, 4)
-assert (_got["theoretical_gbs"], _got["achievable_gbs"], _got["pct_of_achievable"]) == (300.0, None, None) and \
-    math.isclose(_got["pct_of_theoretical"], 50.0), f"规则 1–3 / rules 1-3: a 4-GPU mesh of 100 GB/s links; got {_got}"
-_switch16 = datasheets.Interconnect("test switch", "H100 SXM", "test", "switch", 16, 200.0, 150.0, ())
-_got = busbw_vs_peak(300.0, _switch16, 16)
-assert (_got["theoretical_gbs"], _got["achievable_gbs"]) == (200.0, 150.0) and \
-    math.isclose(_got["pct_of_theoretical"], 150.0) and math.isclose(_got["pct_of_achievable"], 200.0), \
-    f"规则 1–3：百分数可以超过 100 / rules 1-3: a percentage may exceed 100; got {_got}"
-for _args in [(100.0, _xgmi, 1), (100.0, _xgmi, 9), (-1.0, _xgmi, 8),
-              (1.0, datasheets.Interconnect("x", "MI300X", "x", "torus", 8, 1.0, None, ()), 4)]:
-    try:
-        busbw_vs_peak(*_args)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError(f"规则 4 / rule 4: busbw_vs_peak{(_args[0], _args[1].key, _args[2])} should raise ValueError")
-### END HIDDEN TESTS
+    f"规则 1、2：2 块 MI300X 只用得上一条链路 / rules 1, 2: two MI300X share one link (64, 48 GB/s); got {_got}"
+_got = busbw_vs_peak(400.0, datasheets.interconnect("H100 SXM"), 8)
+assert math.isclose(_got["theoretical_gbs"], 450) and _got["achievable_gbs"] is None and \
+    _got["pct_of_achievable"] is None, \
+    f"规则 1–3：switch 的峰值与 GPU 数无关，可用值未公布时为 None / rules 1-3: a switch peak ignores n; None where " \
+    f"unpublished; got {_got}"
+try:
+    busbw_vs_peak(100.0, _xgmi, 9)
+except ValueError:
+    pass
+else:
+    raise AssertionError("规则 4：9 块 MI300X 超出 2…8，应抛出 ValueError / rule 4: 9 MI300X is outside 2..8, ValueError")
 
 # %% [markdown] tags=["zh"]
 # 用你的函数把引用的数字换算成百分比（已给出）。最后一行是这台机器自己的平台——CPU 上没有对应的互联行。
@@ -985,7 +928,7 @@ print("timed out:", hung.timed_out, "| leftover processes:", lab.leftover_proces
 #    （int64 张量；nccl 时放在当前 GPU 上，gloo 时放在 CPU 上）。
 #
 # 测试检查：加了保护的运行在启动器超时**之前**自行失败，所有 rank 都以非零退出码结束，rank 0 的输出中
-# “failed to pass monitoredBarrier”那一行恰好列出数据较少的那些 rank（隐藏测试按 rank 数计算是哪些）；修好后
+# “failed to pass monitoredBarrier”那一行恰好列出数据较少的那些 rank（隐藏检查按 rank 数计算是哪些）；修好后
 # 所有 rank 退出码为 0、步数相同且等于最小值，累加的梯度总和与逐步相加的结果一致。
 
 # %% [markdown] tags=["en"]
@@ -1003,7 +946,7 @@ print("timed out:", hung.timed_out, "| leftover processes:", lab.leftover_proces
 #
 # The tests check: the guarded run fails by itself **before** the launcher's timeout, every rank ends with a
 # non-zero exit status, and the "failed to pass monitoredBarrier" line of rank 0's output names exactly the
-# ranks with fewer items (the hidden test works out which for the rank count); after the fix every rank exits 0
+# ranks with fewer items (the hidden checks work out which for the rank count); after the fix every rank exits 0
 # with the same step count, the minimum, and the summed gradients match a step-by-step sum.
 
 # %% tags=["solution"] grade_id="04-hang-sol-1"
@@ -1060,17 +1003,8 @@ assert not guarded.timed_out and guarded.returncode != 0, \
 assert "monitoredBarrier" in guarded.rank(0).output and "1" in guarded.rank(0).output, \
     "规则 2：rank 0 的输出应由 monitored_barrier 指出缺席的 rank / rule 2: rank 0 should name the missing rank " \
     "via monitored_barrier"
-### BEGIN HIDDEN TESTS
-import re as _re
-_line = next(_l for _l in guarded.rank(0).output.splitlines() if "monitoredBarrier" in _l)
-_missing = {int(_x) for _x in _re.findall(r"\d+", _line.split("failed to pass")[0].split("]:")[-1])}
-_short = {_r for _r in range(N_RANKS) if len(range(_r, 7, N_RANKS)) < len(range(0, 7, N_RANKS))}
-assert _missing == _short, \
-    f"规则 2（wait_all_ranks=True）/ rule 2 (wait_all_ranks=True): missing ranks reported {_missing}, " \
-    f"expected {_short}: {_line}"
 assert all(_r.returncode != 0 for _r in guarded.ranks), \
     f"规则 1、2：每个 rank 都应以非零退出码结束 / rules 1, 2: every rank should end non-zero: {guarded.summary()}"
-### END HIDDEN TESTS
 
 # %% tags=["test"] grade_id="04-hang-2" points=2
 assert fixed.ok and all(_r.returncode == 0 for _r in fixed.ranks), \
@@ -1078,13 +1012,8 @@ assert fixed.ok and all(_r.returncode == 0 for _r in fixed.ranks), \
 _out = rank_json("fixed", N_RANKS)
 assert all(_o is not None for _o in _out) and len({_o["steps"] for _o in _out}) == 1, \
     f"规则 3：所有 rank 的步数应相同 / rule 3: all ranks must take the same number of steps: {_out}"
-### BEGIN HIDDEN TESTS
-_steps = min(len(range(_r, 7, N_RANKS)) for _r in range(N_RANKS))
-_total = float(sum(_r + _s * N_RANKS for _s in range(_steps) for _r in range(N_RANKS)))
-for _o in _out:
-    assert _o["steps"] == _steps and _o["total"] == _total, \
-        f"规则 3：步数应为最小值 / rule 3: the step count must be the minimum, {_steps} steps, total {_total}: {_o}"
-### END HIDDEN TESTS
+assert _out[0]["steps"] == min(len(range(_r, 7, N_RANKS)) for _r in range(N_RANKS)), \
+    f"规则 3：步数应为各 rank 的最小值 / rule 3: the step count must be the minimum over the ranks: {_out}"
 
 # %% [markdown] tags=["zh"]
 # 在 GPU 上：NCCL/RCCL 的集合操作是异步的，卡死时 Python 里看不到任何异常；`init_process_group(timeout=...)`
@@ -1157,7 +1086,7 @@ for _o in _out:
 
 # %% [markdown] tags=["zh"]
 # **选做 S1 的约定**：`debug_env(symptom, *, iface=None, dump_dir="fr_dumps")` 返回该症状要设置的环境变量
-# （字典，键和值都是 str；可以多设别的变量，但下表列出的每一项都必须有——隐藏测试逐条检查）：
+# （字典，键和值都是 str；可以多设别的变量，但下表列出的每一项都必须有——隐藏检查逐条检查）：
 #
 # | `symptom` | 必须有的变量 |
 # | --- | --- |
@@ -1174,7 +1103,7 @@ for _o in _out:
 # %% [markdown] tags=["en"]
 # **Stretch S1 contract**: `debug_env(symptom, *, iface=None, dump_dir="fr_dumps")` returns the environment
 # variables to set for a symptom (a dict of str to str; more variables are fine, but every entry of the table
-# below must be there; the hidden tests check each):
+# below must be there; the hidden checks test each):
 #
 # | `symptom` | required variables |
 # | --- | --- |
@@ -1225,46 +1154,20 @@ assert int(_e.get("TORCH_FR_BUFFER_SIZE", "0")) > 0 and _e.get("TORCH_NCCL_TRACE
 assert _e.get("TORCH_NCCL_DUMP_ON_TIMEOUT") == "1", f"hang 行 / row hang: TORCH_NCCL_DUMP_ON_TIMEOUT=1; got {_e}"
 assert all(isinstance(_k, str) and isinstance(_v, str) for _k, _v in _e.items()), \
     "键和值都必须是 str / keys and values must be str"
-### BEGIN HIDDEN TESTS
-_e = debug_env("hang", dump_dir="/x/y")
-assert _e.get("TORCH_FR_DUMP_TEMP_FILE", "").startswith("/x/y") and \
+assert _e.get("TORCH_FR_DUMP_TEMP_FILE", "").startswith("/tmp/fr") and \
     _e.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == _e["TORCH_FR_DUMP_TEMP_FILE"], \
     f"hang 行：两个转储前缀相同且以 dump_dir 开头 / row hang: both dump prefixes equal and start with dump_dir; got {_e}"
-assert int(_e["TORCH_FR_BUFFER_SIZE"]) > 0 and _e["TORCH_NCCL_TRACE_BUFFER_SIZE"] == _e["TORCH_FR_BUFFER_SIZE"], \
-    f"hang 行 / row hang: both buffer names, same positive value; got {_e}"
 _e = debug_env("wrong_interface", iface="ens5")
-assert _e.get("NCCL_SOCKET_IFNAME") in ("ens5", "=ens5") and _e.get("GLOO_SOCKET_IFNAME") == "ens5", \
-    f"wrong_interface 行（给了 iface）/ row wrong_interface with iface: NCCL_SOCKET_IFNAME =ens5, GLOO_SOCKET_IFNAME ens5; got {_e}"
-assert _e.get("NCCL_DEBUG") in ("INFO", "TRACE") and {"INIT", "NET"} <= set(_e.get("NCCL_DEBUG_SUBSYS", "").split(",")), \
-    f"wrong_interface 行：NCCL_DEBUG 与含 INIT,NET 的 NCCL_DEBUG_SUBSYS / row wrong_interface: NCCL_DEBUG and INIT,NET; got {_e}"
-_e = debug_env("wrong_interface")
-assert _e.get("NCCL_SOCKET_IFNAME", "").startswith("^") and "docker" in _e["NCCL_SOCKET_IFNAME"], \
-    f"wrong_interface 行（没给 iface）：排除 docker / row wrong_interface without iface: ^docker...; got {_e}"
-assert _e.get("NCCL_DEBUG") in ("INFO", "TRACE"), f"wrong_interface 行 / row wrong_interface: NCCL_DEBUG; got {_e}"
-_e = debug_env("p2p_failure")
-assert _e.get("NCCL_DEBUG") in ("INFO", "TRACE") and {"INIT", "P2P"} <= set(_e.get("NCCL_DEBUG_SUBSYS", "").split(",")), \
-    f"p2p_failure 行：NCCL_DEBUG 与含 INIT,P2P 的子系统 / row p2p_failure: NCCL_DEBUG and INIT,P2P; got {_e}"
-_e = debug_env("need_logs")
-assert _e.get("NCCL_DEBUG") in ("INFO", "TRACE") and "INIT" in _e.get("NCCL_DEBUG_SUBSYS", "").split(","), \
-    f"need_logs 行 / row need_logs: NCCL_DEBUG INFO/TRACE, NCCL_DEBUG_SUBSYS with INIT; got {_e}"
-_e = debug_env("desync")
-assert _e.get("TORCH_NCCL_DESYNC_DEBUG") == "1" and _e.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", \
-    f"desync 行 / row desync; got {_e}"
-assert debug_env("no_exit_after_error").get("TORCH_NCCL_ASYNC_ERROR_HANDLING") in ("1", "3"), \
-    "no_exit_after_error 行 / row no_exit_after_error: TORCH_NCCL_ASYNC_ERROR_HANDLING 1 or 3"
-_e = debug_env("slow_collectives")
-assert _e.get("NCCL_DEBUG") in ("INFO", "TRACE") and {"GRAPH", "TUNING"} <= set(_e.get("NCCL_DEBUG_SUBSYS", "").split(",")), \
-    f"slow_collectives 行 / row slow_collectives: NCCL_DEBUG and GRAPH,TUNING; got {_e}"
-for _symptom in ("need_logs", "wrong_interface", "p2p_failure", "desync", "no_exit_after_error", "slow_collectives"):
-    assert all(isinstance(_k, str) and isinstance(_v, str) for _k, _v in debug_env(_symptom).items()), \
-        f"{_symptom}: keys and values must be str"
+assert _e.get("NCCL_SOCKET_IFNAME") in ("ens5", "=ens5") and _e.get("GLOO_SOCKET_IFNAME") == "ens5" and \
+    _e.get("NCCL_DEBUG") in ("INFO", "TRACE") and {"INIT", "NET"} <= set(_e.get("NCCL_DEBUG_SUBSYS", "").split(",")), \
+    f"wrong_interface 行：=ens5、GLOO_SOCKET_IFNAME、NCCL_DEBUG 与 INIT,NET / row wrong_interface: =ens5, " \
+    f"GLOO_SOCKET_IFNAME, NCCL_DEBUG and INIT,NET; got {_e}"
 try:
     debug_env("it is slow")
 except ValueError:
     pass
 else:
     raise AssertionError("未知症状应抛出 ValueError / an unknown symptom must raise ValueError")
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # 用工具箱看一次：第 5 节那个会卡死的脚本，配上 `desync` 的变量再跑。`TORCH_DISTRIBUTED_DEBUG=DETAIL` 在 gloo
@@ -1297,10 +1200,8 @@ assert not desync.timed_out and desync.returncode != 0, \
     f"desync 行：DETAIL 模式应立即报错而不是卡死 / row desync: DETAIL should fail at once, not hang: {desync.summary()}"
 assert any("mismatch" in _r.output.lower() for _r in desync.ranks), \
     "desync 行：应报告集合操作不一致 / row desync: expected a mismatch report"
-### BEGIN HIDDEN TESTS
-assert debug_env("desync") == desync_env and desync_env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", \
-    f"the run must use debug_env('desync'): {desync_env}"
-### END HIDDEN TESTS
+assert desync_env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", \
+    f"desync 行：运行应使用 debug_env('desync') / row desync: the run must use debug_env('desync'): {desync_env}"
 
 # %%
 survivors = lab.leftover_processes()
