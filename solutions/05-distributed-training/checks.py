@@ -1,0 +1,1039 @@
+"""Lab 05's hidden checks, run by the trusted harness (rocmlab.harness) after the notebook.
+
+No check starts a process: the ranks of exercise 1 are threads of the learner's kernel that talk
+through a stand-in for `torch.distributed` (a barrier and a table of tensors); exercises 2 and S2
+get a stand-in for `DDP` with one replica (DDP's own averaging is not what they grade). The
+references are computed here, with this file's code.
+"""
+
+import io
+import math
+from pathlib import PurePosixPath
+
+import torch
+import torch.nn.functional as F
+
+from rocmlab.harness import check
+
+# ---------------------------------------------------------------- kernel-side scaffolding
+
+# Threads as ranks: `dist` for the learner's functions, served by a barrier in this process.
+RANKS = r"""
+import threading as _threading, types as _types, torch as _torch
+import torch.distributed as _real_dist
+
+
+class _Done:
+    def wait(self, *args, **kwargs):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+class _ThreadDist:
+    ReduceOp = _real_dist.ReduceOp
+
+    def __init__(self, n):
+        self._n, self._barrier, self._slots, self._local = n, _threading.Barrier(n, timeout=20), [None] * n, _threading.local()
+
+    def get_world_size(self, group=None):
+        return self._n
+
+    def get_rank(self, group=None):
+        return self._local.rank
+
+    def is_initialized(self):
+        return True
+
+    def is_available(self):
+        return True
+
+    def barrier(self, *args, **kwargs):
+        self._barrier.wait()
+
+    def _exchange(self, tensor):
+        self._slots[self._local.rank] = tensor.detach().clone()
+        self._barrier.wait()
+        got = list(self._slots)
+        self._barrier.wait()
+        return got
+
+    def broadcast(self, tensor, src=0, group=None, async_op=False, **kwargs):
+        got = self._exchange(tensor)
+        with _torch.no_grad():
+            tensor.copy_(got[src])
+        return _Done() if async_op else None
+
+    def all_reduce(self, tensor, op=_real_dist.ReduceOp.SUM, group=None, async_op=False):
+        got = self._exchange(tensor)
+        total = got[0].clone()
+        for other in got[1:]:
+            if op == _real_dist.ReduceOp.MAX:
+                total = _torch.maximum(total, other)
+            elif op == _real_dist.ReduceOp.MIN:
+                total = _torch.minimum(total, other)
+            elif op == _real_dist.ReduceOp.PRODUCT:
+                total = total * other
+            else:
+                total = total + other
+        if op == _real_dist.ReduceOp.AVG:
+            total = total / self._n
+        with _torch.no_grad():
+            tensor.copy_(total)
+        return _Done() if async_op else None
+
+    def __getattr__(self, name):
+        return getattr(_real_dist, name)
+
+
+def _as_rank_function(function, fake):
+    return _types.FunctionType(function.__code__, {**function.__globals__, "dist": fake}, function.__name__,
+                               function.__defaults__, function.__closure__)
+
+
+def _run_ranks(n, body):
+    fake = _ThreadDist(n)
+    results, errors = [None] * n, []
+
+    def run(rank):
+        fake._local.rank = rank
+        try:
+            results[rank] = body(rank, fake)
+        except BaseException as exc:
+            errors.append(exc)
+            fake._barrier.abort()
+
+    threads = [_threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+    if any(t.is_alive() for t in threads):
+        raise TimeoutError("a rank did not finish")
+    return results
+
+
+def _mlp(state, frozen_bias):
+    model = _torch.nn.Sequential(_torch.nn.Linear(8, state["0.weight"].shape[0]), _torch.nn.Tanh(),
+                                 _torch.nn.Linear(state["0.weight"].shape[0], 1)).double()
+    model.load_state_dict(state)
+    if frozen_bias:
+        model[0].bias.requires_grad_(False)
+    return model
+
+
+def _state(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+"""
+
+# A stand-in for DDP with one replica: it records how it was built and where forward and backward ran.
+ONE_REPLICA_DDP = r"""
+import contextlib as _contextlib, types as _types, torch as _torch
+
+
+class _OneReplicaDDP(_torch.nn.Module):
+    built = []
+
+    def __init__(self, module, device_ids=None, *args, **kwargs):
+        super().__init__()
+        self.module = module
+        self.sync = True
+        self.log = []
+        _OneReplicaDDP.built.append({"same_module": True, "device_ids": device_ids, "extra": sorted(kwargs)})
+
+    @_contextlib.contextmanager
+    def no_sync(self):
+        before, self.sync = self.sync, False
+        try:
+            yield
+        finally:
+            self.sync = before
+
+    def forward(self, *args, **kwargs):
+        self.log.append(("forward", self.sync))
+        out = self.module(*args, **kwargs)
+        if isinstance(out, _torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda grad: self.log.append(("backward", self.sync)))
+        return out
+
+
+def _with_ddp(function):
+    return _types.FunctionType(function.__code__, {**function.__globals__, "DDP": _OneReplicaDDP},
+                               function.__name__, function.__defaults__, function.__closure__)
+"""
+
+
+# ---------------------------------------------------------------- references (this file's own code)
+
+
+def mlp_state(gen, hidden):
+    return {
+        "0.weight": torch.randn(hidden, 8, generator=gen, dtype=torch.float64) * 0.4,
+        "0.bias": torch.randn(hidden, generator=gen, dtype=torch.float64) * 0.1,
+        "2.weight": torch.randn(1, hidden, generator=gen, dtype=torch.float64) * 0.4,
+        "2.bias": torch.randn(1, generator=gen, dtype=torch.float64) * 0.1,
+    }
+
+
+def reference_mlp(state, frozen_bias=False):
+    hidden = state["0.weight"].shape[0]
+    model = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)).double()
+    model.load_state_dict(state)
+    if frozen_bias:
+        model[0].bias.requires_grad_(False)
+    return model
+
+
+def reference_sgd(state, x, y, batches, lr, momentum=0.0, frozen_bias=False):
+    model = reference_mlp(state, frozen_bias)
+    opt = torch.optim.SGD([p for p in model.parameters()], lr=lr, momentum=momentum)
+    for idx in batches:
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        loss = F.mse_loss(model(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def regression(gen, n):
+    x = torch.randn(n, 8, generator=gen, dtype=torch.float64)
+    w = torch.randn(8, 1, generator=gen, dtype=torch.float64)
+    y = torch.tanh(x @ w) + 0.1 * torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    return x, y
+
+
+def sampler_order(n, world, rank, seed, epoch):
+    """DistributedSampler(shuffle=True, drop_last=False): a permutation seeded with seed + epoch,
+    padded with its own head to a multiple of world, rank r taking items r, r+W, ..."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    total = math.ceil(n / world) * world
+    perm = (perm * math.ceil(total / n))[:total]
+    return perm[rank:total:world]
+
+
+def assert_state(got, want, what, atol):
+    assert isinstance(got, dict) and set(got) == set(want), (
+        f"{what}: names {sorted(got) if isinstance(got, dict) else got}"
+    )
+    for k in want:
+        assert isinstance(got[k], torch.Tensor) and tuple(got[k].shape) == tuple(want[k].shape), f"{what}: {k} shape"
+        diff = float((got[k].double() - want[k]).abs().max())
+        assert diff <= atol, f"{what}: {k} differs by {diff:.3e}"
+
+
+# ---------------------------------------------------------------- exercise 1: data parallelism from scratch
+
+
+@check(
+    "05-scratch-1",
+    points=1,
+    en="broadcast_parameters copies every parameter of rank src (frozen ones too) into all ranks",
+    zh="broadcast_parameters 把 rank src 的每个参数（包括冻结的）复制到所有 rank",
+)
+def scratch_broadcast(learner, variant):
+    gen = variant.torch()
+    n = variant.random.randint(2, 4)
+    src = variant.random.randrange(n)
+    hidden = variant.random.randint(3, 12)
+    states = [mlp_state(gen, hidden) for _ in range(n)]
+    got = learner.eval(
+        "_run_ranks(__n, lambda r, d: (_as_rank_function(broadcast_parameters, d)(__m[r], src=__src), _state(__m[r]))[1])",
+        setup=RANKS + "__m = [_mlp(s, True) for s in __states]",
+        __n=n,
+        __src=src,
+        __states=states,
+    )
+    assert isinstance(got, list) and len(got) == n, "one state per rank"
+    for r in range(n):
+        assert_state(got[r], states[src], f"rank {r} after broadcast from {src}", atol=0.0)
+
+
+@check(
+    "05-scratch-1",
+    points=0.75,
+    en="average_gradients replaces each .grad by its mean over all ranks",
+    zh="average_gradients 把每个 .grad 换成它在所有 rank 上的平均",
+)
+def scratch_average(learner, variant):
+    gen = variant.torch()
+    n = variant.random.randint(2, 4)
+    hidden = variant.random.randint(3, 12)
+    state = mlp_state(gen, hidden)
+    grads = [{k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in state.items()} for _ in range(n)]
+    got = learner.eval(
+        "_run_ranks(__n, lambda r, d: (_as_rank_function(average_gradients, d)(__m[r]),"
+        " {k: p.grad for k, p in __m[r].named_parameters()})[1])",
+        setup=RANKS
+        + "__m = [_mlp(__state, False) for _ in range(__n)]\n"
+        + "for __mm, __g in zip(__m, __grads):\n"
+        + "    for __k, __p in __mm.named_parameters():\n"
+        + "        __p.grad = __g[__k].clone()\n",
+        __n=n,
+        __state=state,
+        __grads=grads,
+    )
+    mean = {k: sum(g[k] for g in grads) / n for k in state}
+    for r in range(n):
+        assert_state(got[r], mean, f"rank {r} gradients", atol=1e-12)
+
+
+@check(
+    "05-scratch-1",
+    points=0.25,
+    en="average_gradients skips parameters whose .grad is None (frozen ones)",
+    zh="average_gradients 跳过 .grad 为 None 的参数（冻结的）",
+)
+def scratch_skip_frozen(learner, variant):
+    gen = variant.torch()
+    n = variant.random.randint(2, 4)
+    state = mlp_state(gen, variant.random.randint(3, 12))
+    grads = [{k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in state.items()} for _ in range(n)]
+    got = learner.eval(
+        "_run_ranks(__n, lambda r, d: (_as_rank_function(average_gradients, d)(__m[r]),"
+        " {k: p.grad for k, p in __m[r].named_parameters()})[1])",
+        setup=RANKS
+        + "__m = [_mlp(__state, True) for _ in range(__n)]\n"
+        + "for __mm, __g in zip(__m, __grads):\n"
+        + "    for __k, __p in __mm.named_parameters():\n"
+        + "        __p.grad = None if __k == '0.bias' else __g[__k].clone()\n",
+        __n=n,
+        __state=state,
+        __grads=grads,
+    )
+    for r in range(n):
+        assert got[r]["0.bias"] is None, f"rank {r}: the frozen bias got a gradient"
+        for k in ("0.weight", "2.weight", "2.bias"):
+            want = sum(g[k] for g in grads) / n
+            assert float((got[r][k] - want).abs().max()) <= 1e-12, f"rank {r}: {k}"
+
+
+@check(
+    "05-scratch-1",
+    points=1,
+    en="training with both on every rank equals single-process SGD on the global batch (float64, 1e-12)",
+    zh="各 rank 用这两个函数训练的结果等于单进程在全局批上的 SGD（float64，1e-12）",
+)
+def scratch_training(learner, variant):
+    gen = variant.torch()
+    n = variant.random.randint(2, 4)
+    hidden = variant.random.randint(4, 16)
+    per_rank = variant.random.randint(2, 5)
+    steps = variant.random.randint(3, 7)
+    lr = variant.random.choice([0.02, 0.05, 0.1])
+    x, y = regression(gen, 48)
+    inits = [mlp_state(gen, hidden) for _ in range(n)]
+    batches = [torch.randperm(48, generator=gen)[: n * per_rank].tolist() for _ in range(steps)]
+    body = (
+        "def __train(rank, d):\n"
+        "    model = _mlp(__inits[rank], True)\n"
+        "    _as_rank_function(broadcast_parameters, d)(model)\n"
+        "    opt = _torch.optim.SGD(model.parameters(), lr=__lr)\n"
+        "    avg = _as_rank_function(average_gradients, d)\n"
+        "    for idx in __batches:\n"
+        "        mine = _torch.tensor(idx[rank * __per:(rank + 1) * __per])\n"
+        "        loss = _torch.nn.functional.mse_loss(model(__x[mine]), __y[mine])\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        avg(model)\n"
+        "        opt.step()\n"
+        "    return _state(model)\n"
+    )
+    got = learner.eval(
+        "_run_ranks(__n, __train)",
+        setup=RANKS + body,
+        __n=n,
+        __inits=inits,
+        __lr=lr,
+        __batches=batches,
+        __per=per_rank,
+        __x=x,
+        __y=y,
+    )
+    want = reference_sgd(inits[0], x, y, batches, lr, frozen_bias=True)
+    for r in range(n):
+        assert_state(got[r], want, f"rank {r} vs single process", atol=1e-12)
+
+
+# ---------------------------------------------------------------- exercise 2: DDP and DistributedSampler
+
+DATASET = (
+    "import torch as _torch\n"
+    "from torch.utils.data import DataLoader as _DataLoader, DistributedSampler as _Sampler, TensorDataset as _TD\n"
+    "__data = _TD(_torch.arange(__x.shape[0]), __x, __y)\n"
+)
+
+
+@check(
+    "05-ddp-1",
+    points=1,
+    en="make_sharded_loader yields batches of per_rank_batch in DistributedSampler(seed) order for its rank",
+    zh="make_sharded_loader 按 DistributedSampler(seed) 的顺序给出本 rank 的批，每批 per_rank_batch 个",
+)
+def ddp_loader(learner, variant):
+    gen = variant.torch()
+    world = variant.random.randint(2, 4)
+    per_rank = variant.random.randint(2, 5)
+    n = world * per_rank * variant.random.randint(2, 4) + variant.random.choice([0, 0, 1])
+    seed = variant.random.randint(0, 10_000)
+    x, y = regression(gen, n)
+    got = learner.eval(
+        "[[[b[0].tolist() for b in (__l.sampler.set_epoch(e), __l)[1]] for e in (0, 1)] for __l in __loaders]",
+        setup=DATASET
+        + "__loaders = [make_sharded_loader(__data, __per, r, __world, __seed) for r in range(__world)]\n",
+        __x=x,
+        __y=y,
+        __per=per_rank,
+        __world=world,
+        __seed=seed,
+    )
+    for rank in range(world):
+        for epoch in (0, 1):
+            want = sampler_order(n, world, rank, seed, epoch)
+            batches = got[rank][epoch]
+            assert [i for b in batches for i in b] == want, f"rank {rank}, epoch {epoch}: order"
+            assert all(len(b) == per_rank for b in batches[:-1]) and 0 < len(batches[-1]) <= per_rank, "batch sizes"
+
+
+def ddp_train(learner, variant, epochs):
+    """Run train_ddp_epochs for one rank of a harness-chosen world (one replica: DDP is the stand-in)."""
+    gen = variant.torch()
+    world = variant.random.randint(2, 4)
+    rank = variant.random.randrange(world)
+    per_rank = variant.random.randint(2, 5)
+    n = world * per_rank * variant.random.randint(2, 3)
+    seed = variant.random.randint(0, 10_000)
+    lr = variant.random.choice([0.02, 0.05, 0.1])
+    x, y = regression(gen, n)
+    state = mlp_state(gen, variant.random.randint(4, 12))
+    got = learner.eval(
+        "(__ret[0], dict(__ret[0].module.state_dict()) if hasattr(__ret[0], 'module') else None, __ret[1],"
+        " list(_OneReplicaDDP.built))",
+        setup=RANKS + DATASET + ONE_REPLICA_DDP + "__loader = _DataLoader(__data, batch_size=__per,"
+        " sampler=_Sampler(__data, num_replicas=__world, rank=__rank, shuffle=True, seed=__seed))\n"
+        + "__model = _mlp(__state, False)\n"
+        + "__ret = tuple(_with_ddp(train_ddp_epochs)(__model, __loader, __epochs, __lr, _torch.device('cpu')))\n",
+        __x=x,
+        __y=y,
+        __per=per_rank,
+        __world=world,
+        __rank=rank,
+        __seed=seed,
+        __lr=lr,
+        __state=state,
+        __epochs=epochs,
+    )
+    orders = [sampler_order(n, world, rank, seed, e) for e in range(epochs)]
+    return got, orders, (state, x, y, per_rank, lr)
+
+
+@check(
+    "05-ddp-1",
+    points=1,
+    en="train_ddp_epochs calls set_epoch(epoch) at the start of every epoch: seen follows the sampler's order",
+    zh="train_ddp_epochs 在每个 epoch 开始时调用 set_epoch(epoch)：seen 与采样器的顺序一致",
+)
+def ddp_set_epoch(learner, variant):
+    epochs = variant.random.randint(2, 3)
+    got, orders, _ = ddp_train(learner, variant, epochs)
+    seen = got[2]
+    assert isinstance(seen, list) and len(seen) == epochs, "one list per epoch"
+    for e, want in enumerate(orders):
+        assert all(type(i) is int for i in seen[e]), "indices are ints"
+        assert seen[e] == want, f"epoch {e}: not the sampler's order for seed + epoch"
+
+
+@check(
+    "05-ddp-1",
+    points=1,
+    en="train_ddp_epochs wraps the model in DDP and runs SGD(lr) on the MSE loss, one step per batch",
+    zh="train_ddp_epochs 用 DDP 包装模型，每个批做一步 SGD(lr)、MSE 损失",
+)
+def ddp_trains(learner, variant):
+    epochs = variant.random.randint(1, 2)
+    got, orders, (state, x, y, per_rank, lr) = ddp_train(learner, variant, epochs)
+    wrapped, params, _, built = got
+    assert getattr(wrapped, "type", "").endswith("_OneReplicaDDP"), f"returned {wrapped!r}, not the DDP model"
+    assert len(built) == 1 and built[0]["device_ids"] is None, f"DDP built {built}"
+    batches = [order[i : i + per_rank] for order in orders for i in range(0, len(order), per_rank)]
+    want = reference_sgd(state, x, y, batches, lr)
+    assert_state(params, want, "parameters after training", atol=1e-12)
+
+
+# ---------------------------------------------------------------- exercise 3: atomic checkpoints
+
+SPY = r"""
+import os as _os, stat as _stat, tempfile as _tempfile, shutil as _shutil, torch as _torch
+from pathlib import Path as _Path
+
+__dir = _Path(_tempfile.mkdtemp(prefix="ckpt-check-", dir=_os.getcwd()))
+__target = __dir / __name
+__calls = []
+__real = {"replace": _os.replace, "rename": _os.rename, "fsync": _os.fsync}
+
+
+def __spy(kind):
+    def spy(*args, **kwargs):
+        if kind == "fsync":
+            fd = args[0] if args else kwargs.get("fd")
+            fd = fd if isinstance(fd, int) else fd.fileno()
+            __calls.append(["fsync", _stat.S_ISDIR(_os.fstat(fd).st_mode)])
+        else:
+            __calls.append([kind, [str(a) for a in args]])
+        return __real[kind](*args, **kwargs)
+    return spy
+
+
+def __save(state):
+    _os.replace, _os.rename, _os.fsync = __spy("replace"), __spy("rename"), __spy("fsync")
+    try:
+        save_checkpoint_atomic(state, __target)
+    finally:
+        _os.replace, _os.rename, _os.fsync = __real["replace"], __real["rename"], __real["fsync"]
+
+
+def __listing():
+    return sorted(p.name for p in __dir.iterdir())
+
+
+def __done(value):
+    _shutil.rmtree(__dir, ignore_errors=True)
+    return value
+"""
+
+
+def checkpoint_state(variant):
+    gen = variant.torch()
+    step = variant.random.randint(1, 10_000)
+    return {"step": step, "payload": torch.randn(variant.random.randint(3, 200), generator=gen, dtype=torch.float64)}
+
+
+def loads(data):
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def saved_with_spy(learner, variant):
+    name = variant.random.choice(["ckpt.pt", "model-state.pt", "last.ckpt", "step.bin"])
+    state = checkpoint_state(variant)
+    got = learner.eval(
+        "__done((__calls, __listing(), __target.read_bytes()))",
+        setup=SPY + "__save(__state)\n",
+        __name=name,
+        __state=state,
+    )
+    return name, state, got
+
+
+@check(
+    "05-ckpt-1",
+    points=1,
+    en="the temporary file sits next to path, is named <name>.tmp-..., and is fsynced before the rename",
+    zh="临时文件与 path 同目录、名为 <文件名>.tmp-...，并在改名之前 fsync",
+)
+def ckpt_temporary(learner, variant):
+    name, state, (calls, listing, data) = saved_with_spy(learner, variant)
+    moves = [i for i, c in enumerate(calls) if c[0] in ("replace", "rename")]
+    assert moves, "no os.replace / os.rename"
+    src, dst = (PurePosixPath(p) for p in calls[moves[0]][1][:2])
+    assert dst.name == name and src.parent == dst.parent, f"the rename goes {src} -> {dst}"
+    assert src.name.startswith(name + ".tmp-"), f"temporary named {src.name}"
+    assert any(c[0] == "fsync" and not c[1] for c in calls[: moves[0]]), "no fsync of the file before the rename"
+    got = loads(data)
+    assert got["step"] == state["step"] and torch.equal(got["payload"], state["payload"]), "the file holds the state"
+    assert listing == [name], f"left in the folder: {listing}"
+
+
+@check(
+    "05-ckpt-1",
+    points=1,
+    en="exactly one os.replace (or os.rename) onto path, then an fsync of the directory",
+    zh="恰好一次 os.replace（或 os.rename）到 path，之后对目录 fsync",
+)
+def ckpt_one_rename(learner, variant):
+    name, _, (calls, _, _) = saved_with_spy(learner, variant)
+    moves = [i for i, c in enumerate(calls) if c[0] in ("replace", "rename")]
+    assert len(moves) == 1, f"{len(moves)} renames"
+    assert PurePosixPath(calls[moves[0]][1][1]).name == name, "the rename's target is not path"
+    assert any(c[0] == "fsync" and c[1] for c in calls[moves[0] + 1 :]), "no fsync of the directory after the rename"
+
+
+@check(
+    "05-ckpt-1",
+    points=1,
+    en="a failing save raises, leaves the old file as it was and no temporary behind",
+    zh="保存失败时抛出异常，旧文件保持不变，不留下临时文件",
+)
+def ckpt_failure(learner, variant):
+    name = variant.random.choice(["ckpt.pt", "model-state.pt", "last.ckpt"])
+    state = checkpoint_state(variant)
+    raised, before, data, listing = learner.eval(
+        "__done((__raised, __before, __target.read_bytes(), __listing()))",
+        setup=SPY
+        + "__save(__state)\n__before = __target.read_bytes()\n__raised = None\n"
+        + "try:\n    __save({'step': __state['step'] + 1, 'bad': lambda: None})\n"
+        + "except Exception as exc:\n    __raised = type(exc).__name__\n",
+        __name=name,
+        __state=state,
+    )
+    assert raised is not None, "a state that cannot be pickled was saved without an error"
+    assert data == before, "the failed save changed the old checkpoint"
+    assert listing == [name], f"left in the folder: {listing}"
+
+
+# ---------------------------------------------------------------- exercise 4: elastic restart
+
+RESUME = r"""
+import os as _os, tempfile as _tempfile, shutil as _shutil, torch as _torch
+from pathlib import Path as _Path
+
+__dir = _Path(_tempfile.mkdtemp(prefix="resume-check-", dir=_os.getcwd()))
+__path = __dir / "ckpt.pt"
+if __blob is not None:
+    __path.write_bytes(__blob)
+__model = _mlp(__init, False)
+__opt = _torch.optim.SGD(__model.parameters(), lr=0.1, momentum=0.9)
+__step = resume_from_checkpoint(__path, __model, __opt)
+__momentum = [__opt.state[p].get("momentum_buffer") if p in __opt.state else None for p in __model.parameters()]
+_shutil.rmtree(__dir, ignore_errors=True)
+"""
+
+
+def saved_training(variant):
+    """A model and SGD-with-momentum optimizer after a few steps, saved as the lab's checkpoint dict."""
+    gen = variant.torch()
+    hidden = variant.random.randint(3, 12)
+    model = reference_mlp(mlp_state(gen, hidden))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = regression(gen, 16)
+    for _ in range(variant.random.randint(1, 3)):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    step = variant.random.randint(1, 500)
+    buffer = io.BytesIO()
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict()}, buffer)
+    momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return buffer.getvalue(), step, params, momentum, mlp_state(gen, hidden)
+
+
+@check(
+    "05-elastic-1",
+    points=1,
+    en="resume_from_checkpoint loads the saved model and returns the saved step as an int",
+    zh="resume_from_checkpoint 装回保存的模型，并以 int 返回保存的步数",
+)
+def resume_model(learner, variant):
+    blob, step, params, _, init = saved_training(variant)
+    got_step, got_params = learner.eval("(__step, _state(__model))", setup=RANKS + RESUME, __blob=blob, __init=init)
+    assert type(got_step) is int and got_step == step, f"returned {got_step!r}, saved step {step}"
+    assert_state(got_params, params, "resumed model", atol=0.0)
+
+
+@check(
+    "05-elastic-1",
+    points=1,
+    en="resume_from_checkpoint restores the optimizer state (the momentum buffers)",
+    zh="resume_from_checkpoint 恢复优化器状态（动量缓冲区）",
+)
+def resume_momentum(learner, variant):
+    blob, _, _, momentum, init = saved_training(variant)
+    got = learner.eval("__momentum", setup=RANKS + RESUME, __blob=blob, __init=init)
+    assert isinstance(got, list) and len(got) == len(momentum), "one buffer per parameter"
+    for g, w in zip(got, momentum):
+        assert isinstance(g, torch.Tensor) and torch.equal(g, w), "momentum buffer not restored"
+
+
+@check(
+    "05-elastic-1",
+    points=0.5,
+    en="without a checkpoint file it changes nothing and returns 0",
+    zh="没有检查点文件时不做任何改动并返回 0",
+)
+def resume_absent(learner, variant):
+    init = mlp_state(variant.torch(), variant.random.randint(3, 12))
+    got_step, got_params, momentum = learner.eval(
+        "(__step, _state(__model), __momentum)", setup=RANKS + RESUME, __blob=None, __init=init
+    )
+    assert type(got_step) is int and got_step == 0, f"returned {got_step!r}"
+    assert_state(got_params, init, "model without a checkpoint", atol=0.0)
+    assert all(m is None for m in momentum), "the optimizer got state"
+
+
+ELASTIC_FIXED = {
+    "n": 64,
+    "global_batch": 16,
+    "hidden": 16,
+    "lr": 0.05,
+    "momentum": 0.9,
+    "steps": 9,
+    "every": 2,
+    "crash_at": 5,
+    "crash_rank": 1,
+}
+
+
+def lab_data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g, dtype=torch.float64)
+    w = torch.randn(8, 1, generator=g, dtype=torch.float64)
+    y = torch.tanh(x @ w) + 0.1 * torch.randn(n, 1, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def lab_batch(step, cfg):
+    g = torch.Generator().manual_seed(cfg["seed"] * 100_003 + step)
+    return torch.randperm(cfg["n"], generator=g)[: cfg["global_batch"]]
+
+
+@check(
+    "05-elastic-1",
+    points=0.5,
+    en="the crashed run resumes from the last checkpoint on restart 1 and ends like an uninterrupted run",
+    zh="崩溃的训练在第 1 次重启时从最后一个检查点恢复，结果与不中断的训练相同",
+)
+def elastic_run(learner, variant):
+    cfg, ranks = learner.eval("(ELASTIC_CFG, elastic_ranks)")
+    assert {k: cfg[k] for k in ELASTIC_FIXED} == ELASTIC_FIXED, "ELASTIC_CFG was changed"
+    assert type(cfg["seed"]) is int, "seed"
+    assert isinstance(ranks, list) and len(ranks) >= 2, "one result per rank"
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg["seed"])  # the lab's make_mlp(seed, hidden)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).double()
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    want_start = (cfg["crash_at"] // cfg["every"]) * cfg["every"]
+    x, y = lab_data(cfg["n"], cfg["seed"])
+    want = reference_sgd(init, x, y, [lab_batch(s, cfg) for s in range(cfg["steps"])], cfg["lr"], cfg["momentum"])
+    for r, got in enumerate(ranks):
+        assert isinstance(got, dict), f"rank {r} wrote no result"
+        assert got["attempt"] == 1 and got["resumed_from"] == want_start, (
+            f"rank {r}: {got['attempt']}, {got['resumed_from']}"
+        )
+        assert_state(got["params"], want, f"rank {r} vs uninterrupted", atol=1e-12)
+
+
+# ---------------------------------------------------------------- exercise 5: the QC fine-tune
+
+# The pieces the lab gives (the tokenizer, qc_messages, qc_answer) tokenize each item here; the
+# learner's build_qc_batch must put them together as the contract says.
+PIECES = (
+    "[(__tok(__tok.apply_chat_template(qc_messages(qc_items[i]), tokenize=False, add_generation_prompt=True),"
+    " add_special_tokens=False)['input_ids'],"
+    " __tok(qc_answer(qc_items[i], __tok), add_special_tokens=False)['input_ids']) for i in __picks]"
+)
+TOKENIZERS = {"course": "ft_tokenizer", "base-like": "base_like"}
+
+
+def qc_case(learner, variant, tokenizer="course", cut=None):
+    """(pieces, pad id, the learner's batch) for a few QC items; max_len from `cut`: None pads every
+    row, "answer" cuts inside an answer, "prompt" inside a prompt."""
+    n_items = learner.eval("len(qc_items)")
+    picks = variant.random.sample(range(n_items), variant.random.randint(2, 4))
+    setup = f"__tok = {TOKENIZERS[tokenizer]}\n"
+    pieces, pad = learner.eval(f"({PIECES}, __tok.pad_token_id)", setup=setup, __picks=picks)
+    lengths = [len(p) + len(a) for p, a in pieces]
+    if cut is None:
+        max_len = max(lengths) + variant.random.randint(1, 16)
+    elif cut == "answer":
+        longest = max(range(len(pieces)), key=lambda i: lengths[i])
+        max_len = variant.random.randint(len(pieces[longest][0]) + 1, lengths[longest] - 1)
+    else:
+        max_len = variant.random.randint(2, min(len(p) for p, _ in pieces) - 1)
+    batch = learner.eval(
+        "build_qc_batch([qc_items[i] for i in __picks], __tok, __max_len)",
+        setup=setup,
+        __picks=picks,
+        __max_len=max_len,
+    )
+    return pieces, pad, max_len, batch
+
+
+def expected_rows(pieces, pad, max_len):
+    rows = []
+    for prompt, answer in pieces:
+        ids = (prompt + answer)[:max_len]
+        labels = ([-100] * len(prompt) + answer)[:max_len]
+        fill = max_len - len(ids)
+        rows.append((ids + [pad] * fill, [1] * len(ids) + [0] * fill, labels + [-100] * fill))
+    return rows
+
+
+def learner_rows(batch, i):
+    return [batch[k][i].tolist() for k in ("input_ids", "attention_mask", "labels")]
+
+
+@check(
+    "05-finetune-1",
+    points=0.4,
+    en="build_qc_batch returns input_ids, attention_mask and labels as LongTensors of shape (len(items), max_len)",
+    zh="build_qc_batch 返回 input_ids、attention_mask、labels，均为形状 (len(items), max_len) 的 LongTensor",
+)
+def qc_shapes(learner, variant):
+    pieces, _, max_len, batch = qc_case(learner, variant, cut=variant.random.choice([None, "answer"]))
+    assert isinstance(batch, dict), f"returned {type(batch).__name__}"
+    for key in ("input_ids", "attention_mask", "labels"):
+        value = batch.get(key)
+        assert isinstance(value, torch.Tensor) and value.dtype == torch.long, f"{key}: not a LongTensor"
+        assert tuple(value.shape) == (len(pieces), max_len), f"{key}: shape {tuple(value.shape)}"
+
+
+@check(
+    "05-finetune-1",
+    points=0.4,
+    en="each row is the chat prompt followed by qc_answer, ending with the end-of-turn token whatever eos_token is",
+    zh="每一行是对话提示加 qc_answer，不论 eos_token 是什么都以轮次结束符结尾",
+)
+def qc_prompt_answer(learner, variant):
+    end_of_turn_id, eos_ids = learner.eval(
+        "(ft_tokenizer.convert_tokens_to_ids('<|im_end|>'), [ft_tokenizer.eos_token_id, base_like.eos_token_id])"
+    )
+    for tokenizer in ("course", "base-like"):
+        pieces, pad, max_len, batch = qc_case(learner, variant, tokenizer)
+        for i, row in enumerate(expected_rows(pieces, pad, max_len)):
+            assert pieces[i][1][-1] == end_of_turn_id, "the given qc_answer no longer ends with <|im_end|>"
+            n = len(pieces[i][0]) + len(pieces[i][1])
+            assert learner_rows(batch, i)[0][:n] == row[0][:n], f"{tokenizer} tokenizer, row {i}: input_ids"
+    assert end_of_turn_id != eos_ids[1], "the base-like tokenizer's eos is the end of turn"
+
+
+@check(
+    "05-finetune-1",
+    points=0.4,
+    en="labels are -100 on the prompt and equal input_ids on the answer",
+    zh="labels 在提示部分为 -100，在回答部分等于 input_ids",
+)
+def qc_labels(learner, variant):
+    for tokenizer in ("course", "base-like"):
+        pieces, pad, max_len, batch = qc_case(learner, variant, tokenizer)
+        for i, row in enumerate(expected_rows(pieces, pad, max_len)):
+            n = len(pieces[i][0]) + len(pieces[i][1])
+            assert learner_rows(batch, i)[2][:n] == row[2][:n], f"{tokenizer} tokenizer, row {i}: labels"
+
+
+@check(
+    "05-finetune-1",
+    points=0.4,
+    en="short rows are padded on the right with pad_token_id, attention_mask 0 and labels -100 there, mask 1 elsewhere",
+    zh="不足的行在右侧用 pad_token_id 填充，填充处 attention_mask 为 0、labels 为 -100，其余 mask 为 1",
+)
+def qc_padding(learner, variant):
+    pieces, pad, max_len, batch = qc_case(learner, variant)
+    for i, row in enumerate(expected_rows(pieces, pad, max_len)):
+        assert learner_rows(batch, i) == list(row), f"row {i}: padding, mask or labels"
+
+
+@check(
+    "05-finetune-1",
+    points=0.4,
+    en="rows longer than max_len are cut to their first max_len tokens",
+    zh="超过 max_len 的行截断为前 max_len 个 token",
+)
+def qc_truncation(learner, variant):
+    for cut in ("answer", "prompt"):
+        pieces, pad, max_len, batch = qc_case(learner, variant, cut=cut)
+        for i, row in enumerate(expected_rows(pieces, pad, max_len)):
+            assert learner_rows(batch, i) == list(row), f"cut inside the {cut}, row {i}"
+
+
+@check(
+    "05-finetune-2",
+    points=0.5,
+    en="every rank of every run in SCALING_RANKS records one finite loss per step",
+    zh="SCALING_RANKS 中每次运行的每个 rank 都记录了每步一个有限的损失",
+)
+def finetune_losses(learner, variant):
+    runs, scaling, steps = learner.eval("({n: ranks for n, (_, ranks) in ft_runs.items()}, SCALING_RANKS, FT_STEPS)")
+    assert isinstance(runs, dict) and sorted(runs) == sorted(scaling) and steps >= 2, f"runs for {sorted(runs)}"
+    for n, ranks in runs.items():
+        assert isinstance(ranks, list) and len(ranks) == n, f"{n} ranks: results"
+        for r, got in enumerate(ranks):
+            assert isinstance(got, dict), f"{n} ranks, rank {r}: no result"
+            losses = got["losses"]
+            assert isinstance(losses, list) and len(losses) == steps, f"{n} ranks, rank {r}: {len(losses)} losses"
+            assert all(type(v) is float and math.isfinite(v) and v > 0 for v in losses), f"{n} ranks, rank {r}: losses"
+
+
+@check(
+    "05-finetune-2",
+    points=0.5,
+    en="every rank counts its tokens and time after the warm-up step; throughput is their tokens over the slowest time",
+    zh="每个 rank 统计热身步之后的 token 数与时间；吞吐 = token 总数 / 最慢 rank 的时间",
+)
+def finetune_throughput(learner, variant):
+    runs, throughput, steps, batch, max_len = learner.eval(
+        "({n: ranks for n, (_, ranks) in ft_runs.items()}, throughput, FT_STEPS, FT_BATCH, FT_MAX_LEN)"
+    )
+    assert isinstance(throughput, dict) and sorted(throughput) == sorted(runs), "throughput for every run"
+    for n, ranks in runs.items():
+        for r, got in enumerate(ranks):
+            assert isinstance(got, dict), f"{n} ranks, rank {r}: no result"
+            tokens, elapsed = got["tokens"], got["elapsed"]
+            assert type(tokens) is int and (steps - 1) * batch <= tokens <= (steps - 1) * batch * max_len, "tokens"
+            assert type(elapsed) is float and 0 < elapsed < 3600, "elapsed"
+        want = sum(g["tokens"] for g in ranks) / max(g["elapsed"] for g in ranks)
+        assert math.isclose(throughput[n], want, rel_tol=1e-9), f"{n} ranks: throughput {throughput[n]} vs {want}"
+
+
+# ---------------------------------------------------------------- stretch S1: bucketing
+
+# A stand-in all_reduce: it records each call's bytes and values, and adds the other ranks'
+# gradients at the same offsets of the flat buffer (calls on consecutive slices).
+BUCKET = r"""
+import torch as _torch
+__sent, __pos = [], [0]
+__others = __others.to(__grads[0].dtype)
+
+
+def __all_reduce(t):
+    __sent.append(t.detach().reshape(-1).clone())
+    t.add_(__others[__pos[0]:__pos[0] + t.numel()].view_as(t))
+    __pos[0] += t.numel()
+
+
+__calls = bucketed_all_reduce_(__grads, __cap, __world, __all_reduce)
+"""
+
+
+def bucket_case(variant):
+    gen = variant.torch()
+    dtype = variant.random.choice([torch.float32, torch.float64])
+    size = 4 if dtype == torch.float32 else 8
+    shapes = [tuple(variant.random.randint(1, 6) for _ in range(variant.random.randint(1, 2))) for _ in range(3)]
+    grads = [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+    total = sum(g.numel() for g in grads)
+    cap = size * variant.random.randint(1, max(1, total // 2))
+    world = variant.random.randint(2, 4)
+    others = torch.randn(total, generator=gen, dtype=torch.float64) * (world - 1)
+    return grads, cap, world, others, size
+
+
+def bucket_run(learner, variant):
+    grads, cap, world, others, size = bucket_case(variant)
+    calls, sent, after = learner.eval(
+        "(__calls, __sent, __grads)", setup=BUCKET, __grads=grads, __cap=cap, __world=world, __others=others
+    )
+    return grads, cap, world, others, size, calls, sent, after
+
+
+@check(
+    "05-stretch-bucket-1",
+    points=0.5,
+    en="bucketed_all_reduce_ returns the number of all_reduce calls, ⌈total bytes / cap_bytes⌉",
+    zh="bucketed_all_reduce_ 返回 all_reduce 的调用次数 ⌈总字节数 / cap_bytes⌉",
+)
+def bucket_calls(learner, variant):
+    grads, cap, _, _, size, calls, sent, _ = bucket_run(learner, variant)
+    want = math.ceil(sum(g.numel() for g in grads) * size / cap)
+    assert type(calls) is int and calls == want == len(sent), f"returned {calls}, made {len(sent)} calls, want {want}"
+
+
+@check(
+    "05-stretch-bucket-1",
+    points=0.5,
+    en="each call gets a consecutive slice of at most cap_bytes of the concatenated gradients, every byte once",
+    zh="每次调用得到拼接后梯度的一段连续切片，不超过 cap_bytes，每个字节恰好发送一次",
+)
+def bucket_slices(learner, variant):
+    grads, cap, _, _, size, _, sent, _ = bucket_run(learner, variant)
+    assert sent and all(t.numel() * size <= cap for t in sent), f"sizes {[t.numel() * size for t in sent]}"
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    assert torch.equal(torch.cat(sent), flat), "the slices are not the concatenated gradients, in order, once each"
+
+
+@check(
+    "05-stretch-bucket-1",
+    points=0.5,
+    en="afterwards each gradient holds the mean over the ranks, in place, shape unchanged",
+    zh="之后每个梯度原地变为各 rank 的平均，形状不变",
+)
+def bucket_mean(learner, variant):
+    grads, _, world, others, _, _, _, after = bucket_run(learner, variant)
+    flat = (torch.cat([g.reshape(-1).double() for g in grads]) + others) / world
+    offset = 0
+    for g, a in zip(grads, after):
+        assert isinstance(a, torch.Tensor) and a.shape == g.shape and a.dtype == g.dtype, "shape or dtype changed"
+        want = flat[offset : offset + g.numel()].view(g.shape)
+        offset += g.numel()
+        tol = 1e-5 if g.dtype == torch.float32 else 1e-12
+        assert torch.allclose(a.double(), want, rtol=tol, atol=tol), "not the mean of the ranks' gradients"
+
+
+@check(
+    "05-stretch-bucket-1",
+    points=0.5,
+    en="a cap_bytes that is not a positive multiple of the element size raises ValueError",
+    zh="cap_bytes 不是元素字节数的正整数倍时抛出 ValueError",
+)
+def bucket_bad_cap(learner, variant):
+    for dtype, size in (("float64", 8), ("float32", 4)):
+        for cap in (size * variant.random.randint(1, 6) + variant.random.randint(1, size - 1), 0):
+            raised = learner.raised(
+                "bucketed_all_reduce_([_torch.ones(__n, dtype=getattr(_torch, __dtype))], __cap, 1, lambda t: None)",
+                setup="import torch as _torch",
+                __n=variant.random.randint(2, 9),
+                __dtype=dtype,
+                __cap=cap,
+            )
+            assert raised is not None and raised.is_a("ValueError"), f"{dtype}, cap {cap}: raised {raised}"
+
+
+# ---------------------------------------------------------------- stretch S2: no_sync accumulation
+
+
+def accumulation_case(learner, variant):
+    gen = variant.torch()
+    m = variant.random.randint(2, 5)
+    per = variant.random.randint(1, 4)
+    state = mlp_state(gen, variant.random.randint(3, 10))
+    x, y = regression(gen, m * per)
+    start_grads = {k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in state.items()}
+    log, grads, params = learner.eval(
+        "(__ddp.log, {k: p.grad for k, p in __ddp.module.named_parameters()}, _state(__ddp.module))",
+        setup=RANKS
+        + ONE_REPLICA_DDP
+        + "__ddp = _OneReplicaDDP(_mlp(__state, False))\n"
+        + "for __k, __p in __ddp.module.named_parameters():\n    __p.grad = __start[__k].clone()\n"
+        + "accumulate_gradients(__ddp, [(__x[i * __per:(i + 1) * __per], __y[i * __per:(i + 1) * __per])"
+        " for i in range(__m)], _torch.nn.functional.mse_loss)\n",
+        __state=state,
+        __start=start_grads,
+        __x=x,
+        __y=y,
+        __per=per,
+        __m=m,
+    )
+    return m, state, x, y, start_grads, log, grads, params
+
+
+@check(
+    "05-stretch-nosync-1",
+    points=1,
+    en="the first M-1 micro-batches run forward and backward inside no_sync(), the last one outside",
+    zh="前 M-1 个微批的前向与 backward 在 no_sync() 里，最后一个在它之外",
+)
+def nosync_context(learner, variant):
+    m, *_, log, _, _ = accumulation_case(learner, variant)
+    forwards = [sync for kind, sync in log if kind == "forward"]
+    backwards = [sync for kind, sync in log if kind == "backward"]
+    want = [False] * (m - 1) + [True]
+    assert forwards == want and backwards == want, f"forward sync flags {forwards}, backward {backwards}"
+
+
+@check(
+    "05-stretch-nosync-1",
+    points=1,
+    en="each micro-batch loss is divided by M: the accumulated gradient is the whole batch's mean, optimizer untouched",
+    zh="每个微批的损失除以 M：累积的梯度等于整批的平均梯度，不动优化器",
+)
+def nosync_mean(learner, variant):
+    m, state, x, y, start_grads, _, grads, params = accumulation_case(learner, variant)
+    model = reference_mlp(state)
+    F.mse_loss(model(x), y).backward()
+    for k, p in model.named_parameters():
+        want = start_grads[k] + p.grad
+        assert isinstance(grads.get(k), torch.Tensor), f"{k}: no gradient"
+        assert torch.allclose(grads[k], want, rtol=1e-10, atol=1e-12), f"{k}: not the whole batch's mean gradient"
+    assert_state(params, state, "parameters (no optimizer step)", atol=0.0)
