@@ -25,7 +25,7 @@ ROOT = REPO
 SOURCE = LabSource("07-triton-kernels")
 LAB = SOURCE.folder
 # Graded cells that need no model: their test cells run here against a namespace without one.
-MODEL_FREE = ("add", "softmax", "traffic", "matmul", "lanes", "wave32", "configs", "roofline")
+MODEL_FREE = ("add", "softmax", "traffic", "matmul", "lanes", "wave32", "configs", "stretch-roofline")
 TOPICS = {*MODEL_FREE, "rmsnorm", "swiglu", "model"}
 
 
@@ -111,15 +111,32 @@ def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned():
 def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
     ids = [c.metadata["grade_id"] for c in notebook.cells if c.metadata.get("grade_id")]
     assert len(ids) == len(set(ids)) and all(g.startswith("07-") for g in ids)
-    with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
-    with_test = {g.split("-")[1] for g in ids if "-sol-" not in g}
-    assert with_test == TOPICS and with_solution == TOPICS | {"stretch"}, "the stretch alone is ungraded"
+    topic = lambda g: g[3:].removesuffix("-1").removesuffix("-sol")  # noqa: E731
+    with_solution = {topic(g) for g in ids if "-sol-" in g}
+    with_test = {topic(g) for g in ids if "-sol-" not in g}
+    assert with_test == TOPICS and with_solution == TOPICS | {"stretch"}, (
+        "the fused add + RMSNorm stretch alone is ungraded"
+    )
     for cell in notebook.cells:
         tags = cell.metadata.get("tags", [])
         if "solution" in tags:
             assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
         if "test" in tags:
             assert int(cell.metadata["points"]) > 0
+
+
+def test_checks_grade_every_test_cell_with_its_points_and_no_hidden_block_is_left(notebook):
+    from rocmlab.harness import lab_checks
+
+    points = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    checks = lab_checks(LAB / "checks.py", points)  # LabError when a cell's checks do not add up to its points
+    assert {c.grade_id for c in checks} == set(points)
+    assert all(c.rule["en"] and c.rule["zh"] for c in checks)
+    assert "BEGIN HIDDEN TESTS" not in (LAB / "lab.py").read_text(encoding="utf-8")
 
 
 def test_prose_comes_in_zh_en_pairs_and_cites_the_amd_sources(notebook):
@@ -275,6 +292,20 @@ def test_graded_cell_passes_on_the_solution_and_fails_on_the_student_version(not
     with pytest.raises(Exception) as caught:
         run_cell(cells[f"07-{topic}-1"], "student 07-{topic}-1", empty)
     assert "NotImplementedError" in repr(caught.value) or isinstance(caught.value, NotImplementedError)
+
+
+def test_the_matmul_cell_rejects_an_fp16_accumulator(notebook, cells, interpreter):
+    """The pitfall the text names (K=4096 positive fp16 values summed in fp16: about 1e-3) fails the visible case."""
+    namespace = lab_namespace(notebook, cells, solutions=[t for t in MODEL_FREE if t != "matmul"])
+    source = cells["07-matmul-sol-1"]
+    mutant = source.replace(
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)"
+    )
+    mutant = mutant.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b).to(tl.float16)")
+    assert mutant.count("float16") == 2, "the solution's accumulator lines moved: update this test"
+    run_cell(definitions(mutant), "fp16 accumulator", namespace)
+    with pytest.raises(AssertionError, match="relative error too large"):
+        run_cell(cells["07-matmul-1"], "07-matmul-1 with an fp16 accumulator", namespace)
 
 
 # ---------------------------------------------------------------- the course model (slow)

@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 07 · Triton 算子开发
 #
-# `07-triton-kernels` · 版本 1.0.0 · 约 120 分钟
+# `07-triton-kernels` · 版本 1.1.0 · 计分核心约 100 分钟（另有选做）
 #
 # 前面的实验一直在调用别人写好的算子。这一次你亲手写课程模型（Qwen2 架构的 tiny-qwen-zh）需要的融合算子 (fused kernel)，并让它们在 AMD GPU 上跑对、跑快：
 #
@@ -22,16 +22,19 @@
 # 3. 用 `tl.dot` 写分块矩阵乘：fp32 累加、尺寸不是块的整数倍、转置（非连续）输入；
 # 4. 融合 RMSNorm 与 SwiGLU，并把它们换进 tiny-qwen-zh 的前向计算，与原模块的 logits 对比；
 # 5. 一个在 AMD 上合法的启动配置空间：wavefront 宽度、LDS、MFMA 尺寸，以及从 CUDA 移植时最常见的"32 线程"错误；
-# 6. 你自己算子的 roofline：算术强度 (arithmetic intensity)、受限于带宽还是算力；gpu 配置下用 `triton.testing.do_bench` 实测并与 torch、数据手册峰值对比。
+# 6. （选做 stretch）你自己算子的 roofline：算术强度 (arithmetic intensity)、受限于带宽还是算力；gpu 配置下用 `triton.testing.do_bench` 实测并与 torch、数据手册峰值对比。
 #
 # **两种运行方式。** smoke 配置在 CPU 上用 Triton 的解释器 (`TRITON_INTERPRET=1`) 运行同样的内核：它能证明结果**正确**，但它的耗时**毫无意义**（逐个程序用 NumPy 模拟，比 GPU 慢成千上万倍），所以 smoke 配置不做任何性能结论。gpu 配置在 ROCm（或 CUDA）GPU 上编译运行，测时间、算峰值百分比、自动调优 (autotune)。两种配置运行同一份测试代码。
 #
 # **先修**：实验 01（wavefront、数据手册峰值、诚实计时）、PyTorch 张量与步长 (stride)。
 
+# %% [markdown] tags=["zh"]
+# **自查与提交。** 每个练习下面的测试单元是给你自查用的可见测试；在终端运行 `rocmlab check <笔记本>.ipynb` 会一次跑完它们。提交：在工作坊 Hub 的 nbgrader **Assignments** 标签页里提交本笔记本（或等讲师统一收取）。成绩来自隐藏检查：它们按练习说明里写明的每一条规则，用针对你生成的其他输入（其他尺寸、dtype、步长）逐条检查，每条规则单独计分；失败时你会看到违反了哪条规则。说明里没写的要求不会被检查。
+
 # %% [markdown] tags=["en"]
 # # Lab 07 · Triton kernels on AMD GPUs
 #
-# `07-triton-kernels` · version 1.0.0 · about 120 minutes
+# `07-triton-kernels` · version 1.1.0 · about 100 minutes for the graded core (plus optional stretches)
 #
 # So far the labs called kernels someone else wrote. This time you write the fused kernels the course model (tiny-qwen-zh, Qwen2 architecture) needs, and make them correct and fast on AMD GPUs:
 #
@@ -40,11 +43,14 @@
 # 3. a tiled matmul with `tl.dot`: fp32 accumulation, sizes that are not multiples of the tile, transposed (non-contiguous) inputs;
 # 4. fused RMSNorm and SwiGLU, swapped into tiny-qwen-zh's forward and checked against the stock modules' logits;
 # 5. a launch configuration space that is valid on AMD: wavefront width, LDS, MFMA size, and the most common CUDA-port bug, the hard-coded 32 lanes;
-# 6. the roofline of your own kernels: arithmetic intensity, memory- or compute-bound; in the gpu profile, measured with `triton.testing.do_bench` against torch and the datasheet peak.
+# 6. (optional stretch) the roofline of your own kernels: arithmetic intensity, memory- or compute-bound; in the gpu profile, measured with `triton.testing.do_bench` against torch and the datasheet peak.
 #
 # **Two ways to run.** The smoke profile runs the same kernels on the CPU in Triton's interpreter (`TRITON_INTERPRET=1`). It proves the results **correct**; its timings **mean nothing** (every program is simulated with NumPy, thousands of times slower than a GPU), so the smoke profile draws no performance conclusion at all. The gpu profile compiles the kernels for a ROCm (or CUDA) GPU, times them, computes % of peak and autotunes. Both profiles run the same test code.
 #
 # **Prerequisites**: lab 01 (wavefronts, datasheet peaks, honest timing), PyTorch tensors and strides.
+
+# %% [markdown] tags=["en"]
+# **Self-check and submit.** The test cell under each exercise holds visible tests for your own check; `rocmlab check <notebook>.ipynb` in a terminal runs them all at once. To submit, use nbgrader's **Assignments** tab on the workshop hub (or wait for the instructor's collect). Your grade comes from hidden checks: each rule stated in an exercise's contract is checked on its own, with points of its own, on inputs generated for you (other sizes, dtypes, strides); a failed check names the rule you broke. Nothing the contract does not state is checked.
 
 # %%
 import contextlib
@@ -70,7 +76,7 @@ MODEL = "tiny-qwen-zh"
 INTERPRET = "auto"                 # "auto": Triton's interpreter exactly when the device is the CPU
 BENCH = False                      # time the kernels with do_bench (compiled Triton on a GPU; the gpu profile)
 AUTOTUNE = False                   # autotune the matmul over your configuration space (compiled only)
-SOFTMAX_BENCH = [4096, 4096]       # rows, cols of the timed softmax
+SOFTMAX_BENCH = [4096, 4096]       # rows, cols of the timed softmax (these defaults, 32 MiB in fp16, are not timed; the gpu profile sets 65536 x 8192 = 1 GiB)
 MATMUL_BENCH = [4096, 4096, 4096]  # M, N, K of the timed matmul
 BENCH_DTYPE = "float16"
 N_PROMPTS = 2                      # QC descriptions fed to the model in exercise 4
@@ -201,6 +207,38 @@ check_close(scale(_x, 3.0), 3.0 * _x, rule="scale example")
 print("scale_kernel: 1000 elements, 8 programs of BLOCK=128, the last one masked: ok")
 
 # %% [markdown] tags=["zh"]
+# ### 速查：练习里用到的 Triton API
+#
+# | 写法 | 作用 |
+# | --- | --- |
+# | `offs = pid * BLOCK + tl.arange(0, BLOCK)` | 一维块的元素下标 |
+# | `rows[:, None] * stride_r + cols[None, :] * stride_c` | 二维偏移：列向量加行向量，广播 (broadcast) 成 `(len(rows), len(cols))` 的地址块 |
+# | `tl.load(ptr + offs, mask=offs < n, other=0.0)` | 只读掩码为真的位置，其余位置取 `other`（softmax 里用 `-float("inf")`） |
+# | `x = tl.load(...).to(tl.float32)` | 读入后**立即**转成 fp32 再计算：Triton 解释器里 bf16 的所有运算都不对，不只是 `tl.dot` |
+# | `tl.zeros((BM, BN), dtype=tl.float32)` | 新建一个累加器块 |
+# | `tl.dot(x, y, acc)` | 返回 `acc + x @ y`：块矩阵乘并累加（`acc` 保持 fp32） |
+# | `tl.max(x, axis=0)`、`tl.sum(x, axis=0)` | 沿某一维归约，得到少一维的结果 |
+# | `tl.store(ptr + offs, y.to(out_ptr.dtype.element_ty), mask=...)` | 先转换成输出张量的 dtype 再写回 |
+#
+# 上游教程 [Triton tutorials (triton-lang.org)](https://triton-lang.org/main/getting-started/tutorials/index.html) 从向量加法、融合 softmax 讲到矩阵乘，和本实验的前三节一一对应，卡住时可以对照着读。
+
+# %% [markdown] tags=["en"]
+# ### Quick reference: the Triton API the exercises use
+#
+# | code | what it does |
+# | --- | --- |
+# | `offs = pid * BLOCK + tl.arange(0, BLOCK)` | element indices of a 1-D block |
+# | `rows[:, None] * stride_r + cols[None, :] * stride_c` | 2-D offsets: a column vector plus a row vector broadcasts to a `(len(rows), len(cols))` block of addresses |
+# | `tl.load(ptr + offs, mask=offs < n, other=0.0)` | reads only where the mask is true; elsewhere the value is `other` (softmax uses `-float("inf")`) |
+# | `x = tl.load(...).to(tl.float32)` | convert to fp32 **right after** the load and compute in fp32: Triton's interpreter gets all bf16 arithmetic wrong, not just `tl.dot` |
+# | `tl.zeros((BM, BN), dtype=tl.float32)` | a fresh accumulator block |
+# | `tl.dot(x, y, acc)` | returns `acc + x @ y`: a block matrix product, accumulated (`acc` kept in fp32) |
+# | `tl.max(x, axis=0)`, `tl.sum(x, axis=0)` | a reduction along one axis, one dimension fewer |
+# | `tl.store(ptr + offs, y.to(out_ptr.dtype.element_ty), mask=...)` | cast to the output tensor's dtype, then write |
+#
+# The upstream [Triton tutorials (triton-lang.org)](https://triton-lang.org/main/getting-started/tutorials/index.html) go from vector add through fused softmax to matrix multiplication, matching this lab's first three sections; read them side by side when stuck.
+
+# %% [markdown] tags=["zh"]
 # ## 1 · 向量加法与尾部掩码
 #
 # **要写的**：内核 `add_kernel` 和启动函数 `vector_add`。
@@ -210,7 +248,7 @@ print("scale_kernel: 1000 elements, 8 programs of BLOCK=128, the last one masked
 # - 结果 `x + y` 写进 `out`（为 `None` 时新分配一个与 `x` 同形状、同 dtype 的张量），并返回这个 `out` 对象本身。
 # - `block` 是每个程序处理的元素数（2 的幂）；启动 `ceil(n / block)` 个程序，第 `i` 个程序负责元素 `[i·block, (i+1)·block)`。
 # - 绝不读写 `n` 之外的位置：测试把 `out` 做成一个更大缓冲区的前 `n` 个元素，检查后面的哨兵值没有被改动。
-# - 隐藏测试会换长度（1、恰好整数倍、多一个）、`block` 和 dtype（float16、int32）。
+# - 隐藏检查会换长度（1、恰好整数倍、多一个）、`block` 和 dtype（float16、int32、float32），结果必须逐位精确。
 
 # %% [markdown] tags=["en"]
 # ## 1 · Vector add and tail masks
@@ -222,7 +260,7 @@ print("scale_kernel: 1000 elements, 8 programs of BLOCK=128, the last one masked
 # - The result `x + y` goes into `out` (when `None`, a new tensor of `x`'s shape and dtype) and that very `out` object is returned.
 # - `block` is the number of elements per program (a power of two); launch `ceil(n / block)` programs, program `i` owning elements `[i·block, (i+1)·block)`.
 # - Never read or write past `n`: the test makes `out` the first `n` elements of a larger buffer and checks that the sentinel values after it are untouched.
-# - Hidden tests vary the length (1, an exact multiple, one more), `block` and the dtype (float16, int32).
+# - Hidden checks vary the length (1, an exact multiple, one more), `block` and the dtype (float16, int32, float32); results must be exact.
 
 # %% tags=["solution"] grade_id="07-add-sol-1"
 @triton.jit
@@ -269,29 +307,14 @@ assert bool((_buf[1000:] == -7.0).all()), \
 check_close(_buf[:1000], _x + _y, rule="1000 elements, block=256, into the given out")
 assert _ret is _out, "应返回传入的 out 对象 / must return the given out object"
 check_close(vector_add(_x, _y, block=1024), _x + _y, rule="a new out when none is given")
-### BEGIN HIDDEN TESTS
-for _n in (1, 255, 256, 257, 4097):
-    for _block in (64, 1024):
-        for _dtype in (torch.float16, torch.int32):
-            if _dtype == torch.int32:
-                _x = torch.randint(-1000, 1000, (_n,), device=device, dtype=_dtype)
-                _y = torch.randint(-1000, 1000, (_n,), device=device, dtype=_dtype)
-            else:
-                _x, _y = torch.randn(_n, device=device, dtype=_dtype), torch.randn(_n, device=device, dtype=_dtype)
-            (_, _xv), (_, _yv) = _padded(_x, _block, 0), _padded(_y, _block, 0)
-            _buf, _out = _padded(torch.zeros(_n, device=device, dtype=_dtype), _block, 7)
-            _ret = vector_add(_xv, _yv, out=_out, block=_block)
-            assert bool((_buf[_n:] == 7).all()), f"n={_n}, block={_block}: wrote past out[:n]"
-            check_close(_buf[:_n], _x + _y, rtol=0, atol=0, rule=f"n={_n}, block={_block}, {_dtype}")
-            assert _ret is _out, "returns the given out"
-_big = torch.randn(5000, device=device)
-check_close(vector_add(_big, _big), 2 * _big, rtol=0, atol=0, rule="default block")
+_i = torch.arange(-300, 300, device=device, dtype=torch.int32)
+check_close(vector_add(_i, _i, block=64), 2 * _i, rtol=0, atol=0, rule="int32, exact")
 try:
     vector_add(torch.ones(3, device=device), torch.ones(4, device=device))
-    raise AssertionError("形状不同应抛出 ValueError / a shape mismatch must raise ValueError")
 except ValueError:
     pass
-### END HIDDEN TESTS
+else:
+    raise AssertionError("形状不同应抛出 ValueError / a shape mismatch must raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # ## 2 · 融合、数值稳定的按行 softmax
@@ -304,7 +327,7 @@ except ValueError:
 #
 # **约定**：
 # - `x` 是二维张量 (rows, cols)，dtype 为 float32 / float16 / bfloat16，**步长任意**（切片、转置都可能）：把行步长和列步长都传给内核。
-# - 返回一个新的**连续**张量，形状和 dtype 与 `x` 相同，沿最后一维做 softmax；内部用 fp32 计算，最后舍入一次到 `x` 的 dtype。
+# - 返回一个新的**连续**张量，形状和 dtype 与 `x` 相同，沿最后一维做 softmax；`tl.load` 之后立即转成 fp32、全程用 fp32 计算，最后舍入一次到 `x` 的 dtype（Triton 解释器里 bf16 的所有运算都不对，不只是 `tl.dot`）。
 # - 一个程序处理一行（grid = 行数），`BLOCK = triton.next_power_of_2(cols)`。
 # - 数值稳定：|x| 达到 1e4 时结果也没有 inf/nan。
 # - 容差：float32 rtol=atol=1e-5；float16 1e-3；bfloat16 1e-2（相对 fp32 参考结果舍入到同一 dtype）。
@@ -320,7 +343,7 @@ except ValueError:
 #
 # **Contract**:
 # - `x` is 2-D (rows, cols), float32 / float16 / bfloat16, with **any strides** (slices and transposes happen): pass both the row stride and the column stride to the kernel.
-# - Return a new **contiguous** tensor of `x`'s shape and dtype holding the softmax along the last dim; compute in fp32 and round once to `x`'s dtype at the end.
+# - Return a new **contiguous** tensor of `x`'s shape and dtype holding the softmax along the last dim; convert to fp32 right after `tl.load`, compute in fp32 and round once to `x`'s dtype at the end (Triton's interpreter gets all bf16 arithmetic wrong, not just `tl.dot`).
 # - One program per row (grid = number of rows), `BLOCK = triton.next_power_of_2(cols)`.
 # - Numerically stable: |x| up to 1e4 gives no inf/nan.
 # - Tolerances: float32 rtol=atol=1e-5; float16 1e-3; bfloat16 1e-2 (against the fp32 reference rounded to the same dtype).
@@ -372,21 +395,12 @@ _big = 1e4 * torch.randn(4, 50, device=device)
 _got = softmax(_big)
 assert bool(torch.isfinite(_got).all()), "|x|=1e4 时出现 inf/nan：先减去行最大值 / inf/nan at |x|=1e4: subtract the row max first"
 check_close(_got, _softmax_ref(_big), rule="stable at |x|=1e4")
-### BEGIN HIDDEN TESTS
-for _shape in ((1, 1), (5, 1025), (8, 4096), (3, 64)):
-    for _dtype in (torch.float32, torch.float16, torch.bfloat16):
-        _x = (3 * torch.randn(*_shape, device=device)).to(_dtype)
-        _tol = SOFTMAX_TOL[_dtype]
-        check_close(softmax(_x), _softmax_ref(_x), rtol=_tol, atol=_tol, rule=f"{_shape} {_dtype}")
 _wide = torch.randn(9, 128, device=device)
-for _view, _name in ((_wide[:, 3:90], "column slice (row stride 128)"), (_wide.t(), "transposed (column stride != 1)"),
-                     (_wide[::2], "every other row"), (_wide.t()[5:40, 1:8], "transposed slice")):
-    _got = softmax(_view)
-    assert _got.is_contiguous(), f"{_name}: the result must be a new contiguous tensor"
-    check_close(_got, _softmax_ref(_view), rule=_name)
-_huge = (1e4 * torch.randn(6, 300, device=device)).to(torch.float16)
-check_close(softmax(_huge), _softmax_ref(_huge), rtol=1e-3, atol=1e-3, rule="float16 at |x|=1e4")
-### END HIDDEN TESTS
+_got = softmax(_wide.t())
+assert _got.is_contiguous(), "结果应是新的连续张量 / the result must be a new contiguous tensor"
+check_close(_got, _softmax_ref(_wide.t()), rule="transposed input (column stride 128)")
+_h16 = (3 * torch.randn(5, 300, device=device)).to(torch.float16)
+check_close(softmax(_h16), _softmax_ref(_h16), rtol=1e-3, atol=1e-3, rule="float16, tolerance 1e-3")
 
 # %% [markdown] tags=["zh"]
 # ### 数据搬运：融合 vs eager
@@ -459,20 +473,13 @@ print(softmax_traffic(4096, 4096, 2))
 _t = softmax_traffic(4, 10, 4)
 assert _t["fused"] == 2 * 4 * 10 * 4, f"融合内核读一次写一次 / fused reads once and writes once: {_t['fused']}"
 assert _t["eager"] == (5 * 40 + 8 + 3 * 40 + 8) * 4, f"eager: 读 5MN+2M、写 3MN+2M / reads 5MN+2M, writes 3MN+2M: {_t['eager']}"
-### BEGIN HIDDEN TESTS
-for _m, _n, _e in ((1, 1, 2), (4096, 4096, 2), (3, 7, 1), (65536, 8192, 4)):
-    _t = softmax_traffic(_m, _n, _e)
-    _eager = (8 * _m * _n + 4 * _m) * _e
-    assert _t["eager"] == _eager and _t["fused"] == 2 * _m * _n * _e, (_m, _n, _e, _t)
-    assert abs(_t["ratio"] - _eager / (2 * _m * _n * _e)) < 1e-12, _t
-assert abs(softmax_traffic(1024, 1 << 20, 2)["ratio"] - 4.0) < 1e-3
-for _bad in ((0, 5, 2), (5, 0, 2), (5, 5, 0)):
-    try:
-        softmax_traffic(*_bad)
-        raise AssertionError(f"{_bad} 应抛出 ValueError / must raise ValueError")
-    except ValueError:
-        pass
-### END HIDDEN TESTS
+assert abs(_t["ratio"] - _t["eager"] / _t["fused"]) < 1e-12, f"ratio = eager / fused: {_t['ratio']}"
+try:
+    softmax_traffic(0, 10, 4)
+except ValueError:
+    pass
+else:
+    raise AssertionError("n_rows < 1 应抛出 ValueError / n_rows < 1 must raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # 对大 N 而言比值趋近 4：eager 搬 8 遍数据，融合搬 2 遍。softmax 的计算量每个元素只有几次运算，它的时间几乎全花在搬数据上（第 6 节会用 roofline 证明这一点），所以少搬 4 倍的数据，在 GPU 上大致就快 4 倍。下面这个单元只为说明一件事：**解释器里的计时毫无意义**。同一个 softmax，解释器比 CPU 上的 PyTorch 慢几个数量级——这说的是 NumPy 模拟，不是任何 GPU。
@@ -498,7 +505,7 @@ print(f"{'interpreter' if interpret else 'compiled'} softmax 64x1000: {_ours * 1
 #
 # **约定**：
 # - 内核签名固定为 `matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)`（后三个是 `tl.constexpr`）；grid 为 `(ceil(M/BLOCK_M), ceil(N/BLOCK_N))`，程序 (i, j) 计算行 `i·BLOCK_M…`、列 `j·BLOCK_N…` 的块。第 6 节的自动调优直接使用这个签名。
-# - `a` (M, K)、`b` (K, N) 步长任意、dtype 相同：float32 或 float16；bfloat16 只在编译模式下测试（Triton 解释器的 `tl.dot` 把 bf16 的位模式当整数相乘，见 [triton-lang/triton#11584](https://github.com/triton-lang/triton/issues/11584)）。内维不等时抛出 `ValueError`。
+# - `a` (M, K)、`b` (K, N) 步长任意、dtype 相同：float32 或 float16；bfloat16 只在编译模式下测试（Triton 解释器的 `tl.dot` 把 bf16 的位模式当整数相乘，见 [triton-lang/triton#11584](https://github.com/triton-lang/triton/issues/11584)；解释器里其他 bf16 运算同样不对，所以其他练习都在 `tl.load` 之后立即转成 fp32）。内维不等时抛出 `ValueError`。
 # - 返回新的连续张量 (M, N)，dtype 与 `a` 相同；累加用 fp32。块大小是不小于 16 的 2 的幂。
 # - 容差（相对 Frobenius 误差，对照 float64 参考）：float32 ≤ 2e-3（允许 NVIDIA 上默认的 TF32），float16 ≤ 6e-4，bfloat16 ≤ 5e-3。在 fp16 里累加 K=4096 的正数时误差约 1e-3，超出容差。
 
@@ -513,7 +520,7 @@ print(f"{'interpreter' if interpret else 'compiled'} softmax 64x1000: {_ours * 1
 #
 # **Contract**:
 # - The kernel's signature is fixed: `matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)` (the last three `tl.constexpr`); the grid is `(ceil(M/BLOCK_M), ceil(N/BLOCK_N))`, program (i, j) computing rows `i·BLOCK_M…` and columns `j·BLOCK_N…`. Section 6's autotuning uses this signature as is.
-# - `a` (M, K) and `b` (K, N) have any strides and one dtype: float32 or float16; bfloat16 is tested on compiled Triton only (the interpreter's `tl.dot` multiplies bf16 bit patterns as integers, see [triton-lang/triton#11584](https://github.com/triton-lang/triton/issues/11584)). Inner dimensions that differ raise `ValueError`.
+# - `a` (M, K) and `b` (K, N) have any strides and one dtype: float32 or float16; bfloat16 is tested on compiled Triton only (the interpreter's `tl.dot` multiplies bf16 bit patterns as integers, see [triton-lang/triton#11584](https://github.com/triton-lang/triton/issues/11584); the interpreter's other bf16 arithmetic is wrong too, which is why the other exercises convert to fp32 right after `tl.load`). Inner dimensions that differ raise `ValueError`.
 # - Return a new contiguous (M, N) tensor in `a`'s dtype; accumulate in fp32. Block sizes are powers of two, at least 16.
 # - Tolerances (relative Frobenius error against a float64 reference): float32 ≤ 2e-3 (allowing NVIDIA's default TF32), float16 ≤ 6e-4, bfloat16 ≤ 5e-3. Summing K=4096 positive values in fp16 errs by about 1e-3, beyond the tolerance.
 
@@ -573,24 +580,14 @@ _a = torch.randn(70, 50, device=device)
 _check_matmul(_a, torch.randn(50, 90, device=device), "70x50 @ 50x90 float32 (not multiples of 32)")
 _w = torch.randn(90, 50, device=device)
 _check_matmul(_a, _w.t(), "B = w.t(): a transposed view, strides (1, 50)")
-### BEGIN HIDDEN TESTS
-_a16, _w16 = torch.randn(70, 50, device=device).half(), torch.randn(90, 50, device=device).half()
-_check_matmul(_a16, _w16.t(), "float16, B transposed", block_m=16, block_n=32, block_k=16)
-_wide = torch.randn(33, 200, device=device)
-_check_matmul(_wide[:, ::2], torch.randn(100, 17, device=device), "A with column stride 2", block_m=16, block_n=16, block_k=64)
-_check_matmul(torch.randn(64, 48, device=device).t(), torch.randn(64, 40, device=device), "A transposed", block_m=64)
-_pos_a = torch.rand(32, 4096, device=device).half()
-_pos_b = torch.rand(4096, 32, device=device).half()
-_check_matmul(_pos_a, _pos_b, "float16, K=4096 positive values: accumulate in fp32", block_m=32, block_n=32, block_k=256)
-_check_matmul(torch.randn(1, 16, device=device), torch.randn(16, 1, device=device), "1x16 @ 16x1", block_m=16, block_n=16, block_k=16)
-if not interpret:   # the interpreter's bf16 tl.dot is wrong (triton-lang/triton#11584)
-    _check_matmul(torch.randn(70, 50, device=device).bfloat16(), torch.randn(50, 90, device=device).bfloat16(), "bfloat16")
+_pos_a, _pos_b = torch.rand(32, 4096, device=device).half(), torch.rand(4096, 32, device=device).half()
+_check_matmul(_pos_a, _pos_b, "float16, K=4096 positive values: accumulate in fp32 (tolerance 6e-4)")
 try:
     matmul(torch.randn(4, 5, device=device), torch.randn(6, 4, device=device))
-    raise AssertionError("内维不等应抛出 ValueError / mismatched inner dims must raise ValueError")
 except ValueError:
     pass
-### END HIDDEN TESTS
+else:
+    raise AssertionError("内维不等应抛出 ValueError / mismatched inner dims must raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # ## 4 · 融合 RMSNorm 与 SwiGLU，换进课程模型
@@ -603,12 +600,12 @@ except ValueError:
 #
 # **约定（rmsnorm）**：
 # - `x` 形状为 (..., H)，float32 / float16 / bfloat16，**可能不连续**（转置、切片）；`weight` 形状为 (H,)。
-# - 返回与 `x` 同形状、同 dtype 的新张量；内部用 fp32 计算 mean(x²)、归一化并乘 weight，最后舍入一次。
+# - 返回与 `x` 同形状、同 dtype 的新张量；`tl.load` 之后立即转成 fp32，用 fp32 计算 mean(x²)、归一化并乘 weight，最后舍入一次。
 # - 容差：float32 rtol=atol=1e-5；float16 1e-3；bfloat16 1e-2。测试也会直接拿模型里的 RMSNorm 模块对照。
 #
 # **约定（swiglu）**：
 # - `gate`、`up` 形状相同（任意维数），dtype 相同，可能不连续；形状不同时抛出 `ValueError`。
-# - 返回 silu(gate)·up = gate·sigmoid(gate)·up，形状、dtype 与 `gate` 相同，fp32 计算；容差同上。
+# - 返回 silu(gate)·up = gate·sigmoid(gate)·up，形状、dtype 与 `gate` 相同，`tl.load` 之后立即转成 fp32 计算；容差同上。
 
 # %% [markdown] tags=["en"]
 # ## 4 · Fused RMSNorm and SwiGLU, swapped into the course model
@@ -621,12 +618,12 @@ except ValueError:
 #
 # **Contract (rmsnorm)**:
 # - `x` has shape (..., H), float32 / float16 / bfloat16, and **may be non-contiguous** (transposed, sliced); `weight` has shape (H,).
-# - Return a new tensor of `x`'s shape and dtype; compute mean(x²), the normalization and the weight product in fp32, rounding once at the end.
+# - Return a new tensor of `x`'s shape and dtype; convert to fp32 right after `tl.load`, compute mean(x²), the normalization and the weight product in fp32, rounding once at the end.
 # - Tolerances: float32 rtol=atol=1e-5; float16 1e-3; bfloat16 1e-2. The test also compares against the model's own RMSNorm module.
 #
 # **Contract (swiglu)**:
 # - `gate` and `up` have the same shape (any rank) and dtype and may be non-contiguous; different shapes raise `ValueError`.
-# - Return silu(gate)·up = gate·sigmoid(gate)·up in `gate`'s shape and dtype, computed in fp32; same tolerances.
+# - Return silu(gate)·up = gate·sigmoid(gate)·up in `gate`'s shape and dtype, converted to fp32 right after `tl.load` and computed in fp32; same tolerances.
 
 # %%
 model, tokenizer = lab.load_model(MODEL, device=device, dtype="float32")
@@ -694,23 +691,12 @@ _x, _w = torch.randn(4, 7, 256, device=device), torch.randn(256, device=device)
 check_close(rmsnorm(_x, _w, 1e-6), _rmsnorm_ref(_x, _w, 1e-6), rule="(4, 7, 256) float32")
 with torch.no_grad():
     check_close(rmsnorm(_h, _norm.weight, _norm.variance_epsilon), _norm(_h), rule="the model's own RMSNorm")
-### BEGIN HIDDEN TESTS
-for _shape, _dtype, _eps in (((7, 1000), torch.float16, 1e-5), ((3, 96), torch.bfloat16, 1e-6),
-                             ((1, 1), torch.float32, 1e-6), ((2, 3, 4, 33), torch.float32, 1e-2)):
-    _x = (2 * torch.randn(*_shape, device=device)).to(_dtype)
-    _w = torch.randn(_shape[-1], device=device).to(_dtype)
-    _tol = NORM_TOL[_dtype]
-    check_close(rmsnorm(_x, _w, _eps), _rmsnorm_ref(_x, _w, _eps), rtol=_tol, atol=_tol, rule=f"{_shape} {_dtype}")
 _base = torch.randn(6, 5, 64, device=device)
-_w = torch.randn(64, device=device)
-check_close(rmsnorm(_base.transpose(0, 1), _w, 1e-6), _rmsnorm_ref(_base.transpose(0, 1), _w, 1e-6), rule="transposed leading dims")
-_wide = torch.randn(5, 128, device=device)
-check_close(rmsnorm(_wide[:, ::2], _w, 1e-6), _rmsnorm_ref(_wide[:, ::2], _w, 1e-6), rule="last dim with stride 2")
-with torch.no_grad():
-    for _m in NORM_MODULES[:3]:
-        _hh = torch.randn(3, model.config.hidden_size, device=device)
-        check_close(rmsnorm(_hh, _m.weight, _m.variance_epsilon), _m(_hh), rule="model RMSNorm modules")
-### END HIDDEN TESTS
+_w64 = torch.randn(64, device=device)
+check_close(rmsnorm(_base.transpose(0, 1), _w64, 1e-6), _rmsnorm_ref(_base.transpose(0, 1), _w64, 1e-6),
+            rule="non-contiguous: transposed leading dims")
+_x16, _w16 = torch.randn(3, 96, device=device).half(), torch.randn(96, device=device).half()
+check_close(rmsnorm(_x16, _w16, 1e-5), _rmsnorm_ref(_x16, _w16, 1e-5), rtol=1e-3, atol=1e-3, rule="float16, tolerance 1e-3")
 
 # %% tags=["solution"] grade_id="07-swiglu-sol-1"
 @triton.jit
@@ -750,20 +736,14 @@ check_close(swiglu(_g, _u), F.silu(_g) * _u, rule="(4, 7, 704) float32")
 with torch.no_grad():
     check_close(_mlp.down_proj(swiglu(_mlp.gate_proj(_h), _mlp.up_proj(_h))), _mlp(_h), rtol=1e-4, atol=1e-5,
                 rule="the model's MLP")
-### BEGIN HIDDEN TESTS
-for _shape, _dtype in (((5,), torch.float32), ((3, 1000), torch.float16), ((2, 3, 130), torch.bfloat16), ((1,), torch.float16)):
-    _g = (3 * torch.randn(*_shape, device=device)).to(_dtype)
-    _u = torch.randn(*_shape, device=device).to(_dtype)
-    _tol = NORM_TOL[_dtype]
-    check_close(swiglu(_g, _u), (F.silu(_g.float()) * _u.float()).to(_dtype), rtol=_tol, atol=_tol, rule=f"{_shape} {_dtype}")
-_g, _u = torch.randn(40, 30, device=device), torch.randn(30, 40, device=device)
-check_close(swiglu(_g.t(), _u), F.silu(_g.t()) * _u, rule="gate transposed (non-contiguous)")
+_gt, _ut = torch.randn(40, 30, device=device), torch.randn(30, 40, device=device)
+check_close(swiglu(_gt.t(), _ut), F.silu(_gt.t()) * _ut, rule="non-contiguous: gate transposed")
 try:
     swiglu(torch.ones(3, 4, device=device), torch.ones(4, 3, device=device))
-    raise AssertionError("形状不同应抛出 ValueError / different shapes must raise ValueError")
 except ValueError:
     pass
-### END HIDDEN TESTS
+else:
+    raise AssertionError("形状不同应抛出 ValueError / different shapes must raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # ### 把内核换进模型
@@ -842,39 +822,6 @@ _diff = (_swapped - STOCK).abs().max().item()
 assert _diff <= model_tolerance(STOCK), \
     f"logits 差 {_diff:.3e} 超过容差 {model_tolerance(STOCK):.3e} / logits differ by more than the tolerance"
 assert torch.equal(stock_logits(QC_PROMPTS), STOCK), "离开 with 后模型应恢复原样 / the model must be restored after the with-block"
-### BEGIN HIDDEN TESTS
-_calls = {"rmsnorm": 0, "swiglu": 0}
-_real_rmsnorm, _real_swiglu = rmsnorm, swiglu
-
-
-def rmsnorm(x, weight, eps):  # noqa: F811  (a counting stand-in, restored below)
-    _calls["rmsnorm"] += 1
-    return _real_rmsnorm(x, weight, eps)
-
-
-def swiglu(gate, up):  # noqa: F811
-    _calls["swiglu"] += 1
-    return _real_swiglu(gate, up)
-
-
-try:
-    _other = ["复检：" + QC_PROMPTS[-1], "来料检验：外壳划伤"]   # the second one is padded
-    _stock_other = stock_logits(_other)
-    with triton_kernels_in(model):
-        _got_other = stock_logits(_other)
-    assert _calls["rmsnorm"] == len(NORM_MODULES) and _calls["swiglu"] == len(MLP_MODULES), \
-        f"每次前向每个模块调用一次内核 / one kernel call per module and forward: {_calls}"
-    assert (_got_other - _stock_other).abs().max().item() <= model_tolerance(_stock_other)
-    try:
-        with triton_kernels_in(model):
-            raise KeyError("boom")
-    except KeyError:
-        pass
-    assert not any("forward" in vars(m) for m in NORM_MODULES + MLP_MODULES), "an exception inside the block must still restore"
-    assert (stock_logits(QC_PROMPTS) - STOCK).abs().max().item() == 0.0, "restored after an exception"
-finally:
-    rmsnorm, swiglu = _real_rmsnorm, _real_swiglu
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # 在 gpu 配置里这一段加载的是 Qwen2.5-0.5B-Instruct（24 层），同样用 float32 比较——这里比较的是内核，不是 bf16 的舍入。tiny 模型上的差别在 1e-6 量级，来自求和顺序不同。
@@ -927,17 +874,12 @@ for _arch in ("gfx942", "gfx950", "gfx90a:sramecc+:xnack-", "gfx1100", "sm_90"):
 assert lanes_per_program(4, "gfx942") == 256, \
     f"MI300X (gfx942) 是 wave64：num_warps=4 是 256 个 lane / MI300X is wave64: num_warps=4 is 256 lanes, got {lanes_per_program(4, 'gfx942')}"
 assert lanes_per_program(4, "gfx1100") == 128, f"RDNA3 默认 wave32 / RDNA3 defaults to wave32, got {lanes_per_program(4, 'gfx1100')}"
-### BEGIN HIDDEN TESTS
-assert lanes_per_program(1, "gfx90a:sramecc+:xnack-") == 64 and lanes_per_program(8, "gfx950") == 512
-assert lanes_per_program(2, "gfx908") == 128 and lanes_per_program(1, "gfx1201") == 32 and lanes_per_program(16, "gfx1030") == 512
-assert lanes_per_program(4, "sm_90") == 128 and lanes_per_program(1, "sm_80") == 32
-for _bad in ((3, "gfx942"), (0, "gfx942"), (4, "cpu"), (4, "gfx"), (4, "")):
-    try:
-        lanes_per_program(*_bad)
-        raise AssertionError(f"{_bad} 应抛出 ValueError / must raise ValueError")
-    except ValueError:
-        pass
-### END HIDDEN TESTS
+try:
+    lanes_per_program(3, "gfx942")
+except ValueError:
+    pass
+else:
+    raise AssertionError("num_warps=3 不是 2 的幂，应抛出 ValueError / num_warps=3 is not a power of two: must raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # ### 从 CUDA 移植来的"32 个线程"
@@ -1037,20 +979,8 @@ assert block_for(256, 64) == 256 and block_for(10, 64) == 64, \
 for _cols in (model.config.hidden_size, 100):
     _x = torch.randn(6, _cols, device=device)
     check_close(row_sq_mean(_x, 1, 64), _x.double().pow(2).mean(dim=1).float(), rule=f"{_cols} columns, wave64")
-### BEGIN HIDDEN TESTS
-assert block_for(5000, 64) == 4096 and block_for(3, 256) == 256 and block_for(1000, 32) == 1024 and block_for(64, 64) == 64
-for _cols in (1, 31, 33, 5000):
-    for _nw, _wave in ((1, 32), (4, 64), (1, 64)):
-        _x = torch.randn(5, _cols, device=device)
-        check_close(row_sq_mean(_x, _nw, _wave), _x.double().pow(2).mean(dim=1).float(),
-                    rule=f"{_cols} columns, num_warps={_nw}, wavefront={_wave}")
-for _dtype in (torch.float16, torch.bfloat16):
-    _x = torch.randn(3, 300, device=device).to(_dtype)
-    check_close(row_sq_mean(_x), _x.double().pow(2).mean(dim=1).float(), rule=str(_dtype))
 _wide = torch.randn(4, 512, device=device)
-check_close(row_sq_mean(_wide[:, :200]), _wide[:, :200].double().pow(2).mean(dim=1).float(), rule="strided rows")
 check_close(row_sq_mean(_wide.t()[:, :3]), _wide.t()[:, :3].double().pow(2).mean(dim=1).float(), rule="non-contiguous columns")
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # ### 配置空间：块大小、MFMA、LDS
@@ -1167,32 +1097,10 @@ assert valid_configs([_big, _small], "gfx942", 2, 64 * 1024) == [_small], "128 K
 assert valid_configs([_big, _small], "gfx950", 2, 160 * 1024) == [_big, _small], "gfx950 有 160 KiB LDS / gfx950 has 160 KiB"
 assert valid_configs([_kp2], "gfx950", 2, 160 * 1024) == [], "gfx950 上 kpack 只能是 1 / kpack must be 1 on gfx950"
 assert valid_configs([_kp2], "gfx942", 2, 64 * 1024) == [_kp2], "gfx942 上 kpack=2 合法 / kpack=2 is valid on gfx942"
-### BEGIN HIDDEN TESTS
-_one = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
-assert lds_bytes(_one, 2) == (64 * 64 + 64 * 128) * 2 and lds_bytes(dict(_one, num_stages=3), 4) == (64 * 64 + 64 * 128) * 4 * 3
-assert lds_bytes(dict(_one, num_stages=0), 1) == 64 * 64 + 64 * 128
-_plain = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-_amdish = dict(_plain, waves_per_eu=2)
-assert valid_configs([_plain, _amdish], "sm_90", 2, 227 * 1024) == [_plain], "AMD-only keys on an NVIDIA target"
-assert valid_configs([_plain, _amdish], "gfx90a:sramecc+:xnack-", 2, 64 * 1024) == [_plain, _amdish]
 _tiny = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 8, "num_stages": 2}
-assert valid_configs([_tiny], "gfx942", 2, 64 * 1024) == [], "16x16 tile with 512 lanes leaves lanes idle"
-assert valid_configs([_tiny], "sm_90", 2, 64 * 1024) == [_tiny], "16x16 = 256 = 8 warps of 32 on NVIDIA"
-assert valid_configs([dict(_tiny, num_warps=4)], "gfx1100", 2, 64 * 1024) == [dict(_tiny, num_warps=4)]
-_m32 = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 1, "num_stages": 2, "matrix_instr_nonkdim": 32}
-assert valid_configs([_m32, dict(_m32, BLOCK_M=32), dict(_m32, matrix_instr_nonkdim=8), dict(_m32, kpack=4)], "gfx942", 2, 65536) \
-    == [dict(_m32, BLOCK_M=32)], "MFMA size rules"
-_cands = candidate_configs()
-_snapshot = [dict(c) for c in _cands]
-_got = valid_configs(_cands, "gfx942", 2, 64 * 1024)
-assert _cands == _snapshot, "the candidates must not be modified"
-_ref = [c for c in _cands if ((c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 * 2 <= 65536
-                              and c["BLOCK_M"] % c["matrix_instr_nonkdim"] == 0 and c["BLOCK_N"] % c["matrix_instr_nonkdim"] == 0)]
-assert [id(c) for c in _got] == [id(c) for c in _ref], "input order, same dict objects"
-assert len(valid_configs(_cands, "gfx950", 2, 160 * 1024)) == len(
-    [c for c in _cands if c["kpack"] == 1 and (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 4 <= 160 * 1024])
-assert valid_configs([], "gfx942", 2, 65536) == []
-### END HIDDEN TESTS
+assert valid_configs([_tiny], "gfx942", 2, 64 * 1024) == [], "16x16 的块喂不饱 8 个 wave64 / a 16x16 tile cannot feed 512 lanes"
+assert valid_configs([_tiny, dict(_tiny, num_warps=4, kpack=1)], "sm_90", 2, 64 * 1024) == [_tiny], \
+    "sm_90 上不能有 AMD 专用键 / no AMD-only keys on sm_90"
 
 # %% [markdown] tags=["zh"]
 # 每个留下来的配置都得算对。解释器不管 `num_warps` 和 AMD 专用参数（它们只影响编译），但能证明这些块大小在尺寸不整除时也正确；gpu 配置下第 6 节在真实硬件上对它们做自动调优。
@@ -1302,7 +1210,9 @@ except (RuntimeError, OSError, subprocess.TimeoutExpired, NotImplementedError) a
 # On wave64 CDNA each of the last three lines is a problem: HIP's `*_sync` functions require a **64-bit** mask, and a 32-bit `0xffffffff` is rejected at compile time by a `static_assert` ([ROCm/clr `amd_warp_sync_functions.h`](https://github.com/ROCm/clr/blob/develop/hipamd/include/hip/amd_detail/amd_warp_sync_functions.h)); `__ballot` returns 64 bits, and storing it in an `unsigned` drops the votes of lanes 32–63, so the count is **wrong**; a reduction starting at 16 combines 32 lanes, and the [HIP documentation](https://rocm.docs.amd.com/projects/HIP/en/latest/how-to/hip_cpp_language_extensions.html#warp-cross-lane-functions) is blunt: code that assumes a waveSize of 32 runs on wave64 but uses only half of the machine. The right code starts from `warpSize` (a run-time value), with 64-bit masks and `__popcll`. Triton hides all of this behind `num_warps` and the compiler, which is why writing Triton on AMD is easier than porting CUDA, as long as your own code hard-codes no 32.
 
 # %% [markdown] tags=["zh"]
-# ## 6 · 你的算子的 roofline
+# ## 6 · 选做 (optional stretch)：你的算子的 roofline
+#
+# **这一节是选做**：它的练习单独计分（grade_id 以 `07-stretch-` 开头），不算在约 100 分钟的计分核心里，后面的内容也不依赖它——没做时下面只画屋顶，不画预测点。
 #
 # 一个内核每秒最多做 min(算力峰值, 算术强度 × 带宽峰值) 次运算，算术强度 (arithmetic intensity) = 运算数 / 搬运字节数（FLOP/B）。两条"屋顶"相交于**拐点 (ridge point)** = 算力峰值 / 带宽峰值：强度低于拐点的内核受带宽限制 (memory-bound)，高于拐点的受算力限制 (compute-bound)。这个判断是**算出来的**，不是猜的。
 #
@@ -1317,7 +1227,9 @@ except (RuntimeError, OSError, subprocess.TimeoutExpired, NotImplementedError) a
 # - `bytes_moved`、`peak_tflops`、`peak_gbs` 不为正、或 `flops` 为负时抛出 `ValueError`。
 
 # %% [markdown] tags=["en"]
-# ## 6 · The roofline of your kernels
+# ## 6 · Optional stretch: the roofline of your kernels
+#
+# **This section is optional**: its exercise is graded separately (grade_id starting with `07-stretch-`), outside the graded core of about 100 minutes, and nothing after it depends on it: without it the plot below shows the roofs and no predicted points.
 #
 # A kernel does at most min(peak compute, arithmetic intensity × peak bandwidth) operations per second, where arithmetic intensity = operations / bytes moved (FLOP/B). The two roofs meet at the **ridge point** = peak compute / peak bandwidth: a kernel below the ridge is memory-bound, above it compute-bound. The verdict is **derived**, not guessed.
 #
@@ -1331,7 +1243,7 @@ except (RuntimeError, OSError, subprocess.TimeoutExpired, NotImplementedError) a
 # - `roofline` returns `{"intensity": flops / bytes (FLOP/B), "ridge": peak compute / peak bandwidth (FLOP/B; TFLOPS = 1e12 FLOP/s, GB/s = 1e9 B/s), "attainable_tflops": min(peak_tflops, intensity × peak_gbs / 1000), "bound": "memory" (intensity < ridge) or "compute"}`.
 # - A `bytes_moved`, `peak_tflops` or `peak_gbs` that is not positive, or a negative `flops`, raises `ValueError`.
 
-# %% tags=["solution"] grade_id="07-roofline-sol-1"
+# %% tags=["solution"] grade_id="07-stretch-roofline-sol-1"
 def matmul_tile_traffic(block_m, block_n, k, elem_bytes):
     """FLOPs and DRAM bytes of one program computing a block_m x block_n tile over depth k."""
     ### BEGIN SOLUTION
@@ -1355,44 +1267,27 @@ def roofline(flops, bytes_moved, peak_tflops, peak_gbs):
 print(roofline(**{"flops": 5 * 4096 * 4096, "bytes_moved": softmax_traffic(4096, 4096, 2)["fused"]},
                peak_tflops=1307.4, peak_gbs=5300))
 
-# %% tags=["test"] grade_id="07-roofline-1" points=2
+# %% tags=["test"] grade_id="07-stretch-roofline-1" points=2
 _t = matmul_tile_traffic(128, 128, 4096, 2)
 assert _t == {"flops": 2 * 128 * 128 * 4096, "bytes": (128 * 4096 * 2 + 128 * 128) * 2}, f"tile traffic: {_t}"
 _r = roofline(1000, 800, peak_tflops=1307.4, peak_gbs=5300)
 assert abs(_r["intensity"] - 1.25) < 1e-12 and abs(_r["ridge"] - 1307.4e12 / 5300e9) < 1e-9, _r
 assert _r["bound"] == "memory" and abs(_r["attainable_tflops"] - 1.25 * 5.3) < 1e-9, \
     f"1.25 FLOP/B 远低于 MI300X 的拐点，受带宽限制 / far below MI300X's ridge: memory-bound, got {_r}"
-### BEGIN HIDDEN TESTS
-_r = roofline(2 * 8192**3, 3 * 8192**2 * 2, peak_tflops=989.4, peak_gbs=4800)
-assert _r["bound"] == "compute" and _r["attainable_tflops"] == 989.4 and abs(_r["intensity"] - 8192 / 3) < 1e-6, _r
-_r = roofline(207.0, 1, peak_tflops=989.4, peak_gbs=4800)       # just above H200's ridge of 206.1 FLOP/B
-assert _r["bound"] == "compute" and abs(_r["ridge"] - 989.4 / 4.8) < 1e-9 and _r["attainable_tflops"] == 989.4, _r
-_r = roofline(205.0, 1, peak_tflops=989.4, peak_gbs=4800)       # just below it
-assert _r["bound"] == "memory" and abs(_r["attainable_tflops"] - 205.0 * 4.8) < 1e-9, _r
-assert roofline(0, 10, 1, 1)["attainable_tflops"] == 0 and roofline(0, 10, 1, 1)["bound"] == "memory"
-assert matmul_tile_traffic(1, 1, 1, 4) == {"flops": 2, "bytes": 12}
-assert matmul_tile_traffic(256, 64, 100, 1) == {"flops": 2 * 256 * 64 * 100, "bytes": 256 * 100 + 100 * 64 + 256 * 64}
-for _bad in ((1, 0, 1, 1), (1, 1, 0, 1), (1, 1, 1, -5), (-1, 1, 1, 1)):
-    try:
-        roofline(*_bad)
-        raise AssertionError(f"{_bad} 应抛出 ValueError / must raise ValueError")
-    except ValueError:
-        pass
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # ### 数据手册峰值
 #
 # 峰值来自课程的共享表 `rocmlab.lab.datasheets`（实验 01、02、08 共用这一份，每行附来源链接，下面的单元把它显示出来）。我们用每个设备的**稠密** FP16/BF16 矩阵峰值和显存带宽峰值；NVIDIA 的 H100/H200 数据手册只印"含稀疏"的 FP16 值，表里的稠密值是它的一半。表按 PyTorch 报告的产品名精确匹配，不在表中的 GPU 没有数字。
 #
-# 百分比的分母是**数据手册**峰值（不是扣除协议开销后的可达值）：softmax 受带宽限制，用带宽峰值；matmul 用 FP16 稠密矩阵峰值。gpu 配置测的 softmax 读 1 GiB、写 1 GiB，至少是 MI300X 256 MiB Infinity Cache（[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)的 L3 列）的 4 倍，测到的是显存而不是缓存。计时用 `triton.testing.do_bench`：先预热，再用设备事件计时多次，报告中位数和 20–80 百分位的范围；两者的范围不重叠才算真有差别。smoke 配置在 CPU 上没有对应的数据手册，下面以 MI300X 为参照机画出 roofline，只画预测，不画测量。
+# 百分比的分母是**数据手册**峰值（不是扣除协议开销后的可达值）：softmax 受带宽限制，用带宽峰值；matmul 用 FP16 稠密矩阵峰值。gpu 配置测的 softmax（`SOFTMAX_BENCH = [65536, 8192]`，fp16）读 1 GiB、写 1 GiB，至少是 MI300X 256 MiB Infinity Cache（[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)的 L3 列）的 4 倍，测到的是显存而不是缓存。计时用 `triton.testing.do_bench`：先预热，再用设备事件计时多次，报告中位数和 20–80 百分位的范围；两者的范围不重叠才算真有差别。smoke 配置在 CPU 上没有对应的数据手册，下面以 MI300X 为参照机画出 roofline，只画预测，不画测量。
 
 # %% [markdown] tags=["en"]
 # ### Datasheet peaks
 #
 # The peaks come from the course's shared table `rocmlab.lab.datasheets` (labs 01, 02 and 08 use this one copy; each row links its sources, and the next cell shows it). We use each device's **dense** FP16/BF16 matrix peak and its peak memory bandwidth; NVIDIA's H100/H200 datasheets print the FP16 figure "with sparsity" only, and the table's dense figure is half of it. Rows match the product name PyTorch reports exactly; a GPU missing from the table gets no figures.
 #
-# A percentage's denominator is the **datasheet** peak (not the achievable figure after protocol overhead): bandwidth for softmax, which is memory-bound, and the dense FP16 matrix peak for matmul. The gpu profile's softmax reads 1 GiB and writes 1 GiB, at least 4× MI300X's 256 MiB Infinity Cache (the L3 column of the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)), so it measures memory, not cache. Timing uses `triton.testing.do_bench`: warm-up, then many calls timed with device events; we report the median and the 20th–80th percentile range, and call a difference real only when the ranges do not overlap. The smoke profile's CPU has no datasheet; below it draws the roofline of an MI300X as the reference machine, with predictions only, no measurements.
+# A percentage's denominator is the **datasheet** peak (not the achievable figure after protocol overhead): bandwidth for softmax, which is memory-bound, and the dense FP16 matrix peak for matmul. The gpu profile's softmax (`SOFTMAX_BENCH = [65536, 8192]` in fp16) reads 1 GiB and writes 1 GiB, at least 4× MI300X's 256 MiB Infinity Cache (the L3 column of the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)), so it measures memory, not cache. Timing uses `triton.testing.do_bench`: warm-up, then many calls timed with device events; we report the median and the 20th–80th percentile range, and call a difference real only when the ranges do not overlap. The smoke profile's CPU has no datasheet; below it draws the roofline of an MI300X as the reference machine, with predictions only, no measurements.
 
 # %%
 from IPython.display import Markdown, display  # noqa: E402
@@ -1427,14 +1322,18 @@ def tile_roofline(bm, bn):
     return roofline(t["flops"], t["bytes"], **peak)
 
 
-predicted = {
-    "softmax": roofline(SOFTMAX_FLOPS_PER_ELEMENT * rows * cols, softmax_traffic(rows, cols, elem)["fused"], **peak),
-    "matmul tile 128x128": tile_roofline(128, 128),
-    "matmul tile 256x256": tile_roofline(256, 256),
-    "matmul, each byte once": roofline(2 * m_ * n_ * k_, (m_ * k_ + k_ * n_ + m_ * n_) * elem, **peak),
-}
+try:
+    predicted = {
+        "softmax": roofline(SOFTMAX_FLOPS_PER_ELEMENT * rows * cols, softmax_traffic(rows, cols, elem)["fused"], **peak),
+        "matmul tile 128x128": tile_roofline(128, 128),
+        "matmul tile 256x256": tile_roofline(256, 256),
+        "matmul, each byte once": roofline(2 * m_ * n_ * k_, (m_ * k_ + k_ * n_ + m_ * n_) * elem, **peak),
+    }
+except NotImplementedError:
+    predicted = {}
+    print("the roofline stretch is not done: no predictions (optional)")
 print(f"roofline of {peak_name} ({BENCH_DTYPE}; softmax {rows}x{cols}, matmul {m_}x{n_}x{k_}): "
-      f"ridge {predicted['softmax']['ridge']:.0f} FLOP/B")
+      f"ridge {peak['peak_tflops'] * 1e3 / peak['peak_gbs']:.0f} FLOP/B")
 for name, r in predicted.items():
     print(f"  {name:>40}: {r['intensity']:9.1f} FLOP/B -> {r['bound']}-bound, at most {r['attainable_tflops']:8.1f} TFLOPS")
 
@@ -1551,7 +1450,7 @@ else:
 # %%
 import matplotlib.pyplot as plt  # noqa: E402
 
-_ridge = predicted["softmax"]["ridge"]
+_ridge = peak["peak_tflops"] * 1e3 / peak["peak_gbs"]
 _xs = [2.0**e for e in range(-2, 14)]
 _ax = lab.plot_lines({f"{peak_name} roof": (_xs, [min(peak["peak_tflops"], x * peak["peak_gbs"] / 1000) for x in _xs])},
                      title=f"roofline ({BENCH_DTYPE}, datasheet peaks of {peak_name})", xlabel="FLOP / byte",
@@ -1559,8 +1458,9 @@ _ax = lab.plot_lines({f"{peak_name} roof": (_xs, [min(peak["peak_tflops"], x * p
 _ax.axvline(_ridge, color="gray", linestyle=":", label=f"ridge {_ridge:.0f} FLOP/B")
 for _name, _r in predicted.items():
     _ax.scatter([_r["intensity"]], [_r["attainable_tflops"]], marker="^", label=f"{_name} (predicted)")
-_AI_OF = {"softmax": predicted["softmax"]["intensity"], "matmul": predicted["matmul, each byte once"]["intensity"]}
-for _name, _m in measured.items():
+_AI_OF = ({"softmax": predicted["softmax"]["intensity"], "matmul": predicted["matmul, each byte once"]["intensity"]}
+          if predicted else {})
+for _name, _m in (measured.items() if predicted else ()):
     _ax.scatter([_AI_OF[_m["kernel"]]], [_m["tflops"]], marker="o", label=f"{_name} (measured)")
 _ax.legend(fontsize=7)
 plt.tight_layout()
