@@ -43,12 +43,17 @@ def test_smoke_uses_the_offline_model_and_gpu_a_real_qwen():
     assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
-def test_grade_ids_unique_and_every_test_has_hidden_checks():
+def test_grade_ids_unique_and_every_test_is_graded_by_its_checks():
+    from rocmlab.harness import lab_checks
+
     assert all(grade_id.startswith("02-") for grade_id in SOURCE.graded)
     tests, solutions = SOURCE.tagged("test"), SOURCE.tagged("solution")
     for cell in tests:
-        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
+        assert "HIDDEN TESTS" not in cell.source, cell.metadata  # graded rules live in checks.py
         assert int(cell.metadata["points"]) > 0, cell.metadata
+    points = {cell.metadata["grade_id"]: float(cell.metadata["points"]) for cell in tests}
+    checks = lab_checks(LAB / "checks.py", points)  # raises when a cell's checks do not add up to its points
+    assert {c.grade_id for c in checks} == set(points)
     for cell in solutions:
         assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.metadata
     assert len(SOURCE.graded) == len(tests) + len(solutions), "duplicate grade_id"
