@@ -46,14 +46,14 @@
 # `01-stretch-`), and nothing after them depends on them.
 
 # %% [markdown] tags=["zh"]
-# **自测与提交**：随时运行 `rocmlab check lab.ipynb`（文件名换成你的笔记本），它运行每个测试单元格里的可见测试，
+# **自测与提交**：保存笔记本后，随时在终端运行 `rocmlab check 01-rocm-setup.ipynb`（在笔记本所在的文件夹里），它运行每个测试单元格里的可见测试，
 # 立即告诉你哪一条没通过。做完后在工作坊的 JupyterHub 上用 **Nbgrader › Assignment List** 提交（可以多次提交），
 # 讲师收取 (collect) 后评分。成绩来自隐藏检查：每个练习的约定里写明的每一条规则都单独检查、单独计分，
 # 输入是按你的种子另外生成的（其他尺寸、其他取值和边界情况），所以要让函数对约定成立，而不只是对可见测试成立。
 # 没通过的检查会告诉你它检查的是哪一条规则。
 
 # %% [markdown] tags=["en"]
-# **Self-check and submit**: run `rocmlab check lab.ipynb` (your notebook's name) at any time: it runs the
+# **Self-check and submit**: save the notebook, then run `rocmlab check 01-rocm-setup.ipynb` in a terminal, in the notebook's folder, at any time: it runs the
 # visible tests in each test cell and tells you at once which one fails. When you are done, submit on the
 # workshop's JupyterHub with **Nbgrader › Assignment List** (you may submit again); the instructor collects and
 # grades. The grade comes from hidden checks: each rule stated in an exercise's contract is checked and scored on
