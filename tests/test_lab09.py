@@ -12,6 +12,9 @@ import statistics
 import pytest
 from labsource import LabSource, definitions
 
+from rocmlab.harness import Learner, lab_checks, run_checks
+from rocmlab.lab.answers import evaluate
+
 SOURCE = LabSource("09-profiling")
 LAB = SOURCE.folder
 DATA = LAB / "data"
@@ -56,14 +59,17 @@ def test_lab_toml_profiles():
     assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
-def test_grade_ids_unique_and_every_test_has_hidden_checks():
+def test_grade_ids_unique_and_every_test_cell_is_graded_by_checks():
     tests, solutions = SOURCE.tagged("test"), SOURCE.tagged("solution")
     assert len(SOURCE.graded) == len(tests) + len(solutions), "duplicate grade_id"
     for grade_id in SOURCE.graded:
         assert re.fullmatch(r"09-[a-z]+-(sol-)?\d", grade_id), grade_id
     for cell in tests:
-        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
+        assert "HIDDEN TESTS" not in cell.source, cell.metadata
         assert int(cell.metadata["points"]) > 0, cell.metadata
+    # every test cell's points are split among its checks (lab_checks raises naming what does not add up)
+    checks = lab_checks(LAB / "checks.py", {c.metadata["grade_id"]: float(c.metadata["points"]) for c in tests})
+    assert len(checks) >= 2 * len(tests)
     for cell in solutions:
         assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.metadata
     assert len(tests) == 10
@@ -263,3 +269,37 @@ def test_counter_metrics_keeps_each_dispatch_duration_once(sol):
     got = sol["counter_metrics"](list(csv.DictReader(io.StringIO(text))))["k"]
     assert got["dispatches"] == 2 and got["duration_ns"] == 300
     assert math.isclose(got["dram_gbs"], 4 * 1024 / 300) and got["mfma_bf16_tflops"] is None
+
+
+# -- the hidden checks, against the solution functions --------------------------------------------
+
+NOTEBOOK_STATE = {"shares_values", "idle_union", "decision_measured"}  # need the executed notebook
+
+
+class _InProcess:
+    """A harness channel that answers in this process's namespace (the kernel's side, run here)."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+    def ask(self, request):
+        return evaluate(request, self.namespace)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_checks_pass_on_the_solution_functions(sol, seed):
+    tests = {c.metadata["grade_id"]: float(c.metadata["points"]) for c in SOURCE.tagged("test")}
+    checks = [c for c in lab_checks(LAB / "checks.py", tests) if c.name not in NOTEBOOK_STATE]
+    failed = [(r.name, r.detail) for r in run_checks(checks, Learner(_InProcess(sol)), seed) if not r.passed]
+    assert not failed
+
+
+def test_the_checks_catch_max_minus_min_noise(sol):
+    def wrong(baseline, lever):
+        got = sol["compare_runs"](baseline, lever)
+        return dict(got, noise_s=max(max(baseline) - min(baseline), max(lever) - min(lever)))
+
+    tests = {c.metadata["grade_id"]: float(c.metadata["points"]) for c in SOURCE.tagged("test")}
+    (noise_iqr,) = [c for c in lab_checks(LAB / "checks.py", tests) if c.name == "noise_iqr"]
+    (result,) = run_checks([noise_iqr], Learner(_InProcess(dict(sol, compare_runs=wrong))), 0)
+    assert not result.passed

@@ -1,0 +1,884 @@
+"""Lab 09's hidden checks, run by the trusted harness (rocmlab.harness) outside the learner's kernel.
+
+Each check grades one rule that the lab's prose states, on inputs drawn from the learner's seed; the
+references below are computed here, from the contract, never with the learner's code.
+"""
+
+import math
+import re
+import statistics
+
+from rocmlab.harness import check
+
+# ---------------------------------------------------------------- references (instructor only)
+
+
+def ref_shares(rows, categories):
+    total = sum(r["self_us"] for r in rows)
+    shares = dict.fromkeys(categories, 0.0) | {"other": 0.0}
+    for r in rows:
+        cat = next((c for c, patterns in categories.items() if any(p in r["name"] for p in patterns)), "other")
+        shares[cat] += r["self_us"]
+    return {c: v / total for c, v in shares.items()}
+
+
+def ref_busy_idle(intervals, start, end):
+    """Union length and longest gap inside [start, end], by sweeping the clipped, sorted intervals."""
+    spans = sorted((max(a, start), min(b, end)) for a, b in intervals if b > a)
+    spans = [(a, b) for a, b in spans if b > a]
+    busy, gap, cursor = 0, 0, start
+    for a, b in spans:
+        if a > cursor:
+            gap = max(gap, a - cursor)
+            cursor = a
+        if b > cursor:
+            busy += b - cursor
+            cursor = b
+    gap = max(gap, end - cursor)
+    idle = (end - start) - busy
+    return {"busy": busy, "idle": idle, "idle_fraction": idle / (end - start), "largest_gap": gap}
+
+
+def ref_compare(baseline, lever):
+    def iqr(samples):
+        q = statistics.quantiles(samples, n=4, method="inclusive")
+        return q[2] - q[0]
+
+    base, new = statistics.median(baseline), statistics.median(lever)
+    noise = max(iqr(baseline), iqr(lever))
+    verdict = "faster" if base - new > noise else "slower" if new - base > noise else "no difference"
+    return {
+        "baseline_median_s": base,
+        "lever_median_s": new,
+        "speedup": base / new,
+        "noise_s": noise,
+        "verdict": verdict,
+        "margin": abs(abs(base - new) - noise),
+    }
+
+
+def names(message, number):
+    """Whether an error message names ``number`` (not as part of a longer number)."""
+    return re.search(rf"(?<!\d){number}(?!\d)", message) is not None
+
+
+def close(a, b, tol=1e-9):
+    if a is None or b is None:
+        return a is None and b is None
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+
+
+def samples(rng, center, n):
+    return [round(center * (1 + rng.uniform(-0.05, 0.05)), 6) for _ in range(n)]
+
+
+# ---------------------------------------------------------------- exercise 1: self_time_shares
+
+OPS = [
+    "aten::addmm",
+    "aten::mm",
+    "aten::add",
+    "aten::add_",
+    "aten::mul",
+    "aten::silu",
+    "aten::copy_",
+    "aten::flip",
+    "aten::cat",
+    "aten::scaled_dot_product_attention",
+    "aten::rsqrt",
+    "aten::index",
+]
+
+
+def random_rows(rng, n):
+    return [
+        {"name": rng.choice(OPS), "self_us": float(rng.randint(0, 500)), "calls": rng.randint(1, 9)} for _ in range(n)
+    ] + [{"name": "aten::mm", "self_us": float(rng.randint(1, 99)), "calls": 1}]
+
+
+@check(
+    "09-shares-1",
+    points=0.5,
+    en="each category's share is its self time over the total self time",
+    zh="每个类别的比例 = 该类自身时间 / 全部自身时间",
+)
+def shares_values(learner, variant):
+    rng = variant.random
+    categories = {"matmul": ["mm"], "elementwise": ["aten::mul", "aten::silu"], "data": ["copy_", "cat"]}
+    cases = [(random_rows(rng, rng.randint(4, 15)), categories)]
+    cases.append((learner.get("PROFILE_ROWS"), learner.get("CATEGORIES")))  # the notebook's own profile
+    for rows, cats in cases:
+        got, want = learner.call("self_time_shares", rows, cats), ref_shares(rows, cats)
+        assert type(got) is dict and set(got) == set(want), f"keys {sorted(got) if type(got) is dict else got}"
+        for c, v in want.items():
+            assert close(got[c], v), f"{c}: got {got[c]}, expected {v}"
+
+
+@check(
+    "09-shares-1",
+    points=0.5,
+    en="an operator goes to the first category with a matching pattern",
+    zh="算子归入第一个有模式匹配的类别",
+)
+def shares_first_match(learner, variant):
+    rng = variant.random
+    a, m = float(rng.randint(10, 90)), float(rng.randint(10, 90))
+    rows = [{"name": "aten::addmm", "self_us": a, "calls": 1}, {"name": "aten::mm", "self_us": m, "calls": 2}]
+    got = learner.call("self_time_shares", rows, {"add": ["aten::add"], "matmul": ["mm"]})
+    assert close(got["add"], a / (a + m)) and close(got["matmul"], m / (a + m)), got
+
+
+@check(
+    "09-shares-1",
+    points=0.5,
+    en="every category and 'other' is a key, 0.0 when it has no operator",
+    zh="每个类别和 'other' 都是键，没有算子时为 0.0",
+)
+def shares_keys(learner, variant):
+    rng = variant.random
+    names = rng.sample(["gemm", "norm", "act", "io", "misc"], 3)
+    rows = [{"name": "aten::mm", "self_us": float(rng.randint(1, 50)), "calls": 1}]
+    got = learner.call("self_time_shares", rows, {names[0]: ["mm"], names[1]: ["zzz"], names[2]: ["yyy"]})
+    assert type(got) is dict and set(got) == {*names, "other"}, got
+    assert got[names[1]] == 0.0 and got[names[2]] == 0.0 and got["other"] == 0.0 and close(got[names[0]], 1.0), got
+
+
+@check(
+    "09-shares-1",
+    points=0.5,
+    en="raises ValueError when the self times sum to 0 or there are no rows",
+    zh="自身时间之和为 0 或没有行时抛出 ValueError",
+)
+def shares_raises(learner, variant):
+    for rows in ([], [{"name": "aten::mm", "self_us": 0.0, "calls": variant.random.randint(1, 5)}]):
+        raised = learner.raised("self_time_shares(rows, {'matmul': ['mm']})", rows=rows)
+        assert raised is not None and raised.is_a("ValueError"), f"{rows}: {raised}"
+
+
+# ---------------------------------------------------------------- exercise 2: busy_and_idle
+
+
+def random_intervals(rng, n, lo, hi):
+    return [(a, a + rng.randint(1, 15)) for a in (rng.randint(lo, hi) for _ in range(n))]
+
+
+@check(
+    "09-idle-1",
+    points=1,
+    en="busy is the length of the union of the intervals inside the window; idle and idle_fraction follow from it",
+    zh="busy 是窗口内区间并集的长度，idle 与 idle_fraction 由它得出",
+)
+def idle_union(learner, variant):
+    rng = variant.random
+    for _ in range(6):
+        start = rng.randint(-5, 20)
+        end = start + rng.randint(30, 90)
+        iv = random_intervals(rng, rng.randint(3, 12), start - 10, end + 5)
+        got, want = learner.call("busy_and_idle", iv, start, end), ref_busy_idle(iv, start, end)
+        for key in ("busy", "idle", "idle_fraction"):
+            assert close(got[key], want[key]), f"{key}: got {got[key]}, expected {want[key]}"
+    windows, work = learner.call("trace_work", "decode_trace.json")  # the notebook's own decode trace
+    total = sum(b - a for a, b in windows)
+    idle = sum(ref_busy_idle(work, a, b)["idle"] for a, b in windows)
+    mine = learner.get("DECODE_IDLE")
+    assert close(mine["idle"], idle, 1e-6) and close(mine["busy"], total - idle, 1e-6), mine
+
+
+@check(
+    "09-idle-1",
+    points=1,
+    en="largest_gap is the longest stretch without work, before the first and after the last interval included",
+    zh="largest_gap 是最长的无工作时间，包括第一个区间之前和最后一个之后",
+)
+def idle_gap(learner, variant):
+    rng = variant.random
+    cases = [([(rng.randint(20, 40), 50), (rng.randint(1, 5), 10)], 0, 100), ([(0, 100), (10, 20)], 0, 100)]
+    for _ in range(5):
+        cases.append((random_intervals(rng, rng.randint(2, 8), -10, 90), 0, 90))
+    for iv, start, end in cases:
+        got = learner.call("busy_and_idle", iv, start, end)["largest_gap"]
+        assert close(got, ref_busy_idle(iv, start, end)["largest_gap"]), f"{iv}: got {got}"
+
+
+@check(
+    "09-idle-1",
+    points=0.5,
+    en="an empty interval (end <= start) holds no work",
+    zh="长度为 0 的区间（结束 <= 开始）不含工作",
+)
+def idle_empty(learner, variant):
+    a = variant.random.randint(10, 40)
+    iv = [(a, a), (a + 20, a + 5), (a + 30, a + 35)]
+    got, want = learner.call("busy_and_idle", iv, 0, 100), ref_busy_idle(iv, 0, 100)
+    assert close(got["busy"], 5) and close(got["largest_gap"], want["largest_gap"]), got
+
+
+@check("09-idle-1", points=0.5, en="raises ValueError when end <= start", zh="end <= start 时抛出 ValueError")
+def idle_raises(learner, variant):
+    s = variant.random.randint(0, 50)
+    for start, end in ((s, s), (s + 3, s)):
+        raised = learner.raised("busy_and_idle([(0, 1)], s, e)", s=start, e=end)
+        assert raised is not None and raised.is_a("ValueError"), f"[{start}, {end}]: {raised}"
+
+
+# ---------------------------------------------------------------- exercise 3: name_the_bound
+
+
+def ref_bound(busy, data, busy_t=0.8, data_t=0.3):
+    return "data" if data >= data_t else "device" if busy >= busy_t else "host"
+
+
+@check(
+    "09-bound-1",
+    points=0.5,
+    en="data first, then device, else host, with the default thresholds",
+    zh="默认阈值下先看数据，再看设备，否则为主机",
+)
+def bound_order(learner, variant):
+    rng = variant.random
+    for _ in range(12):
+        busy, data = round(rng.uniform(0, 1), 3), round(rng.uniform(0, 0.6), 3)
+        got = learner.call("name_the_bound", busy, data)
+        assert got == ref_bound(busy, data), f"({busy}, {data}): got {got}"
+
+
+@check("09-bound-1", points=0.5, en="the thresholds are inclusive (>=)", zh="阈值包含等号 (>=)")
+def bound_inclusive(learner, variant):
+    assert learner.call("name_the_bound", 0.8, 0.0) == "device"
+    assert learner.call("name_the_bound", round(variant.random.uniform(0, 1), 2), 0.3) == "data"
+
+
+@check(
+    "09-bound-1",
+    points=0.5,
+    en="busy_threshold and data_threshold replace the defaults",
+    zh="busy_threshold 和 data_threshold 替换默认阈值",
+)
+def bound_keywords(learner, variant):
+    rng = variant.random
+    for _ in range(6):
+        busy, data = round(rng.uniform(0, 1), 2), round(rng.uniform(0, 0.5), 2)
+        bt, dt = round(rng.uniform(0.3, 0.9), 2), round(rng.uniform(0.05, 0.4), 2)
+        got = learner.call("name_the_bound", busy, data, busy_threshold=bt, data_threshold=dt)
+        assert got == ref_bound(busy, data, bt, dt), f"({busy}, {data}, {bt}, {dt}): got {got}"
+
+
+@check(
+    "09-bound-1",
+    points=0.5,
+    en="raises ValueError when a fraction is outside [0, 1]",
+    zh="比例不在 [0, 1] 内时抛出 ValueError",
+)
+def bound_raises(learner, variant):
+    over = 1 + round(variant.random.uniform(0.01, 1), 2)
+    for args in ((over, 0.0), (0.5, -0.1), (0.5, over)):
+        raised = learner.raised("name_the_bound(*a)", a=args)
+        assert raised is not None and raised.is_a("ValueError"), f"{args}: {raised}"
+
+
+# ---------------------------------------------------------------- exercise 4: compare_runs
+
+
+def random_pair(rng, outlier=False):
+    n, m = rng.randint(3, 9), rng.randint(3, 9)
+    base = samples(rng, rng.uniform(1e-3, 1e-2), n)
+    lever = samples(rng, base[0] * rng.choice([0.5, 0.99, 1.0, 1.01, 1.6]), m)
+    if outlier:
+        base.append(base[0] * 20)
+    return base, lever
+
+
+@check(
+    "09-noise-1",
+    points=0.5,
+    en="baseline_median_s and lever_median_s are medians; speedup is their ratio",
+    zh="两个中位数正确，speedup = 基线中位数 / 杠杆中位数",
+)
+def noise_medians(learner, variant):
+    rng = variant.random
+    for i in range(5):
+        base, lever = random_pair(rng, outlier=i % 2 == 0)
+        got, want = learner.call("compare_runs", base, lever), ref_compare(base, lever)
+        for key in ("baseline_median_s", "lever_median_s", "speedup"):
+            assert close(got[key], want[key]), f"{key}: got {got[key]}, expected {want[key]}"
+
+
+@check(
+    "09-noise-1",
+    points=1,
+    en="noise_s is the larger interquartile range (Q3 - Q1), not max - min",
+    zh="noise_s 是两组四分位距 (Q3 - Q1) 中较大者，不是最大值 - 最小值",
+)
+def noise_iqr(learner, variant):
+    rng = variant.random
+    for i in range(5):
+        base, lever = random_pair(rng, outlier=i < 3)
+        got = learner.call("compare_runs", base, lever)["noise_s"]
+        assert close(got, ref_compare(base, lever)["noise_s"]), f"got {got}"
+
+
+@check(
+    "09-noise-1",
+    points=1,
+    en="the verdict is faster / slower only when the median difference exceeds the noise",
+    zh="只有中位数之差超过噪声时才判为 faster / slower",
+)
+def noise_verdict(learner, variant):
+    rng = variant.random
+    cases = [([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])]
+    while len(cases) < 8:
+        pair = random_pair(rng, outlier=rng.random() < 0.5)
+        if ref_compare(*pair)["margin"] > 1e-9:  # never grade a tie that rounding could flip
+            cases.append(pair)
+    for base, lever in cases:
+        got = learner.call("compare_runs", base, lever)["verdict"]
+        assert got == ref_compare(base, lever)["verdict"], f"got {got}"
+
+
+@check(
+    "09-noise-1",
+    points=0.5,
+    en="raises ValueError when a set has fewer than 3 samples",
+    zh="任一组少于 3 个样本时抛出 ValueError",
+)
+def noise_raises(learner, variant):
+    ok = samples(variant.random, 1.0, 4)
+    for base, lever in ((ok[:2], ok), (ok, []), (ok, ok[:1])):
+        raised = learner.raised("compare_runs(b, l)", b=base, l=lever)
+        assert raised is not None and raised.is_a("ValueError"), f"{len(base)}, {len(lever)}: {raised}"
+
+
+# ---------------------------------------------------------------- exercise 5: parse_tunableop
+
+SOLUTIONS = [
+    ("Gemm_Hipblaslt_TN_{}", "hipBLASLt"),
+    ("Gemm_Rocblas_{}", "rocBLAS"),
+    ("Default", "default"),
+    ("Mystery_{}", "unknown"),
+]
+
+
+def random_gemm_line(rng, batched=False, timed=True):
+    dtype = rng.choice(["float", "Half", "BFloat16", "c10::complex<float>", "Float8_e4m3fnuz_Float8_e4m3fnuz"])
+    layout = rng.choice(["NN", "NT", "TN", "TT"])
+    m, n, k = (rng.choice([1, 8, 64, 896, 4864, 151936]) for _ in range(3))
+    batch = rng.randint(2, 40) if batched else 1
+    op = "GemmStridedBatchedTunableOp" if batched else "GemmTunableOp"
+    params = f"{layout.lower()}_{m}_{n}_{k}" + (f"_B_{batch}" if batched else "") + f"_ld_{m}_{k}_{m}"
+    solution, library = rng.choice(SOLUTIONS)
+    solution = solution.format(rng.randint(1, 9999))
+    ms = round(rng.uniform(0.001, 3), 4) if timed else None
+    line = f"{op}_{dtype}_{layout},{params},{solution}" + (f",{ms}" if timed else "")
+    want = {
+        "op": op,
+        "dtype": dtype,
+        "layout": layout,
+        "m": m,
+        "n": n,
+        "k": k,
+        "batch": batch,
+        "solution": solution,
+        "library": library,
+        "ms": ms,
+    }
+    return line, want
+
+
+def same_gemm(got, want):
+    assert type(got) is dict and set(got) == set(want), f"keys {got}"
+    for key, value in want.items():
+        ok = close(got[key], value) if key == "ms" else (got[key] == value and type(got[key]) is type(value))
+        assert ok, f"{key}: got {got[key]!r}, expected {value!r}"
+
+
+@check(
+    "09-tunable-1",
+    points=0.5,
+    en="Validator lines go into validators; blank lines are skipped",
+    zh="Validator 行进入 validators；空行跳过",
+)
+def tunable_validators(learner, variant):
+    rng = variant.random
+    keys = rng.sample(["PT_VERSION", "ROCM_VERSION", "GCN_ARCH_NAME", "ROCBLAS_VERSION", "HIPBLASLT_VERSION"], 3)
+    validators = {k: f"{rng.randint(1, 9)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}" for k in keys}
+    line, _ = random_gemm_line(rng)
+    text = "".join(f"Validator,{k},{v}\n" for k, v in validators.items()) + "\n" + line + "\n\n"
+    got = learner.call("parse_tunableop", text)
+    assert got["validators"] == validators and len(got["gemms"]) == 1, got
+
+
+@check(
+    "09-tunable-1",
+    points=0.5,
+    en="each GEMM line gives op, dtype, layout, m, n, k, solution and ms",
+    zh="每个 GEMM 行给出 op、dtype、layout、m、n、k、solution 和 ms",
+)
+def tunable_fields(learner, variant):
+    rng = variant.random
+    lines = [random_gemm_line(rng) for _ in range(5)]
+    got = learner.call("parse_tunableop", "\n".join(line for line, _ in lines))["gemms"]
+    assert len(got) == len(lines), f"{len(got)} GEMMs for {len(lines)} lines"
+    for g, (_, want) in zip(got, lines):
+        same_gemm(g, want)
+
+
+@check(
+    "09-tunable-1",
+    points=0.5,
+    en="batch follows B (else 1), library follows the solution, ms is None without a 4th field",
+    zh="batch 取 B 之后的数（否则为 1），library 由解决定，没有第 4 个字段时 ms 为 None",
+)
+def tunable_batch_library(learner, variant):
+    rng = variant.random
+    lines = [random_gemm_line(rng, batched=True, timed=False), random_gemm_line(rng, timed=False)]
+    lines += [random_gemm_line(rng, batched=rng.random() < 0.5) for _ in range(4)]
+    got = learner.call("parse_tunableop", "\n".join(line for line, _ in lines))["gemms"]
+    for g, (_, want) in zip(got, lines, strict=True):
+        same_gemm(g, want)
+
+
+@check(
+    "09-tunable-1",
+    points=0.5,
+    en="a line with fewer than 3 fields raises ValueError naming its line number",
+    zh="少于 3 个字段的行抛出 ValueError，消息写明行号",
+)
+def tunable_raises(learner, variant):
+    rng = variant.random
+    good = [random_gemm_line(rng)[0] for _ in range(rng.randint(2, 6))]
+    bad = rng.randint(1, len(good))
+    text = "\n".join(good[: bad - 1] + ["GemmTunableOp_Half_TN,tn_8_8_8"] + good[bad - 1 :])
+    raised = learner.raised("parse_tunableop(t)", t=text)
+    assert raised is not None and raised.is_a("ValueError"), raised
+    assert names(raised.message, bad), f"line {bad} not named: {raised.message}"
+
+
+# ---------------------------------------------------------------- exercise 6: validator_mismatches
+
+
+@check("09-tunable-2", points=1, en="the keys whose values differ, sorted", zh="值不同的键，按字母排序")
+def mismatches_values(learner, variant):
+    rng = variant.random
+    keys = rng.sample(["PT_VERSION", "ROCM_VERSION", "GCN_ARCH_NAME", "ROCBLAS_VERSION", "HIPBLASLT_VERSION"], 5)
+    file = {k: str(rng.randint(1, 3)) for k in keys}
+    runtime = {k: str(rng.randint(1, 3)) for k in reversed(keys)}
+    want = sorted(k for k in keys if file[k] != runtime[k])
+    assert learner.call("validator_mismatches", file, runtime) == want
+    assert learner.call("validator_mismatches", file, dict(file)) == []
+
+
+@check("09-tunable-2", points=1, en="keys on one side only count as mismatches", zh="只出现在一侧的键也算不一致")
+def mismatches_one_sided(learner, variant):
+    rng = variant.random
+    keys = rng.sample(list("ABCDEFGH"), 6)
+    file = {k: "1" for k in keys[:4]}
+    runtime = {k: "1" for k in keys[2:]}
+    assert learner.call("validator_mismatches", file, runtime) == sorted(keys[:2] + keys[4:])
+    assert learner.call("validator_mismatches", {}, {}) == []
+
+
+# ---------------------------------------------------------------- exercise 7: kernel_summary
+
+
+def trace_rows(rng, names, n):
+    rows, t = [], rng.randint(0, 1000)
+    for d in range(1, n + 1):
+        dur = rng.randint(1, 5000)
+        rows.append(
+            {
+                "Kernel_Name": rng.choice(names),
+                "Start_Timestamp": str(t),
+                "End_Timestamp": str(t + dur),
+                "Dispatch_Id": str(d),
+            }
+        )
+        t += dur + rng.randint(0, 300)
+    return rows
+
+
+def ref_summary(rows):
+    totals, calls = {}, {}
+    for r in rows:
+        totals[r["Kernel_Name"]] = totals.get(r["Kernel_Name"], 0) + int(r["End_Timestamp"]) - int(r["Start_Timestamp"])
+        calls[r["Kernel_Name"]] = calls.get(r["Kernel_Name"], 0) + 1
+    grand = sum(totals.values())
+    out = [{"name": k, "calls": calls[k], "total_ns": v, "share": v / grand} for k, v in totals.items()]
+    return sorted(out, key=lambda r: (-r["total_ns"], r["name"]))
+
+
+KERNELS = ["Cijk_Alik_Bljk_BBS_BH", "attn_fwd", "rms_norm_kernel", "elementwise_kernel", "reduce_kernel"]
+
+
+@check(
+    "09-rocprof-1",
+    points=0.5,
+    en="calls and total_ns (integer ns) per kernel name",
+    zh="每个 kernel 名的 calls 与 total_ns（整数纳秒）",
+)
+def summary_totals(learner, variant):
+    rows = trace_rows(variant.random, KERNELS, variant.random.randint(8, 40))
+    got = {r["name"]: r for r in learner.call("kernel_summary", rows)}
+    want = {r["name"]: r for r in ref_summary(rows)}
+    assert set(got) == set(want), sorted(got)
+    for name, w in want.items():
+        assert got[name]["calls"] == w["calls"] and got[name]["total_ns"] == w["total_ns"], (name, got[name])
+        assert type(got[name]["total_ns"]) is int, f"total_ns is {type(got[name]['total_ns']).__name__}"
+
+
+@check(
+    "09-rocprof-1",
+    points=0.5,
+    en="share is the kernel's fraction of all kernels' time",
+    zh="share 是该 kernel 占全部 kernel 时间的比例",
+)
+def summary_share(learner, variant):
+    rows = trace_rows(variant.random, KERNELS, variant.random.randint(8, 40))
+    got = {r["name"]: r["share"] for r in learner.call("kernel_summary", rows)}
+    for w in ref_summary(rows):
+        assert close(got[w["name"]], w["share"]), (w["name"], got[w["name"]], w["share"])
+
+
+@check(
+    "09-rocprof-1",
+    points=0.5,
+    en="sorted by total_ns descending, ties by name",
+    zh="按 total_ns 从大到小排序，相同时按名字",
+)
+def summary_order(learner, variant):
+    rng = variant.random
+    rows = trace_rows(rng, KERNELS, rng.randint(8, 30))
+    d = rng.randint(10, 99)
+    ties = rng.sample(["zeta", "alpha", "mid", "beta"], 3)
+    rows += [
+        {"Kernel_Name": n, "Start_Timestamp": "0", "End_Timestamp": str(d), "Dispatch_Id": str(900 + i)}
+        for i, n in enumerate(ties)
+    ]
+    got = [r["name"] for r in learner.call("kernel_summary", rows)]
+    assert got == [r["name"] for r in ref_summary(rows)], got
+
+
+@check(
+    "09-rocprof-1",
+    points=0.5,
+    en="a row that ends before it starts raises ValueError naming its Dispatch_Id",
+    zh="结束早于开始的行抛出 ValueError，消息写明其 Dispatch_Id",
+)
+def summary_raises(learner, variant):
+    rng = variant.random
+    rows = trace_rows(rng, KERNELS, 5)
+    bad = str(rng.randint(1000, 99999))
+    rows.insert(
+        rng.randint(0, 5), {"Kernel_Name": "k", "Start_Timestamp": "900", "End_Timestamp": "500", "Dispatch_Id": bad}
+    )
+    raised = learner.raised("kernel_summary(rows)", rows=rows)
+    assert raised is not None and raised.is_a("ValueError"), raised
+    assert names(raised.message, bad), f"dispatch {bad} not named: {raised.message}"
+
+
+# ---------------------------------------------------------------- exercise 8: counter_metrics
+
+
+def counter_rows(rng, name, counters, dispatches):
+    rows, t = [], rng.randint(0, 10**6)
+    for d in dispatches:
+        dur = rng.randint(1000, 90000)
+        for c in counters:
+            value = round(rng.uniform(0, 1e5), 2)
+            rows.append(
+                {
+                    "Kernel_Name": name,
+                    "Dispatch_Id": str(d),
+                    "Counter_Name": c,
+                    "Counter_Value": str(value),
+                    "Start_Timestamp": str(t),
+                    "End_Timestamp": str(t + dur),
+                }
+            )
+        t += dur + 100
+    return rows
+
+
+def ref_counters(rows, name):
+    mine = [r for r in rows if r["Kernel_Name"] == name]
+    ns = sum({r["Dispatch_Id"]: int(r["End_Timestamp"]) - int(r["Start_Timestamp"]) for r in mine}.values())
+    c = {}
+    for r in mine:
+        c[r["Counter_Name"]] = c.get(r["Counter_Name"], 0.0) + float(r["Counter_Value"])
+    return ns, c, len({r["Dispatch_Id"] for r in mine})
+
+
+PASS_1 = ["FETCH_SIZE", "WRITE_SIZE", "SQ_INSTS_VALU_MFMA_MOPS_BF16"]
+PASS_2 = ["SQ_LDS_IDX_ACTIVE", "SQ_LDS_BANK_CONFLICT"]
+
+
+@check(
+    "09-counters-1",
+    points=0.75,
+    en="dispatches counts distinct Dispatch_Ids; each dispatch's duration counts once",
+    zh="dispatches 是不同 Dispatch_Id 的个数；每个 dispatch 的时长只计一次",
+)
+def counters_duration(learner, variant):
+    rng = variant.random
+    rows = counter_rows(rng, "gemm", PASS_1, range(1, rng.randint(2, 6)))
+    rows += counter_rows(rng, "attn", PASS_2, range(50, 50 + rng.randint(1, 5)))
+    rng.shuffle(rows)
+    got = learner.call("counter_metrics", rows)
+    for name in ("gemm", "attn"):
+        ns, _, n = ref_counters(rows, name)
+        assert got[name]["dispatches"] == n and got[name]["duration_ns"] == ns, (name, got[name])
+
+
+@check(
+    "09-counters-1",
+    points=0.5,
+    en="dram_gbs = (FETCH_SIZE + WRITE_SIZE) x 1024 / duration_ns",
+    zh="dram_gbs = (FETCH_SIZE + WRITE_SIZE) × 1024 / duration_ns",
+)
+def counters_dram(learner, variant):
+    rows = counter_rows(variant.random, "gemm", PASS_1, range(1, variant.random.randint(2, 6)))
+    ns, c, _ = ref_counters(rows, "gemm")
+    got = learner.call("counter_metrics", rows)["gemm"]["dram_gbs"]
+    assert close(got, (c["FETCH_SIZE"] + c["WRITE_SIZE"]) * 1024 / ns), got
+
+
+@check(
+    "09-counters-1",
+    points=0.5,
+    en="mfma_bf16_tflops = SQ_INSTS_VALU_MFMA_MOPS_BF16 x 512 / duration_ns / 1000",
+    zh="mfma_bf16_tflops = SQ_INSTS_VALU_MFMA_MOPS_BF16 × 512 / duration_ns / 1000",
+)
+def counters_mfma(learner, variant):
+    rows = counter_rows(variant.random, "gemm", PASS_1, range(1, variant.random.randint(2, 6)))
+    ns, c, _ = ref_counters(rows, "gemm")
+    got = learner.call("counter_metrics", rows)["gemm"]["mfma_bf16_tflops"]
+    assert close(got, c["SQ_INSTS_VALU_MFMA_MOPS_BF16"] * 512 / ns / 1000), got
+
+
+@check(
+    "09-counters-1",
+    points=0.75,
+    en="lds_conflicts_per_access = conflicts / (active - conflicts), None when that is 0",
+    zh="lds_conflicts_per_access = 冲突 / (活跃 - 冲突)，分母为 0 时为 None",
+)
+def counters_lds(learner, variant):
+    rng = variant.random
+    rows = counter_rows(rng, "attn", PASS_2, range(1, rng.randint(2, 6)))
+    for r in rows:  # conflicts stay below the active cycles
+        low, high = (0, 2e4) if r["Counter_Name"] == "SQ_LDS_BANK_CONFLICT" else (3e4, 1e5)
+        r["Counter_Value"] = str(round(rng.uniform(low, high), 2))
+    q = rng.randint(0, 500)
+    rows += [
+        {
+            "Kernel_Name": "idle",
+            "Dispatch_Id": "99",
+            "Counter_Name": c,
+            "Counter_Value": str(q),
+            "Start_Timestamp": "0",
+            "End_Timestamp": "100",
+        }
+        for c in PASS_2
+    ]
+    _, c, _ = ref_counters(rows, "attn")
+    got = learner.call("counter_metrics", rows)
+    want = c["SQ_LDS_BANK_CONFLICT"] / (c["SQ_LDS_IDX_ACTIVE"] - c["SQ_LDS_BANK_CONFLICT"])
+    assert close(got["attn"]["lds_conflicts_per_access"], want), got["attn"]
+    assert got["idle"]["lds_conflicts_per_access"] is None, got["idle"]
+
+
+@check("09-counters-1", points=0.5, en="a metric whose counters are missing is None", zh="缺少所需计数器的指标为 None")
+def counters_missing(learner, variant):
+    rng = variant.random
+    rows = counter_rows(rng, "gemm", PASS_1, [1, 2]) + counter_rows(rng, "attn", PASS_2, [3])
+    rows += counter_rows(rng, "half", ["FETCH_SIZE"], [4])
+    got = learner.call("counter_metrics", rows)
+    assert got["gemm"]["lds_conflicts_per_access"] is None, got["gemm"]
+    assert got["attn"]["dram_gbs"] is None and got["attn"]["mfma_bf16_tflops"] is None, got["attn"]
+    assert got["half"]["dram_gbs"] is None, got["half"]
+
+
+# ---------------------------------------------------------------- exercise 9: memory_timeline
+
+
+def memory_events(rng, device, n, start):
+    events, total, live = [], start, []
+    for t in range(n):
+        if live and rng.random() < 0.4:
+            size = -live.pop(rng.randrange(len(live)))
+        else:
+            size = rng.randint(1, 50) * 512
+            live.append(size)
+        total += size
+        events.append(
+            {
+                "name": "[memory]",
+                "ts": 1000 + 10 * t,
+                "args": {"Bytes": size, "Total Allocated": total, "Device Type": device},
+            }
+        )
+    return events
+
+
+def ref_memory(events, device):
+    mem = sorted(
+        (e for e in events if e["name"] == "[memory]" and e["args"]["Device Type"] == device), key=lambda e: e["ts"]
+    )
+    start = mem[0]["args"]["Total Allocated"] - mem[0]["args"]["Bytes"]
+    peak = max(e["args"]["Total Allocated"] for e in mem)
+    return {
+        "start_bytes": start,
+        "peak_bytes": peak,
+        "peak_above_start": peak - start,
+        "largest_alloc_bytes": max(e["args"]["Bytes"] for e in mem),
+    }
+
+
+@check(
+    "09-memory-1",
+    points=0.75,
+    en="start, peak, peak above start and the largest allocation, in bytes",
+    zh="起点、峰值、峰值减起点与最大单次分配（字节）",
+)
+def memory_values(learner, variant):
+    rng = variant.random
+    events = memory_events(rng, 0, rng.randint(5, 30), rng.randint(0, 10**6))
+    events.insert(2, {"name": "aten::mm", "ts": 1005, "args": {}})
+    assert learner.call("memory_timeline", events, 0) == ref_memory(events, 0)
+
+
+@check("09-memory-1", points=0.5, en="events are taken in time order (ts)", zh="事件按时间 (ts) 顺序处理")
+def memory_order(learner, variant):
+    rng = variant.random
+    events = memory_events(rng, 0, rng.randint(5, 30), rng.randint(0, 10**6))
+    rng.shuffle(events)
+    assert learner.call("memory_timeline", events, 0) == ref_memory(events, 0)
+
+
+@check(
+    "09-memory-1",
+    points=0.5,
+    en="only [memory] events of the requested device type count",
+    zh="只计入所要求设备类型的 [memory] 事件",
+)
+def memory_device(learner, variant):
+    rng = variant.random
+    events = memory_events(rng, 0, 10, rng.randint(0, 1000)) + memory_events(rng, 1, 12, rng.randint(10**6, 10**7))
+    rng.shuffle(events)
+    for device in (0, 1):
+        assert learner.call("memory_timeline", events, device) == ref_memory(events, device), device
+
+
+@check(
+    "09-memory-1", points=0.25, en="raises ValueError when no event qualifies", zh="没有符合条件的事件时抛出 ValueError"
+)
+def memory_raises(learner, variant):
+    events = memory_events(variant.random, 0, 5, 100) + [{"name": "aten::mm", "ts": 1, "args": {}}]
+    raised = learner.raised("memory_timeline(e, 1)", e=events)
+    assert raised is not None and raised.is_a("ValueError"), raised
+
+
+# ---------------------------------------------------------------- exercise 10: the decision table
+
+
+@check(
+    "09-decision-1",
+    points=1,
+    en="MEASURED and VERDICTS hold the variables computed above, not copied numbers",
+    zh="MEASURED 和 VERDICTS 取自前面算出的变量，而非手抄的数字",
+)
+def decision_measured(learner, variant):
+    measured, verdicts = learner.get("MEASURED"), learner.get("VERDICTS")
+    idle, shares, memory = learner.get("DECODE_IDLE"), learner.get("DECODE_SHARES"), learner.get("MEMORY")
+    want = {
+        "decode_idle_fraction": idle["idle_fraction"],
+        "elementwise_share": shares["elementwise"] + shares["norm"],
+        "matmul_share": shares["matmul"],
+        "data_fraction": learner.get("DATA_FRACTION"),
+        "activation_peak_fraction": memory["baseline"]["peak_above_start"] / memory["baseline"]["peak_bytes"],
+    }
+    assert type(measured) is dict and set(measured) == set(want), f"keys {measured}"
+    for key, value in want.items():
+        assert measured[key] == value, f"{key}: got {measured[key]}, expected {value}"
+    levers = learner.get("LEVERS")
+    saved = learner.get("MEMORY_SAVED")
+    want = {n: r["verdict"] for n, r in levers.items()} | {
+        "activation checkpointing": "smaller" if saved > 0 else "no difference"
+    }
+    assert verdicts == want, f"got {verdicts}, expected {want}"
+
+
+def random_rules(rng):
+    metrics = {f"m{i}": round(rng.uniform(0, 1), 3) for i in range(4)}
+    rules = []
+    for i in range(rng.randint(3, 7)):
+        metric = rng.choice(sorted(metrics))
+        threshold = metrics[metric] if rng.random() < 0.25 else round(rng.uniform(0, 1), 3)
+        rules.append(
+            {
+                "symptom": f"symptom {i}",
+                "metric": metric,
+                "threshold": threshold,
+                "lever": rng.choice(["batching", "graphs", "torch.compile", "TunableOp", "ckpt"]),
+            }
+        )
+    verdicts = {
+        lever: rng.choice(["faster", "slower", "no difference", "smaller"])
+        for lever in ("batching", "graphs", "torch.compile", "ckpt")
+    }
+    return rules, metrics, verdicts
+
+
+def ref_row(rule, measured, verdicts):
+    value = measured[rule["metric"]]
+    verdict = verdicts.get(rule["lever"], "not measured")
+    present = value >= rule["threshold"]
+    return {
+        "symptom": rule["symptom"],
+        "metric": rule["metric"],
+        "value": value,
+        "present": present,
+        "lever": rule["lever"],
+        "verdict": verdict,
+        "pull": present and verdict in ("faster", "smaller"),
+    }
+
+
+@check(
+    "09-decision-1",
+    points=1,
+    en="one row per rule, in order: value, present (value >= threshold), verdict, pull",
+    zh="每条规则一行、顺序不变：value、present（value >= 阈值）、verdict、pull",
+)
+def decision_rows(learner, variant):
+    rules, measured, verdicts = random_rules(variant.random)
+    got = learner.call("decision_table", rules, measured, verdicts)
+    assert got == [ref_row(r, measured, verdicts) for r in rules], got
+
+
+@check(
+    "09-decision-1",
+    points=0.5,
+    en="a lever without a verdict is 'not measured' and is not pulled",
+    zh="没有结论的杠杆为 'not measured'，不拉动",
+)
+def decision_not_measured(learner, variant):
+    value = round(variant.random.uniform(0, 1), 3)
+    rules = [{"symptom": "s", "metric": "m", "threshold": value, "lever": "unmeasured lever"}]
+    got = learner.call("decision_table", rules, {"m": value}, {"other": "faster"})
+    assert got == [ref_row(rules[0], {"m": value}, {})], got
+
+
+@check(
+    "09-decision-1",
+    points=0.5,
+    en="a missing metric raises ValueError naming it",
+    zh="缺少指标时抛出 ValueError，消息写明指标名",
+)
+def decision_raises(learner, variant):
+    name = f"metric_{variant.random.randint(100, 999)}"
+    rules = [
+        {"symptom": "s", "metric": "here", "threshold": 0, "lever": "L"},
+        {"symptom": "t", "metric": name, "threshold": 0, "lever": "L"},
+    ]
+    raised = learner.raised("decision_table(r, {'here': 1.0}, {})", r=rules)
+    assert raised is not None and raised.is_a("ValueError"), raised
+    assert name in raised.message, f"{name} not named: {raised.message}"
