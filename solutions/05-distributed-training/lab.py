@@ -55,14 +55,15 @@
 # backend is nccl (RCCL on ROCm), with the same code.
 
 # %% [markdown] tags=["zh"]
-# **怎样自测、怎样提交**：每个练习后面的测试单元是可见测试，供你自己核对；在终端里运行
-# `rocmlab check <你的笔记本>.ipynb`，会依次跑一遍所有可见测试。完成后，在工作坊 hub 上打开 nbgrader 的 Assignments
-# 标签页提交（也可以等讲师统一收取）。分数来自隐藏检查：笔记本运行结束后，它们在你的 kernel 之外，对每条写明的规则分别用
-# 按你本人生成的输入调用你的函数，每条规则单独计分；不通过时，反馈里会写出是哪条规则。
+# **怎样自测、怎样提交**：每个练习后面的测试单元是可见测试，供你自己核对；先保存笔记本，再在它所在的文件夹里打开终端
+# 运行 `rocmlab check 05-distributed-training.ipynb`，它读取保存的文件，依次跑一遍所有可见测试。完成后，在工作坊 hub
+# 上打开 nbgrader 的 Assignments 标签页提交（也可以等讲师统一收取）。分数来自隐藏检查：笔记本运行结束后，它们在你的
+# kernel 之外，对每条写明的规则分别用按你本人生成的输入调用你的函数，每条规则单独计分；不通过时，反馈里会写出是哪条规则。
 
 # %% [markdown] tags=["en"]
-# **How to self-check and submit**: the test cell after each exercise holds visible tests for you to check your work;
-# `rocmlab check <your notebook>.ipynb` in a terminal runs all of them. When you are done, submit from nbgrader's
+# **How to self-check and submit**: the test cell after each exercise holds visible tests for you to check your work.
+# Save the notebook, then run `rocmlab check 05-distributed-training.ipynb` in a terminal in the notebook's folder: it
+# reads the saved file and runs all of them. When you are done, submit from nbgrader's
 # Assignments tab on the workshop hub (or the instructor collects it). The grade comes from hidden checks: after the
 # notebook has run, they call your functions from outside your kernel, on inputs drawn for you, one check per rule
 # stated in the text, each with its own points; a failed check tells you which rule it was.
