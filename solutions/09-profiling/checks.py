@@ -793,7 +793,7 @@ def decision_measured(learner, variant):
         "elementwise_share": shares["elementwise"] + shares["norm"],
         "matmul_share": shares["matmul"],
         "data_fraction": learner.get("DATA_FRACTION"),
-        "activation_peak_fraction": memory["baseline"]["peak_above_start"] / memory["baseline"]["peak_bytes"],
+        "activation_to_weights": memory["baseline"]["peak_above_start"] / learner.get("PARAM_BYTES"),
     }
     assert type(measured) is dict and set(measured) == set(want), f"keys {measured}"
     for key, value in want.items():

@@ -1191,6 +1191,7 @@ set_checkpointing(True)
 MEMORY["checkpointing"] = memory_timeline(profile_training_memory("checkpointing"), MEM_DEVICE)
 set_checkpointing(False)
 MEMORY_SAVED = MEMORY["baseline"]["peak_above_start"] - MEMORY["checkpointing"]["peak_above_start"]
+PARAM_BYTES = sum(p.numel() * p.element_size() for p in model.parameters())
 LOGITS_BYTES = TRAIN_BATCH * TRAIN_TOKENS * model.config.vocab_size * torch.finfo(dtype).bits // 8
 for tag, m in MEMORY.items():
     print(f"{tag:>13}: peak {m['peak_above_start'] / 2**20:7.1f} MiB above start, "
@@ -1246,14 +1247,14 @@ plt.show()
 # ## 7 · 决策表：症状 → 杠杆
 #
 # 把前面的测量汇总成一张表。`RULES` 列出每个症状、显示它的指标、阈值和对应的杠杆。"激活占满显存"这一条的指标是
-# `activation_peak_fraction` = 训练步峰值中高于起点的部分（反向前保存的激活）占峰值的比例，阈值 0.5：激活至少占训练步峰值显存的一半时，
-# 激活检查点才是值得拉的杠杆。
+# `activation_to_weights` = 训练步峰值中高于起点的部分（主要是反向前保存的激活）除以模型参数的字节数 `PARAM_BYTES`，阈值 1：
+# 激活比模型本身还大时，激活检查点才是值得拉的杠杆（不用"占峰值的比例"：CPU 上分配器从 0 开始计，这个比例总是 1）。
 #
 # **练习 10：填决策表。** 在解答单元格里：
 #
 # 1. 用你自己的测量填 `MEASURED` 字典（值就是前面算出的变量，不要手抄数字）：`"decode_idle_fraction"` = `DECODE_IDLE["idle_fraction"]`，
 #    `"elementwise_share"` = `DECODE_SHARES["elementwise"] + DECODE_SHARES["norm"]`，`"matmul_share"` = `DECODE_SHARES["matmul"]`，
-#    `"data_fraction"` = `DATA_FRACTION`，`"activation_peak_fraction"` = `MEMORY["baseline"]["peak_above_start"] / MEMORY["baseline"]["peak_bytes"]`；
+#    `"data_fraction"` = `DATA_FRACTION`，`"activation_to_weights"` = `MEMORY["baseline"]["peak_above_start"] / PARAM_BYTES`；
 #    `VERDICTS` 字典：每个测过的杠杆名 → `LEVERS[名]["verdict"]`，再加 `"activation checkpointing"` → `MEMORY_SAVED > 0` 时 `"smaller"`，否则 `"no difference"`。
 # 2. 实现 `decision_table(rules, measured, verdicts)`：按 `rules` 的顺序返回行
 #    `{"symptom", "metric", "value", "present", "lever", "verdict", "pull"}`：`value = measured[metric]`（缺少时抛出 `ValueError`，消息中写明指标名）；
@@ -1263,16 +1264,17 @@ plt.show()
 # ## 7 · The decision table: symptom → lever
 #
 # Gather the measurements into one table. `RULES` lists each symptom, the metric that shows it, a threshold and the
-# lever for it. "Activations fill memory" is measured by `activation_peak_fraction` = the part of the training
-# step's peak above its start (the activations kept for backward) over that peak, with a threshold of 0.5:
-# activation checkpointing is worth pulling when activations are at least half of the step's peak memory.
+# lever for it. "Activations fill memory" is measured by `activation_to_weights` = the part of the training step's
+# peak above its start (mostly the activations kept for backward) over the model's parameter bytes `PARAM_BYTES`,
+# with a threshold of 1: activation checkpointing is worth pulling when the activations outweigh the model itself
+# (not a share of the peak: on a CPU the allocator counts from 0, so that share is always 1).
 #
 # **Exercise 10: fill in the decision table.** In the solution cell:
 #
 # 1. fill `MEASURED` from your own measurements (the values are the variables computed above; never copy numbers):
 #    `"decode_idle_fraction"` = `DECODE_IDLE["idle_fraction"]`, `"elementwise_share"` = `DECODE_SHARES["elementwise"]
 #    + DECODE_SHARES["norm"]`, `"matmul_share"` = `DECODE_SHARES["matmul"]`, `"data_fraction"` = `DATA_FRACTION`,
-#    `"activation_peak_fraction"` = `MEMORY["baseline"]["peak_above_start"] / MEMORY["baseline"]["peak_bytes"]`;
+#    `"activation_to_weights"` = `MEMORY["baseline"]["peak_above_start"] / PARAM_BYTES`;
 #    and `VERDICTS`: each measured lever's
 #    name → `LEVERS[name]["verdict"]`, plus `"activation checkpointing"` → `"smaller"` when `MEMORY_SAVED > 0`,
 #    else `"no difference"`.
@@ -1291,7 +1293,7 @@ RULES = [
      "lever": "torch.compile"},
     {"symptom": "GEMMs dominate device time", "metric": "matmul_share", "threshold": 0.5, "lever": "TunableOp"},
     {"symptom": "device waits for data", "metric": "data_fraction", "threshold": 0.3, "lever": "data loader workers"},
-    {"symptom": "activations fill memory", "metric": "activation_peak_fraction", "threshold": 0.5,
+    {"symptom": "activations fill memory", "metric": "activation_to_weights", "threshold": 1.0,
      "lever": "activation checkpointing"},
 ]
 
@@ -1318,7 +1320,7 @@ def decision_table(rules, measured, verdicts):
 MEASURED = {"decode_idle_fraction": DECODE_IDLE["idle_fraction"],
             "elementwise_share": DECODE_SHARES["elementwise"] + DECODE_SHARES["norm"],
             "matmul_share": DECODE_SHARES["matmul"], "data_fraction": DATA_FRACTION,
-            "activation_peak_fraction": MEMORY["baseline"]["peak_above_start"] / MEMORY["baseline"]["peak_bytes"]}
+            "activation_to_weights": MEMORY["baseline"]["peak_above_start"] / PARAM_BYTES}
 VERDICTS = {name: result["verdict"] for name, result in LEVERS.items()}
 VERDICTS["activation checkpointing"] = "smaller" if MEMORY_SAVED > 0 else "no difference"
 ### END SOLUTION
@@ -1345,7 +1347,7 @@ else:
 _want = {"decode_idle_fraction": DECODE_IDLE["idle_fraction"],
          "elementwise_share": DECODE_SHARES["elementwise"] + DECODE_SHARES["norm"],
          "matmul_share": DECODE_SHARES["matmul"], "data_fraction": DATA_FRACTION,
-         "activation_peak_fraction": MEMORY["baseline"]["peak_above_start"] / MEMORY["baseline"]["peak_bytes"]}
+         "activation_to_weights": MEMORY["baseline"]["peak_above_start"] / PARAM_BYTES}
 for _k, _v in _want.items():  # exact equality: a number copied by hand from a printout fails here
     assert MEASURED.get(_k) == _v, f"MEASURED[{_k!r}] 应取自变量而非手抄 / must be the computed variable, not a copy: " \
         f"got {MEASURED.get(_k)!r}, expected {_v!r}"
