@@ -49,12 +49,13 @@ hub-setup: $(HUB_PROXY)
 # Debian packages of the slow tests: redis-server (lab 06's broker), chromium (the hub's
 # browser test) and shellcheck (ci/*.sh and the workflows' run: blocks, through actionlint).
 # Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
-# fonts-noto-cjk: Chinese glyphs in the zh screenshots (site and hub browser tests).
+# fonts-noto-cjk: Chinese glyphs in the zh screenshots (site and hub browser tests);
+# bubblewrap: the grader's default sandbox and its forked kernels (tests/test_grade_*).
 SYSTEM_PACKAGES := redis-server chromium shellcheck
-FONT_PACKAGES := fonts-noto-cjk
+OTHER_PACKAGES := fonts-noto-cjk bubblewrap
 system-deps:
 	@missing=""; for pkg in $(SYSTEM_PACKAGES); do command -v $$pkg >/dev/null || missing="$$missing $$pkg"; done; \
-	for pkg in $(FONT_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	for pkg in $(OTHER_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (apt-get)"; \

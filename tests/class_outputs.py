@@ -11,14 +11,20 @@ LAB = "01-demo"
 HOSTILE = "<script>alert(1)</script>"
 
 
-def graded_test(grade_id, points, max_points, message="", hidden=False):
+SCALES = {"en": "scaled_sum multiplies by scale", "zh": "scaled_sum 乘以 scale"}
+DIRECTION = {"en": "normalize keeps the direction", "zh": "normalize 保持方向"}
+
+
+def graded_test(grade_id, points, max_points, *broken):
+    """A test cell's result; ``broken``: the rules (en/zh) its checks found broken."""
+    rules = [{"name": r["en"], "rule": r, "points": 0.0, "max_points": 1.0, "passed": False} for r in broken]
     return {
         "grade_id": grade_id,
         "max_points": float(max_points),
         "points": float(points),
         "passed": points >= max_points,
-        "hidden_failed": hidden,
-        "message": message,
+        "message": "; ".join(r["en"] for r in broken),
+        "rules": rules,
     }
 
 
@@ -46,7 +52,7 @@ def demo_class() -> list[dict]:
         learner(
             "bob",
             [
-                graded_test("sum", 0, 2, "AssertionError: expected 6.0, got 5.5 (array([1., 2., 3.]))"),
+                graded_test("sum", 0, 2, SCALES),
                 graded_test("norm", 3, 3),
             ],
             duration=4.0,
@@ -54,8 +60,8 @@ def demo_class() -> list[dict]:
         learner(
             "cy",
             [
-                graded_test("sum", 0, 2, "AssertionError: expected 12.25, got 11 (array([4., 5.]))"),
-                graded_test("norm", 0, 3, "", True),
+                graded_test("sum", 0, 2, SCALES),
+                graded_test("norm", 0, 3, DIRECTION),
             ],
             version="1.1.0",
             flags=["old_version"],
@@ -65,8 +71,8 @@ def demo_class() -> list[dict]:
         learner(
             "dee",
             [
-                graded_test("sum", 0, 2, f"ValueError: {HOSTILE} at 0x7f3a2c"),
-                graded_test("norm", 0, 3, "NameError: name 'np' is not defined"),
+                graded_test("sum", 0, 2, {"en": HOSTILE, "zh": "x"}),
+                graded_test("norm", 0, 3, DIRECTION, {"en": "normalize returns a float array", "zh": "返回浮点数组"}),
             ],
             flags=["tampered", "timeout"],
             notes=["edited test cell sum (restored from the source)", f"a cell ran past its limit: {HOSTILE}"],
@@ -81,7 +87,11 @@ def demo_class() -> list[dict]:
             version="",
             duration=0.1,
         ),
-        learner("=cmd", [graded_test("sum", 2, 2), graded_test("norm", 0, 3, '=HYPERLINK("http://x")')], duration=3.0),
+        learner(
+            "=cmd",
+            [graded_test("sum", 2, 2), graded_test("norm", 0, 3, {"en": '=HYPERLINK("http://x")', "zh": ""})],
+            duration=3.0,
+        ),
     ]
 
 

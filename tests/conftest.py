@@ -47,6 +47,16 @@ def f(x):
 assert f(1) == SCALE
 """
 
+GOOD_CHECKS = """\
+from rocmlab.harness import check
+
+
+@check("t-1", points=1, en="f scales by SCALE", zh="f 乘以 SCALE")
+def scales(learner, variant):
+    x = variant.random.randint(2, 9)
+    assert learner.call("f", x) == x * learner.get("SCALE")
+"""
+
 
 @pytest.fixture
 def make_course(tmp_path):
@@ -62,9 +72,33 @@ def make_course(tmp_path):
                 toml if toml is not None else GOOD_TOML.format(id=lab_id), encoding="utf-8"
             )
             (folder / "lab.py").write_text(py if py is not None else GOOD_PY, encoding="utf-8")
+            if py is None:
+                (folder / "checks.py").write_text(GOOD_CHECKS, encoding="utf-8")
         return root
 
     return make
+
+
+@pytest.fixture(scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces"])
+def grading_backend(request):
+    """Grading forced onto each sandbox backend this machine has; as root, bubblewrap's kernels
+    are forked from a zygote unless ``-per-kernel``. Yields the name."""
+    from rocmlab import sandbox
+    from rocmlab.grading import grader
+
+    backend = request.param.removesuffix("-per-kernel")
+    if backend == "bubblewrap" and not sandbox.bubblewrap_works():
+        pytest.skip("bubblewrap is not installed (make system-deps installs it)")
+    if backend == "namespaces" and not sandbox.namespaces_work():
+        pytest.skip("the namespace fallback needs root and unshare")
+    patch = pytest.MonkeyPatch()
+    patch.setattr(grader, "choose_backend", lambda _isolate: backend)
+    if request.param.endswith("-per-kernel"):
+        patch.setattr(sandbox, "fork_server_applies", lambda *_: False)
+    try:
+        yield request.param
+    finally:
+        patch.undo()
 
 
 @pytest.fixture

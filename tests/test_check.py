@@ -6,7 +6,6 @@ import pytest
 
 from rocmlab.check import first_error, prepare
 from rocmlab.cli import main
-from rocmlab.grading.cells import INJECTED_TAG
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path, capsys):
@@ -29,15 +28,15 @@ def test_notebook_without_tests_is_a_clear_error(tmp_path, capsys):
 
 
 def test_prepare_drops_old_injected_parameters_unless_kept():
-    test = nbformat.v4.new_code_cell("assert lab.trusted('math.isclose')(1, 1)")
+    test = nbformat.v4.new_code_cell("assert 1 == 1")
     test.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 1}
+    test.outputs = [nbformat.v4.new_output("stream", name="stdout", text="old")]
     injected = nbformat.v4.new_code_cell("SCALE = 9")
     injected.metadata["tags"] = ["injected-parameters"]
     nb = prepare(nbformat.v4.new_notebook(cells=[injected, test]), keep_params=False)
-    assert [c.metadata.get("tags") for c in nb.cells] == [[INJECTED_TAG], None, [INJECTED_TAG]]
-    assert "math.isclose" in nb.cells[0].source
+    assert [c.source for c in nb.cells] == ["assert 1 == 1"] and nb.cells[0].outputs == []
     nb = prepare(nbformat.v4.new_notebook(cells=[injected, test]), keep_params=True)
-    assert len(nb.cells) == 4
+    assert len(nb.cells) == 2
 
 
 @pytest.mark.slow
@@ -51,6 +50,7 @@ def test_check_reports_visible_results_and_exit_status(tmp_path, capsys):
     assert main(["--root", str(classroom.COURSE), "check", str(bad)]) == 1
     out = capsys.readouterr().out
     assert "FAIL  01-grade-sum" in out and "should be 3" in out and "visible score: 3 / 5" in out
+    assert "hidden checks" in out
 
 
 def _ran(source, *, cell_id=None, nbgrader=None, error=None):

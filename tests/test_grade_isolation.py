@@ -10,13 +10,12 @@ import uuid
 import classroom
 import pytest
 
-from rocmlab import sandbox
 from rocmlab.catalog import discover, select
 from rocmlab.errors import CommandFailed
 from rocmlab.grading import grader
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
-from rocmlab.sandbox import bubblewrap_works, choose_backend, is_root, namespaces_work
+from rocmlab.sandbox import bubblewrap_works, choose_backend, is_root
 
 pytestmark = pytest.mark.slow
 
@@ -44,23 +43,10 @@ def course(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces"])
-def graded(course, tmp_path_factory, request):
-    """The class graded once per sandbox backend this machine has; as root, bubblewrap's kernels
-    are forked from a zygote unless ``-per-kernel``."""
-    backend = request.param.removesuffix("-per-kernel")
-    if backend == "bubblewrap" and not bubblewrap_works():
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
-    if backend == "namespaces" and not namespaces_work():
-        pytest.skip("the namespace fallback needs root and unshare")
-    patch = pytest.MonkeyPatch()
-    patch.setattr(grader, "choose_backend", lambda _isolate: backend)
-    if request.param.endswith("-per-kernel"):
-        patch.setattr(sandbox, "fork_server_applies", lambda *_: False)
-    try:
-        yield (*_grade(course, tmp_path_factory), request.param == "bubblewrap" and is_root())
-    finally:
-        patch.undo()
+@pytest.fixture(scope="module")
+def graded(course, tmp_path_factory, grading_backend):
+    """The class graded once per sandbox backend this machine has."""
+    return (*_grade(course, tmp_path_factory), grading_backend == "bubblewrap" and is_root())
 
 
 def _grade(course, tmp_path_factory):

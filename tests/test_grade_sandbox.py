@@ -18,7 +18,6 @@ from rocmlab.grading.grader import lab_imports
 from rocmlab.papermill_engine import (
     ENGINE_NAME,
     ERROR_KEEP,
-    SEAL_MIME,
     TIMEOUT_ENAME,
     TRUNCATED_MARK,
     LimitedEngine,
@@ -290,19 +289,6 @@ def test_without_root_bubblewrap_gets_its_own_user_namespace(monkeypatch):
         assert run.uid is None and "--bind" in argv and str(run.work) in argv
     finally:
         box.close()
-
-
-def test_one_small_seal_per_cell_passes_the_caps():
-    client = limited_client(cell_output_limit=100, notebook_output_limit=100)
-    outs = []
-    client.output(outs, message("stream", {"name": "stdout", "text": "x" * 500}), None, 0)
-    seal = message("display_data", {"data": {SEAL_MIME: "a" * 32}, "metadata": {}})
-    client.output(outs, seal, None, 0)
-    client.output(outs, seal, None, 0)  # a second one is ordinary output, over the cap
-    other = []
-    client.output(other, message("display_data", {"data": {SEAL_MIME: "b" * 65}, "metadata": {}}), None, 1)
-    assert [o.output_type for o in outs] == ["stream", "display_data"] and outs[1].data[SEAL_MIME] == "a" * 32
-    assert TRUNCATED_MARK in outs[0].text and [o.output_type for o in other] == ["stream"]  # too long to be one
 
 
 def test_paths_below_a_closed_folder_are_grouped_under_it():

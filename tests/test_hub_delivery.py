@@ -27,11 +27,11 @@ SHIPPED = nbformat.read(BUILT / f"{LAB}.ipynb", as_version=4).metadata["rocmlab"
 EDIT = "def backend_of(torch_module):\n    return 'rocm'  # my answer\n"
 CHANGELOG = """# 01-rocm-setup changelog
 
-## 1.2.0
+## 9.2.0
 
 - The matmul exercise reports TFLOP/s with two decimals.
 
-## 1.1.0
+## 9.1.0
 
 - Old news the learner already had.
 """
@@ -44,13 +44,13 @@ def learner_edit(notebook: Path, text: str = EDIT) -> None:
     nbformat.write(nb, notebook)
 
 
-def bumped(tmp_path: Path, version: str = "1.2.0") -> Path:
+def bumped(tmp_path: Path, version: str = "9.2.0") -> Path:
     """The built lab as the instructor ships it after a bump: a new version and a changed cell."""
     src = tmp_path / "built-new" / LAB
     shutil.copytree(BUILT, src)
     nb = nbformat.read(src / f"{LAB}.ipynb", as_version=4)
     nb.metadata["rocmlab"]["version"] = version
-    nb.cells[0].source += "\n\n(new in 1.2.0)"
+    nb.cells[0].source += "\n\n(new in 9.2.0)"
     nbformat.write(nb, src / f"{LAB}.ipynb")
     return src
 
@@ -80,12 +80,12 @@ def test_edited_notebook_is_kept_and_the_new_version_arrives_beside_it(tmp_path,
     learner_edit(notebook)
     edited = notebook.read_bytes()
     done = deliver_lab(bumped(tmp_path), dest, changelog=changelog)
-    assert (done.action, done.previous, done.version) == ("updated", SHIPPED, "1.2.0")
+    assert (done.action, done.previous, done.version) == ("updated", SHIPPED, "9.2.0")
     assert notebook.read_bytes() == edited, "the learner's notebook was overwritten"
-    beside = dest / f"{LAB}.v1.2.0.ipynb"
+    beside = dest / f"{LAB}.v9.2.0.ipynb"
     assert done.beside == [beside.name]
-    assert nbformat.read(beside, as_version=4).metadata["rocmlab"]["version"] == "1.2.0"
-    note = (dest / "UPDATE-1.2.0.md").read_text()
+    assert nbformat.read(beside, as_version=4).metadata["rocmlab"]["version"] == "9.2.0"
+    note = (dest / "UPDATE-9.2.0.md").read_text()
     assert beside.name in note and "TFLOP/s with two decimals" in note and "Old news" not in note
     assert "没有被覆盖" in note
     assert "data/" in "".join(done.replaced) or not (BUILT / "data").exists()  # unchanged data refreshed
@@ -100,8 +100,8 @@ def test_unedited_notebook_is_updated_in_place(tmp_path, changelog):
     deliver_lab(BUILT, dest)
     done = deliver_lab(bumped(tmp_path), dest, changelog=changelog)
     assert done.beside == [] and f"{LAB}.ipynb" in done.replaced
-    assert nbformat.read(dest / f"{LAB}.ipynb", as_version=4).metadata["rocmlab"]["version"] == "1.2.0"
-    assert not (dest / f"{LAB}.v1.2.0.ipynb").exists()
+    assert nbformat.read(dest / f"{LAB}.ipynb", as_version=4).metadata["rocmlab"]["version"] == "9.2.0"
+    assert not (dest / f"{LAB}.v9.2.0.ipynb").exists()
 
 
 def test_a_third_version_keeps_both_earlier_ones(tmp_path, changelog):
@@ -109,13 +109,13 @@ def test_a_third_version_keeps_both_earlier_ones(tmp_path, changelog):
     deliver_lab(BUILT, dest)
     learner_edit(dest / f"{LAB}.ipynb")
     deliver_lab(bumped(tmp_path / "a"), dest, changelog=changelog)
-    learner_edit(dest / f"{LAB}.v1.2.0.ipynb", EDIT + "# more work\n")
-    changelog.write_text(CHANGELOG.replace("## 1.2.0", "## 1.3.0\n\n- Third.\n\n## 1.2.0"))
-    done = deliver_lab(bumped(tmp_path / "b", "1.3.0"), dest, changelog=changelog)
-    assert done.beside == [f"{LAB}.v1.3.0.ipynb"]
+    learner_edit(dest / f"{LAB}.v9.2.0.ipynb", EDIT + "# more work\n")
+    changelog.write_text(CHANGELOG.replace("## 9.2.0", "## 9.3.0\n\n- Third.\n\n## 9.2.0"))
+    done = deliver_lab(bumped(tmp_path / "b", "9.3.0"), dest, changelog=changelog)
+    assert done.beside == [f"{LAB}.v9.3.0.ipynb"]
     assert "# my answer" in (dest / f"{LAB}.ipynb").read_text()
-    assert "# more work" in (dest / f"{LAB}.v1.2.0.ipynb").read_text()
-    note = (dest / "UPDATE-1.3.0.md").read_text()
+    assert "# more work" in (dest / f"{LAB}.v9.2.0.ipynb").read_text()
+    note = (dest / "UPDATE-9.3.0.md").read_text()
     assert "Third." in note and "TFLOP/s" not in note
 
 
@@ -123,15 +123,15 @@ def test_home_from_before_the_manifest_counts_as_edited(tmp_path):
     dest = tmp_path / "home" / LAB
     shutil.copytree(BUILT, dest)  # delivered by an older hub: no manifest
     done = deliver_lab(bumped(tmp_path), dest)
-    assert done.beside == [f"{LAB}.v1.2.0.ipynb"]
-    assert "no entry for this version" in (dest / "UPDATE-1.2.0.md").read_text()
+    assert done.beside == [f"{LAB}.v9.2.0.ipynb"]
+    assert "no entry for this version" in (dest / "UPDATE-9.2.0.md").read_text()
 
 
 def test_changelog_sections_between_two_versions(changelog):
-    assert "TFLOP/s" in changelog_since(changelog, "1.1.0", "1.2.0")
-    assert changelog_since(changelog, "1.2.0", "1.2.0") == ""
-    assert "Old news" in changelog_since(changelog, "1.0.0", "1.2.0")
-    assert changelog_since(None, "1.0.0", "1.2.0") == ""
+    assert "TFLOP/s" in changelog_since(changelog, "9.1.0", "9.2.0")
+    assert changelog_since(changelog, "9.2.0", "9.2.0") == ""
+    assert "Old news" in changelog_since(changelog, "9.0.0", "9.2.0")
+    assert changelog_since(None, "9.0.0", "9.2.0") == ""
 
 
 def test_grader_accepts_either_version_and_flags_the_old_one(tmp_path, changelog):
@@ -142,8 +142,8 @@ def test_grader_accepts_either_version_and_flags_the_old_one(tmp_path, changelog
     learner_edit(dest / f"{LAB}.ipynb")
     deliver_lab(bumped(tmp_path), dest, changelog=changelog)
     (lab,) = select(discover(REPO), [LAB])
-    lab = dataclasses.replace(lab, version="1.2.0")  # the source after the bump
-    for name, old in ((f"{LAB}.ipynb", True), (f"{LAB}.v1.2.0.ipynb", False)):
+    lab = dataclasses.replace(lab, version="9.2.0")  # the source after the bump
+    for name, old in ((f"{LAB}.ipynb", True), (f"{LAB}.v9.2.0.ipynb", False)):
         result = grade.StudentResult("learner1", name)
         assert grade.load_submission(grade.Submission("learner1", dest / name), lab, result) is not None
         assert ("old_version" in result.flags) == old, (name, result.flags)
@@ -191,10 +191,10 @@ def test_edit_bump_deliver_again_through_the_hub(tmp_path, demo_hub_options):
         # the instructor bumps the lab mid-course and rebuilds it
         folder = course / "solutions" / LAB
         toml = (folder / "lab.toml").read_text()
-        (folder / "lab.toml").write_text(toml.replace(f'version = "{SHIPPED}"', 'version = "1.2.0"', 1))
+        (folder / "lab.toml").write_text(toml.replace(f'version = "{SHIPPED}"', 'version = "9.2.0"', 1))
         changelog = (folder / "CHANGELOG.md").read_text()
         (folder / "CHANGELOG.md").write_text(
-            changelog.replace(f"\n## {SHIPPED}", f"\n## 1.2.0\n\n- A clearer first exercise.\n\n## {SHIPPED}", 1)
+            changelog.replace(f"\n## {SHIPPED}", f"\n## 9.2.0\n\n- A clearer first exercise.\n\n## {SHIPPED}", 1)
         )
         (lab,) = select(discover(course), [LAB])
         build(course, [lab], ["zh"], course / "labs", progress=lambda *_: None)
@@ -202,11 +202,11 @@ def test_edit_bump_deliver_again_through_the_hub(tmp_path, demo_hub_options):
         server = hub.start_server(learner)
         home = hub.home(learner) / LAB
         assert (home / f"{LAB}.ipynb").read_bytes() == edited, "the learner's edits were overwritten"
-        new = nbformat.read(home / f"{LAB}.v1.2.0.ipynb", as_version=4)
-        assert new.metadata["rocmlab"]["version"] == "1.2.0"
-        assert "A clearer first exercise." in (home / "UPDATE-1.2.0.md").read_text()
+        new = nbformat.read(home / f"{LAB}.v9.2.0.ipynb", as_version=4)
+        assert new.metadata["rocmlab"]["version"] == "9.2.0"
+        assert "A clearer first exercise." in (home / "UPDATE-9.2.0.md").read_text()
         listing = {item["name"] for item in contents_api(server, hub.user_token(learner), LAB)["content"]}
-        assert {f"{LAB}.ipynb", f"{LAB}.v1.2.0.ipynb", "UPDATE-1.2.0.md"} <= listing
+        assert {f"{LAB}.ipynb", f"{LAB}.v9.2.0.ipynb", "UPDATE-9.2.0.md"} <= listing
 
 
 def test_the_helm_hook_command_delivers_updates_beside_edits(tmp_path):
@@ -224,9 +224,9 @@ def test_the_helm_hook_command_delivers_updates_beside_edits(tmp_path):
     shutil.rmtree(built / LAB)
     shutil.copytree(bumped(tmp_path), built / LAB)
     out = subprocess.run(command, check=True, timeout=60, env=env, capture_output=True, text=True).stdout
-    assert f"{LAB} {SHIPPED} -> 1.2.0 (updated)" in out
+    assert f"{LAB} {SHIPPED} -> 9.2.0 (updated)" in out
     assert "# my answer" in (home / LAB / f"{LAB}.ipynb").read_text()
-    assert (home / LAB / f"{LAB}.v1.2.0.ipynb").is_file() and (home / LAB / "UPDATE-1.2.0.md").is_file()
+    assert (home / LAB / f"{LAB}.v9.2.0.ipynb").is_file() and (home / LAB / "UPDATE-9.2.0.md").is_file()
 
 
 def test_everything_delivered_belongs_to_the_learner(tmp_path, changelog):
@@ -273,15 +273,15 @@ def test_delivery_for_a_real_account_runs_as_that_account(tmp_path, changelog):
     os.chown(notebook, *owner)
     root_only = tmp_path / "root-only"
     root_only.mkdir(mode=0o700)
-    (dest / "UPDATE-1.2.0.md").symlink_to(root_only / "planted")
+    (dest / "UPDATE-9.2.0.md").symlink_to(root_only / "planted")
     with pytest.raises(OSError, match="as uid .*PermissionError"):
         deliver_as_user(owner, bumped(tmp_path), dest, changelog)
     assert not (root_only / "planted").exists()
     # without the link the update arrives, written by the learner's uid
-    (dest / "UPDATE-1.2.0.md").unlink()
-    (dest / f"{LAB}.v1.2.0.ipynb").unlink()
+    (dest / "UPDATE-9.2.0.md").unlink()
+    (dest / f"{LAB}.v9.2.0.ipynb").unlink()
     done = deliver_as_user(owner, bumped(tmp_path / "again"), dest, changelog)
-    assert (done.action, done.beside) == ("updated", [f"{LAB}.v1.2.0.ipynb"])
-    assert "TFLOP/s" in (dest / "UPDATE-1.2.0.md").read_text()  # the CHANGELOG read before the fork
-    assert (dest / f"{LAB}.v1.2.0.ipynb").stat().st_uid == owner[0]
+    assert (done.action, done.beside) == ("updated", [f"{LAB}.v9.2.0.ipynb"])
+    assert "TFLOP/s" in (dest / "UPDATE-9.2.0.md").read_text()  # the CHANGELOG read before the fork
+    assert (dest / f"{LAB}.v9.2.0.ipynb").stat().st_uid == owner[0]
     assert deliver_as_user(owner, tmp_path / "not-built", home / "x") is None

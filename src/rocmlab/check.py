@@ -119,7 +119,7 @@ def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
         owner = _owner(cell, course)
         if owner == "test":
             return None
-        message = shown_message(str(errors[0].get("ename", "")), str(errors[0].get("evalue", "")), "")
+        message = shown_message(str(errors[0].get("ename", "")), str(errors[0].get("evalue", "")))
         return FirstError(position, owner, message, _hint(owner, message))
     return None
 

@@ -175,6 +175,16 @@ def start_ipykernel(connection_file: str) -> int:
     return 0
 
 
+def detach_output() -> None:
+    """The kernel's stdin, stdout and stderr become /dev/null. Inherited, they are its worker's
+    log or its zygote's, which hold other kernels' output: a kernel could open them again
+    through /proc/self/fd. What the kernel prints goes to the notebook over its sockets."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def kernel_entry(policy: dict, connection_file: str) -> int:
     """Limits, then the grader user, then ipykernel. A forked kernel (``policy["forked"]``) is PID
     1 of its own namespaces: it also gets its own /proc, and the sandbox's folder is covered."""
@@ -193,6 +203,7 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         mount_own_proc()
         bring_loopback_up()
     apply_limits(policy["limits"], uid)
+    detach_output()
     if uid is not None:
         drop_privileges(uid, gid)
     if forked:  # the change of user cleared it

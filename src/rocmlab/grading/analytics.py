@@ -2,16 +2,16 @@
 
 Read from what ``rocmlab grade`` (or ``rocmlab grade merge``) left in its output folder:
 ``summary.json`` (per learner: status, score, flags and their reasons, run time, lab version,
-per test points and failure message), ``grades.csv`` (the gradebook's scores, which win where
+per test points and the rules its hidden checks found broken), ``grades.csv`` (the gradebook's scores, which win where
 the two differ, e.g. after manual grading) and ``feedback/<learner>/<lab>.html`` (linked).
 
 Written beside them:
 
 - ``class.html``: score distribution (a matplotlib histogram embedded as a PNG), per exercise
-  the mean points, the pass rate and the most common failure messages (normalized: numbers,
-  addresses and runs of values folded, so that one mistake made by many learners counts once),
+  the mean points, the pass rate and the rules most often broken (each hidden check names one
+  rule, in both languages, so one mistake made by many learners counts once),
   run time per learner, flagged submissions with the reasons, the lab version of each learner.
-  jinja2 with autoescaping: learner ids and error text are learner input.
+  jinja2 with autoescaping: learner ids and notes are learner input.
 - ``class-learners.csv``, ``class-exercises.csv``, ``class-failures.csv``: the same data.
 """
 
@@ -21,7 +21,6 @@ import base64
 import csv
 import io
 import json
-import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -37,10 +36,6 @@ TOP_FAILURES = 5
 MESSAGE_CHARS = 160
 NO_MESSAGE = "(no rule recorded)"
 
-_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
-_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w])")
-_NUMBER_RUN = re.compile(r"#(?:[\s,;]+#)+")
-_SPACE = re.compile(r"\s+")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -93,18 +88,6 @@ class ClassView:
     @property
     def flagged(self) -> list:
         return [learner for learner in self.learners if learner.flags]
-
-
-def normalize_message(message: str) -> str:
-    """One line per kind of mistake: numbers become ``#``, runs of them ``#…``, addresses ``0x…``."""
-    text = _HEX.sub("0x…", message)
-    text = _NUMBER.sub("#", text)
-    text = _NUMBER_RUN.sub("#…", text)
-    text = _SPACE.sub(" ", text).strip()
-    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
-
-
-# ------------------------------------------------------------------ reading the grader's outputs
 
 
 def read_summary(out: Path) -> dict:

@@ -17,13 +17,10 @@ import nbformat
 
 from ..execute import Outcome
 from ..papermill_engine import TIMEOUT_ENAME, TRUNCATED_MARK
-from ..source import MARKERS
 from .submissions import NETWORK_ERRORS, StudentResult
 
 NOT_RUN_ENAME = "NotRun"
-CELL_LINE = re.compile(r"(?:Cell|Input) In ?\[\s*\d*\s*\], line (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-HIDDEN_BEGIN, HIDDEN_END = MARKERS["test"]
 
 
 def grading(cell) -> dict:
@@ -36,17 +33,8 @@ def cell_points(nb) -> dict[str, float]:
     return {grading(c)["grade_id"]: float(grading(c)["points"]) for c in nb.cells if grading(c).get("grade")}
 
 
-def visible_part(source: str) -> str:
-    """A test cell as the learner sees it: nbgrader removes the hidden block and its markers."""
-    kept, hidden = [], False
-    for line in source.split("\n"):
-        if HIDDEN_BEGIN in line:
-            hidden = True
-        elif HIDDEN_END in line:
-            hidden = False
-        elif not hidden:
-            kept.append(line.rstrip())
-    return "\n".join(kept).strip()
+def _normalized(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.split("\n")).strip()
 
 
 def _fresh(cell):
@@ -75,7 +63,7 @@ def restore_cells(nb, source_nb) -> tuple:
             if grade_id in seen:
                 notes.append(f"duplicated test cell {grade_id} (the copy was dropped)")
                 continue
-            if visible_part(cell.get("source", "")) != visible_part(tests[grade_id].source):
+            if _normalized(cell.get("source", "")) != _normalized(tests[grade_id].source):
                 notes.append(f"edited test cell {grade_id} (restored from the source)")
             seen.add(grade_id)
             cells.append(_fresh(tests[grade_id]))
@@ -152,60 +140,11 @@ def mark_unrun_tests(nb) -> int:
     return count
 
 
-def hidden_lines(source: str) -> list[str]:
-    """The lines of a test cell's hidden blocks (what nbgrader removes from the learner's copy)."""
-    kept, hidden = [], False
-    for line in source.split("\n"):
-        if HIDDEN_BEGIN in line:
-            hidden = True
-        elif HIDDEN_END in line:
-            hidden = False
-        elif hidden:
-            kept.append(line)
-    return kept
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"\s+", "", text)
-
-
-def shown_message(ename: str, evalue: str, source: str, limit: int = 300) -> str:
-    """An error as feedback may show it. The name and value come from the learner's kernel, so
-    they can carry anything the kernel could read, hidden tests included (``linecache``, frames):
-    the name must look like an exception name, and a value that holds any hidden line, or a run
-    of encoded-looking text, is withheld."""
+def shown_message(ename: str, evalue: str, limit: int = 300) -> str:
+    """An error from the learner's kernel as ``rocmlab check`` prints it: a name that looks like
+    an exception's name (else ``Error``), the value without terminal colours, cut to ``limit``."""
     ename = ename if re.fullmatch(r"[A-Za-z_][\w.]{0,79}", ename or "") else "Error"
-    value = ANSI.sub("", str(evalue or ""))[:limit]
-    squashed = _squash(value)
-    secrets_in = [_squash(line) for line in hidden_lines(source) if len(_squash(line)) >= 6]
-    leaks = any(line in squashed for line in secrets_in)
-    encoded = bool(secrets_in) and re.search(r"[A-Za-z0-9+=]{48,}", value) is not None
-    if leaks or encoded:
-        return f"{ename} (its message is not shown: it may quote hidden test code)"
-    return f"{ename}: {value}".strip()
-
-
-def failure_message(cell, source_cell) -> tuple[bool, str]:
-    """(hidden, message) for a failed test cell; a hidden failure's message is never returned."""
-    errors = _errors(cell)
-    if not errors:
-        return False, "wrote to stderr (counted as a failure)"
-    error = errors[0]
-    if error.get("ename") in (NOT_RUN_ENAME, TIMEOUT_ENAME):
-        return False, f"{error['ename']}: {error.get('evalue', '')}"
-    text = ANSI.sub("", "\n".join(str(line) for line in error.get("traceback", [])))
-    match = CELL_LINE.search(text)
-    if match is None:
-        return True, ""
-    line, hidden = int(match.group(1)) - 1, False
-    for index, source_line in enumerate(source_cell.source.split("\n")):
-        if HIDDEN_BEGIN in source_line:
-            hidden = True
-        if index == line and hidden:
-            return True, ""
-        if HIDDEN_END in source_line:
-            hidden = False
-    return False, shown_message(str(error.get("ename", "")), str(error.get("evalue", "")), source_cell.source)
+    return f"{ename}: {ANSI.sub('', str(evalue or ''))[:limit]}".strip()
 
 
 def read_flags(nb, outcome: Outcome, result: StudentResult) -> None:

@@ -28,7 +28,8 @@ TORCH_VIA_FLOAT32 = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m
 
 
 def encode(value, depth: int = 0):
-    """``value`` as JSON-able data; exact types only (a ``str`` subclass is an object)."""
+    """``value`` as JSON-able data. A subclass of ``str``, ``int`` or ``float`` is sent as the
+    plain value it holds (whatever its ``__eq__`` says); other objects as their type name only."""
     if depth > MAX_DEPTH:
         return {TAG: "object", "type": "too deep"}
     kind = type(value)
@@ -50,6 +51,9 @@ def encode(value, depth: int = 0):
         return _pairs(value, depth)
     if kind is bytes:
         return {TAG: "bytes", "b64": base64.b64encode(value).decode()}
+    for base in (str, int, float):  # a subclass (torch's TorchVersion, an enum) travels as its value
+        if isinstance(value, base) and base in kind.__mro__:
+            return encode(base.__new__(base, value), depth + 1)
     return _encode_array(value) or {TAG: "object", "type": f"{kind.__module__}.{kind.__qualname__}"}
 
 

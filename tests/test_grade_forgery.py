@@ -1,0 +1,127 @@
+"""Learners who have read the grader's source (rocmlab.harness, rocmlab.lab.answers), graded under
+every sandbox backend this machine has. Each attack sits in a notebook whose answers are blank,
+and scores what a blank notebook scores, while the harness's record shows that the attack was
+in effect when the checks ran. Two more learners try to read what another kernel printed and
+what the harness was sent (the checks' source, the seed), and to plant the harness's result."""
+
+import ast
+import json
+
+import classroom
+import pytest
+
+from rocmlab.catalog import discover, select
+from rocmlab.grading.grader import grade_class
+from rocmlab.grading.submissions import find_submissions
+
+pytestmark = pytest.mark.slow
+
+MARK = "ROCMLAB-OTHER-KERNEL-PRINTED-THIS"
+WRITER = (
+    "import os, sys\n"
+    f"print({MARK!r}); sys.stderr.write({MARK!r} + '\\n')\n"
+    f"os.write(1, b{MARK!r} + b'\\n'); os.write(2, b{MARK!r} + b'\\n')\n"
+)
+# Everything a kernel could reach that might hold another kernel's output or the harness's
+# request: its inherited descriptors, every process's, the temp folders and the sandbox base.
+READER = """import glob, os
+# written backwards: this cell's own source (in IPython's history and caches) must not match
+NEEDLES = [n[::-1].encode() for n in ('MARKNEEDLE', '(kcehc@', 'kcehc_balmcor', '"dees"', 's_tuoemit_eborp')]
+found = []
+def look(path):
+    try:
+        with open(path, 'rb') as fh:
+            text = fh.read(4_000_000)
+    except OSError:
+        return
+    for needle in NEEDLES:
+        if needle in text:
+            found.append((path, needle.decode()))
+for path in glob.glob('/proc/*/fd/*') + glob.glob('/proc/*/cmdline') + glob.glob('/proc/*/environ'):
+    look(path)
+for top in ('/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), '/run'):
+    for folder, _dirs, files in os.walk(top):
+        for name in files:
+            look(os.path.join(folder, name))
+planted = []
+for folder in glob.glob('/tmp/rocmlab-sandbox-*/**/', recursive=True):
+    try:
+        with open(os.path.join(folder, 'x.checks.json'), 'w') as fh:
+            fh.write('{"checks": []}')
+        planted.append(folder)
+    except OSError:
+        pass
+print('FOUND', found)
+print('PLANTED', planted)
+""".replace("MARKNEEDLE", MARK[::-1])
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, grading_backend):
+    work = tmp_path_factory.mktemp("forgery")
+    root = classroom.COURSE
+    lab = select(discover(root), [classroom.LAB])[0]
+    base = classroom.student_notebook(root, work)
+    blank = classroom.answer(base, "raise NotImplementedError()\n", "raise NotImplementedError()\n")
+    entries = {
+        **classroom.forgery_class(base),
+        "correct": (classroom.answer(base), 5, set()),
+        "leak1_prints": (classroom.answer(base, classroom.SUM_OK + WRITER), 5, set()),
+        "leak2_reads": (classroom.answer(blank, classroom.SUM_OK + READER, classroom.BLANK_NORM), 2, set()),
+    }
+    classroom.write_class(entries, work / "submitted")
+    out = work / "out"
+    # one job: the reader runs in the slot (and zygote) the writer used just before it
+    results = grade_class(
+        root, lab, find_submissions(work / "submitted", lab.id), out, jobs=1, progress=lambda _m: None
+    )
+    return {r.student: r for r in results}, entries, out, grading_backend
+
+
+def _executed(out, student):
+    return (out / "course" / "autograded" / student / classroom.LAB / f"{classroom.LAB}.ipynb").read_text()
+
+
+@pytest.mark.parametrize("name", [*classroom.FORGERIES])
+def test_a_forgery_scores_what_a_blank_notebook_scores(graded, name):
+    results, entries, _, backend = graded
+    result = results[name]
+    assert result.status == "graded" and result.score == entries[name][1] == 0, (backend, result.checks)
+    details = [c["detail"] for c in result.checks]
+    assert all(details), details  # every check failed, each with a reason
+    if classroom.FORGERY_SAW[name]:  # the forged answer, not the blank one, reached the harness
+        assert all(d.startswith(classroom.FORGERY_SAW[name]) for d in details), (backend, details)
+    assert not any("NotImplementedError" in d for d in details) or name == "shadows_builtins", details
+
+
+def test_the_blank_notebook_and_the_correct_one_score_as_expected(graded):
+    results, *_ = graded
+    assert results["correct"].score == 5 and results["leak1_prints"].score == 5
+
+
+def test_no_kernel_reads_another_kernels_output_or_the_harness_input(graded):
+    results, _, out, backend = graded
+    assert results["leak2_reads"].score == 2
+    assert _printed(out, "leak2_reads", "FOUND") == [], backend
+
+
+def _printed(out, student, label):
+    nb = json.loads(_executed(out, student))
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    return ast.literal_eval(next(line for line in text.splitlines() if line.startswith(label))[len(label) :].strip())
+
+
+def test_no_kernel_can_plant_the_harness_result(graded):
+    results, _, out, backend = graded
+    planted = _printed(out, "leak2_reads", "PLANTED")
+    # only the kernel's own work and socket folders are writable; the harness writes elsewhere
+    assert all(p.rstrip("/").rsplit("/", 1)[-1] in ("work", "ipc") or "/work/" in p for p in planted), planted
+    assert results["leak2_reads"].score == 2
+
+
+def test_the_seed_of_each_learner_is_recorded_and_differs(graded):
+    results, _, out, _ = graded
+    summary = json.loads((out / "summary.json").read_text())
+    seeds = [s["seed"] for s in summary["students"]]
+    assert len(set(seeds)) == len(seeds) and all(isinstance(s, int) for s in seeds)
+    assert {s["student"]: s["seed"] for s in summary["students"]} == {n: r.seed for n, r in results.items()}

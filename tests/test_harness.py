@@ -1,0 +1,171 @@
+"""The trusted harness (rocmlab.harness) and its wire format (rocmlab.lab.answers): what travels,
+what cannot pass for a right answer, variants per seed, and a real kernel that lies, raises,
+hangs and recovers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rocmlab.harness import KernelChannel, Learner, LearnerRaised, NoAnswer, Variant, load_checks, run_checks
+from rocmlab.lab.answers import Opaque, Raised, decode, encode, evaluate
+
+
+def roundtrip(value):
+    return decode(encode(value))
+
+
+def test_plain_data_travels_with_its_types():
+    value = {"a": (1, 2.5, None), "b": [True, "x"], 3: {1, 2}, "big": 2**70, "nan": math.nan, "raw": b"\x00\xff"}
+    got = roundtrip(value)
+    assert got["a"] == (1, 2.5, None) and type(got["a"]) is tuple and got[3] == {1, 2}
+    assert got["big"] == 2**70 and math.isnan(got["nan"]) and got["raw"] == b"\x00\xff"
+
+
+def test_arrays_and_tensors_keep_dtype_shape_and_layout():
+    array = np.arange(6, dtype=np.int16).reshape(2, 3)
+    assert roundtrip(array).dtype == np.int16 and (roundtrip(array) == array).all()
+    assert roundtrip(np.float32(1.5)) == np.float32(1.5)
+    tensor = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3).t()
+    got = roundtrip(tensor)
+    assert got.dtype == torch.bfloat16 and got.shape == (3, 2) and torch.equal(got, tensor)
+    assert got.rocmlab_layout == {"stride": [1, 3], "contiguous": False, "device": "cpu"}
+    fp8 = torch.tensor([448.0, -2.0]).to(torch.float8_e4m3fn)
+    assert roundtrip(fp8).dtype == torch.float8_e4m3fn and torch.equal(roundtrip(fp8).float(), fp8.float())
+    assert roundtrip(torch.float16) is torch.float16 and roundtrip(torch.Size([2, 3])) == (2, 3)
+
+
+def test_an_object_that_claims_to_equal_anything_arrives_as_its_value_or_its_name():
+    class AnyFloat(float):
+        __eq__ = lambda self, other: True  # noqa: E731
+        __hash__ = float.__hash__
+
+    class Pretender:
+        __class__ = property(lambda self: float)  # isinstance(x, float) says yes
+        __eq__ = lambda self, other: True  # noqa: E731
+
+    class AnyArray(np.ndarray):
+        __eq__ = lambda self, other: True  # noqa: E731
+
+    assert type(roundtrip(AnyFloat(0.5))) is float and roundtrip(AnyFloat(0.5)) != 1.0
+    for spoof in (Pretender(), np.zeros(2).view(AnyArray), object()):
+        got = roundtrip(spoof)
+        assert isinstance(got, Opaque) and got != 0.0 and got != got.type
+
+
+def test_npy_payloads_never_unpickle():
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    forged = {"$rocmlab": "ndarray", "npy": base64.b64encode(buffer.getvalue()).decode()}
+    with pytest.raises(ValueError, match="pickle"):
+        decode(forged)
+    assert isinstance(roundtrip(np.array([{"x": 1}], dtype=object)), Opaque)
+
+
+def nested(depth):
+    value = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_is_bounded():
+    assert roundtrip(nested(100)) is not None  # cut off with an opaque marker
+    with pytest.raises(ValueError, match="too deep"):
+        decode(nested(40))
+
+
+def test_evaluate_binds_values_over_a_copy_of_the_learners_names():
+    names = {"double": lambda x: 2 * x, "kept": 1}
+    assert decode(evaluate({"expr": "double(v) + kept", "values": {"v": encode(4)}}, names)) == 9
+    assert decode(evaluate({"expr": "kept", "setup": "kept = 5"}, names)) == 5 and names["kept"] == 1
+    raised = decode(evaluate({"expr": "double(None)"}, names))
+    assert isinstance(raised, Raised) and raised.is_a("TypeError") and raised.is_a("Exception")
+
+
+def test_variants_differ_per_seed_and_check_and_repeat_on_a_regrade():
+    assert Variant(1, "a").random.random() == Variant(1, "a").random.random()
+    assert Variant(1, "a").random.random() != Variant(2, "a").random.random()
+    assert Variant(1, "a").numpy().normal() != Variant(1, "b").numpy().normal()
+    assert torch.equal(
+        torch.rand(3, generator=Variant(7, "c").torch()), torch.rand(3, generator=Variant(7, "c").torch())
+    )
+
+
+class InProcess:
+    """A channel answered by ``evaluate`` over ``names``, in this process (no kernel)."""
+
+    def __init__(self, names, lie=None):
+        self.names, self.lie = names, lie
+
+    def ask(self, request):
+        return self.lie if self.lie is not None else evaluate(request, self.names)
+
+
+CHECKS = """
+from rocmlab.harness import check
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    x = variant.random.randint(1, 100)
+    got = learner.call("double", x)
+    assert type(got) is int and got == 2 * x
+
+@check("t-1", points=2, en="rejects None", zh="拒绝 None")
+def rejects(learner, variant):
+    raised = learner.raised("double(None)")
+    assert raised is not None and raised.is_a("TypeError")
+"""
+
+
+def test_each_rule_scores_on_its_own_and_says_why_it_failed():
+    checks = load_checks(CHECKS, "checks.py")
+    right = run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3)
+    assert [(r.name, r.points, r.passed) for r in right] == [("doubles", 1.0, True), ("rejects", 2.0, True)]
+    lenient = run_checks(checks, Learner(InProcess({"double": lambda x: 2 * (x or 0)})), seed=3)
+    assert [(r.points, r.detail) for r in lenient] == [(1.0, ""), (0.0, "wrong answer")]
+    raising = run_checks(checks, Learner(InProcess({"double": lambda x: 1 / 0})), seed=3)
+    assert raising[0].detail == "your code raised ZeroDivisionError"
+    liar = run_checks(checks, Learner(InProcess({}, lie={"$rocmlab": "object", "type": "x"})), seed=3)
+    assert [r.passed for r in liar] == [False, False]
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel()
+    kc.execute_interactive(
+        "def double(x):\n    return 2 * x\ndef slow():\n    import time\n    time.sleep(60)\n", timeout=60
+    )
+    yield km, kc
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def test_a_real_kernel_answers_raises_hangs_and_recovers(kernel):
+    km, kc = kernel
+    learner = Learner(KernelChannel(kc, km, timeout_s=3))
+    assert learner.call("double", 21) == 42 and learner.get("double.__name__") == "double"
+    with pytest.raises(LearnerRaised):
+        learner.eval("double()")
+    with pytest.raises(NoAnswer, match="no answer within 3 s"):
+        learner.call("slow")
+    assert learner.call("double", 2) == 4  # interrupted, then served again
+
+
+def test_a_forged_answer_is_only_an_answer(kernel):
+    km, kc = kernel
+    kc.execute_interactive(
+        "import rocmlab.lab.answers as _a\nfrom IPython.display import display as _d\n_real = _a.serve\n"
+        "_a.serve = lambda request: _d({_a.ANSWER_MIME: 'forged'}, raw=True)\n",
+        timeout=30,
+    )
+    try:
+        assert Learner(KernelChannel(kc, km, timeout_s=5)).call("double", 2) == "forged"
+    finally:
+        kc.execute_interactive("_a.serve = _real", timeout=30)
