@@ -101,9 +101,19 @@ def test_graded_cells_are_well_formed():
     assert len(tests) >= 7
     for cell in tests:
         assert int(cell.metadata["points"]) > 0, cell.metadata
-        assert "### BEGIN HIDDEN TESTS" in cell.source and "### END HIDDEN TESTS" in cell.source, cell.metadata
+        assert "HIDDEN TESTS" not in cell.source, cell.metadata  # graded by checks.py since 1.3.0
     for cell in solutions:
         assert cell.source.count("### BEGIN SOLUTION") == cell.source.count("### END SOLUTION") >= 1, cell.metadata
+
+
+def test_every_test_cell_is_graded_by_checks_whose_points_add_up():
+    from rocmlab.harness import hidden_files, load_checks, problems
+
+    checks_file = LAB / "checks.py"
+    checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file), hidden_files(checks_file))
+    cells = {cell.metadata["grade_id"]: float(cell.metadata["points"]) for cell in SOURCE.tagged("test")}
+    assert problems(checks, cells) == []
+    assert len({c.name for c in checks}) == len(checks)
 
 
 def test_prose_comes_in_language_pairs():

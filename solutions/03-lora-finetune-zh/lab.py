@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 03 · 中文垂直领域 LoRA 微调
 #
-# `03-lora-finetune-zh` · 版本 1.2.0 · 核心部分约 105 分钟，另有约 15 分钟的选做（optional stretch）练习 ·
+# `03-lora-finetune-zh` · 版本 1.3.0 · 核心部分约 105 分钟，另有约 15 分钟的选做（optional stretch）练习 ·
 # **目标**：训练一个 LoRA 适配器 (adapter)，把质检员的中文缺陷描述转成结构化的质检报告 (JSON)。
 #
 # 你将亲手完成：用聊天模板 (chat template) 构造 SFT 样本、手算 LoRA 参数量、数据管线、训练循环、
@@ -29,7 +29,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 03 · Chinese-domain LoRA fine-tuning
 #
-# `03-lora-finetune-zh` · version 1.2.0 · about 105 minutes for the core, plus about 15 minutes of optional
+# `03-lora-finetune-zh` · version 1.3.0 · about 105 minutes for the core, plus about 15 minutes of optional
 # stretch · **Goal**: train a LoRA adapter that turns an inspector's Chinese defect description into a
 # structured QC report (JSON).
 #
@@ -44,6 +44,21 @@
 # **Prerequisites**: PyTorch basics, the linear layers inside a Transformer. The smoke profile runs
 # on CPU with the offline model `tiny-qwen-zh`; the gpu profile uses `Qwen/Qwen2.5-0.5B-Instruct`
 # with the same code and other parameters.
+
+# %% [markdown] tags=["zh"]
+# **自测与提交**：每个练习下面的测试单元是给你自测的可见检查；随时运行 `rocmlab check <本 notebook>.ipynb` 跑一遍
+# 全部可见测试。做完后在工作坊 hub 上通过 nbgrader 的 Assignments 标签页提交（或等讲师统一收取）。成绩来自隐藏检查：
+# 它们在你的 notebook 之外运行，用按你的种子生成的输入逐条检查每个练习的约定里写明的规则，每条规则单独计分；训练不会重跑，
+# 训练之后的检查读取你的 notebook 算出的结果并重新核算。可见测试覆盖了每一类规则，全部通过时隐藏检查通常也会通过。
+
+# %% [markdown] tags=["en"]
+# **Self-check and submit**: the test cell under each exercise holds visible checks for you; run
+# `rocmlab check <this notebook>.ipynb` at any time to run them all. When done, submit through nbgrader's
+# Assignments tab on the workshop hub (or let the instructor collect). The grade comes from hidden checks: they run
+# outside your notebook and test each rule stated in an exercise's contract, one by one, on inputs drawn from your
+# own seed, each rule with its own points; training is not repeated, the checks after training read what your
+# notebook computed and recompute it. The visible tests cover every kind of rule, so when they all pass the hidden
+# checks usually do too.
 
 # %% tags=["parameters"]
 PROFILE = "smoke"
@@ -186,7 +201,7 @@ print(tokenizer.apply_chat_template(example_messages, tokenize=False))
 # 4. 给了 `pad_to` 时，用 `tokenizer.pad_token_id` 右填充到这个长度（填充处 label 为 -100、mask 为 0）；
 #    样本比 `pad_to` 长时抛出 `ValueError`。
 #
-# 隐藏测试用另一条评测记录、多填充 7 个位置、以及比样本短 1 的 `pad_to` 检查规则 1–4。
+# 隐藏检查用随机的评测记录和系统提示、随机的填充长度、以及比样本短的 `pad_to` 逐条检查规则 1–4。
 
 # %% [markdown] tags=["en"]
 # **Exercise 1 contract**: `build_sft_sample(tokenizer, messages, pad_to=None)`, where the last turn of
@@ -203,8 +218,8 @@ print(tokenizer.apply_chat_template(example_messages, tokenize=False))
 # 4. With `pad_to`, right-pad to that length with `tokenizer.pad_token_id` (label -100, mask 0); raise
 #    `ValueError` when the sample is longer than `pad_to`.
 #
-# The hidden test checks rules 1-4 on another eval record, with 7 positions of padding, and with a `pad_to` one
-# shorter than the sample.
+# The hidden checks test rules 1-4 one by one on random eval records and system prompts, random amounts of padding,
+# and a `pad_to` shorter than the sample.
 
 # %% tags=["solution"] grade_id="03-sft-sol-1"
 def build_sft_sample(tokenizer, messages, pad_to=None):
@@ -240,24 +255,16 @@ _n_prompt = len(tokenizer(tokenizer.apply_chat_template(example_messages[:-1], t
                           add_special_tokens=False)["input_ids"])
 assert _sample["labels"][:_n_prompt] == [-100] * _n_prompt, "提示部分的标签应全为 -100 / every prompt label must be -100"
 assert _sample["labels"][_n_prompt:] == _sample["input_ids"][_n_prompt:], "回答部分的标签应等于 input_ids / answer labels must equal input_ids"
-### BEGIN HIDDEN TESTS
-_padded = build_sft_sample(tokenizer, example_messages, pad_to=len(_expected_ids) + 7)
-assert _padded["input_ids"] == _expected_ids + [tokenizer.pad_token_id] * 7
-assert _padded["labels"][-7:] == [-100] * 7 and _padded["attention_mask"] == [1] * len(_expected_ids) + [0] * 7
-assert tokenizer.pad_token_id not in _padded["labels"] or tokenizer.pad_token_id == END_ID
-assert END_ID != tokenizer.pad_token_id and _padded["labels"][len(_expected_ids) - 1] == END_ID
+_padded = build_sft_sample(tokenizer, example_messages, pad_to=len(_expected_ids) + 3)
+assert _padded["input_ids"] == _expected_ids + [PAD_ID] * 3 and _padded["labels"][-3:] == [-100] * 3 and \
+    _padded["attention_mask"] == [1] * len(_expected_ids) + [0] * 3, \
+    "规则 4：pad_to 时右侧用 pad_token_id 填充，标签 -100，mask 0 / rule 4: pad with pad_token_id, label -100, mask 0"
 try:
     build_sft_sample(tokenizer, example_messages, pad_to=len(_expected_ids) - 1)
-    raise AssertionError("pad_to shorter than the sample must raise ValueError")
 except ValueError:
     pass
-_other = to_messages(eval_records[-1])
-_other_sample = build_sft_sample(tokenizer, _other)
-_other_text = tokenizer.apply_chat_template(_other, tokenize=False).rstrip("\n")
-assert _other_sample["input_ids"] == tokenizer(_other_text, add_special_tokens=False).input_ids
-assert sum(label != -100 for label in _other_sample["labels"]) == \
-    len(tokenizer(_other[-1]["content"], add_special_tokens=False)["input_ids"]) + 1
-### END HIDDEN TESTS
+else:
+    raise AssertionError("规则 4：样本比 pad_to 长时应抛出 ValueError / rule 4: a sample longer than pad_to raises ValueError")
 
 # %% [markdown] tags=["zh"]
 # ## 2. LoRA 参数量：手算并与 peft 对照
@@ -295,8 +302,8 @@ assert sum(label != -100 for label in _other_sample["labels"]) == \
 #    `hidden_size // num_attention_heads`。
 # 4. 只数 `target_modules` 里的投影。
 #
-# 隐藏测试用三个小配置（设置了与 hidden / 头数不同的 head_dim、GQA、r 取 2/4/16、只选部分投影）与 peft 自己的计数
-# 对照，并检查 Qwen2.5-0.5B 在 r=8、七个投影时为 4,399,104。
+# 隐藏检查用随机的小配置（GQA、设置了与 hidden / 头数不同的 head_dim、不同的 r、只选部分投影）逐条检查这些规则，
+# 检查 Qwen2.5-0.5B 在 r=8、七个投影时为 4,399,104，并检查对本实验的模型和 `LORA_R` 的结果等于 peft 的计数。
 
 # %% [markdown] tags=["en"]
 # **Exercise 2 contract**: `lora_param_count(config, r, target_modules=QWEN_PROJECTIONS)` returns the number of
@@ -311,8 +318,9 @@ assert sum(label != -100 for label in _other_sample["labels"]) == \
 #    `hidden_size // num_attention_heads`.
 # 4. Only the projections named in `target_modules` count.
 #
-# The hidden test compares three small configs (a head_dim set unlike hidden / heads, GQA, r of 2, 4 and 16,
-# subsets of the projections) with peft's own count, and checks 4,399,104 for Qwen2.5-0.5B with r=8 on all seven.
+# The hidden checks test these rules one by one on random small configs (GQA, a head_dim set unlike hidden / heads,
+# various r, subsets of the projections), check 4,399,104 for Qwen2.5-0.5B with r=8 on all seven, and check that
+# the count for this lab's model and `LORA_R` equals peft's.
 
 # %% tags=["solution"] grade_id="03-lora-sol-1"
 QWEN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -355,21 +363,10 @@ print("logits identical at init:", torch.equal(base_logits, lora_logits))
 _mine = lora_param_count(peft_model.base_model.model.config, LORA_R)
 assert _mine == trainable, f"手算 {_mine:,} ≠ peft {trainable:,} / by hand {_mine:,} != peft {trainable:,}"
 assert torch.equal(base_logits, lora_logits), "B=0 时包装后 logits 应与原模型完全相同 / logits must be identical at init"
-### BEGIN HIDDEN TESTS
-def _peft_count(cfg, r, targets):
-    torch.manual_seed(1)
-    wrapped = get_peft_model(__import__("transformers").Qwen2ForCausalLM(cfg),
-                             LoraConfig(r=r, target_modules=list(targets), task_type="CAUSAL_LM"))
-    return wrapped.get_nb_trainable_parameters()[0]
-
 _cfg = Qwen2Config(vocab_size=64, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
                    num_attention_heads=6, num_key_value_heads=2, head_dim=16)
-for _r, _targets in [(4, QWEN_PROJECTIONS), (16, ("q_proj", "v_proj")), (2, ("down_proj", "k_proj"))]:
-    assert lora_param_count(_cfg, _r, _targets) == _peft_count(_cfg, _r, _targets), (_r, _targets)
-_qwen05 = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                      num_attention_heads=14, num_key_value_heads=2)
-assert lora_param_count(_qwen05, 8) == 4_399_104
-### END HIDDEN TESTS
+assert lora_param_count(_cfg, 4, ("q_proj",)) == 3 * 4 * (48 + 6 * 16), \
+    "规则 3、4：设置了 head_dim 就用它，只数 target_modules / rules 3, 4: use config.head_dim, count target_modules only"
 
 # %% [markdown] tags=["zh"]
 # ## 3. 数据管线：去重、确定性划分、长度统计、整理器
@@ -400,8 +397,8 @@ assert lora_param_count(_qwen05, 8) == 4_399_104
 #    当且仅当 `int(sha256(f"{seed}:{record['id']}" 的 UTF-8 字节).hexdigest()[:8], 16) / 16**8 < eval_fraction`，
 #    否则进 train。
 #
-# 隐藏测试：倒序输入（保留的是倒序中的第一条）、空列表、dev 的成员与公式逐条一致、换一个 seed 划分会变、
-# `eval_fraction=0` 时返回 `(全部记录, [])`、数据集增加记录后原来在 dev 的记录仍在 dev。
+# 隐藏检查：倒序输入（保留的是倒序中的第一条）、空列表、含空格/制表符/全角字符的随机重复描述、随机的 id、seed 和
+# `eval_fraction`（包括 0 和 1）下 dev 的成员与公式逐条一致、打乱顺序的输入。
 
 # %% [markdown] tags=["en"]
 # **Exercise 3 contract**:
@@ -414,9 +411,9 @@ assert lora_param_count(_qwen05, 8) == 4_399_104
 #    to dev exactly when `int(sha256(UTF-8 bytes of f"{seed}:{record['id']}").hexdigest()[:8], 16) / 16**8 <
 #    eval_fraction`, else to train.
 #
-# Hidden tests: reversed input (the first of the reversed order is kept), an empty list, dev membership record by
-# record against the formula, a different seed changes the split, `eval_fraction=0` gives `(all records, [])`,
-# and records in dev stay in dev when the data set grows.
+# Hidden checks: reversed input (the first of the reversed order is kept), an empty list, random duplicates that
+# differ by spaces, tabs or full-width characters, dev membership record by record against the formula for random
+# ids, seeds and `eval_fraction` (0 and 1 included), and shuffled input.
 
 # %% tags=["solution"] grade_id="03-data-sol-1"
 def dedupe_records(records):
@@ -452,17 +449,10 @@ _many = [{"id": f"r{i}", "description": str(i)} for i in range(200)]
 _tr, _dv = split_by_hash(_many, 0.25, seed=3)
 assert len(_tr) + len(_dv) == 200 and not {r["id"] for r in _tr} & {r["id"] for r in _dv}, "每条记录恰好落在一边 / each record on exactly one side"
 assert split_by_hash(list(reversed(_many)), 0.25, seed=3)[1] == list(reversed(_dv)), "划分不应依赖顺序 / the split must not depend on order"
-### BEGIN HIDDEN TESTS
-assert [r["id"] for r in dedupe_records(list(reversed(_recs)))] == ["e", "d", "b"]
-assert dedupe_records([]) == []
+assert dedupe_records([]) == [], "空列表返回空列表 / an empty list gives an empty list"
 _expected_dev = [r["id"] for r in _many
-                 if int(hashlib.sha256(f"3:{r['id']}".encode()).hexdigest()[:8], 16) < 0.25 * 16**8]
-assert [r["id"] for r in _dv] == _expected_dev
-assert split_by_hash(_many, 0.25, seed=4)[1] != _dv, "the seed must change the split"
-assert split_by_hash(_many, 0.0, seed=3) == (_many, [])
-_grown = _many + [{"id": f"new{i}", "description": "x"} for i in range(50)]
-assert {r["id"] for r in split_by_hash(_grown, 0.25, seed=3)[1]} >= set(_expected_dev)
-### END HIDDEN TESTS
+                 if int(hashlib.sha256(f"3:{r['id']}".encode()).hexdigest()[:8], 16) / 16**8 < 0.25]
+assert [r["id"] for r in _dv] == _expected_dev, "dev 的成员应与公式一致 / dev membership must follow the formula"
 
 # %%
 clean_train = dedupe_records(train_records)
@@ -513,7 +503,7 @@ print(f"characters per token on the answers: "
 # 2. `attention_mask` 按**长度**构造：每个样本自己的 token 处为 1，填充处为 0——即使 `pad_id` 与样本里的真实
 #    token 相同也是如此。
 #
-# 隐藏测试用一个等于样本中真实 token 的 `pad_id`，以及四个真实训练样本（形状、mask 之和 = 各样本长度之和）。
+# 隐藏检查用随机的样本和 `pad_id`（样本里有等于 `pad_id` 的真实 token）逐条检查填充、mask、dtype 与形状。
 
 # %% [markdown] tags=["en"]
 # **Exercise 4 contract**: `collate(samples, pad_id)`, where `samples` is a list of samples (dicts holding two int
@@ -524,8 +514,8 @@ print(f"characters per token on the answers: "
 # 2. `attention_mask` comes from the **lengths**: 1 on each sample's own tokens, 0 on padding, even when `pad_id`
 #    equals a real token of a sample.
 #
-# The hidden test uses a `pad_id` equal to real tokens of the samples, and four real training samples (shape, and
-# a mask sum equal to the sum of the lengths).
+# The hidden checks test padding, mask, dtype and shape one by one on random samples and a random `pad_id` (with real
+# tokens equal to `pad_id`).
 
 # %% tags=["solution"] grade_id="03-collate-sol-1"
 def collate(samples, pad_id):
@@ -549,16 +539,11 @@ assert _batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]], _batch["input_ids
 assert _batch["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]], _batch["labels"]
 assert _batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]], _batch["attention_mask"]
 assert _batch["input_ids"].dtype == torch.long
-### BEGIN HIDDEN TESTS
-_b = collate([{"input_ids": [3, 9, 3], "labels": [-100, 9, 3], "attention_mask": [1, 1, 1]},
-              {"input_ids": [3, 3, 4, 3, 2], "labels": [-100, -100, 4, 3, 2], "attention_mask": [1] * 5}], pad_id=3)
-assert _b["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "mask from lengths, not from pad id"
-assert _b["labels"].tolist() == [[-100, 9, 3, -100, -100], [-100, -100, 4, 3, 2]]
-assert _b["input_ids"].tolist() == [[3, 9, 3, 3, 3], [3, 3, 4, 3, 2]]
-_real = collate(fit_samples[:4], PAD_ID)
-assert _real["input_ids"].shape[1] == max(len(s["input_ids"]) for s in fit_samples[:4])
-assert int(_real["attention_mask"].sum()) == sum(len(s["input_ids"]) for s in fit_samples[:4])
-### END HIDDEN TESTS
+assert _batch["labels"].dtype == torch.long and _batch["attention_mask"].dtype == torch.long
+_b = collate([{"input_ids": [3, 9, 3], "labels": [-100, 9, 3]}, {"input_ids": [3, 3, 4, 3, 2], "labels": [-100] * 5}],
+             pad_id=3)
+assert _b["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], \
+    "mask 必须按长度构造，pad_id 等于真实 token 时也一样 / the mask comes from the lengths, even when pad_id is a real token"
 
 # %% [markdown] tags=["zh"]
 # ## 4. 训练
@@ -582,8 +567,8 @@ assert int(_real["attention_mask"].sum()) == sum(len(s["input_ids"]) for s in fi
 #    全是 -100 的行不贡献任何项；
 # 3. 用 float32 计算（bf16 的 logits 先转 float32）。
 #
-# 隐藏测试：在一个真实批次上与模型自己算出的 `out.loss` 一致（fp32 误差 1e-5，bf16 误差 1e-3）；另一个形状的随机
-# 批次（含一整行 -100）与 `F.cross_entropy` 的参考值一致。
+# 隐藏检查：随机形状的批次（含一整行 -100）与参考值一致（误差 1e-5）；bf16 的 logits 得到 float32 的损失；在本实验模型的
+# 一个真实批次上与它的 logits 的交叉熵一致（fp32 误差 1e-5，bf16 误差 1e-3）。
 
 # %% [markdown] tags=["en"]
 # **Exercise 5 contract**: `causal_lm_loss(logits, labels)`, with `logits` of shape `[B, T, V]` (maybe bf16) and
@@ -595,8 +580,9 @@ assert int(_real["attention_mask"].sum()) == sum(len(s["input_ids"]) for s in fi
 #    batch (not a mean of per-row means); a row of -100 adds nothing;
 # 3. computed in float32 (bf16 logits are cast first).
 #
-# Hidden tests: on a real batch it equals the model's own `out.loss` (within 1e-5 in fp32, 1e-3 in bf16); on a
-# random batch of another shape (with a whole row of -100) it equals the `F.cross_entropy` reference.
+# Hidden checks: random batches of other shapes (with a whole row of -100) against a reference (within 1e-5); bf16
+# logits give a float32 loss; on a real batch of this lab's model it equals the cross-entropy of its logits (within
+# 1e-5 in fp32, 1e-3 in bf16).
 
 # %% tags=["solution"] grade_id="03-loss-sol-1"
 def causal_lm_loss(logits, labels):
@@ -616,18 +602,11 @@ _terms = [-torch.log_softmax(_logits[b, t - 1], -1)[_labels[b, t]] for b in rang
           if _labels[b, t] != -100]
 assert torch.allclose(causal_lm_loss(_logits, _labels), torch.stack(_terms).mean(), atol=1e-6), \
     "损失应在所有非 -100 的（移位后）标签上取平均 / mean over all shifted non -100 labels"
-### BEGIN HIDDEN TESTS
-_batch = {k: v.to(device) for k, v in collate(fit_samples[:3], PAD_ID).items()}
-with torch.no_grad():
-    _out = peft_model(input_ids=_batch["input_ids"], attention_mask=_batch["attention_mask"], labels=_batch["labels"])
-assert torch.allclose(causal_lm_loss(_out.logits, _batch["labels"]).float().cpu(), _out.loss.float().cpu(), atol=1e-3 if DTYPE != torch.float32 else 1e-5)
-_logits2 = torch.randn(3, 6, 7, generator=_g)
-_labels2 = torch.randint(0, 7, (3, 6), generator=_g)
-_labels2[0, :] = -100
-_labels2[2, 5] = -100
-_ref2 = F.cross_entropy(_logits2[1:, :-1].reshape(-1, 7), _labels2[1:, 1:].reshape(-1), ignore_index=-100)
-assert torch.allclose(causal_lm_loss(_logits2, _labels2), _ref2, atol=1e-6)
-### END HIDDEN TESTS
+_loss16 = causal_lm_loss(_logits.bfloat16(), _labels)
+_terms16 = [-torch.log_softmax(_logits.bfloat16()[b, t - 1].float(), -1)[_labels[b, t]] for b in range(2)
+            for t in range(1, 4) if _labels[b, t] != -100]
+assert _loss16.dtype == torch.float32 and torch.allclose(_loss16, torch.stack(_terms16).mean(), atol=1e-6), \
+    "bf16 的 logits 先转 float32 再算 / bf16 logits are cast to float32 first"
 
 # %% [markdown] tags=["zh"]
 # 训练有两种写法，效果相同：**朴素循环**（每一步都看得见：取批、前向、损失、反向、裁剪梯度、更新、
@@ -766,8 +745,8 @@ def mean_loss(model, samples, batch_size=16):
 #    ROUGE-L 记 0）；`rouge_l` 是每条预测 × `TEXT_FIELDS` 每个字段的 `rouge_l_f1` 的平均。它是纯函数：同样的
 #    输入两次调用结果相同。
 #
-# 隐藏测试：40 对随机中文字符串的 LCS 与参考实现对照、经典例子 `"ABCBDAB"` / `"BDCABA"` 的 LCS 为 4、
-# `"[1, 2]"`、`"null"` 和带多余文字的 JSON 都解析为 None、`defect_type` 的值是数字时按 `""` 计分。
+# 隐藏检查：随机中文字符串的 LCS 与 ROUGE-L 与参考实现对照、经典例子 `"ABCBDAB"` / `"BDCABA"` 的 LCS 为 4、
+# `"[1, 2]"`、`"null"`、数字、截断的 JSON 和带多余文字的 JSON 都解析为 None、随机的预测（无效、缺字段、字段是数字）的评分。
 # 训练之后的测试 `03-beats-base-1` 还会把 `score_predictions` 对同一批输入再调用一次，结果必须相同。
 
 # %% [markdown] tags=["en"]
@@ -786,9 +765,9 @@ def mean_loss(model, samples, batch_size=16):
 #    the mean of `rouge_l_f1` over every prediction × every field of `TEXT_FIELDS`. It is a pure function: called
 #    twice on the same inputs it returns the same result.
 #
-# Hidden tests: the LCS of 40 pairs of random Chinese strings against a reference implementation, the classic
-# `"ABCBDAB"` / `"BDCABA"` with LCS 4, `"[1, 2]"`, `"null"` and JSON followed by extra text all parse to None,
-# and a numeric `defect_type` scores as `""`. The test after training, `03-beats-base-1`, also calls
+# Hidden checks: LCS and ROUGE-L of random Chinese strings against a reference implementation, the classic
+# `"ABCBDAB"` / `"BDCABA"` with LCS 4, `"[1, 2]"`, `"null"`, a number, truncated JSON and JSON followed by extra
+# text all parse to None, and the scores of random predictions (invalid, a missing field, a numeric field). The test after training, `03-beats-base-1`, also calls
 # `score_predictions` a second time on the same inputs and needs the same result.
 
 # %% tags=["solution"] grade_id="03-metrics-sol-1"
@@ -863,32 +842,11 @@ _scores = score_predictions(_preds, [_ref] * 3)
 assert abs(_scores["valid_json"] - 2 / 3) < 1e-9, _scores
 assert _scores["exact_match"] == {"defect_type": 2 / 3, "severity": 1 / 3, "disposition": 2 / 3}, _scores
 assert abs(_scores["rouge_l"] - (3 + 2 + 2 / 3) / 9) < 1e-9, _scores
-### BEGIN HIDDEN TESTS
-import functools
-import random as _random
-
-
-def _lcs_ref(a, b):
-    @functools.lru_cache(maxsize=None)
-    def go(i, j):
-        if i == len(a) or j == len(b):
-            return 0
-        return go(i + 1, j + 1) + 1 if a[i] == b[j] else max(go(i + 1, j), go(i, j + 1))
-    return go(0, 0)
-
-
-_rng = _random.Random(7)
-for _ in range(40):
-    _a = "".join(_rng.choice("划痕气泡裂纹") for _ in range(_rng.randint(0, 9)))
-    _b = "".join(_rng.choice("划痕气泡裂纹") for _ in range(_rng.randint(0, 9)))
-    assert lcs_length(_a, _b) == _lcs_ref(_a, _b), (_a, _b)
-assert lcs_length("ABCBDAB", "BDCABA") == 4
-assert abs(rouge_l_f1("返工处理", "返工") - 2 * 0.5 * 1 / 1.5) < 1e-9
-assert parse_report("[1, 2]") is None and parse_report("null") is None and parse_report('{"a": 1} 多余') is None
+assert parse_report("[1, 2]") is None and parse_report("null") is None and parse_report('{"a": 1} 多余') is None, \
+    "只有一个 JSON 对象才返回 dict / only one JSON object gives a dict"
 _s = score_predictions(['{"defect_type": 3, "severity": "轻微"}'], [_ref])
-assert _s["valid_json"] == 1.0 and _s["exact_match"] == {"defect_type": 0.0, "severity": 1.0, "disposition": 0.0}
-assert _s["rouge_l"] == 0.0
-### END HIDDEN TESTS
+assert _s["exact_match"] == {"defect_type": 0.0, "severity": 1.0, "disposition": 0.0}, \
+    f"不是字符串的字段当作 '' / a non-string field counts as '': {_s}"
 
 # %%
 EVAL_SUBSET = clean_eval[:N_EVAL]
@@ -934,6 +892,11 @@ print("base sample output:", base_predictions[0][:120])
 # 120 步的 tiny-qwen-zh 在一台机器上学会了格式但 `defect_type` 为 0，在另一台机器上连格式都没学会；
 # 400 步后格式在每次构建上都稳定），适配器要有足够的容量和步数（r=8、160 步时换一个底座种子
 # `defect_type` 只有 0.04；r=16、320 步时三个底座种子分别为 1.0、0.75、0.79）。
+#
+# **训练之后的测试 `03-beats-base-1` 检查的规则**（都在同一批留出数据上，与基座比较）：每步一个损失、都是有限值，最后五步的
+# 平均低于第一步；微调后的 dev 损失低于基座；JSON 有效率 >= max(0.75, 基座 + 0.5)；`defect_type` 精确匹配 >= 0.5，三个
+# 字段的平均精确匹配 >= 基座 + 0.2；ROUGE-L >= 基座 + 0.05；`base_scores`、`tuned_scores` 和 `metrics.json` 里的分数就是
+# 用练习 6 的规则从 `base_predictions`、`tuned_predictions` 算出的指标，再调用一次 `score_predictions` 结果相同。
 
 # %% [markdown] tags=["en"]
 # Now train. The smoke profile: 320 steps, batch 8, learning rate 5e-3 decaying linearly to 0 (no
@@ -951,6 +914,13 @@ print("base sample output:", base_predictions[0][:120])
 # at 400 steps the format holds on every build), and an adapter with enough capacity and steps
 # (r=8 and 160 steps gave 0.04 on `defect_type` with another base-model seed; r=16 and 320 steps
 # gave 1.0, 0.75 and 0.79 on three base-model seeds).
+#
+# **What the test after training, `03-beats-base-1`, checks** (on the same held-out subset, against the base model):
+# one finite loss per step, the last five averaging below the first; a tuned dev loss below the base's; a valid-JSON
+# rate >= max(0.75, base + 0.5); `defect_type` exact match >= 0.5 and a mean exact match over the three fields >=
+# base + 0.2; ROUGE-L >= base + 0.05; and the scores in `base_scores`, `tuned_scores` and `metrics.json` are the
+# metrics of `base_predictions` and `tuned_predictions` by exercise 6's rules, the same when `score_predictions` is
+# called again.
 
 # %%
 lab.seed_everything(SEED)
@@ -991,10 +961,10 @@ assert tuned_scores["exact_match"]["defect_type"] >= 0.5, \
     f"缺陷类型至少一半要对 / defect_type right on at least half: {tuned_scores['exact_match']['defect_type']:.2f}"
 assert _mean_exact(tuned_scores) >= _mean_exact(base_scores) + 0.2, \
     f"字段精确匹配应比基座高 0.2 以上 / field exact match: base {_mean_exact(base_scores):.2f}, tuned {_mean_exact(tuned_scores):.2f}"
-### BEGIN HIDDEN TESTS
-assert tuned_scores["rouge_l"] >= base_scores["rouge_l"] + 0.05
-assert score_predictions(tuned_predictions, EVAL_REFERENCES) == tuned_scores, "scores must be a pure function"
-### END HIDDEN TESTS
+assert tuned_scores["rouge_l"] >= base_scores["rouge_l"] + 0.05, \
+    f"ROUGE-L 应比基座高 0.05 以上 / ROUGE-L: base {base_scores['rouge_l']:.3f}, tuned {tuned_scores['rouge_l']:.3f}"
+assert score_predictions(tuned_predictions, EVAL_REFERENCES) == tuned_scores, \
+    "score_predictions 应是纯函数 / score_predictions must be a pure function"
 
 # %% [markdown] tags=["zh"]
 # ## 6. 保存、重新加载、合并
@@ -1031,8 +1001,8 @@ with torch.no_grad():
 # 2. 处于 eval 模式；
 # 3. 它的 logits 与带适配器的模型一致：fp32 下误差不超过 1e-4，bf16 下不超过 0.25。
 #
-# 隐藏测试检查返回值的类型，并核对保存的适配器文件：其中的参数个数等于 peft 的可训练参数个数，也等于第 2 节的
-# `lora_param_count`。
+# 隐藏检查在随机的 token 序列上比较合并后模型与带适配器模型的 logits，检查返回值的类型和 eval 模式，并核对保存的适配器
+# 文件：其中的参数个数等于 peft 的可训练参数个数，也等于第 2 节的 `lora_param_count`。
 
 # %% [markdown] tags=["en"]
 # **Exercise 7 contract**: `reload_and_merge(base_model, adapter_dir)` loads the adapter saved in `adapter_dir`
@@ -1043,8 +1013,9 @@ with torch.no_grad():
 # 2. in eval mode;
 # 3. whose logits match the adapter model: within 1e-4 in fp32, 0.25 in bf16.
 #
-# The hidden test checks the type of the result and the saved adapter file: its parameter count equals peft's
-# trainable count and section 2's `lora_param_count`.
+# The hidden checks compare the merged and the adapter model's logits on random token sequences, check the type of
+# the result and eval mode, and the saved adapter file: its parameter count equals peft's trainable count and
+# section 2's `lora_param_count`.
 
 # %% tags=["solution"] grade_id="03-merge-sol-1"
 def reload_and_merge(base_model, adapter_dir):
@@ -1068,16 +1039,9 @@ _tol = 1e-4 if DTYPE == torch.float32 else 0.25
 assert torch.allclose(merged_logits, tuned_logits, atol=_tol, rtol=_tol), \
     f"合并后 logits 应与适配器模型一致 / merged logits differ by {float((merged_logits - tuned_logits).abs().max()):.2e}"
 assert not any("lora_" in name for name, _ in merged_model.named_parameters()), "合并后不应再有 LoRA 参数 / no LoRA left"
-### BEGIN HIDDEN TESTS
-_header_len = int.from_bytes(adapter_file.read_bytes()[:8], "little")
-_header = json.loads(adapter_file.read_bytes()[8:8 + _header_len])
-_itemsize = {"F32": 4, "BF16": 2, "F16": 2}
-_payload = sum(math.prod(v["shape"]) * _itemsize[v["dtype"]] for k, v in _header.items() if k != "__metadata__")
-_n_saved = sum(math.prod(v["shape"]) for k, v in _header.items() if k != "__metadata__")
-assert _n_saved == trainable == lora_param_count(fresh_base.config, LORA_R)
-assert adapter_file.stat().st_size == 8 + _header_len + _payload
-assert isinstance(merged_model, __import__("transformers").PreTrainedModel) and not isinstance(merged_model, PeftModel)
-### END HIDDEN TESTS
+assert not merged_model.training, "规则 2：应处于 eval 模式 / rule 2: eval mode"
+assert isinstance(merged_model, __import__("transformers").PreTrainedModel) and not isinstance(merged_model, PeftModel), \
+    "规则 1：应是普通模型而不是 PeftModel / rule 1: a plain model, not a PeftModel"
 
 # %% [markdown] tags=["zh"]
 # 适配器文件大小 = 8 字节头长度 + JSON 头 + 参数量 × 每参数字节数（fp32 为 4）。用第 2 节的手算参数量
@@ -1152,8 +1116,7 @@ for name, cfg in [("Qwen2.5-0.5B", QWEN25_05B), ("Qwen2.5-7B", QWEN25_7B)]:
 # 1. `lora_params == 0`：全量微调，每参数 16 B，即 `16 × n_params` 字节；
 # 2. `lora_params > 0`：冻结底座每参数 2 B，加上适配器每参数 16 B，即 `2 × n_params + 16 × lora_params` 字节。
 #
-# 隐藏测试：Qwen2.5-7B 全量约 113.48 GiB、7B 的 LoRA 按规则 2、`n_params = 0` 得 0.0，以及上面的预算满足
-# “7B 全量 > 80 GiB > 7B LoRA”。
+# 隐藏检查：随机的参数量下的规则 1 和 2、Qwen2.5-7B 全量约 113.48 GiB、返回值是 float、`n_params = 0` 得 0.0。
 
 # %% [markdown] tags=["en"]
 # **Exercise 8 contract**: `training_memory_gib(n_params, lora_params=0)` returns the memory of weights + grads +
@@ -1163,8 +1126,8 @@ for name, cfg in [("Qwen2.5-0.5B", QWEN25_05B), ("Qwen2.5-7B", QWEN25_7B)]:
 # 2. `lora_params > 0`: 2 B per frozen base parameter plus 16 B per adapter parameter, so
 #    `2 × n_params + 16 × lora_params` bytes.
 #
-# Hidden tests: a full Qwen2.5-7B at about 113.48 GiB, the 7B LoRA by rule 2, `n_params = 0` giving 0.0, and the
-# budget above holding "7B full > 80 GiB > 7B LoRA".
+# Hidden checks: rules 1 and 2 for random parameter counts, a full Qwen2.5-7B at about 113.48 GiB, a float result,
+# and `n_params = 0` giving 0.0.
 
 # %% tags=["solution"] grade_id="03-memory-sol-1"
 def training_memory_gib(n_params, lora_params=0):
@@ -1191,12 +1154,7 @@ lab.plot_bars(budget, title="weights + grads + optimizer (GiB)", ylabel="GiB")
 # %% tags=["test"] grade_id="03-memory-1" points=2
 assert abs(training_memory_gib(494_032_768) - 494_032_768 * 16 / 2**30) < 1e-9, "全量：16 B/参数 / full: 16 B per parameter"
 assert abs(training_memory_gib(494_032_768, 4_399_104) - 0.98576) < 1e-4, training_memory_gib(494_032_768, 4_399_104)
-### BEGIN HIDDEN TESTS
-assert abs(training_memory_gib(7_615_616_512) - 113.48) < 0.01
-assert abs(training_memory_gib(7_615_616_512, 20_185_088) - (2 * 7_615_616_512 + 16 * 20_185_088) / 2**30) < 1e-9
-assert training_memory_gib(0) == 0.0
-assert budget["7B full"] > 80 > budget["7B LoRA r=8"]
-### END HIDDEN TESTS
+assert type(training_memory_gib(0)) is float and training_memory_gib(0) == 0.0, "返回 float / returns a float"
 
 # %% [markdown] tags=["zh"]
 # **读数**：7B 全量微调光权重+梯度+优化器就要约 113 GiB，一张 80 GB 卡放不下，一张 MI300X（192 GB
@@ -1477,7 +1435,7 @@ print(f"flash-attn installed: {FLASH_VERSION or 'no'}")
 #    样本也比 SDPA 最快的样本快（`max(flash) < min(sdpa)`，差别超出了波动范围）时，才返回 `"flash_attention_2"`；
 #    否则（缺少某个键、列表为空、范围重叠、SDPA 更快）返回 `"sdpa"`。
 #
-# 隐藏测试用别的架构（gfx90a、gfx950、gfx1100、gfx1201、gfx908、gfx1030、sm_90）、别的版本（2.8.3、2.8.3.post1、
+# 隐藏检查用随机选出的架构（gfx90a、gfx950、gfx1100、gfx1201、gfx908、gfx1030、sm_90）、别的版本（2.8.3、2.8.3.post1、
 # 2.8.4、2.10.0）和别的计时（重叠、相等、空列表、缺键）检查规则 1–4。
 
 # %% [markdown] tags=["en"]
@@ -1497,7 +1455,7 @@ print(f"flash-attn installed: {FLASH_VERSION or 'no'}")
 #    a difference beyond the spread); otherwise (a missing key, an empty list, overlapping ranges, SDPA faster)
 #    `"sdpa"`.
 #
-# The hidden test checks rules 1-4 with other archs (gfx90a, gfx950, gfx1100, gfx1201, gfx908, gfx1030, sm_90),
+# The hidden checks test rules 1-4 one by one with randomly chosen archs (gfx90a, gfx950, gfx1100, gfx1201, gfx908, gfx1030, sm_90),
 # other versions (2.8.3, 2.8.3.post1, 2.8.4, 2.10.0) and other timings (overlapping, equal, an empty list, a
 # missing key).
 
@@ -1534,20 +1492,8 @@ assert choose_attention("gfx1201", "2.8.3.post1", _fast) == "sdpa", \
 assert choose_attention("gfx1201", "2.8.4", _fast) == "flash_attention_2", \
     "规则 3、4：2.8.4 且实测更快 / rules 3, 4: 2.8.4 and measured faster -> flash_attention_2"
 assert choose_attention(ARCH, FLASH_VERSION, attention_timings) in ("sdpa", "flash_attention_2")
-### BEGIN HIDDEN TESTS
-for _arch in ("gfx90a", "gfx950", "gfx1100", "gfx1151", "gfx1201"):
-    assert choose_attention(_arch, "2.10.0", _fast) == "flash_attention_2", (_arch, "rule 2/4")
-for _arch in ("gfx908", "gfx1030", "gfx906", "sm_90", "sm_80"):
-    assert choose_attention(_arch, "2.10.0", _fast) == "sdpa", (_arch, "rule 2")
-assert choose_attention("gfx90a", "2.8.3.post1", _fast) == "flash_attention_2", "rule 3 is for RDNA only"
-assert choose_attention("gfx1100", "2.8.3", _fast) == "sdpa", "rule 3"
-assert choose_attention("gfx1100", "2.10.0", {"sdpa": [1.0, 1.5], "flash_attention_2": [0.9, 1.2]}) == "sdpa", \
-    "rule 4: overlapping ranges"
-assert choose_attention("gfx942", "2.8.4", {"sdpa": [1.0], "flash_attention_2": [1.0]}) == "sdpa", "rule 4: equal"
-assert choose_attention("gfx942", "2.8.4", {"sdpa": [1.0], "flash_attention_2": []}) == "sdpa", "rule 4: empty list"
-assert choose_attention("gfx942", "2.8.4", {"flash_attention_2": [0.5]}) == "sdpa", "rule 4: no sdpa timing"
-assert choose_attention("gfx942", "2.8.4", {}) == "sdpa", "rule 4: nothing measured"
-### END HIDDEN TESTS
+assert choose_attention("gfx942", "2.8.4", {"sdpa": [1.0], "flash_attention_2": []}) == "sdpa", \
+    "规则 4：空列表用 sdpa / rule 4: an empty list -> sdpa"
 
 # %%
 try:
