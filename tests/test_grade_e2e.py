@@ -44,8 +44,13 @@ def test_regrading_a_class_is_idempotent(tmp_path, capsys):
     assert first == [("correct", 5.0, 2), ("partial", 2.0, 2)]
     printed = capsys.readouterr().out
     assert "correct" in printed and "5 / 5" in printed
-    assert main(argv) == 0
+    before = json.loads((tmp_path / "out" / "summary.json").read_text())
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    assert main([*argv, "--seeds", str(tmp_path / "before.json")]) == 0  # a regrade with the recorded inputs
     assert gradebook_rows(db) == first
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [s["score"] for s in summary["students"]] == [5.0, 2.0]
+    assert [s["seed"] for s in summary["students"]] == [s["seed"] for s in before["students"]]
+    assert [s["checks"] for s in summary["students"]] == [s["checks"] for s in before["students"]]
+    assert main([*argv, "--seeds", str(tmp_path / "nope.json")]) == 2
     assert summary["gradebook"].endswith("gradebook.db")

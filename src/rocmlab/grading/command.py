@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from .submissions import find_submissions
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Autograde a class with nbgrader, in parallel and sandboxed: each submission re-run in the profile "
-        "with the test cells restored from the source; grades.csv, summary.json (score and flags per learner) "
-        "and a feedback page per learner in --out."
+        "with the test cells restored from the source, then the lab's hidden checks (checks.py) run in a "
+        "trusted process on inputs drawn per learner; grades.csv, summary.json (score, seed, checks and "
+        "flags per learner) and a feedback page per learner naming each broken rule in --out."
     )
     parser.add_argument("lab", metavar="LAB", help="lab id or its number; `merge`: merge the shard outputs OUT...")
     parser.add_argument(
@@ -70,11 +72,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs with your rights",
     )
     parser.add_argument(
+        "--seeds",
+        metavar="SUMMARY",
+        help="regrade with the hidden checks' inputs of an earlier grading: its summary.json "
+        "(each learner found there gets the seed recorded for them; others get a new one)",
+    )
+    parser.add_argument(
         "--feedback-to",
         metavar="COURSE_ROOT",
         help="also put each learner's feedback page in this nbgrader course's feedback/ folder, "
         "ready for `nbgrader release_feedback` (submissions collected by nbgrader only)",
     )
+
+
+def recorded_seeds(summary: Path) -> dict[str, int]:
+    """learner -> the seed an earlier grading recorded in its summary.json."""
+    try:
+        students = json.loads(summary.read_text(encoding="utf-8"))["students"]
+        return {str(s["student"]): int(s["seed"]) for s in students if "seed" in s}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"--seeds {summary}: expected the summary.json of an earlier `rocmlab grade` "
+            f"(students with their seed): {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def main(
@@ -91,6 +111,7 @@ def main(
     max_processes: int = Limits.max_processes,
     max_output_kb: int = Limits.max_cell_output_kb,
     feedback_to: str | None = None,
+    seeds: str | None = None,
     unsafe: bool = False,
     root: str | None = None,
 ) -> int:
@@ -133,6 +154,7 @@ def main(
         limits=limits,
         progress=say,
         unsafe=unsafe,
+        seeds=recorded_seeds(Path(seeds)) if seeds else None,
     )
     if part:  # ---- scale-out
         shards.record_shard(out, part, everyone)
