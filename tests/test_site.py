@@ -170,10 +170,22 @@ def test_pages_load_nothing_from_elsewhere(site):
         assert "url(" not in css.read_text() and "@import" not in css.read_text()
 
 
-def test_the_download_is_the_student_notebook(site):
-    lab_id = FAST_LABS[0]
-    served = json.loads((site / "zh" / "notebooks" / f"{lab_id}.ipynb").read_text())
-    assert served == json.loads((REPO / "labs" / "zh" / lab_id / f"{lab_id}.ipynb").read_text())
+def test_the_download_is_the_student_notebook_with_its_data(site):
+    import zipfile
+
+    for lab_id in FAST_LABS:
+        built = REPO / "labs" / "zh" / lab_id
+        if not (built / "data").is_dir():
+            served = json.loads((site / "zh" / "notebooks" / f"{lab_id}.ipynb").read_text())
+            assert served == json.loads((built / f"{lab_id}.ipynb").read_text())
+            continue
+        with zipfile.ZipFile(site / "zh" / "notebooks" / f"{lab_id}.zip") as archive:
+            names = set(archive.namelist())
+            assert json.loads(archive.read(f"{lab_id}/{lab_id}.ipynb")) == json.loads(
+                (built / f"{lab_id}.ipynb").read_text()
+            )
+        expected = {f"{lab_id}/{p.relative_to(built).as_posix()}" for p in built.rglob("*") if p.is_file()}
+        assert names == expected and any("/data/" in n for n in names)
 
 
 def test_launch_links_open_the_lab_through_nbgitpuller(tmp_path):

@@ -123,11 +123,21 @@ class Matrix:
 # ---------------------------------------------------------------- locating and loading
 
 
+PACKAGED_MATRIX = Path(__file__).with_name("release_matrix.toml")  # env/matrix.toml, shipped in the package
+
+
 def find_matrix() -> Path:
-    """env/matrix.toml of the course repository (``rocmlab.root.find_root``: $ROCMLAB_ROOT, else the working directory)."""
+    """env/matrix.toml of the course repository (``rocmlab.root.find_root``: $ROCMLAB_ROOT, else the
+    working directory); outside one (a student notebook downloaded alone), the copy the package ships."""
+    from .errors import InputError
     from .root import find_root
 
-    return find_root() / MATRIX_RELATIVE
+    try:
+        return find_root() / MATRIX_RELATIVE
+    except InputError as err:
+        if PACKAGED_MATRIX.is_file():
+            return PACKAGED_MATRIX
+        raise MatrixError(f"no release matrix: {err}; and this rocmlab package ships none") from None
 
 
 def repo_root(matrix_path: Path | None = None) -> Path:

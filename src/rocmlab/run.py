@@ -8,6 +8,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -15,12 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .build import solution_notebook, write_notebook
-from .catalog import Lab, Profile
+from .catalog import HIDDEN_DATA, Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, parallel_map, run_notebook
 from .harness import PROBE_TIMEOUT_S, harness_options
 from .results import Record, fingerprint, write_record
-from .root import ROOT_VARIABLE
 
 LOCAL_ENV = "local"
 
@@ -187,11 +187,11 @@ def run_lab(
 
 
 def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, notebook) -> Outcome:
-    work = env_dir / ".work" / lab.id
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    # As a learner runs it: the notebook and its data in a folder outside any course repository,
+    # no ROCMLAB_ROOT (what the lab needs comes from the rocmlab package or from beside it).
+    work = Path(tempfile.mkdtemp(prefix=f"rocmlab-{lab.id}-"))
     if lab.data_dir.is_dir():
-        shutil.copytree(lab.data_dir, work / "data")
+        shutil.copytree(lab.data_dir, work / "data", ignore=shutil.ignore_patterns(HIDDEN_DATA))
     spec = Spec(
         input=str(notebook or _input_notebook(root, lab, lang, student, work)),
         output=str(env_dir / f"{lab.id}.ipynb"),
@@ -201,7 +201,6 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
         timeout_s=profile.timeout_s,
         allow_errors=allow_errors,
         python=target.python,
-        extra_env={ROOT_VARIABLE: str(Path(root).resolve())},  # the kernel runs outside the repository
     )
     if lab.checks.is_file():
         checks_out = env_dir / f".{lab.id}.checks.json"
@@ -212,6 +211,8 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
         judge_checks(outcome)
     if outcome.status == "passed" or allow_errors:
         shutil.rmtree(work, ignore_errors=True)
+    else:
+        outcome.reason += f" (its working folder is kept: {work})"
     return outcome
 
 

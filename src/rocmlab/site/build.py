@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ UI = {
         "freshness": "新鲜度",
         "launch": "在工作坊 Hub 上打开",
         "download": "下载 notebook",
+        "download_zip": "下载 notebook 及其数据（zip）",
         "changes": "更新记录",
         "last_pass": "最近通过",
     },
@@ -63,6 +65,7 @@ UI = {
         "freshness": "freshness",
         "launch": "Launch on the workshop hub",
         "download": "Download the notebook",
+        "download_zip": "Download the notebook with its data (zip)",
         "changes": "What changed",
         "last_pass": "last pass",
     },
@@ -83,6 +86,7 @@ class LabPage:
     launch_url: str
     changelog_html: str
     body_html: str = ""
+    with_data: bool = False  # the lab reads files beside its notebook: the download is a zip of both
 
     @property
     def href(self) -> str:
@@ -90,7 +94,7 @@ class LabPage:
 
     @property
     def notebook_href(self) -> str:
-        return f"notebooks/{self.lab.id}.ipynb"
+        return f"notebooks/{self.lab.id}.{'zip' if self.with_data else 'ipynb'}"
 
 
 def freshness(root: Path, labs: list[Lab]) -> dict[str, tuple[str, str]]:
@@ -207,7 +211,9 @@ def _render(root: Path, staging: Path, labs: list[Lab], verdicts: dict, launch: 
                 lab, lang, lab.title[lang], verdict, last_pass, launch.url(lang, lab.id), changelog_html(lab)
             )
             page.body_html = notebook_html(notebook)
-            shutil.copy(root / "labs" / lang / lab.id / f"{lab.id}.ipynb", folder / page.notebook_href)
+            built = root / "labs" / lang / lab.id
+            page.with_data = (built / "data").is_dir()
+            write_download(built, folder / page.notebook_href)
             pages.append(page)
         common = {"lang": lang, "ui": UI[lang], "pages": pages, "verdict_text": VERDICT_TEXT, "launch": launch}
         for page in pages:
@@ -220,6 +226,22 @@ def _render(root: Path, staging: Path, labs: list[Lab], verdicts: dict, launch: 
             )
     written.append(_write(env, "root.html.j2", staging / "index.html", {"labs": labs}))
     return written
+
+
+def write_download(built: Path, dest: Path) -> None:
+    """The built lab as a learner downloads it: the notebook, or with its ``data/`` a zip of the
+    folder (``<lab>/<lab>.ipynb``, ``<lab>/data/...``), which runs where it is unpacked. Entries are
+    sorted and dated by the source's content, so an unchanged lab gives the same bytes."""
+    if dest.suffix == ".ipynb":
+        shutil.copy(built / dest.name, dest)
+        return
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(p for p in built.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo(
+                f"{built.name}/{path.relative_to(built).as_posix()}", date_time=(2020, 1, 1, 0, 0, 0)
+            )
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
 
 
 def _write(env: jinja2.Environment, template: str, path: Path, context: dict, **more) -> Path:
