@@ -23,15 +23,15 @@ def test_build_writes_student_notebooks_without_solutions(make_course):
     assert drift(root, labs, ["zh", "en"], root / "labs") == []
 
 
-def test_hidden_tests_never_reach_students(make_course):
+def test_hidden_tests_in_the_notebook_are_refused(make_course):
     py = GOOD_PY.replace(
         "assert f(1) == SCALE",
         "assert f(1) == SCALE\n### BEGIN HIDDEN TESTS\nassert f(12345) == 12345 * SCALE\n### END HIDDEN TESTS",
     )
     root = make_course({"01-demo": (None, py)})
-    build(root, discover(root), ["en"], root / "labs", progress=lambda _m: None)
-    text = (root / "labs" / "en" / "01-demo" / "01-demo.ipynb").read_text()
-    assert "12345" not in text and "HIDDEN" not in text
+    with pytest.raises(LabError, match=r"lab.py.*hidden tests do not live in the notebook.*checks.py"):
+        build(root, discover(root), ["en"], root / "labs", progress=lambda _m: None)
+    assert not (root / "labs" / "en" / "01-demo").exists()
 
 
 def test_drift_lists_changed_missing_and_extra_files(make_course):

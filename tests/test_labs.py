@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from rocmlab.build import drift
+from rocmlab.build import drift, solution_notebook
 from rocmlab.catalog import discover
+from rocmlab.grading.cells import cell_points
+from rocmlab.harness import lab_checks
 from rocmlab.run import local_target
 from rocmlab.source import read_notebook
 from rocmlab.verify import verify_lab
@@ -20,6 +22,12 @@ def test_every_lab_source_is_valid():
         read_notebook(lab)
         assert (lab.folder / "CHANGELOG.md").is_file(), f"{lab.id}: missing CHANGELOG.md"
         assert lab.version in (lab.folder / "CHANGELOG.md").read_text(), f"{lab.id}: CHANGELOG.md lacks {lab.version}"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_every_test_cell_is_graded_by_checks_that_add_up_to_its_points(lab):
+    checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, "en")))
+    assert len({c.name for c in checks}) == len(checks), f"{lab.id}: two checks share a name"
 
 
 @pytest.mark.slow

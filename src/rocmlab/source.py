@@ -81,6 +81,11 @@ def _validate(lab: Lab, nb) -> None:
 
 def _check_markers(lab: Lab, index: int, cell) -> None:
     kind = _kind(cell)
+    if MARKERS["test"][0] in cell.source or MARKERS["test"][1] in cell.source:
+        raise LabError(
+            f"{_where(lab, index, cell)}: hidden tests do not live in the notebook (the learner's kernel "
+            f"could forge them): write each rule as a @check in {lab.checks} (docs/lab-format.md)"
+        )
     for marker_kind, (begin, end) in MARKERS.items():
         opened, closed = cell.source.count(begin), cell.source.count(end)
         if (opened or closed) and kind != marker_kind:
