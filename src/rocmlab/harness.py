@@ -36,6 +36,7 @@ from .lab.answers import ANSWER_MIME, Raised, decode, encode
 
 PROBE_TIMEOUT_S = 60
 RECOVER_S = 10  # after an interrupt, for the kernel to finish the request and serve again
+CHECK_ALLOWANCE_S = 10  # of the harness's time budget per check
 MAX_ANSWER_CHARS = 64 * 2**20
 NAME = re.compile(r"[A-Za-z_][\w.]*")
 
@@ -324,14 +325,16 @@ def hidden_files(checks_file: Path) -> dict[str, str]:
 def harness_options(checks_file: Path, seed: int, out: Path, probe_timeout_s: float) -> dict:
     """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
     checks travel as text, as the worker may not see the course."""
+    source = checks_file.read_text(encoding="utf-8")
     return {
-        "source": checks_file.read_text(encoding="utf-8"),
+        "source": source,
         "files": hidden_files(checks_file),
         "filename": str(checks_file),
         "seed": int(seed),
         "out": str(out),
         "probe_timeout_s": float(probe_timeout_s),
-        "budget_s": 2 * float(probe_timeout_s) + 30,
+        # beyond the notebook's own limit: a hung request, and a few seconds per check
+        "budget_s": 2 * float(probe_timeout_s) + 30 + CHECK_ALLOWANCE_S * source.count("@check("),
     }
 
 
