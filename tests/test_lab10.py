@@ -22,6 +22,9 @@ import torch
 from labsource import LabSource, student
 from labsource import definitions as cell_definitions
 
+from rocmlab.harness import Learner, lab_checks, run_checks
+from rocmlab.lab.answers import evaluate
+
 SOURCE = LabSource("10-fsdp2")
 LAB = SOURCE.folder
 CONSTANTS = {
@@ -110,7 +113,13 @@ def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
         if "solution" in tags:
             assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
         if "test" in tags:
-            assert int(cell.metadata["points"]) > 0 and "### BEGIN HIDDEN TESTS" in cell.source
+            assert int(cell.metadata["points"]) > 0 and "HIDDEN TESTS" not in cell.source
+    cells = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    assert len(lab_checks(SOURCE.folder / "checks.py", cells)) >= 2 * len(cells)  # points add up per cell
 
 
 def test_prose_comes_in_zh_en_pairs(notebook):
@@ -376,3 +385,44 @@ def test_the_rank_script_exits_cleanly_every_time(ns, tmp_path):
         assert [r["gloo_threads_after_destroy"] for r in ranks] == [[], []], ranks
         assert ranks[0]["losses"] == ranks[1]["losses"] and len(ranks[0]["losses"]) == 2
     assert not lab.leftover_processes()
+
+
+# ---------------------------------------------------------------- the hidden checks
+
+
+PURE_CHECKS = {  # the checks that need no launch: they call the exercise functions only
+    "memory_table", "memory_total", "memory_largest", "memory_raises", "prefetch_forward", "prefetch_backward",
+    "loss_value", "loss_gradient", "loss_dtype", "loss_empty_rank", "comm_forward", "comm_backward",
+    "comm_reduce_scatter", "comm_ddp",
+}  # fmt: skip
+
+
+class _InProcess:
+    """A harness channel that answers in this process's namespace (the kernel's side, run here)."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+    def ask(self, request):
+        return evaluate(request, self.namespace)
+
+
+def _pure_checks(notebook):
+    cells = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    return [c for c in lab_checks(LAB / "checks.py", cells) if c.name in PURE_CHECKS]
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_pure_checks_pass_on_the_solutions(ns, notebook, seed):
+    checks = _pure_checks(notebook)
+    assert {c.name for c in checks} == PURE_CHECKS
+    failed = [(r.name, r.detail) for r in run_checks(checks, Learner(_InProcess(ns)), seed) if not r.passed]
+    assert not failed
+
+
+def test_the_pure_checks_fail_on_the_student_version(empty, notebook):
+    assert not any(r.passed for r in run_checks(_pure_checks(notebook), Learner(_InProcess(empty)), 0))

@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 10 · FSDP2 分片训练与分布式检查点
 #
-# `10-fsdp2` · 版本 1.0.1 · 约 120 分钟 · 先修：实验 03（显存预算、质检报告 JSON）、实验 05（DDP、torchrun、弹性重启）
+# `10-fsdp2` · 版本 1.1.0 · 约 120 分钟 · 先修：实验 03（显存预算、质检报告 JSON）、实验 05（DDP、torchrun、弹性重启）
 #
 # 实验 03 算过：7B 模型全量微调光是权重、梯度和优化器状态就要一百多 GiB；实验 05 的 DDP 让每张卡都存一整份。
 # 单卡放不下的模型，在 MI300X 节点上是靠**分片**（sharding）训练的：每个 rank 只存每个参数的 1/N。本实验用
@@ -32,7 +32,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 10 · Sharded fine-tuning with FSDP2 and DCP
 #
-# `10-fsdp2` · version 1.0.1 · about 120 minutes · prerequisites: lab 03 (memory budget, QC report JSON), lab 05 (DDP, torchrun, elastic restart)
+# `10-fsdp2` · version 1.1.0 · about 120 minutes · prerequisites: lab 03 (memory budget, QC report JSON), lab 05 (DDP, torchrun, elastic restart)
 #
 # Lab 03 computed that a full fine-tune of a 7B model needs over a hundred GiB for weights, gradients and optimizer state alone; lab 05's DDP keeps a whole copy on every GPU. Models that do not fit on one GPU are trained on MI300X nodes by **sharding**: each rank stores 1/N of every parameter. This lab goes all the way with PyTorch's FSDP2 (`fully_shard`) and distributed checkpoints (DCP, `torch.distributed.checkpoint`):
 #
@@ -45,6 +45,12 @@
 # 7. a sharded fine-tune of tiny-qwen-zh on the QC data, scored at the end with lab 03's JSON metrics.
 #
 # The smoke profile: CPU, gloo, 2 ranks, tiny-qwen-zh. On GPUs the backend is nccl (RCCL on ROCm), with the same code.
+
+# %% [markdown] tags=["zh"]
+# **自测与提交。** 每个练习下面的测试单元格是可见的自测：随时运行它们，或在终端运行 `rocmlab check <本笔记本>.ipynb`（它执行所有可见测试）。做完后在 Jupyter 的 nbgrader **Assignments** 标签页提交（工作坊 hub 上由讲师统一收取）。成绩来自隐藏检查：它们逐条检查练习说明中写明的每条规则，输入由你自己的种子生成（其他尺寸、其他 world size、边界情况），不会检查说明之外的要求。可见测试全部通过、又满足说明中的每条规则，就能得到满分。
+
+# %% [markdown] tags=["en"]
+# **Self-check and submit.** The test cell under each exercise is your visible self-check: run it any time, or run `rocmlab check <this notebook>.ipynb` in a terminal (it runs all visible tests). When done, submit from the nbgrader **Assignments** tab in Jupyter (on the workshop hub the instructor collects it). The grade comes from hidden checks that test each rule stated in an exercise's text, one by one, on inputs drawn from your own seed (other sizes, other world sizes, edge cases); they check nothing the text does not state. Pass the visible tests and follow every stated rule, and you get full marks.
 
 # %%
 import copy
@@ -195,23 +201,7 @@ assert math.isclose(_b["params"], 2e6) and math.isclose(_b["grads"], 0.5e6) and 
     f"zero2, N=4: 每参数 2 + 2/4 + 12/4 字节 / bytes per parameter 2 + 2/4 + 12/4, got {_b}"
 assert math.isclose(state_bytes_per_rank(10, 8, "fsdp2")["total"], 20.0), "fsdp2, N=8: 16/8 = 2 B/param"
 assert largest_model(192 * 2**30, 8, "zero3") == 96 * 2**30, "8 × 192 GiB, ZeRO-3: 2 B/param per rank"
-print("显存账正确 / memory bill correct")
-### BEGIN HIDDEN TESTS
-_table = {"ddp": (2, 2, 12, 1, 1, 1), "zero1": (2, 2, 12, 1, 1, 0), "zero2": (2, 2, 12, 1, 0, 0),
-          "zero3": (2, 2, 12, 0, 0, 0), "fsdp2": (4, 4, 8, 0, 0, 0)}
-for _s, (_p, _g, _o, _rp, _rg, _ro) in _table.items():
-    for _n, _psi in [(1, 7), (3, 494_032_768), (8, 7_615_616_512), (64, 0)]:
-        _want = {"params": Fraction(_p * _psi, 1 if _rp else _n), "grads": Fraction(_g * _psi, 1 if _rg else _n),
-                 "optimizer": Fraction(_o * _psi, 1 if _ro else _n)}
-        _want["total"] = sum(_want.values())
-        _got = state_bytes_per_rank(_psi, _n, _s)
-        for _k, _v in _want.items():
-            assert math.isclose(_got[_k], float(_v), rel_tol=1e-12, abs_tol=1e-9), f"{_s}, N={_n}, Ψ={_psi}: {_k} {_got[_k]} != {float(_v)}"
-for _mem, _n, _s in [(64 * 2**30, 3, "zero2"), (80e9, 7, "fsdp2"), (192 * 2**30, 8, "zero1"), (24 * 2**30, 1, "ddp"),
-                     (5e9, 6, "zero3")]:
-    _per = Fraction(_table[_s][0], 1 if _table[_s][3] else _n) + Fraction(_table[_s][1], 1 if _table[_s][4] else _n) \
-        + Fraction(_table[_s][2], 1 if _table[_s][5] else _n)
-    assert largest_model(_mem, _n, _s) == math.floor(Fraction(_mem) / _per), f"largest_model({_mem}, {_n}, {_s!r})"
+assert largest_model(100, 1, "ddp") == 6, "100 B, DDP: 16 B/param, 最大整数 / the largest whole count is 6"
 for _bad in [(10, 2, "zero4"), (10, 0, "ddp"), (-1, 2, "ddp")]:
     try:
         state_bytes_per_rank(*_bad)
@@ -219,7 +209,7 @@ for _bad in [(10, 2, "zero4"), (10, 0, "ddp"), (-1, 2, "ddp")]:
         pass
     else:
         raise AssertionError(f"state_bytes_per_rank{_bad} 应抛 ValueError / should raise ValueError")
-### END HIDDEN TESTS
+print("显存账正确 / memory bill correct")
 
 # %% [markdown] tags=["zh"]
 # 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)；[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB），下面按 192 × 2³⁰ 字节算，而且一个字节都不留给激活和框架，所以得到的是上限。
@@ -327,12 +317,18 @@ def rank_rows(rows, rank, world):
 
 def start_rank(cfg):
     """Join the process group torchrun described; return (rank, world, device, 1-D device mesh)."""
-    dist.init_process_group(cfg["backend"])
     device = torch.device("cpu")
     if cfg["backend"] == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)
-        torch.use_deterministic_algorithms(True)   # bit-identical resume needs deterministic kernels
+        torch.cuda.set_device(device)   # before init_process_group: each rank's communicator on its own GPU
+        # Deterministic kernels where they exist (warn_only: an op without one warns instead of raising), and the
+        # math attention backend, whose backward is plain matmuls and softmax, instead of the fused kernels.
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_math_sdp(True)
+    dist.init_process_group(cfg["backend"])
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return dist.get_rank(), dist.get_world_size(), device, mesh
 
@@ -503,15 +499,13 @@ _layers = [RecordingLayer(i) for i in range(4)]
 set_prefetch(_layers, 1)
 assert [_l.forward for _l in _layers] == [[1], [2], [3], []], f"前向预取 forward prefetch: {[_l.forward for _l in _layers]}"
 assert [_l.backward for _l in _layers] == [[], [0], [1], [2]], f"反向预取 backward prefetch: {[_l.backward for _l in _layers]}"
+_layers = [RecordingLayer(i) for i in range(3)]
+set_prefetch(_layers, 5)
+assert [_l.backward for _l in _layers] == [[], [0], [1, 0]], f"最近的在前、不越过第 0 层 / nearest first, never past layer 0: {[_l.backward for _l in _layers]}"
+_layers = [RecordingLayer(i) for i in range(3)]
+set_prefetch(_layers, 0)
+assert [(_l.forward, _l.backward) for _l in _layers] == [([], [])] * 3, "depth 0: 每层都调用、列表为空 / both called on every layer with []"
 print("预取设置正确 / prefetch lists correct")
-### BEGIN HIDDEN TESTS
-for _n, _d in [(6, 2), (3, 5), (5, 0), (1, 1)]:
-    _layers = [RecordingLayer(i) for i in range(_n)]
-    set_prefetch(_layers, _d)
-    for _i, _l in enumerate(_layers):
-        assert _l.forward == list(range(_i + 1, min(_n, _i + 1 + _d))), f"{_n} layers, depth {_d}, layer {_i}: forward {_l.forward}"
-        assert _l.backward == list(range(_i - 1, max(-1, _i - 1 - _d), -1)), f"{_n} layers, depth {_d}, layer {_i}: backward {_l.backward}"
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # ## 4 · 与单进程训练等价
@@ -586,19 +580,14 @@ assert torch.allclose(_got, _want, rtol=1e-6, atol=1e-9), \
     f"两个 rank 的平均梯度应等于单进程梯度 / the 2-rank average gradient must equal the single-process gradient; max |Δ| = {float((_got - _want).abs().max()):.2e}"
 _one = rank_loss(_logits, _labels, int((_labels[:, 1:] != -100).sum()), 1)
 assert _one.dim() == 0 and _one.dtype == torch.float32, f"应返回 float32 标量 / a float32 scalar, got shape {tuple(_one.shape)} {_one.dtype}"
+_n = int((_labels[:, 1:] != -100).sum())
+_sum = F.cross_entropy(_logits[:, :-1].reshape(-1, 7), _labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+assert math.isclose(rank_loss(_logits, _labels, _n + 3, 4).item(), _sum.item() * 4 / (_n + 3), rel_tol=1e-5), \
+    "值 = 交叉熵之和 × world_size / global_label_tokens / value = CE sum × world_size / global_label_tokens"
+_empty = _labels.clone()
+_empty[:] = -100
+assert rank_loss(_logits, _empty, 5, 2).item() == 0.0, "没有计入 token 的 rank 贡献 0 / a rank with no labelled token contributes 0"
 print("rank_loss 的平均梯度等于单进程梯度 / averaged rank_loss gradients equal the single-process gradient")
-### BEGIN HIDDEN TESTS
-for _b, _t, _v, _w, _s in [(6, 5, 13, 3, 7), (8, 16, 5, 4, 8), (3, 7, 9, 1, 9), (4, 4, 3, 2, 10)]:
-    _logits, _labels = synthetic_batch(_b, _t, _v, _s)
-    _got, _want = sharded_gradient(rank_loss, _logits, _labels, _w), reference_gradient(_logits, _labels)
-    assert torch.allclose(_got, _want, rtol=1e-6, atol=1e-9), f"b={_b} T={_t} V={_v} N={_w}: max |Δ| {float((_got - _want).abs().max()):.2e}"
-    _n = int((_labels[:, 1:] != -100).sum())
-    _full = F.cross_entropy(_logits[:, :-1].reshape(-1, _v), _labels[:, 1:].reshape(-1), ignore_index=-100)
-    assert math.isclose(rank_loss(_logits, _labels, _n, 1).item(), _full.item(), rel_tol=1e-5), "N=1: the token mean"
-_logits, _labels = synthetic_batch(2, 6, 5, 11)
-_labels[0] = -100
-assert rank_loss(_logits[:1], _labels[:1], 5, 2).item() == 0.0, "a rank with no labelled token contributes 0"
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # ### 启动：分片、调度、通信量、等价训练
@@ -775,19 +764,16 @@ for _name, _p in _report["params"].items():
 _want_modules = sorted(["<root>"] + [f"model.layers.{i}" for i in range(_report["n_layers"])])
 assert _report["fsdp_modules"] == _want_modules, \
     f"FSDPModule 应是每个解码层和根模型 / every decoder layer and the root, got {_report['fsdp_modules']}"
-print(f"{len(_report['params'])} 个参数都是 Shard(0) 的 DTensor / parameters are Shard(0) DTensors; FSDP groups: {len(_want_modules)}")
-### BEGIN HIDDEN TESTS
 for _r, _got in enumerate(fsdp_ranks):
     for _name, _p in _got["params"].items():
-        _rows = _p["global_shape"][0]
-        _chunks = [c.shape[0] for c in torch.empty(_rows).chunk(WORLD_SIZE)]
-        _mine = _chunks[_r] if _r < len(_chunks) else 0
-        assert _p["local_shape"] == [_mine] + _p["global_shape"][1:], f"rank {_r}, {_name}: local {_p['local_shape']}"
-        assert _p["full_equal"], f"rank {_r}, {_name}: gathered != original"
+        _mine = [c.shape[0] for c in torch.empty(_p["global_shape"][0]).chunk(WORLD_SIZE)]
+        _mine = _mine[_r] if _r < len(_mine) else 0
+        assert _p["local_shape"] == [_mine] + _p["global_shape"][1:], \
+            f"rank {_r}, {_name}: 本地形状应是 torch.chunk 的第 {_r} 块 / local shape should be chunk {_r}: {_p['local_shape']}"
 for _name, _orig in _report["original"].items():
-    _joined = torch.cat([_got["shards"][_name] for _got in fsdp_ranks])
-    assert torch.equal(_joined, _orig), f"{_name}: 各 rank 分片拼接 != 原参数 / shards joined != original"
-### END HIDDEN TESTS
+    assert torch.equal(torch.cat([_got["shards"][_name] for _got in fsdp_ranks]), _orig), \
+        f"{_name}: 各 rank 分片拼接应逐位等于原参数 / the shards joined must equal the original"
+print(f"{len(_report['params'])} 个参数都是 Shard(0) 的 DTensor / parameters are Shard(0) DTensors; FSDP groups: {len(_want_modules)}")
 
 # %% [markdown] tags=["zh"]
 # 数一下：tiny-qwen-zh 每层 0.74M 个参数，嵌入 1.05M；两个 rank 时每个 rank 只存每个矩阵的一半行。把 `Shard(0)` 的分片拼起来（`full_tensor()` 就是一次 all-gather）得到的正是原参数：分片不丢任何信息，只是换了存放的地方。
@@ -812,12 +798,12 @@ for _name, _run in fsdp_ranks[0]["schedules"].items() if fsdp_result.ok else []:
 # %% [markdown] tags=["zh"]
 # 怎么读：默认时，根模块先 all-gather（嵌入在第一层之前要用），然后每层"AG → F i"：这一层的参数刚好在它开始计算前到位。反向里第一个 RS 之前已经有两个 AG——当前层和隐式预取的前一层。预取深度 1 时，第 0 层开始计算之前已经发出了第 0、1 层的 all-gather；深度 2 时发出 0、1、2 层。`reshard_after_forward=False` 时反向一个 AG 都没有：省下的通信用显存换——每层的完整参数从前向一直留到反向。
 #
-# 规则（下面的测试按它检查）：L 层，前向预取深度 d（默认 d = 0）时，第 i 层开始前向前已发出 min(i + 2 + d, L + 1) 次 all-gather（含根模块那次）；反向预取深度 d（默认等同 1）时，第 k 次 reduce-scatter（k = 0 是最后一层）之前反向已发出 min(k + 1 + d, L) 次 all-gather。在 CPU 上 gloo 是同步执行的，所以这里只能看**顺序**；在 GPU 上同一个顺序决定了通信能不能藏在计算后面，multi-gpu 配置下面会打印每种配置的步时与峰值显存。
+# 规则（下面的测试按它检查）：L 层，前向预取深度 d（默认 d = 0）时，第 i 层开始前向前已发出 min(i + 2 + d, L + 1) 次 all-gather（含根模块那次）；反向预取深度 d（默认 d = 0）时，第 k 次 reduce-scatter（k = 0 是最后一层）之前反向**至少**已发出 min(k + 1 + d, L) 次 all-gather（这一层自己的参数必须先到，再加上显式预取的 d 层），L 层的 reduce-scatter 之后是根模块的 reduce-scatter，此时反向的 L 次 all-gather 都已发出。FSDP2 的隐式预取可能再多发一次（上面默认配置的反向就是这样），这是实现细节，检查只要求"至少"。在 CPU 上 gloo 是同步执行的，所以这里只能看**顺序**；在 GPU 上同一个顺序决定了通信能不能藏在计算后面，multi-gpu 配置下面会打印每种配置的步时与峰值显存。
 
 # %% [markdown] tags=["en"]
 # How to read it: by default the root is all-gathered first (the embedding is needed before layer 0), then each layer goes "AG → F i": its parameters arrive just before it starts computing. In backward, two AGs come before the first RS: the current layer and the previous one, prefetched implicitly. With prefetch depth 1, the all-gathers of layers 0 and 1 are issued before layer 0 starts; with depth 2, layers 0, 1 and 2. With `reshard_after_forward=False` backward has no AG at all: the traffic saved is paid in memory, every layer's full parameters stay from forward to backward.
 #
-# The rule (the test below checks it): with L layers and forward prefetch depth d (default d = 0), min(i + 2 + d, L + 1) all-gathers (the root's included) have been issued before layer i starts its forward; with backward prefetch depth d (the default acts as 1), min(k + 1 + d, L) backward all-gathers come before the k-th reduce-scatter (k = 0 is the last layer). On CPU gloo runs synchronously, so only the **order** can be seen here; on a GPU the same order decides whether communication hides behind compute, and the multi-gpu profile prints each configuration's step time and peak memory below.
+# The rule (the test below checks it): with L layers and forward prefetch depth d (default d = 0), min(i + 2 + d, L + 1) all-gathers (the root's included) have been issued before layer i starts its forward; with backward prefetch depth d (default d = 0), **at least** min(k + 1 + d, L) backward all-gathers come before the k-th reduce-scatter (k = 0 is the last layer): the layer's own parameters must arrive first, plus the d layers prefetched explicitly; after the L layers' reduce-scatters comes the root's, by which time all L backward all-gathers have been issued. FSDP2's implicit prefetching may issue one more (the default schedule above does): that is an implementation detail, and the check asks for "at least" only. On CPU gloo runs synchronously, so only the **order** can be seen here; on a GPU the same order decides whether communication hides behind compute, and the multi-gpu profile prints each configuration's step time and peak memory below.
 
 # %%
 def forward_gathers_before_layers(events):
@@ -858,15 +844,10 @@ for _name, _depth in [("default", 0), ("prefetch-1", 1)]:
     _got = forward_gathers_before_layers(fsdp_ranks[0]["schedules"][_name]["events"])
     _want = [min(_i + 2 + _depth, _L + 1) for _i in range(_L)]
     assert _got == _want, f"{_name}: 每层前向前的 all-gather 数 / all-gathers before each layer's forward {_got}, expected {_want}"
-print("前向预取的调度符合规则 / the forward prefetch schedule follows the rule")
-### BEGIN HIDDEN TESTS
-for _name, _fwd, _bwd in [("prefetch-2", 2, 2), ("default", 0, 1), ("prefetch-1", 1, 1)]:
-    for _r, _rank in enumerate(fsdp_ranks):
-        _ev = _rank["schedules"][_name]["events"]
-        assert forward_gathers_before_layers(_ev) == [min(_i + 2 + _fwd, _L + 1) for _i in range(_L)], f"rank {_r} {_name} forward"
-        assert backward_gathers_before_reduce_scatters(_ev) == [min(_k + 1 + _bwd, _L) for _k in range(_L)] + [_L], \
-            f"rank {_r} {_name} backward: {backward_gathers_before_reduce_scatters(_ev)}"
-### END HIDDEN TESTS
+_got = backward_gathers_before_reduce_scatters(fsdp_ranks[0]["schedules"]["prefetch-1"]["events"])
+assert len(_got) == _L + 1 and all(_c >= min(_k + 2, _L) for _k, _c in enumerate(_got[:_L])) and _got[_L] == _L, \
+    f"prefetch-1: 第 k 次 RS 前至少 min(k + 2, L) 次反向 AG，根的 RS 在最后 / at least min(k + 2, L) backward AGs before RS k, the root's RS last: {_got}"
+print("预取的调度符合规则 / the prefetch schedule follows the rule")
 
 # %% [markdown] tags=["zh"]
 # ### 等价性：损失曲线与最终参数
@@ -922,12 +903,10 @@ _dloss = max(abs(a - b) for a, b in zip(single_losses, _fsdp["losses"]))
 assert _dloss <= 1e-4, f"每步损失应在 1e-4 内一致 / per-step loss within 1e-4; max |Δ| = {_dloss:.2e} (rank_loss?)"
 _dparam = max_abs_diff(_fsdp["final"], single_params)
 assert _dparam <= 1e-3, f"最终参数应在 1e-3 内一致 / final parameters within 1e-3; max |Δ| = {_dparam:.2e}"
+assert set(_fsdp["final"]) == set(single_params), "参数名应相同 / the same parameter names"
+assert all(_got["losses"] == _fsdp["losses"] for _got in fsdp_ranks), "每个 rank 报告同一个全局损失 / every rank reports the same global loss"
+assert _fsdp["losses"][-1] < _fsdp["losses"][0], f"损失应下降 / the loss must fall: {_fsdp['losses']}"
 print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1e} / FSDP matches one process")
-### BEGIN HIDDEN TESTS
-assert set(_fsdp["final"]) == set(single_params), "parameter names differ"
-assert all(fsdp_ranks[r]["losses"] == _fsdp["losses"] for r in range(WORLD_SIZE)), "every rank reports the same global loss"
-assert _fsdp["losses"][-1] < _fsdp["losses"][0], "the loss must fall"
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # ## 5 · 通信量：FSDP 对 DDP
@@ -1001,25 +980,15 @@ for _k, _v in _meas.items():
     assert math.isclose(_pred[_k], _v, rel_tol=1e-9, abs_tol=1e-6), f"默认配置 default: {_k} 预测 predicted {_pred[_k]:.0f} B, 实测 measured {_v:.0f} B"
 _ddp = 2 * (WORLD_SIZE - 1) / WORLD_SIZE * sum(fsdp_ranks[0]["ddp"]["bucket_bytes"])
 assert math.isclose(_pred["ddp_all_reduce"], _ddp, rel_tol=1e-9, abs_tol=1e-6), f"DDP: predicted {_pred['ddp_all_reduce']:.0f} B, measured {_ddp:.0f} B"
+_got = comm_bytes_per_step([100, 10, 10], 4, param_bytes=2, reduce_bytes=4, reshard_after_forward=False)
+_want = {"all_gather_forward": 180.0, "all_gather_backward": 0.0, "reduce_scatter": 360.0, "fsdp_total": 540.0,
+         "ddp_all_reduce": 720.0}
+assert all(math.isclose(_got[_k], _v) for _k, _v in _want.items()), \
+    f"[100, 10, 10], N=4, bf16 参数 / params, 不 reshard / no reshard: 期望 / expected {_want}, got {_got}"
+_got = comm_bytes_per_step([100, 10, 10], 4)
+assert math.isclose(_got["all_gather_backward"], 60.0), f"反向只重新 gather 根以外的组 / backward re-gathers all groups but the root: {_got}"
+assert comm_bytes_per_step([5, 5], 1)["fsdp_total"] == 0.0, "N = 1: 不发送 / nothing is sent"
 print("公式与实测的通信量一致 / formula and measured traffic agree")
-### BEGIN HIDDEN TESTS
-for _name, _pb, _reshard in [("no-reshard", 4, False), ("bf16-params", 2, True)]:
-    _pred = comm_bytes_per_step(_numels, WORLD_SIZE, param_bytes=_pb, reduce_bytes=4, reshard_after_forward=_reshard)
-    for _r, _rank in enumerate(fsdp_ranks):
-        _meas = measured_bytes_sent(_rank["schedules"][_name], WORLD_SIZE)
-        for _k, _v in _meas.items():
-            assert math.isclose(_pred[_k], _v, rel_tol=1e-9, abs_tol=1e-6), f"rank {_r}, {_name}: {_k} {_pred[_k]} != {_v}"
-for _groups, _n, _pb, _rb, _rs in [([10, 20, 30], 4, 2, 4, True), ([7], 3, 4, 4, True), ([5, 5], 1, 2, 2, True),
-                                   ([100, 1, 1, 1], 8, 1, 2, False)]:
-    _s = Fraction(_n - 1, _n)
-    _want = {"all_gather_forward": _s * sum(_groups) * _pb,
-             "all_gather_backward": _s * sum(_groups[1:]) * _pb if _rs else Fraction(0),
-             "reduce_scatter": _s * sum(_groups) * _rb, "ddp_all_reduce": 2 * _s * sum(_groups) * _rb}
-    _want["fsdp_total"] = _want["all_gather_forward"] + _want["all_gather_backward"] + _want["reduce_scatter"]
-    _got = comm_bytes_per_step(_groups, _n, param_bytes=_pb, reduce_bytes=_rb, reshard_after_forward=_rs)
-    for _k, _v in _want.items():
-        assert math.isclose(_got[_k], float(_v), rel_tol=1e-12, abs_tol=1e-12), f"{_groups}, N={_n}: {_k} {_got[_k]} != {float(_v)}"
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # **读数。** 同为 fp32 时 FSDP/DDP 小于 1.5：根模块（这里是嵌入，占 tiny-qwen-zh 参数的四分之一）在反向不重新 all-gather。bf16 参数、fp32 归约时 all-gather 的字节数减半，FSDP 每步发送的字节数甚至少于 fp32 梯度的 DDP——比较时数据类型要对齐：DDP 用 bf16 梯度时同样减半。`reshard_after_forward=False` 把 FSDP 的通信降到 DDP 的水平，代价是每层完整参数常驻显存（像 ZeRO-2）。在 8 张 MI300X 上，按实验 04 的 xGMI 数字（每 GPU 约 336 GB/s 可用，见 FIELD-NOTES 引用的 AMD ROCm 博客），7B 模型 bf16 all-gather 一次完整参数约 15 GB × 7/8 ≈ 13 GB，约 40 ms：只要每层的计算比它的 all-gather 长，预取就能把通信藏起来。
@@ -1072,10 +1041,10 @@ def load_latest_checkpoint(model, optimizer, root):
 
 
 # %% [markdown] tags=["zh"]
-# 下面的 worker 就是第 7 节的分片微调：`FT_STEPS` 步，每 `CKPT_EVERY` 步保存一次检查点（rank 0 只保留最新的两个），rank 0 每步把损失追加到 `train_log.jsonl`。第一次运行（`TORCHELASTIC_RESTART_COUNT == 0`）时，最后一个 rank 在第 `CRASH_AT` 步之前用 `SIGKILL` 杀死自己——没有清理、没有异常处理，就像 OOM killer 或掉电。torchrun（`--max-restarts 1`）结束其他 rank 并重启整组；新进程从最后一个完整检查点恢复（和实验 05 一样设置 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`，见 pytorch/pytorch#135712）。恢复后的运行在第 `EQUIV_STEPS` 步取回完整参数：它必须与第 4 节那次不中断的启动**逐位相同**——两者是同样的代码在同样的 rank 上执行同样顺序的运算；同理，重放的那几步的损失与第一次运行完全相同，最后一个检查点（第 `FT_STEPS` 步）是完整的。在 GPU 上这要求确定性的内核，所以 rank 在 GPU 上打开了 `torch.use_deterministic_algorithms(True)`。
+# 下面的 worker 就是第 7 节的分片微调：`FT_STEPS` 步，每 `CKPT_EVERY` 步保存一次检查点（rank 0 只保留最新的两个），rank 0 每步把损失追加到 `train_log.jsonl`。第一次运行（`TORCHELASTIC_RESTART_COUNT == 0`）时，最后一个 rank 在第 `CRASH_AT` 步之前用 `SIGKILL` 杀死自己——没有清理、没有异常处理，就像 OOM killer 或掉电。torchrun（`--max-restarts 1`）结束其他 rank 并重启整组；新进程从最后一个完整检查点恢复（和实验 05 一样设置 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`，见 pytorch/pytorch#135712）。恢复后的运行在第 `EQUIV_STEPS` 步取回完整参数：它必须与第 4 节那次不中断的启动**逐位相同**——两者是同样的代码在同样的 rank 上执行同样顺序的运算；同理，重放的那几步的损失与第一次运行完全相同，最后一个检查点（第 `FT_STEPS` 步）是完整的。在 GPU 上这要求确定性的内核：rank 在 GPU 上打开 `torch.use_deterministic_algorithms(True, warn_only=True)`，并且只用 math 注意力后端（ROCm 上融合注意力内核的反向可能不确定，或在确定性模式下直接报错）。`warn_only=True` 让没有确定性实现的算子只发警告、不报错，所以在 GPU 上不再保证逐位相同：那里的要求是第 `EQUIV_STEPS` 步参数的最大绝对差不超过 1e-3（第 4 节的容差），重放步的损失相差不超过 1e-4；在 CPU（gloo）上仍要求逐位相同。
 
 # %% [markdown] tags=["en"]
-# The worker below is section 7's sharded fine-tune: `FT_STEPS` steps, a checkpoint every `CKPT_EVERY` steps (rank 0 keeps the newest two), and rank 0 appends each step's loss to `train_log.jsonl`. On the first attempt (`TORCHELASTIC_RESTART_COUNT == 0`) the last rank kills itself with `SIGKILL` before step `CRASH_AT`: no cleanup, no exception handler, like the OOM killer or a power cut. torchrun (`--max-restarts 1`) ends the other ranks and restarts the group; the new processes resume from the last complete checkpoint (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` as in lab 05; see pytorch/pytorch#135712). After the resume the run gathers the full parameters at step `EQUIV_STEPS`: they must equal section 4's uninterrupted launch **bit for bit**, since both are the same code doing the same operations in the same order on the same ranks; likewise the replayed steps repeat the first attempt's losses exactly, and the last checkpoint (step `FT_STEPS`) is complete. On GPUs this takes deterministic kernels, so the ranks switch on `torch.use_deterministic_algorithms(True)` there.
+# The worker below is section 7's sharded fine-tune: `FT_STEPS` steps, a checkpoint every `CKPT_EVERY` steps (rank 0 keeps the newest two), and rank 0 appends each step's loss to `train_log.jsonl`. On the first attempt (`TORCHELASTIC_RESTART_COUNT == 0`) the last rank kills itself with `SIGKILL` before step `CRASH_AT`: no cleanup, no exception handler, like the OOM killer or a power cut. torchrun (`--max-restarts 1`) ends the other ranks and restarts the group; the new processes resume from the last complete checkpoint (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` as in lab 05; see pytorch/pytorch#135712). After the resume the run gathers the full parameters at step `EQUIV_STEPS`: they must equal section 4's uninterrupted launch **bit for bit**, since both are the same code doing the same operations in the same order on the same ranks; likewise the replayed steps repeat the first attempt's losses exactly, and the last checkpoint (step `FT_STEPS`) is complete. On GPUs this takes deterministic kernels: the ranks switch on `torch.use_deterministic_algorithms(True, warn_only=True)` there and use only the math attention backend (on ROCm the fused attention kernels' backward may be non-deterministic, or raise in deterministic mode). With `warn_only=True` an operator without a deterministic implementation warns instead of raising, so bit equality is no longer guaranteed on GPUs: there the parameters at step `EQUIV_STEPS` must agree within 1e-3 in maximum absolute difference (section 4's tolerance) and the replayed steps' losses within 1e-4; on CPU (gloo) they must still be bit-identical.
 
 # %%
 def prune_checkpoints(root, keep):
@@ -1138,38 +1107,34 @@ check_launch(ft_result, ft_ranks, "finetune")
 assert re.search(r"exitcode\s*:\s*-9|Signal 9|SIGKILL", ft_result.output), "第一次运行应有一个 rank 被 SIGKILL / a rank was SIGKILLed on attempt 0"
 for _r, _got in enumerate(ft_ranks):
     assert _got["attempt"] == 1, f"rank {_r}: 应在第 1 次重启中完成 / should finish on restart 1, attempt {_got['attempt']}"
-    assert 0 < _got["resumed_from"] <= CRASH_AT, f"rank {_r}: 应从检查点恢复 / should resume from a checkpoint, started at {_got['resumed_from']}"
+    assert _got["resumed_from"] == (CRASH_AT // CKPT_EVERY) * CKPT_EVERY, \
+        f"rank {_r}: 应从最后一个完整检查点恢复 / should resume from the last complete checkpoint, started at {_got['resumed_from']}"
 _snap, _uninterrupted = ft_ranks[0]["snapshot"], fsdp_ranks[0]["final"]
-assert _snap is not None and max_abs_diff(_snap, _uninterrupted) == 0.0, \
-    f"恢复后第 {EQUIV_STEPS} 步的参数应与不中断的运行逐位相同 / resumed parameters at step {EQUIV_STEPS} must equal the uninterrupted run bit for bit; max |Δ| = {max_abs_diff(_snap, _uninterrupted) if _snap else None}"
-print(f"SIGKILL 之后从第 {ft_ranks[0]['resumed_from']} 步恢复，第 {EQUIV_STEPS} 步参数逐位相同 / resumed from step {ft_ranks[0]['resumed_from']}, bit-identical at step {EQUIV_STEPS}")
-### BEGIN HIDDEN TESTS
-assert ft_ranks[0]["resumed_from"] == (CRASH_AT // CKPT_EVERY) * CKPT_EVERY, "resume from the LAST complete checkpoint"
-_replayed = {e["step"]: e["loss"] for e in ft_log if e["attempt"] == 0}
+_tol = 0.0 if backend_for(WORLD_SIZE) == "gloo" else 1e-3   # GPUs: warn_only determinism, see above
+assert _snap is not None and max_abs_diff(_snap, _uninterrupted) <= _tol, \
+    f"恢复后第 {EQUIV_STEPS} 步的参数应与不中断的运行一致（容差 {_tol}）/ resumed parameters at step {EQUIV_STEPS} must match the uninterrupted run (tolerance {_tol}); max |Δ| = {max_abs_diff(_snap, _uninterrupted) if _snap else None}"
+_first = {_e["step"]: _e["loss"] for _e in ft_log if _e["attempt"] == 0}
 for _e in ft_log:
-    if _e["attempt"] == 1 and _e["step"] in _replayed:
-        assert _e["loss"] == _replayed[_e["step"]], f"replayed step {_e['step']}: loss differs"
-assert (FT_CKPT / f"step-{FT_STEPS:06d}" / ".metadata").is_file(), "the final checkpoint is complete"
-# In process, without a process group: an incomplete newest directory is skipped, model and optimizer restored.
-_root = WORK / "dcp-hidden"
+    if _e["attempt"] == 1 and _e["step"] in _first:
+        assert abs(_e["loss"] - _first[_e["step"]]) <= (0.0 if _tol == 0.0 else 1e-4), \
+            f"重放的第 {_e['step']} 步损失应与第一次相同 / replayed step {_e['step']}: the loss differs"
+# In this process, without a process group: the newest directory has no .metadata (a torn save) and is skipped.
+_root = Path(tempfile.mkdtemp(prefix="lab10-dcp-check-", dir=WORK))
 _src = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
 _opt = torch.optim.AdamW(_src.parameters(), lr=0.1)
-assert load_latest_checkpoint(_src, _opt, _root) == 0 and not _opt.state, "no checkpoint: change nothing, return 0"
-for _step in (3, 12):
-    _src(torch.randn(4, 5)).sum().backward()
-    _opt.step()
-    assert save_checkpoint(_src, _opt, _step, _root) == _root / f"step-{_step:06d}"
-    if _step == 12:
-        _want = {k: v.clone() for k, v in _src.state_dict().items()}
-        _want_m = _opt.state_dict()["state"][0]["exp_avg"].clone()
-(_root / "step-000020").mkdir()
-(_root / "step-000020" / "__0_0.distcp").write_bytes(b"torn")
+assert load_latest_checkpoint(_src, _opt, _root) == 0 and not _opt.state, "没有检查点：返回 0、不改变任何东西 / no checkpoint: return 0, change nothing"
+_src(torch.randn(4, 5)).sum().backward()
+_opt.step()
+assert Path(save_checkpoint(_src, _opt, 3, _root)) == _root / "step-000003", "路径 / the path is root/step-000003"
+(_root / "step-000009").mkdir()
+(_root / "step-000009" / "__0_0.distcp").write_bytes(b"torn")
 _dst = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
 _dst_opt = torch.optim.AdamW(_dst.parameters(), lr=0.1)
-assert load_latest_checkpoint(_dst, _dst_opt, _root) == 12, "the newest COMPLETE checkpoint is step 12"
-assert all(torch.equal(_dst.state_dict()[k], _v) for k, _v in _want.items()), "model not restored"
-assert torch.equal(_dst_opt.state_dict()["state"][0]["exp_avg"], _want_m), "optimizer state not restored"
-### END HIDDEN TESTS
+assert load_latest_checkpoint(_dst, _dst_opt, _root) == 3, "最新的完整检查点是第 3 步 / the newest complete checkpoint is step 3"
+assert all(torch.equal(_dst.state_dict()[_k], _v) for _k, _v in _src.state_dict().items()), "模型未恢复 / model not restored"
+assert torch.equal(_dst_opt.state_dict()["state"][0]["exp_avg"], _opt.state_dict()["state"][0]["exp_avg"]), \
+    "优化器状态未恢复 / optimizer state not restored"
+print(f"SIGKILL 之后从第 {ft_ranks[0]['resumed_from']} 步恢复，第 {EQUIV_STEPS} 步参数一致 / resumed from step {ft_ranks[0]['resumed_from']}, parameters match at step {EQUIV_STEPS}")
 
 # %% [markdown] tags=["zh"]
 # ### 换一个 world size：2 → 1，导出 safetensors
@@ -1220,21 +1185,9 @@ _final = ft_ranks[0]["final"]
 assert set(_final) <= set(_reloaded_state), f"缺少参数 missing: {sorted(set(_final) - set(_reloaded_state))[:5]}"
 _d = max(float((_reloaded_state[k] - _final[k]).abs().max()) for k in _final)
 assert _d == 0.0, f"导出模型应逐位等于分片训练的最终参数 / the export must equal the sharded run's final parameters; max |Δ| = {_d:.2e}"
+assert (EXPORT_DIR / "tokenizer_config.json").is_file(), "分词器也要保存 / the tokenizer is saved too"
+assert exported == EXPORT_DIR and isinstance(exported, Path), f"返回值应是 out_dir 对应的 Path / the result should be out_dir as a Path, got {exported!r}"
 print("2 个 rank 写的检查点在 1 个进程里读回并导出，transformers 加载结果逐位相同 / 2-rank checkpoint exported from 1 process, bit-identical")
-### BEGIN HIDDEN TESTS
-# Another checkpoint, written here by one process from perturbed weights, exported into a fresh base.
-_noisy, _ = lab.load_model(MODEL, device="cpu", dtype=torch.float32)
-with torch.no_grad():
-    for _p in _noisy.parameters():
-        _p.add_(torch.randn(_p.shape, generator=torch.Generator().manual_seed(_p.numel()), dtype=_p.dtype) * 0.01)
-dcp.save({"model": _noisy.state_dict()}, checkpoint_id=str(WORK / "dcp-export-hidden"))
-_fresh, _fresh_tok = lab.load_model(MODEL, device="cpu", dtype=torch.float32)
-_out = export_full_model(WORK / "dcp-export-hidden", _fresh, _fresh_tok, WORK / "export-hidden")
-assert _out == WORK / "export-hidden"
-_back = AutoModelForCausalLM.from_pretrained(_out, dtype=torch.float32).state_dict()
-assert all(torch.equal(_back[k], v) for k, v in _noisy.state_dict().items()), "hidden export differs"
-assert (_out / "tokenizer_config.json").is_file(), "the tokenizer is saved too"
-### END HIDDEN TESTS
 
 # %% [markdown] tags=["zh"]
 # ## 7 · 分片微调的结果：实验 03 的 JSON 指标
@@ -1315,12 +1268,12 @@ assert len(_l) == FT_STEPS and all(math.isfinite(x) for x in _l), f"每步一个
 assert sum(_l[-5:]) / 5 < _l[0], "损失应下降 / the loss must fall"
 assert tuned_scores["valid_json"] >= max(0.75, base_scores["valid_json"]), \
     f"JSON 有效率应至少 0.75 且不低于基座 / valid-JSON rate: base {base_scores['valid_json']:.2f}, tuned {tuned_scores['valid_json']:.2f}"
-print("分片微调让模型学会了报告格式 / the sharded fine-tune taught the report format")
-### BEGIN HIDDEN TESTS
 _mean = lambda s: sum(s["exact_match"].values()) / len(s["exact_match"])  # noqa: E731
-assert _mean(tuned_scores) >= _mean(base_scores) + 0.1, f"exact match: base {_mean(base_scores):.2f}, tuned {_mean(tuned_scores):.2f}"
-assert _metrics["world_size"] == WORLD_SIZE and _metrics["steps"] == FT_STEPS and _metrics["tuned"] == tuned_scores
-### END HIDDEN TESTS
+assert _mean(tuned_scores) >= _mean(base_scores) + 0.1, \
+    f"三个字段精确匹配率平均应比基座高至少 0.1 / mean exact match at least 0.1 above base: base {_mean(base_scores):.2f}, tuned {_mean(tuned_scores):.2f}"
+assert _metrics["tuned"] == tuned_scores and _metrics["steps"] == FT_STEPS and _metrics["world_size"] == WORLD_SIZE, \
+    "metrics.json 应记录本次运行 / metrics.json records this run"
+print("分片微调让模型学会了报告格式 / the sharded fine-tune taught the report format")
 
 # %% [markdown] tags=["zh"]
 # 在 multi-gpu 配置下，每个 rank 还报告了微调时的峰值显存，这里把它和练习 1 的预测放在一起（fp32 分片参数、梯度、AdamW 状态：16 B/参数 ÷ N；预测不含激活和 all-gather 缓冲，所以实测应更高）。CPU 上没有这个数字。

@@ -1,0 +1,806 @@
+"""Lab 10's hidden checks, run by the trusted harness (rocmlab.harness) outside the learner's kernel.
+
+Each check grades one rule that the lab's prose states. Pure functions are called on inputs drawn from
+the learner's seed, with references computed here. The launched runs (torchrun ranks) cannot be redone
+here, so their recorded results are read from the kernel as plain data (events, numbers, tensors) and
+judged here with this file's own arithmetic.
+"""
+
+import json
+import math
+import re
+from fractions import Fraction
+
+import torch
+import torch.nn.functional as F
+
+from rocmlab.harness import check
+
+# ---------------------------------------------------------------- exercise 1: the memory bill
+
+TABLE = {  # bytes per parameter: (params, grads, optimizer), each either per rank or divided by N
+    "ddp": ((2, False), (2, False), (12, False)),
+    "zero1": ((2, False), (2, False), (12, True)),
+    "zero2": ((2, False), (2, True), (12, True)),
+    "zero3": ((2, True), (2, True), (12, True)),
+    "fsdp2": ((4, True), (4, True), (8, True)),
+}
+
+
+def ref_bill(n_params, world, strategy):
+    parts = [Fraction(b * n_params, world if split else 1) for b, split in TABLE[strategy]]
+    return dict(zip(("params", "grads", "optimizer"), parts)) | {"total": sum(parts)}
+
+
+def near(got, want, rel=1e-12):
+    return isinstance(got, (int, float)) and math.isclose(got, float(want), rel_tol=rel, abs_tol=1e-9)
+
+
+@check(
+    "10-memory-1",
+    points=1,
+    en="params, grads and optimizer bytes follow the table for every strategy",
+    zh="每种策略的参数、梯度、优化器字节数符合表格",
+)
+def memory_table(learner, variant):
+    rng = variant.random
+    for strategy in TABLE:
+        for _ in range(3):
+            n, world = rng.randint(0, 10**10), rng.choice([1, 2, 3, 5, 8, 64])
+            got, want = learner.call("state_bytes_per_rank", n, world, strategy), ref_bill(n, world, strategy)
+            for key in ("params", "grads", "optimizer"):
+                assert near(got[key], want[key]), f"{strategy}, N={world}, {n}: {key} {got[key]} != {float(want[key])}"
+
+
+@check(
+    "10-memory-1",
+    points=0.5,
+    en="the result has the keys params, grads, optimizer and total, total being their sum",
+    zh="结果的键为 params、grads、optimizer、total，total 是前三项之和",
+)
+def memory_total(learner, variant):
+    rng = variant.random
+    n, world, strategy = rng.randint(1, 10**9), rng.randint(1, 16), rng.choice(sorted(TABLE))
+    got = learner.call("state_bytes_per_rank", n, world, strategy)
+    assert type(got) is dict and set(got) == {"params", "grads", "optimizer", "total"}, f"keys {got}"
+    assert near(got["total"], ref_bill(n, world, strategy)["total"]), got
+
+
+@check(
+    "10-memory-1",
+    points=1,
+    en="largest_model is the largest whole parameter count whose total fits",
+    zh="largest_model 是 total 放得下的最大整数参数量",
+)
+def memory_largest(learner, variant):
+    rng = variant.random
+    cases = 0
+    while cases < 6:
+        memory = rng.choice([rng.randint(10**9, 2 * 10**11), rng.randint(1, 256) * 2**30])
+        world, strategy = rng.randint(1, 16), rng.choice(sorted(TABLE))
+        exact = Fraction(memory) / ref_bill(1, world, strategy)["total"]
+        if not 1e-6 < exact - math.floor(exact) < 1 - 1e-6:
+            continue  # a quotient this close to an integer is decided by float rounding, not by the rule
+        cases += 1
+        want = math.floor(exact)
+        got = learner.call("largest_model", memory, world, strategy)
+        assert got == want, f"largest_model({memory}, {world}, {strategy!r}) = {got}, expected {want}"
+
+
+@check(
+    "10-memory-1",
+    points=0.5,
+    en="raises ValueError for an unknown strategy, world_size < 1 or n_params < 0",
+    zh="未知策略、world_size < 1 或 n_params < 0 时抛出 ValueError",
+)
+def memory_raises(learner, variant):
+    rng = variant.random
+    bad = [
+        (10, 2, rng.choice(["zero4", "fsdp", "DDP", ""])),
+        (10, rng.randint(-3, 0), "ddp"),
+        (-rng.randint(1, 99), 2, "zero3"),
+    ]
+    for args in bad:
+        raised = learner.raised("state_bytes_per_rank(*a)", a=args)
+        assert raised is not None and raised.is_a("ValueError"), f"{args}: {raised}"
+
+
+# ---------------------------------------------------------------- exercise 3: set_prefetch
+
+RECORDER = """
+class _Layer:
+    def __init__(self, index):
+        self.index, self.forward, self.backward = index, None, None
+    def set_modules_to_forward_prefetch(self, modules):
+        self.forward = [m.index for m in modules]
+    def set_modules_to_backward_prefetch(self, modules):
+        self.backward = [m.index for m in modules]
+_layers = [_Layer(i) for i in range(n)]
+set_prefetch(_layers, d)
+"""
+
+
+def prefetch_lists(learner, n, d):
+    return learner.eval("[(l.forward, l.backward) for l in _layers]", setup=RECORDER, n=n, d=d)
+
+
+def prefetch_cases(rng):
+    return [(rng.randint(3, 12), rng.randint(1, 4)), (rng.randint(2, 4), rng.randint(5, 9)), (rng.randint(1, 6), 0)]
+
+
+@check(
+    "10-prefetch-1",
+    points=1,
+    en="layer i prefetches layers i+1 … i+depth in forward (an empty list at depth 0 or the last layer)",
+    zh="第 i 层前向预取第 i+1 … i+depth 层（depth 为 0 或最后一层时为空列表）",
+)
+def prefetch_forward(learner, variant):
+    for n, d in prefetch_cases(variant.random):
+        got = [f for f, _ in prefetch_lists(learner, n, d)]
+        want = [list(range(i + 1, min(n, i + 1 + d))) for i in range(n)]
+        assert got == want, f"{n} layers, depth {d}: forward {got}"
+
+
+@check(
+    "10-prefetch-1",
+    points=1,
+    en="layer i prefetches layers i-1 … i-depth in backward, nearest first, never past layer 0",
+    zh="第 i 层反向预取第 i-1 … i-depth 层，最近的在前，不越过第 0 层",
+)
+def prefetch_backward(learner, variant):
+    for n, d in prefetch_cases(variant.random):
+        got = [b for _, b in prefetch_lists(learner, n, d)]
+        want = [list(range(i - 1, max(-1, i - 1 - d), -1)) for i in range(n)]
+        assert got == want, f"{n} layers, depth {d}: backward {got}"
+
+
+# ---------------------------------------------------------------- exercise 4: rank_loss
+
+GRADIENT_SETUP = """
+_x = logits.clone().requires_grad_()
+_loss = rank_loss(_x, labels, n_global, world)
+(_grad,) = torch.autograd.grad(_loss, _x)
+"""
+
+
+def synthetic(variant, b, t, v):
+    g = variant.torch()
+    logits = torch.randn(b, t, v, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, v, (b, t), generator=g)
+    for row in range(b):
+        start, stop = sorted(torch.randint(0, t + 1, (2,), generator=g).tolist())
+        labels[row, :start] = -100
+        labels[row, stop:] = -100
+    return logits, labels
+
+
+def ref_rank_loss(logits, labels, n_global, world):
+    ce = F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)).double(),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+    )
+    return ce * world / n_global
+
+
+def shapes(rng):
+    return [(rng.choice([2, 4, 6, 8]), rng.randint(3, 16), rng.randint(3, 17)) for _ in range(3)]
+
+
+@check(
+    "10-loss-1",
+    points=1,
+    en="the value is the sum of shifted cross-entropies x world_size / global_label_tokens",
+    zh="值为错开一位的交叉熵之和 × world_size / global_label_tokens",
+)
+def loss_value(learner, variant):
+    rng = variant.random
+    for b, t, v in shapes(rng):
+        logits, labels = synthetic(variant, b, t, v)
+        n_global, world = int((labels[:, 1:] != -100).sum()) + rng.randint(0, 5), rng.randint(1, 8)
+        got = learner.call("rank_loss", logits, labels, n_global, world)
+        assert isinstance(got, torch.Tensor), f"returned {type(got).__name__}"
+        want = ref_rank_loss(logits, labels, n_global, world)
+        assert math.isclose(float(got), float(want), rel_tol=1e-5, abs_tol=1e-6), f"{float(got)} != {float(want)}"
+
+
+@check(
+    "10-loss-1",
+    points=1,
+    en="the ranks' gradients averaged equal the single-process token-mean gradient",
+    zh="各 rank 梯度的平均等于单进程按 token 平均的梯度",
+)
+def loss_gradient(learner, variant):
+    rng = variant.random
+    for b, t, v in shapes(rng):
+        world = rng.choice([w for w in (1, 2, 4) if b % w == 0])
+        logits, labels = synthetic(variant, b, t, v)
+        n_global, per = int((labels[:, 1:] != -100).sum()), b // world
+        if n_global == 0:
+            continue
+        grads = []
+        for r in range(world):
+            rows = slice(r * per, (r + 1) * per)
+            grads.append(
+                learner.eval(
+                    "_grad",
+                    setup=GRADIENT_SETUP,
+                    logits=logits[rows].contiguous(),
+                    labels=labels[rows].contiguous(),
+                    n_global=n_global,
+                    world=world,
+                )
+            )
+        got = torch.cat([g.double() for g in grads]) / world
+        x = logits.clone().requires_grad_()
+        loss = F.cross_entropy(x[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
+        (want,) = torch.autograd.grad(loss, x)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-7), f"max |Δ| = {float((got - want).abs().max()):.2e}"
+
+
+@check(
+    "10-loss-1",
+    points=0.5,
+    en="the loss is a float32 scalar",
+    zh="损失是 float32 标量",
+)
+def loss_dtype(learner, variant):
+    logits, labels = synthetic(variant, 2, 6, 5)
+    for dtype in (torch.float64, torch.float32):
+        got = learner.call("rank_loss", logits.to(dtype), labels, max(1, int((labels[:, 1:] != -100).sum())), 2)
+        assert isinstance(got, torch.Tensor) and got.dim() == 0 and got.dtype == torch.float32, f"{got!r}"
+
+
+@check(
+    "10-loss-1",
+    points=0.5,
+    en="a rank with no labelled token contributes 0",
+    zh="没有计入 token 的 rank 贡献为 0",
+)
+def loss_empty_rank(learner, variant):
+    logits, labels = synthetic(variant, 2, variant.random.randint(3, 9), 5)
+    labels[:] = -100
+    got = learner.call("rank_loss", logits, labels, variant.random.randint(1, 40), 2)
+    assert float(got) == 0.0, f"got {float(got)}"
+
+
+# ---------------------------------------------------------------- section 2/4: the launch's records
+
+ALL_PARAMS = "[{n: dict(p) for n, p in r['params'].items()} for r in fsdp_ranks]"
+
+
+@check(
+    "10-shard-1",
+    points=1,
+    en="every parameter is a DTensor placed Shard(0) over all ranks",
+    zh="每个参数都是在所有 rank 上按 Shard(0) 放置的 DTensor",
+)
+def shard_placements(learner, variant):
+    world = learner.get("WORLD_SIZE")
+    ranks = learner.eval(ALL_PARAMS)
+    assert len(ranks) == world and all(ranks), "a rank has no report"
+    for r, params in enumerate(ranks):
+        for name, p in params.items():
+            assert p["dtensor"] is True, f"rank {r}, {name}: not a DTensor"
+            assert p["placements"] == ["Shard(dim=0)"] and p["mesh_size"] == world, f"rank {r}, {name}: {p}"
+
+
+@check(
+    "10-shard-1",
+    points=0.75,
+    en="rank r's local shape is the r-th torch.chunk piece along dim 0",
+    zh="rank r 的本地形状是沿第 0 维 torch.chunk 的第 r 块",
+)
+def shard_local_shapes(learner, variant):
+    world = learner.get("WORLD_SIZE")
+    for r, params in enumerate(learner.eval(ALL_PARAMS)):
+        for name, p in params.items():
+            rows = [c.shape[0] for c in torch.empty(p["global_shape"][0]).chunk(world)]
+            mine = rows[r] if r < len(rows) else 0
+            assert p["local_shape"] == [mine] + p["global_shape"][1:], f"rank {r}, {name}: local {p['local_shape']}"
+
+
+@check(
+    "10-shard-1",
+    points=0.75,
+    en="the ranks' shards put together equal the original parameter bit for bit",
+    zh="各 rank 的分片拼起来逐位等于原参数",
+)
+def shard_join(learner, variant):
+    names = sorted(learner.eval("list(fsdp_ranks[0]['original'])"))
+    assert names, "no layer-0 parameter was kept"
+    world = learner.get("WORLD_SIZE")
+    for name in variant.random.sample(names, min(4, len(names))):
+        original = learner.eval("fsdp_ranks[0]['original'][k]", k=name)
+        shards = [learner.eval("fsdp_ranks[r]['shards'][k]", r=r, k=name) for r in range(world)]
+        assert torch.equal(torch.cat(shards), original), f"{name}: shards joined != original"
+    for r, params in enumerate(learner.eval(ALL_PARAMS)):
+        for name, p in params.items():
+            assert p["full_equal"] is True, f"rank {r}, {name}: the gathered parameter differs"
+
+
+@check(
+    "10-shard-1",
+    points=0.5,
+    en="every decoder layer and the root are FSDPModules, and no other module is",
+    zh="每个解码层和根模型是 FSDPModule，其他模块都不是",
+)
+def shard_modules(learner, variant):
+    got = learner.eval("fsdp_ranks[0]['fsdp_modules']")
+    n = learner.eval("fsdp_ranks[0]['n_layers']")
+    assert isinstance(n, int) and n > 0, n
+    assert got == sorted(["<root>"] + [f"model.layers.{i}" for i in range(n)]), got
+
+
+# ---------------------------------------------------------------- section 3: the schedule
+
+
+def forward_counts(events):
+    counts, gathers = [], 0
+    for kind, *_ in events:
+        if kind == "all_gather":
+            gathers += 1
+        elif kind == "forward":
+            counts.append(gathers)
+    return counts
+
+
+def backward_counts(events):
+    last = max(i for i, e in enumerate(events) if e[0] == "forward")
+    counts, gathers = [], 0
+    for kind, *_ in events[last:]:
+        if kind == "all_gather":
+            gathers += 1
+        elif kind == "reduce_scatter":
+            counts.append(gathers)
+    return counts
+
+
+def schedules(learner):
+    runs = learner.eval("[{n: list(s['events']) for n, s in r['schedules'].items()} for r in fsdp_ranks]")
+    return runs, learner.eval("fsdp_ranks[0]['n_layers']")
+
+
+@check(
+    "10-prefetch-2",
+    points=1,
+    en="with forward prefetch depth d, min(i + 2 + d, L + 1) all-gathers come before layer i's forward",
+    zh="前向预取深度为 d 时，第 i 层前向前有 min(i + 2 + d, L + 1) 次 all-gather",
+)
+def schedule_forward(learner, variant):
+    runs, layers = schedules(learner)
+    for r, run in enumerate(runs):
+        for name, depth in (("default", 0), ("prefetch-1", 1), ("prefetch-2", 2)):
+            got, want = forward_counts(run[name]), [min(i + 2 + depth, layers + 1) for i in range(layers)]
+            assert got == want, f"rank {r}, {name}: {got}, expected {want}"
+
+
+@check(
+    "10-prefetch-2",
+    points=1,
+    en="in backward, at least min(k + 1 + d, L) all-gathers come before the k-th reduce-scatter (d = 0 by default)",
+    zh="反向中第 k 次 reduce-scatter 之前至少有 min(k + 1 + d, L) 次 all-gather（默认 d = 0）",
+)
+def schedule_backward(learner, variant):
+    runs, layers = schedules(learner)
+    for r, run in enumerate(runs):
+        for name, depth in (("default", 0), ("prefetch-1", 1), ("prefetch-2", 2)):
+            got = backward_counts(run[name])
+            assert len(got) == layers + 1, f"rank {r}, {name}: {len(got)} reduce-scatters for {layers} layers + root"
+            for k, count in enumerate(got[:layers]):
+                assert count >= min(k + 1 + depth, layers), f"rank {r}, {name}: {got}"
+            assert got[layers] == layers, f"rank {r}, {name}: the root reduce-scatters last, after {got[layers]} AGs"
+
+
+# ---------------------------------------------------------------- section 4: equivalence
+
+
+@check(
+    "10-equiv-1",
+    points=1,
+    en="each step's FSDP loss (the same on every rank) is within 1e-4 of the single-process loss",
+    zh="每步 FSDP 损失（每个 rank 相同）与单进程损失相差不超过 1e-4",
+)
+def equiv_losses(learner, variant):
+    steps = learner.get("EQUIV_STEPS")
+    single, fsdp = learner.get("single_losses"), learner.eval("fsdp_ranks[0]['losses']")
+    assert len(single) == len(fsdp) == steps, f"{len(single)}, {len(fsdp)} losses for {steps} steps"
+    assert all(isinstance(x, float) and math.isfinite(x) for x in fsdp + single)
+    worst = max(abs(a - b) for a, b in zip(single, fsdp))
+    assert worst <= 1e-4, f"max |Δloss| = {worst:.2e}"
+    ranks = learner.eval("[r['losses'] for r in fsdp_ranks]")
+    assert len(ranks) == learner.get("WORLD_SIZE") and all(x == fsdp for x in ranks), "the ranks report other losses"
+
+
+@check(
+    "10-equiv-1",
+    points=1,
+    en="the final parameters are within 1e-3 of the single-process ones",
+    zh="最终参数与单进程相差不超过 1e-3",
+)
+def equiv_params(learner, variant):
+    fsdp_names = learner.eval("sorted(fsdp_ranks[0]['final'])")
+    single_names = learner.eval("sorted(single_params)")
+    assert fsdp_names == single_names, f"parameter names differ: {sorted(set(fsdp_names) ^ set(single_names))[:5]}"
+    for name in variant.random.sample(fsdp_names, min(6, len(fsdp_names))):
+        a = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
+        b = learner.eval("single_params[k]", k=name)
+        worst = float((a.double() - b.double()).abs().max())
+        assert worst <= 1e-3, f"{name}: max |Δ| = {worst:.2e}"
+
+
+@check(
+    "10-equiv-1",
+    points=1,
+    en="the loss falls",
+    zh="损失下降",
+)
+def equiv_falls(learner, variant):
+    losses = learner.eval("fsdp_ranks[0]['losses']")
+    assert losses[-1] < losses[0], losses
+
+
+# ---------------------------------------------------------------- exercise 5: communication volume
+
+
+def ref_comm(groups, world, param_bytes=4, reduce_bytes=4, reshard=True):
+    share = Fraction(world - 1, world)
+    out = {
+        "all_gather_forward": share * sum(groups) * param_bytes,
+        "all_gather_backward": share * sum(groups[1:]) * param_bytes if reshard else Fraction(0),
+        "reduce_scatter": share * sum(groups) * reduce_bytes,
+        "ddp_all_reduce": 2 * share * sum(groups) * reduce_bytes,
+    }
+    out["fsdp_total"] = out["all_gather_forward"] + out["all_gather_backward"] + out["reduce_scatter"]
+    return out
+
+
+def comm_cases(rng):
+    cases = []
+    for _ in range(4):
+        groups = [rng.randint(1, 10**7) for _ in range(rng.randint(1, 6))]
+        cases.append((groups, rng.randint(1, 16), rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.random() < 0.6))
+    return cases
+
+
+def comm_check(learner, variant, keys):
+    for groups, world, pb, rb, reshard in comm_cases(variant.random):
+        got = learner.call(
+            "comm_bytes_per_step", groups, world, param_bytes=pb, reduce_bytes=rb, reshard_after_forward=reshard
+        )
+        want = ref_comm(groups, world, pb, rb, reshard)
+        for key in keys:
+            assert near(got[key], want[key]), f"{groups}, N={world}, {pb}/{rb} B, reshard={reshard}: {key} {got[key]}"
+
+
+@check(
+    "10-comm-1",
+    points=0.5,
+    en="forward: every group is all-gathered once, (N-1)/N of its bytes sent",
+    zh="前向：每个组 all-gather 一次，发送其字节数的 (N-1)/N",
+)
+def comm_forward(learner, variant):
+    comm_check(learner, variant, ["all_gather_forward"])
+
+
+@check(
+    "10-comm-1",
+    points=0.75,
+    en="backward: every group but the root is all-gathered again only when reshard_after_forward is True",
+    zh="反向：仅当 reshard_after_forward 为 True 时，根以外的每个组再 all-gather 一次",
+)
+def comm_backward(learner, variant):
+    comm_check(learner, variant, ["all_gather_backward"])
+
+
+@check(
+    "10-comm-1",
+    points=0.5,
+    en="every group's gradients are reduce-scattered once in reduce_bytes; fsdp_total is the sum of the three",
+    zh="每个组的梯度以 reduce_bytes reduce-scatter 一次；fsdp_total 是三项之和",
+)
+def comm_reduce_scatter(learner, variant):
+    comm_check(learner, variant, ["reduce_scatter", "fsdp_total"])
+
+
+@check(
+    "10-comm-1",
+    points=0.5,
+    en="DDP all-reduces all gradients once: 2(N-1)/N of their bytes",
+    zh="DDP 对所有梯度 all-reduce 一次：发送 2(N-1)/N 的字节",
+)
+def comm_ddp(learner, variant):
+    comm_check(learner, variant, ["ddp_all_reduce"])
+
+
+@check(
+    "10-comm-1",
+    points=0.75,
+    en="the formula agrees with the traffic measured in the launch",
+    zh="公式与启动中实测的通信量一致",
+)
+def comm_measured(learner, variant):
+    world = learner.get("WORLD_SIZE")
+    numels = learner.eval("fsdp_ranks[0]['schedules']['default']['group_numels']")
+    runs = learner.eval("[{n: list(s['events']) for n, s in r['schedules'].items()} for r in fsdp_ranks]")
+    share = Fraction(world - 1, world)
+    for name, pb, reshard in (("default", 4, True), ("no-reshard", 4, False), ("bf16-params", 2, True)):
+        got = learner.call(
+            "comm_bytes_per_step", numels, world, param_bytes=pb, reduce_bytes=4, reshard_after_forward=reshard
+        )
+        for r, run in enumerate(runs):
+            events = run[name]
+            last = max(i for i, e in enumerate(events) if e[0] == "forward")
+            sent = {"all_gather_forward": 0, "all_gather_backward": 0, "reduce_scatter": 0}
+            for i, (kind, *size) in enumerate(events):
+                if kind == "all_gather":
+                    sent["all_gather_forward" if i < last else "all_gather_backward"] += share * size[0]
+                elif kind == "reduce_scatter":
+                    sent["reduce_scatter"] += share * size[0]
+            for key, value in sent.items():
+                assert near(got[key], value, 1e-9), (
+                    f"rank {r}, {name}: {key} predicted {got[key]}, measured {float(value)}"
+                )
+    buckets = learner.eval("fsdp_ranks[0]['ddp']['bucket_bytes']")
+    got = learner.call("comm_bytes_per_step", numels, world)["ddp_all_reduce"]
+    assert near(got, 2 * share * sum(buckets), 1e-9), f"DDP predicted {got}, measured {float(2 * share * sum(buckets))}"
+
+
+# ---------------------------------------------------------------- exercise 6: DCP and resuming
+
+
+@check(
+    "10-dcp-1",
+    points=0.75,
+    en="after the SIGKILL every rank resumes from the last complete checkpoint",
+    zh="SIGKILL 之后每个 rank 从最后一个完整检查点恢复",
+)
+def dcp_resume(learner, variant):
+    output = learner.eval("ft_result.output")
+    assert re.search(r"exitcode\s*:\s*-9|Signal 9|SIGKILL", output), "no rank was SIGKILLed on attempt 0"
+    crash, every = learner.get("CRASH_AT"), learner.get("CKPT_EVERY")
+    for r, (attempt, start) in enumerate(learner.eval("[(r['attempt'], r['resumed_from']) for r in ft_ranks]")):
+        assert attempt == 1 and start == (crash // every) * every, f"rank {r}: attempt {attempt}, resumed from {start}"
+
+
+@check(
+    "10-dcp-1",
+    points=0.75,
+    en="the resumed run's parameters match the uninterrupted run (bit for bit on CPU, within 1e-3 on GPUs)",
+    zh="恢复后的参数与不中断的运行一致（CPU 上逐位相同，GPU 上相差不超过 1e-3）",
+)
+def dcp_bit_identical(learner, variant):
+    names = learner.eval("sorted(fsdp_ranks[0]['final'])")
+    assert learner.eval("sorted(ft_ranks[0]['snapshot'] or {})") == names, "the snapshot has other parameters"
+    on_gpu = learner.eval("backend_for(WORLD_SIZE)") == "nccl"
+    for name in variant.random.sample(names, min(6, len(names))):
+        a = learner.eval("ft_ranks[0]['snapshot'][k]", k=name)
+        b = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
+        if on_gpu:
+            assert float((a.double() - b.double()).abs().max()) <= 1e-3, name
+        else:
+            assert torch.equal(a, b), f"{name}: max |Δ| = {float((a - b).abs().max()):.2e}"
+
+
+@check(
+    "10-dcp-1",
+    points=0.5,
+    en="the replayed steps repeat the first attempt's losses",
+    zh="重放的步重复第一次运行的损失",
+)
+def dcp_replay(learner, variant):
+    log = learner.get("ft_log")
+    first = {e["step"]: e["loss"] for e in log if e["attempt"] == 0}
+    replayed = [e for e in log if e["attempt"] == 1 and e["step"] in first]
+    assert replayed, "no step was replayed after the resume"
+    on_gpu = learner.eval("backend_for(WORLD_SIZE)") == "nccl"
+    for e in replayed:
+        assert e["loss"] == first[e["step"]] or (on_gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
+
+
+DCP_SETUP = """
+import tempfile as _tf
+from pathlib import Path as _P
+_root = _P(_tf.mkdtemp(prefix="lab10-check-", dir="."))
+torch.manual_seed(seed)
+def _net():
+    return torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
+_src = _net()
+_opt = torch.optim.AdamW(_src.parameters(), lr=0.1)
+_empty = load_latest_checkpoint(_src, _opt, _root)
+_empty_state = len(_opt.state)
+_paths = []
+for _step in steps:
+    _src(torch.randn(4, 5)).sum().backward()
+    _opt.step()
+    _paths.append(str(save_checkpoint(_src, _opt, _step, _root)))
+_want = {k: v.clone() for k, v in _src.state_dict().items()}
+_want_m = _opt.state_dict()["state"][0]["exp_avg"].clone()
+(_root / f"step-{torn:06d}").mkdir()
+(_root / f"step-{torn:06d}" / "__0_0.distcp").write_bytes(b"torn")
+_dst = _net()
+_dst_opt = torch.optim.AdamW(_dst.parameters(), lr=0.1)
+_loaded = load_latest_checkpoint(_dst, _dst_opt, _root)
+_result = (str(_root), _empty, _empty_state, _paths, _loaded, _want, dict(_dst.state_dict()), _want_m,
+           _dst_opt.state_dict()["state"][0]["exp_avg"].clone())
+__import__("shutil").rmtree(_root, ignore_errors=True)
+"""
+
+
+@check(
+    "10-dcp-1",
+    points=1,
+    en="load_latest_checkpoint restores the newest complete checkpoint (skipping one without .metadata), "
+    "or returns 0 and changes nothing",
+    zh="load_latest_checkpoint 恢复最新的完整检查点（跳过没有 .metadata 的目录），没有时返回 0 且不改变任何东西",
+)
+def dcp_in_process(learner, variant):
+    rng = variant.random
+    steps = sorted(rng.sample(range(1, 50), 2))
+    torn = steps[-1] + rng.randint(1, 20)
+    root, empty, empty_state, paths, loaded, want, got, want_m, got_m = learner.eval(
+        "_result", setup=DCP_SETUP, seed=rng.randint(0, 10**6), steps=steps, torn=torn
+    )
+    assert empty == 0 and empty_state == 0, "no checkpoint: return 0 and change nothing"
+    assert paths == [f"{root}/step-{s:06d}" for s in steps], f"save_checkpoint returned {paths}"
+    assert loaded == steps[-1], f"loaded step {loaded}, the newest complete one is {steps[-1]}"
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want), "model not restored"
+    assert torch.equal(got_m, want_m), "optimizer state not restored"
+
+
+# ---------------------------------------------------------------- exercise 7: export
+
+EXPORT_SETUP = """
+import tempfile as _tf
+from pathlib import Path as _P
+_dir = _P(_tf.mkdtemp(prefix="lab10-export-check-", dir="."))
+_noisy, _ = lab.load_model(MODEL, device="cpu", dtype=torch.float32)
+_base = {k: _noisy.state_dict()[k].clone() for k in keys}
+with torch.no_grad():
+    _g = torch.Generator().manual_seed(seed)
+    for _n, _p in _noisy.named_parameters():
+        _p.add_(noise[_n] if _n in noise else torch.randn(_p.shape, generator=_g, dtype=_p.dtype) * 0.01)
+dcp.save({"model": _noisy.state_dict()}, checkpoint_id=str(_dir / "ckpt"))
+_fresh, _fresh_tok = lab.load_model(MODEL, device="cpu", dtype=torch.float32)
+_out = export_full_model(_dir / "ckpt", _fresh, _fresh_tok, _dir / "out")
+_back = AutoModelForCausalLM.from_pretrained(_dir / "out", dtype=torch.float32).state_dict()
+_result = (str(_out), str(_dir / "out"), type(_out).__name__, sorted(p.name for p in (_dir / "out").iterdir()),
+           _base, {k: _back[k] for k in keys})
+__import__("shutil").rmtree(_dir, ignore_errors=True)
+"""
+
+
+EXPORTED = {}  # one export per grading run, shared by the three export checks (checks.py is loaded per run)
+
+
+def export_run(learner, variant):
+    if "run" in EXPORTED:
+        return EXPORTED["run"]
+    shapes = learner.eval(
+        "{n: tuple(p.shape) for n, p in lab.load_model(MODEL, device='cpu', dtype=torch.float32)[0].named_parameters()}"
+    )
+    keys = variant.random.sample(sorted(shapes), min(4, len(shapes)))
+    g = variant.torch()
+    noise = {k: torch.randn(shapes[k], generator=g) * 0.01 for k in keys}
+    out, want_out, kind, files, base, back = learner.eval(
+        "_result", setup=EXPORT_SETUP, keys=keys, noise=noise, seed=variant.random.randint(0, 10**6)
+    )
+    EXPORTED["run"] = keys, noise, out, want_out, kind, files, base, back
+    return EXPORTED["run"]
+
+
+@check(
+    "10-export-1",
+    points=1.25,
+    en="the exported model, loaded by transformers, equals the checkpoint's parameters bit for bit",
+    zh="transformers 加载的导出模型与检查点中的参数逐位相同",
+)
+def export_bit_identical(learner, variant):
+    keys, noise, *_, base, back = export_run(learner, variant)
+    for k in keys:
+        assert torch.equal(back[k], base[k] + noise[k]), (
+            f"{k}: max |Δ| {float((back[k] - base[k] - noise[k]).abs().max()):.2e}"
+        )
+
+
+@check(
+    "10-export-1",
+    points=0.5,
+    en="out_dir holds model.safetensors and the tokenizer",
+    zh="out_dir 中有 model.safetensors 和分词器",
+)
+def export_files(learner, variant):
+    files = export_run(learner, variant)[5]
+    assert "model.safetensors" in files and "tokenizer_config.json" in files, files
+
+
+@check(
+    "10-export-1",
+    points=0.25,
+    en="export_full_model returns Path(out_dir)",
+    zh="export_full_model 返回 Path(out_dir)",
+)
+def export_returns(learner, variant):
+    _, _, out, want_out, kind, *_ = export_run(learner, variant)
+    assert out == want_out and kind in ("PosixPath", "WindowsPath", "Path"), (out, kind)
+
+
+# ---------------------------------------------------------------- section 7: the fine-tune's metrics
+
+FIELDS = ("defect_type", "severity", "disposition")
+
+
+def ref_scores(predictions, records):
+    parsed = []
+    for text in predictions:
+        try:
+            value = json.loads(text.strip())
+        except json.JSONDecodeError:
+            value = None
+        parsed.append(value if isinstance(value, dict) else None)
+    n = len(predictions)
+    return {
+        "valid_json": sum(p is not None for p in parsed) / n,
+        "exact_match": {
+            f: sum(p is not None and p.get(f) == r["report"][f] for p, r in zip(parsed, records)) / n for f in FIELDS
+        },
+    }
+
+
+def metrics(learner):
+    return json.loads(learner.file("metrics.json").decode("utf-8"))
+
+
+@check(
+    "10-finetune-1",
+    points=0.5,
+    en="metrics.json has its keys and one finite loss per step, falling (last 5 below the first)",
+    zh="metrics.json 有规定的键，每步一个有限损失，且在下降（最后 5 步平均低于第一步）",
+)
+def finetune_losses(learner, variant):
+    m, steps = metrics(learner), learner.get("FT_STEPS")
+    assert {"model", "world_size", "steps", "losses", "base", "tuned"} <= set(m), sorted(m)
+    assert m["steps"] == steps and m["world_size"] == learner.get("WORLD_SIZE"), (m["steps"], m["world_size"])
+    losses = m["losses"]
+    assert len(losses) == steps and all(isinstance(x, float) and math.isfinite(x) for x in losses)
+    assert sum(losses[-5:]) / 5 < losses[0], losses
+
+
+@check(
+    "10-finetune-1",
+    points=0.25,
+    en="the tuned scores in metrics.json are the tuned model's outputs, scored",
+    zh="metrics.json 中的 tuned 分数来自微调模型的输出",
+)
+def finetune_consistent(learner, variant):
+    records = learner.get("eval_records")
+    scores = ref_scores(learner.get("tuned_predictions"), records)
+    assert metrics(learner)["tuned"] == scores, "metrics.json's tuned scores do not match the predictions"
+
+
+@check(
+    "10-finetune-1",
+    points=0.75,
+    en="the tuned valid-JSON rate is at least 0.75 and not below the base model's",
+    zh="微调模型的 JSON 有效率至少 0.75 且不低于基座",
+)
+def finetune_valid_json(learner, variant):
+    m = metrics(learner)
+    tuned = ref_scores(learner.get("tuned_predictions"), learner.get("eval_records"))["valid_json"]
+    assert tuned >= max(0.75, m["base"]["valid_json"]), f"tuned {tuned}, base {m['base']['valid_json']}"
+
+
+@check(
+    "10-finetune-1",
+    points=0.5,
+    en="the mean exact-match rate of the three fields is at least 0.1 above the base model's",
+    zh="三个字段精确匹配率的平均比基座至少高 0.1",
+)
+def finetune_exact_match(learner, variant):
+    m = metrics(learner)
+    tuned = ref_scores(learner.get("tuned_predictions"), learner.get("eval_records"))["exact_match"]
+    mean = lambda s: sum(s.values()) / len(s)  # noqa: E731
+    assert mean(tuned) >= mean(m["base"]["exact_match"]) + 0.1, (
+        f"tuned {mean(tuned):.2f}, base {mean(m['base']['exact_match']):.2f}"
+    )
