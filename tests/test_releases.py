@@ -433,7 +433,7 @@ def test_verify_pins_reports_each_pin_state(capsys):
     out = capsys.readouterr().out
     assert "amd-torch-device-gfx942==2.14.0+rocm10.1.0" in out and "transformers==5.24.0" in out
     report = pins.verify(releases.load_matrix(MATRIX), upstream.Recorded(UPSTREAM), today=TODAY)
-    assert {p.state for p in report.pins} == {"ok"} and len(report.pins) == 10  # cpu-current: 6 pins
+    assert {p.state for p in report.pins} == {"ok"} and len(report.pins) == 11  # cpu-current: 6 pins; rocm-7.2 image
     assert "rocm-10.1: released" in report.unverified
 
 
