@@ -67,7 +67,9 @@ class PinReport:
         for p in self.pins:
             if p.state == MISSING and "yanked" in p.detail and "==" in p.pin:
                 package, version = p.pin.split("==", 1)
-                found.append({"entry": p.entry, "package": package, "version": version, "reason": p.detail, "url": p.url})
+                found.append(
+                    {"entry": p.entry, "package": package, "version": version, "reason": p.detail, "url": p.url}
+                )
         return found
 
     def as_json(self) -> dict:
@@ -150,7 +152,9 @@ def _image_check(entry: Entry):
         if entry.install.digest and digest != entry.install.digest:
             detail = f"tag now points to {digest}, the matrix records {entry.install.digest}"
             return PinState(entry.name, entry.install.image, MOVED, detail, url, digest)
-        detail = f"digest {digest}" + ("" if entry.install.digest else " (the matrix records no digest: add it to install)")
+        detail = f"digest {digest}" + (
+            "" if entry.install.digest else " (the matrix records no digest: add it to install)"
+        )
         return PinState(entry.name, entry.install.image, OK, detail, url, digest)
 
     return check

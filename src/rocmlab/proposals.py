@@ -199,7 +199,15 @@ def _newest_torch(entry: Entry, rocm: str, upstream: Upstream) -> tuple[str, str
     """(torch version, install detail, source URL) of the newest build on the entry's own channel."""
     if entry.install.method == "image":
         image = max(channel_images(entry, rocm, upstream), key=lambda i: Version(i.pytorch), default=None)
-        return (image.pytorch, f"rocm/pytorch:{image.tag}", DOCKER_TAGS.format(name=f"rocm{'.'.join(rocm.split('.')[:2])}")) if image else None
+        return (
+            (
+                image.pytorch,
+                f"rocm/pytorch:{image.tag}",
+                DOCKER_TAGS.format(name=f"rocm{'.'.join(rocm.split('.')[:2])}"),
+            )
+            if image
+            else None
+        )
     wheel = max(channel_wheels(entry, rocm, upstream), key=lambda w: Version(w.torch), default=None)
     return (wheel.torch, f"{wheel.torch}+{wheel.local}", wheel.index) if wheel else None
 
@@ -230,8 +238,22 @@ def _patch_release(entry: Entry, release: RocmRelease, upstream: Upstream, today
     """A newer release of the entry's series: ROCm version and date, and the torch built for it."""
     url = release.url or THEROCK_RELEASES
     updates = [
-        Update(entry.name, "rocm", entry.rocm, release.version, url, f"ROCm {release.version} released"),
-        Update(entry.name, "released", str(entry.released), str(release.date or today), url, "release date"),
+        Update(
+            entry.name,
+            "rocm",
+            entry.rocm,
+            release.version,
+            url,
+            f"{release.tag or 'release'} ({release.name or release.version}) published {release.date}",
+        ),
+        Update(
+            entry.name,
+            "released",
+            str(entry.released),
+            str(release.date or today),
+            url,
+            f"{release.tag or 'release'} ({release.name or release.version}) published {release.date}",
+        ),
     ]
     newest = _newest_torch(entry, release.version, upstream)
     torch = newest[0] if newest and Version(newest[0]) >= Version(entry.pytorch) else entry.pytorch
@@ -326,7 +348,10 @@ def _pytorch_index_notice(entry: Entry, upstream: Upstream) -> list[str]:
     newer = [
         w.torch
         for w in upstream.wheels
-        if w.index == index and w.local == label and w.python == entry.python and Version(w.torch) > Version(entry.pytorch)
+        if w.index == index
+        and w.local == label
+        and w.python == entry.python
+        and Version(w.torch) > Version(entry.pytorch)
     ]
     if not newer:
         return []
@@ -492,7 +517,13 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str
 # ---------------------------------------------------------------- editing env/matrix.toml in place
 
 SCALAR_FIELDS = ("rocm", "released", "pytorch", "status")
-FACTS_OF = {"rocm": ["rocm"], "released": ["released"], "pytorch": ["pytorch"], "requirement": ["install"], "image": ["install"]}
+FACTS_OF = {
+    "rocm": ["rocm"],
+    "released": ["released"],
+    "pytorch": ["pytorch"],
+    "requirement": ["install"],
+    "image": ["install"],
+}
 
 
 def apply(path: Path, findings: Findings, today: dt.date | None = None) -> list[str]:

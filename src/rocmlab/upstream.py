@@ -29,7 +29,12 @@ PYTORCH_INDEX = "https://download.pytorch.org/whl/rocm{series}/"
 # "stable", from 2026-08-22), whl-multi-arch for the 7.14 series (RELEASES.md). A new TheRock release is
 # looked for on these even when no matrix entry installs from them yet.
 THEROCK_INDEXES = ("https://stable.repo.amd.com/rocm/whl-next/", "https://repo.amd.com/rocm/whl-multi-arch/")
-INDEX_TYPES = ("application/vnd.pypi.simple.v1+json", "application/json", "text/html", "application/vnd.pypi.simple.v1+html")
+INDEX_TYPES = (
+    "application/vnd.pypi.simple.v1+json",
+    "application/json",
+    "text/html",
+    "application/vnd.pypi.simple.v1+html",
+)
 DOCKER_TAGS = "https://hub.docker.com/v2/namespaces/rocm/repositories/pytorch/tags?page_size=100&name={name}"
 DOCKER_TAG = "https://hub.docker.com/v2/namespaces/rocm/repositories/pytorch/tags/{tag}"
 PYPI_PROJECT = "https://pypi.org/pypi/{name}/json"
@@ -410,7 +415,9 @@ def parse_docker_tags(response: Response, unparsed: list[str] | None = None) -> 
         else:
             unknown.append(name or repr(item)[:80])
     if unknown and unparsed is not None:
-        unparsed.append(f"{response.url}: {len(unknown)} tag(s) outside the rocm/pytorch naming scheme: {', '.join(unknown[:5])}")
+        unparsed.append(
+            f"{response.url}: {len(unknown)} tag(s) outside the rocm/pytorch naming scheme: {', '.join(unknown[:5])}"
+        )
     return tags, data.get("next") or None
 
 
@@ -497,8 +504,9 @@ def gather(entries: list[Entry], fetch=http_get, timeout: float = 15.0) -> Upstr
     rocm = [e for e in entries if e.kind == "rocm"]
     live = [e for e in rocm if e.status != "eol"]
     newest_known = max((Version(e.rocm) for e in rocm), default=Version("0"))
-    new_series = {series(r.version) for r in upstream.releases if Version(r.version) > newest_known}
-    new_series -= {series(e.rocm) for e in rocm}
+    newer = {series(r.version) for r in upstream.releases if Version(r.version) > newest_known}
+    newer -= {series(e.rocm) for e in rocm}
+    new_series = {max(newer)} if newer else set()  # only the newest new series is proposed (proposals.compare)
     indexes = {e.install.index_url for e in live if e.install.method == "multiarch"}
     if new_series:
         indexes |= set(THEROCK_INDEXES)
