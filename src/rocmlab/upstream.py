@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from .matrix import Entry, canonical, series
@@ -221,9 +221,16 @@ def _tag_version(tag: str) -> Version | None:
     return None
 
 
+ROCM_IN_NAME = re.compile(
+    r"(?:rocm|therock)[\s_-]*(?:release[\s_-]*)?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?(?:(?:a|b|rc)[0-9]+)?)(?![\w.])", re.I
+)
+
+
 def _name_versions(name: str) -> set[Version]:
-    """Every version written in a release name ("ROCm 10.0.0", "therock release v7.14", "TheRock 7.14.1")."""
-    return {Version(v) for v in VERSION_TOKEN.findall(name or "")}
+    """The versions a release name gives ("ROCm 10.0.0", "therock release v7.14", "TheRock 7.14.1"): those
+    after "ROCm" / "TheRock" when there are any (so "ROCm 10.1.0, PyTorch 2.14" is 10.1.0), else every one."""
+    named = ROCM_IN_NAME.findall(name or "")
+    return {Version(v) for v in (named or VERSION_TOKEN.findall(name or ""))}
 
 
 def _three(version: Version) -> str:
@@ -252,7 +259,7 @@ def read_release(item: dict) -> tuple[RocmRelease | None, str | None]:
         (version,) = from_name
     else:
         same_series = {v for v in from_name if v.release[:2] == from_tag.release[:2]}
-        other = {v for v in from_name if v.release[:2] != from_tag.release[:2]}
+        other = {v for v in from_name if v.release[0] == from_tag.release[0] and v.release[:2] != from_tag.release[:2]}
         full = {v for v in same_series if len(v.release) == 3}
         if other or len(full) > 1 or (len(from_tag.release) == 3 and full and from_tag not in full):
             return None, f"{where}: the tag and the name disagree on the version"
@@ -375,10 +382,10 @@ def versions_on_index(response: Response, project: str, *, with_yanked: bool = F
         if name in yanked and not with_yanked:
             continue
         try:
-            wheel = _read_wheel(name)
-        except (InvalidWheelFilename, InvalidVersion):
+            wheel = _read_wheel(name) or parse_sdist_filename(name)
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
             continue
-        if wheel and canonical(wheel[0]) == canonical(project):
+        if canonical(wheel[0]) == canonical(project):
             found.add(str(wheel[1]))
     return found
 
