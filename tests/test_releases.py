@@ -603,7 +603,7 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
     )
     (held,) = findings.held
     assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.45`" in held
-    assert "rotate cpu-previous to cpu-current's generation (transformers 5.24.0), raise the cap" in held
+    assert "rotate cpu-previous to cpu-current's generation (transformers 5.x), raise the cap" in held
     assert "### Held back" in proposals.render_body(findings)
     alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.24.0", "6.0.0"]}), today=TODAY, caps=caps)
     assert not alone.updates and alone.held and not alone.anything  # nothing installable is newer
@@ -682,3 +682,17 @@ def test_apply_moves_verified_facts_out_of_unverified(tmp_path):
     entry = releases.read_matrix(path).get("rocm-10.0")
     assert entry.unverified == ("pytorch",) and entry.sources[0].facts == ("released",)
     assert entry.released == dt.date(2026, 8, 27)
+
+
+def test_verify_pins_says_when_an_index_pin_is_yanked(tmp_path):
+    path = with_pins(tmp_path, "2.13.0+rocm10.0.0", "2.13.1+rocm10.0.0")  # 2.13.1 is yanked on whl-next (data-yanked)
+    path.write_text(
+        path.read_text().replace(
+            'pytorch = "2.13.0"\npython = "3.12"\nstatus = "current"',
+            'pytorch = "2.13.1"\npython = "3.12"\nstatus = "current"',
+            1,
+        )
+    )
+    report = pins.verify(releases.load_matrix(path), upstream.Recorded(UPSTREAM), today=TODAY)
+    (state,) = [p for p in report.pins if p.entry == "rocm-10.0" and p.pin.startswith("torch")]
+    assert state.state == "missing" and "yanked on https://stable.repo.amd.com/rocm/whl-next/" in state.detail

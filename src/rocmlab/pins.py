@@ -113,9 +113,12 @@ def _on_index(entry: Entry, pin: str, index: str, project: str, version: str):
 
     def check(get) -> PinState:
         url = project_url(index, project)
-        found = versions_on_index(get(url, accept=ACCEPT_INDEX), project)
+        response = get(url, accept=ACCEPT_INDEX)
+        found = versions_on_index(response, project)
         if version in found:
             return PinState(entry.name, pin, OK, f"{project} {version} on {index}", url)
+        if version in versions_on_index(response, project, with_yanked=True):
+            return PinState(entry.name, pin, MISSING, f"{project} {version} is yanked on {index} (PEP 592)", url)
         newest = max(found, key=Version, default="none")
         return PinState(entry.name, pin, MISSING, f"{project} {version} not on {index} (newest: {newest})", url)
 

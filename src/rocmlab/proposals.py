@@ -408,11 +408,12 @@ def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings, caps
         target, when = latest, date
         cap = caps.get(package)
         if cap and not cap[0].contains(latest, prereleases=False):
+            generation = f"{package} {Version(Version(pinned).public).major}.x"
             rotate = (
-                f"rotate {previous.name} to {current.name}'s generation ({package} {pinned}), raise the cap, then "
+                f"rotate {previous.name} to {current.name}'s generation ({generation}), raise the cap, then "
                 f"move {current.name} to {latest}"
                 if previous
-                else f"add a cpu-previous entry at {package} {pinned}, raise the cap, then move {current.name} to {latest}"
+                else f"add a cpu-previous entry at {generation}, raise the cap, then move {current.name} to {latest}"
             )
             findings.held.append(
                 f"{current.name}: {package} {latest} ({date}) crosses the cap `{cap[0]}` ({cap[1]}): it cannot be "
