@@ -696,3 +696,14 @@ def test_verify_pins_says_when_an_index_pin_is_yanked(tmp_path):
     report = pins.verify(releases.load_matrix(path), upstream.Recorded(UPSTREAM), today=TODAY)
     (state,) = [p for p in report.pins if p.entry == "rocm-10.0" and p.pin.startswith("torch")]
     assert state.state == "missing" and "yanked on https://stable.repo.amd.com/rocm/whl-next/" in state.detail
+
+
+def test_a_403_from_a_static_index_host_means_no_such_index():
+    def fetch(url, accept=None, timeout=0):
+        raise upstream.SourceError(f"{url}: HTTP 403")
+
+    found = upstream.Upstream()
+    upstream._wheels(upstream._Asker(fetch, 1, found), "https://download.pytorch.org/whl/rocm10.2/")
+    assert found.wheels == []
+    with pytest.raises(upstream.SourceError):
+        upstream._wheels(upstream._Asker(fetch, 1, found), "https://mirror.example.org/whl/")

@@ -543,8 +543,19 @@ def _releases(asker: _Asker) -> None:
         asker.upstream.releases.extend(parse_releases(response, asker.upstream.unparsed_releases))
 
 
+# Static indexes on S3 behind a CDN answer 403 AccessDenied, not 404, for a path that does not exist
+# (an index for a ROCm series that PyTorch or AMD has not published).
+ABSENT_AS_403 = ("download.pytorch.org", "repo.amd.com", "stable.repo.amd.com", "nightly.repo.amd.com")
+
+
 def _wheels(asker: _Asker, index: str) -> None:
-    response = asker.get(project_url(index, "torch"), accept=ACCEPT_INDEX)
+    url = project_url(index, "torch")
+    try:
+        response = asker.get(url, accept=ACCEPT_INDEX)
+    except SourceError as err:
+        if not ("HTTP 403" in str(err) and urllib.parse.urlsplit(url).hostname in ABSENT_AS_403):
+            raise
+        return  # no such index (yet)
     asker.upstream.wheels.extend(parse_torch_wheels(response, index, asker.upstream.unparsed))
 
 
