@@ -1,7 +1,8 @@
 """Pin liveness: does every pin of every current entry still resolve upstream?
 
 - a multi-arch pin: the torch version and the runner's ``amd-torch-device-<gfx>`` package are
-  on the entry's index (PEP 691 query);
+  on the entry's index (a simple-index query: PEP 503 HTML as AMD serves it, or PEP 691 JSON; a file
+  marked yanked counts as missing);
 - a PyTorch-index pin: the version is on the entry's rocmX.Y index;
 - an image pin: the tag exists on Docker Hub; its digest is recorded (and compared with the
   ``digest`` the matrix holds, if any). Image entries are checked while they are current or
