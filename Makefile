@@ -3,7 +3,9 @@ VENV      ?= .venv
 PY        := $(VENV)/bin/python
 ROCMLAB   := $(VENV)/bin/rocmlab
 STAMP     := $(VENV)/.rocmlab-installed
-TORCH     ?= torch==2.13.0
+# torch is cpu-current's pin in env/matrix.toml, the one place it is written (read with the standard
+# library only: this runs before .venv exists); override with `make run TORCH=torch==X.Y.Z`.
+TORCH     ?= $(shell python3 -c 'import sys, tomllib; m = tomllib.load(open("env/matrix.toml", "rb")); print(next(p for e in m["cpu"] if e["name"] == "cpu-current" for p in e["pins"] if p.startswith("torch==")))' 2>/dev/null || echo torch)
 JOBS      ?= 2
 RESULTS   ?= results
 

@@ -12,6 +12,13 @@ cd "$(dirname "$0")/.."
 entry="${1:?usage: ci/freshness_gpu_step.sh ENTRY PROFILE GFX}"
 profile="${2:?profile}"
 gfx="${3:?gfx}"
+# Docker-in-docker (ARC or Kubernetes runners with a dind sidecar): the host has /dev/kfd, but the
+# engine that starts the containers runs elsewhere and has no GPU. Say so up front; the entry check
+# (`rocmlab env check-entry`, before any lab) stops such a job in every case.
+engine_os=$("${ROCMLAB_DOCKER:-docker}" info --format '{{.OperatingSystem}}' 2>/dev/null || true)
+if [[ "${DOCKER_HOST:-}" == tcp://* || "$engine_os" == *containerized* ]]; then
+  echo "::warning::the Docker engine is not on this GPU host (DOCKER_HOST=${DOCKER_HOST:-unset}, engine OS: ${engine_os:-unknown}): docker-in-docker gives the containers no GPU (docs/release-matrix.md, 'The runner')"
+fi
 python3 -m venv .job-venv
 .job-venv/bin/pip install --quiet --disable-pip-version-check -e .
 export ROCMLAB="$PWD/.job-venv/bin/rocmlab"

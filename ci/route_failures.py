@@ -1,6 +1,8 @@
-"""Route freshness failures to people: one GitHub issue per failing (lab, matrix entry).
+"""Route freshness failures to people: one GitHub issue per failing (lab, matrix entry), and one
+per yanked pin of a matrix entry.
 
     python ci/route_failures.py freshness.json [--dry-run]
+    python ci/route_failures.py --pins release-check.json [--dry-run]   # or verify-pins --out pins.json
 
 Reads the report that ``rocmlab report --format json`` wrote. For each pair on a matrix entry:
 
@@ -12,6 +14,11 @@ Reads the report that ``rocmlab report --format json`` wrote. For each pair on a
 - anything else (never run, skipped, stale): leave the issue as it is.
 
 Issues are found by the marker ``<!-- rocmlab-freshness lab=LAB entry=ENTRY -->`` in their body.
+
+``--pins`` reads the ``yanked`` list of ``rocmlab releases check --json`` (or of ``verify-pins
+--out``): a yanked pin opens an issue (same label) or updates it while it stays yanked; an open
+pin issue whose pin is no longer reported is closed, unless the check was partial. Marker:
+``<!-- rocmlab-pin entry=ENTRY package=PACKAGE -->``.
 Uses the ``gh`` CLI (GH_TOKEN in CI). Needs only the standard library.
 """
 
@@ -25,6 +32,7 @@ from pathlib import Path
 
 LABEL = "freshness"
 MARKER = re.compile(r"<!-- rocmlab-freshness lab=(?P<lab>\S+) entry=(?P<entry>\S+) -->")
+PIN_MARKER = re.compile(r"<!-- rocmlab-pin entry=(?P<entry>\S+) package=(?P<package>\S+) -->")
 FAILING = ("failing", "flaky")
 PASSING = ("verified", "outdated")
 
@@ -39,14 +47,14 @@ def gh(*args: str, dry_run: bool = False) -> str:
     return done.stdout
 
 
-def open_issues(dry_run: bool) -> dict[tuple[str, str], int]:
-    """(lab, entry) → number of the open freshness issue."""
+def open_issues(dry_run: bool, marker: re.Pattern = MARKER) -> dict[tuple[str, str], int]:
+    """(lab, entry) → number of the open freshness issue (with PIN_MARKER: (entry, package))."""
     text = gh("issue", "list", "--state", "open", "--label", LABEL, "--limit", "500", "--json", "number,body")
     found = {}
     for issue in json.loads(text or "[]"):
-        match = MARKER.search(issue.get("body") or "")
+        match = marker.search(issue.get("body") or "")
         if match:
-            found[(match["lab"], match["entry"])] = issue["number"]
+            found[tuple(match.groups())] = issue["number"]
     return found
 
 
@@ -165,9 +173,83 @@ def _report_failure(lab: dict, entry: str, cell: dict, number: int | None, dry_r
     return f"updated #{number}: {lab['id']} on {entry}"
 
 
+def pin_body(pin: dict) -> str:
+    return (
+        f"<!-- rocmlab-pin entry={pin['entry']} package={pin['package']} -->\n"
+        f"**{pin['package']}=={pin['version']}**, pinned by **{pin['entry']}** in env/matrix.toml, is yanked: "
+        f"{pin.get('reason') or 'no reason given'}.\n\n"
+        f"- release: {pin.get('url') or 'https://pypi.org/project/' + pin['package'] + '/'}\n"
+        "- a yanked release still installs with `==`, but pip warns and the maintainers withdrew it: move the pin\n"
+        "  (`rocmlab releases check --apply` proposes the newest release that fits pyproject.toml's caps)\n\n"
+        "Opened and kept up to date by the release check; closed when the pin is no longer yanked.\n"
+    )
+
+
+def route_pins(report: dict, dry_run: bool = False) -> list[str]:
+    """Open or update one issue per yanked pin; close those whose pin is fine again (complete reports only)."""
+    done = []
+    gh(
+        "label",
+        "create",
+        LABEL,
+        "--color",
+        "B60205",
+        "--description",
+        "a lab fails on a release matrix entry",
+        "--force",
+        dry_run=dry_run,
+    )
+    known = open_issues(dry_run, PIN_MARKER) if not dry_run else {}
+    reported = set()
+    for pin in report.get("yanked") or []:
+        key = (pin["entry"], pin["package"])
+        reported.add(key)
+        number = known.get(key)
+        with tempfile.TemporaryDirectory() as folder:
+            body_file = Path(folder) / "body.md"
+            body_file.write_text(pin_body(pin), encoding="utf-8")
+            if number is None:
+                pin_title = f"pins: {pin['package']}=={pin['version']} of {pin['entry']} is yanked"
+                gh(
+                    "issue",
+                    "create",
+                    "--title",
+                    pin_title,
+                    "--body-file",
+                    str(body_file),
+                    "--label",
+                    LABEL,
+                    dry_run=dry_run,
+                )
+                done.append(f"opened: {pin['package']}=={pin['version']} of {pin['entry']} is yanked")
+                continue
+            gh("issue", "edit", str(number), "--body-file", str(body_file), dry_run=dry_run)
+        gh(
+            "issue",
+            "comment",
+            str(number),
+            "--body",
+            f"Still yanked: {pin['package']}=={pin['version']}.",
+            dry_run=dry_run,
+        )
+        done.append(f"updated #{number}: {pin['package']} of {pin['entry']}")
+    if not report.get("partial"):
+        for key, number in sorted(known.items()):
+            if key not in reported:
+                comment = f"{key[1]} of {key[0]} is no longer a yanked pin (the pin moved, or the yank was undone)."
+                gh("issue", "close", str(number), "--comment", comment, dry_run=dry_run)
+                done.append(f"closed #{number}: {key[1]} of {key[0]}")
+    return done
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("report", help="the JSON written by `rocmlab report --format json`")
+    parser.add_argument(
+        "report", help="the JSON written by `rocmlab report --format json` (with --pins: by releases check)"
+    )
+    parser.add_argument(
+        "--pins", action="store_true", help="route the yanked pins of a release check or verify-pins report"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the gh commands instead of running them")
     args = parser.parse_args(argv)
     try:
@@ -177,7 +259,7 @@ def main(argv=None) -> int:
         print(f"{args.report}: cannot read the freshness report ({exc})", file=sys.stderr)
         return 2
     try:
-        actions = route(report, dry_run=args.dry_run)
+        actions = route_pins(report, dry_run=args.dry_run) if args.pins else route(report, dry_run=args.dry_run)
     except RuntimeError as exc:
         print(f"routing failed: {exc}", file=sys.stderr)
         return 1

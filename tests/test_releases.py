@@ -56,7 +56,7 @@ def test_every_fact_has_a_source_with_a_date():
     m = releases.read_matrix(MATRIX)
     for entry in m.entries + m.canaries:
         assert entry.sources, entry.name
-        assert all(s.url.startswith("https://") and s.seen <= TODAY and s.facts for s in entry.sources)
+        assert all(s.url.startswith("https://") and s.seen <= dt.date.today() and s.facts for s in entry.sources)
         covered = {f for s in entry.sources for f in s.facts}
         required = {"rocm": matrix.ROCM_FACTS, "cpu": matrix.CPU_FACTS, "canary": matrix.CANARY_FACTS}[entry.kind]
         assert set(required) <= covered, (entry.name, set(required) - covered)
@@ -228,7 +228,7 @@ def test_therock_releases_keep_final_tags_across_pages():
     assert later == ["7.13.0", "7.12.0", "7.11.0", "7.10.0", "7.9.0"]
 
 
-def test_pep691_index_lists_rocm_wheels_without_yanked_or_prereleases():
+def test_pep503_index_lists_rocm_wheels_without_yanked_or_prereleases():
     index = "https://stable.repo.amd.com/rocm/whl-next/"
     wheels = upstream.parse_torch_wheels(answer(index + "torch/"), index)
     linux312 = {(w.torch, w.local) for w in wheels if w.python == "3.12" and w.platform == "linux_x86_64"}
@@ -255,7 +255,7 @@ def test_docker_tags_follow_the_naming_scheme_and_paginate():
     assert following and {t.pytorch for t in tags} == {"2.14.0", "2.13.0"}
     more, last = upstream.parse_docker_tags(answer(following))
     assert last is None and {t.tag for t in more} == {
-        f"rocm10.1.0_{os}_py{py}_pytorch_release_2.12.0"
+        f"rocm10.1_{os}_py{py}_pytorch_release_2.12.0"  # series-only tags, as Docker Hub has them from ROCm 10
         for os, py in (("ubuntu26.04", "3.14"), ("ubuntu24.04", "3.12"), ("ubuntu22.04", "3.10"))
     }
     assert all(t.digest.startswith("sha256:") for t in tags + more)
@@ -412,7 +412,7 @@ def test_show_lists_entries_and_unverified_facts(capsys):
     lines = capsys.readouterr().out.splitlines()
     m = releases.read_matrix(MATRIX)
     assert [line.split()[0] for line in lines] == [e.name for e in m.entries + m.canaries]
-    assert "[unverified: released, pytorch, install]" in lines[0]
+    assert "[unverified: pytorch, install]" in lines[0]
 
 
 def test_the_python_api_takes_keywords_and_finds_the_matrix_under_root(tmp_path, capsys):
@@ -433,8 +433,8 @@ def test_verify_pins_reports_each_pin_state(capsys):
     out = capsys.readouterr().out
     assert "amd-torch-device-gfx942==2.14.0+rocm10.1.0" in out and "transformers==5.24.0" in out
     report = pins.verify(releases.load_matrix(MATRIX), upstream.Recorded(UPSTREAM), today=TODAY)
-    assert {p.state for p in report.pins} == {"ok"} and len(report.pins) == 10  # cpu-current: 6 pins
-    assert "rocm-10.1: released" in report.unverified
+    assert {p.state for p in report.pins} == {"ok"} and len(report.pins) == 11  # cpu-current: 6 pins; rocm-7.2 image
+    assert "rocm-10.1: pytorch" in report.unverified and "rocm-10.1: released" not in report.unverified
 
 
 def with_pins(tmp_path, old: str, new: str) -> Path:
@@ -477,3 +477,233 @@ def test_verify_pins_offline_has_its_own_exit_status(tmp_path, capsys):
     (tmp_path / "manifest.json").write_text("{}")
     assert cli("verify-pins", "--matrix", str(MATRIX), "--fixtures", str(tmp_path), "--today", "2026-12-01") == 11
     assert "could not be checked" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- issue 35: what upstream really looks like
+
+
+def release(tag, name, **more):
+    item = {"tag_name": tag, "name": name, "draft": False, "prerelease": False, "published_at": "2026-10-05T16:00:00Z"}
+    return item | {"html_url": f"https://github.com/ROCm/TheRock/releases/tag/{tag}"} | more
+
+
+@pytest.mark.parametrize(
+    "item,version",
+    [
+        (release("therock-10.0", "ROCm 10.0.0"), "10.0.0"),  # a series tag, the patch version in the name
+        (release("therock-7.14", "therock-7.14"), "7.14.0"),
+        (release("therock-7.9.0", "therock-7.9.0"), "7.9.0"),
+        (release("therock-7.14.1", "ROCm 7.14.1"), "7.14.1"),
+        (release("latest-stable", "ROCm 10.1.0"), "10.1.0"),  # the name alone
+        (release("therock-10.1", "ROCm 10.1.0 (PyTorch 2.14)"), "10.1.0"),
+        (release("2026-10-release", "TheRock release v10.1.0, PyTorch 2.14.0"), "10.1.0"),
+        (release("therock-10.2.0a20261130", "nightly"), None),  # a nightly: known, not a release
+        (release("therock-10.2", "ROCm 10.2.0", draft=True), None),
+        (release("therock-10.2", "ROCm 10.2.0", prerelease=True), None),
+    ],
+)
+def test_release_tags_and_names_are_both_read(item, version):
+    found, problem = upstream.read_release(item)
+    assert problem is None and (found.version if found else None) == version
+    if found:
+        assert (found.tag, found.name) == (item["tag_name"], item["name"])
+
+
+@pytest.mark.parametrize(
+    "item,why",
+    [
+        (release("dev-tarballs", "dev-tarballs"), "neither the tag nor the name"),
+        (release("therock-10.0", "ROCm 10.1.0"), "disagree"),
+        (release("therock-10.0.0", "ROCm 10.0.1"), "disagree"),
+        (release("bundle", "7.14.1 and 10.0.0"), "several versions"),
+    ],
+)
+def test_a_release_that_cannot_be_read_is_reported(item, why):
+    found, problem = upstream.read_release(item)
+    assert found is None and why in problem and item["tag_name"] in problem
+    unparsed = []
+    text = json.dumps([item, release("therock-10.1", "ROCm 10.1.0")])
+    read = upstream.parse_releases(upstream.Response(url="u", status=200, text=text), unparsed)
+    assert [r.version for r in read] == ["10.1.0"] and unparsed == [problem]
+
+
+def html_page(*anchors: str) -> upstream.Response:
+    body = "\n".join(anchors)
+    text = f"<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for torch</h1>\n{body}\n  </body>\n</html>\n"
+    return upstream.Response(url="https://x/torch/", status=200, text=text, content_type="text/html")
+
+
+def test_pep503_html_yanked_files_and_names_that_cannot_be_read():
+    page = html_page(
+        '<a href="torch-2.13.0%2Brocm10.0.0-cp312-cp312-manylinux_2_28_x86_64.whl">t</a><br/>',
+        '<a href="torch-2.14.1%2Brocm10.1.0-cp312-cp312-manylinux_2_28_x86_64.whl" data-yanked="">t</a><br/>',
+        '<a href="torch-latest.whl">t</a><br/>',
+        '<a href="torch-2.13.0.tar.gz">t</a><br/>',
+    )
+    unparsed = []
+    wheels = upstream.parse_torch_wheels(page, "https://x/", unparsed)
+    assert [(w.torch, w.local) for w in wheels] == [("2.13.0", "rocm10.0.0")]
+    assert unparsed == ["https://x/torch/: 1 file name(s) not understood: torch-latest.whl"]
+    assert upstream.versions_on_index(page, "torch") == {"2.13.0+rocm10.0.0", "2.13.0"}
+    assert "2.14.1+rocm10.1.0" in upstream.versions_on_index(page, "torch", with_yanked=True)
+
+
+@pytest.mark.parametrize(
+    "content_type,text",
+    [
+        ("application/octet-stream", "torch-2.13.0.whl"),
+        ("text/plain", "<a href='x'>x</a>"),
+        ("text/html", "Service temporarily unavailable"),
+    ],
+)
+def test_an_index_answer_in_an_unknown_format_is_a_failure_not_an_empty_index(content_type, text):
+    with pytest.raises(upstream.SourceError):
+        upstream.index_filenames(
+            upstream.Response(url="https://x/torch/", status=200, text=text, content_type=content_type)
+        )
+
+
+def test_docker_name_filter_is_a_substring_match_and_tags_outside_the_scheme_are_reported():
+    results = [
+        {"name": "rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0", "digest": "sha256:a"},
+        {"name": "rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.12.0", "digest": "sha256:b"},  # found by "rocm7.1"
+        {"name": "rocm7.1.1_ubuntu24.04_py3.12_pytorch_staging", "digest": "sha256:c"},
+    ]
+    answer = upstream.Response(url="https://hub/tags", status=200, text=json.dumps({"results": results, "next": None}))
+    found = upstream.Upstream()
+    upstream._images(upstream._Asker(lambda url, accept=None, timeout=0: answer, 1, found), (7, 1))
+    assert [i.tag for i in found.images] == ["rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0"]
+    assert "rocm7.1.1_ubuntu24.04_py3.12_pytorch_staging" in found.unparsed[0]
+    tags, _ = upstream.parse_docker_tags(answer)
+    assert tags[1].rocm == "7.14"  # a series-only tag
+
+
+def pypi_upstream(versions: dict, yanked: dict | None = None) -> upstream.Upstream:
+    found = upstream.Upstream()
+    for package, releases_ in versions.items():
+        found.pypi_versions[package] = {v: TODAY for v in releases_}
+        newest = max(releases_, key=Version)
+        found.pypi[package] = (newest, TODAY)
+    found.pypi_yanked = yanked or {}
+    return found
+
+
+def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_proposed():
+    caps = proposals.pyproject_caps(ROOT / "pyproject.toml")
+    assert str(caps["transformers"][0]) == "<6,>=4.45" and "extra labs" in caps["transformers"][1]
+    entries = releases.load_matrix(MATRIX)
+    found = pypi_upstream({"transformers": ["5.24.0", "5.25.0", "6.0.0", "6.0.1"]})
+    findings = proposals.compare(entries, found, today=TODAY, caps=caps)
+    (update,) = findings.updates
+    assert (update.entry, update.field, update.old, update.new) == (
+        "cpu-current",
+        "pin:transformers",
+        "5.24.0",
+        "5.25.0",
+    )
+    (held,) = findings.held
+    assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.45`" in held
+    assert "rotate cpu-previous to cpu-current's generation (transformers 5.x), raise the cap" in held
+    assert "### Held back" in proposals.render_body(findings)
+    alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.24.0", "6.0.0"]}), today=TODAY, caps=caps)
+    assert not alone.updates and alone.held and not alone.anything  # nothing installable is newer
+
+
+def test_a_yanked_pin_is_reported_by_check(tmp_path, capsys):
+    entries = releases.load_matrix(MATRIX)
+    found = pypi_upstream({"peft": ["0.21.2", "0.17.1"]}, {"peft": {"0.21.2": "corrupt wheel"}})
+    findings = proposals.compare(entries, found, today=TODAY)
+    assert findings.anything and not findings.updates
+    (pin,) = findings.yanked
+    assert (pin.entry, pin.package, pin.version, pin.reason) == ("cpu-current", "peft", "0.21.2", "corrupt wheel")
+    assert "peft==0.21.2 is yanked (corrupt wheel" in proposals.render_body(findings)
+    assert findings.as_json()["yanked"][0]["url"] == "https://pypi.org/project/peft/0.21.2/"
+    # through the CLI, from recorded PyPI answers: exit 10, the pin in the JSON that ci/route_failures.py --pins reads
+    folder = tmp_path / "recorded"
+    shutil.copytree(UPSTREAM, folder)
+    data = json.loads((folder / "pypi-peft.json").read_text())
+    for file in data["releases"]["0.21.2"]:
+        file |= {"yanked": True, "yanked_reason": "corrupt wheel"}
+    (folder / "pypi-peft.json").write_text(json.dumps(data))
+    code = cli("check", "--matrix", str(MATRIX), "--fixtures", str(folder), "--today", "2026-12-01", "--json")
+    out = json.loads(capsys.readouterr().out)
+    assert code == releases.EXIT_UPDATES and [y["package"] for y in out["yanked"]] == ["peft"]
+
+
+def test_apply_on_the_real_matrix_file_keeps_it_valid(tmp_path):
+    """The bug of issue 35: a new entry went in at the '[[rocm]]' of the header comment."""
+    path = tmp_path / "env" / "matrix.toml"
+    path.parent.mkdir()
+    shutil.copy(MATRIX, path)
+    text = path.read_text(encoding="utf-8")
+    assert "# [[rocm]]" in text[: text.index("schema = 1")]
+    entries = releases.load_matrix(path)
+    found = upstream.Upstream(
+        releases=[
+            upstream.RocmRelease(
+                "10.2.0",
+                dt.date(2026, 11, 18),
+                "https://github.com/ROCm/TheRock/releases/tag/therock-10.2",
+                "therock-10.2",
+                "ROCm 10.2.0",
+            )
+        ],
+        wheels=[upstream.WheelBuild("2.15.0", "rocm10.2.0", "3.12", "https://stable.repo.amd.com/rocm/whl-next/")],
+    )
+    findings = proposals.compare(entries, found, today=TODAY)
+    assert [e["name"] for e in findings.new_entries] == ["rocm-10.2"]
+    changes = proposals.apply(path, findings, today=TODAY)
+    assert changes == ["rocm-10.0: status current -> previous", "rocm-10.2: new entry (ROCm 10.2.0, PyTorch 2.15.0)"]
+    after = path.read_text(encoding="utf-8")
+    assert after[: after.index("schema = 1")] == text[: text.index("schema = 1")]
+    m = releases.read_matrix(path)
+    assert [(e.name, e.status) for e in m.entries[:3]] == [
+        ("rocm-10.2", "current"),
+        ("rocm-10.1", "current"),
+        ("rocm-10.0", "previous"),
+    ]
+    new_block = after[after.index('name = "rocm-10.2"') - len("[[rocm]]\n") : after.index('name = "rocm-10.1"')]
+    assert new_block.startswith("[[rocm]]\n") and new_block.endswith("\n\n[[rocm]]\n")
+    assert after.count("\n") - text.count("\n") == new_block.count("\n") - 1
+
+
+def test_apply_moves_verified_facts_out_of_unverified(tmp_path):
+    path = tmp_path / "matrix.toml"
+    shutil.copy(BEFORE, path)
+    update = proposals.Update(
+        "rocm-10.0",
+        "released",
+        "2026-08-26",
+        "2026-08-27",
+        "https://github.com/ROCm/TheRock/releases/tag/therock-10.0",
+        "published",
+    )
+    proposals.apply(path, proposals.Findings(updates=[update]), today=TODAY)
+    entry = releases.read_matrix(path).get("rocm-10.0")
+    assert entry.unverified == ("pytorch",) and entry.sources[0].facts == ("released",)
+    assert entry.released == dt.date(2026, 8, 27)
+
+
+def test_verify_pins_says_when_an_index_pin_is_yanked(tmp_path):
+    path = with_pins(tmp_path, "2.13.0+rocm10.0.0", "2.13.1+rocm10.0.0")  # 2.13.1 is yanked on whl-next (data-yanked)
+    path.write_text(
+        path.read_text().replace(
+            'pytorch = "2.13.0"\npython = "3.12"\nstatus = "current"',
+            'pytorch = "2.13.1"\npython = "3.12"\nstatus = "current"',
+            1,
+        )
+    )
+    report = pins.verify(releases.load_matrix(path), upstream.Recorded(UPSTREAM), today=TODAY)
+    (state,) = [p for p in report.pins if p.entry == "rocm-10.0" and p.pin.startswith("torch")]
+    assert state.state == "missing" and "yanked on https://stable.repo.amd.com/rocm/whl-next/" in state.detail
+
+
+def test_a_403_from_a_static_index_host_means_no_such_index():
+    def fetch(url, accept=None, timeout=0):
+        raise upstream.SourceError(f"{url}: HTTP 403")
+
+    found = upstream.Upstream()
+    upstream._wheels(upstream._Asker(fetch, 1, found), "https://download.pytorch.org/whl/rocm10.2/")
+    assert found.wheels == []
+    with pytest.raises(upstream.SourceError):
+        upstream._wheels(upstream._Asker(fetch, 1, found), "https://mirror.example.org/whl/")

@@ -522,7 +522,12 @@ def test_release_check_script_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     calls = gh_log.read_text()
     assert "pr create --head release-check/matrix --base main" in calls
-    assert "workflow run freshness.yml --ref release-check/matrix -f entries=rocm-10.1\n" in calls
+    assert "workflow run pr.yml --ref release-check/matrix\n" in calls  # the bot's PR gets its checks
+    # the freshness runs of every entry that changed (tests/test_release_check_workflow.py has more)
+    assert (
+        "workflow run freshness.yml --ref release-check/matrix -f entries=rocm-10.1,rocm-7.14,rocm-10.0,cpu-current\n"
+        in calls
+    )
     assert "issue create" in calls
     pushed = subprocess.run(
         ["git", "show", "release-check/matrix:env/matrix.toml"], cwd=remote, capture_output=True, text=True, check=True

@@ -1,11 +1,13 @@
 """Pin liveness: does every pin of every current entry still resolve upstream?
 
 - a multi-arch pin: the torch version and the runner's ``amd-torch-device-<gfx>`` package are
-  on the entry's index (PEP 691 query);
+  on the entry's index (a simple-index query: PEP 503 HTML as AMD serves it, or PEP 691 JSON; a file
+  marked yanked counts as missing);
 - a PyTorch-index pin: the version is on the entry's rocmX.Y index;
 - an image pin: the tag exists on Docker Hub; its digest is recorded (and compared with the
-  ``digest`` the matrix holds, if any);
-- a CPU pin: the release exists on PyPI (a ``+cpu`` torch: on the entry's ``torch_index``).
+  ``digest`` the matrix holds, if any). Image entries are checked while they are current or
+  previous, so a previous entry's tag gets its digest recorded too;
+- a CPU pin: the release exists on PyPI and is not yanked (a ``+cpu`` torch: on the entry's ``torch_index``).
 
 Sources read more than 90 days ago are flagged. A query that fails is ``unreachable``: the
 verdict is then partial, reported with its own exit status.
@@ -59,9 +61,22 @@ class PinReport:
     def unreachable(self) -> list[PinState]:
         return [p for p in self.pins if p.state == UNREACHABLE]
 
+    @property
+    def yanked(self) -> list[dict]:
+        """Yanked pins, in the shape ``rocmlab releases check --json`` reports them (ci/route_failures.py --pins)."""
+        found = []
+        for p in self.pins:
+            if p.state == MISSING and "yanked" in p.detail and "==" in p.pin:
+                package, version = p.pin.split("==", 1)
+                found.append(
+                    {"entry": p.entry, "package": package, "version": version, "reason": p.detail, "url": p.url}
+                )
+        return found
+
     def as_json(self) -> dict:
         return {
             "pins": [asdict(p) for p in self.pins],
+            "yanked": self.yanked,
             "stale_sources": self.stale_sources,
             "unverified": self.unverified,
             "partial": bool(self.unreachable),
@@ -72,7 +87,8 @@ def verify(entries: list[Entry], fetch=http_get, today: dt.date | None = None, t
     today = today or dt.date.today()
     report = PinReport()
     for entry in entries:
-        if entry.status != "current" or entry.kind not in ("rocm", "cpu"):
+        image = entry.kind == "rocm" and entry.install.method == "image" and entry.status == "previous"
+        if (entry.status != "current" and not image) or entry.kind not in ("rocm", "cpu"):
             continue
         checks = _rocm_checks(entry) if entry.kind == "rocm" else _cpu_checks(entry)
         for pin, check in checks:
@@ -98,9 +114,12 @@ def _on_index(entry: Entry, pin: str, index: str, project: str, version: str):
 
     def check(get) -> PinState:
         url = project_url(index, project)
-        found = versions_on_index(get(url, accept=ACCEPT_INDEX), project)
+        response = get(url, accept=ACCEPT_INDEX)
+        found = versions_on_index(response, project)
         if version in found:
             return PinState(entry.name, pin, OK, f"{project} {version} on {index}", url)
+        if version in versions_on_index(response, project, with_yanked=True):
+            return PinState(entry.name, pin, MISSING, f"{project} {version} is yanked on {index} (PEP 592)", url)
         newest = max(found, key=Version, default="none")
         return PinState(entry.name, pin, MISSING, f"{project} {version} not on {index} (newest: {newest})", url)
 
@@ -137,7 +156,10 @@ def _image_check(entry: Entry):
         if entry.install.digest and digest != entry.install.digest:
             detail = f"tag now points to {digest}, the matrix records {entry.install.digest}"
             return PinState(entry.name, entry.install.image, MOVED, detail, url, digest)
-        return PinState(entry.name, entry.install.image, OK, f"digest {digest}", url, digest)
+        detail = f"digest {digest}" + (
+            "" if entry.install.digest else " (the matrix records no digest: add it to install)"
+        )
+        return PinState(entry.name, entry.install.image, OK, detail, url, digest)
 
     return check
 
@@ -165,7 +187,9 @@ def _pypi_check(entry: Entry, pin: str, name: str, version: str):
         except (json.JSONDecodeError, AttributeError):
             raise SourceError(f"{url}: not a PyPI release answer") from None
         if files and all(f.get("yanked") for f in files):
-            return PinState(entry.name, pin, MISSING, "every file of this release is yanked", url)
+            reason = next((f.get("yanked_reason") for f in files if f.get("yanked_reason")), "")
+            detail = "every file of this release is yanked" + (f": {reason}" if reason else "")
+            return PinState(entry.name, pin, MISSING, detail, url)
         return PinState(entry.name, pin, OK, f"{len(files)} file(s) on PyPI", url)
 
     return check

@@ -1,23 +1,40 @@
 """From upstream's answers to changes of env/matrix.toml: new entries, updates, the PR body.
 
-Rules: a new ROCm series newer than the matrix becomes a proposed entry; a patch release of a
-series updates its entry; a PyTorch bump is proposed only from the entry's own channel (its
-AMD index, its PyTorch rocmX.Y index, or rocm/pytorch tags of its ROCm version); nothing is
-proposed for ``eol`` entries; a package listed in a CPU entry's ``held`` is reported, not bumped.
+Rules: the newest ROCm series newer than the matrix becomes a proposed entry, once one of its
+channels (TheRock's indexes, rocm/pytorch images, PyTorch's rocmX.Y index) has a torch build for
+it; until then it is reported as pending, never proposed with another release's torch. A patch
+release of a series updates its entry; a PyTorch bump is proposed only from the entry's own
+channel (its AMD index, its PyTorch rocmX.Y index, or rocm/pytorch tags of its ROCm version);
+nothing is proposed for ``eol`` entries. A package listed in a CPU entry's ``held`` is reported,
+not bumped; so is a release that crosses a cap in pyproject.toml (``transformers<6``), with the
+newest release below the cap proposed instead. A pinned release that PyPI has yanked is reported.
+``apply`` edits the matrix file with tomlkit: real tables are found by name, comments and layout stay.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import tomli_w
+import tomlkit
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .matrix import Entry, MatrixError, era_of, parse_matrix, series
-from .upstream import DOCKER_TAGS, THEROCK_RELEASES, ImageTag, RocmRelease, Upstream, WheelBuild, pytorch_index
+from .matrix import Entry, MatrixError, canonical, era_of, parse_matrix, series
+from .upstream import (
+    DOCKER_TAGS,
+    THEROCK_INDEXES,
+    THEROCK_RELEASES,
+    ImageTag,
+    RocmRelease,
+    Upstream,
+    WheelBuild,
+    pytorch_index,
+)
 
 
 @dataclass(frozen=True)
@@ -25,11 +42,22 @@ class Update:
     """One field of one entry to change, with the source that shows it."""
 
     entry: str
-    field: str  # rocm | released | pytorch | requirement | pin:<package>
+    field: str  # rocm | released | pytorch | requirement | image | status | pin:<package>
     old: str
     new: str
     url: str
     fact: str
+
+
+@dataclass(frozen=True)
+class YankedPin:
+    """A pinned release that PyPI has yanked: it may no longer install."""
+
+    entry: str
+    package: str
+    version: str
+    reason: str
+    url: str
 
 
 @dataclass
@@ -37,11 +65,23 @@ class Findings:
     new_entries: list[dict] = field(default_factory=list)
     updates: list[Update] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    yanked: list[YankedPin] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)  # released, but no torch build on any channel yet
+    notices: list[str] = field(default_factory=list)  # worth knowing, nothing to change
+    unparsed: list[str] = field(default_factory=list)  # what a source listed that could not be read
     failures: list[str] = field(default_factory=list)
 
     @property
     def anything(self) -> bool:
-        return bool(self.new_entries or self.updates)
+        return bool(self.new_entries or self.updates or self.yanked)
+
+    @property
+    def changed_entries(self) -> list[str]:
+        """The entries whose environment changes (new, or a pin / version / install moved): the ones
+        whose labs must run again. A status change alone (current -> previous) is not among them."""
+        names = [e["name"] for e in self.new_entries]
+        names += [u.entry for u in self.updates if u.field != "status"]
+        return list(dict.fromkeys(names))
 
     def as_json(self) -> dict:
         return {
@@ -49,30 +89,72 @@ class Findings:
                 {k: str(v) if isinstance(v, dt.date) else v for k, v in e.items()} for e in self.new_entries
             ],
             "updates": [asdict(u) for u in self.updates],
+            "changed_entries": self.changed_entries,
             "held": self.held,
+            "yanked": [asdict(y) for y in self.yanked],
+            "pending": self.pending,
+            "notices": self.notices,
+            "unparsed": self.unparsed,
             "failures": self.failures,
             "partial": bool(self.failures),
         }
 
 
-def compare(entries: list[Entry], upstream: Upstream, today: dt.date | None = None) -> Findings:
+def compare(
+    entries: list[Entry], upstream: Upstream, today: dt.date | None = None, caps: dict | None = None
+) -> Findings:
+    """What upstream has that the matrix lacks. ``caps``: {package: (SpecifierSet, where)} from pyproject.toml."""
     today = today or dt.date.today()
-    findings = Findings(failures=list(upstream.failures))
+    findings = Findings(failures=list(upstream.failures), unparsed=upstream.unparsed_releases + upstream.unparsed)
     rocm = [e for e in entries if e.kind == "rocm"]
     newest_known = max((Version(e.rocm) for e in rocm), default=Version("0"))
     known = {series(e.rocm): e for e in rocm}
+    proposed = False
     for rocm_series, release in sorted(_newest_by_series(upstream.releases).items(), reverse=True):
         entry = known.get(rocm_series)
         if entry is None and Version(release.version) > newest_known:
-            findings.new_entries.append(propose_entry(release, rocm, upstream, today))
+            if proposed:
+                findings.notices.append(
+                    f"ROCm {release.version} ({release.tag or release.url}) is newer than the matrix but older "
+                    "than the series proposed: no entry proposed for it"
+                )
+                continue
+            proposal = propose_entry(release, rocm, upstream, today)
+            if proposal is None:
+                findings.pending.append(
+                    f"ROCm {release.version} released {release.date} ({release.url or THEROCK_RELEASES}): no torch "
+                    f"build for it yet on {', '.join(_channels_asked(release.version, upstream))}; the entry is "
+                    "proposed once one appears"
+                )
+            else:
+                findings.new_entries.append(proposal)
+                findings.updates.extend(_retire_oldest_current(rocm))
+            proposed = True
         elif entry is not None and entry.status != "eol" and Version(release.version) > Version(entry.rocm):
             findings.updates.extend(_patch_release(entry, release, upstream, today))
     for entry in rocm:
         if entry.status == "eol" or any(u.entry == entry.name and u.field == "pytorch" for u in findings.updates):
             continue
-        findings.updates.extend(_torch_bump(entry, entry.rocm, upstream, today))
-    _compare_pypi([e for e in entries if e.kind == "cpu"], upstream, findings)
+        bump = _torch_bump(entry, entry.rocm, upstream, today)
+        findings.updates.extend(bump)
+        if not bump:
+            findings.notices.extend(_pytorch_index_notice(entry, upstream))
+    _compare_pypi([e for e in entries if e.kind == "cpu"], upstream, findings, caps or {})
     return findings
+
+
+def _retire_oldest_current(rocm: list[Entry]) -> list[Update]:
+    """With a new current entry, at most two ROCm entries stay current: the oldest becomes previous."""
+    current = [e for e in rocm if e.status == "current"]
+    if len(current) < 2:
+        return []
+    oldest = min(current, key=lambda e: Version(e.rocm))
+    return [Update(oldest.name, "status", "current", "previous", "", "a newer ROCm series is added")]
+
+
+def _channels_asked(rocm: str, upstream: Upstream) -> list[str]:
+    indexes = sorted({w.index for w in upstream.wheels} | set(THEROCK_INDEXES) | {pytorch_index(series(rocm))})
+    return [*indexes, f"rocm/pytorch tags rocm{'.'.join(rocm.split('.')[:2])}"]
 
 
 def _newest_by_series(releases: list[RocmRelease]) -> dict[tuple[int, int], RocmRelease]:
@@ -103,16 +185,29 @@ def channel_wheels(entry: Entry, rocm: str, upstream: Upstream) -> list[WheelBui
     ]
 
 
+def _image_of(image: ImageTag, rocm: str) -> bool:
+    """An image of ROCm ``rocm``: tagged with the full version (rocm7.2.4_…) or, as from ROCm 10, with the
+    series only (rocm10.0_…: the series' current release)."""
+    return image.rocm == rocm or image.rocm == ".".join(rocm.split(".")[:2])
+
+
 def channel_images(entry: Entry, rocm: str, upstream: Upstream) -> list[ImageTag]:
-    prefix = f"rocm{rocm}_"
-    return [i for i in upstream.images if i.tag.startswith(prefix) and i.python == entry.python]
+    return [i for i in upstream.images if _image_of(i, rocm) and i.python == entry.python]
 
 
 def _newest_torch(entry: Entry, rocm: str, upstream: Upstream) -> tuple[str, str, str] | None:
     """(torch version, install detail, source URL) of the newest build on the entry's own channel."""
     if entry.install.method == "image":
         image = max(channel_images(entry, rocm, upstream), key=lambda i: Version(i.pytorch), default=None)
-        return (image.pytorch, f"rocm/pytorch:{image.tag}", DOCKER_TAGS.format(name=f"rocm{rocm}")) if image else None
+        return (
+            (
+                image.pytorch,
+                f"rocm/pytorch:{image.tag}",
+                DOCKER_TAGS.format(name=f"rocm{'.'.join(rocm.split('.')[:2])}"),
+            )
+            if image
+            else None
+        )
     wheel = max(channel_wheels(entry, rocm, upstream), key=lambda w: Version(w.torch), default=None)
     return (wheel.torch, f"{wheel.torch}+{wheel.local}", wheel.index) if wheel else None
 
@@ -143,8 +238,22 @@ def _patch_release(entry: Entry, release: RocmRelease, upstream: Upstream, today
     """A newer release of the entry's series: ROCm version and date, and the torch built for it."""
     url = release.url or THEROCK_RELEASES
     updates = [
-        Update(entry.name, "rocm", entry.rocm, release.version, url, f"ROCm {release.version} released"),
-        Update(entry.name, "released", str(entry.released), str(release.date or today), url, "release date"),
+        Update(
+            entry.name,
+            "rocm",
+            entry.rocm,
+            release.version,
+            url,
+            f"{release.tag or 'release'} ({release.name or release.version}) published {release.date}",
+        ),
+        Update(
+            entry.name,
+            "released",
+            str(entry.released),
+            str(release.date or today),
+            url,
+            f"{release.tag or 'release'} ({release.name or release.version}) published {release.date}",
+        ),
     ]
     newest = _newest_torch(entry, release.version, upstream)
     torch = newest[0] if newest and Version(newest[0]) >= Version(entry.pytorch) else entry.pytorch
@@ -163,28 +272,26 @@ def _patch_release(entry: Entry, release: RocmRelease, upstream: Upstream, today
 # ---------------------------------------------------------------- a new series
 
 
-def propose_entry(release: RocmRelease, rocm: list[Entry], upstream: Upstream, today: dt.date) -> dict:
-    """A matrix entry for a new ROCm series from what upstream shows; copied facts are marked unverified."""
+def propose_entry(release: RocmRelease, rocm: list[Entry], upstream: Upstream, today: dt.date) -> dict | None:
+    """A matrix entry for a new ROCm series from what upstream shows, or None while no channel has a
+    torch build for it. Facts copied from an older entry (gfx targets, runner) are marked unverified."""
     era = era_of(release.version)
     template = next((e for e in rocm if e.era == era), rocm[0] if rocm else None)
     python = template.python if template else "3.12"
+    found = next(_install_candidates(release.version, era, template, python, upstream), None)
+    if found is None:
+        return None
+    install, torch, python, url, detail = found
     sources = [
         {
             "url": release.url or THEROCK_RELEASES,
             "seen": today,
             "facts": ["rocm", "released"],
-            "fact": f"ROCm {release.version} released {release.date}",
-        }
+            "fact": f"{release.tag or 'release'} ({release.name or release.version}) published {release.date}",
+        },
+        {"url": url, "seen": today, "facts": ["pytorch", "python", "install"], "fact": detail},
     ]
-    unverified = ["gfx"]
-    found = next(_install_candidates(release.version, template, python, upstream), None)
-    if found:
-        install, torch, python, url, detail = found
-        sources.append({"url": url, "seen": today, "facts": ["pytorch", "python", "install"], "fact": detail})
-    else:
-        torch = template.pytorch if template else "0.0.0"
-        install = {k: v for k, v in asdict(template.install).items() if v is not None} if template else {}
-        unverified += ["pytorch", "python", "install"]
+    same_era = template is not None and template.era == era
     return {
         "name": f"rocm-{'.'.join(release.version.split('.')[:2])}",
         "rocm": release.version,
@@ -196,28 +303,34 @@ def propose_entry(release: RocmRelease, rocm: list[Entry], upstream: Upstream, t
         "gfx": list(template.gfx) if template else ["gfx942"],
         "runner_gfx": template.runner_gfx if template else "gfx942",
         "install": install,
-        "unverified": unverified,
+        "unverified": ["gfx"] if same_era else ["gfx", "runner_gfx"],
         "sources": sources,
         "notes": "Proposed by `rocmlab releases check`: confirm the facts marked unverified (gfx targets "
         "from SUPPORTED_GPUS.md / RELEASES.md) and remove them from `unverified`.",
     }
 
 
-def _install_candidates(rocm: str, template: Entry | None, python: str, upstream: Upstream):
-    """(install, torch, python, source URL, detail) for a new release: the template's AMD index first,
-    then rocm/pytorch images of that ROCm version, then PyTorch's rocmX.Y index."""
-    if template is not None and template.install.method == "multiarch":
-        index = template.install.index_url
-        wheels = [w for w in upstream.wheels if w.index == index and w.local == f"rocm{rocm}" and w.python == python]
-        if wheels:
-            torch = max((w.torch for w in wheels), key=Version)
-            requirement = f"torch[device-{{gfx}}]=={torch}+rocm{rocm}"
-            install = {"method": "multiarch", "index_url": index, "requirement": requirement}
-            yield install, torch, python, index, f"torch {torch}+rocm{rocm} on {index}"
-    images = [i for i in upstream.images if i.tag.startswith(f"rocm{rocm}_")]
+def _install_candidates(rocm: str, era: str, template: Entry | None, python: str, upstream: Upstream):
+    """(install, torch, python, source URL, detail) for a new release: TheRock's indexes first (the
+    template's, then the stable channels, newest first), then rocm/pytorch images of that ROCm version
+    (full or series tag), then PyTorch's rocmX.Y index."""
+    if era == "therock":
+        preferred = [template.install.index_url] if template and template.install.method == "multiarch" else []
+        for index in dict.fromkeys(preferred + list(THEROCK_INDEXES)):
+            wheels = [
+                w
+                for w in upstream.wheels
+                if w.index.rstrip("/") == index.rstrip("/") and w.local == f"rocm{rocm}" and w.python == python
+            ]
+            if wheels:
+                torch = max((w.torch for w in wheels), key=Version)
+                requirement = f"torch[device-{{gfx}}]=={torch}+rocm{rocm}"
+                install = {"method": "multiarch", "index_url": index, "requirement": requirement}
+                yield install, torch, python, index, f"torch {torch}+rocm{rocm} for Python {python} on {index}"
+    images = [i for i in upstream.images if _image_of(i, rocm)]
     if images:
         image = max(images, key=lambda i: (Version(i.pytorch), i.python == python, Version(i.python)))
-        url = DOCKER_TAGS.format(name=f"rocm{rocm}")
+        url = DOCKER_TAGS.format(name=f"rocm{'.'.join(rocm.split('.')[:2])}")
         yield {"method": "image", "image": f"rocm/pytorch:{image.tag}"}, image.pytorch, image.python, url, image.tag
     label, index = f"rocm{'.'.join(rocm.split('.')[:2])}", pytorch_index(series(rocm))
     wheels = [w for w in upstream.wheels if w.index == index and w.local == label]
@@ -227,13 +340,64 @@ def _install_candidates(rocm: str, template: Entry | None, python: str, upstream
         yield install, wheel.torch, wheel.python, index, f"torch {wheel.torch}+{label} on {index}"
 
 
+def _pytorch_index_notice(entry: Entry, upstream: Upstream) -> list[str]:
+    """PyTorch's own rocmX.Y index, for an entry that installs from elsewhere: a newer torch there is news."""
+    if entry.install.method == "wheel":
+        return []
+    index, label = pytorch_index(series(entry.rocm)), f"rocm{'.'.join(entry.rocm.split('.')[:2])}"
+    newer = [
+        w.torch
+        for w in upstream.wheels
+        if w.index == index
+        and w.local == label
+        and w.python == entry.python
+        and Version(w.torch) > Version(entry.pytorch)
+    ]
+    if not newer:
+        return []
+    newest = max(newer, key=Version)
+    return [
+        f"{entry.name}: PyTorch's own index {index} has torch {newest}+{label}; the entry installs "
+        f"torch {entry.pytorch} from its {entry.install.method} channel, which has nothing newer yet"
+    ]
+
+
 # ---------------------------------------------------------------- PyPI
 
 
-def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings) -> None:
+def pyproject_caps(path: Path) -> dict[str, tuple[SpecifierSet, str]]:
+    """{package: (its specifier, where)} for every requirement of pyproject.toml with an upper bound."""
+    try:
+        project = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("project", {})
+    except (FileNotFoundError, tomllib.TOMLDecodeError):
+        return {}
+    groups = {"dependencies": project.get("dependencies", [])}
+    groups |= {f"extra {k}": v for k, v in (project.get("optional-dependencies") or {}).items()}
+    caps = {}
+    for where, lines in groups.items():
+        for line in lines:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if any(s.operator in ("<", "<=", "~=", "==", "===") for s in req.specifier):
+                caps.setdefault(canonical(req.name), (req.specifier, f"pyproject.toml {where}: {line}"))
+    return caps
+
+
+def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings, caps: dict) -> None:
+    for entry in cpu:
+        if entry.status == "eol":
+            continue
+        for package, yanked in sorted(upstream.pypi_yanked.items()):
+            pinned = entry.pin(package)
+            if pinned and not Version(pinned).local and pinned in yanked:
+                url = f"https://pypi.org/project/{package}/{pinned}/"
+                findings.yanked.append(YankedPin(entry.name, package, pinned, yanked[pinned] or "no reason given", url))
     current = next((e for e in cpu if e.status == "current"), None)
     if current is None:
         return
+    previous = next((e for e in cpu if e.status == "previous"), None)
     for package, (latest, date) in sorted(upstream.pypi.items()):
         pinned = current.pin(package)
         if not pinned or Version(latest) <= Version(Version(pinned).public):
@@ -241,9 +405,32 @@ def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings) -> N
         if package in current.held:
             findings.held.append(f"{current.name}: {package} {pinned} held; PyPI has {latest} ({date})")
             continue
-        url = f"https://pypi.org/project/{package}/{latest}/"
+        target, when = latest, date
+        cap = caps.get(package)
+        if cap and not cap[0].contains(latest, prereleases=False):
+            generation = f"{package} {Version(Version(pinned).public).major}.x"
+            rotate = (
+                f"rotate {previous.name} to {current.name}'s generation ({generation}), raise the cap, then "
+                f"move {current.name} to {latest}"
+                if previous
+                else f"add a cpu-previous entry at {generation}, raise the cap, then move {current.name} to {latest}"
+            )
+            findings.held.append(
+                f"{current.name}: {package} {latest} ({date}) crosses the cap `{cap[0]}` ({cap[1]}): it cannot be "
+                f"installed with rocmlab, so it is not proposed. To take it: {rotate}"
+            )
+            allowed = [
+                v
+                for v in upstream.pypi_versions.get(package, {})
+                if cap[0].contains(v, prereleases=False) and Version(v) > Version(Version(pinned).public)
+            ]
+            if not allowed:
+                continue
+            target = max(allowed, key=Version)
+            when = upstream.pypi_versions[package][target]
+        url = f"https://pypi.org/project/{package}/{target}/"
         findings.updates.append(
-            Update(current.name, f"pin:{package}", pinned, latest, url, f"{package} {latest} on PyPI ({date})")
+            Update(current.name, f"pin:{package}", pinned, target, url, f"{package} {target} on PyPI ({when})")
         )
 
 
@@ -292,16 +479,37 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str
         lines += [render_entries_toml(findings.new_entries).rstrip(), "```", ""]
     if findings.updates:
         lines += ["### Updates to existing entries", ""]
-        lines += [f"- {u.entry}: {u.field} {u.old} -> {u.new} ({u.fact}; {u.url})" for u in findings.updates]
+        lines += [
+            f"- {u.entry}: {u.field} {u.old} -> {u.new} ({u.fact}" + (f"; {u.url})" if u.url else ")")
+            for u in findings.updates
+        ]
         lines.append("")
+    if findings.yanked:
+        lines += ["### Pinned releases yanked on PyPI", ""]
+        lines += [f"- {y.entry}: {y.package}=={y.version} is yanked ({y.reason}; {y.url})" for y in findings.yanked]
+        lines.append("")
+    if findings.pending:
+        lines += ["### Released, waiting for a PyTorch build", "", *[f"- {p}" for p in findings.pending], ""]
     if findings.held:
-        lines += ["### Held back on purpose", "", *[f"- {h}" for h in findings.held], ""]
+        lines += ["### Held back", "", *[f"- {h}" for h in findings.held], ""]
+    if findings.notices:
+        lines += ["### Also seen", "", *[f"- {n}" for n in findings.notices], ""]
+    if findings.unparsed:
+        lines += ["### Not understood (reported, not skipped)", "", *[f"- {u}" for u in findings.unparsed], ""]
+    if findings.changed_entries:
+        lines += [
+            "### Freshness runs",
+            "",
+            f"The labs run again on the changed entries: {', '.join(findings.changed_entries)} "
+            "(ROCm entries on a GPU runner, CPU entries on GitHub's runners).",
+            "",
+        ]
     lines += [
         "### Checklist",
         "",
         "- [ ] every fact listed in `unverified` checked against its primary source, then removed from the list",
         "- [ ] `rocmlab env dockerfiles` run and env/docker/ committed",
-        "- [ ] freshness run of the new entries passed; `rocmlab report --stamp` committed",
+        "- [ ] freshness run of the changed entries passed; `rocmlab report --stamp` committed",
         "",
     ]
     return "\n".join(lines)
@@ -309,74 +517,97 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str
 
 # ---------------------------------------------------------------- editing env/matrix.toml in place
 
-FIELD_LINE = {"rocm": "rocm", "released": "released", "pytorch": "pytorch", "status": "status"}
+SCALAR_FIELDS = ("rocm", "released", "pytorch", "status")
+FACTS_OF = {
+    "rocm": ["rocm"],
+    "released": ["released"],
+    "pytorch": ["pytorch"],
+    "requirement": ["install"],
+    "image": ["install"],
+}
 
 
 def apply(path: Path, findings: Findings, today: dt.date | None = None) -> list[str]:
-    """Write the findings into the matrix file, keeping its comments; returns what changed.
+    """Write the findings into the matrix file; returns what changed.
 
-    New entries go in front of the first [[rocm]] table; when two ROCm entries were current
-    already, the oldest of them becomes previous. The result is validated; an invalid result is not written.
+    The file is edited with tomlkit, so its comments, order and layout stay, and an entry is found
+    among the real [[rocm]] / [[cpu]] tables by its name (a ``[[rocm]]`` in a comment is text). New
+    entries go in front of the first [[rocm]] table. The facts an update's source states are taken out
+    of ``unverified``. The result is validated; an invalid result is not written.
     """
     today = today or dt.date.today()
-    original = Path(path).read_text(encoding="utf-8")
-    text, changes = original, []
-    for update in findings.updates:
-        text = _apply_update(text, update, today)
-        changes.append(f"{update.entry}: {update.field} {update.old} -> {update.new}")
-    for proposal in findings.new_entries:
-        text = _retire_oldest_current(text, Path(path))
-        block = _render_entry(proposal) + "\n"
-        first = text.index("[[rocm]]")
-        text = text[:first] + block + text[first:]
-        changes.append(f"{proposal['name']}: new entry (ROCm {proposal['rocm']}, PyTorch {proposal['pytorch']})")
+    path = Path(path)
+    original = path.read_text(encoding="utf-8")
     try:
-        parse_matrix(text, Path(path))
+        doc = tomlkit.parse(original)
+    except tomlkit.exceptions.ParseError as err:
+        raise MatrixError(f"{path}: not valid TOML: {err}") from None
+    changes = []
+    by_source: dict[tuple[str, str], tuple[list[str], str]] = {}
+    for update in findings.updates:
+        _apply_update(doc, update)
+        changes.append(f"{update.entry}: {update.field} {update.old} -> {update.new}")
+        if update.url:
+            facts = ["pins"] if update.field.startswith("pin:") else FACTS_OF.get(update.field, [])
+            known, fact = by_source.setdefault((update.entry, update.url), ([], update.fact))
+            known += [f for f in facts if f not in known]
+    for (name, url), (facts, fact) in by_source.items():
+        _add_source(_table(doc, name), {"url": url, "seen": today, "facts": facts, "fact": fact})
+    for proposal in findings.new_entries:
+        block = tomlkit.parse(_render_entry(proposal) + "\n")["rocm"][0]
+        if "rocm" in doc:
+            doc["rocm"].insert(0, block)
+        else:
+            doc["rocm"] = tomlkit.aot()
+            doc["rocm"].append(block)
+        changes.append(f"{proposal['name']}: new entry (ROCm {proposal['rocm']}, PyTorch {proposal['pytorch']})")
+    text = tomlkit.dumps(doc)
+    try:
+        parse_matrix(text, path)
     except MatrixError as err:
         raise MatrixError(f"the proposed edit of {path} would not be valid: {err}") from None
-    Path(path).write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return changes
 
 
-def _block(text: str, name: str) -> tuple[int, int]:
-    """Start and end offsets of the [[...]] table whose name is ``name``."""
-    starts = [m.start() for m in re.finditer(r"(?m)^\[\[(rocm|cpu|canary)\]\]\s*$", text)] + [len(text)]
-    for start, end in zip(starts, starts[1:]):
-        if re.search(rf'(?m)^name = "{re.escape(name)}"\s*$', text[start:end]):
-            return start, end
+def _table(doc, name: str):
+    for kind in ("rocm", "cpu", "canary"):
+        for table in doc.get(kind, []):
+            if table.get("name") == name:
+                return table
     raise MatrixError(f"no entry named {name!r} to update")
 
 
-def _set_line(block: str, key: str, value: str) -> str:
-    new, count = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", block, count=1)
-    if not count:
-        raise MatrixError(f"field {key!r} not found as its own line")
-    return new
-
-
-def _apply_update(text: str, update: Update, today: dt.date) -> str:
-    start, end = _block(text, update.entry)
-    block = text[start:end]
-    if update.field in FIELD_LINE:
-        value = update.new if update.field == "released" else f'"{update.new}"'
-        block = _set_line(block, FIELD_LINE[update.field], value)
-    elif update.field in ("requirement", "image"):
-        block = block.replace(f'"{update.old}"', f'"{update.new}"', 1)
+def _apply_update(doc, update: Update) -> None:
+    table = _table(doc, update.entry)
+    if update.field in SCALAR_FIELDS:
+        table[update.field] = dt.date.fromisoformat(update.new) if update.field == "released" else update.new
+    elif update.field == "requirement":
+        table["install"]["requirement"] = update.new
+    elif update.field == "image":
+        table["install"]["image"] = update.new
+        if "digest" in table["install"]:  # the digest was of the old tag: verify-pins records the new one
+            del table["install"]["digest"]
     elif update.field.startswith("pin:"):
         package = update.field.split(":", 1)[1]
-        block = re.sub(rf'"{re.escape(package)}=={re.escape(update.old)}"', f'"{package}=={update.new}"', block)
-    facts = {"rocm": ["rocm"], "released": ["released"], "pytorch": ["pytorch"]}.get(update.field, ["install"])
-    if update.field.startswith("pin:"):
-        facts = ["pins"]
-    inline = _toml_value({"url": update.url, "seen": today, "facts": facts, "fact": update.fact})
-    block = block.replace("sources = [\n", f"sources = [\n  {inline},\n", 1)
-    return text[:start] + block + text[end:]
+        pins = table["pins"]
+        index = next(
+            (i for i, pin in enumerate(pins) if canonical(Requirement(str(pin)).name) == canonical(package)), None
+        )
+        if index is None:
+            raise MatrixError(f"{update.entry}: no pin of {package} to update")
+        pins[index] = f"{Requirement(str(pins[index])).name}=={update.new}"
+    else:
+        raise MatrixError(f"{update.entry}: cannot apply an update of {update.field!r}")
 
 
-def _retire_oldest_current(text: str, path: Path) -> str:
-    current = [e for e in parse_matrix(text, path).entries if e.kind == "rocm" and e.status == "current"]
-    if len(current) < 2:
-        return text
-    oldest = min(current, key=lambda e: Version(e.rocm))
-    start, end = _block(text, oldest.name)
-    return text[:start] + _set_line(text[start:end], "status", '"previous"') + text[end:]
+def _add_source(table, source: dict) -> None:
+    """Put the source first in the entry's ``sources`` and take the facts it states out of ``unverified``."""
+    inline = tomlkit.parse(f"s = {_toml_value(source)}\n")["s"]
+    table["sources"].insert(0, inline)
+    if "unverified" in table:
+        left = [f for f in table["unverified"] if f not in source["facts"]]
+        if left:
+            table["unverified"] = tomlkit.parse(f"u = {_toml_value(left)}\n")["u"]
+        else:
+            del table["unverified"]

@@ -68,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--json", dest="as_json", action="store_true", help="print the result as JSON")
     check_p.add_argument("--body-out", type=Path, help="write the PR / issue body (Markdown) here")
     check_p.add_argument("--apply", action="store_true", help="write the findings into the matrix file")
+    check_p.add_argument(
+        "--pyproject",
+        type=Path,
+        help="the pyproject.toml whose caps hold majors back (default: the one beside env/, if any)",
+    )
     verify_p.add_argument("--out", type=Path, help="write the report (digests included) as JSON here")
 
 
@@ -120,11 +125,14 @@ def check(
     as_json: bool = False,
     body_out=None,
     apply: bool = False,
+    pyproject=None,
 ) -> int:
-    """Upstream against the matrix: EXIT_UPDATES when something is newer, EXIT_OFFLINE when a source failed."""
+    """Upstream against the matrix: EXIT_UPDATES when something is newer or a pin is yanked,
+    EXIT_OFFLINE when a source failed (or a release could not be read)."""
     entries = list(matrix.entries)
     found = gather(entries, fetch, timeout=timeout)
-    findings = compare(entries, found, today=today)
+    caps = proposals.pyproject_caps(Path(pyproject) if pyproject else repo_root(matrix.path) / "pyproject.toml")
+    findings = compare(entries, found, today=today, caps=caps)
     body = render_body(findings)
     if body_out:
         Path(body_out).write_text(body, encoding="utf-8")
@@ -135,13 +143,15 @@ def check(
         print(json.dumps(findings.as_json(), indent=2, default=str))
     else:
         print(body)
-    if found.failures:
-        print(f"partial check: {len(found.failures)} source(s) could not be read:", file=sys.stderr)
-        for failure in found.failures:
+    if findings.failures:
+        print(f"partial check: {len(findings.failures)} source(s) could not be read:", file=sys.stderr)
+        for failure in findings.failures:
             print(f"  {failure}", file=sys.stderr)
+    for item in findings.unparsed:
+        print(f"not understood: {item}", file=sys.stderr)
     if findings.anything:
         return EXIT_UPDATES
-    return EXIT_OFFLINE if found.failures else EXIT_UP_TO_DATE
+    return EXIT_OFFLINE if findings.failures else EXIT_UP_TO_DATE
 
 
 def verify_pins(

@@ -18,13 +18,23 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from .matrix import Entry, canonical, series
 
 THEROCK_RELEASES = "https://api.github.com/repos/ROCm/TheRock/releases?per_page=100"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/rocm{series}/"
+# TheRock's stable Python indexes, newest channel first: whl-next for ROCm 10.x (build_tools/setup_venv.py,
+# "stable", from 2026-08-22), whl-multi-arch for the 7.14 series (RELEASES.md). A new TheRock release is
+# looked for on these even when no matrix entry installs from them yet.
+THEROCK_INDEXES = ("https://stable.repo.amd.com/rocm/whl-next/", "https://repo.amd.com/rocm/whl-multi-arch/")
+INDEX_TYPES = (
+    "application/vnd.pypi.simple.v1+json",
+    "application/json",
+    "text/html",
+    "application/vnd.pypi.simple.v1+html",
+)
 DOCKER_TAGS = "https://hub.docker.com/v2/namespaces/rocm/repositories/pytorch/tags?page_size=100&name={name}"
 DOCKER_TAG = "https://hub.docker.com/v2/namespaces/rocm/repositories/pytorch/tags/{tag}"
 PYPI_PROJECT = "https://pypi.org/pypi/{name}/json"
@@ -130,6 +140,8 @@ class RocmRelease:
     version: str
     date: dt.date | None
     url: str
+    tag: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,8 +169,13 @@ class Upstream:
     wheels: list[WheelBuild] = field(default_factory=list)
     images: list[ImageTag] = field(default_factory=list)
     pypi: dict[str, tuple[str, dt.date | None]] = field(default_factory=dict)
+    pypi_versions: dict[str, dict[str, dt.date | None]] = field(default_factory=dict)  # final, not yanked
+    pypi_yanked: dict[str, dict[str, str]] = field(default_factory=dict)  # version -> the reason PyPI gives
     asked: list[str] = field(default_factory=list)  # source keys, in order
     failures: list[str] = field(default_factory=list)
+    # what a source listed that the parsers could not read: reported, never skipped in silence
+    unparsed: list[str] = field(default_factory=list)
+    unparsed_releases: list[str] = field(default_factory=list)  # a release we cannot read may be the new one
 
     @property
     def partial(self) -> bool:
@@ -187,61 +204,157 @@ def _json(response: Response, what: str):
 
 # ---------------------------------------------------------------- parsers
 
-RELEASE_TAG = re.compile(r"^(?:therock-|rocm-|v)([0-9]+\.[0-9]+(?:\.[0-9]+)?)$")
+TAG_PREFIXES = ("therock-", "rocm-", "rocm", "v")
+VERSION_TOKEN = re.compile(r"(?<![\w.])v?([0-9]+\.[0-9]+(?:\.[0-9]+)?(?:(?:a|b|rc)[0-9]+)?)(?![\w.])")
 
 
-def parse_releases(response: Response) -> list[RocmRelease]:
-    """Final ROCm releases in a GitHub releases API answer (tags therock-X.Y[.Z], rocm-X.Y.Z, vX.Y.Z)."""
+def _tag_version(tag: str) -> Version | None:
+    """The ROCm version a release tag carries: therock-7.14, therock-7.9.0, rocm-7.2.4, v10.1.0, 10.1.0."""
+    for prefix in ("",) + TAG_PREFIXES:
+        if tag.startswith(prefix):
+            try:
+                version = Version(tag[len(prefix) :])
+            except InvalidVersion:
+                continue
+            if 2 <= len(version.release) <= 3 and not version.local and version.epoch == 0:
+                return version
+    return None
+
+
+ROCM_IN_NAME = re.compile(
+    r"(?:rocm|therock)[\s_-]*(?:release[\s_-]*)?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?(?:(?:a|b|rc)[0-9]+)?)(?![\w.])", re.I
+)
+
+
+def _name_versions(name: str) -> set[Version]:
+    """The versions a release name gives ("ROCm 10.0.0", "therock release v7.14", "TheRock 7.14.1"): those
+    after "ROCm" / "TheRock" when there are any (so "ROCm 10.1.0, PyTorch 2.14" is 10.1.0), else every one."""
+    named = ROCM_IN_NAME.findall(name or "")
+    return {Version(v) for v in (named or VERSION_TOKEN.findall(name or ""))}
+
+
+def _three(version: Version) -> str:
+    return ".".join(str(p) for p in (list(version.release) + [0, 0])[:3])
+
+
+def read_release(item: dict) -> tuple[RocmRelease | None, str | None]:
+    """One GitHub release: (the final ROCm release it is, None) or (None, why it cannot be read).
+
+    Both the tag and the release name are read. A series tag (therock-10.0) takes the patch
+    version from the name (ROCm 10.0.0); a tag and a name that disagree are not guessed at.
+    Drafts, pre-releases and nightly versions come back as (None, None): known, not releases.
+    """
+    tag, name = str(item.get("tag_name") or ""), str(item.get("name") or "")
+    if item.get("draft") or item.get("prerelease"):
+        return None, None
+    from_tag, from_name = _tag_version(tag), _name_versions(name)
+    if (from_tag and from_tag.is_prerelease) or any(v.is_prerelease for v in from_name):
+        return None, None
+    where = f"TheRock release tag {tag!r} name {name!r} ({item.get('html_url') or 'no URL'})"
+    if from_tag is None and not from_name:
+        return None, f"{where}: neither the tag nor the name holds a ROCm version"
+    if from_tag is None and len(from_name) > 1:
+        return None, f"{where}: the name holds several versions ({', '.join(map(str, sorted(from_name)))})"
+    if from_tag is None:
+        (version,) = from_name
+    else:
+        same_series = {v for v in from_name if v.release[:2] == from_tag.release[:2]}
+        other = {v for v in from_name if v.release[0] == from_tag.release[0] and v.release[:2] != from_tag.release[:2]}
+        full = {v for v in same_series if len(v.release) == 3}
+        if other or len(full) > 1 or (len(from_tag.release) == 3 and full and from_tag not in full):
+            return None, f"{where}: the tag and the name disagree on the version"
+        version = from_tag if len(from_tag.release) == 3 or not full else next(iter(full))
+    return RocmRelease(_three(version), _date(item.get("published_at")), item.get("html_url") or "", tag, name), None
+
+
+def parse_releases(response: Response, unparsed: list[str] | None = None) -> list[RocmRelease]:
+    """Final ROCm releases in a GitHub releases API answer, read from their tags and names.
+
+    A release whose version cannot be read is appended to ``unparsed`` (when given), never dropped silently.
+    """
     data = _json(response, "GitHub releases")
     if not isinstance(data, list):
         raise SourceError(f"GitHub releases: expected a list, got {type(data).__name__}")
     found = []
     for item in data:
-        match = RELEASE_TAG.match(str(item.get("tag_name", "")))
-        if not match or item.get("draft") or item.get("prerelease"):
-            continue
-        version = Version(match[1])
-        if version.is_prerelease:
-            continue
-        three = ".".join(str(p) for p in (list(version.release) + [0, 0])[:3])
-        found.append(RocmRelease(version=three, date=_date(item.get("published_at")), url=item.get("html_url") or ""))
+        if not isinstance(item, dict):
+            raise SourceError(f"GitHub releases: expected release objects, got {type(item).__name__}")
+        release, problem = read_release(item)
+        if release:
+            found.append(release)
+        elif problem and unparsed is not None:
+            unparsed.append(problem)
     return found
 
 
 class _Anchors(html.parser.HTMLParser):
+    """The file links of a PEP 503 page (PEP 592: ``data-yanked`` marks a yanked file)."""
+
     def __init__(self):
         super().__init__()
         self.names: list[str] = []
+        self.yanked: set[str] = set()
+        self.tags = 0
 
     def handle_starttag(self, tag, attrs):
+        self.tags += 1
         if tag == "a":
-            href = dict(attrs).get("href") or ""
-            self.names.append(urllib.parse.unquote(href.split("#")[0].rsplit("/", 1)[-1]))
+            attributes = dict(attrs)
+            href = attributes.get("href") or ""
+            name = urllib.parse.unquote(href.split("#")[0].rsplit("/", 1)[-1])
+            self.names.append(name)
+            if "data-yanked" in attributes:
+                self.yanked.add(name)
 
 
-def index_filenames(response: Response) -> list[str]:
-    """File names of a simple-index project page: PEP 691 JSON, or PEP 503 HTML as a fallback."""
+def index_files(response: Response) -> tuple[list[str], set[str]]:
+    """(file names, the yanked ones among them) of a simple-index project page: PEP 691 JSON or PEP 503 HTML.
+
+    An answer in neither format is a SourceError: a page the parser does not know is never read as empty.
+    """
     if response.status == 404:
-        return []
+        return [], set()
+    if response.content_type not in INDEX_TYPES:
+        raise SourceError(f"{response.url}: not a package index page (content type {response.content_type})")
     if "json" in response.content_type:
         data = _json(response, response.url)
         files = data.get("files") if isinstance(data, dict) else None
         if not isinstance(files, list):
             raise SourceError(f"{response.url}: PEP 691 answer without a 'files' list")
-        return [f["filename"] for f in files if isinstance(f, dict) and f.get("filename") and not f.get("yanked")]
+        names = [f["filename"] for f in files if isinstance(f, dict) and f.get("filename")]
+        return names, {f["filename"] for f in files if isinstance(f, dict) and f.get("filename") and f.get("yanked")}
     parser = _Anchors()
     parser.feed(response.text)
-    return [name for name in parser.names if name]
+    if not parser.tags or ("<html" not in response.text.lower() and not parser.names):
+        raise SourceError(f"{response.url}: an HTML answer that is not a PEP 503 page")
+    return [n for n in parser.names if n], parser.yanked
 
 
-def parse_torch_wheels(response: Response, index: str) -> list[WheelBuild]:
-    """ROCm torch wheels (local label rocm...) listed on one index page."""
-    builds = set()
+def index_filenames(response: Response) -> list[str]:
+    """File names of a simple-index project page that are not yanked."""
+    names, yanked = index_files(response)
+    return [n for n in names if n not in yanked]
+
+
+def _read_wheel(name: str):
+    if name.endswith((".tar.gz", ".zip")):
+        return None  # an sdist: a file of the index, not a build
+    return parse_wheel_filename(name)
+
+
+def parse_torch_wheels(response: Response, index: str, unparsed: list[str] | None = None) -> list[WheelBuild]:
+    """ROCm torch wheels (local label rocm...) listed on one index page; file names that are
+    not wheel or sdist names are appended to ``unparsed``."""
+    builds, unknown = set(), []
     for name in index_filenames(response):
         try:
-            project, version, _build, tags = parse_wheel_filename(name)
+            wheel = _read_wheel(name)
         except (InvalidWheelFilename, InvalidVersion):
+            unknown.append(name)
             continue
+        if wheel is None:
+            continue
+        project, version, _build, tags = wheel
         if project != "torch" or not (version.local or "").startswith("rocm") or version.is_prerelease:
             continue
         for tag in tags:
@@ -255,36 +368,46 @@ def parse_torch_wheels(response: Response, index: str) -> list[WheelBuild]:
                         platform=tag.platform,
                     )
                 )
+    if unknown and unparsed is not None:
+        unparsed.append(f"{response.url}: {len(unknown)} file name(s) not understood: {', '.join(unknown[:5])}")
     return sorted(builds, key=lambda b: (Version(b.torch), b.local, Version(b.python), b.platform))
 
 
-def versions_on_index(response: Response, project: str) -> set[str]:
-    """Every version (local label kept) of ``project`` a simple-index page lists."""
+def versions_on_index(response: Response, project: str, *, with_yanked: bool = False) -> set[str]:
+    """Every version (local label kept) of ``project`` a simple-index page lists (yanked files left out,
+    unless ``with_yanked``)."""
     found = set()
-    for name in index_filenames(response):
-        try:
-            found_project, version, _build, _tags = parse_wheel_filename(name)
-        except (InvalidWheelFilename, InvalidVersion):
+    names, yanked = index_files(response)
+    for name in names:
+        if name in yanked and not with_yanked:
             continue
-        if canonical(found_project) == canonical(project):
-            found.add(str(version))
+        try:
+            wheel = _read_wheel(name) or parse_sdist_filename(name)
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        if canonical(wheel[0]) == canonical(project):
+            found.add(str(wheel[1]))
     return found
 
 
+# rocm/pytorch release tags: rocm7.2.4_ubuntu24.04_py3.12_pytorch_release_2.10.0 and, from ROCm 10,
+# series-only ones such as rocm10.0_ubuntu26.04_py3.14_pytorch_release_2.13.0.
 IMAGE_TAG = re.compile(
     r"^rocm([0-9]+\.[0-9]+(?:\.[0-9]+)?)_ubuntu[0-9.]+_py([0-9]+\.[0-9]+)_pytorch_(?:release_)?([0-9]+\.[0-9]+\.[0-9]+)$"
 )
 
 
-def parse_docker_tags(response: Response) -> tuple[list[ImageTag], str | None]:
-    """rocm/pytorch release tags on one page of Docker Hub's tags API, and the next page's URL."""
+def parse_docker_tags(response: Response, unparsed: list[str] | None = None) -> tuple[list[ImageTag], str | None]:
+    """rocm/pytorch release tags on one page of Docker Hub's tags API, and the next page's URL.
+    Tags outside the naming scheme are appended to ``unparsed``."""
     data = _json(response, "Docker Hub tags")
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         raise SourceError("Docker Hub tags: no 'results' list")
-    tags = []
+    tags, unknown = [], []
     for item in results:
-        match = IMAGE_TAG.match(str(item.get("name", "")))
+        name = str(item.get("name", "")) if isinstance(item, dict) else ""
+        match = IMAGE_TAG.match(name)
         if match:
             tags.append(
                 ImageTag(
@@ -296,25 +419,43 @@ def parse_docker_tags(response: Response) -> tuple[list[ImageTag], str | None]:
                     digest=item.get("digest"),
                 )
             )
+        else:
+            unknown.append(name or repr(item)[:80])
+    if unknown and unparsed is not None:
+        unparsed.append(
+            f"{response.url}: {len(unknown)} tag(s) outside the rocm/pytorch naming scheme: {', '.join(unknown[:5])}"
+        )
     return tags, data.get("next") or None
 
 
-def parse_pypi(response: Response) -> tuple[str, dt.date | None]:
-    """Newest final, non-yanked release in a PyPI JSON API answer, with its upload date."""
+def parse_pypi_releases(response: Response) -> tuple[dict[str, dt.date | None], dict[str, str]]:
+    """({final version: upload date} of releases with a file not yanked, {yanked version: reason})."""
     data = _json(response, "PyPI")
-    best: tuple[Version, dt.date | None] | None = None
-    for raw, files in (data.get("releases") or {}).items():
+    releases = data.get("releases") if isinstance(data, dict) else None
+    if not isinstance(releases, dict):
+        raise SourceError("PyPI: no 'releases' table")
+    good, yanked = {}, {}
+    for raw, files in releases.items():
         try:
             version = Version(raw)
         except InvalidVersion:
             continue
-        if version.is_prerelease or version.is_devrelease or not files or all(f.get("yanked") for f in files):
+        if version.is_prerelease or version.is_devrelease or not files:
             continue
-        if best is None or version > best[0]:
-            best = (version, min(filter(None, (_date(f.get("upload_time_iso_8601")) for f in files)), default=None))
-    if best is None:
+        if all(f.get("yanked") for f in files):
+            yanked[str(version)] = next((f.get("yanked_reason") for f in files if f.get("yanked_reason")), "") or ""
+            continue
+        good[str(version)] = min(filter(None, (_date(f.get("upload_time_iso_8601")) for f in files)), default=None)
+    return good, yanked
+
+
+def parse_pypi(response: Response) -> tuple[str, dt.date | None]:
+    """Newest final, non-yanked release in a PyPI JSON API answer, with its upload date."""
+    good, _yanked = parse_pypi_releases(response)
+    if not good:
         raise SourceError("PyPI: no final, non-yanked release")
-    return str(best[0]), best[1]
+    newest = max(good, key=Version)
+    return newest, good[newest]
 
 
 # ---------------------------------------------------------------- asking every source
@@ -356,26 +497,37 @@ class _Asker:
 
 
 def gather(entries: list[Entry], fetch=http_get, timeout: float = 15.0) -> Upstream:
-    """Ask every source the matrix needs; failures are recorded, never fatal."""
+    """Ask every source the matrix needs; failures are recorded, never fatal.
+
+    - TheRock's releases (tags and names);
+    - the AMD indexes the matrix installs from, and TheRock's stable indexes when a new series is out;
+    - PyTorch's own rocmX.Y index of every ROCm entry that is not eol, and of a new series;
+    - rocm/pytorch tags of every image entry's series, and of a new series;
+    - PyPI for the packages the CPU entries pin.
+    """
     upstream = Upstream()
     asker = _Asker(fetch, timeout, upstream)
     asker.ask("therock-releases", lambda: _releases(asker))
     rocm = [e for e in entries if e.kind == "rocm"]
+    live = [e for e in rocm if e.status != "eol"]
     newest_known = max((Version(e.rocm) for e in rocm), default=Version("0"))
-    new_series = {series(r.version) for r in upstream.releases if Version(r.version) > newest_known}
-    new_series -= {series(e.rocm) for e in rocm}
-    for index in sorted({e.install.index_url for e in rocm if e.install.method == "multiarch"}):
+    newer = {series(r.version) for r in upstream.releases if Version(r.version) > newest_known}
+    newer -= {series(e.rocm) for e in rocm}
+    new_series = {max(newer)} if newer else set()  # only the newest new series is proposed (proposals.compare)
+    indexes = {e.install.index_url for e in live if e.install.method == "multiarch"}
+    if new_series:
+        indexes |= set(THEROCK_INDEXES)
+    for index in sorted(indexes):
         asker.ask(f"wheels {index}", lambda i=index: _wheels(asker, i))
-    pytorch_series = {series(e.rocm) for e in rocm if e.install.method == "wheel"} | new_series
-    for rocm_series in sorted(pytorch_series):
+    pytorch_series = {series(e.rocm) for e in live} | {series(e.rocm) for e in rocm if e.install.method == "wheel"}
+    for rocm_series in sorted(pytorch_series | new_series):
         index = pytorch_index(rocm_series)
         asker.ask(f"wheels {index}", lambda i=index: _wheels(asker, i))
-    image_series = {series(e.rocm) for e in rocm if e.install.method == "image"} | new_series
+    image_series = {series(e.rocm) for e in live if e.install.method == "image"} | new_series
     for rocm_series in sorted(image_series):
-        name = f"rocm{rocm_series[0]}.{rocm_series[1]}"
-        asker.ask(f"rocm/pytorch tags {name}", lambda n=name: _images(asker, n))
+        asker.ask(f"rocm/pytorch tags rocm{rocm_series[0]}.{rocm_series[1]}", lambda s=rocm_series: _images(asker, s))
     for package in pypi_packages(entries):
-        asker.ask(f"pypi {package}", lambda p=package: upstream.pypi.__setitem__(p, parse_pypi(_pypi(asker, p))))
+        asker.ask(f"pypi {package}", lambda p=package: _pypi_project(asker, p))
     return upstream
 
 
@@ -388,26 +540,45 @@ def _releases(asker: _Asker) -> None:
     for response in asker.pages(THEROCK_RELEASES):
         if response.status == 404:
             raise SourceError(f"{THEROCK_RELEASES}: HTTP 404")
-        asker.upstream.releases.extend(parse_releases(response))
+        asker.upstream.releases.extend(parse_releases(response, asker.upstream.unparsed_releases))
+
+
+# Static indexes on S3 behind a CDN answer 403 AccessDenied, not 404, for a path that does not exist
+# (an index for a ROCm series that PyTorch or AMD has not published).
+ABSENT_AS_403 = ("download.pytorch.org", "repo.amd.com", "stable.repo.amd.com", "nightly.repo.amd.com")
 
 
 def _wheels(asker: _Asker, index: str) -> None:
-    response = asker.get(project_url(index, "torch"), accept=ACCEPT_INDEX)
-    asker.upstream.wheels.extend(parse_torch_wheels(response, index))
+    url = project_url(index, "torch")
+    try:
+        response = asker.get(url, accept=ACCEPT_INDEX)
+    except SourceError as err:
+        if not ("HTTP 403" in str(err) and urllib.parse.urlsplit(url).hostname in ABSENT_AS_403):
+            raise
+        return  # no such index (yet)
+    asker.upstream.wheels.extend(parse_torch_wheels(response, index, asker.upstream.unparsed))
 
 
-def _images(asker: _Asker, name: str) -> None:
+def _images(asker: _Asker, rocm_series: tuple[int, int]) -> None:
+    name = f"rocm{rocm_series[0]}.{rocm_series[1]}"
     url = DOCKER_TAGS.format(name=name)
     for _ in range(MAX_PAGES):
-        tags, url = parse_docker_tags(asker.get(url))
-        asker.upstream.images.extend(t for t in tags if t.tag.startswith(name))
+        tags, url = parse_docker_tags(asker.get(url), asker.upstream.unparsed)
+        # Docker Hub's name filter is a substring match: rocm7.1 also finds rocm7.14 tags
+        asker.upstream.images.extend(t for t in tags if series(t.rocm) == rocm_series)
         if not url:
             return
     raise SourceError(f"rocm/pytorch tags {name}: more than {MAX_PAGES} pages")
 
 
-def _pypi(asker: _Asker, package: str) -> Response:
+def _pypi_project(asker: _Asker, package: str) -> None:
     response = asker.get(PYPI_PROJECT.format(name=package))
     if response.status == 404:
         raise SourceError(f"{response.url}: HTTP 404")
-    return response
+    good, yanked = parse_pypi_releases(response)
+    if not good:
+        raise SourceError(f"{response.url}: no final, non-yanked release")
+    newest = max(good, key=Version)
+    asker.upstream.pypi[package] = (newest, good[newest])
+    asker.upstream.pypi_versions[package] = good
+    asker.upstream.pypi_yanked[package] = yanked
