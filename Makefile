@@ -3,9 +3,11 @@ VENV      ?= .venv
 PY        := $(VENV)/bin/python
 ROCMLAB   := $(VENV)/bin/rocmlab
 STAMP     := $(VENV)/.rocmlab-installed
-# torch is cpu-current's pin in env/matrix.toml, the one place it is written (read with the standard
-# library only: this runs before .venv exists); override with `make run TORCH=torch==X.Y.Z`.
-TORCH     ?= $(shell python3 -c 'import sys, tomllib; m = tomllib.load(open("env/matrix.toml", "rb")); print(next(p for e in m["cpu"] if e["name"] == "cpu-current" for p in e["pins"] if p.startswith("torch==")))' 2>/dev/null || echo torch)
+# torch is the pin of the matrix's cpu-previous entry in env/matrix.toml, the one place it is
+# written: its +cpu build installs without several GB of CUDA libraries, which every newer torch
+# on PyPI pulls on x86_64 (CI runs cpu-current through `make freshness`). Read with the standard
+# library only: this runs before .venv exists. Override with `make run TORCH=torch==X.Y.Z`.
+TORCH     ?= $(shell python3 -c 'import tomllib; m = tomllib.load(open("env/matrix.toml", "rb")); print(next(p for e in m["cpu"] if e["name"] == "cpu-previous" for p in e["pins"] if p.startswith("torch==")))' 2>/dev/null || echo torch)
 JOBS      ?= 2
 RESULTS   ?= results
 
