@@ -136,7 +136,7 @@ MUTATIONS = [
         "06-shutdown-1",
     ),
     ("06-runtime-sol-1", "        for w in self._workers:\n            w.cancel()\n", "", [], "06-shutdown-1"),
-    ("06-stretch-cycle-sol-1", "return path[path.index(nxt):]", "return path", [], "06-stretch-cycle-1"),
+    ("06-stretch-cycle-sol-1", "return path[path.index(nxt) :]", "return path", [], "06-stretch-cycle-1"),
     (
         "06-stretch-cycle-sol-1",
         "elif color.get(nxt, WHITE) == GREY:",
@@ -361,7 +361,7 @@ def test_solution_cells_hold_only_what_the_learner_writes(code_cells):
 def test_a_golden_trace_mismatch_names_the_rule_it_broke(runtime_ns, code_cells):
     ns = dict(runtime_ns)
     early_admit = by_grade_id(code_cells, "06-runtime-sol-1").replace(
-        "        await self._queues[0].put((msg_id, payload))   # may wait: backpressure on the feeder\n"
+        "        await self._queues[0].put((msg_id, payload))  # may wait: backpressure on the feeder\n"
         '        self.trace.record("admit", msg_id)\n',
         '        self.trace.record("admit", msg_id)\n        await self._queues[0].put((msg_id, payload))\n',
     )
