@@ -151,6 +151,7 @@ def test_a_real_kernel_answers_raises_hangs_and_recovers(kernel):
     km, kc = kernel
     learner = Learner(KernelChannel(kc, km, timeout_s=3))
     assert learner.call("double", 21) == 42 and learner.get("double.__name__") == "double"
+    assert learner.eval("None") is None and learner.raised("print()") is None  # None is an answer
     with pytest.raises(LearnerRaised):
         learner.eval("double()")
     with pytest.raises(NoAnswer, match="no answer within 3 s"):

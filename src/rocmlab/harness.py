@@ -39,6 +39,7 @@ RECOVER_S = 10  # after an interrupt, for the kernel to finish the request and s
 CHECK_ALLOWANCE_S = 10  # of the harness's time budget per check
 MAX_ANSWER_CHARS = 64 * 2**20
 NAME = re.compile(r"[A-Za-z_][\w.]*")
+NOTHING = object()  # no answer came (an answer of None is JSON null)
 
 
 @dataclass
@@ -158,14 +159,14 @@ class KernelChannel:
                 if not self._collect(msg_id, time.monotonic() + RECOVER_S)[1]:
                     self.broken = self.broken or f"the kernel did not answer within {self.timeout_s:g} s"
             raise NoAnswer(why)
-        if answer is None:
+        if answer is NOTHING:
             raise NoAnswer("the kernel finished the request without an answer")
         return answer
 
     def _collect(self, msg_id: str, deadline: float):
         from jupyter_core.utils import run_sync
 
-        answer = None
+        answer = NOTHING
         while (left := deadline - time.monotonic()) > 0:
             try:
                 msg = run_sync(_maybe_async(self.client.get_iopub_msg))(timeout=min(left, 1.0))
@@ -177,7 +178,7 @@ class KernelChannel:
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             content = msg.get("content") or {}
-            if msg["msg_type"] == "display_data" and answer is None:
+            if msg["msg_type"] == "display_data" and answer is NOTHING:
                 answer = _answer_of(content)
             elif msg["msg_type"] == "status" and content.get("execution_state") == "idle":
                 return answer, True
@@ -213,9 +214,10 @@ def _maybe_async(function):
 
 
 def _answer_of(content: dict):
+    """The answer a display carries (None is an answer), or ``NOTHING``."""
     data = content.get("data")
     if not isinstance(data, dict) or ANSWER_MIME not in data:
-        return None
+        return NOTHING
     if len(json.dumps(data[ANSWER_MIME])) > MAX_ANSWER_CHARS:
         return {"$rocmlab": "object", "type": "answer too large"}
     return data[ANSWER_MIME]
