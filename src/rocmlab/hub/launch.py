@@ -136,7 +136,9 @@ def launch(root: Path, env: dict, log_path: Path, launcher=()) -> subprocess.Pop
     jupyterhub = Path(sys.executable).parent / "jupyterhub"
     command = [*launcher, str(jupyterhub) if jupyterhub.exists() else "jupyterhub", "-f", str(root / CONFIG)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # private: it names every learner and their servers' events (an older hub's was 644)
+    with os.fdopen(fd, "ab") as log:
         return subprocess.Popen(
             command,
             cwd=env["ROCMLAB_HUB_DATA"],
