@@ -71,14 +71,26 @@ _unshare.argtypes = [ctypes.c_int]
 _mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
 
-def private_tmp() -> bool:
+def private_paths(needed) -> list[str]:
+    """Of /tmp, /var/tmp and /dev/shm, those that hold none of the ``needed`` paths (the home, the
+    course, the exchange: a test or a laptop may keep them in /tmp, and a fresh tmpfs would hide them)."""
+    resolved = [os.path.realpath(path) for path in needed if path]
+    return [
+        folder
+        for folder in PRIVATE_TMP
+        if os.path.isdir(folder)
+        and not any(path == os.path.realpath(folder) or path.startswith(os.path.realpath(folder) + os.sep) for path in resolved)
+    ]
+
+
+def private_tmp(paths=PRIVATE_TMP) -> bool:
     """In the child, as root, before it becomes the user: a mount namespace of its own with empty
-    tmpfs on /tmp, /var/tmp and /dev/shm (systemd's PrivateTmp). False when the kernel refuses."""
+    tmpfs on ``paths`` (systemd's PrivateTmp). False when the kernel refuses."""
     if _unshare(CLONE_NEWNS) != 0:
         return False
     if _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # nothing propagates back
         return False
-    for path in PRIVATE_TMP:
+    for path in paths:
         if os.path.isdir(path):
             if _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
                 return False
@@ -269,11 +281,17 @@ class CourseSpawner(LocalProcessSpawner):
         switch_user = super().make_preexec_fn(name)
         memory, processes = int(self.mem_limit or 0), self.max_processes
         private, home, own = self.private_tmp and os.geteuid() == 0, self.home(), self.own_logs
+        needed = [home, self.course_repo, self.exchange_root, self.labs_dir, self.cmd[0] if self.cmd else ""]
+        for name in ("ROCMLAB_CACHE", "HF_HOME"):
+            needed.append(os.environ.get(name, ""))
+        paths = private_paths(needed) if private else []
+        if private and len(paths) < len([p for p in PRIVATE_TMP if os.path.isdir(p)]):
+            self.log.warning("rocmlab: %s stay shared: the home, course or exchange is inside", set(PRIVATE_TMP) - set(paths))
 
         def preexec():
             limit_resources(memory, processes)
-            if private:
-                private_tmp()
+            if paths:
+                private_tmp(paths)
             if switch_user:
                 switch_user()
             if own:
