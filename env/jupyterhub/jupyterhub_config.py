@@ -39,6 +39,9 @@
 #   ROCMLAB_HUB_INSECURE_HTTP=1  (plain HTTP: passwords in clear on the network)
 #   ROCMLAB_HUB_PROXY        path of configurable-http-proxy
 #   ROCMLAB_HUB_ID           a marker put in every process's environment (for clean-up)
+#   ROCMLAB_HUB_POLL_S       seconds between checks that a server still runs (10); one that exited
+#                            on its own is cleaned up then (its learner's processes ended)
+#   ROCMLAB_HUB_DELIVERY_TIMEOUT_S  seconds one lab's delivery into a home may take (30)
 import os
 import sys
 from pathlib import Path
@@ -186,6 +189,9 @@ c.DemoCourseSpawner.private_tmp = False  # one account runs every demo server: n
 # A server that exits on its own (killed, crashed, File > Shut Down) is noticed within this many
 # seconds, and its learner's processes are ended then (CourseSpawner.poll).
 c.Spawner.poll_interval = _seconds("ROCMLAB_HUB_POLL_S", 10)
+# One lab's delivery into a home (run as the user, in a thread): a FIFO or a hung file system there
+# costs that user's start this long, never the hub's event loop.
+c.CourseSpawner.delivery_timeout_s = _seconds("ROCMLAB_HUB_DELIVERY_TIMEOUT_S", 30)
 c.CourseSpawner.hub_marker = env("ROCMLAB_HUB_ID", "")
 # GPUs: shared (every server sees all) or spread (each server one, ROCR_VISIBLE_DEVICES; a fair
 # share, not an isolation: the device files stay open to the render group).

@@ -205,7 +205,12 @@ class CourseFetchAssignment(ClosedRoot, ExchangeFetchAssignment):
 
 
 class CourseSubmit(ClosedRoot, ExchangeSubmit):
-    pass
+    """nbgrader's submit, without its mode 777 on the submission (there "so the instructor can
+    delete it"): the learner's own folder gives the instructors' group what it needs."""
+
+    def copy_files(self):
+        super().copy_files()
+        os.chmod(os.path.join(self.inbound_path, self.assignment_filename), 0o755)
 
 
 class CourseList(ClosedRoot, ExchangeList):
