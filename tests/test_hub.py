@@ -516,3 +516,16 @@ def test_server_mode_needs_a_course_every_user_can_read(tmp_path):
     config.chmod(0o600)
     python.chmod(0o744)
     assert inside(hub.unshared_paths([python, config])) == [f"{config} (mode 600)", f"{python} (mode 744)"]
+
+
+def test_a_shared_cache_others_may_write_stops_the_hub(tmp_path):
+    """A learner who writes ROCMLAB_CACHE or HF_HOME could plant a model, or its remote code, that
+    every classmate's server loads."""
+    cache = tmp_path / "hf"
+    (cache / "hub" / "models--x").mkdir(parents=True)
+    for path in (cache, cache / "hub", cache / "hub" / "models--x"):
+        path.chmod(0o755)
+    hub_launch.check_shared_caches({"HF_HOME": str(cache)})
+    (cache / "hub").chmod(0o1777)
+    with pytest.raises(hub.HubError, match="others may write"):
+        hub_launch.check_shared_caches({"HF_HOME": str(cache), "ROCMLAB_CACHE": ""})

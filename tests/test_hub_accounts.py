@@ -199,7 +199,9 @@ def forge_submission(hub: LocalHub, forger: str, victim: str) -> None:
     inbound = hub.exchange / COURSE_ID / "inbound"
     for where in (inbound, inbound / victim, inbound / forger):
         folder = where / f"{victim}+{LAB}+{stamp}+forged"
-        script = f'mkdir "{folder}" && echo "{stamp}" > "{folder}/timestamp.txt" && echo FORGED > "{folder}/{LAB}.ipynb"'
+        script = (
+            f'mkdir "{folder}" && echo "{stamp}" > "{folder}/timestamp.txt" && echo FORGED > "{folder}/{LAB}.ipynb"'
+        )
         proc = as_user(forger, "sh", "-c", script)
         assert (proc.returncode == 0) == (where == inbound / forger), (where, proc.stderr)
 

@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import tomllib
 import types
 from pathlib import Path
@@ -454,6 +455,42 @@ def test_only_the_preset_password_opens_an_account(monkeypatch, tmp_path):
     assert login("ann", passwords[admins[0]]) is None  # one account's password opens no other
     assert login("newcomer", "anything") is None  # no account is made by logging in
     assert not authenticator.check_allowed("newcomer")
+
+
+def test_a_password_is_checked_off_the_event_loop_in_equal_time_for_unknown_names(monkeypatch, tmp_path):
+    """Finding 8: the PBKDF2 check stalled the hub's loop, and answered faster for names that do not exist."""
+    import asyncio
+    import statistics
+
+    authenticator, passwords = accounts_authenticator(monkeypatch, tmp_path, ["ann"], rounds=200_000)
+
+    async def login_while_ticking(name):
+        gaps, done = [], asyncio.Event()
+
+        async def tick():
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                gaps.append(time.perf_counter() - last)
+                last = time.perf_counter()
+
+        ticker = asyncio.create_task(tick())
+        started = time.perf_counter()
+        answer = await authenticator.authenticate(None, {"username": name, "password": "wrong password"})
+        took = time.perf_counter() - started
+        done.set()
+        await ticker
+        return answer, took, max(gaps, default=0)
+
+    known, unknown, stalls = [], [], []
+    for _ in range(3):
+        for name, times in (("ann", known), ("nobody-here", unknown)):
+            answer, took, gap = asyncio.run(login_while_ticking(name))
+            assert answer is None
+            times.append(took)
+            stalls.append(gap / took)
+    assert 0.5 < statistics.median(unknown) / statistics.median(known) < 2, (known, unknown)
+    assert statistics.median(stalls) < 0.5, stalls  # the loop kept ticking through the hash
 
 
 def test_the_instructor_group_and_the_admins_are_set():

@@ -39,7 +39,6 @@ from test_hub_accounts import (
     EXPOSE,
     LAB,
     _end_processes,
-    _processes_of,
     _skip_unless_possible,
     accounts,
     as_user,
@@ -146,7 +145,10 @@ def test_a_course_folder_squatted_in_an_old_exchange_stops_the_hub(world, tmp_pa
     data = world["base"] / "squatted"
     (data / "exchange").mkdir(parents=True)
     (data / "exchange").chmod(0o1777)
-    can(ann, f"mkdir -p {data}/exchange/{COURSE_ID}/outbound/{LAB} && echo fake > {data}/exchange/{COURSE_ID}/outbound/{LAB}/{LAB}.ipynb")
+    can(
+        ann,
+        f"mkdir -p {data}/exchange/{COURSE_ID}/outbound/{LAB} && echo fake > {data}/exchange/{COURSE_ID}/outbound/{LAB}/{LAB}.ipynb",
+    )
     scratch = Path(tempfile.mkdtemp(prefix="rmlhub-mounts-"))
     try:
         with pytest.raises(HubError, match="owned by uid"):
@@ -235,8 +237,15 @@ def test_no_learner_can_make_or_write_a_shared_exchange_folder(world, hub):
     root = hub.exchange
     world_writable = [p for p in [root, *root.rglob("*")] if not p.is_symlink() and p.lstat().st_mode & 0o002]
     assert not world_writable
-    for where in (root, root / COURSE_ID, root / COURSE_ID / "outbound", root / COURSE_ID / "inbound",
-                  root / COURSE_ID / "feedback", root.parent / "exchange-views", root.parent / "exchange-views" / names["ann"]):
+    for where in (
+        root,
+        root / COURSE_ID,
+        root / COURSE_ID / "outbound",
+        root / COURSE_ID / "inbound",
+        root / COURSE_ID / "feedback",
+        root.parent / "exchange-views",
+        root.parent / "exchange-views" / names["ann"],
+    ):
         cannot(names["ann"], f"mkdir {where}/squat")
     cannot(names["ann"], f"mkdir {root.parent}/exchange-views/{names['ann']}/{COURSE_ID}/x")
     cannot(names["ann"], f"ln -sfn /tmp {root.parent}/exchange-views/{names['ann']}/{COURSE_ID}/inbound")
@@ -272,7 +281,10 @@ def test_a_classmate_can_neither_read_nor_replace_a_submission_or_its_feedback(w
     cannot(bob, f'echo x > "{feedback}/page.html"')
     # ann backdates a copy by its name: the collected time is the file system's
     late = f"{ann}+{LAB}+2020-01-01 00:00:00.000000 UTC+old"
-    can(ann, f'cp -r "{submitted}" "{inbound}/{late}" && echo 2020-01-01 00:00:00.000000 UTC > "{inbound}/{late}/timestamp.txt"')
+    can(
+        ann,
+        f'cp -r "{submitted}" "{inbound}/{late}" && echo 2020-01-01 00:00:00.000000 UTC > "{inbound}/{late}/timestamp.txt"',
+    )
     started = datetime.now(UTC).replace(tzinfo=None)
     collected = call(teacher, token, "POST", f"formgrader/api/assignment/{LAB}/collect")
     assert collected["success"], collected
@@ -280,7 +292,9 @@ def test_a_classmate_can_neither_read_nor_replace_a_submission_or_its_feedback(w
     assert "ann's answer" in (copy / f"{LAB}.ipynb").read_text()
     from nbgrader.utils import parse_utc
 
-    assert parse_utc((copy / "timestamp.txt").read_text()) >= started.replace(microsecond=0) - __import__("datetime").timedelta(seconds=2)
+    assert parse_utc((copy / "timestamp.txt").read_text()) >= started.replace(microsecond=0) - __import__(
+        "datetime"
+    ).timedelta(seconds=2)
 
 
 def test_an_instructor_cannot_act_as_a_learner_through_the_hub(world, hub):
@@ -315,7 +329,9 @@ def test_each_server_has_its_own_tmp_and_caches_no_classmate_writes(world, hub):
         assert tmp.stat().st_mode & 0o7777 == 0o1777
         mounts = Path(f"/proc/{server.pid}/mountinfo").read_text().splitlines()
         assert any(line.split()[4] == "/tmp" and " tmpfs " in line for line in mounts), mounts
-        env = dict(item.split("=", 1) for item in Path(f"/proc/{server.pid}/environ").read_text().split("\0") if "=" in item)
+        env = dict(
+            item.split("=", 1) for item in Path(f"/proc/{server.pid}/environ").read_text().split("\0") if "=" in item
+        )
         home = str(hub.home(bob))
         for name in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "HF_MODULES_CACHE", "XDG_CACHE_HOME"):
             assert env[name].startswith(home + "/"), (name, env[name])
@@ -370,7 +386,10 @@ def test_root_never_writes_where_the_instructor_points_course_source(world, hub)
     target = world["base"] / "root-owned"
     hub.stop_server(teach)
     home = hub.home(teach)
-    can(teach, f'mv "{home}/course" "{home}/course-old" && mkdir "{home}/course" && ln -s "{target}" "{home}/course/source"')
+    can(
+        teach,
+        f'mv "{home}/course" "{home}/course-old" && mkdir "{home}/course" && ln -s "{target}" "{home}/course/source"',
+    )
     hub.start_server(teach)
     assert list(target.iterdir()) == []
     assert "course sources not written" in hub.log_path.read_text()

@@ -46,6 +46,7 @@ import os
 import sys
 from pathlib import Path
 
+from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.root import find_root
 
@@ -86,13 +87,14 @@ os.chmod(data, 0o755)
 # The exchange: nothing in it is writable by more than one learner (rocmlab.hub.exchange_layout).
 # The hub makes the course's folders and each learner's own inbound/ and feedback/ folder now (and
 # for a learner added later, when their server starts), and refuses to start if a user made one.
-from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 
 if demo:  # one account runs every server: it owns every learner's folder
     import pwd as _pwd
 
     try:
-        _account = _pwd.getpwnam(env("ROCMLAB_HUB_DEMO_USER") or env("SUDO_USER") or "nobody") if os.geteuid() == 0 else None
+        _account = (
+            _pwd.getpwnam(env("ROCMLAB_HUB_DEMO_USER") or env("SUDO_USER") or "nobody") if os.geteuid() == 0 else None
+        )
     except KeyError:
         raise ValueError(f"ROCMLAB_HUB_DEMO_USER={env('ROCMLAB_HUB_DEMO_USER')!r} is not a Unix user") from None
     exchange_owners = ExchangeOwners(os.geteuid(), _account.pw_gid if _account else os.getegid())

@@ -343,7 +343,9 @@ class LearnerFolderCollect(ClosedRoot, ExchangeCollect):
     def copy_files(self):
         if not self.src_records:
             self.log.warning(
-                "No submissions of '%s' for course '%s' to collect", self.coursedir.assignment_id, self.coursedir.course_id
+                "No submissions of '%s' for course '%s' to collect",
+                self.coursedir.assignment_id,
+                self.coursedir.course_id,
             )
         for record in self.src_records:
             student = record["username"]
@@ -414,7 +416,10 @@ class LearnerFolderReleaseFeedback(ClosedRoot, ExchangeReleaseFeedback):
         self.course_path = os.path.join(self.root, self.coursedir.course_id)
         self.dest_path = self.outbound_feedback_path = os.path.join(self.course_path, "feedback")
         if not os.path.isdir(self.dest_path):
-            self.fail(f"{self.dest_path} does not exist; the hub makes the course's exchange at start")
+            try:  # Kubernetes: the instructor's pod may make it; a workshop server's hub made it at start
+                os.makedirs(self.dest_path, 0o755)
+            except OSError:
+                self.fail(f"{self.dest_path} does not exist; the hub makes the course's exchange at start")
 
     def copy_files(self):
         chosen = self.coursedir.student_id if self.coursedir.student_id not in ("", "*") else "*"

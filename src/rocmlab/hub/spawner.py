@@ -79,7 +79,9 @@ def private_paths(needed) -> list[str]:
         folder
         for folder in PRIVATE_TMP
         if os.path.isdir(folder)
-        and not any(path == os.path.realpath(folder) or path.startswith(os.path.realpath(folder) + os.sep) for path in resolved)
+        and not any(
+            path == os.path.realpath(folder) or path.startswith(os.path.realpath(folder) + os.sep) for path in resolved
+        )
     ]
 
 
@@ -193,9 +195,9 @@ class CourseSpawner(LocalProcessSpawner):
         "of their Unix account (what they started in the background or detached outlives the server "
         "otherwise); instructors' are kept",
     ).tag(config=True)
-    exchange_uid = Integer(-1, help="owner of the exchange's folders (the hub's uid; -1: leave the exchange alone)").tag(
-        config=True
-    )
+    exchange_uid = Integer(
+        -1, help="owner of the exchange's folders (the hub's uid; -1: leave the exchange alone)"
+    ).tag(config=True)
     exchange_gid = Integer(-1, help="group of the exchange's folders (the instructors')").tag(config=True)
     private_tmp = Bool(
         True,
@@ -286,7 +288,9 @@ class CourseSpawner(LocalProcessSpawner):
             needed.append(os.environ.get(name, ""))
         paths = private_paths(needed) if private else []
         if private and len(paths) < len([p for p in PRIVATE_TMP if os.path.isdir(p)]):
-            self.log.warning("rocmlab: %s stay shared: the home, course or exchange is inside", set(PRIVATE_TMP) - set(paths))
+            self.log.warning(
+                "rocmlab: %s stay shared: the home, course or exchange is inside", set(PRIVATE_TMP) - set(paths)
+            )
 
         def preexec():
             limit_resources(memory, processes)
