@@ -103,17 +103,24 @@ def own_log(home: Path) -> None:
     """In the child, as the user: stdout and stderr into ``home/.rocmlab-server.log``, opened as the
     user (never through a link by root); /dev/null when that fails. Nothing reaches the hub's log."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(home / SERVER_LOG, flags, 0o600)
-    except OSError:
+    fd = -1
+    for path in (SERVER_LOG, home / SERVER_LOG):  # the child is in the home (its ancestors may be closed)
+        try:
+            fd = os.open(path, flags, 0o600)
+            break
+        except OSError:
+            continue
+    if fd < 0:
         fd = os.open(os.devnull, os.O_WRONLY)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    try:
-        os.mkdir(home / TMP_FOLDER, 0o700)
-    except OSError:
-        pass
+    for path in (TMP_FOLDER, home / TMP_FOLDER):
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except OSError:
+            continue
 
 
 def limit_resources(memory_bytes: int, max_processes: int) -> None:
