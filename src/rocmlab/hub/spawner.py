@@ -291,12 +291,12 @@ class CourseSpawner(LocalProcessSpawner):
         memory, processes = int(self.mem_limit or 0), self.max_processes
         private, home, own = self.private_tmp and os.geteuid() == 0, self.home(), self.own_logs
         needed = [home, self.course_repo, self.exchange_root, self.labs_dir, self.cmd[0] if self.cmd else ""]
-        for name in ("ROCMLAB_CACHE", "HF_HOME"):
-            needed.append(os.environ.get(name, ""))
+        needed += [os.environ.get(variable, "") for variable in ("ROCMLAB_CACHE", "HF_HOME")]
         paths = private_paths(needed) if private else []
-        if private and len(paths) < len([p for p in PRIVATE_TMP if os.path.isdir(p)]):
+        shared = {p for p in PRIVATE_TMP if os.path.isdir(p)} - set(paths)
+        if private and shared:
             self.log.warning(
-                "rocmlab: %s stay shared: the home, course or exchange is inside", set(PRIVATE_TMP) - set(paths)
+                "rocmlab: %s stay shared: the home, course or exchange is inside", ", ".join(sorted(shared))
             )
 
         def preexec():
