@@ -224,7 +224,12 @@ class CourseSpawner(LocalProcessSpawner):
         entry = pwd.getpwnam(self.user.name)
         return entry.pw_uid, entry.pw_gid
 
+    _instructor = None  # the role, decided on the hub's loop when the server starts (the thread
+    # that prepares the home must not touch the hub's database session)
+
     def is_instructor(self) -> bool:
+        if self._instructor is not None:
+            return self._instructor
         if self.instructor_group in {group.name for group in self.user.groups}:
             return True
         try:
@@ -409,6 +414,8 @@ class CourseSpawner(LocalProcessSpawner):
         return self.deliver_course()
 
     async def start(self):
+        self._instructor = None
+        self._instructor = self.is_instructor()
         loop = asyncio.get_running_loop()
         delivered = await loop.run_in_executor(None, self.prepare)
         if delivered:
