@@ -715,4 +715,3 @@ def test_the_hub_image_installs_the_package_where_the_base_image_put_it():
     }
     installs = re.findall(r'pip install [^"]*"([^"\[]+)\[', (HELM / "Dockerfile").read_text())
     assert installs and {target + "/src" for target in installs} <= base_dirs, (installs, base_dirs)
-
