@@ -78,7 +78,11 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert c.JupyterHub.bind_url == "http://10.0.0.5:8000"
     assert c.JupyterHub.authenticator_class == "pam"
     assert c.PAMAuthenticator.allowed_groups == {"class", "teachers"}
-    assert c.PAMAuthenticator.admin_groups == {"teachers"}
+    assert not c.PAMAuthenticator.admin_groups  # instructors are not hub admins: a role of their own
+    (instructor,) = [role for role in c.JupyterHub.load_roles if role["name"] == "rocmlab-instructor"]
+    assert instructor["groups"] == ["teachers"]
+    assert "admin:users" not in instructor["scopes"] and "access:servers" not in instructor["scopes"]
+    assert {"list:users", "read:servers", "admin-ui"} <= set(instructor["scopes"])
     assert c.JupyterHub.spawner_class == "rocmlab.hub.spawner.CourseSpawner"
     assert c.CourseSpawner.max_processes == 512 and c.Spawner.mem_limit == "6G"
     assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
@@ -100,12 +104,16 @@ def test_the_labs_folder_comes_from_the_environment(monkeypatch, tmp_path):
     assert c.CourseSpawner.labs == ["01-rocm-setup"]  # every lab of that folder
 
 
-def test_state_is_private_and_the_exchange_shared(monkeypatch, tmp_path):
+def test_state_is_private_and_no_exchange_folder_is_world_writable(monkeypatch, tmp_path):
     c = hub_config(monkeypatch, tmp_path)
     data = tmp_path / "data"
     assert (data / "hub").stat().st_mode & 0o777 == 0o700
-    assert (data / "exchange").stat().st_mode & 0o7777 == 0o1777
-    assert c.CourseSpawner.exchange_root == str(data / "exchange")
+    exchange = data / "exchange"
+    assert c.CourseSpawner.exchange_root == str(exchange)
+    folders = [exchange, *exchange.rglob("*")]
+    assert {p.relative_to(exchange).as_posix() for p in folders} >= {".", "rocmlab/outbound", "rocmlab/inbound"}
+    assert not [p for p in folders if p.stat().st_mode & 0o002], "world-writable"
+    assert {p.stat().st_uid for p in folders} == {os.geteuid()}
     assert c.JupyterHub.db_url == f"sqlite:///{data / 'hub' / 'jupyterhub.sqlite'}"
 
 
@@ -208,8 +216,10 @@ def test_the_spawner_limits_are_set_in_the_child(tmp_path):
         text=True,
         check=True,
     )
-    assert int(out.stdout) == 2**30
-    assert (tmp_path / "learner1").is_dir()  # the demo spawner's own preexec still ran
+    assert out.stdout == ""  # the server's output goes to its own log in the home, not the hub's
+    log = tmp_path / "learner1" / rocmlab_spawner.SERVER_LOG
+    assert int(log.read_text()) == 2**30
+    assert log.stat().st_mode & 0o777 == 0o600
 
 
 def _has_nobody() -> bool:
@@ -225,7 +235,7 @@ def _has_nobody() -> bool:
     os.geteuid() != 0 or not _has_nobody(), reason="switching to another Unix user needs root and a `nobody` account"
 )
 def test_real_accounts_run_as_the_user_with_the_limits():
-    spawner = rocmlab_spawner.CourseSpawner(user=user("nobody"), mem_limit="2G", max_processes=50)
+    spawner = rocmlab_spawner.CourseSpawner(user=user("nobody"), mem_limit="2G", max_processes=50, own_logs=False)
     out = subprocess.run(
         ["/bin/bash", "-c", "id -un; ulimit -v; ulimit -u"],
         preexec_fn=spawner.make_preexec_fn("nobody"),
@@ -284,13 +294,16 @@ def test_instructors_get_the_sources_for_the_formgrader(tmp_path):
     assert env["ROCMLAB_COURSE_ROOT"] == str(tmp_path / "ann" / "course")
 
 
-def test_the_nbgrader_config_collects_with_the_owner_check(monkeypatch):
-    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor")
-    assert c.ExchangeFactory.collect == "rocmlab.hub.exchange.OwnerCheckedCollect"
-    from nbgrader.exchange.default.collect import ExchangeCollect
+def test_the_nbgrader_config_uses_the_per_learner_exchange(monkeypatch):
+    from nbgrader.exchange.abc import Exchange
     from traitlets.utils.importstring import import_item
 
-    assert issubclass(import_item(c.ExchangeFactory.collect), ExchangeCollect)  # as nbgrader loads it
+    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor", ROCMLAB_HUB_MODE="server")
+    assert c.ExchangeFactory.collect == "rocmlab.hub.exchange.LearnerFolderCollect"
+    assert c.LearnerFolderCollect.owner_is_account is True
+    for step in ("fetch_assignment", "submit", "list", "fetch_feedback", "release_assignment", "release_feedback"):
+        loaded = import_item(c.ExchangeFactory[step])  # as nbgrader loads it
+        assert issubclass(loaded, Exchange) and issubclass(loaded, rocmlab_exchange.ClosedRoot), step
 
 
 needs_root_and_nobody = pytest.mark.skipif(
@@ -298,23 +311,26 @@ needs_root_and_nobody = pytest.mark.skipif(
 )
 
 
-def _submission(inbound: Path, student: str, day: int, owner: str) -> Path:
+@needs_root_and_nobody
+def test_collect_refuses_a_learners_folder_another_account_owns(tmp_path, monkeypatch, caplog):
     import pwd
 
-    folder = inbound / f"{student}+lab+2026-01-0{day} 00:00:00.000000 UTC+r{day}"
-    folder.mkdir(parents=True)
-    (folder / "timestamp.txt").write_text(f"2026-01-0{day} 00:00:00.000000 UTC")
-    (folder / "lab.ipynb").write_text(f"day {day}")
-    entry = pwd.getpwnam(owner)
-    for path in (folder, *folder.iterdir()):
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-    return folder
-
-
-def _collect(tmp_path, monkeypatch, check_owner: bool) -> Path:
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    inbound = tmp_path / "exchange" / "c" / "inbound"
+    for student, owner in ((me, me), ("nobody", me)):  # nobody's folder, but made by me
+        folder = inbound / student / f"{student}+lab+2026-01-01 00:00:00.000000 UTC+r"
+        folder.mkdir(parents=True)
+        (folder / "lab.ipynb").write_text(f"of {student}")
+        entry = pwd.getpwnam(owner)
+        for path in (folder.parent, folder, *folder.iterdir()):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    nobody_file = inbound / me / f"{me}+lab+2026-01-02 00:00:00.000000 UTC+r" / "x.txt"
+    nobody_file.parent.mkdir()
+    nobody_file.write_text("hard link to someone else's file")
+    os.chown(nobody_file, pwd.getpwnam("nobody").pw_uid, -1)
     (tmp_path / "course").mkdir()
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))  # alembic
     config = Config()
@@ -322,29 +338,12 @@ def _collect(tmp_path, monkeypatch, check_owner: bool) -> Path:
     config.CourseDirectory.course_id = "c"
     config.CourseDirectory.assignment_id = "lab"
     config.Exchange.root = str(tmp_path / "exchange")
-    config.ExchangeCollect.check_owner = check_owner
-    coursedir = CourseDirectory(config=config)
-    rocmlab_exchange.OwnerCheckedCollect(coursedir=coursedir, config=config).start()
-    return tmp_path / "course" / "submitted"
-
-
-@needs_root_and_nobody
-@pytest.mark.parametrize("check_owner", [True, False])
-def test_collect_takes_the_newest_submission_the_student_owns(tmp_path, monkeypatch, check_owner):
-    import pwd
-
-    me = pwd.getpwuid(os.geteuid()).pw_name
-    inbound = tmp_path / "exchange" / "c" / "inbound"
-    _submission(inbound, me, 1, owner=me)
-    _submission(inbound, me, 2, owner="nobody")  # newer, filed under my name by someone else
-    _submission(inbound, "nobody", 3, owner=me)  # nobody's name, but mine
-    submitted = _collect(tmp_path, monkeypatch, check_owner)
-    if check_owner:
-        assert [p.name for p in submitted.iterdir()] == [me]
-        assert (submitted / me / "lab" / "lab.ipynb").read_text() == "day 1"
-    else:  # the demo hub: one Unix user owns everything, nbgrader's own collect
-        assert sorted(p.name for p in submitted.iterdir()) == sorted([me, "nobody"])
-        assert (submitted / me / "lab" / "lab.ipynb").read_text() == "day 2"
+    config.LearnerFolderCollect.owner_is_account = True
+    rocmlab_exchange.LearnerFolderCollect(coursedir=CourseDirectory(config=config), config=config).start()
+    submitted = tmp_path / "course" / "submitted"
+    assert [p.name for p in submitted.iterdir()] == [me]
+    assert (submitted / me / "lab" / "lab.ipynb").read_text() == f"of {me}"  # not the one holding nobody's file
+    assert "owned by uid" in caplog.text and "belongs to uid" in caplog.text
 
 
 @needs_root_and_nobody
@@ -517,3 +516,16 @@ def test_server_mode_needs_a_course_every_user_can_read(tmp_path):
     config.chmod(0o600)
     python.chmod(0o744)
     assert inside(hub.unshared_paths([python, config])) == [f"{config} (mode 600)", f"{python} (mode 744)"]
+
+
+def test_a_shared_cache_others_may_write_stops_the_hub(tmp_path):
+    """A learner who writes ROCMLAB_CACHE or HF_HOME could plant a model, or its remote code, that
+    every classmate's server loads."""
+    cache = tmp_path / "hf"
+    (cache / "hub" / "models--x").mkdir(parents=True)
+    for path in (cache, cache / "hub", cache / "hub" / "models--x"):
+        path.chmod(0o755)
+    hub_launch.check_shared_caches({"HF_HOME": str(cache)})
+    (cache / "hub").chmod(0o1777)
+    with pytest.raises(hub.HubError, match="others may write"):
+        hub_launch.check_shared_caches({"HF_HOME": str(cache), "ROCMLAB_CACHE": ""})

@@ -193,18 +193,23 @@ def submit_as(hub: LocalHub, name: str, marker: str) -> None:
 
 
 def forge_submission(hub: LocalHub, forger: str, victim: str) -> None:
-    """``forger`` puts a newer submission under ``victim``'s name into the exchange's inbound."""
+    """``forger`` tries to put a newer submission under ``victim``'s name into the exchange: the
+    class's inbound and the victim's folder refuse it; the forger's own folder takes it."""
     stamp = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    folder = hub.exchange / COURSE_ID / "inbound" / f"{victim}+{LAB}+{stamp}+forged"
-    script = f'mkdir "{folder}" && echo "{stamp}" > "{folder}/timestamp.txt" && echo FORGED > "{folder}/{LAB}.ipynb"'
-    proc = as_user(forger, "sh", "-c", script)
-    assert proc.returncode == 0, proc.stderr  # the inbound is writable by everyone: nbgrader's design
+    inbound = hub.exchange / COURSE_ID / "inbound"
+    for where in (inbound, inbound / victim, inbound / forger):
+        folder = where / f"{victim}+{LAB}+{stamp}+forged"
+        script = (
+            f'mkdir "{folder}" && echo "{stamp}" > "{folder}/timestamp.txt" && echo FORGED > "{folder}/{LAB}.ipynb"'
+        )
+        proc = as_user(forger, "sh", "-c", script)
+        assert (proc.returncode == 0) == (where == inbound / forger), (where, proc.stderr)
 
 
 def link_submission(hub: LocalHub, learner: str, target: Path) -> None:
     """``learner`` files a submission of their own whose notebook is a symlink to ``target``."""
     stamp = (datetime.now(UTC) + timedelta(hours=2)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    folder = hub.exchange / COURSE_ID / "inbound" / f"{learner}+{LAB}+{stamp}+linked"
+    folder = hub.exchange / COURSE_ID / "inbound" / learner / f"{learner}+{LAB}+{stamp}+linked"
     script = f'mkdir "{folder}" && echo "{stamp}" > "{folder}/timestamp.txt" && ln -s "{target}" "{folder}/{LAB}.ipynb"'
     proc = as_user(learner, "sh", "-c", script)
     assert proc.returncode == 0, proc.stderr
@@ -314,7 +319,7 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 assert owner(released) == teach
                 mark = f"answer of ann {secrets.token_hex(4)}"
                 submit_as(hub, ann, mark)
-                inbound = list((hub.exchange / COURSE_ID / "inbound").glob(f"{ann}+{LAB}+*"))
+                inbound = list((hub.exchange / COURSE_ID / "inbound" / ann).glob(f"{ann}+{LAB}+*"))
                 assert [owner(p) for p in inbound] == [ann]
                 forge_submission(hub, bob, ann)
                 link_submission(hub, bob, source)  # bob cannot read it; the instructor's collect could

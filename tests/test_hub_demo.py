@@ -51,4 +51,7 @@ def test_a_demo_server_switches_to_its_account_and_home(tmp_path):
         text=True,
         check=True,
     )
-    assert out.stdout.split() == [str(entry.pw_uid), str(home)]
+    assert out.stdout == ""  # into the server's own log, opened as its account
+    log = home / ".rocmlab-server.log"
+    assert log.read_text().split() == [str(entry.pw_uid), str(home)]
+    assert log.stat().st_uid == entry.pw_uid

@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import tomllib
 import types
 from pathlib import Path
@@ -456,6 +457,42 @@ def test_only_the_preset_password_opens_an_account(monkeypatch, tmp_path):
     assert not authenticator.check_allowed("newcomer")
 
 
+def test_a_password_is_checked_off_the_event_loop_in_equal_time_for_unknown_names(monkeypatch, tmp_path):
+    """Finding 8: the PBKDF2 check stalled the hub's loop, and answered faster for names that do not exist."""
+    import asyncio
+    import statistics
+
+    authenticator, passwords = accounts_authenticator(monkeypatch, tmp_path, ["ann"], rounds=200_000)
+
+    async def login_while_ticking(name):
+        gaps, done = [], asyncio.Event()
+
+        async def tick():
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                gaps.append(time.perf_counter() - last)
+                last = time.perf_counter()
+
+        ticker = asyncio.create_task(tick())
+        started = time.perf_counter()
+        answer = await authenticator.authenticate(None, {"username": name, "password": "wrong password"})
+        took = time.perf_counter() - started
+        done.set()
+        await ticker
+        return answer, took, max(gaps, default=0)
+
+    known, unknown, stalls = [], [], []
+    for _ in range(3):
+        for name, times in (("ann", known), ("nobody-here", unknown)):
+            answer, took, gap = asyncio.run(login_while_ticking(name))
+            assert answer is None
+            times.append(took)
+            stalls.append(gap / took)
+    assert 0.5 < statistics.median(unknown) / statistics.median(known) < 2, (known, unknown)
+    assert statistics.median(stalls) < 0.5, stalls  # the loop kept ticking through the hash
+
+
 def test_the_instructor_group_and_the_admins_are_set():
     hub_config = VALUES["hub"]["config"]
     groups = hub_config["JupyterHub"]["load_groups"]
@@ -593,3 +630,88 @@ def test_idle_servers_and_kernels_are_culled():
     assert cull["enabled"] is True and cull["timeout"] > 0 and cull["every"] > 0
     kernels = SINGLEUSER["extraFiles"]["server-config"]["data"]["MappingKernelManager"]
     assert 0 < kernels["cull_idle_timeout"] < cull["timeout"]
+
+
+# ------------------------------------------------------------------ the images' build context (finding 11)
+
+
+def _ignore_pattern(pattern: str) -> re.Pattern:
+    """A .dockerignore pattern (Go's filepath.Match plus ``**``) as a regular expression."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+            if pattern.startswith("/", i):
+                out, i = out + "(?:/)?", i + 1
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def _excluded(path: str, ignore_file: Path) -> bool:
+    """Whether Docker leaves ``path`` out of the build context: the last pattern matching the path or
+    one of its parents decides (moby's patternmatcher, MatchesOrParentMatches)."""
+    rules = []
+    for line in ignore_file.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            negated = line.startswith("!")
+            rules.append((negated, _ignore_pattern(line.lstrip("!").strip("/"))))
+    parts = path.split("/")
+    candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    excluded = False
+    for negated, pattern in rules:
+        if any(pattern.match(candidate) for candidate in candidates):
+            excluded = not negated
+    return excluded
+
+
+def _copied_sources(dockerfile: Path) -> list[str]:
+    sources = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if not words or words[0] != "COPY" or any(w.startswith("--from") for w in words):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        sources += args[:-1]
+    return sources
+
+
+@pytest.mark.parametrize(
+    "dockerfile", [HELM / "Dockerfile", *sorted((ROOT / "env" / "docker").glob("*.Dockerfile"))], ids=lambda p: p.name
+)
+def test_every_file_a_dockerfile_copies_is_in_its_build_context(dockerfile):
+    """The images build as documented: what each COPY names exists and is not left out by the ignore
+    file Docker applies (Dockerfile.dockerignore beside the Dockerfile, else the repository's).
+    No container engine runs here; this checks the context, not the build."""
+    beside = dockerfile.with_name(dockerfile.name + ".dockerignore")
+    ignore_file = beside if beside.is_file() else ROOT / ".dockerignore"
+    sources = _copied_sources(dockerfile)
+    assert sources, dockerfile
+    for source in sources:
+        assert (ROOT / source).exists(), (dockerfile.name, source)
+        sample = next((p for p in sorted((ROOT / source).rglob("*")) if p.is_file()), ROOT / source)
+        for path in {source, sample.relative_to(ROOT).as_posix()}:
+            assert not _excluded(path, ignore_file), (dockerfile.name, path, ignore_file.name)
+
+
+def test_the_ignore_check_catches_what_the_repositorys_dockerignore_leaves_out():
+    assert _excluded("labs/en/x.ipynb", ROOT / ".dockerignore")
+    assert not _excluded("src/rocmlab/cli.py", ROOT / ".dockerignore")
+    assert _excluded("src/rocmlab/__pycache__/cli.pyc", ROOT / ".dockerignore")
+    assert _excluded(".venv/bin/python", HELM / "Dockerfile.dockerignore")
+
+
+def test_the_hub_image_installs_the_package_where_the_base_image_put_it():
+    base_dirs = {
+        line.split()[-1].rstrip("/")
+        for path in (ROOT / "env" / "docker").glob("rocm-*.Dockerfile")
+        for line in path.read_text().splitlines()
+        if line.startswith("COPY src ")
+    }
+    installs = re.findall(r'pip install [^"]*"([^"\[]+)\[', (HELM / "Dockerfile").read_text())
+    assert installs and {target + "/src" for target in installs} <= base_dirs, (installs, base_dirs)

@@ -39,10 +39,14 @@
 #   ROCMLAB_HUB_INSECURE_HTTP=1  (plain HTTP: passwords in clear on the network)
 #   ROCMLAB_HUB_PROXY        path of configurable-http-proxy
 #   ROCMLAB_HUB_ID           a marker put in every process's environment (for clean-up)
+#   ROCMLAB_HUB_POLL_S       seconds between checks that a server still runs (10); one that exited
+#                            on its own is cleaned up then (its learner's processes ended)
+#   ROCMLAB_HUB_DELIVERY_TIMEOUT_S  seconds one lab's delivery into a home may take (30)
 import os
 import sys
 from pathlib import Path
 
+from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.root import find_root
 
@@ -80,9 +84,31 @@ state = data / "hub"
 state.mkdir(parents=True, exist_ok=True)
 os.chmod(state, 0o700)
 os.chmod(data, 0o755)
-exchange = data / "exchange"
-exchange.mkdir(exist_ok=True)
-os.chmod(exchange, 0o1777)  # every user writes here; nbgrader sets the modes of the course's folders
+# The exchange: nothing in it is writable by more than one learner (rocmlab.hub.exchange_layout).
+# The hub makes the course's folders and each learner's own inbound/ and feedback/ folder now (and
+# for a learner added later, when their server starts), and refuses to start if a user made one.
+
+if demo:  # one account runs every server: it owns every learner's folder
+    import pwd as _pwd
+
+    try:
+        _account = (
+            _pwd.getpwnam(env("ROCMLAB_HUB_DEMO_USER") or env("SUDO_USER") or "nobody") if os.geteuid() == 0 else None
+        )
+    except KeyError:
+        raise ValueError(f"ROCMLAB_HUB_DEMO_USER={env('ROCMLAB_HUB_DEMO_USER')!r} is not a Unix user") from None
+    exchange_owners = ExchangeOwners(os.geteuid(), _account.pw_gid if _account else os.getegid())
+    exchange_learners = {}
+else:
+    import grp as _grp
+
+    try:
+        exchange_owners = ExchangeOwners(os.geteuid(), _grp.getgrnam(instructor_group).gr_gid)
+    except KeyError:  # `rocmlab hub` refuses this; started by hand, nobody but the hub may release
+        print(f"warning: Unix group {instructor_group!r} (instructors) does not exist", file=sys.stderr)
+        exchange_owners = ExchangeOwners(os.geteuid(), os.getegid())
+    exchange_learners = group_members(env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"))
+exchange = prepare_exchange(data, COURSE_ID, exchange_owners, exchange_learners)
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 
@@ -115,7 +141,10 @@ if demo:
 else:
     c.JupyterHub.authenticator_class = "pam"
     c.PAMAuthenticator.allowed_groups = {env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"), instructor_group}
-    c.PAMAuthenticator.admin_groups = {instructor_group}
+    # Instructors are not hub admins (an admin can open any learner's server and act as them):
+    # the role `rocmlab-instructor` below gives them what running a class needs.
+    c.PAMAuthenticator.admin_groups = set()
+    c.PAMAuthenticator.manage_groups = False
 
 # ------------------------------------------------------------------ single-user servers
 c.JupyterHub.spawner_class = "rocmlab.hub.spawner." + ("DemoCourseSpawner" if demo else "CourseSpawner")
@@ -157,6 +186,14 @@ c.CourseSpawner.labs = labs
 c.CourseSpawner.instructor_group = instructor_group
 c.CourseSpawner.course_id = COURSE_ID
 c.CourseSpawner.exchange_root = str(exchange)
+c.CourseSpawner.exchange_uid, c.CourseSpawner.exchange_gid = exchange_owners.uid, exchange_owners.gid
+c.DemoCourseSpawner.private_tmp = False  # one account runs every demo server: nothing to keep apart
+# A server that exits on its own (killed, crashed, File > Shut Down) is noticed within this many
+# seconds, and its learner's processes are ended then (CourseSpawner.poll).
+c.Spawner.poll_interval = _seconds("ROCMLAB_HUB_POLL_S", 10)
+# One lab's delivery into a home (run as the user, in a thread): a FIFO or a hung file system there
+# costs that user's start this long, never the hub's event loop.
+c.CourseSpawner.delivery_timeout_s = _seconds("ROCMLAB_HUB_DELIVERY_TIMEOUT_S", 30)
 c.CourseSpawner.hub_marker = env("ROCMLAB_HUB_ID", "")
 # GPUs: shared (every server sees all) or spread (each server one, ROCR_VISIBLE_DEVICES; a fair
 # share, not an isolation: the device files stay open to the render group).
@@ -195,5 +232,29 @@ if env("ROCMLAB_HUB_ADMIN_TOKEN"):
             "scopes": ["admin:users", "admin:groups", "admin:servers", "tokens", "list:users", "read:users"],
         }
     )
-c.JupyterHub.services = services
+# Instructors (the hub group named like the Unix group; in server mode PAMAuthenticator puts
+# them in it at login, see rocmlab.hub.spawner.CourseSpawner.is_instructor): the admin page's list of
+# users, their activity and servers, and starting or stopping a learner's server; not
+# `access:servers` (opening a learner's JupyterLab, i.e. acting as them), tokens or user admin.
+# They grade learners' work through the exchange (inbound/<learner>/ is open to their Unix group).
+roles.append(
+    {
+        "name": "rocmlab-instructor",
+        "groups": [instructor_group],
+        "scopes": [
+            "self",
+            "admin-ui",
+            "list:users",
+            "read:users",
+            "read:users:activity",
+            "read:servers",
+            "servers",
+            "read:groups",
+            "list:groups",
+        ],
+    }
+)
 c.JupyterHub.load_roles = roles
+if not demo:  # the Unix group decides: its members are in the hub group at every start
+    c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}
+c.JupyterHub.services = services

@@ -11,9 +11,22 @@ if os.environ.get("ROCMLAB_ROOT") and _course_config.is_file():
     load_subconfig(str(_course_config))  # noqa: F821
 
 c.CourseDirectory.course_id = os.environ.get("ROCMLAB_COURSE_ID", "rocmlab")
+# A learner's root is their own view of the exchange (inbound/ and feedback/ are their own folders,
+# rocmlab.hub.exchange_layout); an instructor's is the exchange itself. Nothing in it is writable by
+# every user, so nbgrader's steps are the ones that do not ask for (or make) a world-writable root.
 c.Exchange.root = os.environ.get("ROCMLAB_EXCHANGE", "/srv/nbgrader/exchange")
-# Collect only what each student's own account submitted (nbgrader's check_owner just warns).
-c.ExchangeFactory.collect = "rocmlab.hub.exchange.OwnerCheckedCollect"
+for _step, _name in {
+    "fetch_assignment": "CourseFetchAssignment",
+    "submit": "CourseSubmit",
+    "list": "CourseList",
+    "fetch_feedback": "CourseFetchFeedback",
+    "release_assignment": "CourseReleaseAssignment",
+    "collect": "LearnerFolderCollect",  # the folder names the student; copied through descriptors
+    "release_feedback": "LearnerFolderReleaseFeedback",
+}.items():
+    setattr(c.ExchangeFactory, _step, f"rocmlab.hub.exchange.{_name}")
+# Workshop server: each learner's inbound folder must be owned by the account of that name.
+c.LearnerFolderCollect.owner_is_account = os.environ.get("ROCMLAB_HUB_MODE") == "server"
 # Fetched assignments go to ~/<course id>/<lab>/, beside the delivered ~/<lab>/ folders.
 c.Exchange.path_includes_course = True
 

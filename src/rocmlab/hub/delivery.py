@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -208,24 +208,45 @@ def _own(path: Path, owner) -> None:
         os.chown(path, *owner, follow_symlinks=False)
 
 
-def deliver_as_user(owner: tuple[int, int], src: Path, dest: Path, changelog: Path | None = None, lang: str = ""):
+def deliver_as_user(
+    owner: tuple[int, int],
+    src: Path,
+    dest: Path,
+    changelog: Path | None = None,
+    lang: str = "",
+    timeout_s: float = DELIVERY_TIMEOUT_S,
+):
     """``deliver_lab`` (and, with ``lang``, JupyterLab's language setting) in a forked child that
-    has dropped to ``owner`` (uid, gid) for good: a home is its user's to shape, symlinks included,
-    so the hub (root) never writes in it. The CHANGELOG is read here, before the fork (learners may
-    not read solutions/), and so are the built files; the child works inside the home through a
-    descriptor opened here, so the home's ancestors need not be passable for it. A child that fails or takes longer than ``DELIVERY_TIMEOUT_S`` is an OSError."""
-    import select
-    import signal
-    import time
-    from dataclasses import asdict
-
+    has dropped to ``owner`` (uid, gid) for good (``as_user``): a home is its user's to shape,
+    symlinks included, so the hub (root) never writes in it. The CHANGELOG and the built files are
+    read here, before the fork (learners may not read solutions/). A child that fails or takes
+    longer than ``timeout_s`` is an OSError."""
     from .language import set_lab_language
 
     text = changelog_text(changelog)
     built = read_built(src)
     if not built:
         return None
-    home = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+    def work():
+        if lang:
+            set_lab_language(Path("."), lang)
+        return asdict(deliver_files(src.name, built, Path(dest.name), changelog=text))
+
+    answer = as_user(owner, dest.parent, work, timeout_s, f"delivering {src.name} to {dest}")
+    return Delivery(**answer)
+
+
+def as_user(owner: tuple[int, int], folder: Path, work, timeout_s: float, what: str):
+    """``work()`` in a forked child that has dropped to ``owner`` (uid, gid) for good, in ``folder``
+    (opened here with O_NOFOLLOW: its ancestors need not be passable for the user); its result, a
+    JSON value. The caller waits at most ``timeout_s`` (then the child is killed): a FIFO or a hung
+    file system in a user's home costs that, never more. Failures are OSError naming ``what``."""
+    import select
+    import signal
+    import time
+
+    home = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK)
     read_end, write_end = os.pipe()
     try:
         pid = os.fork()
@@ -240,11 +261,8 @@ def deliver_as_user(owner: tuple[int, int], src: Path, dest: Path, changelog: Pa
                 os.setgroups([])
                 os.setgid(owner[1])
                 os.setuid(owner[0])
-            os.fchdir(home)  # the home, opened as root: its ancestors need not be passable for the learner
-            if lang:
-                set_lab_language(Path("."), lang)
-            delivery = deliver_files(src.name, built, Path(dest.name), changelog=text)
-            answer, status = {"delivery": asdict(delivery)}, 0
+            os.fchdir(home)
+            answer, status = {"result": work()}, 0
         except BaseException as exc:  # noqa: BLE001 (reported to the parent, which raises)
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -254,13 +272,13 @@ def deliver_as_user(owner: tuple[int, int], src: Path, dest: Path, changelog: Pa
                 os._exit(status)
     os.close(write_end)
     os.close(home)
-    chunks, deadline = [], time.monotonic() + DELIVERY_TIMEOUT_S
+    chunks, deadline = [], time.monotonic() + timeout_s
     try:
         while True:
             ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 os.kill(pid, signal.SIGKILL)
-                raise OSError(f"delivering {src.name} to {dest}: no answer within {DELIVERY_TIMEOUT_S} s")
+                raise OSError(f"{what}: no answer within {timeout_s:g} s")
             chunk = os.read(read_end, 65536)
             if not chunk:
                 break
@@ -270,8 +288,8 @@ def deliver_as_user(owner: tuple[int, int], src: Path, dest: Path, changelog: Pa
         os.waitpid(pid, 0)
     answer = json.loads(b"".join(chunks) or b'{"error": "the child died"}')
     if "error" in answer:
-        raise OSError(f"delivering {src.name} to {dest} as uid {owner[0]}: {answer['error']}")
-    return Delivery(**answer["delivery"])
+        raise OSError(f"{what} as uid {owner[0]}: {answer['error']}")
+    return answer["result"]
 
 
 def deliver_all(built: Path, home: Path, course: Path | None = None) -> list[Delivery]:

@@ -75,6 +75,38 @@ def check_shared_install(root: Path) -> None:
         )
 
 
+def writable_by_others(folder: Path, limit: int = 100_000) -> list[str]:
+    """Entries of ``folder`` (itself included, links not followed) that users other than the owner
+    and the group may write: in a cache every server reads (ROCMLAB_CACHE, HF_HOME), a learner could
+    put a model, or its remote code, that classmates then load. At most ``limit`` entries are looked at."""
+    found, seen = [], 0
+    if not folder.is_dir() or folder.is_symlink():
+        return found
+    for parent, _folders, files in os.walk(folder):
+        for path in [Path(parent), *(Path(parent) / name for name in files)]:
+            seen += 1
+            mode = path.lstat().st_mode
+            if mode & 0o002 and not path.is_symlink():
+                found.append(str(path))
+        if seen > limit:
+            break
+    return sorted(set(found))
+
+
+def check_shared_caches(environ=None) -> None:
+    """The caches every server reads are not writable by learners (see ``writable_by_others``)."""
+    environ = os.environ if environ is None else environ
+    for name in ("ROCMLAB_CACHE", "HF_HOME"):
+        if environ.get(name):
+            open_paths = writable_by_others(Path(environ[name]))
+            if open_paths:
+                raise HubError(
+                    f"{name}={environ[name]} is read by every server, but others may write "
+                    f"{', '.join(open_paths[:5])}{' ...' if len(open_paths) > 5 else ''}: a learner could put a "
+                    f"model or code there that classmates load. `chmod -R o-w {environ[name]}`"
+                )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -136,7 +168,9 @@ def launch(root: Path, env: dict, log_path: Path, launcher=()) -> subprocess.Pop
     jupyterhub = Path(sys.executable).parent / "jupyterhub"
     command = [*launcher, str(jupyterhub) if jupyterhub.exists() else "jupyterhub", "-f", str(root / CONFIG)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # private: it names every learner and their servers' events (an older hub's was 644)
+    with os.fdopen(fd, "ab") as log:
         return subprocess.Popen(
             command,
             cwd=env["ROCMLAB_HUB_DATA"],

@@ -151,6 +151,7 @@ class LocalHub:
                     raise InputError(f"Unix user {name!r} is not in the group {group!r}")
         if self.check_install:
             hub_process.check_shared_install(self.root)
+        hub_process.check_shared_caches()
 
     def prepare_tls(self) -> None:
         """Make the self-signed pair the hub serves, unless it exists (it is kept across starts)."""

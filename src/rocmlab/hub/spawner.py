@@ -21,22 +21,106 @@ folder (the ``--demo`` mode: no isolation between users). Both
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import grp
 import os
 import pwd
 import resource
-import shutil
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
-from traitlets import Bool, Integer, List, Unicode
+from traitlets import Bool, Float, Integer, List, Unicode
 
-from .delivery import deliver_as_user, deliver_lab
+from .delivery import as_user, deliver_as_user, deliver_lab
+from .exchange_layout import ExchangeOwners, ensure_learner
 from .labs import COURSE_ID
 from .language import set_lab_language, ui_environment
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
+SERVER_LOG = ".rocmlab-server.log"  # in the home: each server's own log, owned by its user
+TMP_FOLDER = ".tmp"  # in the home: TMPDIR, where /tmp cannot be made private
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 16384, 1 << 18
+
+
+def cache_environment(home: Path) -> dict[str, str]:
+    """Temporary files and the compile caches of a user's server in their own home (mode 700), never
+    in a folder classmates write: torch.compile's Inductor cache defaults to /tmp/torchinductor_<user>,
+    where a classmate who makes it first plants code that the owner's next compile runs."""
+    cache = home / ".cache"
+    return {
+        "TMPDIR": str(home / TMP_FOLDER),
+        "XDG_CACHE_HOME": str(cache),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions"),
+        "PYTORCH_KERNEL_CACHE_PATH": str(cache / "torch" / "kernels"),
+        "HF_MODULES_CACHE": str(cache / "huggingface" / "modules"),  # code of trust_remote_code models
+        "HF_DATASETS_CACHE": str(cache / "huggingface" / "datasets"),
+        "NUMBA_CACHE_DIR": str(cache / "numba"),
+        "MIOPEN_USER_DB_PATH": str(cache / "miopen"),
+        "MIOPEN_CUSTOM_CACHE_DIR": str(cache / "miopen"),
+    }
+
+
+_libc = ctypes.CDLL(None, use_errno=True)  # looked up before any fork: the child only calls
+_unshare, _mount = _libc.unshare, _libc.mount
+_unshare.argtypes = [ctypes.c_int]
+_mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+def private_paths(needed) -> list[str]:
+    """Of /tmp, /var/tmp and /dev/shm, those that hold none of the ``needed`` paths (the home, the
+    course, the exchange: a test or a laptop may keep them in /tmp, and a fresh tmpfs would hide them)."""
+    resolved = [os.path.realpath(path) for path in needed if path]
+    return [
+        folder
+        for folder in PRIVATE_TMP
+        if os.path.isdir(folder)
+        and not any(
+            path == os.path.realpath(folder) or path.startswith(os.path.realpath(folder) + os.sep) for path in resolved
+        )
+    ]
+
+
+def private_tmp(paths=PRIVATE_TMP) -> bool:
+    """In the child, as root, before it becomes the user: a mount namespace of its own with empty
+    tmpfs on ``paths`` (systemd's PrivateTmp). False when the kernel refuses."""
+    if _unshare(CLONE_NEWNS) != 0:
+        return False
+    if _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # nothing propagates back
+        return False
+    for path in paths:
+        if os.path.isdir(path):
+            if _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
+                return False
+    return True
+
+
+def own_log(home: Path) -> None:
+    """In the child, as the user: stdout and stderr into ``home/.rocmlab-server.log``, opened as the
+    user (never through a link by root); /dev/null when that fails. Nothing reaches the hub's log."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = -1
+    for path in (SERVER_LOG, home / SERVER_LOG):  # the child is in the home (its ancestors may be closed)
+        try:
+            fd = os.open(path, flags, 0o600)
+            break
+        except OSError:
+            continue
+    if fd < 0:
+        fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for path in (TMP_FOLDER, home / TMP_FOLDER):
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except OSError:
+            continue
 
 
 def limit_resources(memory_bytes: int, max_processes: int) -> None:
@@ -114,9 +198,24 @@ class CourseSpawner(LocalProcessSpawner):
     _gpu_of: dict = {}  # user -> GPU index of their running server, shared by the hub's spawners
     end_learner_processes = Bool(
         True,
-        help="when a learner's server stops, end every process of their Unix account (what they "
-        "started in the background or detached outlives the server otherwise); instructors' are kept",
+        help="when a learner's server stops, or is found to have exited on its own, end every process "
+        "of their Unix account (what they started in the background or detached outlives the server "
+        "otherwise); instructors' are kept",
     ).tag(config=True)
+    exchange_uid = Integer(
+        -1, help="owner of the exchange's folders (the hub's uid; -1: leave the exchange alone)"
+    ).tag(config=True)
+    exchange_gid = Integer(-1, help="group of the exchange's folders (the instructors')").tag(config=True)
+    private_tmp = Bool(
+        True,
+        help="give each server a mount namespace with its own empty /tmp, /var/tmp and /dev/shm "
+        "(needs root; where the kernel refuses, TMPDIR and the caches in the home remain)",
+    ).tag(config=True)
+    own_logs = Bool(True, help="each server logs to ~/.rocmlab-server.log, owned by its user").tag(config=True)
+    delivery_timeout_s = Float(
+        30, help="seconds one lab's delivery into a home may take (a FIFO or a hung file system there)"
+    ).tag(config=True)
+    _cleaned = True  # False while a started server's account has not been cleaned up after
 
     def home(self) -> Path:
         return Path(pwd.getpwnam(self.user.name).pw_dir)
@@ -125,7 +224,12 @@ class CourseSpawner(LocalProcessSpawner):
         entry = pwd.getpwnam(self.user.name)
         return entry.pw_uid, entry.pw_gid
 
+    _instructor = None  # the role, decided on the hub's loop when the server starts (the thread
+    # that prepares the home must not touch the hub's database session)
+
     def is_instructor(self) -> bool:
+        if self._instructor is not None:
+            return self._instructor
         if self.instructor_group in {group.name for group in self.user.groups}:
             return True
         try:
@@ -152,7 +256,8 @@ class CourseSpawner(LocalProcessSpawner):
             "ROCMLAB_HUB_ID": self.hub_marker,
             "ROCMLAB_ROOT": self.course_repo,
             "ROCMLAB_COURSE_ID": self.course_id,
-            "ROCMLAB_EXCHANGE": self.exchange_root,
+            "ROCMLAB_EXCHANGE": self.exchange_view(),
+            **cache_environment(self.home()),
             "JUPYTER_CONFIG_PATH": os.pathsep.join([str(configs / "jupyter" / self.role()), str(configs)]),
             "PATH": os.pathsep.join([str(Path(self.cmd[0]).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
         }
@@ -163,14 +268,50 @@ class CourseSpawner(LocalProcessSpawner):
         env.update(ui_environment(self.lang))
         return env
 
+    def exchange_view(self) -> str:
+        """The user's nbgrader exchange root: a learner's own view (rocmlab.hub.exchange_layout),
+        an instructor's the exchange itself."""
+        if self.is_instructor() or self.exchange_gid < 0:
+            return self.exchange_root
+        from .exchange_layout import VIEWS
+
+        return str(Path(self.exchange_root).parent / VIEWS / self.user.name)
+
+    def ensure_exchange(self) -> None:
+        """A learner's own inbound and feedback folders and view (the hub makes those of the
+        learner group at start; this covers a learner added since)."""
+        if self.is_instructor() or self.exchange_gid < 0:
+            return
+        owner = self.owner()
+        ensure_learner(
+            Path(self.exchange_root).parent,
+            self.course_id,
+            ExchangeOwners(self.exchange_uid, self.exchange_gid),
+            self.user.name,
+            owner[0] if owner else os.getuid(),
+        )
+
     def make_preexec_fn(self, name):
         switch_user = super().make_preexec_fn(name)
         memory, processes = int(self.mem_limit or 0), self.max_processes
+        private, home, own = self.private_tmp and os.geteuid() == 0, self.home(), self.own_logs
+        needed = [home, self.course_repo, self.exchange_root, self.labs_dir, self.cmd[0] if self.cmd else ""]
+        needed += [os.environ.get(variable, "") for variable in ("ROCMLAB_CACHE", "HF_HOME")]
+        paths = private_paths(needed) if private else []
+        shared = {p for p in PRIVATE_TMP if os.path.isdir(p)} - set(paths)
+        if private and shared:
+            self.log.warning(
+                "rocmlab: %s stay shared: the home, course or exchange is inside", ", ".join(sorted(shared))
+            )
 
         def preexec():
             limit_resources(memory, processes)
+            if paths:
+                private_tmp(paths)
             if switch_user:
                 switch_user()
+            if own:
+                own_log(home)
 
         return preexec
 
@@ -186,7 +327,9 @@ class CourseSpawner(LocalProcessSpawner):
             if owner:  # a real account: written by the learner's own uid (hub.delivery)
                 lang = self.lang if index == 0 else ""
                 try:
-                    done = deliver_as_user(owner, built / lab_id, home / lab_id, changelog, lang)
+                    done = deliver_as_user(
+                        owner, built / lab_id, home / lab_id, changelog, lang, timeout_s=self.delivery_timeout_s
+                    )
                 except OSError as exc:  # the learner's home refused it (a link, a full disk): their server still starts
                     self.log.warning("rocmlab: %s not delivered to %s: %s", lab_id, self.user.name, exc)
                     continue
@@ -199,44 +342,89 @@ class CourseSpawner(LocalProcessSpawner):
                     "rocmlab: %s %s -> %s for %s: %s", lab_id, done.previous, done.version, self.user.name, done.note
                 )
         if self.is_instructor():
-            self.write_sources(owner)
+            try:
+                self.write_sources(owner)
+            except OSError as exc:  # the instructor's home refused it: their server still starts
+                self.log.warning("rocmlab: course sources not written for %s: %s", self.user.name, exc)
         return delivered
 
     def write_sources(self, owner) -> None:
-        from ..build import HIDDEN_DATA, solution_notebook, write_notebook
+        """Each lab's nbgrader source into ``<course root>/source/<lab>/`` unless there: read here,
+        written by the instructor's own uid (``as_user``), so the hub never writes where the
+        instructor decides what a path is (``~/course/source`` may be a link to /etc)."""
+        import nbformat
+
+        from ..build import HIDDEN_DATA, solution_notebook
         from ..catalog import discover, select
 
-        root = self.course_root()
-        if not root.exists():
-            root.mkdir(parents=True)
-            if owner:
-                os.chown(root, *owner)
+        sources = {}
         for lab in select(discover(Path(self.course_repo)), list(self.labs)) if self.labs else []:
-            source = root / "source" / lab.id
-            if source.exists():
-                continue
-            write_notebook(solution_notebook(lab, self.lang), source / f"{lab.id}.ipynb")
+            nb = solution_notebook(lab, self.lang)
+            nbformat.validate(nb)
+            files = {f"{lab.id}.ipynb": nbformat.writes(nb).encode("utf-8")}
             if lab.data_dir.is_dir():
-                shutil.copytree(lab.data_dir, source / "data", ignore=shutil.ignore_patterns(HIDDEN_DATA))
-            if owner:
-                for path in [root / "source", *(root / "source").rglob("*")]:
-                    os.chown(path, *owner, follow_symlinks=False)
+                for path in sorted(lab.data_dir.rglob("*")):
+                    if path.is_file() and not path.is_symlink() and not path.match(HIDDEN_DATA):
+                        files[str(Path("data") / path.relative_to(lab.data_dir))] = path.read_bytes()
+            sources[lab.id] = files
+        folder = self.course_folder
 
-    async def stop(self, now=False):
-        await super().stop(now=now)
+        def work(base: Path = Path(".")):  # in the forked child: the sources are in its memory
+            made = []
+            for lab_id, files in sources.items():
+                target = base / folder / "source" / lab_id
+                if os.path.lexists(target):
+                    continue
+                for name, content in files.items():
+                    (target / name).parent.mkdir(parents=True, exist_ok=True)
+                    (target / name).write_bytes(content)
+                made.append(lab_id)
+            return made
+
+        if owner:
+            as_user(owner, self.home(), work, self.delivery_timeout_s, f"the course sources of {self.user.name}")
+        else:
+            work(self.home())
+
+    async def poll(self):
+        status = await super().poll()
+        if status is not None and not self._cleaned:
+            await self.clean_up()  # the server exited on its own (killed, crashed, File > Shut Down)
+        return status
+
+    async def clean_up(self) -> None:
+        """End every process of a learner's account, off the hub's event loop."""
+        self._cleaned = True
         CourseSpawner._gpu_of.pop(self.user.name, None)
         owner = self.owner()
         if self.end_learner_processes and owner and owner[0] not in (0, os.getuid()) and not self.is_instructor():
             from ..processes import kill_user
 
-            kill_user(owner[0])
+            await asyncio.get_running_loop().run_in_executor(None, kill_user, owner[0])
             self.log.info("rocmlab: ended the processes of %s with their server", self.user.name)
 
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        self._cleaned = False
+        await self.clean_up()
+
+    def prepare(self) -> list[str]:
+        """Everything done before the server starts (runs in a thread, not on the hub's loop)."""
+        self.ensure_exchange()
+        return self.deliver_course()
+
     async def start(self):
-        delivered = self.deliver_course()
+        self._instructor = None
+        self._instructor = self.is_instructor()
+        loop = asyncio.get_running_loop()
+        delivered = await loop.run_in_executor(None, self.prepare)
         if delivered:
             self.log.info("rocmlab: delivered %s to %s (%s)", ", ".join(delivered), self.user.name, self.role())
-        return await super().start()
+        if self.own_logs:
+            self.log.info("rocmlab: the server of %s logs to %s", self.user.name, self.home() / SERVER_LOG)
+        started = await super().start()
+        self._cleaned = False
+        return started
 
 
 class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
@@ -260,16 +448,21 @@ class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
         return entry.pw_uid, entry.pw_gid
 
     def make_preexec_fn(self, name):
-        prepare = super().make_preexec_fn(name)  # limits, then the home made and entered
-        if not self.run_as:
-            return prepare
-        from jupyterhub.spawner import set_user_setuid
+        enter_home = SimpleLocalProcessSpawner.make_preexec_fn(self, name)  # the home made and entered
+        memory, processes, home, own = int(self.mem_limit or 0), self.max_processes, self.home(), self.own_logs
+        switch_user = None
+        if self.run_as:
+            from jupyterhub.spawner import set_user_setuid
 
-        switch_user = set_user_setuid(self.run_as, chdir=False)
+            switch_user = set_user_setuid(self.run_as, chdir=False)
 
         def preexec():
-            prepare()
-            switch_user()
+            limit_resources(memory, processes)
+            enter_home()
+            if switch_user:
+                switch_user()
+            if own:
+                own_log(home)
 
         return preexec
 
