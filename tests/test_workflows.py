@@ -463,7 +463,9 @@ def test_freshness_job_script_end_to_end_on_the_cpu_stand_in(tmp_path):
         ["run", "02-llm-inference"],
     ]
     assert all(("-e", "HF_HUB_OFFLINE=1") in map(tuple, r["options"]) for r in runs[1:])
+    assert all(("--network", "none") in map(tuple, r["options"]) for r in runs[1:])
     assert ("-e", "HF_HUB_OFFLINE=1") not in map(tuple, runs[0]["options"])
+    assert ("--network", "none") not in map(tuple, runs[0]["options"])  # only the pre-fetch has the network
     assert all(p.stat().st_uid == os.getuid() for p in out.rglob("*"))
 
     # the same job stops before any lab when the container is not what the entry says

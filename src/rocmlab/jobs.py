@@ -12,6 +12,9 @@ Steps, each a `docker` command (``containers``) run as the runner's user:
    stops the job before any lab runs;
 4. ``rocmlab run --profile P --env NAME`` with ``HF_HUB_OFFLINE=1``.
 
+Every step after the pre-fetch runs with ``--network none`` (loopback only: torchrun's ranks
+still reach each other).
+
 Containers are removed whatever happens. ``docker`` is looked up on PATH (``$ROCMLAB_DOCKER``
 overrides it), so ci/standin/docker can stand in for the engine on a machine without one.
 """
@@ -181,7 +184,9 @@ def run_job(job: Job, log=print) -> int:
         )
         for model in models_for(job.root, job.profile, job.labs):
             docker.run("fetch", image, spec, ["rocmlab", "assets", "fetch", model])
-        offline = RunSpec(**{**spec.__dict__, "env": {"HF_HUB_OFFLINE": "1"} | _canary_env(job.entry)})
+        # no network at all after the pre-fetch: a lab that reaches out fails here as in a classroom
+        offline_env = {"HF_HUB_OFFLINE": "1"} | _canary_env(job.entry)
+        offline = RunSpec(**{**spec.__dict__, "env": offline_env, "network": False})
         doctor = docker.run("doctor", image, offline, ["rocmlab", "doctor", "--json"], capture=True, check=False)
         (out / "doctor.json").write_text(doctor.stdout or "{}\n", encoding="utf-8")
         check = [
