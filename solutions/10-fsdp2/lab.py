@@ -65,7 +65,6 @@ import tempfile
 import textwrap
 import time
 import warnings
-from fractions import Fraction
 from pathlib import Path
 
 import psutil
