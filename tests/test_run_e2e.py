@@ -1,10 +1,13 @@
 """End to end: real papermill kernels on the fixture labs in tests/fixtures/course."""
 
 import json
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -27,15 +30,15 @@ def lab(root, lab_id):
     return select(discover(root), [lab_id])[0]
 
 
-def no_tagged_processes(folder):
-    """No process started by a run (tagged environment) still works inside ``folder``."""
-    for proc in psutil.process_iter():
-        try:
-            if RUN_TAG in proc.environ() and proc.cwd().startswith(str(folder)):
-                return False
-        except (psutil.Error, OSError):
-            continue
-    return True
+def no_tagged_processes(*labs):
+    """No process started by a run (tagged environment) still works in the working folder of one
+    of ``labs`` (``rocmlab-<lab>-…`` in the temp folder, where a lab runs as a learner would)."""
+    return not tagged(*(f"rocmlab-{lab_id}-" for lab_id in labs))
+
+
+def kept_folder(record) -> Path:
+    """The working folder a failed run kept, as its reason names it."""
+    return Path(re.search(r"its working folder is kept: (\S+)\)", record.reason)[1])
 
 
 def test_passing_lab_gets_profile_parameters_and_a_full_record(fixture_course, tmp_path, target):
@@ -46,7 +49,14 @@ def test_passing_lab_gets_profile_parameters_and_a_full_record(fixture_course, t
     assert saved["fingerprint"]["packages"]["papermill"]
     executed = (tmp_path / "local" / "01-pass.ipynb").read_text()
     assert '{\\"result\\": 18}' in executed  # 6 * SCALE with SCALE=3 injected from lab.toml
-    assert not (tmp_path / "local" / ".work" / "01-pass").exists()
+    assert [c["passed"] for c in outcome.harness["checks"]] == [True]
+
+
+def test_checks_run_with_a_relative_output_folder(fixture_course, tmp_path, target, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the worker runs papermill in the notebook's own folder
+    record, outcome = run_lab(fixture_course, lab(fixture_course, "01-pass"), "smoke", target, Path("results"))
+    assert record.status == "passed", record.reason
+    assert outcome.harness["seed"] and [c["passed"] for c in outcome.harness["checks"]] == [True]
 
 
 def test_failing_cell_is_named(fixture_course, tmp_path, target):
@@ -61,15 +71,17 @@ def test_cell_that_sleeps_forever_is_stopped_and_cleaned_up(fixture_course, tmp_
     record, _ = run_lab(fixture_course, lab(fixture_course, "03-sleep"), "smoke", target, tmp_path)
     assert record.status == "timeout"
     assert "8 s" in record.reason
-    assert no_tagged_processes(tmp_path)
+    assert no_tagged_processes("03-sleep")
 
 
 def test_hung_child_and_escaped_grandchild_are_reaped(fixture_course, tmp_path, target):
     record, _ = run_lab(fixture_course, lab(fixture_course, "04-child-hang"), "smoke", target, tmp_path)
     assert record.status == "timeout"
-    child_pid = int((tmp_path / "local" / ".work" / "04-child-hang" / "pids.txt").read_text())
+    work = kept_folder(record)
+    child_pid = int((work / "pids.txt").read_text())
     assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE
-    assert no_tagged_processes(tmp_path)
+    assert no_tagged_processes("04-child-hang")
+    shutil.rmtree(work)
 
 
 def test_deprecation_and_future_warnings_are_captured(fixture_course, tmp_path, target):
@@ -96,15 +108,23 @@ def test_gpu_profile_is_skipped_with_a_reason_on_a_cpu_machine(fixture_course, t
 def test_verify_rejects_a_test_that_passes_on_the_student_version(fixture_course, tmp_path, target):
     result = verify_lab(fixture_course, lab(fixture_course, "06-weak-test"), target, tmp_path)
     verdicts = {t.grade_id: (t.on_solution, t.on_student) for t in result.tests}
-    assert verdicts == {"06-double-1": ("pass", "fail"), "06-weak-1": ("pass", "pass")}
+    assert verdicts == {
+        "06-double-1": ("pass", "fail"),
+        "06-weak-1": ("pass", "pass"),
+        "06-double-1:doubles": ("pass", "fail"),
+        "06-weak-1:weak": ("pass", "pass"),
+    }
     assert not result.ok
-    assert any("06-weak-1" in p and "student version" in p for p in result.problems)
+    assert any("06-weak-1:weak" in p and "student version" in p for p in result.problems)
 
 
 def test_verify_accepts_a_sound_lab(fixture_course, tmp_path, target):
     result = verify_lab(fixture_course, lab(fixture_course, "01-pass"), target, tmp_path)
     assert result.ok, result.problems
-    assert [(t.grade_id, t.on_solution, t.on_student) for t in result.tests] == [("01-sum-1", "pass", "fail")]
+    assert [(t.grade_id, t.on_solution, t.on_student) for t in result.tests] == [
+        ("01-sum-1", "pass", "fail"),
+        ("01-sum-1:scales", "pass", "fail"),
+    ]
 
 
 def test_cli_run_in_parallel_then_report(fixture_course, tmp_path, capsys):
@@ -114,7 +134,7 @@ def test_cli_run_in_parallel_then_report(fixture_course, tmp_path, capsys):
     assert main(["--root", str(fixture_course), "report", "--results", str(out)]) == 0
     report = capsys.readouterr().out
     assert "| 01-pass | 1.2.0 | ✅ passed" in report and "❌ failed" in report
-    assert no_tagged_processes(tmp_path)
+    assert no_tagged_processes("01-pass", "02-fail", "05-deprecation")
 
 
 def test_cells_after_a_timeout_count_as_not_run(fixture_course, tmp_path, target):
@@ -143,7 +163,7 @@ def test_repeat_reports_a_pass_rate_and_marks_a_lab_that_fails_sometimes_flaky(
     assert kept == ["08-flaky.run2.ipynb"]
     assert main(["--root", str(fixture_course), "report", "--results", str(out)]) == 0
     assert "🔁 flaky" in capsys.readouterr().out
-    assert no_tagged_processes(tmp_path)
+    assert no_tagged_processes("08-flaky", "01-pass")
 
 
 SLEEPER = """\
@@ -172,11 +192,13 @@ timeout_s = 300
 """
 
 
-def tagged(folder) -> list:
+def tagged(*markers) -> list:
+    """The processes of a run (tagged environment) whose command line or folder holds a marker."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if RUN_TAG in proc.environ() and str(folder) in " ".join(proc.cmdline() + [proc.cwd()]):
+            where = " ".join(proc.cmdline() + [proc.cwd()])
+            if RUN_TAG in proc.environ() and any(str(m) in where for m in markers):
                 found.append(proc)
         except (psutil.Error, OSError):
             continue
@@ -187,15 +209,15 @@ def tagged(folder) -> list:
 def test_a_run_stopped_from_outside_leaves_no_kernel_behind(make_course, tmp_path, sig, status):
     """SIGTERM unwinds like Ctrl-C; after SIGKILL the worker dies with its parent and ends the kernel."""
     root = make_course({"01-sleeper": (SLEEPER_TOML, SLEEPER)})
-    out = tmp_path / "results"
+    out, work = tmp_path / "results", "rocmlab-01-sleeper-"
     cli = subprocess.Popen([sys.executable, "-m", "rocmlab.cli", "--root", str(root), "run", "--out", str(out)])
     deadline = time.monotonic() + 60
-    while not any("ipykernel" in " ".join(p.cmdline()) for p in tagged(out)) and time.monotonic() < deadline:
+    while not any("ipykernel" in " ".join(p.cmdline()) for p in tagged(work)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert tagged(out), "the kernel never started"
+    assert tagged(work), "the kernel never started"
     cli.send_signal(sig)
     assert cli.wait(timeout=60) == status
     deadline = time.monotonic() + 30
-    while tagged(out) and time.monotonic() < deadline:
+    while tagged(work) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert tagged(out) == []
+    assert tagged(work) == []

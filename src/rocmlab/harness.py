@@ -333,7 +333,7 @@ def harness_options(checks_file: Path, seed: int, out: Path, probe_timeout_s: fl
         "files": hidden_files(checks_file),
         "filename": str(checks_file),
         "seed": int(seed),
-        "out": str(out),
+        "out": str(Path(out).absolute()),  # the worker runs papermill in the notebook's folder
         "probe_timeout_s": float(probe_timeout_s),
         # beyond the notebook's own limit: a hung request, and a few seconds per check
         "budget_s": 2 * float(probe_timeout_s) + 30 + CHECK_ALLOWANCE_S * source.count("@check("),
