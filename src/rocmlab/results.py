@@ -88,7 +88,7 @@ _PATH_RULES = (
     (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/(?:site|dist)-packages/"), ""),
     (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/lib/(python3\.\d+)/"), r"\1/"),
     (re.compile(_PATH_START + r"/__w/[^\s/]+/[^\s/]+/"), ""),  # a GitHub runner's workspace (torch's build tree)
-    (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/results/[\w.-]+/\.work/[\w.-]+/"), ""),  # a lab's run folder
+    (re.compile(_PATH_START + r"/" + _NOT_IN_PATH + r"*?/rocmlab-\d\d-[\w.-]+/"), ""),  # a lab's run folder (run.py)
 )
 _HOME_AND_TMP = (
     (re.compile(_PATH_START + r"/(?:home/[^\s/]+|root|Users/[^\s/]+)(?=/)"), "~"),
