@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from rocmlab.harness import KernelChannel, Learner, LearnerRaised, NoAnswer, Variant, load_checks, run_checks
+from rocmlab.harness import (
+    ERRORS_ALONE,
+    KernelChannel,
+    Learner,
+    LearnerRaised,
+    NoAnswer,
+    Variant,
+    load_checks,
+    run_checks,
+)
 from rocmlab.lab.answers import Opaque, Raised, decode, encode, evaluate
 
 
@@ -120,6 +129,14 @@ def rejects(learner, variant):
     raised = learner.raised("double(None)")
     assert raised is not None and raised.is_a("TypeError")
 """
+
+
+def test_a_stub_that_always_raises_earns_no_error_rule():
+    checks = load_checks(CHECKS.replace('"TypeError"', '"ValueError"'), "checks.py")
+    stub = run_checks(checks, Learner(InProcess({"double": lambda x: (_ for _ in ()).throw(ValueError())})), seed=3)
+    assert [(r.points, r.detail) for r in stub] == [(0.0, "your code raised ValueError"), (0.0, ERRORS_ALONE)]
+    strict = {"double": lambda x: 2 * x if isinstance(x, int) else (_ for _ in ()).throw(ValueError())}
+    assert [r.points for r in run_checks(checks, Learner(InProcess(strict)), seed=3)] == [1.0, 2.0]
 
 
 def test_each_rule_scores_on_its_own_and_says_why_it_failed():

@@ -79,6 +79,7 @@ class Learner:
     def __init__(self, channel):
         self._channel = channel
         self.requests = 0
+        self.values = 0  # answers that were values, not exceptions
 
     def eval(self, expr: str, setup: str = "", **values):
         """``expr`` evaluated in the kernel over a copy of the learner's names plus ``values``
@@ -112,7 +113,9 @@ class Learner:
     def _ask(self, expr: str, setup: str, values: dict):
         self.requests += 1
         request = {"expr": expr, "setup": setup, "values": {k: encode(v) for k, v in values.items()}}
-        return decode(self._channel.ask(request))
+        answer = decode(self._channel.ask(request))
+        self.values += not isinstance(answer, Raised)
+        return answer
 
 
 class Variant:
@@ -269,9 +272,9 @@ class CheckResult:
 
 
 def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) -> list[CheckResult]:
-    results = []
+    results, returned = [], {}  # check name -> whether the learner's code returned a value in it
     for item in checks:
-        detail = ""
+        detail, values_before = "", learner.values
         try:
             item.function(learner, Variant(seed, item.name))
         except NoAnswer as exc:
@@ -282,13 +285,25 @@ def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) 
             detail = f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"
         except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
             detail = f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}"
-        passed = not detail
-        results.append(
-            CheckResult(item.grade_id, item.name, item.points if passed else 0.0, item.points, item.rule, detail)
-        )
+        returned[item.name] = learner.values > values_before
+        results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail))
         if progress:
-            progress(item, passed)
+            progress(item, not detail)
+    for result in results:
+        if result.detail:
+            result.points = 0.0
+        elif not returned[result.name] and not _works(result.grade_id, results, returned):
+            result.points, result.detail = 0.0, ERRORS_ALONE
     return results
+
+
+ERRORS_ALONE = "an error rule counts once the exercise returns right answers on valid inputs"
+
+
+def _works(grade_id: str, results: list[CheckResult], returned: dict) -> bool:
+    """Some check of the cell passed on values the learner's code returned: a stub that always
+    raises does not earn the cell's error rules."""
+    return any(r.grade_id == grade_id and not r.detail and returned[r.name] for r in results)
 
 
 def run_harness(client, manager, config: dict) -> dict:

@@ -20,6 +20,8 @@ TEXT = {
         "pass": "passed",
         "fail": "failed",
         "rules": "Rules checked",
+        "how": "Each rule was checked on inputs drawn for you. A rule about an error raised counts once "
+        "the exercise also returns right answers on valid inputs.",
         "notes": "Notes from the grader",
         "invalid": "This submission could not be graded.",
         "flags": {
@@ -44,6 +46,7 @@ TEXT = {
         "pass": "通过",
         "fail": "未通过",
         "rules": "检查的规则",
+        "how": "每条规则都用为你单独生成的输入检查。关于抛出错误的规则，只有在该练习对有效输入也返回正确结果时才计分。",
         "notes": "评分说明",
         "invalid": "该提交无法评分。",
         "flags": {
