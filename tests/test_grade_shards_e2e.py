@@ -59,8 +59,11 @@ def test_three_shards_merged_equal_one_run(tmp_path):
     whole = tmp_path / "whole"
     grade(classroom.LAB, "--submissions", submissions, "--jobs", 2, "--out", whole)
     shard_outs = [tmp_path / f"shard-{k}" for k in range(1, SHARDS + 1)]
-    for k, out in enumerate(shard_outs, start=1):
-        grade(classroom.LAB, "--submissions", submissions, "--shard", f"{k}/{SHARDS}", "--jobs", 2, "--out", out)
+    for k, out in enumerate(shard_outs, start=1):  # the whole run's seeds: the same inputs for each learner
+        seeds = ("--seeds", whole / "summary.json")
+        grade(
+            classroom.LAB, "--submissions", submissions, "--shard", f"{k}/{SHARDS}", "--jobs", 2, *seeds, "--out", out
+        )
     merged = tmp_path / "merged"
     grade("merge", *shard_outs, "--out", merged)
 
