@@ -18,7 +18,7 @@ data only (``rocmlab.lab.answers``); the check compares it here, with this inter
 random inputs from a seed drawn per learner and run, recorded for regrades.
 
 The points of a test cell's checks add up to the cell's points; nbgrader's gradebook gets the
-sum of the passed ones as the cell's autograded score (``score_cells``).
+sum of the passed ones as the cell's autograded score (``grading.cells.score_tests``).
 """
 
 from __future__ import annotations
@@ -339,10 +339,11 @@ def hidden_files(checks_file: Path) -> dict[str, str]:
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((checks_file.parent / "data").glob(HIDDEN_DATA))}
 
 
-def harness_options(checks_file: Path, seed: int, out: Path, probe_timeout_s: float) -> dict:
+def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: float) -> dict:
     """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
     checks travel as text, as the worker may not see the course."""
     source = checks_file.read_text(encoding="utf-8")
+    probe_timeout_s = min(PROBE_TIMEOUT_S, float(cell_timeout_s))  # a request waits no longer than a cell
     return {
         "source": source,
         "files": hidden_files(checks_file),

@@ -19,7 +19,7 @@ from .build import solution_notebook, write_notebook
 from .catalog import HIDDEN_DATA, Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, parallel_map, run_notebook
-from .harness import PROBE_TIMEOUT_S, harness_options
+from .harness import harness_options
 from .results import Record, fingerprint, write_record
 
 LOCAL_ENV = "local"
@@ -204,8 +204,8 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
     )
     if lab.checks.is_file():
         checks_out = env_dir / f".{lab.id}.checks.json"
-        probe_s = min(PROBE_TIMEOUT_S, profile.cell_timeout_s)
-        spec.engine_options["harness"] = harness_options(lab.checks, secrets.randbelow(2**31), checks_out, probe_s)
+        seed = secrets.randbelow(2**31)
+        spec.engine_options["harness"] = harness_options(lab.checks, seed, checks_out, profile.cell_timeout_s)
     outcome = run_notebook(spec)
     if lab.checks.is_file() and not student:
         judge_checks(outcome)

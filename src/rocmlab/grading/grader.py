@@ -17,7 +17,7 @@ from pathlib import Path
 from ..build import solution_notebook, write_notebook
 from ..catalog import HIDDEN_DATA, LANGUAGES, Lab, Profile
 from ..errors import CommandFailed
-from ..harness import PROBE_TIMEOUT_S, harness_options, lab_checks
+from ..harness import harness_options, lab_checks
 from ..results import write_json_atomic
 from ..sandbox import Limits, Sandbox, choose_backend, is_root
 from .cells import cell_points, check_results, grading, read_flags, restore_cells, score_tests
@@ -65,14 +65,15 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
         source = run.private / "input" / f"{lab.id}.ipynb"
         output = run.private / "output" / f"{lab.id}.ipynb"
         write_notebook(prepared, source)
-        probe_s = min(PROBE_TIMEOUT_S, profile.cell_timeout_s)
         executed, outcome = run.execute(
             source,
             output,
             profile.parameters,
             profile.cell_timeout_s,
             profile.timeout_s,
-            harness=harness_options(lab.checks, result.seed, output.with_suffix(".checks.json"), probe_s),
+            harness=harness_options(
+                lab.checks, result.seed, output.with_suffix(".checks.json"), profile.cell_timeout_s
+            ),
         )
         executed = executed or prepared
     finally:
