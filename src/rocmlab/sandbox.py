@@ -26,8 +26,13 @@ grader user. A class graded as root forks its kernels from one zygote per slot i
 ``bwrap`` of the same view, each fork in its own namespaces (``rocmlab.forkserver``). The
 namespace code above is the fallback where bubblewrap is missing.
 
-Without either (no bubblewrap, not root) only the resource limits apply: ``Sandbox.backend`` is
-``"none"`` and ``rocmlab grade`` refuses to run unless told ``--unsafe``. ``Sandbox.isolation``
+Without either (no bubblewrap, not root: a grading pod on Kubernetes, whose default seccomp
+profile forbids user namespaces) each kernel restricts itself with Landlock (``rocmlab.landlock``)
+where the Linux kernel has it: backend ``"landlock"``, an allow list of what the kernel may read
+(the interpreter, the system folders, the exposed paths) and write (its run's work folder), no
+TCP, no signal to a process outside its sandbox; it keeps the grader's uid. Without any of them
+only the resource limits apply: ``Sandbox.backend`` is ``"none"`` and ``rocmlab grade`` refuses
+to run unless told ``--unsafe``. ``Sandbox.isolation``
 says which guarantees hold, and the grading summary records it. What runs inside, before any
 learner code, is ``rocmlab.sandbox_entry``.
 """
@@ -44,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import bubblewrap, processes
+from . import bubblewrap, landlock, processes
 from .bubblewrap import bubblewrap_works
 from .grader_users import claim_users, ensure_user
 from .processes import is_root
@@ -64,7 +69,11 @@ KERNEL_NAME = "rocmlab-sandbox"
 # MKL). Unset, each of ``slots`` kernels starts one thread per core, and on a busy machine the
 # idle ones spin: importing numpy costs a kernel twice the CPU on 2 cores.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-BACKENDS = ("bubblewrap", "namespaces", "none")
+BACKENDS = ("bubblewrap", "namespaces", "landlock", "none")
+# What a Landlock kernel may read besides the interpreter and the exposed paths (one that holds a
+# hidden path is left out), and the GPU device files it may use.
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev")
+GPU_DEVICES = ("/dev/kfd", "/dev/dri")
 
 
 @dataclass
@@ -105,6 +114,7 @@ class Policy:
     expose: list = field(default_factory=list)  # paths the kernel needs below closed or private temp folders
     preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
     forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
+    landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
 
 
 # ------------------------------------------------------------------ host side
@@ -243,13 +253,16 @@ class Sandbox:
     @property
     def isolation(self) -> dict:
         confined = self.backend != "none"
+        version = landlock.abi() if self.backend == "landlock" else 0
         return {
             "backend": self.backend,
-            "network": confined,
+            # Landlock: TCP only (ABI 4); UDP and raw sockets are left to the pod's NetworkPolicy
+            "network": confined and (self.backend != "landlock" or version >= 4),
             "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
             "forked_kernels": bool(self.fork_servers),
+            **({"landlock_abi": version} if self.backend == "landlock" else {}),
             "limits": asdict(self.limits),
             "problems": self.problems,
         }
@@ -343,6 +356,8 @@ class Sandbox:
             }
         elif self.backend == "bubblewrap":
             policy.bwrap = bubblewrap.run_argv(self._bwrap_view(), self.base, private, work, ipc, policy_path)
+        elif self.backend == "landlock":
+            policy.landlock = self._landlock_view(work, ipc)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
         jupyter = self._write_kernelspec(private, policy_path, asdict(policy), slot)
         env = {
@@ -361,7 +376,7 @@ class Sandbox:
             **self.env,
         }
         options = self.limits.engine_options()
-        if self.backend == "bubblewrap":  # the kernel has no network: Unix sockets in the run's folder
+        if self.backend in ("bubblewrap", "landlock"):  # the kernel has no network: Unix sockets in the run's folder
             options["ipc_path"] = str(folder / "ipc" / "k")
         return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
@@ -375,6 +390,24 @@ class Sandbox:
             self._ended.append(server)
             self.problems.append(f"slot {slot}: the kernel fork server ended: {server.log_tail()}")
         return server.alive
+
+    def _landlock_view(self, work: Path, ipc: Path) -> dict:
+        """A Landlock kernel's allow list. Landlock cannot take back part of what it grants, so a
+        system folder that holds a hidden path (a course below /usr) is left out; a hidden path
+        below an exposed one stays readable, and the summary's problems name it."""
+        hidden = [Path(p) for p in self.hide]
+
+        def holds_hidden(path: Path) -> list[Path]:
+            return [h for h in hidden if h == path or path in h.parents]
+
+        read = [p for p in SYSTEM_READ if not holds_hidden(Path(p))]
+        for path in self.expose:
+            for inside in holds_hidden(Path(path)):
+                problem = f"landlock: {inside} is below {path}, which the kernel needs: it stays readable"
+                if problem not in self.problems:
+                    self.problems.append(problem)
+        read += [str(p) for p in self.expose]
+        return {"read": read, "write": [str(work), str(ipc)], "devices": list(GPU_DEVICES)}
 
     def _bwrap_view(self, own_pids: bool = True) -> list[str]:
         own_user = not is_root()
@@ -442,7 +475,9 @@ def choose_backend(isolate: bool | None) -> str:
         return "none"
     if bubblewrap_works():
         return "bubblewrap"
-    return "namespaces" if namespaces_work() else "none"
+    if namespaces_work():
+        return "namespaces"
+    return "landlock" if landlock.abi() >= 1 else "none"
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:

@@ -3,7 +3,8 @@
 ``worker POLICY``: the slot's papermill worker, as root in its namespaces (loopback up, hidden
 paths covered, the paths the kernel needs put back). ``kernel POLICY CONNECTION`` (and
 ``kernel-inside`` under bubblewrap): the kernel's own start, which applies the limits, gives it
-private temp folders, drops to the grader user and starts ipykernel in the same process.
+private temp folders, drops to the grader user (or, without root or namespaces, restricts itself
+with Landlock) and starts ipykernel in the same process.
 ``zygote SOCKET MODULE...``: a slot's kernel fork server (``rocmlab.forkserver``), whose forks
 take the same steps. ``rocmlab.sandbox`` plans and starts these; the policy file it writes is
 all they read.
@@ -212,8 +213,18 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         die_with_parent(signal.SIGKILL)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
+    if policy.get("landlock"):
+        restrict_with_landlock(policy["landlock"], connection_file)
     load_kernel(policy.get("preimport", []))
     return start_ipykernel(connection_file)
+
+
+def restrict_with_landlock(view: dict, connection_file: str) -> None:
+    """The kernel's own Landlock ruleset (``rocmlab.landlock``): it still reads its connection
+    file, which lives in the run's private folder."""
+    from .landlock import Ruleset
+
+    Ruleset(read=[*view["read"], connection_file], write=view["write"], devices=view["devices"]).apply()
 
 
 def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
