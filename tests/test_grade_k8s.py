@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,12 @@ def container(manifest: dict) -> dict:
 
 
 def env(manifest: dict) -> dict:
-    return {var["name"]: var["value"] for var in container(manifest)["env"]}
+    return {var["name"]: var["value"] for var in container(manifest)["env"] if "value" in var}
+
+
+def pod_containers(manifest: dict) -> list[dict]:
+    spec = manifest["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
 
 
 def validation_errors(resource: dict) -> list[str]:
@@ -123,50 +129,102 @@ def test_the_grader_pods_are_offline():
     assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
 
 
-def run_command(manifest: dict, tmp_path: Path, extra_env: dict) -> list[str]:
-    """Run the container's `sh -c` script with the course folder in tmp and a stand-in rocmlab;
-    returns the arguments rocmlab got."""
-    command = container(manifest)["command"]
+def subpath(mount: dict, variables: dict) -> str:
+    """The folder of the volume a mount shows: subPath, or subPathExpr with its $(VAR) expanded."""
+    if "subPathExpr" in mount:
+        return re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], mount["subPathExpr"])
+    return mount.get("subPath", "")
+
+
+def run_container(manifest: dict, box: dict, tmp_path: Path, extra_env: dict) -> None:
+    """Run a container's `sh -c` script with each mount (every volume a folder of tmp_path) and a
+    stand-in rocmlab that records its arguments in tmp_path/argv.json."""
+    command = box["command"]
     assert command[:2] == ["sh", "-c"]
-    course = tmp_path / "course"
-    script = command[2].replace(COURSE, str(course))
+    variables = {**{v["name"]: v["value"] for v in box["env"] if "value" in v}, **extra_env}
+    folders = {
+        m["mountPath"]: str(tmp_path / "volumes" / m["name"] / subpath(m, variables)) for m in box["volumeMounts"]
+    }
+    longest_first = sorted(folders, key=len, reverse=True)
+    mounted = re.compile(r"(?<![\w/])(" + "|".join(map(re.escape, longest_first)) + r")(?![\w-])")
+
+    def on_disk(text: str) -> str:  # one pass: a folder made for one mount is not read as another
+        return mounted.sub(lambda m: folders[m.group(1)], text)
+
+    script = on_disk(command[2])
+    variables = {name: on_disk(value) for name, value in variables.items()}
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    record = tmp_path / "argv.json"
     stand_in = bin_dir / "rocmlab"
     stand_in.write_text(
-        f"#!{sys.executable}\nimport json, sys\n"
-        f"json.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n"
-        "args = sys.argv[1:]\n"
-        "if '--out' in args and 'merge' not in args:\n"
-        "    import pathlib; pathlib.Path(args[args.index('--out') + 1]).mkdir(parents=True)\n",
+        f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(tmp_path / 'argv.json')!r}, 'w'))\n",
         encoding="utf-8",
     )
     stand_in.chmod(0o755)
-    (bin_dir / "chown").write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")  # the pod runs as root
-    (bin_dir / "chown").chmod(0o755)
-    variables = {**env(manifest), **extra_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    subprocess.run(["sh", "-c", script], env=variables, check=True, timeout=30)
-    return json.loads(record.read_text(encoding="utf-8"))
+    subprocess.run(["sh", "-c", script], env={**variables, "PATH": f"{bin_dir}:/usr/bin:/bin"}, check=True, timeout=30)
+
+
+def run_pod(manifest: dict, tmp_path: Path, extra_env: dict) -> list[str]:
+    """Every container of the pod in order, the init containers first; the arguments rocmlab got."""
+    for box in pod_containers(manifest):
+        run_container(manifest, box, tmp_path, extra_env)
+    return json.loads((tmp_path / "argv.json").read_text(encoding="utf-8"))
 
 
 def test_the_shards_and_the_merge_get_matching_arguments(tmp_path):
     shards, outs = int(env(SHARDS)["SHARDS"]), []
+    volume = tmp_path / "volumes" / "nbgrader"
+    grades = volume / "course" / "grades" / env(SHARDS)["LAB"]
+    (grades / "shards" / "1").mkdir(parents=True)
+    (grades / "shards" / "1" / "from-an-earlier-run").write_text("x")
     for index in range(shards):
-        argv = run_command(SHARDS, tmp_path, {"JOB_COMPLETION_INDEX": str(index)})
+        argv = run_pod(SHARDS, tmp_path, {"SHARD_INDEX": str(index)})
         options = vars(make_parser(argv).parse_args(argv))
         assert options["command"] == "grade" and options["lab"] == env(SHARDS)["LAB"]
         assert options["shard"] == f"{index + 1}/{shards}"
-        assert options["submissions"] == str(tmp_path / "course")
+        assert options["submissions"] == str(volume / "course")
         assert options["jobs"] == int(env(SHARDS)["JOBS"])
         assert options["gradebook"].startswith("sqlite:////scratch/")  # scratch, on the pod's own disk
-        assert Path(options["out"]).is_dir()  # made anew by the stand-in after the script's rm -rf
+        assert options["out"] == str(grades / "shards" / str(index))  # the shard's own mount
+        assert Path(options["out"]).is_dir() and not list(
+            Path(options["out"]).iterdir()
+        )  # emptied by the init container
         outs.append(options["out"])
     assert len(set(outs)) == shards
-    argv = run_command(MERGE, tmp_path, {})
+    argv = run_pod(MERGE, tmp_path, {})
     options = vars(make_parser(argv).parse_args(argv))
     assert options["command"] == "grade" and options["lab"] == "merge"
     assert options["shard_outputs"] == outs
-    assert options["out"] == str(tmp_path / "course" / "grades" / env(MERGE)["LAB"])
+    assert options["out"] == str(grades)
     assert options["out"] not in outs
-    assert options["feedback_to"] == str(tmp_path / "course")  # staged for nbgrader release_feedback
+    assert options["feedback_to"] == str(volume / "course")  # staged for nbgrader release_feedback
+
+
+@pytest.mark.parametrize("manifest", [SHARDS, MERGE], ids=["shards", "merge"])
+def test_the_grading_pods_run_without_root_capabilities_or_a_writable_image(manifest):
+    pod = manifest["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["appArmorProfile"] == {"type": "RuntimeDefault"}
+    assert "hostUsers" not in pod or pod["hostUsers"] is False
+    for box in pod_containers(manifest):
+        context = box["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False, box["name"]
+        assert context["capabilities"] == {"drop": ["ALL"]}, box["name"]
+        assert context["readOnlyRootFilesystem"] is True, box["name"]
+        assert not {"runAsUser", "seccompProfile", "appArmorProfile"} & set(context), box["name"]  # the pod's hold
+
+
+def test_learner_code_can_write_only_its_shards_own_output_of_the_course_volume():
+    """The grade container, where learner code runs, mounts the course read-only and, writable,
+    only course/grades/<LAB>/shards/<its index>; the index is the Job's own annotation."""
+    grade = container(SHARDS)
+    writable = [m for m in grade["volumeMounts"] if m["name"] == "nbgrader" and not m.get("readOnly")]
+    assert [m["subPathExpr"] for m in writable] == ["course/grades/$(LAB)/shards/$(SHARD_INDEX)"]
+    (index,) = [v for v in grade["env"] if v["name"] == "SHARD_INDEX"]
+    annotation = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert index["valueFrom"]["fieldRef"]["fieldPath"] == annotation
+    assert any(m.get("subPath") == "course" and m["readOnly"] is True for m in grade["volumeMounts"])
+    assert "--out /srv/shard" in grade["command"][2] and writable[0]["mountPath"] == "/srv/shard"
+    for init in SHARDS["spec"]["template"]["spec"]["initContainers"]:  # writes the volume: no learner code
+        assert "rocmlab" not in init["command"][2]
