@@ -7,6 +7,7 @@ delivers the labs is run by sh in a temporary home.
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -441,7 +442,7 @@ def accounts_authenticator(monkeypatch, tmp_path, names, rounds=1000):
 def test_only_the_preset_password_opens_an_account(monkeypatch, tmp_path):
     import asyncio
 
-    admins = VALUES["hub"]["config"]["Authenticator"]["admin_users"]
+    admins = VALUES["hub"]["config"]["JupyterHub"]["load_groups"][CUSTOM["instructorGroup"]]["users"]
     authenticator, passwords = accounts_authenticator(monkeypatch, tmp_path, [*admins, "ann"])
 
     def login(name, password):
@@ -493,10 +494,19 @@ def test_a_password_is_checked_off_the_event_loop_in_equal_time_for_unknown_name
     assert statistics.median(stalls) < 0.5, stalls  # the loop kept ticking through the hash
 
 
-def test_the_instructor_group_and_the_admins_are_set():
-    hub_config = VALUES["hub"]["config"]
-    groups = hub_config["JupyterHub"]["load_groups"]
-    assert set(groups[CUSTOM["instructorGroup"]]["users"]) == set(hub_config["Authenticator"]["admin_users"])
+def test_instructors_are_not_hub_admins_but_have_the_workshop_servers_instructor_role():
+    """Finding 10 on Kubernetes: instructors were hub admins, who can open any learner's server.
+    They get the role of the workshop server (env/jupyterhub/jupyterhub_config.py) instead."""
+    hub = VALUES["hub"]
+    assert "admin_users" not in hub["config"].get("Authenticator", {})
+    assert hub["config"]["JupyterHub"]["load_groups"][CUSTOM["instructorGroup"]]["users"]
+    role = hub["loadRoles"]["rocmlab-instructor"]
+    assert role["groups"] == [CUSTOM["instructorGroup"]]
+    assert not {"admin:users", "admin:servers", "access:servers", "tokens", "admin:groups"} & set(role["scopes"])
+    server_mode = (ROOT / "env" / "jupyterhub" / "jupyterhub_config.py").read_text(encoding="utf-8")
+    block = server_mode[server_mode.index('"name": "rocmlab-instructor"') :]
+    block = block[block.index("[") : block.index("]") + 1]
+    assert ast.literal_eval(block) == role["scopes"]
 
 
 def test_the_accounts_command_writes_the_passwords_owner_only(tmp_path, capsys):
