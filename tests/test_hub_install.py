@@ -110,3 +110,26 @@ def test_links_in_the_checkout_are_not_followed(course, tmp_path):
     (course / "results" / "link").symlink_to(outside)
     close_course(course, "root")
     assert outside.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_lab_added_while_the_hub_runs_is_closed_within_the_interval(course):
+    """Finding 10: the checkout was closed at hub start only; a lab pulled in later kept git's
+    world-readable mode until the next start."""
+    from rocmlab.hub.install import keep_closed
+
+    close_course(course, "root")
+    hub = subprocess.Popen(["sleep", "3"])
+    try:
+        added = course / "solutions" / "02-y" / "lab.py"
+        added.parent.mkdir(mode=0o755)
+        added.write_text("answer = 7  # BEGIN SOLUTION")
+        added.chmod(0o644)
+        (course / "solutions" / "02-y" / "lab.toml").write_text('id = "02-y"')
+        (course / "solutions" / "02-y" / "lab.toml").chmod(0o644)
+        assert as_nobody("cat", str(added)).returncode == 0  # open, as git leaves it
+        assert keep_closed(hub, course, "root", every_s=0.5) == 0
+    finally:
+        hub.kill()
+    proc = as_nobody("cat", str(added))
+    assert proc.returncode != 0 and "answer" not in proc.stdout
+    assert as_nobody("cat", str(course / "solutions" / "02-y" / "lab.toml")).returncode == 0

@@ -5,20 +5,42 @@ and its environment, the configs, and each lab's ``lab.toml`` (``rocmlab check``
 profile). Everything else, above all ``solutions/`` (sources with the answers and the hidden
 tests), ``.git`` (every past solution) and ``results/`` (executed solution notebooks), is closed
 to others and opened to the instructor group, who grade with it. ``rocmlab hub`` does this at
-start (as root), so a checkout made world-readable by ``git clone`` cannot leak answers.
+start (as root), so a checkout made world-readable by ``git clone`` cannot leak answers, and
+again every ``RECLOSE_S`` seconds while the hub runs (``keep_closed``), so a lab added or
+changed meanwhile (``git pull``) is closed within that time.
 """
 
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 LEARNER_READABLE = frozenset(
     {"labs", "autograder", "env", "src", ".venv", "pyproject.toml", "README.md", "docs", "Makefile"}
 )
 LAB_METADATA = "lab.toml"  # solutions/<lab>/lab.toml: ids, versions, profiles; no answers
+RECLOSE_S = float(os.environ.get("ROCMLAB_HUB_RECLOSE_S", "5"))
+log = logging.getLogger(__name__)
+
+
+def keep_closed(process: subprocess.Popen, root: Path, instructor_group: str, every_s: float = RECLOSE_S) -> int:
+    """Until ``process`` (the hub) exits, close the course again every ``every_s`` seconds: a file
+    added or changed in the checkout while the hub runs gets git's mode, often world-readable.
+    Returns the process's exit status. A walk that fails (a file removed meanwhile) is retried
+    at the next turn."""
+    while True:
+        try:
+            return process.wait(timeout=every_s)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            close_course(root, instructor_group)
+        except OSError as exc:
+            log.warning("closing the course to learners again failed, retried in %ss: %s", every_s, exc)
 
 
 def close_course(root: Path, instructor_group: str) -> list[Path]:

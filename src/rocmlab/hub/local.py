@@ -220,8 +220,12 @@ class LocalHub:
             self.api("POST", f"/groups/{self.instructor_group}/users", {"users": list(self.instructors)})
 
     def wait(self) -> int:
-        """Until jupyterhub exits; its exit status."""
-        return self._process.wait()
+        """Until jupyterhub exits; its exit status. Server mode keeps the course closed meanwhile."""
+        if self.demo:
+            return self._process.wait()
+        from .install import keep_closed
+
+        return keep_closed(self._process, self.root, self.instructor_group)
 
     def api(self, method: str, path: str, body=None):
         """The hub's REST API (``/hub/api`` + path) with the admin service's token; parsed JSON or None."""
