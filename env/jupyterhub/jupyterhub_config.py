@@ -55,9 +55,10 @@ env = os.environ.get
 
 
 def _seconds(name: str, default: int) -> int:
+    """A whole number from the environment (seconds, or a count)."""
     value = env(name, str(default))
     if not value.isdigit():
-        raise ValueError(f"{name}={value!r}: expected a whole number of seconds")
+        raise ValueError(f"{name}={value!r}: expected a whole number")
     return int(value)
 
 
@@ -207,6 +208,12 @@ if gpu_policy == "spread":
     c.CourseSpawner.gpu_count = _seconds("ROCMLAB_HUB_GPUS", 0) or kfd_gpu_count()
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
 c.CourseSpawner.max_processes = _seconds("ROCMLAB_HUB_MAX_PROCESSES", 512)
+# Where systemd runs the machine, each learner's server and all it starts share one ceiling
+# (rocmlab.hub.scopes): resident memory (unlike RLIMIT_AS, it works beside ROCm), CPU in percent
+# of one core, and tasks. ROCMLAB_HUB_SCOPE_MEMORY=0 (or CPU, TASKS) turns one off.
+c.CourseSpawner.scope_memory_max = env("ROCMLAB_HUB_SCOPE_MEMORY", "8G")
+c.CourseSpawner.scope_cpu_percent = _seconds("ROCMLAB_HUB_SCOPE_CPU_PERCENT", 200)
+c.CourseSpawner.scope_tasks_max = _seconds("ROCMLAB_HUB_SCOPE_TASKS", 1024)
 c.DemoCourseSpawner.max_processes = 0
 
 # ------------------------------------------------------------------ services

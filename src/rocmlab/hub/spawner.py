@@ -14,6 +14,8 @@ folder (the ``--demo`` mode: no isolation between users). Both
   home others may enter (Debian's useradd makes them 755), so learners cannot read each
   other's answers;
 - with real accounts, end every process of a learner's account when their server stops;
+- where systemd runs the machine, put each learner's server in a scope of its own with a memory,
+  CPU and task ceiling for all it starts (``rocmlab.hub.scopes``);
 - share the GPUs (every server sees all) or spread them (each server sees the least used one);
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
   nbgrader config (course id, exchange root, course root or student id).
@@ -27,15 +29,18 @@ import grp
 import os
 import pwd
 import resource
+import subprocess
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
+from jupyterhub.traitlets import ByteSpecification
 from traitlets import Bool, Float, Integer, List, Unicode
 
 from .delivery import as_user, deliver_as_user, deliver_lab
 from .exchange_layout import ExchangeOwners, ensure_learner
 from .labs import COURSE_ID
 from .language import set_lab_language, ui_environment
+from .scopes import ScopeLimits, confine, systemd_runs_here
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
@@ -215,6 +220,13 @@ class CourseSpawner(LocalProcessSpawner):
     delivery_timeout_s = Float(
         30, help="seconds one lab's delivery into a home may take (a FIFO or a hung file system there)"
     ).tag(config=True)
+    scope_memory_max = ByteSpecification(
+        0, help="systemd: MemoryMax of a learner's whole server, kernels included (0: none)"
+    ).tag(config=True)
+    scope_cpu_percent = Integer(0, help="systemd: CPUQuota of a learner's server, 100 per core (0: none)").tag(
+        config=True
+    )
+    scope_tasks_max = Integer(0, help="systemd: TasksMax of a learner's server (0: none)").tag(config=True)
     _cleaned = True  # False while a started server's account has not been cleaned up after
 
     def home(self) -> Path:
@@ -424,7 +436,29 @@ class CourseSpawner(LocalProcessSpawner):
             self.log.info("rocmlab: the server of %s logs to %s", self.user.name, self.home() / SERVER_LOG)
         started = await super().start()
         self._cleaned = False
+        await self.confine_learner()
         return started
+
+    def scope_limits(self) -> ScopeLimits:
+        return ScopeLimits(int(self.scope_memory_max or 0), self.scope_cpu_percent, self.scope_tasks_max)
+
+    async def confine_learner(self) -> None:
+        """A learner's server (not an instructor's, who grades) in its own systemd scope with the
+        limits above, where systemd runs the machine; a scope systemd refuses stops the server."""
+        owner = self.owner()
+        limits = self.scope_limits()
+        if not owner or os.geteuid() != 0 or self.is_instructor() or not limits.properties():
+            return
+        if not systemd_runs_here():  # the per-process and per-account limits only
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            scope = await loop.run_in_executor(None, confine, self.user.name, self.pid, limits)
+        except (OSError, TimeoutError, subprocess.SubprocessError) as exc:
+            self.log.error("rocmlab: %s: stopping the server", exc)
+            await self.stop(now=True)
+            raise
+        self.log.info("rocmlab: the server of %s runs in %s (%s)", self.user.name, scope, limits)
 
 
 class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
