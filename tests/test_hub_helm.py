@@ -505,6 +505,7 @@ def test_instructors_are_not_hub_admins_but_have_the_workshop_servers_instructor
     assert not {"admin:users", "admin:servers", "access:servers", "tokens", "admin:groups"} & set(role["scopes"])
     server_mode = (ROOT / "env" / "jupyterhub" / "jupyterhub_config.py").read_text(encoding="utf-8")
     block = server_mode[server_mode.index('"name": "rocmlab-instructor"') :]
+    block = block[block.index('"scopes"') :]
     block = block[block.index("[") : block.index("]") + 1]
     assert ast.literal_eval(block) == role["scopes"]
 
