@@ -79,7 +79,7 @@ def make_course(tmp_path):
     return make
 
 
-@pytest.fixture(scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces"])
+@pytest.fixture(scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces", "landlock"])
 def grading_backend(request):
     """Grading forced onto each sandbox backend this machine has; as root, bubblewrap's kernels
     are forked from a zygote unless ``-per-kernel``. Yields the name."""
@@ -91,6 +91,8 @@ def grading_backend(request):
         pytest.skip("bubblewrap is not installed (make system-deps installs it)")
     if backend == "namespaces" and not sandbox.namespaces_work():
         pytest.skip("the namespace fallback needs root and unshare")
+    if backend == "landlock" and sandbox.landlock.abi() < 6:
+        pytest.skip("the Landlock backend is tested on Linux 6.12 or later (Landlock ABI 6)")
     patch = pytest.MonkeyPatch()
     patch.setattr(grader, "choose_backend", lambda _isolate: backend)
     if request.param.endswith("-per-kernel"):
