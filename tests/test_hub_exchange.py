@@ -199,7 +199,9 @@ def test_a_sub_folder_swapped_for_a_link_during_the_copy_fails_it(tmp_path, monk
 def test_odd_folder_names_are_skipped_and_the_class_is_still_collected(tmp_path, monkeypatch, caplog):
     inbound = inbound_of(tmp_path)
     submission(inbound, "bob", 1, text="bob's work")
-    for odd in ("ann+lab", "ann+lab+not a time+x", "+lab+", "ann+lab+++"):
+    odd_names = ["ann+lab", "ann+lab+not a time+x", "+lab+", "ann+lab+++", "ann+lab+9999-99-99 99:99:99 UTC"]
+    odd_names += [os.fsdecode(b"ann+lab+\xff\xfe"), "ann+lab+2026-01-01 00:00:00.000000 UTC\n", "a" * 255]
+    for odd in odd_names:
         (inbound / "ann" / odd).mkdir(parents=True)
     submission(inbound, "ann", 2, text="ann's work")
     (inbound / "we ird").mkdir()  # not a user name
