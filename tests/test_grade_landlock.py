@@ -103,6 +103,18 @@ def test_a_system_folder_holding_a_hidden_path_is_not_granted(course, monkeypatc
         box.close()
 
 
+def test_the_model_caches_the_grader_names_are_readable_unless_hidden(course, monkeypatch):
+    monkeypatch.setattr(sandbox, "is_root", lambda: False)
+    monkeypatch.setenv("HF_HOME", "/opt/rocmlab/hf")
+    monkeypatch.setenv("HF_HUB_CACHE", str(course / "hub"))
+    box = Sandbox(slots=1, backend="landlock", hide=[course])
+    try:
+        view = box._landlock_view(box.base / "work", box.base / "ipc")
+        assert "/opt/rocmlab/hf" in view["read"] and str(course / "hub") not in view["read"]
+    finally:
+        box.close()
+
+
 def test_an_exposed_folder_around_a_hidden_one_is_named_a_problem(course, monkeypatch):
     monkeypatch.setattr(sandbox, "is_root", lambda: False)
     secret = course / "solutions"

@@ -72,8 +72,11 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 BACKENDS = ("bubblewrap", "namespaces", "landlock", "none")
 # What a Landlock kernel may read besides the interpreter and the exposed paths (one that holds a
 # hidden path is left out), and the GPU device files it may use.
-SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev")
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/opt/rocm")
 GPU_DEVICES = ("/dev/kfd", "/dev/dri")
+# Model caches the grader's environment names (the gpu profiles' real models): read-only for a
+# Landlock kernel, as bubblewrap's read-only view shows them.
+MODEL_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE")
 
 
 @dataclass
@@ -401,6 +404,8 @@ class Sandbox:
             return [h for h in hidden if h == path or path in h.parents]
 
         read = [p for p in SYSTEM_READ if not holds_hidden(Path(p))]
+        caches = [Path(os.environ[name]) for name in MODEL_CACHE_VARIABLES if os.environ.get(name)]
+        read += [str(p) for p in caches if not holds_hidden(p) and not any(h in p.parents for h in hidden)]
         for path in self.expose:
             for inside in holds_hidden(Path(path)):
                 problem = f"landlock: {inside} is below {path}, which the kernel needs: it stays readable"
