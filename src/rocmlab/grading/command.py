@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unsafe",
         action="store_true",
-        help="grade even where no sandbox is available (no bubblewrap, not root): learner code then "
-        "runs with your rights",
+        help="grade even where no sandbox is available (no bubblewrap, not root, no Landlock in the "
+        "Linux kernel): learner code then runs with your rights",
     )
     parser.add_argument(
         "--seeds",

@@ -142,8 +142,9 @@ def _grade_class(
     if backend == "none" and not unsafe:
         raise CommandFailed(
             "no sandbox here: learner code would run with your rights, over the gradebook and every "
-            "submission. Install bubblewrap (`apt-get install bubblewrap`) or grade as root; "
-            "--unsafe grades anyway"
+            "submission. Install bubblewrap (`apt-get install bubblewrap`), grade as root, or grade "
+            "on a Linux kernel with Landlock (5.13 or later; in a container, a seccomp profile that "
+            "allows its system calls); --unsafe grades anyway"
         )
     check_model_cache(profile.parameters, other_user=is_root())
     out.mkdir(parents=True, exist_ok=True)
