@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 def keep_closed(process: subprocess.Popen, root: Path, instructor_group: str, every_s: float = RECLOSE_S) -> int:
     """Until ``process`` (the hub) exits, close the course again every ``every_s`` seconds: a file
     added or changed in the checkout while the hub runs gets git's mode, often world-readable.
-    Returns the process's exit status. A walk that fails (a file removed meanwhile) is retried
-    at the next turn."""
+    Returns the process's exit status. A walk that fails (a file removed meanwhile, the group
+    gone) is logged and retried at the next turn: it never stops the hub."""
     while True:
         try:
             return process.wait(timeout=every_s)
@@ -39,7 +39,7 @@ def keep_closed(process: subprocess.Popen, root: Path, instructor_group: str, ev
             pass
         try:
             close_course(root, instructor_group)
-        except OSError as exc:
+        except (OSError, KeyError) as exc:  # KeyError: the instructor group was removed meanwhile
             log.warning("closing the course to learners again failed, retried in %ss: %s", every_s, exc)
 
 
