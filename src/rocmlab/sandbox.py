@@ -28,7 +28,7 @@ namespace code above is the fallback where bubblewrap is missing.
 
 Without either (no bubblewrap, not root: a grading pod on Kubernetes, whose default seccomp
 profile forbids user namespaces) each kernel restricts itself with Landlock (``rocmlab.landlock``)
-where the Linux kernel has it: backend ``"landlock"``, an allow list of what the kernel may read
+where the Linux kernel has it (ABI 6, Linux 6.12): backend ``"landlock"``, an allow list of what the kernel may read
 (the interpreter, the system folders, the exposed paths) and write (its run's work folder), no
 TCP, no signal to a process outside its sandbox; it keeps the grader's uid. Without any of them
 only the resource limits apply: ``Sandbox.backend`` is ``"none"`` and ``rocmlab grade`` refuses
@@ -259,8 +259,7 @@ class Sandbox:
         version = landlock.abi() if self.backend == "landlock" else 0
         return {
             "backend": self.backend,
-            # Landlock: TCP only (ABI 4); UDP and raw sockets are left to the pod's NetworkPolicy
-            "network": confined and (self.backend != "landlock" or version >= 4),
+            "network": confined,  # landlock: TCP; UDP and raw sockets are left to the pod's NetworkPolicy
             "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
@@ -482,7 +481,7 @@ def choose_backend(isolate: bool | None) -> str:
         return "bubblewrap"
     if namespaces_work():
         return "namespaces"
-    return "landlock" if landlock.abi() >= 1 else "none"
+    return "landlock" if landlock.abi() >= landlock.SANDBOX_ABI else "none"
 
 
 def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:

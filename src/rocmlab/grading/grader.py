@@ -143,7 +143,7 @@ def _grade_class(
         raise CommandFailed(
             "no sandbox here: learner code would run with your rights, over the gradebook and every "
             "submission. Install bubblewrap (`apt-get install bubblewrap`), grade as root, or grade "
-            "on a Linux kernel with Landlock (5.13 or later; in a container, a seccomp profile that "
+            "on a Linux kernel with Landlock ABI 6 (6.12 or later; in a container, a seccomp profile that "
             "allows its system calls); --unsafe grades anyway"
         )
     check_model_cache(profile.parameters, other_user=is_root())
