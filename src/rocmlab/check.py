@@ -19,12 +19,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import solution_notebook, write_notebook
 from .catalog import LANGUAGES, Lab, discover
 from .errors import ExitCode, InputError
 from .grading.cells import grading, mark_unrun_tests, shown_message
 from .grading.preflight import check_model_cache, course_view, model_cache, sandbox_env
 from .grading.submissions import read_notebook, safe_text
+from .notebooks import solution_notebook, write_notebook
 from .papermill_engine import TIMEOUT_ENAME
 from .root import find_root
 from .sandbox import Limits, Sandbox, is_root

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .build import solution_notebook, write_notebook
 from .catalog import HIDDEN_DATA, Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, parallel_map, run_notebook
 from .harness import harness_options
+from .notebooks import solution_notebook, write_notebook
 from .results import Record, fingerprint, write_record
 
 LOCAL_ENV = "local"

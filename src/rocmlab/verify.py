@@ -15,12 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import render_lab, solution_notebook
+from .build import render_lab
 from .catalog import Lab
 from .errors import ExitCode
 from .execute import Outcome, parallel_map
 from .grading.cells import cell_points
 from .harness import lab_checks
+from .notebooks import solution_notebook
 from .run import Target, run_lab
 
 
