@@ -52,12 +52,12 @@ def skipped_runs(specs: list[str], labs: list[Lab], entries: list, context: hist
         profile = "gpu" if names[name].kind == "rocm" else "smoke"
         runs += [
             history.Run(
-                lab.id,
-                lab.version,
-                name,
-                profile,
-                "skipped",
-                now,
+                lab=lab.id,
+                lab_version=lab.version,
+                env=name,
+                profile=profile,
+                status="skipped",
+                started_at=now,
                 reason=reason.strip(),
                 commit=context.commit,
                 run_url=context.run_url,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..lab.figures import FIGURE_MIME
-from ..results import Record, freeze_hash, portable, portable_record, read_record
+from ..results import Record, RunResult, freeze_hash, portable, portable_record, read_record
 
 HISTORY = Path("ci") / "history"
 FREEZE = "freeze"
@@ -30,22 +30,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass
-class Run:
-    """One lab run as the ledger keeps it."""
+class Run(RunResult):
+    """One lab run as the ledger keeps it: a record's result, what its notebook showed, where it ran."""
 
-    lab: str
-    lab_version: str
-    env: str
-    profile: str
-    status: str
-    started_at: str
-    duration_s: float = 0.0
-    reason: str = ""
-    failing_cell: dict | None = None
     traceback_tail: str = ""
-    repeats: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    fingerprint: dict = field(default_factory=dict)
     freeze_sha256: str | None = None
     image_digest: str | None = None
     commit: str | None = None
@@ -63,10 +51,6 @@ class Run:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.lab, self.env, self.started_at)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
 
     def to_json(self) -> str:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _TRANSIENT}
