@@ -25,7 +25,7 @@ from .grading.nbgrader_compat import nbgrader_config, nbgrader_tools
 from .notebooks import solution_notebook, write_notebook  # noqa: F401 (solution_notebook: hub.spawner imports it here)
 from .source import MARKERS, for_language, read_notebook
 
-LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+LEAK_MARKERS = tuple(marker.removeprefix("### ") for pair in MARKERS.values() for marker in pair)  # however commented
 
 
 def _generate_student(root: Path, lab: Lab, nb, dest: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .build import build, drift, languages, profile_out
-from .catalog import LANGUAGES, discover, select
+from .catalog import LANGUAGES, PROFILE_NAMES, discover, select
 from .errors import ExitCode, InputError
 from .root import find_root
 from .verify import verify_command
@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", metavar="DIR", help="output folder (default labs/)")
     parser.add_argument(
         "--profile",
-        choices=["smoke", "gpu", "multi-gpu"],
+        choices=PROFILE_NAMES,
         help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)",
     )
     parser.add_argument(

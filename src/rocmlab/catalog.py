@@ -16,7 +16,8 @@ from .errors import ExitCode, LabError
 from .root import find_root
 from .schemas import read_toml, validate
 
-PROFILE_NAMES = ("smoke", "gpu", "multi-gpu")
+SMOKE, GPU, MULTI_GPU = "smoke", "gpu", "multi-gpu"
+PROFILE_NAMES = (SMOKE, GPU, MULTI_GPU)  # the profiles schemas/lab.schema.json allows, in this order
 LANGUAGES = ("zh", "en")
 HIDDEN_DATA = "*_hidden.*"  # data files only the hidden checks read: kept from learners' kernels
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .build import render_lab
-from .catalog import Lab
+from .catalog import SMOKE, Lab
 from .errors import ExitCode
 from .execute import Outcome, parallel_map
 from .grading.cells import cell_points
@@ -83,12 +83,12 @@ def verify_lab(root: Path, lab: Lab, target: Target, out: Path, lang: str = "en"
     with tempfile.TemporaryDirectory(prefix="rocmlab-verify-") as tmp:
         student_nb = render_lab(root, lab, lang, Path(tmp) / lab.id)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            sol = pool.submit(run_lab, root, lab, "smoke", target, out / "solution", lang=lang)
+            sol = pool.submit(run_lab, root, lab, SMOKE, target, out / "solution", lang=lang)
             stu = pool.submit(
                 run_lab,
                 root,
                 lab,
-                "smoke",
+                SMOKE,
                 target,
                 out / "student",
                 lang=lang,

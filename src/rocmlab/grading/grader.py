@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..catalog import HIDDEN_DATA, LANGUAGES, Lab, Profile
+from ..catalog import HIDDEN_DATA, LANGUAGES, SMOKE, Lab, Profile
 from ..errors import CommandFailed
 from ..harness import harness_options, lab_checks
 from ..notebooks import solution_notebook, write_notebook
@@ -129,7 +129,7 @@ def _grade_class(
     submissions: list[Submission],
     out: Path,
     *,
-    profile_name: str = "smoke",
+    profile_name: str = SMOKE,
     jobs: int = 1,
     db_url: str | None = None,
     limits: Limits | None = None,

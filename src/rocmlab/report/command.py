@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..catalog import Lab, discover
+from ..catalog import GPU, SMOKE, Lab, discover
 from ..errors import InputError, LabError
 from ..root import find_root
 from . import history
@@ -49,7 +49,7 @@ def skipped_runs(specs: list[str], labs: list[Lab], entries: list, context: hist
             raise LabError(f"--skip {spec!r}: expected ENTRY=REASON, e.g. rocm-10.0='no runner picked the job up'")
         if name not in names:
             raise LabError(f"--skip {spec!r}: {name!r} is not a matrix entry ({', '.join(names)})")
-        profile = "gpu" if names[name].kind == "rocm" else "smoke"
+        profile = GPU if names[name].kind == "rocm" else SMOKE
         runs += [
             history.Run(
                 lab=lab.id,
