@@ -51,6 +51,7 @@ class Lab:
     requirements: tuple
     profiles: dict
     folder: Path
+    summary: str = ""  # what the learner builds (the README's lab table)
 
     @property
     def source(self) -> Path:
@@ -94,6 +95,7 @@ def parse_lab(folder: Path) -> Lab:
         tuple(data.get("requirements", [])),
         profiles,
         folder,
+        data.get("summary", ""),
     )
 
 
