@@ -130,7 +130,13 @@ def main(
     report.problems = problems + ledger_problems + result_problems + upstream_problems
     diffs = diff_runs(runs, freezes, only={(r.lab, r.env) for r in new} if new else None)
     if stamp:
-        _stamp(report, new, root, entries)
+        # What the repository shows is the matrix's: runs elsewhere (local) are printed, never committed.
+        names = {e.name for e in entries}
+        committed = build(
+            labs, [r for r in runs if r.env in names], entries, window_days=window, upstream=newer, freezes=freezes
+        )
+        committed.problems = report.problems
+        _stamp(committed, new, root, entries)
     if github_summary:
         _append_step_summary(to_summary(report, diff_markdown(diffs)))
     _write(_render(report, diffs, format, diff, Path(output) if output else None), Path(output) if output else None)
