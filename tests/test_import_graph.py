@@ -1,13 +1,17 @@
-"""No import circle among rocmlab's modules: every import, at the top or inside a function, counts."""
+"""No import circle among rocmlab's modules, and no import from a lower layer up to a higher one:
+every import, at the top or inside a function, counts. The layers are docs/architecture.md's
+table between ``<!-- layers:start -->`` and ``<!-- layers:end -->``: the map is the contract."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 
 # TODO(issue 38): the sandbox's modules still import each other; the package split planned there
 # breaks this circle. Any other circle, or this one growing, fails the test.
@@ -98,6 +102,61 @@ def test_no_import_circle_among_rocmlab_modules():
     graph = import_graph(SRC)
     unexpected = [c for c in circles(graph) if not any(c <= allowed for allowed in ALLOWED)]
     assert not unexpected, "import circles: " + "; ".join(" → ".join(path_through(graph, c)) for c in unexpected)
+
+
+def layers(markdown: str) -> list[tuple[str, list[str]]]:
+    """(layer, its modules) from the table's rows ``| N | layer | `module`, `package/` ... | job |``, lowest first."""
+    table = markdown.split("<!-- layers:start -->", 1)[1].split("<!-- layers:end -->", 1)[0]
+    found = []
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].isdigit():
+            names = re.findall(r"`([\w/]+)`", cells[2])
+            found.append((cells[1], [f"rocmlab.{name.rstrip('/').replace('/', '.')}" for name in names]))
+    return found
+
+
+def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
+    """The layer of the longest name in the table that is ``module`` or a package holding it."""
+    best = None
+    for index, (_, names) in enumerate(table):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[1]):
+                best = (index, len(name))
+    return best[0] if best else None
+
+
+def upward_imports(graph: dict[str, set[str]], table) -> tuple[list[str], list[str]]:
+    """Imports from a lower layer up to a higher one, and the modules no layer holds."""
+    unplaced = sorted(m for m in graph if m != "rocmlab" and layer_of(m, table) is None)
+    upward = [
+        f"{module} ({table[layer_of(module, table)][0]}) imports {other} ({table[layer_of(other, table)][0]})"
+        for module in sorted(graph)
+        if module not in unplaced and module != "rocmlab"
+        for other in sorted(graph[module])
+        if other not in unplaced and other != "rocmlab" and layer_of(other, table) > layer_of(module, table)
+    ]
+    return upward, unplaced
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_its_own_or_lower_ones():
+    table = layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    upward, unplaced = upward_imports(import_graph(SRC), table)
+    assert not unplaced, f"add these to the layer table of docs/architecture.md: {unplaced}"
+    assert not upward, "imports against the layers of docs/architecture.md: " + "; ".join(upward)
+
+
+def test_an_upward_import_and_an_unplaced_module_are_named():
+    table = layers(
+        "<!-- layers:start -->\n| 1 | base | `errors`, `lab/` | x |\n| 2 | top | `cli` | y |\n<!-- layers:end -->"
+    )
+    graph = {
+        "rocmlab.errors": {"rocmlab.cli"},
+        "rocmlab.lab.env": {"rocmlab.errors"},
+        "rocmlab.cli": set(),
+        "rocmlab.new": set(),
+    }
+    assert upward_imports(graph, table) == (["rocmlab.errors (base) imports rocmlab.cli (top)"], ["rocmlab.new"])
 
 
 def test_a_circle_is_found_and_shown(tmp_path):
