@@ -178,3 +178,11 @@ def test_write_record_makes_every_text_portable(tmp_path, monkeypatch):
     assert saved.failing_cell["evalue"] == "solutions/01-demo/lab.py"
     assert saved.warnings[0]["filename"] == "a/b.py"
     assert record.reason.endswith(bad)  # the caller's record is left as it was
+
+
+def test_a_record_from_before_repeats_and_student_still_loads(tmp_path):
+    """Records written before the optional fields existed hold the required ones only."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({**RECORD, "duration_s": 2.0, "reason": "", "failing_cell": None, "warnings": []}))
+    record = read_record(path)
+    assert record.repeats == [] and record.student is False and record.passed
