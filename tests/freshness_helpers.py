@@ -150,16 +150,11 @@ def write_result(results: Path, lab="01-demo", env="cpu-current", status="passed
     return record
 
 
-def executed_notebook(path: Path, durations: list[float], figures=(), error: dict | None = None) -> Path:
+def executed_notebook(path: Path, durations: list[float], error: dict | None = None) -> Path:
     """An executed notebook as papermill leaves it: code cells with papermill durations."""
     cells = []
     for i, seconds in enumerate(durations):
         outputs = []
-        if i == 0:
-            outputs += [
-                {"output_type": "display_data", "data": {"application/vnd.rocmlab.figure+json": f, "text/plain": "x"}}
-                for f in figures
-            ]
         if error and i == len(durations) - 1:
             outputs.append({"output_type": "error", **error})
         cells.append(
@@ -178,7 +173,7 @@ def executed_notebook(path: Path, durations: list[float], figures=(), error: dic
 
 def dashboard_course(make_course, now: dt.datetime | None = None) -> Path:
     """A course with six weeks of history: CPU runs each week (01-demo failed once, 02-other fails
-    in the newest week after a numpy bump), ROCm 7.14 runs with measured figures, ROCm 10.0 never
+    in the newest week after a numpy bump), ROCm 7.14 runs, ROCm 10.0 never
     run, a lab title that must be escaped, one executed notebook."""
     from rocmlab.report import history
 
@@ -217,10 +212,6 @@ def dashboard_course(make_course, now: dt.datetime | None = None) -> Path:
                 env="rocm-7.14",
                 started_at=at(days + 0.2, now),
                 duration_s=12.0,
-                figures=[
-                    {"name": "copy bandwidth", "value": 1400.0 - 30 * (week % 3), "unit": "GB/s"},
-                    {"name": "bf16 matmul", "value": 610.0 + 5 * week, "unit": "TFLOPS"},
-                ],
             )
         )
     runs.append(make_run(env="cpu-previous", started_at=at(2, now), duration_s=22.0))

@@ -19,11 +19,12 @@ from pathlib import Path
 import jupytext
 
 from rocmlab.catalog import parse_lab
-from rocmlab.source import parameter_names
+from rocmlab.source import MARKERS, parameter_names
 
 REPO = Path(__file__).resolve().parents[1]
-SOLUTION_BLOCK = re.compile(r"^(\s*)### BEGIN SOLUTION\n.*?^\s*### END SOLUTION\n?", re.DOTALL | re.MULTILINE)
-HIDDEN_MARKER = re.compile(r"^\s*### (BEGIN|END) HIDDEN TESTS\n?", re.MULTILINE)
+_BEGIN, _END = (re.escape(marker) for marker in MARKERS["solution"])
+SOLUTION_BLOCK = re.compile(rf"^(\s*){_BEGIN}\n.*?^\s*{_END}\n?", re.DOTALL | re.MULTILINE)
+HIDDEN_MARKER = re.compile(r"^\s*(?:" + "|".join(re.escape(m) for m in MARKERS["test"]) + r")\n?", re.MULTILINE)
 _CELL_NUMBERS = itertools.count(1)
 
 

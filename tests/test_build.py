@@ -65,27 +65,6 @@ def test_failed_build_leaves_labs_as_they_were(make_course):
     assert sorted(p.name for p in out.iterdir()) == ["en"]
 
 
-@pytest.mark.slow
-def test_in_process_alembic_head_matches_nbgrader_subprocess():
-    import nbgrader.api
-
-    from rocmlab.build import _interpreter_bin_on_path
-    from rocmlab.grading.gradebook import _alembic_head
-
-    _interpreter_bin_on_path()
-    original = nbgrader.api.get_alembic_version
-    if original is _alembic_head:  # already replaced in this process: call the subprocess path by hand
-        import subprocess
-
-        from nbgrader.api import _temp_alembic_ini
-
-        with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
-            head = subprocess.check_output(["alembic", "-c", ini, "heads"]).decode().split()[0]
-    else:
-        head = original()
-    assert _alembic_head() == head
-
-
 def test_hidden_test_data_stays_out_of_student_folders(make_course):
     root = make_course()
     data = root / "solutions" / "01-demo" / "data"

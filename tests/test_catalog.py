@@ -28,6 +28,7 @@ def test_discovers_and_types_a_valid_lab(make_course):
         (lambda t: t.replace("timeout_s = 60", "timeout = 60"), "unknown field profiles.smoke.timeout"),
         (lambda t: t.replace("[profiles.smoke]", "[profiles.huge]"), "unknown field profiles.huge (allowed: gpu"),
         (lambda t: 'color = "red"\n' + t, "unknown field color"),
+        (lambda t: 'summary = "two\\nlines"\n' + t, "field summary: expected one non-empty line"),
         (
             lambda t: t.replace("timeout_s = 60", "timeout_s = 60\ncell_timeout_s = 90"),
             "cell_timeout_s: expected a positive integer no larger than timeout_s",

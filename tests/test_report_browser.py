@@ -52,7 +52,7 @@ def check_the_page(page) -> None:
     assert "HIP error: invalid device function" in failing.get_attribute("title")
     sync_api.expect(page.locator("#lab-02-other")).to_contain_text("changed since the last pass: numpy 2.4.6 → 2.5.0")
     images = page.locator("img")
-    assert images.count() == 3  # two run histories, one set of figures
+    assert images.count() == 2  # two run histories
     for image in images.all():
         assert image.evaluate("i => i.complete && i.naturalWidth > 200 && i.naturalHeight > 100"), image.get_attribute(
             "alt"

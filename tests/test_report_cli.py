@@ -155,6 +155,20 @@ def test_github_summary_is_appended_to_the_step_summary(course, tmp_path, capsys
     assert report(course, "--github-summary") == 2
 
 
+def test_stamp_shows_local_runs_but_commits_only_the_matrix(course, tmp_path, capsys):
+    results = tmp_path / "results"
+    write_result(results, env="cpu-current")
+    write_result(results, env="local", status="failed", failing_cell={"index": 1, "ename": "OSError", "evalue": "x"})
+    assert report(course, "--results", str(results), "--stamp") == 0
+    assert "local (not in matrix)" in capsys.readouterr().out  # printed
+    readme = (course / "README.md").read_text()
+    summary = (course / "ci" / "results" / "freshness.json").read_text()
+    assert "| 01-demo | 1.0.0 | never run | never run | ✅ verified 4s |" in readme
+    for committed in (readme, summary):
+        assert "local" not in committed and "OSError" not in committed
+    assert not (course / "ci" / "history" / "local.jsonl").exists()
+
+
 def test_stamp_refuses_a_readme_without_markers(course, capsys):
     (course / "README.md").write_text("# Course\n")
     assert report(course, "--stamp") == 2

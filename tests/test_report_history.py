@@ -46,7 +46,7 @@ def test_malformed_lines_are_named_by_file_and_line(tmp_path):
     assert problems[1] == "ci/history/cpu-current.jsonl:3: field lab_version: expected a string"
 
 
-def test_a_run_takes_cell_durations_figures_and_traceback_from_its_executed_notebook(tmp_path, monkeypatch):
+def test_a_run_takes_cell_durations_and_traceback_from_its_executed_notebook(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_SHA", "c0ffee" * 6 + "abcd")
     for name, value in {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "amd/rocmlab"}.items():
         monkeypatch.setenv(name, value)
@@ -65,13 +65,11 @@ def test_a_run_takes_cell_durations_figures_and_traceback_from_its_executed_note
             "ValueError: boom",
         ],
     }
-    figures = [{"name": "copy_bandwidth", "value": 812.5, "unit": "GB/s"}]
-    executed_notebook(results / "cpu-current" / "01-demo.ipynb", [0.5, 1.25, 3.0], figures=figures, error=error)
+    executed_notebook(results / "cpu-current" / "01-demo.ipynb", [0.5, 1.25, 3.0], error=error)
     runs, problems = history.load_results([results], history.Context.detect(root))
     (run,) = runs
     assert problems == []
     assert [c["duration_s"] for c in run.cells] == [0.5, 1.25, 3.0] and run.cells[1]["label"] == "step_1()"
-    assert run.figures == figures
     assert run.traceback_tail.splitlines() == [
         "ValueError  Traceback",
         'File "solutions/01-demo/lab.py", line 3',

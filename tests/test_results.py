@@ -1,9 +1,11 @@
+import dataclasses
 import json
 
 import pytest
 
 from rocmlab import results
 from rocmlab.results import Record, read_record, write_record
+from rocmlab.schemas import schema, validate
 
 
 def make_record(**kw):
@@ -18,6 +20,51 @@ def make_record(**kw):
     )
     base.update(kw)
     return Record(**base)
+
+
+RECORD = {
+    "schema": 1,
+    "lab": "01-demo",
+    "lab_version": "1.0.0",
+    "profile": "smoke",
+    "env": "local",
+    "status": "passed",
+    "started_at": "2026-11-01T10:00:00+00:00",
+}
+
+
+def test_the_schema_describes_every_field_of_the_record_and_no_other():
+    """A field added to Record (or to the schema) alone fails here: records are written from the
+    dataclass and read through the schema, so both must change together."""
+    record_schema = schema("record")
+    fields = {f.name: f for f in dataclasses.fields(Record)}
+    assert set(record_schema["properties"]) == set(fields)
+    assert record_schema["additionalProperties"] is False
+    without_default = {
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    assert set(record_schema["required"]) == without_default | {"schema"}
+
+
+def test_every_record_run_writes_passes_the_schema(tmp_path):
+    record = make_record(
+        status="flaky",
+        reason="cell 3: ValueError: x",
+        failing_cell={"index": 3, "ename": "ValueError", "evalue": "x", "source": "f()"},
+        warnings=[{"category": "FutureWarning", "message": "m", "filename": "f", "lineno": 1, "cell": 2}],
+        fingerprint={"python": "3.11.7"},
+        notebook="01-demo.ipynb",
+        repeats=[
+            {"run": 1, "status": "passed", "duration_s": 1.0, "reason": "", "failing_cell": None, "notebook": ""},
+            {"run": 2, "status": "failed", "duration_s": 1.0, "reason": "r", "failing_cell": None, "notebook": "x"},
+        ],
+    )
+    path = tmp_path / "local" / "01-demo.json"
+    write_record(record, path)
+    validate(json.loads(path.read_text()), "record", path)
+    assert read_record(path).repeats_passed == 1
 
 
 def test_record_round_trips(tmp_path):
@@ -43,6 +90,10 @@ def test_unknown_status_is_refused():
         ("[]", "expected a JSON object"),
         ('{"schema": 99}', "field schema: expected 1"),
         ('{"schema": 1, "lab": "x"}', "missing field lab_version"),
+        (json.dumps({**RECORD, "colour": "red"}), "unknown field colour"),
+        (json.dumps({**RECORD, "duration_s": "3 s"}), "field duration_s: expected a number of seconds, got '3 s'"),
+        (json.dumps({**RECORD, "repeats": [{"run": 1, "status": "green"}]}), "field repeats.0.status"),
+        (json.dumps({**RECORD, "warnings": [{"message": "m"}]}), "missing field warnings.0.category"),
     ],
 )
 def test_malformed_records_name_the_file(tmp_path, content, message):
@@ -127,3 +178,11 @@ def test_write_record_makes_every_text_portable(tmp_path, monkeypatch):
     assert saved.failing_cell["evalue"] == "solutions/01-demo/lab.py"
     assert saved.warnings[0]["filename"] == "a/b.py"
     assert record.reason.endswith(bad)  # the caller's record is left as it was
+
+
+def test_a_record_from_before_repeats_and_student_still_loads(tmp_path):
+    """Records written before the optional fields existed hold the required ones only."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({**RECORD, "duration_s": 2.0, "reason": "", "failing_cell": None, "warnings": []}))
+    record = read_record(path)
+    assert record.repeats == [] and record.student is False and record.passed

@@ -60,6 +60,8 @@ def test_graded_cells_get_nbgrader_metadata(make_course):
             lambda s: s.replace("assert f(1) == SCALE", "### BEGIN SOLUTION\nassert f(1) == SCALE\n### END SOLUTION"),
             "only allowed in a cell tagged 'solution'",
         ),
+        (lambda s: s.replace("# English text", "# **Version** 0.9.0 · English text"), "states version 0.9.0"),
+        (lambda s: s.replace("# English text", "# **Version** 0.9.0 · English text"), "field version is "),
         (lambda s: s.replace("# %%", "#"), "not jupytext percent format"),
     ],
 )
@@ -69,3 +71,8 @@ def test_bad_lab_py_names_file_and_cell(make_course, mutation, message):
         read_notebook(lab)
     assert message in str(err.value)
     assert "lab" in str(err.value)
+
+
+def test_a_version_the_prose_states_is_lab_tomls(make_course):
+    lab = lab_with(make_course, GOOD_PY.replace("# English text", "# **Version** 1.0.0 · English text"))
+    assert any("**Version** 1.0.0" in cell.source for cell in read_notebook(lab).cells)

@@ -13,58 +13,19 @@ import contextlib
 import filecmp
 import io
 import json
-import logging
-import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import nbformat
 
 from .catalog import HIDDEN_DATA, LANGUAGES, Lab
-from .errors import ExitCode, InputError, LabError
+from .errors import LabError
+from .grading.nbgrader_compat import nbgrader_config, nbgrader_tools
+from .notebooks import solution_notebook, write_notebook  # noqa: F401 (solution_notebook: hub.spawner imports it here)
 from .source import MARKERS, for_language, read_notebook
 
-CONFIG_FILE = Path("autograder") / "nbgrader_config.py"
-LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
-
-
-def nbgrader_config(root: Path, course: Path, db_url: str | None = None):
-    """The course's nbgrader config with this run's folder and gradebook."""
-    from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
-
-    _interpreter_bin_on_path()
-    from .grading.gradebook import alembic_head_in_process  # nbgrader's workarounds live there
-
-    alembic_head_in_process()
-    config = Config()
-    config_file = root / CONFIG_FILE
-    if config_file.is_file():
-        config.merge(PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config())
-    config.CourseDirectory.root = str(course)
-    config.CourseDirectory.db_url = db_url or f"sqlite:///{course / 'gradebook.db'}"
-    return config
-
-
-def _interpreter_bin_on_path() -> None:
-    """nbgrader runs ``alembic`` by name: make the tools installed beside this Python findable."""
-    bin_dir = str(Path(sys.executable).parent)
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-
-
-def write_notebook(nb, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.validate(nb)
-    with open(path, "w", encoding="utf-8") as fh:
-        nbformat.write(nb, fh)
-
-
-def solution_notebook(lab: Lab, lang: str = "en") -> nbformat.NotebookNode:
-    """The instructor notebook in one language: what ``rocmlab run`` executes."""
-    return for_language(lab, read_notebook(lab), lang)
+LEAK_MARKERS = tuple(marker.removeprefix("### ") for pair in MARKERS.values() for marker in pair)  # however commented
 
 
 def _generate_student(root: Path, lab: Lab, nb, dest: Path) -> None:
@@ -91,14 +52,8 @@ def _generate_student(root: Path, lab: Lab, nb, dest: Path) -> None:
 
 @contextlib.contextmanager
 def _quiet_nbgrader():
-    logger = logging.getLogger("traitlets")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        logger.setLevel(level)
+    with nbgrader_tools(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 def _solution_lines(nb) -> set[str]:
@@ -307,89 +262,3 @@ def drift(root: Path, labs: list[Lab], langs: list[str], out: Path, orphans: boo
                 if folder.is_dir() and folder.name not in known
             ]
         return differences
-
-
-# ------------------------------------------------------------------ rocmlab build
-
-
-def add_arguments(parser) -> None:
-    parser.description = (
-        "Student notebooks from `solutions/` into `labs/<lang>/<id>/` (nbgrader generate_assignment), all or "
-        "nothing. --check: exit 1 listing the files that differ from a fresh build (CI's drift guard). "
-        "--verify: execute solution and student versions in the smoke profile; every graded test must pass "
-        "on the first and fail on the second. --profile gpu --out DIR: notebooks with that profile's "
-        "parameters, for learners on GPUs (never into labs/)."
-    )
-    parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
-    parser.add_argument("--lang", default="all", choices=[*LANGUAGES, "all"], help="default all")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default labs/)")
-    parser.add_argument(
-        "--profile",
-        choices=["smoke", "gpu", "multi-gpu"],
-        help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)",
-    )
-    parser.add_argument(
-        "--check", action="store_true", help="exit 1 listing files when labs/ differs from a fresh build"
-    )
-    parser.add_argument(
-        "--verify",
-        action="store_true",
-        help="execute solution and student versions (smoke profile): every graded test must pass on the "
-        "first and fail on the second",
-    )
-    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs verified at once")
-    parser.add_argument(
-        "--results", metavar="DIR", help="where --verify keeps executed notebooks (default results/verify)"
-    )
-
-
-def main(
-    *,
-    labs=(),
-    lang: str = "all",
-    out: str | None = None,
-    profile: str | None = None,
-    check: bool = False,
-    verify: bool = False,
-    jobs: int = 1,
-    results: str | None = None,
-    root=None,
-) -> int:
-    """Build (or with ``check`` compare) the student notebooks of ``labs``; ``verify`` them after."""
-    from .catalog import discover, select
-    from .root import find_root
-
-    root = find_root(root)
-    chosen = select(discover(root), list(labs))
-    langs = languages(lang)
-    if jobs < 1:
-        raise InputError(f"--jobs: expected a positive number, got {jobs}")
-
-    def say(message: str) -> None:
-        print(message, file=sys.stderr)
-
-    if profile:
-        target = profile_out(root, out, check=check, verify=verify)
-        built = build(root, chosen, langs, target, profile=profile, progress=say)
-        print(f"built {len(built)} notebook folder(s) with the {profile} profile's parameters under {target}")
-        return ExitCode.OK
-    target = Path(out) if out else root / "labs"
-    if check:
-        return _report_drift(drift(root, chosen, langs, target, orphans=not labs), target, len(chosen), langs)
-    built = build(root, chosen, langs, target, progress=say)
-    print(f"built {len(built)} notebook folder(s) under {target}")
-    if verify:
-        from .verify import verify_command
-
-        return verify_command(root, chosen, Path(results or root / "results" / "verify"), jobs)
-    return ExitCode.OK
-
-
-def _report_drift(differences: list[str], out: Path, count: int, langs: list[str]) -> int:
-    for line in differences:
-        print(line)
-    if differences:
-        print(f"{len(differences)} file(s) under {out} differ from the sources: run `rocmlab build`", file=sys.stderr)
-        return ExitCode.FAILED
-    print(f"{out} matches solutions/ ({count} lab(s), {', '.join(langs)})")
-    return ExitCode.OK

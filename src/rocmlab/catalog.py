@@ -16,7 +16,8 @@ from .errors import ExitCode, LabError
 from .root import find_root
 from .schemas import read_toml, validate
 
-PROFILE_NAMES = ("smoke", "gpu", "multi-gpu")
+SMOKE, GPU, MULTI_GPU = "smoke", "gpu", "multi-gpu"
+PROFILE_NAMES = (SMOKE, GPU, MULTI_GPU)  # the profiles schemas/lab.schema.json allows, in this order
 LANGUAGES = ("zh", "en")
 HIDDEN_DATA = "*_hidden.*"  # data files only the hidden checks read: kept from learners' kernels
 
@@ -50,6 +51,7 @@ class Lab:
     requirements: tuple
     profiles: dict
     folder: Path
+    summary: str = ""  # what the learner builds (the README's lab table)
 
     @property
     def source(self) -> Path:
@@ -93,6 +95,7 @@ def parse_lab(folder: Path) -> Lab:
         tuple(data.get("requirements", [])),
         profiles,
         folder,
+        data.get("summary", ""),
     )
 
 

@@ -19,12 +19,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import solution_notebook, write_notebook
-from .catalog import LANGUAGES, Lab, discover
+from .catalog import LANGUAGES, SMOKE, Lab, discover
 from .errors import ExitCode, InputError
 from .grading.cells import grading, mark_unrun_tests, shown_message
 from .grading.preflight import check_model_cache, course_view, model_cache, sandbox_env
 from .grading.submissions import read_notebook, safe_text
+from .notebooks import solution_notebook, write_notebook
 from .papermill_engine import TIMEOUT_ENAME
 from .root import find_root
 from .sandbox import Limits, Sandbox, is_root
@@ -185,7 +185,7 @@ def run_check(
     lab = find_lab(nb, root)
     params, timeout_s, cell_timeout_s = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
     if lab is not None:
-        smoke = lab.profile("smoke")
+        smoke = lab.profile(SMOKE)
         timeout_s, cell_timeout_s = smoke.timeout_s, smoke.cell_timeout_s
         if not keep_params:
             params = smoke.parameters

@@ -26,6 +26,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from . import containers, jobs, processes
+from .catalog import GPU, PROFILE_NAMES
 from .containers import CONTAINER_VARIABLE, DOCKER_RUN
 from .errors import CommandFailed, ExitCode, InputError
 from .matrix import MATRIX_RELATIVE, Entry, Matrix, read_matrix
@@ -386,7 +387,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     docker.add_argument("--check", action="store_true", help="only report Dockerfiles that differ")
     job = sub.add_parser("job", help="one freshness job: build the entry's container, pre-fetch, check, run the labs")
     job.add_argument("name", help="matrix entry, e.g. rocm-10.1 (a CPU entry runs the same job without a GPU)")
-    job.add_argument("--profile", default="gpu", choices=jobs.PROFILES)
+    job.add_argument("--profile", default=GPU, choices=PROFILE_NAMES)
     job.add_argument("--gfx", help="GPU target to build for and expect (default: the entry's runner_gfx)")
     job.add_argument("--labs", nargs="*", default=[], help="only these labs (default: all)")
     job.add_argument("--cache-dir", type=Path, required=True, help="host folder mounted as the model cache volume")

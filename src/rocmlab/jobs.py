@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +31,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import containers
+from .catalog import GPU, PROFILE_NAMES, SMOKE, discover
 from .containers import REPO_MOUNT, RunSpec
 from .errors import CommandFailed
 from .matrix import Entry, MatrixError, read_matrix
 
-PROFILES = ("smoke", "gpu", "multi-gpu")
 DEVICES = (Path("/dev/kfd"), Path("/dev/dri"))  # a ROCm host has both
 TINY_MODEL = "tiny-qwen-zh"
 
@@ -64,17 +63,16 @@ class Job:
 
     @property
     def gpu(self) -> bool:
-        return self.entry.on_gpu and self.profile != "smoke"
+        return self.entry.on_gpu and self.profile != SMOKE
 
 
 def models_for(root: Path, profile: str, labs: tuple[str, ...] = ()) -> list[str]:
     """Every model a profile's labs load (their ``MODEL`` parameter), tiny-qwen-zh first."""
     names = set()
-    for lab_toml in sorted((root / "solutions").glob("*/lab.toml")):
-        if labs and lab_toml.parent.name not in labs:
+    for lab in discover(root):
+        if labs and lab.id not in labs:
             continue
-        data = tomllib.loads(lab_toml.read_text(encoding="utf-8"))
-        params = data.get("profiles", {}).get(profile, {}).get("params", {})
+        params = lab.profiles[profile].params if profile in lab.profiles else {}
         for key, value in params.items():
             if key == "MODEL" or key.endswith("_MODEL"):
                 names.add(str(value))
@@ -82,8 +80,8 @@ def models_for(root: Path, profile: str, labs: tuple[str, ...] = ()) -> list[str
 
 
 def plan(root: Path, name: str, profile: str, gfx: str | None, **options) -> Job:
-    if profile not in PROFILES:
-        raise JobError(f"--profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
+    if profile not in PROFILE_NAMES:
+        raise JobError(f"--profile: expected one of {', '.join(PROFILE_NAMES)}, got {profile!r}")
     entry = read_matrix(root / "env" / "matrix.toml").get(name)
     if entry.kind == "canary" and entry.target != "gpu":
         raise JobError(f"{name} is a CPU canary: it runs in a virtual environment (`rocmlab env create {name}`)")
@@ -139,7 +137,7 @@ def job_command(
     *,
     name: str,
     cache_dir,
-    profile: str = "gpu",
+    profile: str = GPU,
     gfx: str | None = None,
     labs=(),
     results=Path("results"),

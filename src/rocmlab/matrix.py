@@ -116,9 +116,6 @@ class Matrix:
         known = ", ".join(e.name for e in self.entries + self.canaries)
         raise MatrixError(f"{self.path}: no entry named {name!r} (entries: {known})")
 
-    def of_kind(self, kind: str) -> list[Entry]:
-        return [e for e in self.entries + self.canaries if e.kind == kind]
-
 
 # ---------------------------------------------------------------- locating and loading
 

@@ -17,6 +17,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import TypedDict
+
+from .errors import InputError
+from .schemas import validate
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "timeout", "crashed", "skipped", "flaky")
@@ -34,8 +38,33 @@ FINGERPRINT_PACKAGES = (
 IMAGE_VARIABLES = {"image": "ROCMLAB_IMAGE", "image_digest": "ROCMLAB_IMAGE_DIGEST"}  # set by CI's container runs
 
 
+class RecordError(InputError, ValueError):
+    """A result record on disk is not one: the message names the file and the field."""
+
+
+class FailingCell(TypedDict, total=False):
+    index: int | None
+    ename: str
+    evalue: str
+    source: str
+
+
+class Repeat(TypedDict, total=False):
+    """One of the runs of ``run --repeat N``."""
+
+    run: int
+    status: str
+    duration_s: float
+    reason: str
+    failing_cell: FailingCell | None
+    notebook: str
+
+
 @dataclass
-class Record:
+class RunResult:
+    """What one lab run on one environment came to: the fields a result record (``Record``) and a
+    ledger line (``report.history.Run``) share, and what is read from them."""
+
     lab: str
     lab_version: str
     profile: str
@@ -44,13 +73,12 @@ class Record:
     started_at: str
     duration_s: float = 0.0
     reason: str = ""
-    failing_cell: dict | None = None
-    warnings: list = field(default_factory=list)
-    fingerprint: dict = field(default_factory=dict)
-    notebook: str = ""
-    student: bool = False
-    repeats: list = field(default_factory=list)  # with `run --repeat N`: each run's status, reason, failing cell
-    schema: int = SCHEMA
+    failing_cell: FailingCell | None = None
+    warnings: list[dict] = field(default_factory=list)  # rocmlab.deprecations notices
+    fingerprint: dict = field(default_factory=dict)  # see fingerprint()
+    repeats: list[Repeat] = field(
+        default_factory=list
+    )  # with `run --repeat N`: each run's status, reason, failing cell
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -59,6 +87,48 @@ class Record:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def repeats_passed(self) -> int:
+        return sum(r.get("status") == "passed" for r in self.repeats)
+
+    @property
+    def failure(self) -> str:
+        """What went wrong, in one line: the failing cell's error when known, else the reason."""
+        cell = self.failing_cell or {}
+        if cell.get("ename"):
+            evalue = " ".join(str(cell.get("evalue", "")).split())[:200]
+            return f"cell {cell.get('index')}: {cell['ename']}: {evalue}"
+        return " ".join(self.reason.split())[:300]
+
+    @property
+    def python(self) -> str | None:
+        return self.fingerprint.get("python")
+
+    @property
+    def rocm(self) -> str | None:
+        return self.fingerprint.get("rocm")
+
+    @property
+    def os_name(self) -> str | None:
+        return self.fingerprint.get("os")
+
+    @property
+    def gpu_archs(self) -> list[str]:
+        return [g.get("arch") for g in self.fingerprint.get("gpus") or []]
+
+    @property
+    def warning_messages(self) -> set[str]:
+        return {w.get("message") for w in self.warnings}
+
+
+@dataclass
+class Record(RunResult):
+    """A result record, ``results/<env>/<lab>.json``: ``schemas/record.schema.json`` is its JSON form."""
+
+    notebook: str = ""
+    student: bool = False
+    schema: int = SCHEMA
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -79,6 +149,20 @@ def write_json_atomic(path: Path, data) -> None:
 
 def write_record(record: Record, path: Path) -> None:
     write_json_atomic(path, asdict(portable_record(record)))
+
+
+def read_record(path: Path) -> Record:
+    """Load a record; a malformed file raises RecordError (a ValueError) naming the file and the field."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{path}: not a readable JSON result record ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise RecordError(f"{path}: field schema: expected {SCHEMA}, got {data.get('schema')!r}")
+    validate(data, "record", path, RecordError)
+    return Record(**data)
 
 
 # Order matters: a venv's site-packages lies under the repository, the interpreter under home.
@@ -128,26 +212,6 @@ def _portable_value(value, roots):
     if isinstance(value, dict):
         return {k: _portable_value(v, roots) for k, v in value.items()}
     return value
-
-
-def read_record(path: Path) -> Record:
-    """Load a record; a malformed file raises ValueError naming the file and the field."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON result record ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")  # noqa: TRY004 (a malformed file is a value error)
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: field schema: expected {SCHEMA}, got {data.get('schema')!r}")
-    known = Record.__dataclass_fields__
-    missing = [name for name in ("lab", "lab_version", "profile", "env", "status", "started_at") if name not in data]
-    if missing:
-        raise ValueError(f"{path}: missing field {missing[0]}")
-    try:
-        return Record(**{k: v for k, v in data.items() if k in known})
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
 
 
 def _package_version(name: str) -> str | None:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .build import solution_notebook, write_notebook
-from .catalog import HIDDEN_DATA, Lab, Profile
+from .catalog import GPU, HIDDEN_DATA, MULTI_GPU, PROFILE_NAMES, SMOKE, Lab, Profile
 from .errors import CommandFailed, ExitCode, InputError, LabError
 from .execute import Outcome, Spec, parallel_map, run_notebook
 from .harness import harness_options
+from .notebooks import solution_notebook, write_notebook
 from .results import Record, fingerprint, write_record
 
 LOCAL_ENV = "local"
@@ -58,11 +58,11 @@ def env_target(name: str, root: Path | None = None) -> Target:
 def choose_profile(lab: Lab, requested: str, gpus: int) -> tuple[Profile | None, str]:
     """The profile to run and, when the lab must be skipped, why."""
     if requested == "auto":
-        for name in ("multi-gpu", "gpu"):
+        for name in (MULTI_GPU, GPU):
             profile = lab.profiles.get(name)
             if profile and gpus >= max(profile.requires.gpus, 1):
                 return profile, ""
-        return lab.profiles["smoke"], ""
+        return lab.profiles[SMOKE], ""
     if requested not in lab.profiles:
         return None, f"lab has no {requested!r} profile"
     profile = lab.profiles[requested]
@@ -330,7 +330,7 @@ def add_arguments(parser) -> None:
         "`<lab>.run<K>.ipynb`. --env NAME runs in a release-matrix environment made by `rocmlab env create`."
     )
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
-    parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu", "auto"])
+    parser.add_argument("--profile", default=SMOKE, choices=[*PROFILE_NAMES, "auto"])
     parser.add_argument("--lang", default="en", choices=["zh", "en"])
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs run at once")
     parser.add_argument("--out", metavar="DIR", help="results folder (default results/)")
@@ -352,7 +352,7 @@ def add_arguments(parser) -> None:
 def main(
     *,
     labs=(),
-    profile: str = "smoke",
+    profile: str = SMOKE,
     lang: str = "en",
     jobs: int = 1,
     out: str | None = None,

@@ -23,6 +23,7 @@ MARKERS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
 }
+STATED_VERSION = re.compile(r"\*\*(?:Version|版本)\*\*\s*[:：]?\s*v?(\d+(?:\.\d+)+)")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
@@ -77,6 +78,7 @@ def _validate(lab: Lab, nb) -> None:
             seen_ids[grade_id] = index
     _check_parameters(lab, nb)
     _check_language_pairs(lab, nb)
+    _check_stated_version(lab, nb)
 
 
 def _check_markers(lab: Lab, index: int, cell) -> None:
@@ -164,6 +166,19 @@ def _check_language_pairs(lab: Lab, nb) -> None:
             f"{lab.source}: prose comes in zh/en pairs, but there are {counts['zh']} cells "
             f"tagged zh and {counts['en']} tagged en"
         )
+
+
+def _check_stated_version(lab: Lab, nb) -> None:
+    """A version the prose states (``**Version** 1.2.0``, ``**版本** 1.2.0``) is lab.toml's."""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for stated in STATED_VERSION.findall(cell.source):
+            if stated != lab.version:
+                raise LabError(
+                    f"{_where(lab, index, cell)}: states version {stated}, but {lab.folder / 'lab.toml'} "
+                    f"field version is {lab.version}: write {lab.version}"
+                )
 
 
 def nbgrader_metadata(cell) -> dict | None:

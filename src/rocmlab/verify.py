@@ -15,12 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import render_lab, solution_notebook
-from .catalog import Lab
+from .build import render_lab
+from .catalog import SMOKE, Lab
 from .errors import ExitCode
 from .execute import Outcome, parallel_map
 from .grading.cells import cell_points
 from .harness import lab_checks
+from .notebooks import solution_notebook
 from .run import Target, run_lab
 
 
@@ -82,12 +83,12 @@ def verify_lab(root: Path, lab: Lab, target: Target, out: Path, lang: str = "en"
     with tempfile.TemporaryDirectory(prefix="rocmlab-verify-") as tmp:
         student_nb = render_lab(root, lab, lang, Path(tmp) / lab.id)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            sol = pool.submit(run_lab, root, lab, "smoke", target, out / "solution", lang=lang)
+            sol = pool.submit(run_lab, root, lab, SMOKE, target, out / "solution", lang=lang)
             stu = pool.submit(
                 run_lab,
                 root,
                 lab,
-                "smoke",
+                SMOKE,
                 target,
                 out / "student",
                 lang=lang,

@@ -23,7 +23,7 @@ import io
 import json
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -301,10 +301,3 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(text.encode("utf-8", errors="backslashreplace"))
     tmp.replace(path)
-
-
-def as_dict(view: ClassView) -> dict:
-    """The view as plain data (tests, and whoever wants JSON)."""
-    data = asdict(view)
-    data["exercises"] = [{**asdict(e), "mean_points": e.mean_points, "pass_rate": e.pass_rate} for e in view.exercises]
-    return data

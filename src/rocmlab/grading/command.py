@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import processes
-from ..catalog import discover, select
+from ..catalog import PROFILE_NAMES, SMOKE, discover, select
 from ..errors import ExitCode, InputError
 from ..root import find_root
 from ..sandbox import Limits
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # ----
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions executed at once")
-    parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu"])
+    parser.add_argument("--profile", default=SMOKE, choices=PROFILE_NAMES)
     parser.add_argument("--gradebook", metavar="URL", help="SQLAlchemy URL of the gradebook (default: sqlite in --out)")
     parser.add_argument("--out", metavar="DIR", help="output folder (default grades/<lab>/ in the course root)")
     parser.add_argument(
@@ -104,7 +104,7 @@ def main(
     shard_outputs: list[str] = (),
     shard: str | None = None,
     jobs: int = 1,
-    profile: str = "smoke",
+    profile: str = SMOKE,
     gradebook: str | None = None,
     out: str | None = None,
     memory_mb: int | None = None,
@@ -137,7 +137,7 @@ def main(
             print(f"shard {part}: no learner of the {len(everyone)} falls in this shard: {out / 'summary.json'}")
             return ExitCode.OK
     # ----
-    memory_mb = memory_mb if memory_mb is not None else Limits.memory_mb if profile == "smoke" else 0
+    memory_mb = memory_mb if memory_mb is not None else Limits.memory_mb if profile == SMOKE else 0
     limits = Limits(memory_mb=memory_mb, max_processes=max_processes, max_cell_output_kb=max_output_kb)
 
     def say(msg):

@@ -14,15 +14,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..build import solution_notebook, write_notebook
-from ..catalog import HIDDEN_DATA, LANGUAGES, Lab, Profile
+from ..catalog import HIDDEN_DATA, LANGUAGES, SMOKE, Lab, Profile
 from ..errors import CommandFailed
 from ..harness import harness_options, lab_checks
+from ..notebooks import solution_notebook, write_notebook
 from ..results import write_json_atomic
 from ..sandbox import Limits, Sandbox, choose_backend, is_root
 from .cells import cell_points, check_results, grading, read_flags, restore_cells, score_tests
 from .feedback import feedback_html
-from .gradebook import Course, safe_url, shared_gradebook_engines
+from .gradebook import Course, safe_url
+from .nbgrader_compat import shared_gradebook_engines
 from .preflight import check_model_cache, course_view, sandbox_env
 from .submissions import (
     FLAGS,
@@ -128,7 +129,7 @@ def _grade_class(
     submissions: list[Submission],
     out: Path,
     *,
-    profile_name: str = "smoke",
+    profile_name: str = SMOKE,
     jobs: int = 1,
     db_url: str | None = None,
     limits: Limits | None = None,

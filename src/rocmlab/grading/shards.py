@@ -27,9 +27,9 @@ from pathlib import Path
 
 import nbformat
 
-from ..build import solution_notebook
 from ..catalog import discover, select
 from ..errors import CommandFailed, ExitCode, InputError
+from ..notebooks import solution_notebook
 from ..results import write_json_atomic
 from . import analytics
 
@@ -149,7 +149,8 @@ def _safe_component(student: str) -> bool:
 
 def merge(root: Path, outs: list[Path], out: Path, db_url: str | None = None, progress=print) -> dict:
     """Merge the shards' outputs ``outs`` into ``out``; returns the merged summary."""
-    from .gradebook import Course, shared_gradebook_engines
+    from .gradebook import Course
+    from .nbgrader_compat import shared_gradebook_engines
 
     shards = read_shards(outs)
     first = shards[0][1]

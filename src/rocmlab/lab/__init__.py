@@ -16,7 +16,6 @@ _EXPORTS = {
     "time_it": "timing",
     "plot_lines": "plotting",
     "plot_bars": "plotting",
-    "record_figure": "figures",
     "load_qc_reports": "rocmlab.assets.loaders",
     "load_qc_kb": "rocmlab.assets.loaders",
     "qc_taxonomy": "rocmlab.assets.loaders",

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..catalog import Lab, discover
+from ..catalog import GPU, SMOKE, Lab, discover
 from ..errors import InputError, LabError
 from ..root import find_root
 from . import history
@@ -49,15 +49,15 @@ def skipped_runs(specs: list[str], labs: list[Lab], entries: list, context: hist
             raise LabError(f"--skip {spec!r}: expected ENTRY=REASON, e.g. rocm-10.0='no runner picked the job up'")
         if name not in names:
             raise LabError(f"--skip {spec!r}: {name!r} is not a matrix entry ({', '.join(names)})")
-        profile = "gpu" if names[name].kind == "rocm" else "smoke"
+        profile = GPU if names[name].kind == "rocm" else SMOKE
         runs += [
             history.Run(
-                lab.id,
-                lab.version,
-                name,
-                profile,
-                "skipped",
-                now,
+                lab=lab.id,
+                lab_version=lab.version,
+                env=name,
+                profile=profile,
+                status="skipped",
+                started_at=now,
                 reason=reason.strip(),
                 commit=context.commit,
                 run_url=context.run_url,
@@ -130,7 +130,13 @@ def main(
     report.problems = problems + ledger_problems + result_problems + upstream_problems
     diffs = diff_runs(runs, freezes, only={(r.lab, r.env) for r in new} if new else None)
     if stamp:
-        _stamp(report, new, root, entries)
+        # What the repository shows is the matrix's: runs elsewhere (local) are printed, never committed.
+        names = {e.name for e in entries}
+        committed = build(
+            labs, [r for r in runs if r.env in names], entries, window_days=window, upstream=newer, freezes=freezes
+        )
+        committed.problems = report.problems
+        _stamp(committed, new, root, entries)
     if github_summary:
         _append_step_summary(to_summary(report, diff_markdown(diffs)))
     _write(_render(report, diffs, format, diff, Path(output) if output else None), Path(output) if output else None)

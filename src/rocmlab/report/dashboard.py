@@ -2,8 +2,7 @@
 
 Rendered from ``rocmlab/templates/dashboard.html.j2`` (jinja2, autoescaped). The matrix is
 coloured by verdict; each lab has a plot of its runs (duration per run and environment, pass or
-fail marked) and, where the lab records them (``lab.record_figure``), its measured figures over
-time; links lead to each run's CI logs and executed notebook. Plots are PNGs drawn with
+fail marked); links lead to each run's CI logs and executed notebook. Plots are PNGs drawn with
 matplotlib and embedded as data URIs, so the file needs nothing else.
 """
 
@@ -68,7 +67,6 @@ def _row_view(row: LabRow, report: Freshness, relative_to: Path | None) -> dict:
         "last_pass": row.last_pass,
         "last_run": row.last_run,
         "history_plot": history_plot(runs) if runs else None,
-        "figures_plot": figures_plot(runs),
         "recent": [{"run": r, "links": links(r, relative_to)} for r in reversed(runs[-RECENT_RUNS:])],
         "warnings": [{**w, "removal_text": removal_text(w)} for w in row.warnings],
     }
@@ -108,30 +106,5 @@ def history_plot(runs: list[Run]) -> str:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", frameon=False)
     ax.tick_params(labelsize=7)
-    figure.autofmt_xdate()
-    return _png(figure)
-
-
-def figures_plot(runs: list[Run]) -> str | None:
-    """The figures the lab recorded, one panel per figure, one line per environment; None when there are none."""
-    names = sorted({f["name"] for r in runs for f in r.figures})
-    if not names:
-        return None
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(6.4, 1.7 * len(names)))
-    axes = figure.subplots(len(names), 1, squeeze=False)[:, 0]
-    for ax, name in zip(axes, names):
-        unit = ""
-        for env, env_runs in _by_env(runs).items():
-            points = [(_when(r), f) for r in env_runs for f in r.figures if f["name"] == name]
-            if points:
-                unit = points[-1][1].get("unit", "") or unit
-                ax.plot([p[0] for p in points], [p[1]["value"] for p in points], marker="o", markersize=4, label=env)
-        ax.set_title(name, fontsize=8)
-        ax.set_ylabel(unit, fontsize=7)
-        ax.grid(True, alpha=0.3)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7, frameon=False)
     figure.autofmt_xdate()
     return _png(figure)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .history import FreezeStore, Run
-from .verdict import FAILING, failure_text, package_changes
+from .verdict import FAILING, package_changes
 
 # A cell "got much slower" when it took at least this many times as long, and this many seconds more.
 SLOWER_RATIO = 1.5
@@ -47,14 +47,15 @@ def compare(before: Run, after: Run, freezes: FreezeStore) -> PairDiff:
     diff = PairDiff(after.lab, after.env, before, after)
     bad = (*FAILING, "flaky")
     if before.passed and after.status in bad:
-        diff.status = f"newly {after.status}: {failure_text(after)}"
+        diff.status = f"newly {after.status}: {after.failure}"
     elif before.status in bad and after.passed:
-        diff.status = f"fixed (was {before.status}: {failure_text(before)})"
+        diff.status = f"fixed (was {before.status}: {before.failure})"
     elif before.status != after.status:
         diff.status = f"{before.status} → {after.status}" + (f": {after.reason}" if after.reason else "")
-    old_messages = {w.get("message") for w in before.warnings}
     diff.new_warnings = [
-        f"{w.get('category')}: {w.get('message')}" for w in after.warnings if w.get("message") not in old_messages
+        f"{w.get('category')}: {w.get('message')}"
+        for w in after.warnings
+        if w.get("message") not in before.warning_messages
     ]
     diff.packages = package_changes(before, after, freezes)
     diff.environment = _environment_changes(before, after)
@@ -66,12 +67,14 @@ def compare(before: Run, after: Run, freezes: FreezeStore) -> PairDiff:
 
 def _environment_changes(before: Run, after: Run) -> list[str]:
     changes = []
-    for key, name in (("python", "Python"), ("rocm", "ROCm"), ("os", "OS")):
-        old, new = before.fingerprint.get(key), after.fingerprint.get(key)
+    for name, old, new in (
+        ("Python", before.python, after.python),
+        ("ROCm", before.rocm, after.rocm),
+        ("OS", before.os_name, after.os_name),
+    ):
         if old != new:
             changes.append(f"{name} {old or '(none)'} → {new or '(none)'}")
-    old_gpus = [g.get("arch") for g in before.fingerprint.get("gpus") or []]
-    new_gpus = [g.get("arch") for g in after.fingerprint.get("gpus") or []]
+    old_gpus, new_gpus = before.gpu_archs, after.gpu_archs
     if old_gpus != new_gpus:
         changes.append(f"GPUs {', '.join(old_gpus) or '(none)'} → {', '.join(new_gpus) or '(none)'}")
     if before.image_digest != after.image_digest and (before.image_digest or after.image_digest):

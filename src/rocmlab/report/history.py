@@ -3,8 +3,7 @@
 ``ci/history/<env>.jsonl`` holds every run of every lab on one matrix entry: the result (status,
 failing cell, traceback tail, warnings, repeats), where it ran (the environment fingerprint,
 the image digest, the hash of its ``pip freeze``), what ran (repository commit, hash of the
-lab's source), how long each cell took (papermill's cell metadata), the figures the lab
-recorded, and the CI run's URL. Whole freezes are stored once each, as
+lab's source), how long each cell took (papermill's cell metadata), and the CI run's URL. Whole freezes are stored once each, as
 ``ci/history/freeze/<sha256>.txt``. Lines are only ever added, never rewritten.
 """
 
@@ -19,8 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..lab.figures import FIGURE_MIME
-from ..results import Record, freeze_hash, portable, portable_record, read_record
+from ..results import Record, RunResult, freeze_hash, portable, portable_record, read_record
 
 HISTORY = Path("ci") / "history"
 FREEZE = "freeze"
@@ -30,29 +28,16 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass
-class Run:
-    """One lab run as the ledger keeps it."""
+class Run(RunResult):
+    """One lab run as the ledger keeps it: a record's result, what its notebook showed, where it ran."""
 
-    lab: str
-    lab_version: str
-    env: str
-    profile: str
-    status: str
-    started_at: str
-    duration_s: float = 0.0
-    reason: str = ""
-    failing_cell: dict | None = None
     traceback_tail: str = ""
-    repeats: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    fingerprint: dict = field(default_factory=dict)
     freeze_sha256: str | None = None
     image_digest: str | None = None
     commit: str | None = None
     dirty: bool = False
     lab_source_sha256: str | None = None
     cells: list = field(default_factory=list)  # code cells: {"index", "label", "duration_s"}
-    figures: list = field(default_factory=list)  # {"name", "value", "unit"}
     run_url: str | None = None
     notebook: str | None = None  # "<env>/<lab>.ipynb" inside the results folder (CI: the results-<env> artifact)
     schema: int = SCHEMA
@@ -63,10 +48,6 @@ class Run:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.lab, self.env, self.started_at)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
 
     def to_json(self) -> str:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _TRANSIENT}
@@ -162,7 +143,7 @@ def run_from_record(record: Record, results: Path, context: Context) -> Run:
     installed = fingerprint.pop("freeze", None)
     freeze_sha = fingerprint.pop("freeze_sha256", None) or (freeze_hash(installed) if installed else None)
     notebook = results / record.env / record.notebook if record.notebook else None
-    cells, figures, traceback = read_notebook(notebook) if notebook and notebook.is_file() else ([], [], "")
+    cells, traceback = read_notebook(notebook) if notebook and notebook.is_file() else ([], "")
     return Run(
         lab=record.lab,
         lab_version=record.lab_version,
@@ -183,7 +164,6 @@ def run_from_record(record: Record, results: Path, context: Context) -> Run:
         dirty=context.dirty,
         lab_source_sha256=context.lab_source_sha256(record.lab),
         cells=cells,
-        figures=figures,
         run_url=context.run_url,
         notebook=f"{record.env}/{record.notebook}" if record.notebook else None,
         freeze=installed,
@@ -191,13 +171,13 @@ def run_from_record(record: Record, results: Path, context: Context) -> Run:
     )
 
 
-def read_notebook(path: Path) -> tuple[list, list, str]:
-    """Per code cell its papermill duration, the figures the lab recorded, the last error's traceback tail."""
+def read_notebook(path: Path) -> tuple[list, str]:
+    """Per code cell its papermill duration, and the last error's traceback tail."""
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return [], [], ""
-    cells, figures, traceback = [], [], ""
+        return [], ""
+    cells, traceback = [], ""
     for index, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
@@ -205,13 +185,10 @@ def read_notebook(path: Path) -> tuple[list, list, str]:
         if isinstance(duration, int | float):
             cells.append({"index": index, "label": _cell_label(cell), "duration_s": round(duration, 3)})
         for out in cell.get("outputs", []):
-            figure = (out.get("data") or {}).get(FIGURE_MIME)
-            if isinstance(figure, dict) and {"name", "value"} <= set(figure):
-                figures.append({"name": figure["name"], "value": figure["value"], "unit": figure.get("unit", "")})
             if out.get("output_type") == "error":
                 lines = ANSI.sub("", "\n".join(out.get("traceback", []))).strip().splitlines()
                 traceback = "\n".join(lines[-TRACEBACK_LINES:])
-    return cells, figures, traceback
+    return cells, traceback
 
 
 def _cell_label(cell: dict) -> str:

@@ -45,7 +45,7 @@ def cell_text(cell: Cell, row: LabRow, icons: bool = True) -> str:
     run = cell.last_pass if cell.verdict in ("verified", "outdated") else cell.last_run
     text = f"{ICONS.get(cell.verdict, '') if icons else ''} {cell.verdict}".strip()
     if cell.verdict == "flaky" and run is not None and run.repeats:
-        text += f" {sum(r.get('status') == 'passed' for r in run.repeats)}/{len(run.repeats)}"
+        text += f" {run.repeats_passed}/{len(run.repeats)}"
     elif run is not None and cell.verdict not in ("skipped", "never run", "stale"):
         text += f" {run.duration_s:.0f}s"
     if run is not None and run.lab_version != row.lab.version:

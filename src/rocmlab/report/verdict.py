@@ -164,11 +164,13 @@ def judge(lab: Lab, column: Column, runs: list[Run], now: dt.datetime, window_da
         return cell
     latest = attempted[-1]
     if latest.status in FAILING:
-        cell.verdict, cell.detail = "failing", failure_text(latest)
+        cell.verdict, cell.detail = "failing", latest.failure
         cell.changed_since_pass = package_changes(last_pass, latest, freezes) if last_pass else []
     elif latest.status == "flaky":
-        passed = sum(r.get("status") == "passed" for r in latest.repeats)
-        cell.verdict, cell.detail = "flaky", f"{passed}/{len(latest.repeats)} runs passed; {failure_text(latest)}"
+        cell.verdict, cell.detail = (
+            "flaky",
+            f"{latest.repeats_passed}/{len(latest.repeats)} runs passed; {latest.failure}",
+        )
     else:
         _judge_pass(cell, column, latest, current[-1], now, window_days, freezes)
     return cell
@@ -191,14 +193,6 @@ def _judge_pass(cell: Cell, column: Column, passed: Run, latest: Run, now, windo
         cell.verdict, cell.detail = "skipped", f"{latest.reason} ({why})"
     else:
         cell.verdict, cell.detail = "stale", why
-
-
-def failure_text(run: Run) -> str:
-    cell = run.failing_cell or {}
-    if cell.get("ename"):
-        evalue = " ".join(str(cell.get("evalue", "")).split())[:200]
-        return f"cell {cell.get('index')}: {cell['ename']}: {evalue}"
-    return " ".join(run.reason.split())[:300]
 
 
 # ---------------------------------------------------------------- pins
@@ -226,7 +220,7 @@ def _same_series(recorded: str, pinned: str) -> bool:
 def pins_differ(run: Run, entry, packages: dict[str, str]) -> list[str]:
     """How the run's environment differs from what the entry pins; empty when it is exactly that."""
     differ = []
-    python = run.fingerprint.get("python") or ""
+    python = run.python or ""
     if entry.python and not _same_series(python, entry.python):
         differ.append(f"Python {python or 'not recorded'} (pinned {entry.python})")
     if entry.kind == "cpu":
@@ -245,7 +239,7 @@ def pins_differ(run: Run, entry, packages: dict[str, str]) -> list[str]:
     torch = packages.get("torch")
     if torch is None or not _same_version(torch, entry.pytorch):
         differ.append(f"torch {torch or 'not recorded'} (pinned {entry.pytorch})")
-    rocm = run.fingerprint.get("rocm")
+    rocm = run.rocm
     if not rocm or not _same_series(rocm, entry.rocm):
         differ.append(f"ROCm {rocm or 'not recorded'} (pinned {entry.rocm})")
     return differ

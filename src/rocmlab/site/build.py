@@ -21,14 +21,14 @@ from pathlib import Path
 import jinja2
 import nbformat
 
-from ..catalog import Lab, discover, select
+from ..catalog import LANGUAGES, Lab, discover, select
 from ..errors import InputError
+from ..source import MARKERS
 from .launch import LaunchConfig
 
-LANGUAGES = ("zh", "en")
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "site"
 # What nbgrader's release must have removed: a page holding one of these would publish answers.
-FORBIDDEN = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+FORBIDDEN = tuple(marker for pair in MARKERS.values() for marker in pair)
 VERDICT_TEXT = {
     "fresh": {"zh": "已验证（新鲜）", "en": "fresh"},
     "stale": {"zh": "待重新验证", "en": "stale"},

@@ -1,0 +1,92 @@
+"""``rocmlab build``: the command around ``build`` (student notebooks, ``--check``, ``--profile``)
+and ``verify`` (``--verify``), which runs what ``build`` renders; kept apart so that neither
+module imports the other's caller."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .build import build, drift, languages, profile_out
+from .catalog import LANGUAGES, PROFILE_NAMES, discover, select
+from .errors import ExitCode, InputError
+from .root import find_root
+from .verify import verify_command
+
+
+def add_arguments(parser) -> None:
+    parser.description = (
+        "Student notebooks from `solutions/` into `labs/<lang>/<id>/` (nbgrader generate_assignment), all or "
+        "nothing. --check: exit 1 listing the files that differ from a fresh build (CI's drift guard). "
+        "--verify: execute solution and student versions in the smoke profile; every graded test must pass "
+        "on the first and fail on the second. --profile gpu --out DIR: notebooks with that profile's "
+        "parameters, for learners on GPUs (never into labs/)."
+    )
+    parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
+    parser.add_argument("--lang", default="all", choices=[*LANGUAGES, "all"], help="default all")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default labs/)")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILE_NAMES,
+        help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 listing files when labs/ differs from a fresh build"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="execute solution and student versions (smoke profile): every graded test must pass on the "
+        "first and fail on the second",
+    )
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs verified at once")
+    parser.add_argument(
+        "--results", metavar="DIR", help="where --verify keeps executed notebooks (default results/verify)"
+    )
+
+
+def main(
+    *,
+    labs=(),
+    lang: str = "all",
+    out: str | None = None,
+    profile: str | None = None,
+    check: bool = False,
+    verify: bool = False,
+    jobs: int = 1,
+    results: str | None = None,
+    root=None,
+) -> int:
+    """Build (or with ``check`` compare) the student notebooks of ``labs``; ``verify`` them after."""
+    root = find_root(root)
+    chosen = select(discover(root), list(labs))
+    langs = languages(lang)
+    if jobs < 1:
+        raise InputError(f"--jobs: expected a positive number, got {jobs}")
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    if profile:
+        target = profile_out(root, out, check=check, verify=verify)
+        built = build(root, chosen, langs, target, profile=profile, progress=say)
+        print(f"built {len(built)} notebook folder(s) with the {profile} profile's parameters under {target}")
+        return ExitCode.OK
+    target = Path(out) if out else root / "labs"
+    if check:
+        return _report_drift(drift(root, chosen, langs, target, orphans=not labs), target, len(chosen), langs)
+    built = build(root, chosen, langs, target, progress=say)
+    print(f"built {len(built)} notebook folder(s) under {target}")
+    if verify:
+        return verify_command(root, chosen, Path(results or root / "results" / "verify"), jobs)
+    return ExitCode.OK
+
+
+def _report_drift(differences: list[str], out: Path, count: int, langs: list[str]) -> int:
+    for line in differences:
+        print(line)
+    if differences:
+        print(f"{len(differences)} file(s) under {out} differ from the sources: run `rocmlab build`", file=sys.stderr)
+        return ExitCode.FAILED
+    print(f"{out} matches solutions/ ({count} lab(s), {', '.join(langs)})")
+    return ExitCode.OK

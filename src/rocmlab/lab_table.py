@@ -1,0 +1,69 @@
+"""The README's table of labs, generated from each lab's ``lab.toml`` so that adding a lab
+touches only its own folder.
+
+    python -m rocmlab.lab_table README.md          # rewrite the table between the markers
+    python -m rocmlab.lab_table --check README.md  # exit 1 when the table is not in step
+
+One row per lab under ``solutions/``: its id, its Chinese title and its ``summary`` (what the
+learner builds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .catalog import Lab, discover
+from .errors import LabError
+from .root import find_root
+
+START, END = "<!-- labs:start -->", "<!-- labs:end -->"
+
+
+def table(labs: list[Lab]) -> str:
+    lines = ["| id | 实验 | what the learner builds |", "| --- | --- | --- |"]
+    for lab in labs:
+        if not lab.summary:
+            raise LabError(f"{lab.folder / 'lab.toml'}: missing field summary (what the learner builds, one line)")
+        lines.append(f"| {lab.id} | {_cell(lab.title['zh'])} | {_cell(lab.summary)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # a pipe would end the Markdown table cell
+
+
+def stamped(readme_text: str, labs: list[Lab], readme: Path) -> str:
+    """``readme_text`` with the table between the markers replaced by one made from ``labs``."""
+    if START not in readme_text or END not in readme_text:
+        raise LabError(f"{readme}: add the markers {START} and {END} where the lab table goes")
+    head, rest = readme_text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{table(labs)}{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = argparse.ArgumentParser(prog="python -m rocmlab.lab_table", description=__doc__.splitlines()[0])
+    options.add_argument("readme", type=Path)
+    options.add_argument("--check", action="store_true", help="only report whether the table is in step")
+    options.add_argument("--root", help="the course repository (default: found from the working directory)")
+    args = options.parse_args(argv)
+    try:
+        text = args.readme.read_text(encoding="utf-8")
+        new = stamped(text, discover(find_root(args.root)), args.readme)
+    except (OSError, LabError) as exc:
+        print(f"python -m rocmlab.lab_table: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if new != text:
+            print(f"{args.readme}: the lab table is not in step: run python -m rocmlab.lab_table {args.readme}")
+            return 1
+        return 0
+    if new != text:
+        args.readme.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
