@@ -78,7 +78,7 @@ def main(
     from .live_queue import LiveQueue
 
     if not queue or not Path(queue).is_file():
-        raise InputError(f"--queue {queue}: expected the live queue file (the hub's DATA/live/queue.sqlite)")
+        raise InputError(f"{queue}: expected the live queue file (the hub's DATA/live/queue.sqlite)")
     live = LiveQueue(queue)
     if action == "status":
         print(json.dumps(live.counts()))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import processes
 from ..catalog import discover, select
-from ..errors import CommandFailed
+from ..errors import CommandFailed, InputError
 from .grader import grade_class
 from .live_queue import Attempt, CheckOutcome, GradeResult, LeaseLost, LiveQueue, new_worker_id
 from .submissions import StudentResult, Submission
@@ -84,7 +84,7 @@ class HttpQueue:
 
     def __init__(self, url: str, token: str, scratch: Path, timeout_s: float = 30):
         if not token:
-            raise CommandFailed("--service needs the worker token (ROCMLAB_LIVE_WORKER_TOKEN)")
+            raise InputError("--service needs the worker token (ROCMLAB_LIVE_WORKER_TOKEN)")
         self.url, self.token, self.scratch, self.timeout_s = url.rstrip("/") + "/", token, scratch, timeout_s
 
     def _post(self, path: str, body: dict) -> tuple[int, dict | None]:
@@ -227,10 +227,10 @@ class Worker:
 
 def open_queue(queue_path: str | None, service: str | None, token: str, scratch: Path):
     if bool(queue_path) == bool(service):
-        raise CommandFailed("live worker: give either --queue FILE (this server) or --service URL (Kubernetes)")
+        raise InputError("live worker: give either --queue FILE (this server) or --service URL (Kubernetes)")
     if queue_path:
         if not Path(queue_path).is_file():
-            raise CommandFailed(f"--queue {queue_path}: no live queue there (the live service makes it at hub start)")
+            raise InputError(f"--queue {queue_path}: no live queue there (the live service makes it at hub start)")
         return LiveQueue(queue_path)
     return HttpQueue(service, token, scratch)
 
