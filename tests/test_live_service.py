@@ -128,11 +128,21 @@ class LiveServiceTest(AsyncHTTPTestCase):
         assert code == 200 and done["state"] == "graded" and done["score"] == 1
         assert self.call("POST", "api/worker/claim", "w" * 32, {"worker": "w1"}, auth="Bearer")[0] == 204
 
-    def test_the_learner_page_lists_the_failed_rules(self):
+    def test_the_learner_page_grades_the_assignment_lists_submission_and_shows_what_is_left(self):
         learner_submits(self.exchange, "ana", "01-pass", "2026-12-02 03:00:00.000001 UTC")
-        self.call("POST", "api/submit", "ana-token", {"lab": "01-pass"})
         code, page = self.call("GET", "?lang=zh", "ana-token")
-        assert code == 200 and "你的提交" in page and "排队中" in page
+        assert code == 200 and "你的提交" in page and "本小时还可提交 2 / 2 次" in page and 'name="_xsrf"' in page
+        response = self.fetch(
+            PREFIX + "?lang=zh", method="POST", headers={"Authorization": "token ana-token"}, body="lab=01-pass"
+        )
+        page = response.body.decode()
+        assert response.code == 200 and "排队中" in page and "本小时还可提交 1 / 2 次" in page
+        response = self.fetch(PREFIX, method="POST", headers={"Authorization": "token bo-token"}, body="lab=01-pass")
+        assert response.code == 404 and "no submission of 01-pass by bo" in response.body.decode()
+
+    def test_a_form_post_without_a_token_needs_the_xsrf_field(self):
+        response = self.fetch(PREFIX, method="POST", body="lab=01-pass", follow_redirects=False)
+        assert response.code == 403
 
 
 def test_settings_name_what_is_missing_or_wrong():
