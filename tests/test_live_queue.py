@@ -199,3 +199,17 @@ def test_a_stopping_worker_gives_its_attempt_back_at_once(tmp_path):
     assert again.id == attempt.id and again.tries == 1
     done = queue.complete(again.id, "w2", GradeResult(0.0, 1.0, notes=["the test cell t-1 was edited"]))
     assert done.notes == ["the test cell t-1 was edited"]
+
+
+def test_live_seeds_writes_what_rocmlab_grade_seeds_reads(tmp_path, capsys):
+    from rocmlab.cli import main
+    from rocmlab.grading.command import recorded_seeds
+
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    ana = queue.submit("ana", "00-test", "t1", "/s").seed
+    queue.submit("bo", "01-other", "t1", "/s")
+    out = tmp_path / "seeds.json"
+    assert main(["live", "seeds", "00-test", "--queue", str(tmp_path / "q.sqlite"), "--out", str(out)]) == 0
+    assert recorded_seeds(out) == {"ana": ana}
+    assert main(["live", "status", "--queue", str(tmp_path / "q.sqlite")]) == 0
+    assert '"queued": 2' in capsys.readouterr().out
