@@ -1,0 +1,471 @@
+"""The live workshop's durable queue of attempts: one SQLite file in WAL mode, on one server.
+
+This is the contract the live service, the grading workers and the instructor's pages build on.
+
+An **attempt** is one submission of one lab by one learner. Its life:
+
+``queued`` --claim--> ``grading`` --complete--> ``graded``
+                         |  \\--fail-----------> ``failed``   (the grader could not grade it)
+                         \\--lease expires-----> claimable again; after ``max_tries`` claims
+                                                 whose leases all ran out: ``failed``
+
+Guarantees (each held by one SQL statement in an IMMEDIATE transaction, so they hold across
+processes sharing the file):
+
+- **Durable.** ``submit`` returns only after the row is committed (``synchronous=FULL``): a crash of
+  the service or of a worker after that loses no submission.
+- **Idempotent submit.** (learner, lab, submitted_at) is unique: submitting it again returns the
+  attempt already there (in whatever state it is), never a second one; ``Attempt.duplicate`` says so.
+- **Leases.** ``claim`` hands the oldest queued attempt (or one whose lease ran out: its worker died)
+  to one worker until ``lease_until``; ``renew`` extends it while the grading runs.
+- **Graded once.** ``complete`` and ``fail`` write only while that worker still holds the attempt
+  (state ``grading``, ``worker`` = it): once another worker has claimed it after the lease ran
+  out, the first worker's late result is refused (``LeaseLost``), so every attempt has exactly one
+  recorded result. A lease that ran out but was not yet claimed by anyone is still held.
+- **Seeds.** ``seed(learner, lab)`` is drawn once per learner and lab and kept: every attempt of a
+  learner is graded on the same variant of the hidden checks, and the instructor's final
+  ``rocmlab grade --seeds`` (``seeds_summary``) regrades with it, so batch and live scores agree.
+- **Rate limit.** ``submissions_since(learner, lab, t)`` counts the attempts the server received
+  (``queued_at``, the server's clock, not the learner's) since ``t``; duplicates are not new rows.
+
+Times are seconds since the epoch (UTC, floats); ``submitted_at`` is the submission's own time as
+collected (an ISO 8601 text in UTC, the file system's newest ctime in it: no learner can set it back).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+State = Literal["queued", "grading", "graded", "failed"]
+STATES: tuple[str, ...] = ("queued", "grading", "graded", "failed")
+BUSY_TIMEOUT_S = 30.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    learner TEXT NOT NULL,
+    lab TEXT NOT NULL,
+    submitted_at TEXT NOT NULL,
+    source TEXT NOT NULL,
+    lang TEXT NOT NULL DEFAULT 'en',
+    state TEXT NOT NULL DEFAULT 'queued',
+    queued_at REAL NOT NULL,
+    worker TEXT,
+    lease_until REAL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    started_at REAL,
+    finished_at REAL,
+    score REAL,
+    max_score REAL,
+    checks TEXT NOT NULL DEFAULT '[]',
+    flags TEXT NOT NULL DEFAULT '[]',
+    notes TEXT NOT NULL DEFAULT '[]',
+    seed INTEGER,
+    error TEXT NOT NULL DEFAULT '',
+    UNIQUE (learner, lab, submitted_at)
+);
+CREATE INDEX IF NOT EXISTS attempts_state ON attempts (state, lease_until, id);
+CREATE INDEX IF NOT EXISTS attempts_learner ON attempts (learner, lab, queued_at);
+CREATE TABLE IF NOT EXISTS seeds (
+    learner TEXT NOT NULL,
+    lab TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    PRIMARY KEY (learner, lab)
+);
+"""
+
+
+class QueueError(RuntimeError):
+    """The queue file cannot be used; the message names it."""
+
+
+class RateLimited(QueueError):
+    """A learner reached the submissions allowed per lab in the window; ``retry_at`` (epoch seconds)
+    is when the oldest of them leaves it."""
+
+    def __init__(self, message: str, retry_at: float):
+        super().__init__(message)
+        self.retry_at = retry_at
+
+
+class LeaseLost(QueueError):
+    """A worker wrote a result for an attempt it no longer holds (another worker claimed it after its
+    lease ran out, or it was already completed): the result is dropped."""
+
+
+@dataclass
+class CheckOutcome:
+    """One hidden check of one attempt, as the learner and the instructor see it."""
+
+    grade_id: str  # the test cell (nbgrader grade id) the check scores
+    check: str  # the check's name in checks.py
+    passed: bool
+    points: float
+    max_points: float
+    message: dict[str, str] = field(default_factory=dict)  # lang -> the rule, as the learner reads it
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckOutcome:
+        return cls(
+            grade_id=str(data["grade_id"]),
+            check=str(data["check"]),
+            passed=bool(data["passed"]),
+            points=float(data["points"]),
+            max_points=float(data["max_points"]),
+            message={str(k): str(v) for k, v in dict(data.get("message") or {}).items()},
+        )
+
+
+@dataclass
+class GradeResult:
+    """What a worker hands to ``complete``."""
+
+    score: float
+    max_score: float
+    checks: list[CheckOutcome] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # rocmlab grade's flags (tampered, timeout, ...)
+    seed: int | None = None
+    lang: str | None = None  # the language the submitted notebook is in (None: keep the submit's)
+    notes: list[str] = field(default_factory=list)  # why a flag was raised (the notebook was edited, ...)
+
+
+@dataclass
+class Attempt:
+    id: int
+    learner: str
+    lab: str
+    submitted_at: str
+    state: State
+    worker: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    score: float | None = None
+    max_score: float | None = None
+    checks: list[CheckOutcome] = field(default_factory=list)
+    error: str = ""
+    source: str = ""  # the service's own copy of the submitted folder (never the learner's folder)
+    lang: str = "en"
+    queued_at: float = 0.0
+    lease_until: float | None = None
+    tries: int = 0  # claims so far (a claim whose worker died counts)
+    flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seed: int | None = None
+    duplicate: bool = False  # set by ``submit`` when this (learner, lab, submitted_at) was already there
+
+    @property
+    def failed_checks(self) -> list[CheckOutcome]:
+        return [c for c in self.checks if not c.passed]
+
+    def to_json(self, *, private: bool = True) -> dict:
+        """A JSON-ready dict; ``private=False`` leaves out what only the service needs (source, worker, lease)."""
+        data = asdict(self)
+        if not private:
+            for key in ("source", "worker", "lease_until", "seed"):
+                data.pop(key)
+        return data
+
+
+def _attempt(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        id=row["id"],
+        learner=row["learner"],
+        lab=row["lab"],
+        submitted_at=row["submitted_at"],
+        state=row["state"],
+        worker=row["worker"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        score=row["score"],
+        max_score=row["max_score"],
+        checks=[CheckOutcome.from_dict(c) for c in json.loads(row["checks"])],
+        error=row["error"],
+        source=row["source"],
+        lang=row["lang"],
+        queued_at=row["queued_at"],
+        lease_until=row["lease_until"],
+        tries=row["tries"],
+        flags=json.loads(row["flags"]),
+        notes=json.loads(row["notes"]),
+        seed=row["seed"],
+    )
+
+
+class LiveQueue:
+    """The queue in the SQLite file ``path`` (made with its folder, mode 700, if missing).
+
+    Every method opens its own short transaction, so one ``LiveQueue`` may be used from several
+    threads (one connection per call) and several processes may share the file. ``clock`` gives the
+    time (tests pass a fake one); ``max_tries`` claims whose leases all ran out fail the attempt
+    (a submission that kills every worker that grades it stops there).
+    """
+
+    def __init__(self, path: Path | str, *, clock=time.time, max_tries: int = 3):
+        self.path = Path(path)
+        self.clock = clock
+        if max_tries < 1:
+            raise QueueError(f"max_tries must be 1 or more, got {max_tries}")
+        self.max_tries = max_tries
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            db = self._connect()
+            try:
+                db.executescript(SCHEMA)  # each statement its own transaction; IF NOT EXISTS: safe to race
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise QueueError(f"{self.path}: not a usable live queue: {exc}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        return db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """An IMMEDIATE transaction (the write lock taken at once: no two claimers read the same row
+        as free), committed on leaving, rolled back on an exception."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    def _read(self, sql: str, args=()) -> list[sqlite3.Row]:
+        db = self._connect()
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ the service
+
+    def submit(
+        self,
+        learner: str,
+        lab: str,
+        submitted_at: str,
+        source: str,
+        lang: str = "en",
+        *,
+        limit: tuple[int, float] | None = None,
+    ) -> Attempt:
+        """Queue a submission (``source``: the service's copy of it); the attempt, new or (the same
+        learner, lab and submitted_at again) the one already there with ``duplicate=True``.
+        ``limit=(n, window_s)``: RateLimited, nothing queued, if the learner already has ``n``
+        attempts at the lab received in the last ``window_s`` seconds (checked in the same
+        transaction as the insert: concurrent submits cannot both slip under it)."""
+        for name, value in (("learner", learner), ("lab", lab), ("submitted_at", submitted_at), ("source", source)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"submit: {name} must be a non-empty text, got {value!r}")
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT * FROM attempts WHERE learner = ? AND lab = ? AND submitted_at = ?",
+                (learner, lab, submitted_at),
+            ).fetchone()
+            if row is not None:
+                attempt = _attempt(row)
+                attempt.duplicate = True
+                return attempt
+            if limit is not None:
+                self._check_limit(db, learner, lab, *limit)
+            seed = self._seed(db, learner, lab)
+            cursor = db.execute(
+                "INSERT INTO attempts (learner, lab, submitted_at, source, lang, queued_at, seed) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (learner, lab, submitted_at, source, lang, self.clock(), seed),
+            )
+            return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (cursor.lastrowid,)).fetchone())
+
+    def _check_limit(self, db: sqlite3.Connection, learner: str, lab: str, count: int, window_s: float) -> None:
+        since = self.clock() - window_s
+        times = [
+            row[0]
+            for row in db.execute(
+                "SELECT queued_at FROM attempts WHERE learner = ? AND lab = ? AND queued_at > ? ORDER BY queued_at",
+                (learner, lab, since),
+            )
+        ]
+        if len(times) >= count:
+            retry_at = times[len(times) - count] + window_s
+            raise RateLimited(
+                f"{learner} submitted {lab} {len(times)} times in the last {window_s / 60:g} minutes "
+                f"(at most {count}): next submission possible in {max(0, retry_at - self.clock()):.0f} s",
+                retry_at,
+            )
+
+    @staticmethod
+    def _seed(db: sqlite3.Connection, learner: str, lab: str) -> int:
+        db.execute(
+            "INSERT OR IGNORE INTO seeds (learner, lab, seed) VALUES (?, ?, ?)",
+            (learner, lab, secrets.randbelow(2**31)),
+        )
+        return db.execute("SELECT seed FROM seeds WHERE learner = ? AND lab = ?", (learner, lab)).fetchone()[0]
+
+    def seed(self, learner: str, lab: str) -> int:
+        """The variant of ``lab``'s hidden checks ``learner`` is graded on (drawn on first use, then kept)."""
+        with self._transaction() as db:
+            return self._seed(db, learner, lab)
+
+    def submissions_since(self, learner: str, lab: str, since: float) -> int:
+        """Attempts of ``learner`` at ``lab`` the server received at or after ``since`` (epoch seconds)."""
+        rows = self._read(
+            "SELECT COUNT(*) FROM attempts WHERE learner = ? AND lab = ? AND queued_at >= ?", (learner, lab, since)
+        )
+        return rows[0][0]
+
+    # ------------------------------------------------------------------ the workers
+
+    def claim(self, worker_id: str, lease_s: float) -> Attempt | None:
+        """The oldest attempt free to grade (queued, or grading with its lease run out), now held by
+        ``worker_id`` for ``lease_s`` seconds; None when there is none. An attempt claimed
+        ``max_tries`` times already, each lease run out, is failed instead of handed out again."""
+        if lease_s <= 0:
+            raise ValueError(f"claim: lease_s must be positive, got {lease_s}")
+        now = self.clock()
+        with self._transaction() as db:
+            while True:
+                row = db.execute(
+                    "SELECT * FROM attempts WHERE state = 'queued' OR (state = 'grading' AND lease_until < ?) "
+                    "ORDER BY id LIMIT 1",
+                    (now,),
+                ).fetchone()
+                if row is None:
+                    return None
+                if row["tries"] >= self.max_tries:
+                    db.execute(
+                        "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ? "
+                        "WHERE id = ?",
+                        (now, f"the grading stopped {row['tries']} times without a result (worker killed)", row["id"]),
+                    )
+                    continue
+                db.execute(
+                    "UPDATE attempts SET state = 'grading', worker = ?, lease_until = ?, started_at = ?, "
+                    "tries = tries + 1 WHERE id = ?",
+                    (worker_id, now + lease_s, now, row["id"]),
+                )
+                return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (row["id"],)).fetchone())
+
+    def renew(self, attempt_id: int, worker_id: str, lease_s: float) -> None:
+        """Extend ``worker_id``'s lease on the attempt to ``lease_s`` from now; LeaseLost if it no longer holds it."""
+        with self._transaction() as db:
+            self._holding(db, attempt_id, worker_id)
+            db.execute("UPDATE attempts SET lease_until = ? WHERE id = ?", (self.clock() + lease_s, attempt_id))
+
+    def complete(self, attempt_id: int, worker_id: str, result: GradeResult) -> Attempt:
+        """Record the grade of an attempt ``worker_id`` holds; the attempt, now ``graded``. LeaseLost
+        (nothing written) if it no longer holds it."""
+        with self._transaction() as db:
+            self._holding(db, attempt_id, worker_id)
+            db.execute(
+                "UPDATE attempts SET state = 'graded', finished_at = ?, lease_until = NULL, score = ?, "
+                "max_score = ?, checks = ?, flags = ?, notes = ?, seed = COALESCE(?, seed), lang = COALESCE(?, lang), "
+                "error = '' WHERE id = ?",
+                (
+                    self.clock(),
+                    float(result.score),
+                    float(result.max_score),
+                    json.dumps([asdict(c) for c in result.checks], ensure_ascii=False),
+                    json.dumps(list(result.flags)),
+                    json.dumps(list(result.notes), ensure_ascii=False),
+                    result.seed,
+                    result.lang,
+                    attempt_id,
+                ),
+            )
+            return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
+
+    def fail(self, attempt_id: int, worker_id: str, error: str) -> Attempt:
+        """Record that the attempt ``worker_id`` holds could not be graded (``error`` says why, for the
+        learner and the instructor); LeaseLost if it no longer holds it."""
+        with self._transaction() as db:
+            self._holding(db, attempt_id, worker_id)
+            db.execute(
+                "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ? WHERE id = ?",
+                (self.clock(), str(error)[:2000], attempt_id),
+            )
+            return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
+
+    def release(self, attempt_id: int, worker_id: str) -> None:
+        """Give back an attempt ``worker_id`` holds but will not finish (the worker is stopping): queued
+        again at once, this claim not counted against ``max_tries``; nothing if it no longer holds it."""
+        with self._transaction() as db:
+            try:
+                self._holding(db, attempt_id, worker_id)
+            except LeaseLost:
+                return
+            db.execute(
+                "UPDATE attempts SET state = 'queued', worker = NULL, lease_until = NULL, started_at = NULL, "
+                "tries = MAX(0, tries - 1) WHERE id = ?",
+                (attempt_id,),
+            )
+
+    @staticmethod
+    def _holding(db: sqlite3.Connection, attempt_id: int, worker_id: str) -> None:
+        row = db.execute("SELECT state, worker FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            raise LeaseLost(f"attempt {attempt_id} does not exist")
+        if row["state"] != "grading" or row["worker"] != worker_id:
+            raise LeaseLost(
+                f"attempt {attempt_id} is {row['state']} (held by {row['worker']}), not held by {worker_id}: "
+                "its result is dropped"
+            )
+
+    # ------------------------------------------------------------------ readers
+
+    def get(self, attempt_id: int) -> Attempt | None:
+        rows = self._read("SELECT * FROM attempts WHERE id = ?", (attempt_id,))
+        return _attempt(rows[0]) if rows else None
+
+    def attempts(self, learner: str | None = None, lab: str | None = None, since: float | None = None) -> list[Attempt]:
+        """Attempts, oldest first, of one learner and/or one lab, queued at or after ``since`` (epoch seconds)."""
+        where, args = [], []
+        for column, value in (("learner", learner), ("lab", lab)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if since is not None:
+            where.append("queued_at >= ?")
+            args.append(since)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return [_attempt(row) for row in self._read(f"SELECT * FROM attempts{clause} ORDER BY id", args)]
+
+    def latest(self, learner: str, lab: str) -> Attempt | None:
+        """The learner's last attempt at the lab (the last received), whatever its state."""
+        rows = self._read(
+            "SELECT * FROM attempts WHERE learner = ? AND lab = ? ORDER BY id DESC LIMIT 1", (learner, lab)
+        )
+        return _attempt(rows[0]) if rows else None
+
+    def counts(self) -> dict[str, int]:
+        """Attempts per state (every state named, 0 included)."""
+        found = dict(self._read("SELECT state, COUNT(*) FROM attempts GROUP BY state"))
+        return {state: found.get(state, 0) for state in STATES}
+
+    def seeds_summary(self, lab: str) -> dict:
+        """``{"students": [{"student", "seed"}]}``: what ``rocmlab grade LAB --seeds FILE`` reads, so the
+        instructor's batch grading draws each learner's live variant."""
+        rows = self._read("SELECT learner, seed FROM seeds WHERE lab = ? ORDER BY learner", (lab,))
+        return {"lab": lab, "students": [{"student": r["learner"], "seed": r["seed"]} for r in rows]}
+
+
+def new_worker_id() -> str:
+    """A worker id unique across hosts and restarts: host, process id and a random part."""
+    return f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
