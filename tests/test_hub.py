@@ -88,7 +88,7 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
     assert "--MappingKernelManager.cull_idle_timeout=1800" in c.Spawner.args
     assert "--ServerApp.allow_root=True" not in c.Spawner.args
-    assert [s["name"] for s in c.JupyterHub.services] == ["idle-culler"]
+    assert [s["name"] for s in c.JupyterHub.services] == ["idle-culler", "rocmlab-live"]
     assert "--timeout=3600" in c.JupyterHub.services[0]["command"]
     assert {"ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE"} <= set(c.Spawner.env_keep)  # shared model caches
     built = sorted(p.name for p in (ROOT / "labs" / "en").iterdir() if p.is_dir())
@@ -126,10 +126,25 @@ def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
         ROCMLAB_HUB_ADMIN_TOKEN="abc",
         ROCMLAB_HUB_MEM_LIMIT=0,
     )
-    assert [s["name"] for s in c.JupyterHub.services] == ["rocmlab-admin"]
+    assert [s["name"] for s in c.JupyterHub.services] == ["rocmlab-admin", "rocmlab-live"]
     assert c.JupyterHub.services[0]["api_token"] == "abc"
     assert "tokens" in c.JupyterHub.load_roles[0]["scopes"]
     assert c.Spawner.args == [] and c.Spawner.mem_limit is None
+
+
+def test_the_live_service_is_managed_and_open_to_every_user_and_server_token(monkeypatch, tmp_path):
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_RATE_LIMIT=3, ROCMLAB_LIVE_PORT=10222)
+    (live,) = [s for s in c.JupyterHub.services if s["name"] == "rocmlab-live"]
+    assert live["url"] == "http://127.0.0.1:10222" and live["command"][1:] == ["-m", "rocmlab.hub.live_service"]
+    assert live["environment"]["ROCMLAB_LIVE_RATE_LIMIT"] == "3"
+    assert live["environment"]["ROCMLAB_LIVE_DB"] == str(tmp_path / "data" / "live" / "queue.sqlite")
+    assert (tmp_path / "data" / "live").stat().st_mode & 0o777 == 0o700  # learners never read the queue
+    (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert set(user["scopes"]) == {"self", "access:services!service=rocmlab-live"}
+    assert "access:services!service=rocmlab-live" in c.Spawner.server_token_scopes
+    assert c.Spawner.environment["ROCMLAB_LIVE_URL"] == "http://127.0.0.1:10222/services/rocmlab-live/"
+    off = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE=0)
+    assert "rocmlab-live" not in [s["name"] for s in off.JupyterHub.services]
 
 
 @pytest.mark.parametrize(

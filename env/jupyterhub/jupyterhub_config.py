@@ -42,6 +42,10 @@
 #   ROCMLAB_HUB_POLL_S       seconds between checks that a server still runs (10); one that exited
 #                            on its own is cleaned up then (its learner's processes ended)
 #   ROCMLAB_HUB_DELIVERY_TIMEOUT_S  seconds one lab's delivery into a home may take (30)
+#   ROCMLAB_LIVE                    0: no live grading service (default 1: rocmlab.hub.live_service)
+#   ROCMLAB_LIVE_RATE_LIMIT, ROCMLAB_LIVE_RATE_WINDOW_S  submissions per learner and lab in a window
+#                            (5 per 3600 s); ROCMLAB_LIVE_WORKER_TOKEN opens the workers' HTTP API
+#                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port (10101)
 import os
 import sys
 from pathlib import Path
@@ -254,6 +258,51 @@ roles.append(
         ],
     }
 )
+# The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
+# its queue (DATA/live/queue.sqlite), learners and instructors see the results. Every user may
+# open it (the `user` role, redefined with what it had), and each server's token may call it
+# (`rocmlab submit` in a JupyterLab terminal); what a learner sees there is their own only.
+live = env("ROCMLAB_LIVE", "1") != "0"
+if live:
+    live_port = int(env("ROCMLAB_LIVE_PORT", "10101"))
+    live_data = data / "live"
+    live_data.mkdir(exist_ok=True)
+    os.chmod(live_data, 0o700)
+    services.append(
+        {
+            "name": "rocmlab-live",
+            "url": f"http://127.0.0.1:{live_port}",
+            "command": [sys.executable, "-m", "rocmlab.hub.live_service"],
+            "oauth_no_confirm": True,
+            "environment": {
+                "ROCMLAB_LIVE_DB": str(live_data / "queue.sqlite"),
+                "ROCMLAB_LIVE_SPOOL": str(live_data / "spool"),
+                "ROCMLAB_LIVE_EXCHANGE": str(exchange),
+                "ROCMLAB_COURSE_ID": COURSE_ID,
+                "ROCMLAB_HUB_LABS": ",".join(labs),
+                "ROCMLAB_HUB_MODE": mode,
+                "ROCMLAB_HUB_INSTRUCTOR_GROUP": instructor_group,
+                "ROCMLAB_LIVE_RATE_LIMIT": env("ROCMLAB_LIVE_RATE_LIMIT", "5"),
+                "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
+                "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),
+                "ROCMLAB_ROOT": str(course_repo),
+            },
+        }
+    )
+    roles.append(
+        {
+            "name": "rocmlab-live",
+            "services": ["rocmlab-live"],
+            "scopes": ["read:users:name", "read:users:groups", "read:users:activity", "list:users"],
+        }
+    )
+    roles.append({"name": "user", "scopes": ["self", "access:services!service=rocmlab-live"]})
+    c.Spawner.server_token_scopes = [
+        "users:activity!user",
+        "access:servers!server",
+        "access:services!service=rocmlab-live",
+    ]
+    c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
 c.JupyterHub.load_roles = roles
 if not demo:  # the Unix group decides: its members are in the hub group at every start
     c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}

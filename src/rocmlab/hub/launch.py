@@ -133,6 +133,7 @@ def hub_environment(
     ssl_cert: str = "",
     ssl_key: str = "",
     insecure_http: bool = False,
+    live_port: int | None = None,
 ) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
@@ -156,6 +157,7 @@ def hub_environment(
             "ROCMLAB_HUB_SSL_CERT": ssl_cert,
             "ROCMLAB_HUB_SSL_KEY": ssl_key,
             "ROCMLAB_HUB_INSECURE_HTTP": "1" if insecure_http else "",
+            "ROCMLAB_LIVE_PORT": str(live_port or (free_port() if demo else 10101)),
         }
     )
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])

@@ -83,6 +83,7 @@ class LocalHub:
         self.ip = "127.0.0.1" if demo else ip
         self.port = port or hub_process.free_port()
         self.internal_port = hub_process.free_port()
+        self.live_port = hub_process.free_port()  # the live service (rocmlab.hub.live_service)
         self.tls_cert, self.tls_key = tls.choose(  # a self-signed pair is made at start (as root)
             self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo, create=False
         )
@@ -194,6 +195,7 @@ class LocalHub:
             ssl_cert=self.tls_cert,
             ssl_key=self.tls_key,
             insecure_http=self.insecure_http,
+            live_port=self.live_port,
         )
         env.update(
             {"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group, "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group}
@@ -281,6 +283,15 @@ class LocalHub:
         import pwd
 
         return Path(pwd.getpwnam(name).pw_dir)
+
+    @property
+    def live_url(self) -> str:
+        """The live service through the proxy (its pages and API, rocmlab.hub.live_service)."""
+        return f"{self.url}/services/rocmlab-live/"
+
+    @property
+    def live_queue(self) -> Path:
+        return self.workdir / "live" / "queue.sqlite"
 
     @property
     def exchange(self) -> Path:
