@@ -1,10 +1,9 @@
-"""The pages of the live workshop service: the instructor's live page, hints, the learner's levels
-and certificate. Tornado handlers behind the hub's OAuth (``HubOAuthenticated``); the service
-(``live_service``) mounts ``routes(context)`` under its prefix.
+"""The pages of the live workshop service (``live_service``, which mounts ``routes(prefix)`` as
+a plugin): the instructor's live page, hints, the learner's levels and certificate.
 
 | route | who | what |
 | --- | --- | --- |
-| ``instructor`` | instructors | the live page (HTML; polls the next route every few seconds) |
+| ``instructor`` | instructors | the live page (HTML; ``instructor/live.js`` polls the next route) |
 | ``instructor/api/state`` | instructors | learners, exercises and hints as JSON |
 | ``instructor/api/hints`` | instructors | POST a hint: stored, sent to the stuck learners |
 | ``me`` | anyone logged in | their labs, exercises passed, hints, certificate (HTML) |
@@ -13,10 +12,11 @@ and certificate. Tornado handlers behind the hub's OAuth (``HubOAuthenticated``)
 | ``certificate/verify`` | anyone logged in | ``?learner=&id=``: does this certificate id hold? |
 
 Instructors are the members of the hub group ``ROCMLAB_HUB_INSTRUCTOR_GROUP`` (``instructors``),
-the group the hub's ``rocmlab-instructor`` role is given to; anyone else gets 403 on their pages.
-Every learner-facing route serves the user the hub's OAuth names: no route takes a learner's
-name from the request except ``verify``, which only says yes or no.
-The language is the hub's (``ROCMLAB_HUB_LANG``), or ``?lang=en|zh``.
+the group the hub's ``rocmlab-instructor`` role is given to; anyone else gets 403 on their
+routes (``InstructorOnly.prepare``). Every learner route serves the user the hub's OAuth names:
+no route takes a learner's name from the request except ``verify``, which only says yes or no.
+The language is the hub's (``ROCMLAB_HUB_LANG``), or ``?lang=en|zh``. Scripts come only from the
+service itself (no CDN): the page works offline.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import os
 import pwd
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 from tornado import web
@@ -35,6 +36,7 @@ from ..errors import InputError, RocmlabError
 from ..pages import render_page
 from . import certificate as cert
 from .live_hints import HintStore, send_hint
+from .live_service import LiveHandler
 from .live_view import exercise_rows, learner_rows, progress, stuck_learners
 
 LANGS = ("en", "zh")
@@ -120,38 +122,34 @@ TEXT = {
 
 @dataclass
 class LiveContext:
-    """What the pages need from the service: the queue (``attempts()``), the hints' store, the
-    completion rule (None: no certificate), the signing key, and where learners' homes are."""
+    """What the pages need beside the service's queue: the hints' store (in the queue's file), the
+    completion rule (None: no certificate), the signing key, where learners' homes are."""
 
-    queue: object
     hints: HintStore
     rule: cert.CompletionRule | None
     key: bytes
     home_of: object  # learner -> (home, (uid, gid))
-    instructor_group: str = "instructors"
     lang: str = "en"
     clock: object = field(default=time.time)
 
 
-def context_from_environment(queue, state_dir: Path, course_root: Path) -> LiveContext:
-    """The context of the service started by the hub: the queue's database holds the hints, the
-    completion rule is ``ROCMLAB_HUB_COMPLETION`` or ``env/jupyterhub/completion.toml`` when present."""
-    rule_path = Path(os.environ.get("ROCMLAB_HUB_COMPLETION") or course_root / "env" / "jupyterhub" / "completion.toml")
-    data = Path(os.environ.get("ROCMLAB_HUB_DATA") or "/srv/rocmlab-hub")
-    demo = os.environ.get("ROCMLAB_HUB_MODE") == "demo"
+def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
+    """The context of the service the hub started. The completion rule: ``ROCMLAB_HUB_COMPLETION``,
+    else ``<ROCMLAB_ROOT>/env/jupyterhub/completion.toml`` when it exists; the key beside the queue."""
+    env = os.environ if environ is None else environ
+    root = Path(env.get("ROCMLAB_ROOT") or ".")
+    rule_path = Path(env.get("ROCMLAB_HUB_COMPLETION") or root / "env" / "jupyterhub" / "completion.toml")
+    if env.get("ROCMLAB_HUB_COMPLETION") and not rule_path.is_file():
+        raise InputError(f"ROCMLAB_HUB_COMPLETION={rule_path}: no such file")
+    data = Path(env.get("ROCMLAB_HUB_DATA") or queue_path.parent.parent)
+    demo = env.get("ROCMLAB_HUB_MODE") == "demo"
     return LiveContext(
-        queue=queue,
-        hints=HintStore(queue_path(queue)),
+        hints=HintStore(queue_path),
         rule=cert.load_rule(rule_path) if rule_path.is_file() else None,
-        key=cert.signing_key(state_dir),
+        key=cert.signing_key(queue_path.parent),
         home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
-        instructor_group=os.environ.get("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors"),
-        lang=os.environ.get("ROCMLAB_HUB_LANG", "en"),
+        lang=env.get("ROCMLAB_HUB_LANG", "en"),
     )
-
-
-def queue_path(queue) -> Path:
-    return Path(queue.path)
 
 
 def account_home(learner: str) -> tuple[Path, tuple[int, int]]:
@@ -171,144 +169,147 @@ def demo_home(data: Path, learner: str) -> tuple[Path, tuple[int, int]]:
 # ------------------------------------------------------------------ data of the pages
 
 
-def instructor_state(context: LiveContext) -> dict:
-    attempts = context.queue.attempts()
-    exercises = exercise_rows(attempts)
-    hints = context.hints.hints()
+def instructor_state(context: LiveContext, queue) -> dict:
+    attempts = queue.attempts()
     return {
         "now": context.clock(),
         "learners": [asdict(row) for row in learner_rows(attempts, context.clock())],
         "exercises": [
             asdict(row) | {"pass_rate": row.pass_rate, "stuck": stuck_learners(attempts, row.lab, row.grade_id)}
-            for row in exercises
+            for row in exercise_rows(attempts)
         ],
-        "hints": [asdict(hint) | {"sent_to": context.hints.deliveries(hint.id)} for hint in reversed(hints)],
+        "hints": [
+            asdict(hint) | {"sent_to": context.hints.deliveries(hint.id)} for hint in reversed(context.hints.hints())
+        ],
     }
 
 
-def learner_state(context: LiveContext, learner: str) -> dict:
-    attempts = context.queue.attempts(learner=learner)
-    earned = cert.earned(context.rule, attempts, learner) if context.rule else None
+def learner_state(context: LiveContext, queue, learner: str) -> dict:
+    attempts = queue.attempts(learner=learner)
+    rule = context.rule
     return {
         "learner": learner,
         "labs": [asdict(lab) for lab in progress(attempts, learner)],
         "hints": [asdict(hint) for hint in context.hints.hints_for(learner)],
         "certificate": {
-            "offered": context.rule is not None,
-            "earned": earned is not None,
-            "requirements": [asdict(need) for need in context.rule.labs] if context.rule else [],
-            "missing": [need.lab for need in cert.missing(context.rule, attempts, learner)] if context.rule else [],
+            "offered": rule is not None,
+            "earned": bool(rule) and cert.earned(rule, attempts, learner) is not None,
+            "requirements": [asdict(need) for need in rule.labs] if rule else [],
+            "missing": [need.lab for need in cert.missing(rule, attempts, learner)] if rule else [],
         },
     }
 
 
 # ------------------------------------------------------------------ handlers
 
+PAGE_POLICY = "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'self'"
 
-class LiveHandler(web.RequestHandler):
-    """Logged in through the hub (the service mixes in ``HubOAuthenticated``, see ``routes``)."""
 
-    def initialize(self, context: LiveContext):
-        self.context = context
+class PageHandler(LiveHandler):
+    """A page of this module: logged in through the hub (``live_service.LiveHandler``)."""
 
     @property
-    def learner(self) -> str:
-        return self.current_user["name"]
+    def page_context(self) -> LiveContext:
+        if "live_page" not in self.settings:
+            self.settings["live_page"] = context_from_environment(self.live.queue_path)
+        return self.settings["live_page"]
 
     @property
     def lang(self) -> str:
         asked = self.get_argument("lang", "")
-        return asked if asked in LANGS else self.context.lang if self.context.lang in LANGS else "en"
-
-    def is_instructor(self) -> bool:
-        user = self.current_user or {}
-        return self.context.instructor_group in (user.get("groups") or [])
-
-    def require_instructor(self) -> None:
-        if not self.is_instructor():
-            raise web.HTTPError(403, f"{self.learner} is not in the group {self.context.instructor_group}")
-
-    def write_json(self, data, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(data, ensure_ascii=False))
+        return asked if asked in LANGS else self.page_context.lang if self.page_context.lang in LANGS else "en"
 
     def page(self, template: str, **values) -> None:
-        self.set_header(
-            "Content-Security-Policy",
-            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'",
-        )
+        self.set_header("Content-Security-Policy", PAGE_POLICY)  # inline styles; scripts only from here
+        self.set_header("Cache-Control", "no-store")
         self.finish(render_page(template, lang=self.lang, t=TEXT[self.lang], **values))
 
 
-class InstructorPage(LiveHandler):
+class InstructorOnly(PageHandler):
+    def prepare(self) -> None:
+        if not self.current_user:
+            if self.request.method == "GET" and "/api/" not in self.request.path:
+                return  # @web.authenticated sends the browser to the hub's login
+            raise web.HTTPError(403, "log in through the hub")
+        if not self.is_instructor:
+            raise web.HTTPError(403, f"{self.learner} is not in the group {self.live.instructor_group}")
+
+
+class InstructorPage(InstructorOnly):
     @web.authenticated
     def get(self):
-        self.require_instructor()
+        token = self.xsrf_token
         self.page(
             "live.html.j2",
-            state=instructor_state(self.context),
+            state=instructor_state(self.page_context, self.queue),
             poll_ms=POLL_S * 1000,
-            xsrf=self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token,
+            xsrf=token.decode() if isinstance(token, bytes) else token,
         )
 
 
-class InstructorState(LiveHandler):
+class InstructorScript(InstructorOnly):
     @web.authenticated
     def get(self):
-        self.require_instructor()
-        self.write_json(instructor_state(self.context))
+        self.set_header("Content-Type", "text/javascript; charset=utf-8")
+        self.finish(files("rocmlab").joinpath("templates", "live.js").read_text(encoding="utf-8"))
 
 
-class HintPost(LiveHandler):
-    @web.authenticated
+class InstructorState(InstructorOnly):
+    def get(self):
+        self.write_json(instructor_state(self.page_context, self.queue))
+
+
+class HintPost(InstructorOnly):
+    def check_xsrf_cookie(self) -> None:
+        self.current_user  # noqa: B018 (identify first: the hub's check exempts token-authenticated calls)
+        super().check_xsrf_cookie()
+
     async def post(self):
-        self.require_instructor()
         try:
             form = json.loads(self.request.body or b"{}")
             lab, grade_id = str(form.get("lab", "")), str(form.get("grade_id", ""))
             text = {"en": str(form.get("text_en", "")), "zh": str(form.get("text_zh", ""))}
-            hint = self.context.hints.add(lab, grade_id, text, author=self.learner)
-        except (ValueError, AttributeError) as exc:
-            raise web.HTTPError(400, f"expected a JSON object with lab, grade_id, text_en, text_zh ({exc})") from None
+        except (ValueError, AttributeError):
+            self.write_json({"error": "expected a JSON object with lab, grade_id, text_en, text_zh"}, 400)
+            return
+        try:
+            hint = self.page_context.hints.add(lab, grade_id, text, author=self.learner)
         except InputError as exc:
             self.write_json({"error": str(exc)}, 400)
             return
-        stuck = stuck_learners(self.context.queue.attempts(lab=lab), lab, grade_id)
-        sent = await IOLoop.current().run_in_executor(
-            None, send_hint, self.context.hints, hint, stuck, self.context.home_of
-        )
+        stuck = stuck_learners(self.queue.attempts(lab=lab), lab, grade_id)
+        context = self.page_context
+        sent = await IOLoop.current().run_in_executor(None, send_hint, context.hints, hint, stuck, context.home_of)
         self.write_json({"hint": asdict(hint), "sent_to": sent})
 
 
-class LearnerPage(LiveHandler):
+class LearnerLevels(PageHandler):
     @web.authenticated
     def get(self):
-        self.page("learner.html.j2", state=learner_state(self.context, self.learner))
+        self.page("learner.html.j2", state=learner_state(self.page_context, self.queue, self.learner))
 
 
-class LearnerState(LiveHandler):
-    @web.authenticated
+class LearnerState(PageHandler):
     def get(self):
-        self.write_json(learner_state(self.context, self.learner))
+        if not self.current_user:
+            raise web.HTTPError(403, "log in through the hub")
+        self.write_json(learner_state(self.page_context, self.queue, self.learner))
 
 
-class CertificatePage(LiveHandler):
+class CertificatePage(PageHandler):
     @web.authenticated
     async def get(self):
-        if self.context.rule is None:
+        rule = self.page_context.rule
+        if rule is None:
             raise web.HTTPError(404, "this course gives no certificate")
-        attempts = self.context.queue.attempts(learner=self.learner)
-        earned = cert.earned(self.context.rule, attempts, self.learner)
+        earned = cert.earned(rule, self.queue.attempts(learner=self.learner), self.learner)
         if earned is None:
             raise web.HTTPError(404, f"{self.learner} has not earned the certificate yet")
-        cert.sign(earned, self.context.key)
-        verify_url = self.request.full_url().split("me/certificate")[0] + (
-            f"certificate/verify?learner={earned.learner}&id={earned.id}"
-        )
-        html = cert.certificate_page(earned, self.lang, verify_url)
+        cert.sign(earned, self.page_context.key)
+        base = self.request.full_url().split("me/certificate")[0]
+        html = cert.certificate_page(earned, self.lang, f"{base}certificate/verify?learner={earned.learner}&id={earned.id}")
         if self.get_argument("format", "html") != "pdf":
+            self.set_header("Content-Security-Policy", PAGE_POLICY)
             self.finish(html)
             return
         try:
@@ -320,40 +321,30 @@ class CertificatePage(LiveHandler):
         self.finish(pdf)
 
 
-class CertificateVerify(LiveHandler):
-    @web.authenticated
+class CertificateVerify(PageHandler):
     def get(self):
-        learner, given = self.get_argument("learner", ""), self.get_argument("id", "")
-        if self.context.rule is None:
+        if not self.current_user:
+            raise web.HTTPError(403, "log in through the hub")
+        rule = self.page_context.rule
+        if rule is None:
             raise web.HTTPError(404, "this course gives no certificate")
-        attempts = self.context.queue.attempts(learner=learner)
-        self.write_json(
-            {
-                "learner": learner,
-                "id": given,
-                "valid": cert.verify(self.context.rule, attempts, learner, given, self.context.key),
-            }
-        )
+        learner, given = self.get_argument("learner", ""), self.get_argument("id", "")
+        valid = cert.verify(rule, self.queue.attempts(learner=learner), learner, given, self.page_context.key)
+        self.write_json({"learner": learner, "id": given, "valid": valid})
 
 
 HANDLERS = {
     "instructor": InstructorPage,
+    "instructor/live.js": InstructorScript,
     "instructor/api/state": InstructorState,
     "instructor/api/hints": HintPost,
-    "me": LearnerPage,
+    "me": LearnerLevels,
     "me/api/state": LearnerState,
     "me/certificate": CertificatePage,
     "certificate/verify": CertificateVerify,
 }
 
 
-def routes(prefix: str, context: LiveContext, authenticated=None) -> list[tuple]:
-    """Tornado routes under ``prefix`` (ending in /). ``authenticated``: the mixin that logs users in
-    (``jupyterhub.services.auth.HubOAuthenticated``; tests pass a stand-in)."""
-    if authenticated is None:
-        from jupyterhub.services.auth import HubOAuthenticated as authenticated
-    table = []
-    for path, handler in HANDLERS.items():
-        mixed = type(handler.__name__, (authenticated, handler), {})
-        table.append((prefix + path, mixed, {"context": context}))
-    return table
+def routes(prefix: str) -> list[tuple]:
+    """The tornado rules of these pages under the service's ``prefix`` (ending in /)."""
+    return [(prefix + path, handler) for path, handler in HANDLERS.items()]
