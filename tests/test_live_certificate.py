@@ -112,3 +112,10 @@ def test_the_pdf_is_printed_by_chromium(tmp_path):
     assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
     assert pdf.count(b"/Type /Page") - pdf.count(b"/Type /Pages") == 1  # one A4 sheet, landscape
     assert b"/MediaBox [0 0 841" in pdf or b"/MediaBox [0 0 842" in pdf
+
+
+def test_the_courses_own_rule_loads_and_names_labs_of_the_course():
+    from labsource import REPO
+
+    course = cert.load_rule(REPO / "env" / "jupyterhub" / "completion.toml")
+    assert course.labs and all((REPO / "solutions" / need.lab / "lab.toml").is_file() for need in course.labs)
