@@ -307,7 +307,9 @@ class CertificatePage(PageHandler):
             raise web.HTTPError(404, f"{self.learner} has not earned the certificate yet")
         cert.sign(earned, self.page_context.key)
         base = self.request.full_url().split("me/certificate")[0]
-        html = cert.certificate_page(earned, self.lang, f"{base}certificate/verify?learner={earned.learner}&id={earned.id}")
+        html = cert.certificate_page(
+            earned, self.lang, f"{base}certificate/verify?learner={earned.learner}&id={earned.id}"
+        )
         if self.get_argument("format", "html") != "pdf":
             self.set_header("Content-Security-Policy", PAGE_POLICY)
             self.finish(html)
