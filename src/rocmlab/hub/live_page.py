@@ -49,6 +49,7 @@ TEXT = {
         "exercises": "Exercises",
         "learner": "learner",
         "lab": "current lab",
+        "lab_id": "lab",
         "state": "last submit",
         "score": "score",
         "failed": "failing",
@@ -86,6 +87,7 @@ TEXT = {
         "exercises": "练习",
         "learner": "学员",
         "lab": "当前实验",
+        "lab_id": "实验",
         "state": "最近提交",
         "score": "得分",
         "failed": "未通过",
@@ -261,7 +263,11 @@ class InstructorState(InstructorOnly):
 
 class HintPost(InstructorOnly):
     def check_xsrf_cookie(self) -> None:
-        self.current_user  # noqa: B018 (identify first: the hub's check exempts token-authenticated calls)
+        # A call with a token is identified first, so that the hub's check exempts it. A browser's
+        # (a cookie) must not be: identifying a cookie runs this check again, inside the hub
+        # client's own thread, and waiting there for the user deadlocks the service.
+        if "Authorization" in self.request.headers:
+            self.current_user  # noqa: B018
         super().check_xsrf_cookie()
 
     async def post(self):

@@ -92,7 +92,9 @@ async function sendHint(form, row) {
 
 async function poll() {
   try {
-    const response = await fetch("instructor/api/state", {credentials: "same-origin", cache: "no-store"});
+    // the hub's cookie login asks a script's request for the xsrf token, a GET too
+    const response = await fetch("instructor/api/state",
+      {credentials: "same-origin", cache: "no-store", headers: {"X-XSRFToken": XSRF}});
     if (response.ok) render(await response.json());
   } catch (error) { /* the next poll tries again */ }
 }
