@@ -1,5 +1,6 @@
 """The grading benchmarks still run and still compare scores (tiny classes; no timing is judged)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,11 @@ def test_throughput_grades_a_class_with_both_graders_and_compares_every_score():
 def test_shards_merge_to_the_unsharded_scores():
     out = run_benchmark("grade_shards.py", "--students", "4", "--shards", "2")
     assert "merged scores and flags equal the unsharded run: True" in out
+
+
+def test_live_load_grades_every_submission_once_and_agrees_with_the_batch_grade():
+    out = run_benchmark("live_load.py", "--learners", "4", "--window", "10")
+    assert "live scores equal the batch rocmlab grade: True (8 submissions)" in out
+    assert "held by the killed worker: graded, claimed 2 times" in out
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"submissions: 8 graded: 8 lost: 0 duplicated: 0 p50: [\d.]+ s p95: [\d.]+ s", last), last

@@ -63,6 +63,8 @@ BAD_INPUT = {
     "grade": (["grade", "01", "--submissions", "{tmp}/no-class"], "no-class: no such submissions folder"),
     "check": (["check", "{tmp}/nope.ipynb"], "nope.ipynb: no such notebook"),
     "hub": (["hub", "--demo", "--labs", "99-nope"], "unknown lab '99-nope'"),
+    "live": (["live", "status", "--queue", "{tmp}/none.sqlite"], "none.sqlite: expected the live queue file"),
+    "submit": (["submit", "{tmp}/nope.ipynb"], "nope.ipynb: no such notebook"),
     "site": (["site", "--hub-url", "hub.example.org"], "site.toml: missing (the hub URL of the launch links)"),
 }
 

@@ -56,7 +56,7 @@ def validation_errors(resource: dict) -> list[str]:
 SHARDS, MERGE = job("grade-shards.yaml"), job("grade-merge.yaml")
 
 
-@pytest.mark.parametrize("name", ["grade-shards.yaml", "grade-merge.yaml"])
+@pytest.mark.parametrize("name", ["grade-shards.yaml", "grade-merge.yaml", "live.yaml"])
 def test_every_resource_validates_against_the_kubernetes_schema(name):
     for resource in documents(name):
         assert validation_errors(resource) == [], f"{name}: {resource['kind']} {resource['metadata']['name']}"
@@ -170,3 +170,51 @@ def test_the_shards_and_the_merge_get_matching_arguments(tmp_path):
     assert options["out"] == str(tmp_path / "course" / "grades" / env(MERGE)["LAB"])
     assert options["out"] not in outs
     assert options["feedback_to"] == str(tmp_path / "course")  # staged for nbgrader release_feedback
+
+
+# ------------------------------------------------------------------ the live workshop (live.yaml)
+
+
+def live(kind: str, name: str) -> dict:
+    return next(d for d in documents("live.yaml") if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def test_the_live_service_is_the_queues_one_writer_on_a_volume_of_its_own():
+    service = live("Deployment", "rocmlab-live")
+    assert service["spec"]["replicas"] == 1 and service["spec"]["strategy"]["type"] == "Recreate"
+    variables = {v["name"]: v for v in container(service)["env"]}
+    queue_folder = variables["ROCMLAB_LIVE_DB"]["value"].rsplit("/", 1)[0]
+    mounts = {m["mountPath"]: m for m in container(service)["volumeMounts"]}
+    volumes = {v["name"]: v for v in service["spec"]["template"]["spec"]["volumes"]}
+    claim = volumes[mounts[queue_folder]["name"]]["persistentVolumeClaim"]["claimName"]
+    assert live("PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
+    exchange = mounts[variables["ROCMLAB_LIVE_EXCHANGE"]["value"]]
+    assert exchange["readOnly"] is True and exchange["subPath"] == "exchange"
+    token = variables["JUPYTERHUB_API_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token == {"name": "hub", "key": "hub.services.rocmlab-live.apiToken"}  # the chart's generated token
+    assert VALUES["hub"]["services"]["rocmlab-live"]["url"] == "http://rocmlab-live:10101"
+    port = live("Service", "rocmlab-live")["spec"]["ports"][0]["port"]
+    assert VALUES["singleuser"]["extraEnv"]["ROCMLAB_LIVE_URL"] == f"http://rocmlab-live:{port}/services/rocmlab-live/"
+
+
+def test_live_workers_scale_by_replicas_and_use_the_services_api_with_the_worker_token():
+    workers = live("Deployment", "rocmlab-live-worker")
+    assert workers["spec"]["replicas"] >= 1
+    command = container(workers)["command"]
+    assert command[0] == "rocmlab"
+    options = vars(make_parser(command[1:]).parse_args(command[1:]))
+    assert options["command"] == "live" and options["action"] == "worker" and options["queue"] is None
+    assert options["service"].startswith("http://rocmlab-live:10101/services/rocmlab-live/")
+    token = next(v for v in container(workers)["env"] if v["name"] == "ROCMLAB_LIVE_WORKER_TOKEN")
+    service_token = next(v for v in container(live("Deployment", "rocmlab-live"))["env"] if v["name"] == token["name"])
+    assert token["valueFrom"] == service_token["valueFrom"]  # the same Secret on both sides
+    assert workers["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert workers["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
+
+
+def test_live_workers_reach_only_the_live_service_and_dns():
+    policy = live("NetworkPolicy", "rocmlab-live-worker")["spec"]
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"} and "ingress" not in policy
+    targets = [rule.get("to") for rule in policy["egress"]]
+    assert targets[0] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "rocmlab-live"}}}]
+    assert targets[1] is None and {p["port"] for p in policy["egress"][1]["ports"]} == {53}

@@ -186,3 +186,16 @@ def test_the_rate_limit_is_checked_with_the_insert(tmp_path):
     assert queue.submit("ana", "01-other", "t2", "/s", limit=(2, 3600)).state == "queued"  # per lab
     clock.now = 3600.0
     assert not queue.submit("ana", "00-test", "t2", "/s", limit=(2, 3600)).duplicate
+
+
+def test_a_stopping_worker_gives_its_attempt_back_at_once(tmp_path):
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    queue.submit("ana", "00-test", "t1", "/s")
+    attempt = queue.claim("w1", 600)
+    queue.release(attempt.id, "w2")  # not w2's: nothing happens
+    assert queue.claim("w2", 600) is None
+    queue.release(attempt.id, "w1")
+    again = queue.claim("w2", 600)
+    assert again.id == attempt.id and again.tries == 1
+    done = queue.complete(again.id, "w2", GradeResult(0.0, 1.0, notes=["the test cell t-1 was edited"]))
+    assert done.notes == ["the test cell t-1 was edited"]

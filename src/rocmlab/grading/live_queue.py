@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     max_score REAL,
     checks TEXT NOT NULL DEFAULT '[]',
     flags TEXT NOT NULL DEFAULT '[]',
+    notes TEXT NOT NULL DEFAULT '[]',
     seed INTEGER,
     error TEXT NOT NULL DEFAULT '',
     UNIQUE (learner, lab, submitted_at)
@@ -134,6 +135,7 @@ class GradeResult:
     flags: list[str] = field(default_factory=list)  # rocmlab grade's flags (tampered, timeout, ...)
     seed: int | None = None
     lang: str | None = None  # the language the submitted notebook is in (None: keep the submit's)
+    notes: list[str] = field(default_factory=list)  # why a flag was raised (the notebook was edited, ...)
 
 
 @dataclass
@@ -156,6 +158,7 @@ class Attempt:
     lease_until: float | None = None
     tries: int = 0  # claims so far (a claim whose worker died counts)
     flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     seed: int | None = None
     duplicate: bool = False  # set by ``submit`` when this (learner, lab, submitted_at) was already there
 
@@ -192,6 +195,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
         lease_until=row["lease_until"],
         tries=row["tries"],
         flags=json.loads(row["flags"]),
+        notes=json.loads(row["notes"]),
         seed=row["seed"],
     )
 
@@ -372,7 +376,7 @@ class LiveQueue:
             self._holding(db, attempt_id, worker_id)
             db.execute(
                 "UPDATE attempts SET state = 'graded', finished_at = ?, lease_until = NULL, score = ?, "
-                "max_score = ?, checks = ?, flags = ?, seed = COALESCE(?, seed), lang = COALESCE(?, lang), "
+                "max_score = ?, checks = ?, flags = ?, notes = ?, seed = COALESCE(?, seed), lang = COALESCE(?, lang), "
                 "error = '' WHERE id = ?",
                 (
                     self.clock(),
@@ -380,6 +384,7 @@ class LiveQueue:
                     float(result.max_score),
                     json.dumps([asdict(c) for c in result.checks], ensure_ascii=False),
                     json.dumps(list(result.flags)),
+                    json.dumps(list(result.notes), ensure_ascii=False),
                     result.seed,
                     result.lang,
                     attempt_id,
@@ -397,6 +402,20 @@ class LiveQueue:
                 (self.clock(), str(error)[:2000], attempt_id),
             )
             return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
+
+    def release(self, attempt_id: int, worker_id: str) -> None:
+        """Give back an attempt ``worker_id`` holds but will not finish (the worker is stopping): queued
+        again at once, this claim not counted against ``max_tries``; nothing if it no longer holds it."""
+        with self._transaction() as db:
+            try:
+                self._holding(db, attempt_id, worker_id)
+            except LeaseLost:
+                return
+            db.execute(
+                "UPDATE attempts SET state = 'queued', worker = NULL, lease_until = NULL, started_at = NULL, "
+                "tries = MAX(0, tries - 1) WHERE id = ?",
+                (attempt_id,),
+            )
 
     @staticmethod
     def _holding(db: sqlite3.Connection, attempt_id: int, worker_id: str) -> None:

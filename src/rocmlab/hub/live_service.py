@@ -336,6 +336,9 @@ class WorkerResultHandler(WorkerHandler):
                     lang=body.get("lang"),
                 )
                 self.write_json(self.queue.complete(int(attempt_id), worker, result).to_json())
+            elif action == "release":
+                self.queue.release(int(attempt_id), worker)
+                self.write_json({"ok": True})
             else:
                 self.write_json(self.queue.fail(int(attempt_id), worker, str(body.get("error", ""))).to_json())
         except LeaseLost as exc:
@@ -358,7 +361,7 @@ def base_routes(prefix: str) -> list:
         (prefix + "api/attempts", AttemptsHandler),
         (prefix + r"api/attempts/(\d+)", AttemptHandler),
         (prefix + "api/worker/claim", WorkerClaimHandler),
-        (prefix + r"api/worker/attempts/(\d+)/(renew|complete|fail)", WorkerResultHandler),
+        (prefix + r"api/worker/attempts/(\d+)/(renew|complete|fail|release)", WorkerResultHandler),
     ]
 
 

@@ -1,0 +1,271 @@
+"""Load of a live workshop: LEARNERS learners submit 2 labs each within WINDOW seconds, grading
+workers (``rocmlab live worker`` processes) grade from the live queue, and one worker is killed
+with SIGKILL while it grades.
+
+Checks, each printed:
+
+- every submission graded once, none lost: an attempt not graded is lost; an attempt whose result
+  two workers logged is duplicated (from the workers' own logs, not from the queue);
+- the attempt the killed worker held was regraded (by another worker, claimed twice);
+- the live scores equal a batch ``rocmlab grade LAB --seeds`` of the same submissions.
+
+Prints p50 and p95 of submit -> result, and ends with exactly one line:
+``submissions: N graded: N lost: 0 duplicated: 0 p50: X s p95: Y s``. Exit 1 if any check fails.
+
+The labs are the grading fixture lab (tests/fixtures/submissions) and a copy of it under a second id,
+answered correctly, partly or wrongly in turn. ``--real LAB LAB`` uses two labs of this checkout
+instead, each learner submitting its solution or its unanswered student notebook in turn. The
+learners submit straight into the queue (the live service's collect and HTTP are not timed here).
+
+    .venv/bin/python benchmarks/live_load.py [--learners 60] [--window 120] [--workers 2] [--real LAB LAB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "submissions"))
+
+import classroom  # noqa: E402 (after the sys.path setup)
+
+from rocmlab.build import render_lab, solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
+from rocmlab.catalog import discover, select  # noqa: E402 (after the sys.path setup)
+from rocmlab.grading.live_queue import LiveQueue  # noqa: E402 (after the sys.path setup)
+
+BIN = Path(sys.executable).parent
+SECOND_LAB = "02-grade"
+
+
+def fixture_course(workdir: Path) -> tuple[Path, list[str]]:
+    """The fixture lab and a copy of it as 02-grade, in a course of their own."""
+    root = workdir / "course"
+    shutil.copytree(classroom.COURSE, root)
+    second = root / "solutions" / SECOND_LAB
+    shutil.copytree(root / "solutions" / classroom.LAB, second)
+    toml = second / "lab.toml"
+    toml.write_text(toml.read_text().replace(f'id = "{classroom.LAB}"', f'id = "{SECOND_LAB}"'))
+    return root, [classroom.LAB, SECOND_LAB]
+
+
+def fixture_answers(root: Path, labs: list[str], workdir: Path) -> dict:
+    """lab -> the notebooks learners submit in turn (correct, partial, wrong)."""
+    answers = {}
+    for lab_id in labs:
+        lab = select(discover(root), [lab_id])[0]
+        import nbformat
+
+        base = nbformat.read(render_lab(root, lab, "en", workdir / f"release-{lab_id}"), as_version=4)
+        answers[lab_id] = [
+            classroom.answer(base),
+            classroom.answer(base, norm_src=classroom.NORM_WRONG),
+            classroom.answer(base, classroom.SUM_WRONG, classroom.NORM_WRONG),
+        ]
+    return answers
+
+
+def real_answers(root: Path, labs: list[str], workdir: Path) -> dict:
+    """lab -> (its solution notebook, its unanswered student notebook)."""
+    import nbformat
+
+    answers = {}
+    for lab_id in labs:
+        lab = select(discover(root), [lab_id])[0]
+        student = nbformat.read(render_lab(root, lab, "en", workdir / f"release-{lab_id}"), as_version=4)
+        answers[lab_id] = [solution_notebook(lab, "en"), student]
+    return answers
+
+
+def start_worker(root: Path, queue: Path, log: Path, lease_s: float) -> subprocess.Popen:
+    with log.open("a") as out:
+        return subprocess.Popen(
+            [str(BIN / "rocmlab"), "--root", str(root), "live", "worker", "--queue", str(queue)]
+            + ["--lease", str(lease_s), "--poll", "0.2"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> None:
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=30)
+
+
+def submit_all(queue: LiveQueue, spool: Path, answers: dict, learners: int, window_s: float, on_tick) -> list[int]:
+    """Each learner submits each lab once, at times spread over ``window_s`` in random order; ids."""
+    plan = [(f"learner{n:03d}", lab, n) for n in range(learners) for lab in answers]
+    random.Random(0).shuffle(plan)
+    started, ids = time.monotonic(), []
+    for index, (learner, lab, n) in enumerate(plan):
+        due = started + window_s * index / max(1, len(plan))
+        while time.monotonic() < due:
+            on_tick()
+            time.sleep(min(0.1, max(0.0, due - time.monotonic())))
+        notebooks = answers[lab]
+        path = spool / learner / lab / f"{lab}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_notebook(notebooks[n % len(notebooks)], path)
+        ids.append(queue.submit(learner, lab, f"2026-12-02T03:00:{index:02d}.000000", str(path)).id)
+    return ids
+
+
+class Killer:
+    """Kills (SIGKILL, its whole process group) the first worker seen holding an attempt once
+    ``after`` attempts are graded, and starts a fresh one in its place."""
+
+    def __init__(self, queue: LiveQueue, workers: list, restart, after: int):
+        self.queue, self.workers, self.restart, self.after = queue, workers, restart, after
+        self.killed_attempt: int | None = None
+
+    def tick(self) -> None:
+        if self.killed_attempt is not None or self.queue.counts()["graded"] < self.after:
+            return
+        grading = [a for a in self.queue.attempts() if a.state == "grading"]
+        for attempt in grading:
+            pid = int(attempt.worker.split("-")[-2])
+            for index, worker in enumerate(self.workers):
+                if worker.pid == pid and worker.poll() is None:
+                    os.killpg(worker.pid, signal.SIGKILL)
+                    worker.wait(timeout=30)
+                    self.workers[index] = self.restart()
+                    self.killed_attempt = attempt.id
+                    print(f"killed worker {attempt.worker} while it graded attempt {attempt.id}", flush=True)
+                    return
+
+
+def wait_until_done(queue: LiveQueue, total: int, timeout_s: float, tick) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        tick()
+        counts = queue.counts()
+        if counts["graded"] + counts["failed"] >= total:
+            return
+        time.sleep(0.5)
+
+
+def logged_results(logs: list[Path]) -> dict[int, int]:
+    """attempt id -> how many workers logged recording its result."""
+    seen: dict[int, int] = {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("graded attempt "):
+                attempt_id = int(line.split()[2])
+                seen[attempt_id] = seen.get(attempt_id, 0) + 1
+    return seen
+
+
+def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, workdir: Path) -> dict:
+    """(learner, lab) -> score of ``rocmlab grade LAB --seeds`` (the live seeds) of the same submissions."""
+    scores = {}
+    for lab in labs:
+        seeds = workdir / f"seeds-{lab}.json"
+        seeds.write_text(json.dumps(queue.seeds_summary(lab)))
+        out = workdir / f"batch-{lab}"
+        done = subprocess.run(
+            [str(BIN / "rocmlab"), "--root", str(root), "grade", lab, "--submissions", str(spool)]
+            + ["--out", str(out), "--jobs", "2", "--seeds", str(seeds)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"rocmlab grade {lab} failed:\n{done.stderr[-2000:]}")
+        for student in json.loads((out / "summary.json").read_text())["students"]:
+            scores[(student["student"], lab)] = student["score"]
+    return scores
+
+
+def percentile(values: list[float], q: float) -> float:
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--learners", type=int, default=60)
+    parser.add_argument("--window", type=float, default=120, help="seconds over which the submissions arrive")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--lease", type=float, default=20, help="seconds of a worker's lease (renewed)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for every grade")
+    parser.add_argument("--real", nargs=2, metavar="LAB", help="two labs of this checkout instead of the fixture")
+    parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
+    args = parser.parse_args()
+
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="rocmlab-live-load-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.real:
+            root, labs = REPO, list(args.real)
+            answers = real_answers(root, labs, workdir)
+        else:
+            root, labs = fixture_course(workdir)
+            answers = fixture_answers(root, labs, workdir)
+        queue_path, spool = workdir / "live" / "queue.sqlite", workdir / "spool"
+        queue = LiveQueue(queue_path)
+        logs = [workdir / f"worker-{n}.log" for n in range(args.workers + 1)]  # the last: the replacement
+        workers = [start_worker(root, queue_path, logs[n], args.lease) for n in range(args.workers)]
+        killer = Killer(queue, workers, lambda: start_worker(root, queue_path, logs[-1], args.lease), after=2)
+        try:
+            started = time.monotonic()
+            ids = submit_all(queue, spool, answers, args.learners, args.window, killer.tick)
+            print(f"{len(ids)} submissions in {time.monotonic() - started:.0f} s", flush=True)
+            wait_until_done(queue, len(ids), args.timeout, killer.tick)
+        finally:
+            stop_workers(workers)
+        attempts = {a.id: a for a in queue.attempts()}
+        graded = [attempts[i] for i in ids if attempts[i].state == "graded"]
+        lost = len(ids) - len(graded)
+        logged = logged_results(logs)
+        duplicated = sum(1 for count in logged.values() if count > 1)
+        unlogged = sum(1 for a in graded if a.id not in logged)
+        latencies = [a.finished_at - a.queued_at for a in graded]
+        checks_ok = lost == 0 and duplicated == 0 and unlogged == 0
+        if killer.killed_attempt is None:
+            print("no worker was killed mid-grade (the class finished first): use more learners")
+            checks_ok = False
+        else:
+            regraded = attempts[killer.killed_attempt]
+            again = regraded.state == "graded" and regraded.tries == 2
+            print(f"attempt {regraded.id} held by the killed worker: {regraded.state}, claimed {regraded.tries} times")
+            checks_ok &= again
+        batch = batch_scores(root, labs, queue, spool, workdir)
+        live = {(a.learner, a.lab): a.score for a in graded}
+        differ = sorted(k for k in live if batch.get(k) != live[k])
+        print(f"live scores equal the batch rocmlab grade: {not differ} ({len(live)} submissions)")
+        for key in differ[:10]:
+            print(f"  {key}: live {live[key]} batch {batch.get(key)}")
+        checks_ok &= not differ
+        p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
+        print(
+            f"submissions: {len(ids)} graded: {len(graded)} lost: {lost} duplicated: {duplicated} "
+            f"p50: {p50:.1f} s p95: {p95:.1f} s"
+        )
+        return 0 if checks_ok else 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

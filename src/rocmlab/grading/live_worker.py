@@ -1,0 +1,252 @@
+"""``rocmlab live worker``: a grading worker of the live workshop. It claims one attempt at a time
+from the live queue (the SQLite file on this server, or the live service's HTTP API with the
+worker token on Kubernetes), grades it with ``rocmlab grade``'s own path (sandboxed, the trusted
+harness, the learner's kept seed), and records the result with ``complete``.
+
+While it grades, a thread renews the lease; a worker killed mid-grade stops renewing, its lease
+runs out and another worker regrades the attempt (once: the late result of the first is refused).
+SIGTERM or SIGINT stops it: the attempt under way is given back to the queue at once and the
+sandbox is removed. Several workers on one machine never share a grader user: each grading run
+holds its ``rocmlab-grader-N`` users through their file locks (rocmlab.grader_users.claim_users).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import processes
+from ..catalog import discover, select
+from ..errors import CommandFailed, InputError
+from .grader import grade_class
+from .live_queue import Attempt, CheckOutcome, GradeResult, LeaseLost, LiveQueue, new_worker_id
+from .submissions import StudentResult, Submission
+
+RENEW_FRACTION = 3  # the lease is renewed every lease_s / RENEW_FRACTION seconds
+
+
+def grade_result(result: StudentResult) -> GradeResult:
+    """What the queue records of one learner's graded submission (the batch grader's own figures)."""
+    checks = [
+        CheckOutcome(
+            grade_id=str(c["grade_id"]),
+            check=str(c["name"]),
+            passed=bool(c["passed"]),
+            points=float(c["points"]),
+            max_points=float(c["max_points"]),
+            message=dict(c["rule"]),
+        )
+        for c in result.checks
+    ]
+    return GradeResult(
+        score=float(result.score),
+        max_score=float(result.max_score),
+        checks=checks,
+        flags=list(result.flags),
+        seed=result.seed,
+        lang=result.lang,
+        notes=list(result.notes),
+    )
+
+
+def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str = "smoke", unsafe: bool = False):
+    """Grade one attempt's notebook as ``rocmlab grade`` would grade that learner alone, on their seed."""
+    lab = select(discover(root), [attempt.lab])[0]
+    seeds = {attempt.learner: attempt.seed} if attempt.seed is not None else None
+    with tempfile.TemporaryDirectory(prefix="rocmlab-live-") as out:
+        (result,) = grade_class(
+            root,
+            lab,
+            [Submission(attempt.learner, notebook)],
+            Path(out),
+            profile_name=profile,
+            progress=lambda _message: None,
+            unsafe=unsafe,
+            seeds=seeds,
+        )
+    return grade_result(result)
+
+
+class HttpQueue:
+    """The live service's worker API (``api/worker/...``), with the worker token: the same
+    ``claim``/``renew``/``complete``/``fail``/``release`` as LiveQueue. A claimed attempt's
+    files are unpacked into ``scratch`` and its ``source`` points at the notebook there."""
+
+    def __init__(self, url: str, token: str, scratch: Path, timeout_s: float = 30):
+        if not token:
+            raise InputError("--service needs the worker token (ROCMLAB_LIVE_WORKER_TOKEN)")
+        self.url, self.token, self.scratch, self.timeout_s = url.rstrip("/") + "/", token, scratch, timeout_s
+
+    def _post(self, path: str, body: dict) -> tuple[int, dict | None]:
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                text = response.read().decode()
+                return response.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            if exc.code == 409:
+                raise LeaseLost(detail) from None
+            raise CommandFailed(f"live service {path}: HTTP {exc.code}: {detail}") from None
+
+    def claim(self, worker_id: str, lease_s: float) -> Attempt | None:
+        status, body = self._post("api/worker/claim", {"worker": worker_id, "lease_s": lease_s})
+        if status == 204 or not body:
+            return None
+        data = body["attempt"]
+        data["checks"] = [CheckOutcome.from_dict(c) for c in data["checks"]]
+        attempt = Attempt(**{k: v for k, v in data.items() if k in Attempt.__dataclass_fields__})
+        folder = self.scratch / f"attempt-{attempt.id}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(body["files"])), mode="r:gz") as archive:
+            archive.extractall(folder, filter="data")  # no links out, no absolute paths
+        attempt.source = str(folder / Path(attempt.source).name)
+        return attempt
+
+    def renew(self, attempt_id: int, worker_id: str, lease_s: float) -> None:
+        self._post(f"api/worker/attempts/{attempt_id}/renew", {"worker": worker_id, "lease_s": lease_s})
+
+    def complete(self, attempt_id: int, worker_id: str, result: GradeResult) -> None:
+        self._post(f"api/worker/attempts/{attempt_id}/complete", {"worker": worker_id, **asdict(result)})
+
+    def fail(self, attempt_id: int, worker_id: str, error: str) -> None:
+        self._post(f"api/worker/attempts/{attempt_id}/fail", {"worker": worker_id, "error": error})
+
+    def release(self, attempt_id: int, worker_id: str) -> None:
+        self._post(f"api/worker/attempts/{attempt_id}/release", {"worker": worker_id})
+
+
+class Renewer:
+    """Renews a lease every ``lease_s / RENEW_FRACTION`` seconds in a thread until stopped."""
+
+    def __init__(self, queue, attempt_id: int, worker_id: str, lease_s: float):
+        self.queue, self.attempt_id, self.worker_id, self.lease_s = queue, attempt_id, worker_id, lease_s
+        self.stopped = threading.Event()
+        self.lost = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.lease_s / RENEW_FRACTION):
+            try:
+                self.queue.renew(self.attempt_id, self.worker_id, self.lease_s)
+            except LeaseLost:
+                self.lost = True
+                return
+            except Exception:  # noqa: BLE001 (a failed renewal is retried; the lease has room for two)
+                continue
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=30)
+
+
+class Worker:
+    """One grading worker: ``run`` claims and grades until stopped (``max_attempts``, ``idle_exit_s``
+    for tests and benchmarks)."""
+
+    def __init__(
+        self,
+        queue,
+        root: Path,
+        *,
+        worker_id: str | None = None,
+        lease_s: float = 300,
+        poll_s: float = 1.0,
+        profile: str = "smoke",
+        unsafe: bool = False,
+        log=print,
+    ):
+        self.queue, self.root = queue, root
+        self.worker_id = worker_id or new_worker_id()
+        self.lease_s, self.poll_s, self.profile, self.unsafe, self.log = lease_s, poll_s, profile, unsafe, log
+        self.stopping = threading.Event()
+
+    def run(self, max_attempts: int | None = None, idle_exit_s: float | None = None) -> int:
+        """Grade until stopped; the number of attempts this worker recorded."""
+        graded, idle_since = 0, time.monotonic()
+        while not self.stopping.is_set() and (max_attempts is None or graded < max_attempts):
+            attempt = self.queue.claim(self.worker_id, self.lease_s)
+            if attempt is None:
+                if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                    break
+                self.stopping.wait(self.poll_s)
+                continue
+            graded += self.grade_one(attempt)
+            idle_since = time.monotonic()
+        return graded
+
+    def grade_one(self, attempt: Attempt) -> int:
+        """Grade one claimed attempt and record it; 1 if this worker's result was recorded."""
+        started = time.monotonic()
+        try:
+            with Renewer(self.queue, attempt.id, self.worker_id, self.lease_s):
+                result = grade_attempt(
+                    self.root, attempt, Path(attempt.source), profile=self.profile, unsafe=self.unsafe
+                )
+        except (SystemExit, KeyboardInterrupt):
+            self.queue.release(attempt.id, self.worker_id)
+            raise
+        except Exception as exc:  # noqa: BLE001 (one attempt that cannot be graded never stops the worker)
+            self.log(f"attempt {attempt.id} ({attempt.learner} {attempt.lab}) could not be graded: {exc}")
+            try:
+                self.queue.fail(attempt.id, self.worker_id, f"{type(exc).__name__}: {str(exc)[:500]}")
+            except LeaseLost:
+                return 0
+            return 1
+        try:
+            self.queue.complete(attempt.id, self.worker_id, result)
+        except LeaseLost as exc:
+            self.log(f"attempt {attempt.id}: result dropped, {exc}")
+            return 0
+        self.log(
+            f"graded attempt {attempt.id} {attempt.learner} {attempt.lab} "
+            f"{result.score:g}/{result.max_score:g} ({time.monotonic() - started:.1f}s)"
+        )
+        return 1
+
+
+def open_queue(queue_path: str | None, service: str | None, token: str, scratch: Path):
+    if bool(queue_path) == bool(service):
+        raise InputError("live worker: give either --queue FILE (this server) or --service URL (Kubernetes)")
+    if queue_path:
+        if not Path(queue_path).is_file():
+            raise InputError(f"--queue {queue_path}: no live queue there (the live service makes it at hub start)")
+        return LiveQueue(queue_path)
+    return HttpQueue(service, token, scratch)
+
+
+def worker_main(root: Path, *, queue_path, service, token, lease_s, poll_s, profile, unsafe, max_attempts, idle_exit_s):
+    """The CLI's ``rocmlab live worker``."""
+    processes.exit_on_sigterm()  # SIGTERM raises SystemExit: the attempt is given back, the sandbox removed
+    with tempfile.TemporaryDirectory(prefix="rocmlab-live-worker-") as scratch:
+        queue = open_queue(queue_path, service, token, Path(scratch))
+        worker = Worker(queue, root, lease_s=lease_s, poll_s=poll_s, profile=profile, unsafe=unsafe)
+        print(f"live worker {worker.worker_id}: grading from {queue_path or service}", flush=True)
+        try:
+            graded = worker.run(max_attempts=max_attempts, idle_exit_s=idle_exit_s)
+        except KeyboardInterrupt:
+            graded = None
+        print(
+            f"live worker {worker.worker_id}: stopped ({graded if graded is not None else 'interrupted'})", flush=True
+        )
+    return 0
