@@ -62,11 +62,16 @@ function renderExercises(rows) {
   }));
 }
 
+function recipients(sentTo) {
+  const names = Object.entries(sentTo).map(([name, error]) => error ? name + " (" + error + ")" : name);
+  return names.join(", ") || T.nobody_stuck;
+}
+
 function renderHints(hints) {
   document.getElementById("hints").replaceChildren(...hints.map(hint => el("li", {},
     el("code", {}, hint.lab + " / " + hint.grade_id), " ",
     hint.text[LANG] || hint.text.en || hint.text.zh, " — " + T.sent_to + ": ",
-    Object.keys(hint.sent_to).join(", ") || T.nobody_stuck)));
+    recipients(hint.sent_to))));
 }
 
 function render(state) {
@@ -85,7 +90,7 @@ async function sendHint(form, row) {
   });
   const answer = await response.json().catch(() => ({error: response.statusText}));
   if (!response.ok) { result.textContent = answer.error || response.status; return; }
-  result.textContent = T.sent_to + ": " + (Object.keys(answer.sent_to).join(", ") || T.nobody_stuck);
+  result.textContent = T.sent_to + ": " + recipients(answer.sent_to);
   form.text_zh.value = ""; form.text_en.value = "";
   poll();
 }
