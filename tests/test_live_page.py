@@ -134,3 +134,20 @@ class LivePagesTest(AsyncHTTPTestCase):
             "missing": [],
         }
         assert json.loads(self.call("me/api/state", "cy").body)["certificate"]["missing"] == [LAB]
+
+
+def test_a_wrong_completion_rule_stops_the_service_at_start(tmp_path, monkeypatch):
+    from rocmlab.errors import InputError
+    from rocmlab.hub.live_page import routes
+
+    bad = tmp_path / "completion.toml"
+    bad.write_text('[certificate]\ncourse = { en = "a", zh = "b" }\n[[certificate.labs]]\nlab = "01"\n', "utf-8")
+    monkeypatch.setenv("ROCMLAB_HUB_COMPLETION", str(bad))
+    with pytest.raises(InputError, match=r"completion.toml: field certificate.labs\[0\].pass_fraction"):
+        routes(PREFIX)
+    monkeypatch.setenv("ROCMLAB_HUB_COMPLETION", str(tmp_path / "missing.toml"))
+    with pytest.raises(InputError, match="missing.toml: no such file"):
+        routes(PREFIX)
+    monkeypatch.delenv("ROCMLAB_HUB_COMPLETION")
+    monkeypatch.setenv("ROCMLAB_ROOT", str(tmp_path / "a-course-without-a-rule"))
+    assert len(routes(PREFIX)) == 8

@@ -141,19 +141,24 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
     """The context of the service the hub started. The completion rule: ``ROCMLAB_HUB_COMPLETION``,
     else ``<ROCMLAB_ROOT>/env/jupyterhub/completion.toml`` when it exists; the key beside the queue."""
     env = os.environ if environ is None else environ
-    root = Path(env.get("ROCMLAB_ROOT") or ".")
-    rule_path = Path(env.get("ROCMLAB_HUB_COMPLETION") or root / "env" / "jupyterhub" / "completion.toml")
-    if env.get("ROCMLAB_HUB_COMPLETION") and not rule_path.is_file():
-        raise InputError(f"ROCMLAB_HUB_COMPLETION={rule_path}: no such file")
     data = Path(env.get("ROCMLAB_HUB_DATA") or queue_path.parent.parent)
     demo = env.get("ROCMLAB_HUB_MODE") == "demo"
     return LiveContext(
         hints=HintStore(queue_path),
-        rule=cert.load_rule(rule_path) if rule_path.is_file() else None,
+        rule=completion_rule(env),
         key=cert.signing_key(queue_path.parent),
         home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
         lang=env.get("ROCMLAB_HUB_LANG", "en"),
     )
+
+
+def completion_rule(env) -> cert.CompletionRule | None:
+    """The course's completion rule (None: no certificate); InputError naming the file and field."""
+    root = Path(env.get("ROCMLAB_ROOT") or ".")
+    rule_path = Path(env.get("ROCMLAB_HUB_COMPLETION") or root / "env" / "jupyterhub" / "completion.toml")
+    if env.get("ROCMLAB_HUB_COMPLETION") and not rule_path.is_file():
+        raise InputError(f"ROCMLAB_HUB_COMPLETION={rule_path}: no such file")
+    return cert.load_rule(rule_path) if rule_path.is_file() else None
 
 
 def account_home(learner: str) -> tuple[Path, tuple[int, int]]:
@@ -356,5 +361,7 @@ HANDLERS = {
 
 
 def routes(prefix: str) -> list[tuple]:
-    """The tornado rules of these pages under the service's ``prefix`` (ending in /)."""
+    """The tornado rules of these pages under the service's ``prefix`` (ending in /). A wrong
+    completion rule stops the service here, at its start, naming the file and the field."""
+    completion_rule(os.environ)
     return [(prefix + path, handler) for path, handler in HANDLERS.items()]
