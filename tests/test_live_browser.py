@@ -164,6 +164,9 @@ def test_the_instructor_sees_the_room_and_a_hint_reaches_only_the_stuck(tmp_path
                 assert certificate.status == 200
                 sync_api.expect(learner.locator("#learner")).to_have_text("ada")
                 learner.screenshot(path=str(shots / "certificate-zh.png"))
+                pdf = learner.request.get(f"{hub.live_url}me/certificate?lang=en&format=pdf", timeout=120_000)
+                assert pdf.status == 200 and pdf.headers["content-type"] == "application/pdf"
+                assert pdf.body().startswith(b"%PDF-")
                 stuck = browser.new_context().new_page()
                 stuck.set_default_timeout(NAV_TIMEOUT_MS)
                 log_in(stuck, hub, "cy", "/services/rocmlab-live/me?lang=en")

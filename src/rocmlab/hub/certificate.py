@@ -150,9 +150,16 @@ def signing_key(folder: Path) -> bytes:
     except FileNotFoundError:
         pass
     key = secrets.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    temp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as fh:
         fh.write(key.hex() + "\n")
+    try:
+        os.link(temp, path)  # never replaces a key another process made first
+    except FileExistsError:
+        return bytes.fromhex(path.read_text(encoding="ascii").strip())
+    finally:
+        os.unlink(temp)
     return key
 
 

@@ -163,6 +163,8 @@ def completion_rule(env) -> cert.CompletionRule | None:
 
 def account_home(learner: str) -> tuple[Path, tuple[int, int]]:
     entry = pwd.getpwnam(learner)
+    if entry.pw_uid == 0:
+        raise KeyError(f"{learner} is root: no hint file is written as root")
     return Path(entry.pw_dir), (entry.pw_uid, entry.pw_gid)
 
 
