@@ -151,3 +151,15 @@ def test_a_wrong_completion_rule_stops_the_service_at_start(tmp_path, monkeypatc
     monkeypatch.delenv("ROCMLAB_HUB_COMPLETION")
     monkeypatch.setenv("ROCMLAB_ROOT", str(tmp_path / "a-course-without-a-rule"))
     assert len(routes(PREFIX)) == 8
+
+
+def test_homes_for_hints_are_never_roots_nor_outside_the_demo_homes(tmp_path):
+    from rocmlab.hub.live_page import account_home, demo_home
+
+    with pytest.raises(KeyError, match="no hint file is written as root"):
+        account_home("root")
+    (tmp_path / "homes" / "cy").mkdir(parents=True)
+    assert demo_home(tmp_path, "cy") == (tmp_path / "homes" / "cy", (os.getuid(), os.getgid()))
+    for name in ("..", "../cy", ""):
+        with pytest.raises(KeyError):
+            demo_home(tmp_path, name)
