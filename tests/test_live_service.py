@@ -7,6 +7,8 @@ import io
 import json
 import os
 import tarfile
+import urllib.request
+from pathlib import Path
 
 import pytest
 from jupyterhub.services.auth import HubOAuth
@@ -128,11 +130,21 @@ class LiveServiceTest(AsyncHTTPTestCase):
         assert code == 200 and done["state"] == "graded" and done["score"] == 1
         assert self.call("POST", "api/worker/claim", "w" * 32, {"worker": "w1"}, auth="Bearer")[0] == 204
 
-    def test_the_learner_page_lists_the_failed_rules(self):
+    def test_the_learner_page_grades_the_assignment_lists_submission_and_shows_what_is_left(self):
         learner_submits(self.exchange, "ana", "01-pass", "2026-12-02 03:00:00.000001 UTC")
-        self.call("POST", "api/submit", "ana-token", {"lab": "01-pass"})
         code, page = self.call("GET", "?lang=zh", "ana-token")
-        assert code == 200 and "你的提交" in page and "排队中" in page
+        assert code == 200 and "你的提交" in page and "本小时还可提交 2 / 2 次" in page and 'name="_xsrf"' in page
+        response = self.fetch(
+            PREFIX + "?lang=zh", method="POST", headers={"Authorization": "token ana-token"}, body="lab=01-pass"
+        )
+        page = response.body.decode()
+        assert response.code == 200 and "排队中" in page and "本小时还可提交 1 / 2 次" in page
+        response = self.fetch(PREFIX, method="POST", headers={"Authorization": "token bo-token"}, body="lab=01-pass")
+        assert response.code == 404 and "no submission of 01-pass by bo" in response.body.decode()
+
+    def test_a_form_post_without_a_token_needs_the_xsrf_field(self):
+        response = self.fetch(PREFIX, method="POST", body="lab=01-pass", follow_redirects=False)
+        assert response.code == 403
 
 
 def test_settings_name_what_is_missing_or_wrong():
@@ -144,3 +156,68 @@ def test_settings_name_what_is_missing_or_wrong():
         )
     settings = LiveSettings.from_environment({"ROCMLAB_LIVE_DB": "/d/q.sqlite", "ROCMLAB_LIVE_EXCHANGE": "/x"})
     assert settings.spool.as_posix() == "/d/spool" and settings.rate_limit == 5
+
+
+@pytest.fixture
+def service_in_a_thread(tmp_path, monkeypatch):
+    """The service on a free loopback port, its IOLoop in a thread; yields (base URL, settings)."""
+    import asyncio
+    import socket
+    import threading
+
+    monkeypatch.setattr(HubOAuth, "get_user", fake_get_user)
+    owners = ExchangeOwners(os.geteuid(), os.getegid())
+    exchange = prepare_exchange(tmp_path, "rocmlab", owners, {"ana": os.geteuid()})
+    settings = LiveSettings(
+        queue_path=tmp_path / "live" / "queue.sqlite",
+        exchange=exchange,
+        spool=tmp_path / "live" / "spool",
+        worker_token="w" * 32,
+        lease_s=60,
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started, loop = threading.Event(), asyncio.new_event_loop()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        make_app(settings, prefix=PREFIX).listen(port, "127.0.0.1")
+        loop.call_soon(started.set)
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    yield f"http://127.0.0.1:{port}{PREFIX}", settings, exchange
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=30)
+
+
+def test_a_worker_over_http_gets_the_submission_and_records_one_result(service_in_a_thread, tmp_path):
+    from rocmlab.grading.live_queue import GradeResult, LeaseLost
+    from rocmlab.grading.live_worker import HttpQueue
+
+    url, settings, exchange = service_in_a_thread
+    learner_submits(exchange, "ana", "01-pass", "2026-12-02 03:00:00.000001 UTC", text="answer = 42")
+    request = urllib.request.Request(
+        url + "api/submit", data=b'{"lab": "01-pass"}', method="POST", headers={"Authorization": "token ana-token"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 201
+    first = HttpQueue(url, "w" * 32, tmp_path / "scratch-1")
+    attempt = first.claim("w1", 600)
+    assert attempt.learner == "ana" and attempt.lease_until <= attempt.started_at + 60  # capped by the service
+    assert "answer = 42" in Path(attempt.source).read_text() and str(tmp_path / "scratch-1") in attempt.source
+    first.renew(attempt.id, "w1", 60)
+    first.release(attempt.id, "w1")  # a stopping worker gives it back
+    second = HttpQueue(url, "w" * 32, tmp_path / "scratch-2")
+    again = second.claim("w2", 60)
+    assert again.id == attempt.id
+    with pytest.raises(LeaseLost):
+        first.complete(attempt.id, "w1", GradeResult(0.0, 2.0))
+    second.complete(again.id, "w2", GradeResult(2.0, 2.0, lang="zh"))
+    assert LiveQueue(settings.queue_path).get(again.id).score == 2.0
+    assert second.claim("w2", 60) is None
+    with pytest.raises(Exception, match="403"):
+        HttpQueue(url, "x" * 32, tmp_path / "scratch-3").claim("w3", 60)

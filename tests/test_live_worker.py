@@ -3,9 +3,11 @@ and a worker killed with SIGKILL mid-grade has its attempt regraded once by anot
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,14 +36,35 @@ def queue_class(queue: LiveQueue, folder: Path, notebooks: dict) -> dict:
     return attempts
 
 
-def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base):
-    queue = LiveQueue(tmp_path / "queue.sqlite")
+def snooping_answer(base, path: Path):
+    """Right only where ``path`` cannot be seen: its score says whether the kernel saw it."""
+    sees = f"import os\ndef scaled_sum(x, scale):\n    if os.path.exists({str(path)!r}):\n        return 0.0\n"
+    right = "    return float(np.sum(np.asarray(x, dtype=float)) * scale)\n"
+    return classroom.answer(base, sees + right)
+
+
+@pytest.fixture
+def visible_folder():
+    """A folder kernels would see if it were not hidden: not in a private /tmp, open to the grader users."""
+    folder = Path(tempfile.mkdtemp(prefix=".live-test-", dir=Path(__file__).resolve().parents[1]))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base, visible_folder):
+    live_folder = visible_folder / "live"
+    queue = LiveQueue(live_folder / "queue.sqlite")
+    live_folder.chmod(0o755)
     expected = {name: score for name, (_nb, score, _flags) in classroom.regular_class(base).items()}
-    queue_class(queue, tmp_path / "spool", {name: nb for name, (nb, _s, _f) in classroom.regular_class(base).items()})
+    spool = live_folder / "spool"
+    queue_class(queue, spool, {name: nb for name, (nb, _s, _f) in classroom.regular_class(base).items()})
+    queue_class(queue, spool, {"snoop": snooping_answer(base, queue.path)})
     graded = Worker(queue, classroom.COURSE, poll_s=0.2, log=lambda _m: None).run(idle_exit_s=1)
-    assert graded == len(expected)
+    assert graded == len(expected) + 1
     live = {a.learner: a for a in queue.attempts()}
-    assert {name: a.score for name, a in live.items()} == expected
+    assert live["snoop"].score == 5.0  # the queue's folder, every learner's submissions, was covered
+    assert {name: a.score for name, a in live.items() if name != "snoop"} == expected
     assert all(a.state == "graded" and a.tries == 1 for a in live.values())
     wrong = live["wrong"].failed_checks
     assert wrong and all(c.message["en"] and c.message["zh"] for c in wrong)
@@ -54,13 +77,15 @@ def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base):
     batch = grade_class(
         classroom.COURSE,
         lab,
-        find_submissions(tmp_path / "spool", classroom.LAB),
+        find_submissions(spool, classroom.LAB),
         tmp_path / "batch",
         jobs=2,
         progress=lambda _m: None,
         seeds=recorded_seeds(seeds),
     )
-    assert {r.student: (r.score, r.seed) for r in batch} == {n: (a.score, a.seed) for n, a in live.items()}
+    batch = {r.student: (r.score, r.seed) for r in batch}
+    assert batch.pop("snoop")[0] == 3.0  # the batch does not hide the queue's folder: the snoop sees it
+    assert batch == {n: (a.score, a.seed) for n, a in live.items() if n != "snoop"}
 
 
 def worker_process(queue_path: Path, *extra: str) -> subprocess.Popen:

@@ -59,8 +59,11 @@ def grade_result(result: StudentResult) -> GradeResult:
     )
 
 
-def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str = "smoke", unsafe: bool = False):
-    """Grade one attempt's notebook as ``rocmlab grade`` would grade that learner alone, on their seed."""
+def grade_attempt(
+    root: Path, attempt: Attempt, notebook: Path, *, profile: str = "smoke", unsafe: bool = False, hide=()
+):
+    """Grade one attempt's notebook as ``rocmlab grade`` would grade that learner alone, on their seed;
+    ``hide``: more folders covered in the kernel (the queue's, holding every learner's submissions)."""
     lab = select(discover(root), [attempt.lab])[0]
     seeds = {attempt.learner: attempt.seed} if attempt.seed is not None else None
     with tempfile.TemporaryDirectory(prefix="rocmlab-live-") as out:
@@ -73,6 +76,7 @@ def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str 
             progress=lambda _message: None,
             unsafe=unsafe,
             seeds=seeds,
+            extra_hidden=[Path(folder) for folder in hide],
         )
     return grade_result(result)
 
@@ -174,11 +178,15 @@ class Worker:
         poll_s: float = 1.0,
         profile: str = "smoke",
         unsafe: bool = False,
-        log=print,
+        hide=(),
+        log=None,
     ):
         self.queue, self.root = queue, root
+        # covered in every kernel: the queue's folder (every learner's spooled submissions and results)
+        self.hide = tuple(hide) or ((queue.path.resolve().parent,) if isinstance(queue, LiveQueue) else ())
         self.worker_id = worker_id or new_worker_id()
-        self.lease_s, self.poll_s, self.profile, self.unsafe, self.log = lease_s, poll_s, profile, unsafe, log
+        self.lease_s, self.poll_s, self.profile, self.unsafe = lease_s, poll_s, profile, unsafe
+        self.log = log or (lambda message: print(message, flush=True))  # flushed: a SIGKILL loses no line
         self.stopping = threading.Event()
 
     def run(self, max_attempts: int | None = None, idle_exit_s: float | None = None) -> int:
@@ -201,7 +209,7 @@ class Worker:
         try:
             with Renewer(self.queue, attempt.id, self.worker_id, self.lease_s):
                 result = grade_attempt(
-                    self.root, attempt, Path(attempt.source), profile=self.profile, unsafe=self.unsafe
+                    self.root, attempt, Path(attempt.source), profile=self.profile, unsafe=self.unsafe, hide=self.hide
                 )
         except (SystemExit, KeyboardInterrupt):
             self.queue.release(attempt.id, self.worker_id)
@@ -240,7 +248,8 @@ def worker_main(root: Path, *, queue_path, service, token, lease_s, poll_s, prof
     processes.exit_on_sigterm()  # SIGTERM raises SystemExit: the attempt is given back, the sandbox removed
     with tempfile.TemporaryDirectory(prefix="rocmlab-live-worker-") as scratch:
         queue = open_queue(queue_path, service, token, Path(scratch))
-        worker = Worker(queue, root, lease_s=lease_s, poll_s=poll_s, profile=profile, unsafe=unsafe)
+        hide = [] if queue_path else [Path(scratch)]  # the queue's folder is hidden by Worker itself
+        worker = Worker(queue, root, lease_s=lease_s, poll_s=poll_s, profile=profile, unsafe=unsafe, hide=hide)
         print(f"live worker {worker.worker_id}: grading from {queue_path or service}", flush=True)
         try:
             graded = worker.run(max_attempts=max_attempts, idle_exit_s=idle_exit_s)

@@ -136,6 +136,10 @@ class LiveHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(data, ensure_ascii=False))
 
+    def check_xsrf_cookie(self) -> None:
+        self.current_user  # noqa: B018 (identifies the caller first: a request with a token needs no xsrf)
+        super().check_xsrf_cookie()
+
     def set_default_headers(self) -> None:
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Content-Security-Policy", "default-src 'self'; frame-ancestors 'self'")
@@ -147,10 +151,6 @@ class ApiHandler(LiveHandler):
     def prepare(self) -> None:
         if not self.current_user:
             raise web.HTTPError(403, "log in through the hub (a browser session or your server's API token)")
-
-    def check_xsrf_cookie(self) -> None:
-        self.current_user  # noqa: B018 (identifies the caller first: a request with a token needs no xsrf)
-        super().check_xsrf_cookie()
 
     def write_error(self, status_code: int, **kwargs) -> None:
         reason = self._reason
@@ -172,49 +172,55 @@ def public_attempt(attempt: Attempt) -> dict:
     return attempt.to_json(private=False)
 
 
+async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
+    """Collect the logged-in learner's newest submission of ``lab`` and queue it under the rate
+    limit; (HTTP status, answer). One learner's submits are handled one at a time."""
+    live, queue = handler.live, handler.queue
+    if not isinstance(lab, str) or not lab:
+        return 400, {"error": 'expected {"lab": "<lab id>"}'}
+    if live.labs and lab not in live.labs:
+        return 404, {"error": f"{lab} is not a lab of this workshop ({', '.join(live.labs)})"}
+    learner = handler.learner
+    async with handler.settings["learner_locks"].setdefault(learner, asyncio.Lock()):
+        try:
+            collected = await ioloop.IOLoop.current().run_in_executor(
+                None,
+                lambda: collect(
+                    live.exchange, live.course_id, learner, lab, live.spool, owner_is_account=live.owner_is_account
+                ),
+            )
+        except NothingToCollect as exc:
+            return 404, {"error": str(exc)}
+        try:
+            attempt = queue.submit(
+                learner,
+                lab,
+                collected.submitted_at,
+                str(collected.notebook),
+                limit=(live.rate_limit, live.rate_window_s),
+            )
+        except RateLimited as exc:
+            handler.set_header("Retry-After", str(max(1, int(exc.retry_at - time.time()))))
+            return 429, {"error": str(exc), "remaining": 0, "retry_at": exc.retry_at, "limit": live.rate_limit}
+    return (200 if attempt.duplicate else 201), {
+        "attempt": public_attempt(attempt),
+        "duplicate": attempt.duplicate,
+        "remaining": remaining(handler, lab),
+        "limit": live.rate_limit,
+        "window_s": live.rate_window_s,
+    }
+
+
+def remaining(handler: LiveHandler, lab: str) -> int:
+    """Submissions of ``lab`` the logged-in learner has left in the rate window."""
+    used = handler.queue.submissions_since(handler.learner, lab, time.time() - handler.live.rate_window_s)
+    return max(0, handler.live.rate_limit - used)
+
+
 class SubmitHandler(ApiHandler):
     async def post(self) -> None:
-        lab = self.body_json().get("lab")
-        if not isinstance(lab, str) or not lab:
-            raise web.HTTPError(400, 'expected {"lab": "<lab id>"}')
-        if self.live.labs and lab not in self.live.labs:
-            raise web.HTTPError(404, f"{lab} is not a lab of this workshop ({', '.join(self.live.labs)})")
-        learner = self.learner
-        async with self.settings["learner_locks"].setdefault(learner, asyncio.Lock()):
-            try:
-                collected = await ioloop.IOLoop.current().run_in_executor(
-                    None,
-                    lambda: collect(
-                        self.live.exchange,
-                        self.live.course_id,
-                        learner,
-                        lab,
-                        self.live.spool,
-                        owner_is_account=self.live.owner_is_account,
-                    ),
-                )
-            except NothingToCollect as exc:
-                raise web.HTTPError(404, str(exc)) from None
-            limit = (self.live.rate_limit, self.live.rate_window_s)
-            try:
-                attempt = self.queue.submit(learner, lab, collected.submitted_at, str(collected.notebook), limit=limit)
-            except RateLimited as exc:
-                self.set_header("Retry-After", str(max(1, int(exc.retry_at - time.time()))))
-                self.write_json(
-                    {"error": str(exc), "remaining": 0, "retry_at": exc.retry_at, "limit": self.live.rate_limit}, 429
-                )
-                return
-        used = self.queue.submissions_since(learner, lab, time.time() - self.live.rate_window_s)
-        self.write_json(
-            {
-                "attempt": public_attempt(attempt),
-                "duplicate": attempt.duplicate,
-                "remaining": max(0, self.live.rate_limit - used),
-                "limit": self.live.rate_limit,
-                "window_s": self.live.rate_window_s,
-            },
-            200 if attempt.duplicate else 201,
-        )
+        status, answer = await submit_lab(self, self.body_json().get("lab"))
+        self.write_json(answer, status)
 
 
 class AttemptsHandler(ApiHandler):
@@ -261,18 +267,57 @@ def attempts_table(attempts: list[Attempt], lang: str) -> str:
     return f'<table class="attempts"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
+PAGE_TEXT = {
+    "en": {
+        "title": "Your submissions",
+        "grade": "Grade my latest submission",
+        "hint": "Submit with the Assignment List first, then have it graded here.",
+        "left": "{n} of {limit} submissions left in the hour",
+    },
+    "zh": {
+        "title": "你的提交",
+        "grade": "评分我最新的提交",
+        "hint": "先在 Assignment List 中提交，再在这里评分。",
+        "left": "本小时还可提交 {n} / {limit} 次",
+    },
+}
+
+
 class LearnerPage(LiveHandler):
-    """The learner's attempts and results (``?lang=zh`` in Chinese)."""
+    """The learner's attempts and results (``?lang=zh`` in Chinese), and per lab a button that has
+    their latest nbgrader submission graded (the Assignment List's way in)."""
+
+    def page_lang(self) -> str:
+        return "zh" if self.get_argument("lang", "en") == "zh" else "en"
 
     @web.authenticated
     def get(self) -> None:
-        lang = "zh" if self.get_argument("lang", "en") == "zh" else "en"
-        title = "Your submissions" if lang == "en" else "你的提交"
+        self.render_page(self.page_lang(), "")
+
+    @web.authenticated
+    async def post(self) -> None:
+        lang = self.page_lang()
+        status, answer = await submit_lab(self, self.get_body_argument("lab", ""))
+        self.render_page(lang, answer.get("error", ""), status if status >= 400 else 200)
+
+    def render_page(self, lang: str, message: str, status: int = 200) -> None:
+        text = PAGE_TEXT[lang]
         attempts = self.queue.attempts(learner=self.learner)
+        labs = self.live.labs or tuple(sorted({a.lab for a in attempts}))
+        forms = "".join(
+            f'<form method="post" class="submit"><input type="hidden" name="_xsrf" value="{self.xsrf_token.decode()}">'
+            f'<input type="hidden" name="lab" value="{html.escape(lab)}"><button type="submit">{text["grade"]}: '
+            f'{html.escape(lab)}</button> <span class="left">'
+            f"{text['left'].format(n=remaining(self, lab), limit=self.live.rate_limit)}</span></form>"
+            for lab in labs
+        )
+        error = f'<p class="error">{html.escape(message)}</p>' if message else ""
+        self.set_status(status)
         self.set_header("Cache-Control", "no-store")
         self.finish(
-            f'<!doctype html><html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title></head>'
-            f"<body><h1>{title}: {html.escape(self.learner)}</h1>{attempts_table(attempts, lang)}</body></html>"
+            f'<!doctype html><html lang="{lang}"><head><meta charset="utf-8"><title>{text["title"]}</title></head>'
+            f"<body><h1>{text['title']}: {html.escape(self.learner)}</h1>{error}<p>{text['hint']}</p>{forms}"
+            f"{attempts_table(attempts, lang)}</body></html>"
         )
 
 
