@@ -46,6 +46,7 @@
 #   ROCMLAB_LIVE_RATE_LIMIT, ROCMLAB_LIVE_RATE_WINDOW_S  submissions per learner and lab in a window
 #                            (5 per 3600 s); ROCMLAB_LIVE_WORKER_TOKEN opens the workers' HTTP API
 #                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port (10101)
+#   ROCMLAB_HUB_COMPLETION   the completion certificate's rule (default env/jupyterhub/completion.toml)
 import os
 import sys
 from pathlib import Path
@@ -293,6 +294,10 @@ if live:
                 "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
                 "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),
                 "ROCMLAB_ROOT": str(course_repo),
+                # the live pages (rocmlab.hub.live_page): homes for hints, language, certificate rule
+                "ROCMLAB_HUB_DATA": str(data),
+                "ROCMLAB_HUB_LANG": lang,
+                "ROCMLAB_HUB_COMPLETION": env("ROCMLAB_HUB_COMPLETION", ""),
             },
         }
     )

@@ -1,0 +1,372 @@
+"""The pages of the live workshop service (``live_service``, which mounts ``routes(prefix)`` as
+a plugin): the instructor's live page, hints, the learner's levels and certificate.
+
+| route | who | what |
+| --- | --- | --- |
+| ``instructor`` | instructors | the live page (HTML; ``instructor/live.js`` polls the next route) |
+| ``instructor/api/state`` | instructors | learners, exercises and hints as JSON |
+| ``instructor/api/hints`` | instructors | POST a hint: stored, sent to the stuck learners |
+| ``me`` | anyone logged in | their labs, exercises passed, hints, certificate (HTML) |
+| ``me/api/state`` | anyone logged in | the same as JSON |
+| ``me/certificate`` | anyone logged in | their certificate, ``?format=pdf`` for the PDF; 404 until earned |
+| ``certificate/verify`` | anyone logged in | ``?learner=&id=``: does this certificate id hold? |
+
+Instructors are the members of the hub group ``ROCMLAB_HUB_INSTRUCTOR_GROUP`` (``instructors``),
+the group the hub's ``rocmlab-instructor`` role is given to; anyone else gets 403 on their
+routes (``InstructorOnly.prepare``). Every learner route serves the user the hub's OAuth names:
+no route takes a learner's name from the request except ``verify``, which only says yes or no.
+The language is the hub's (``ROCMLAB_HUB_LANG``), or ``?lang=en|zh``. Scripts come only from the
+service itself (no CDN): the page works offline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import time
+from dataclasses import asdict, dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+from jupyterhub.services.auth import HubOAuthenticated
+from tornado import web
+from tornado.ioloop import IOLoop
+
+from ..errors import InputError, RocmlabError
+from ..pages import render_page
+from . import certificate as cert
+from .live_hints import HintStore, send_hint
+from .live_service import LiveHandler
+from .live_view import exercise_rows, learner_rows, progress, stuck_learners
+
+LANGS = ("en", "zh")
+POLL_S = 5
+
+TEXT = {
+    "en": {
+        "live_title": "Live workshop",
+        "learners": "Learners",
+        "exercises": "Exercises",
+        "learner": "learner",
+        "lab": "current lab",
+        "lab_id": "lab",
+        "state": "last submit",
+        "score": "score",
+        "failed": "failing",
+        "idle": "since last activity",
+        "exercise": "exercise",
+        "pass_rate": "pass rate",
+        "passed_of": "passed / graded",
+        "failures": "most common failures",
+        "hint": "hint",
+        "send_hint": "Send hint",
+        "hint_en": "hint (English)",
+        "hint_zh": "hint (中文)",
+        "hints": "Hints sent",
+        "sent_to": "sent to",
+        "nobody_stuck": "nobody is stuck on this exercise now",
+        "updated": "updated",
+        "me_title": "My progress",
+        "submissions": "My submissions and their results",
+        "labs": "Labs",
+        "best": "best score",
+        "attempts": "attempts",
+        "passed": "exercises passed",
+        "still_failing": "still failing",
+        "your_hints": "Hints from your instructor",
+        "no_hints": "No hints for you.",
+        "certificate": "Certificate",
+        "earned": "You have earned the certificate:",
+        "needs": "The certificate needs these labs, each with at least this share of its points:",
+        "no_certificate": "This course gives no certificate.",
+        "nothing_yet": "Nothing submitted yet.",
+        "pdf": "PDF",
+    },
+    "zh": {
+        "live_title": "实时课堂",
+        "learners": "学员",
+        "exercises": "练习",
+        "learner": "学员",
+        "lab": "当前实验",
+        "lab_id": "实验",
+        "state": "最近提交",
+        "score": "得分",
+        "failed": "未通过",
+        "idle": "距上次活动",
+        "exercise": "练习",
+        "pass_rate": "通过率",
+        "passed_of": "通过 / 已评",
+        "failures": "最常见的错误",
+        "hint": "提示",
+        "send_hint": "发送提示",
+        "hint_en": "提示（English）",
+        "hint_zh": "提示（中文）",
+        "hints": "已发送的提示",
+        "sent_to": "发给",
+        "nobody_stuck": "现在没有人卡在这个练习上",
+        "updated": "更新于",
+        "me_title": "我的进度",
+        "submissions": "我的提交与评分结果",
+        "labs": "实验",
+        "best": "最高分",
+        "attempts": "提交次数",
+        "passed": "已通过的练习",
+        "still_failing": "仍未通过",
+        "your_hints": "老师给你的提示",
+        "no_hints": "暂无提示。",
+        "certificate": "结业证书",
+        "earned": "你已获得结业证书：",
+        "needs": "获得证书需要通过以下实验，每个实验至少取得这一比例的分数：",
+        "no_certificate": "本课程不颁发证书。",
+        "nothing_yet": "还没有提交。",
+        "pdf": "PDF",
+    },
+}
+
+
+@dataclass
+class LiveContext:
+    """What the pages need beside the service's queue: the hints' store (in the queue's file), the
+    completion rule (None: no certificate), the signing key, where learners' homes are."""
+
+    hints: HintStore
+    rule: cert.CompletionRule | None
+    key: bytes
+    home_of: object  # learner -> (home, (uid, gid))
+    lang: str = "en"
+    clock: object = field(default=time.time)
+
+
+def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
+    """The context of the service the hub started. The completion rule: ``ROCMLAB_HUB_COMPLETION``,
+    else ``<ROCMLAB_ROOT>/env/jupyterhub/completion.toml`` when it exists; the key beside the queue."""
+    env = os.environ if environ is None else environ
+    data = Path(env.get("ROCMLAB_HUB_DATA") or queue_path.parent.parent)
+    demo = env.get("ROCMLAB_HUB_MODE") == "demo"
+    return LiveContext(
+        hints=HintStore(queue_path),
+        rule=completion_rule(env),
+        key=cert.signing_key(queue_path.parent),
+        home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
+        lang=env.get("ROCMLAB_HUB_LANG", "en"),
+    )
+
+
+def completion_rule(env) -> cert.CompletionRule | None:
+    """The course's completion rule (None: no certificate); InputError naming the file and field."""
+    root = Path(env.get("ROCMLAB_ROOT") or ".")
+    rule_path = Path(env.get("ROCMLAB_HUB_COMPLETION") or root / "env" / "jupyterhub" / "completion.toml")
+    if env.get("ROCMLAB_HUB_COMPLETION") and not rule_path.is_file():
+        raise InputError(f"ROCMLAB_HUB_COMPLETION={rule_path}: no such file")
+    return cert.load_rule(rule_path) if rule_path.is_file() else None
+
+
+def account_home(learner: str) -> tuple[Path, tuple[int, int]]:
+    entry = pwd.getpwnam(learner)
+    if entry.pw_uid == 0:
+        raise KeyError(f"{learner} is root: no hint file is written as root")
+    return Path(entry.pw_dir), (entry.pw_uid, entry.pw_gid)
+
+
+def demo_home(data: Path, learner: str) -> tuple[Path, tuple[int, int]]:
+    """The demo hub's homes are ``<data>/homes/<name>``, owned by whoever the servers run as."""
+    if "/" in learner or learner in ("", ".", ".."):
+        raise KeyError(f"no home for {learner!r}")
+    home = data / "homes" / learner
+    stat = os.stat(home, follow_symlinks=False)
+    return home, (stat.st_uid, stat.st_gid)
+
+
+# ------------------------------------------------------------------ data of the pages
+
+
+def instructor_state(context: LiveContext, queue) -> dict:
+    attempts = queue.attempts()
+    return {
+        "now": context.clock(),
+        "learners": [asdict(row) for row in learner_rows(attempts, context.clock())],
+        "exercises": [
+            asdict(row) | {"pass_rate": row.pass_rate, "stuck": stuck_learners(attempts, row.lab, row.grade_id)}
+            for row in exercise_rows(attempts)
+        ],
+        "hints": [
+            asdict(hint) | {"sent_to": context.hints.deliveries(hint.id)} for hint in reversed(context.hints.hints())
+        ],
+    }
+
+
+def learner_state(context: LiveContext, queue, learner: str) -> dict:
+    attempts = queue.attempts(learner=learner)
+    rule = context.rule
+    return {
+        "learner": learner,
+        "labs": [asdict(lab) for lab in progress(attempts, learner)],
+        "hints": [asdict(hint) for hint in context.hints.hints_for(learner)],
+        "certificate": {
+            "offered": rule is not None,
+            "earned": bool(rule) and cert.earned(rule, attempts, learner) is not None,
+            "requirements": [asdict(need) for need in rule.labs] if rule else [],
+            "missing": [need.lab for need in cert.missing(rule, attempts, learner)] if rule else [],
+        },
+    }
+
+
+# ------------------------------------------------------------------ handlers
+
+PAGE_POLICY = "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'self'"
+
+
+class PageHandler(LiveHandler):
+    """A page of this module: logged in through the hub (``live_service.LiveHandler``)."""
+
+    def check_xsrf_cookie(self) -> None:
+        # A call with a token is identified first, so that the hub's check exempts it. A browser's
+        # (a cookie) must not be: identifying a cookie runs this check again, inside the hub
+        # client's own thread, and waiting there for the user deadlocks the service. So the hub's
+        # own check, not LiveHandler's (which identifies every caller first). The poll's GET is
+        # checked too: the hub asks a script's request for the token.
+        if "Authorization" in self.request.headers:
+            self.current_user  # noqa: B018
+        HubOAuthenticated.check_xsrf_cookie(self)
+
+    @property
+    def page_context(self) -> LiveContext:
+        if "live_page" not in self.settings:
+            self.settings["live_page"] = context_from_environment(self.live.queue_path)
+        return self.settings["live_page"]
+
+    @property
+    def lang(self) -> str:
+        asked = self.get_argument("lang", "")
+        return asked if asked in LANGS else self.page_context.lang if self.page_context.lang in LANGS else "en"
+
+    def page(self, template: str, **values) -> None:
+        self.set_header("Content-Security-Policy", PAGE_POLICY)  # inline styles; scripts only from here
+        self.set_header("Cache-Control", "no-store")
+        self.finish(render_page(template, lang=self.lang, t=TEXT[self.lang], **values))
+
+
+class InstructorOnly(PageHandler):
+    def prepare(self) -> None:
+        if not self.current_user:
+            if self.request.method == "GET" and "/api/" not in self.request.path:
+                return  # @web.authenticated sends the browser to the hub's login
+            raise web.HTTPError(403, "log in through the hub")
+        if not self.is_instructor:
+            raise web.HTTPError(403, f"{self.learner} is not in the group {self.live.instructor_group}")
+
+
+class InstructorPage(InstructorOnly):
+    @web.authenticated
+    def get(self):
+        token = self.xsrf_token
+        self.page(
+            "live.html.j2",
+            state=instructor_state(self.page_context, self.queue),
+            poll_ms=POLL_S * 1000,
+            xsrf=token.decode() if isinstance(token, bytes) else token,
+        )
+
+
+class InstructorScript(InstructorOnly):
+    @web.authenticated
+    def get(self):
+        self.set_header("Content-Type", "text/javascript; charset=utf-8")
+        self.finish(files("rocmlab").joinpath("templates", "live.js").read_text(encoding="utf-8"))
+
+
+class InstructorState(InstructorOnly):
+    def get(self):
+        self.write_json(instructor_state(self.page_context, self.queue))
+
+
+class HintPost(InstructorOnly):
+    async def post(self):
+        try:
+            form = json.loads(self.request.body or b"{}")
+            lab, grade_id = str(form.get("lab", "")), str(form.get("grade_id", ""))
+            text = {"en": str(form.get("text_en", "")), "zh": str(form.get("text_zh", ""))}
+        except (ValueError, AttributeError):
+            self.write_json({"error": "expected a JSON object with lab, grade_id, text_en, text_zh"}, 400)
+            return
+        try:
+            hint = self.page_context.hints.add(lab, grade_id, text, author=self.learner)
+        except InputError as exc:
+            self.write_json({"error": str(exc)}, 400)
+            return
+        stuck = stuck_learners(self.queue.attempts(lab=lab), lab, grade_id)
+        context = self.page_context
+        sent = await IOLoop.current().run_in_executor(None, send_hint, context.hints, hint, stuck, context.home_of)
+        self.write_json({"hint": asdict(hint), "sent_to": sent})
+
+
+class LearnerLevels(PageHandler):
+    @web.authenticated
+    def get(self):
+        self.page("learner.html.j2", state=learner_state(self.page_context, self.queue, self.learner))
+
+
+class LearnerState(PageHandler):
+    def get(self):
+        if not self.current_user:
+            raise web.HTTPError(403, "log in through the hub")
+        self.write_json(learner_state(self.page_context, self.queue, self.learner))
+
+
+class CertificatePage(PageHandler):
+    @web.authenticated
+    async def get(self):
+        rule = self.page_context.rule
+        if rule is None:
+            raise web.HTTPError(404, "this course gives no certificate")
+        earned = cert.earned(rule, self.queue.attempts(learner=self.learner), self.learner)
+        if earned is None:
+            raise web.HTTPError(404, f"{self.learner} has not earned the certificate yet")
+        cert.sign(earned, self.page_context.key)
+        base = self.request.full_url().split("me/certificate")[0]
+        html = cert.certificate_page(
+            earned, self.lang, f"{base}certificate/verify?learner={earned.learner}&id={earned.id}"
+        )
+        if self.get_argument("format", "html") != "pdf":
+            self.set_header("Content-Security-Policy", PAGE_POLICY)
+            self.finish(html)
+            return
+        try:
+            pdf = await IOLoop.current().run_in_executor(None, cert.html_to_pdf, html)
+        except RocmlabError as exc:
+            raise web.HTTPError(503, str(exc)) from None
+        self.set_header("Content-Type", "application/pdf")
+        self.set_header("Content-Disposition", f'inline; filename="certificate-{earned.learner}-{self.lang}.pdf"')
+        self.finish(pdf)
+
+
+class CertificateVerify(PageHandler):
+    def get(self):
+        if not self.current_user:
+            raise web.HTTPError(403, "log in through the hub")
+        rule = self.page_context.rule
+        if rule is None:
+            raise web.HTTPError(404, "this course gives no certificate")
+        learner, given = self.get_argument("learner", ""), self.get_argument("id", "")
+        valid = cert.verify(rule, self.queue.attempts(learner=learner), learner, given, self.page_context.key)
+        self.write_json({"learner": learner, "id": given, "valid": valid})
+
+
+HANDLERS = {
+    "instructor": InstructorPage,
+    "instructor/live.js": InstructorScript,
+    "instructor/api/state": InstructorState,
+    "instructor/api/hints": HintPost,
+    "me": LearnerLevels,
+    "me/api/state": LearnerState,
+    "me/certificate": CertificatePage,
+    "certificate/verify": CertificateVerify,
+}
+
+
+def routes(prefix: str) -> list[tuple]:
+    """The tornado rules of these pages under the service's ``prefix`` (ending in /). A wrong
+    completion rule stops the service here, at its start, naming the file and the field."""
+    completion_rule(os.environ)
+    return [(prefix + path, handler) for path, handler in HANDLERS.items()]

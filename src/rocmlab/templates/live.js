@@ -1,0 +1,108 @@
+"use strict";
+// The instructor's live page (live.html.j2): renders the state JSON, polls it, posts hints.
+// Served by the service itself (no CDN); every text goes in through textContent, never as HTML.
+const CONFIG = JSON.parse(document.getElementById("live-config").textContent);
+const T = CONFIG.t, XSRF = CONFIG.xsrf, POLL_MS = CONFIG.poll_ms, LANG = CONFIG.lang;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+function since(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+  return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+}
+function rateClass(rate) { return rate < 0.5 ? "rate-low" : rate < 0.8 ? "rate-mid" : "rate-high"; }
+function score(row) { return row.score === null ? "–" : row.score + " / " + row.max_score; }
+
+function renderLearners(rows) {
+  const body = document.querySelector("#learners tbody");
+  body.replaceChildren(...rows.map(row => el("tr", {"data-learner": row.learner},
+    el("td", {}, row.learner),
+    el("td", {}, el("code", {}, row.lab)),
+    el("td", {class: "state-" + row.state}, row.state),
+    el("td", {class: "num"}, score(row)),
+    el("td", {class: "failing"}, ...row.failed.map(id => el("code", {}, id))),
+    el("td", {class: "num"}, since(row.idle_s)))));
+  document.getElementById("learner-count").textContent = rows.length;
+}
+
+function hintForm(row) {
+  const form = el("form", {class: "hint", "data-exercise": row.lab + "/" + row.grade_id},
+    el("textarea", {name: "text_zh", placeholder: T.hint_zh}),
+    el("textarea", {name: "text_en", placeholder: T.hint_en}),
+    el("button", {type: "submit"}, T.send_hint + " → " + row.stuck.length),
+    el("span", {class: "result muted"}));
+  form.addEventListener("submit", event => { event.preventDefault(); sendHint(form, row); });
+  return el("details", {}, el("summary", {}, row.stuck.length ? T.send_hint + " (" + row.stuck.length + ")" : T.hint), form);
+}
+
+function renderExercises(rows) {
+  const body = document.querySelector("#exercises tbody");
+  const open = new Set([...body.querySelectorAll("details[open] form")].map(form => form.dataset.exercise));
+  const drafts = new Map([...body.querySelectorAll("form.hint")].map(form =>
+    [form.dataset.exercise, [form.text_zh.value, form.text_en.value]]));
+  body.replaceChildren(...rows.map(row => {
+    const key = row.lab + "/" + row.grade_id;
+    const hint = hintForm(row);
+    if (open.has(key)) hint.open = true;
+    if (drafts.has(key)) { const form = hint.querySelector("form"); [form.text_zh.value, form.text_en.value] = drafts.get(key); }
+    return el("tr", {"data-exercise": key},
+      el("td", {}, el("code", {}, row.lab)),
+      el("td", {}, el("code", {}, row.grade_id)),
+      el("td", {class: "num " + rateClass(row.pass_rate), "data-rate": row.pass_rate}, Math.round(row.pass_rate * 100) + "%"),
+      el("td", {class: "num"}, row.passed + " / " + row.graded),
+      el("td", {}, row.failures.length ? el("ul", {class: "failures"}, ...row.failures.map(([message, count]) =>
+        el("li", {}, el("span", {class: "count"}, count + "× "), message))) : ""),
+      el("td", {}, hint));
+  }));
+}
+
+function recipients(sentTo) {
+  const names = Object.entries(sentTo).map(([name, error]) => error ? name + " (" + error + ")" : name);
+  return names.join(", ") || T.nobody_stuck;
+}
+
+function renderHints(hints) {
+  document.getElementById("hints").replaceChildren(...hints.map(hint => el("li", {},
+    el("code", {}, hint.lab + " / " + hint.grade_id), " ",
+    hint.text[LANG] || hint.text.en || hint.text.zh, " — " + T.sent_to + ": ",
+    recipients(hint.sent_to))));
+}
+
+function render(state) {
+  renderLearners(state.learners);
+  renderExercises(state.exercises);
+  renderHints(state.hints);
+  document.getElementById("updated").textContent = new Date(state.now * 1000).toLocaleTimeString();
+}
+
+async function sendHint(form, row) {
+  const result = form.querySelector(".result");
+  const response = await fetch("instructor/api/hints", {
+    method: "POST", credentials: "same-origin",
+    headers: {"Content-Type": "application/json", "X-XSRFToken": XSRF},
+    body: JSON.stringify({lab: row.lab, grade_id: row.grade_id, text_zh: form.text_zh.value, text_en: form.text_en.value}),
+  });
+  const answer = await response.json().catch(() => ({error: response.statusText}));
+  if (!response.ok) { result.textContent = answer.error || response.status; return; }
+  result.textContent = T.sent_to + ": " + recipients(answer.sent_to);
+  form.text_zh.value = ""; form.text_en.value = "";
+  poll();
+}
+
+async function poll() {
+  try {
+    // the hub's cookie login asks a script's request for the xsrf token, a GET too
+    const response = await fetch("instructor/api/state",
+      {credentials: "same-origin", cache: "no-store", headers: {"X-XSRFToken": XSRF}});
+    if (response.ok) render(await response.json());
+  } catch (error) { /* the next poll tries again */ }
+}
+
+render(JSON.parse(document.getElementById("initial-state").textContent));
+setInterval(poll, POLL_MS);
