@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
-from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 from tornado.ioloop import IOLoop
 
@@ -219,16 +218,6 @@ PAGE_POLICY = "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ances
 
 class PageHandler(LiveHandler):
     """A page of this module: logged in through the hub (``live_service.LiveHandler``)."""
-
-    def check_xsrf_cookie(self) -> None:
-        # A call with a token is identified first, so that the hub's check exempts it. A browser's
-        # (a cookie) must not be: identifying a cookie runs this check again, inside the hub
-        # client's own thread, and waiting there for the user deadlocks the service. So the hub's
-        # own check, not LiveHandler's (which identifies every caller first). The poll's GET is
-        # checked too: the hub asks a script's request for the token.
-        if "Authorization" in self.request.headers:
-            self.current_user  # noqa: B018
-        HubOAuthenticated.check_xsrf_cookie(self)
 
     @property
     def page_context(self) -> LiveContext:

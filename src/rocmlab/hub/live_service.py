@@ -137,7 +137,11 @@ class LiveHandler(HubOAuthenticated, web.RequestHandler):
         self.finish(json.dumps(data, ensure_ascii=False))
 
     def check_xsrf_cookie(self) -> None:
-        self.current_user  # noqa: B018 (identifies the caller first: a request with a token needs no xsrf)
+        # A call with a token is identified first, so that the hub's check exempts it. A browser's
+        # (a cookie) must not be: identifying a cookie runs this check again, inside the hub
+        # client's own thread, and waiting there for the user deadlocks the service.
+        if "Authorization" in self.request.headers:
+            self.current_user  # noqa: B018
         super().check_xsrf_cookie()
 
     def set_default_headers(self) -> None:
