@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from . import bubblewrap, processes
 from .bubblewrap import bubblewrap_works
-from .grader_users import claim_users, ensure_user
+from .grader_users import UnsafeLockFolder, claim_users, release_users
 from .processes import is_root
 from .sandbox_entry import PREIMPORTABLE
 from .sandbox_paths import (
@@ -223,12 +223,17 @@ class Sandbox:
         self._turns = 2 if prestart else 1
         self._pending: dict[int, Run] = {}
         self._runs_started: dict[int, int] = {}
-        self._locks = claim_users(slots * self._turns) if self.switch_user else []
-        try:
-            self.users = [ensure_user(index) for index, _ in self._locks]
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            self.problems.append(f"kernels run as this user: {exc}")
-            self.switch_user, self.users = False, []
+        self.grader_users = []
+        if self.switch_user:
+            try:
+                self.grader_users = claim_users(max(1, slots) * self._turns)
+            except UnsafeLockFolder:
+                shutil.rmtree(self.base, ignore_errors=True)
+                raise
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                self.problems.append(f"kernels run as this user: {exc}")
+                self.switch_user = False
+        self.users = [(user.uid, user.gid) for user in self.grader_users]
         self.expose = [*interpreter_paths(), *(expose or [])]
         self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
@@ -249,6 +254,7 @@ class Sandbox:
             "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
+            "grader_users": [user.name for user in self.grader_users],
             "forked_kernels": bool(self.fork_servers),
             "limits": asdict(self.limits),
             "problems": self.problems,
@@ -414,8 +420,7 @@ class Sandbox:
             processes.kill_user(uid)
         for server in self.fork_servers:
             server.close()
-        for _, lock in self._locks:
-            lock.release()
+        release_users(self.grader_users)  # sweeps again: only then may another run have them
         shutil.rmtree(self.base, ignore_errors=True)
 
 
