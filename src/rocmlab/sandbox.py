@@ -310,16 +310,20 @@ class Sandbox:
         env = kernel_environment(f"zygote-{slot}", {**self.threads, **self.env})
         return ForkServer([*argv, *self.preimport], folder / "zygote.sock", env, folder / "zygote.log")
 
-    def new_run(self, slot: int, cell_timeout_s: int) -> Run:
+    def new_run(self, slot: int, cell_timeout_s: int, runs_left: int | None = None) -> Run:
         """The slot's next run (made ahead when ``prestart``); with ``prestart`` it also makes the
-        run after it, whose kernel starts while this one runs. Runs of a slot are used in turn."""
+        run after it, whose kernel starts while this one runs. Runs of a slot are used in turn.
+
+        ``runs_left``: how many runs may still come after this one (None: unknown). No run is made
+        ahead once the other slots' runs made ahead are enough for them: at the end of a class a
+        kernel started for nobody costs as much CPU as a learner's (without the fork server)."""
         run = self._pending.pop(slot, None)
         if run is not None and run.cell_timeout_s != cell_timeout_s:
             run.cleanup()  # made for other limits: its kernel (if started) ends with the worker's sweep
             run = None
         if run is None:
             run = self._make_run(slot, cell_timeout_s)
-        if self.prestart:
+        if self.prestart and (runs_left is None or runs_left > len(self._pending)):
             run.upcoming = self._pending[slot] = self._make_run(slot, cell_timeout_s)
         return run
 
