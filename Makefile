@@ -99,14 +99,19 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Two pytest workers (pytest-xdist); each module's tests run on one, so its module-scoped
+# fixtures (a graded class, a built site) are made once.
+TEST_WORKERS ?= 2
+XDIST         = -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 test-slow: model hub-setup system-deps
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow $(XDIST)
 
 test-all: model hub-setup system-deps
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -m "slow or not slow" $(XDIST)
 
 bench: setup
 	$(PY) benchmarks/run_overhead.py

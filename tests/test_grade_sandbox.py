@@ -85,6 +85,20 @@ def test_with_prestart_each_run_brings_the_next_and_a_slot_alternates_users():
     assert not sandbox.base.exists()
 
 
+def test_no_run_is_made_ahead_for_a_learner_no_slot_will_get():
+    sandbox = Sandbox(slots=2, isolate=False, prestart=True)
+    try:
+        first = sandbox.new_run(0, 5, runs_left=1)  # one learner after this: slot 0 starts its kernel
+        other = sandbox.new_run(1, 5, runs_left=1)  # slot 0's run made ahead is enough for them
+        assert first.upcoming is not None and other.upcoming is None
+        last = sandbox.new_run(0, 5, runs_left=0)
+        assert last is first.upcoming and last.upcoming is None
+        for run in (first, other, last):
+            run.cleanup()
+    finally:
+        sandbox.close()
+
+
 def test_kernels_preimport_only_the_heavy_libraries_the_lab_imports():
     nb = nbformat.v4.new_notebook()
     nb.cells = [

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from . import bubblewrap, landlock, processes
 from .bubblewrap import bubblewrap_works
-from .grader_users import claim_users, ensure_user
+from .grader_users import UnsafeLockFolder, claim_users, release_users
 from .processes import is_root
 from .sandbox_entry import PREIMPORTABLE
 from .sandbox_paths import (
@@ -236,12 +236,17 @@ class Sandbox:
         self._turns = 2 if prestart else 1
         self._pending: dict[int, Run] = {}
         self._runs_started: dict[int, int] = {}
-        self._locks = claim_users(slots * self._turns) if self.switch_user else []
-        try:
-            self.users = [ensure_user(index) for index, _ in self._locks]
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            self.problems.append(f"kernels run as this user: {exc}")
-            self.switch_user, self.users = False, []
+        self.grader_users = []
+        if self.switch_user:
+            try:
+                self.grader_users = claim_users(max(1, slots) * self._turns)
+            except UnsafeLockFolder:
+                shutil.rmtree(self.base, ignore_errors=True)
+                raise
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                self.problems.append(f"kernels run as this user: {exc}")
+                self.switch_user = False
+        self.users = [(user.uid, user.gid) for user in self.grader_users]
         self.expose = [*interpreter_paths(), *(expose or [])]
         self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
@@ -263,6 +268,7 @@ class Sandbox:
             "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
+            "grader_users": [user.name for user in self.grader_users],
             "forked_kernels": bool(self.fork_servers),
             **({"landlock_abi": version} if self.backend == "landlock" else {}),
             "limits": asdict(self.limits),
@@ -319,16 +325,20 @@ class Sandbox:
         env = kernel_environment(f"zygote-{slot}", {**self.threads, **self.env})
         return ForkServer([*argv, *self.preimport], folder / "zygote.sock", env, folder / "zygote.log")
 
-    def new_run(self, slot: int, cell_timeout_s: int) -> Run:
+    def new_run(self, slot: int, cell_timeout_s: int, runs_left: int | None = None) -> Run:
         """The slot's next run (made ahead when ``prestart``); with ``prestart`` it also makes the
-        run after it, whose kernel starts while this one runs. Runs of a slot are used in turn."""
+        run after it, whose kernel starts while this one runs. Runs of a slot are used in turn.
+
+        ``runs_left``: how many runs may still come after this one (None: unknown). No run is made
+        ahead once the other slots' runs made ahead are enough for them: at the end of a class a
+        kernel started for nobody costs as much CPU as a learner's (without the fork server)."""
         run = self._pending.pop(slot, None)
         if run is not None and run.cell_timeout_s != cell_timeout_s:
             run.cleanup()  # made for other limits: its kernel (if started) ends with the worker's sweep
             run = None
         if run is None:
             run = self._make_run(slot, cell_timeout_s)
-        if self.prestart:
+        if self.prestart and (runs_left is None or runs_left > len(self._pending)):
             run.upcoming = self._pending[slot] = self._make_run(slot, cell_timeout_s)
         return run
 
@@ -451,8 +461,7 @@ class Sandbox:
             processes.kill_user(uid)
         for server in self.fork_servers:
             server.close()
-        for _, lock in self._locks:
-            lock.release()
+        release_users(self.grader_users)  # sweeps again: only then may another run have them
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -8,6 +8,7 @@ import os
 import queue
 import secrets
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,7 @@ class Plan:
     sources: dict  # lang -> solution notebook
     checks: list  # the lab's hidden checks (rocmlab.harness.Check), in the trusted harness
     seeds: dict = field(default_factory=dict)  # learner -> the seed of an earlier grading (a regrade)
+    unstarted: int = 0  # submissions no job has begun yet: kernels are started ahead for them only
 
 
 def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
@@ -56,7 +58,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     for note in notes:
         result.flag("tampered", note)
     result.seed = plan.seeds.get(result.student, secrets.randbelow(2**31))
-    run = plan.sandbox.new_run(slot, profile.cell_timeout_s)
+    run = plan.sandbox.new_run(slot, profile.cell_timeout_s, runs_left=plan.unstarted)
     try:
         copy_learner_files(Path(result.file), lab, run.work)
         if lab.data_dir.is_dir():
@@ -190,8 +192,11 @@ def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: in
     slots: queue.Queue = queue.Queue()
     for slot in range(max(1, jobs)):
         slots.put(slot)
+    plan.unstarted, begun = len(submissions), threading.Lock()
 
     def run_one(sub: Submission):
+        with begun:
+            plan.unstarted -= 1
         result = StudentResult(safe_text(sub.student), safe_text(sub.path))
         started = time.monotonic()
         nb = load_submission(sub, lab, result)
