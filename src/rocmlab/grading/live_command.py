@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from ..catalog import PROFILE_NAMES, SMOKE
 from ..errors import ExitCode, InputError
 from ..results import write_json_atomic
 from ..root import find_root
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE", help="with `seeds`: where to write them (a summary.json for --seeds)")
     parser.add_argument("--lease", type=float, default=300, metavar="S", help="worker: lease per attempt, renewed")
     parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="worker: seconds between empty claims")
-    parser.add_argument("--profile", default="smoke", choices=["smoke", "gpu", "multi-gpu"])
+    parser.add_argument("--profile", default=SMOKE, choices=PROFILE_NAMES)
     parser.add_argument("--unsafe", action="store_true", help="worker: grade without a sandbox (see rocmlab grade)")
     parser.add_argument("--max-attempts", type=int, metavar="N", help="worker: stop after N attempts")
     parser.add_argument("--idle-exit", type=float, metavar="S", help="worker: stop after S seconds without work")
@@ -52,7 +53,7 @@ def main(
     out: str | None = None,
     lease: float = 300,
     poll: float = 1.0,
-    profile: str = "smoke",
+    profile: str = SMOKE,
     unsafe: bool = False,
     max_attempts: int | None = None,
     idle_exit: float | None = None,

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import processes
-from ..catalog import discover, select
+from ..catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError
 from .grader import grade_class
 from .live_queue import Attempt, CheckOutcome, GradeResult, LeaseLost, LiveQueue, new_worker_id
@@ -60,7 +60,7 @@ def grade_result(result: StudentResult) -> GradeResult:
 
 
 def grade_attempt(
-    root: Path, attempt: Attempt, notebook: Path, *, profile: str = "smoke", unsafe: bool = False, hide=()
+    root: Path, attempt: Attempt, notebook: Path, *, profile: str = SMOKE, unsafe: bool = False, hide=()
 ):
     """Grade one attempt's notebook as ``rocmlab grade`` would grade that learner alone, on their seed;
     ``hide``: more folders covered in the kernel (the queue's, holding every learner's submissions)."""
@@ -176,7 +176,7 @@ class Worker:
         worker_id: str | None = None,
         lease_s: float = 300,
         poll_s: float = 1.0,
-        profile: str = "smoke",
+        profile: str = SMOKE,
         unsafe: bool = False,
         hide=(),
         log=None,
