@@ -59,9 +59,7 @@ def grade_result(result: StudentResult) -> GradeResult:
     )
 
 
-def grade_attempt(
-    root: Path, attempt: Attempt, notebook: Path, *, profile: str = SMOKE, unsafe: bool = False, hide=()
-):
+def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str = SMOKE, unsafe: bool = False, hide=()):
     """Grade one attempt's notebook as ``rocmlab grade`` would grade that learner alone, on their seed;
     ``hide``: more folders covered in the kernel (the queue's, holding every learner's submissions)."""
     lab = select(discover(root), [attempt.lab])[0]
