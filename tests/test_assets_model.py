@@ -161,6 +161,19 @@ def test_corpus_never_contains_eval_reports_or_json_answers():
     assert load_qc_reports("train")[0]["description"] in corpus
 
 
+def test_the_progress_line_estimates_the_remaining_time_from_the_mean_step():
+    assert tiny_model.eta_text(0, 399, 0.0) == ""  # nothing timed yet: no guess
+    assert tiny_model.eta_text(24, 399, 30.0) == ", ETA 7 min 49 s"  # 375 steps at 1.25 s
+    assert tiny_model.eta_text(399, 399, 500.0) == ", ETA 0 s"
+
+
+def test_the_build_uses_every_core_it_may_run_on(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
+    assert tiny_model.build_threads() == 3
+
+
 @pytest.mark.slow
 def test_full_recipe_build_and_perplexity():
     path = tiny_model.ensure_tiny_model()  # the real cache: built once, shared with the LoRA test
