@@ -6,6 +6,7 @@ A child process, not a thread: an interrupted run can end it, and it has a time 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -30,7 +31,12 @@ class CourseModelBuild:
             if self._stopped:
                 raise CommandFailed("the course model build was stopped before it started")
             self._proc = subprocess.Popen(
-                self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+                self.command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # each progress line as it is printed
             )
         timer = threading.Timer(self.timeout_s, self._proc.kill)
         timer.start()
