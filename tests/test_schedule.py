@@ -165,3 +165,48 @@ def test_a_stopped_build_does_not_start():
     build.stop()
     with pytest.raises(CommandFailed, match="stopped before it started"):
         build.run()
+
+
+# ---------------------------------------------------------------- for real: notebooks and a model build
+
+MODEL_LAB_PY = """\
+# %% [markdown] tags=["zh"]
+# 需要课程模型
+
+# %% [markdown] tags=["en"]
+# Needs the course model
+
+# %% tags=["parameters"]
+PROFILE = "smoke"
+SEED = 0
+
+# %%
+from rocmlab.assets import tiny_model
+assert tiny_model.read_valid_manifest(tiny_model.model_dir(steps=2)), "the course model is not built yet"
+"""
+
+
+@pytest.mark.slow
+def test_for_real_the_free_lab_runs_during_the_build_and_the_model_lab_after_it(make_course, tmp_path, monkeypatch):
+    import io
+
+    from conftest import GOOD_TOML
+
+    from rocmlab.catalog import discover
+
+    monkeypatch.setenv("ROCMLAB_CACHE", str(tmp_path / "cache"))
+    needing = GOOD_TOML.format(id="02-model").replace("params = { SCALE = 2 }\n", "") + (
+        "requires = { course_model = true }\n"
+    )
+    root = make_course({"01-free": (None, None), "02-model": (needing, MODEL_LAB_PY)})
+    stream = io.StringIO()
+    command = [sys.executable, "-m", "rocmlab", "assets", "build-model", "--steps", "2"]
+    build = CourseModelBuild(sys.executable, lambda line: stream.write(f"model line: {line}\n"), command=command)
+    target = run.local_target()
+    records = run.run_labs(
+        root, discover(root), "smoke", target, tmp_path / "out", jobs=2, model_build=build, stream=stream
+    )
+    text = stream.getvalue()
+    assert [(r.lab, r.status) for r in records] == [("01-free", "passed"), ("02-model", "passed")], text
+    assert text.index("start   01-free") < text.index("ready   model tiny-qwen-zh") < text.index("start   02-model")
+    assert "model line: building tiny-qwen-zh" in text and ", ETA " in text
