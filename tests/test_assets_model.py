@@ -150,6 +150,18 @@ def test_bad_arguments_and_unwritable_cache(tmp_path):
         tiny_model.ensure_tiny_model(blocker, **QUICK)
 
 
+def test_a_build_waiting_for_another_says_so_and_gives_up_at_its_limit(tmp_path):
+    from filelock import FileLock
+
+    target = tiny_model.model_dir(tmp_path, steps=1)
+    target.parent.mkdir(parents=True)
+    said = []
+    with FileLock(str(target) + ".lock"):  # another build holds it
+        with pytest.raises(tiny_model.CacheError, match="waited 0 s for another process building"):
+            tiny_model.ensure_tiny_model(tmp_path, steps=1, evaluate=False, log=said.append, lock_timeout_s=0.2)
+    assert said == [f"another process is building {target.name}; waiting for it (up to 0 s)"]
+
+
 def test_corpus_never_contains_eval_reports_or_json_answers():
     from rocmlab.assets.loaders import load_qc_reports
 

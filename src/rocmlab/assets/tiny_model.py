@@ -388,6 +388,19 @@ def read_valid_manifest(path: Path) -> dict | None:
         return None
 
 
+def _say_when_waiting(lock, target: Path, timeout_s: float, log) -> None:
+    """Log once when another process holds the build lock, so a waiting build does not look hung."""
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if log:
+            log(f"another process is building {target.name}; waiting for it (up to {timeout_s:.0f} s)")
+    else:
+        lock.release()
+
+
 def ensure_tiny_model(
     cache_dir=None,
     *,
@@ -417,8 +430,10 @@ def ensure_tiny_model(
         raise CacheError(
             f"cannot create the model cache {target.parent}: {exc}; set ROCMLAB_CACHE to a writable directory"
         ) from exc
+    lock = FileLock(str(target) + ".lock", timeout=lock_timeout_s)
     try:
-        with FileLock(str(target) + ".lock", timeout=lock_timeout_s):
+        _say_when_waiting(lock, target, lock_timeout_s, log)
+        with lock:
             if read_valid_manifest(target):
                 return target
             if target.exists():
