@@ -25,6 +25,7 @@ from .results import Record, fingerprint, write_record
 from .schedule import run_by_need
 
 LOCAL_ENV = "local"
+MODEL_KEY = "model tiny-qwen-zh"  # the course model's name in progress lines
 
 
 @dataclass
@@ -362,9 +363,6 @@ def run_labs(
         )
     finally:
         progress.close()
-
-
-MODEL_KEY = "model tiny-qwen-zh"
 
 
 def _prepare_model(model_build, progress: Progress) -> None:
