@@ -14,7 +14,8 @@ RESULTS   ?= results
 .PHONY: lint setup site hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
-	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
+	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report;"
+	@echo "                the course model is built beside the labs that do not need it"
 	@echo "make test       fast tests (unit + quick end-to-end)"
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
