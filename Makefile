@@ -14,7 +14,8 @@ RESULTS   ?= results
 .PHONY: lint setup site hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
-	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report"
+	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report;"
+	@echo "                the course model is built beside the labs that do not need it"
 	@echo "make test       fast tests (unit + quick end-to-end)"
 	@echo "make test-all   every test, the slow end-to-end ones too (what CI runs)"
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
@@ -67,7 +68,8 @@ system-deps:
 	        || echo "could not install$$missing: the tests that need them will skip"; \
 	else echo "not installed:$$missing (needs root and apt-get): the tests that need them will skip"; fi
 
-# The offline course model, built once into the user cache (about five minutes of one core).
+# The offline course model, built once into the user cache on every core (`make run` builds it
+# itself, beside the labs that do not need it).
 model: setup
 	$(ROCMLAB) assets build-model
 
@@ -80,7 +82,7 @@ check: setup
 verify: model
 	$(ROCMLAB) build --verify --jobs $(JOBS)
 
-run: build model
+run: build
 	$(ROCMLAB) run --profile smoke --jobs $(JOBS) --out $(RESULTS); status=$$?; \
 	$(ROCMLAB) report --results $(RESULTS); exit $$status
 

@@ -150,6 +150,18 @@ def test_bad_arguments_and_unwritable_cache(tmp_path):
         tiny_model.ensure_tiny_model(blocker, **QUICK)
 
 
+def test_a_build_waiting_for_another_says_so_and_gives_up_at_its_limit(tmp_path):
+    from filelock import FileLock
+
+    target = tiny_model.model_dir(tmp_path, steps=1)
+    target.parent.mkdir(parents=True)
+    said = []
+    with FileLock(str(target) + ".lock"):  # another build holds it
+        with pytest.raises(tiny_model.CacheError, match="waited 0 s for another process building"):
+            tiny_model.ensure_tiny_model(tmp_path, steps=1, evaluate=False, log=said.append, lock_timeout_s=0.2)
+    assert said == [f"another process is building {target.name}; waiting for it (up to 0 s)"]
+
+
 def test_corpus_never_contains_eval_reports_or_json_answers():
     from rocmlab.assets.loaders import load_qc_reports
 
@@ -159,6 +171,19 @@ def test_corpus_never_contains_eval_reports_or_json_answers():
     for row in load_qc_reports("eval")[:50]:
         assert row["description"] not in corpus
     assert load_qc_reports("train")[0]["description"] in corpus
+
+
+def test_the_progress_line_estimates_the_remaining_time_from_the_mean_step():
+    assert tiny_model.eta_text(0, 399, 0.0) == ""  # nothing timed yet: no guess
+    assert tiny_model.eta_text(24, 399, 30.0) == ", ETA 7 min 49 s"  # 375 steps at 1.25 s
+    assert tiny_model.eta_text(399, 399, 500.0) == ", ETA 0 s"
+
+
+def test_the_build_uses_every_core_it_may_run_on(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
+    assert tiny_model.build_threads() == 3
 
 
 @pytest.mark.slow

@@ -44,6 +44,14 @@ def test_discovers_and_types_a_valid_lab(make_course):
         (lambda t: t.replace("minutes = 10", "minutes = true"), "field minutes: expected a positive integer, got True"),
         (lambda t: t.replace('id = "01-demo"', 'id = "01-other"'), "field id: expected the folder name '01-demo'"),
         (lambda t: t.replace("minutes = 10", "minutes = ["), "not valid TOML"),
+        (
+            lambda t: t + 'requires = { course_model = "yes" }\n',
+            "field profiles.smoke.requires.course_model: expected true or false",
+        ),
+        (
+            lambda t: t.replace("SCALE = 2", 'SCALE = 2, MODEL = "tiny-qwen-zh"'),
+            "field profiles.smoke.requires.course_model: expected true, since params.MODEL is 'tiny-qwen-zh'",
+        ),
     ],
 )
 def test_bad_lab_toml_names_file_and_field(make_course, mutation, message):
@@ -52,6 +60,21 @@ def test_bad_lab_toml_names_file_and_field(make_course, mutation, message):
         discover(root)
     assert message in str(err.value)
     assert "lab.toml" in str(err.value)
+
+
+def test_a_profile_declares_the_course_model_it_needs(make_course):
+    text = GOOD_TOML.format(id="01-demo") + "requires = { course_model = true }\n"
+    declared, plain = discover(make_course({"01-demo": (text, None), "02-demo": (None, None)}))
+    assert declared.profile("smoke").requires.course_model is True
+    assert plain.profile("smoke").requires.course_model is False
+
+
+def test_every_course_lab_that_loads_the_course_model_declares_it():
+    from pathlib import Path
+
+    labs = discover(Path(__file__).resolve().parents[1])
+    needing = sorted(lab.id[:2] for lab in labs if lab.profile("smoke").requires.course_model)
+    assert needing == ["02", "03", "05", "06", "07", "08", "09", "10"]
 
 
 def test_smoke_profile_is_required(make_course):

@@ -19,6 +19,7 @@ from .schemas import read_toml, validate
 SMOKE, GPU, MULTI_GPU = "smoke", "gpu", "multi-gpu"
 PROFILE_NAMES = (SMOKE, GPU, MULTI_GPU)  # the profiles schemas/lab.schema.json allows, in this order
 LANGUAGES = ("zh", "en")
+COURSE_MODEL = "tiny-qwen-zh"  # the offline model built into the user cache (rocmlab.assets.tiny_model)
 HIDDEN_DATA = "*_hidden.*"  # data files only the hidden checks read: kept from learners' kernels
 
 
@@ -26,6 +27,7 @@ HIDDEN_DATA = "*_hidden.*"  # data files only the hidden checks read: kept from 
 class Requires:
     gpus: int = 0
     gpu_mem_gb: float = 0.0
+    course_model: bool = False  # the offline course model, which `rocmlab run` builds into the cache first
 
 
 @dataclass(frozen=True)
@@ -108,12 +110,19 @@ def _profile(name: str, table: dict, path: Path) -> Profile:
             f"timeout_s ({timeout}), got {cell_timeout}"
         )
     requires = table.get("requires", {})
+    params = dict(table.get("params", {}))
+    course_model = bool(requires.get("course_model", False))
+    if params.get("MODEL") == COURSE_MODEL and not course_model:
+        raise LabError(
+            f"{path}: field profiles.{name}.requires.course_model: expected true, since params.MODEL is "
+            f"{COURSE_MODEL!r} (the run builds it before starting this lab), got it unset or false"
+        )
     return Profile(
         name,
-        dict(table.get("params", {})),
+        params,
         timeout,
         cell_timeout,
-        Requires(int(requires.get("gpus", 0)), float(requires.get("gpu_mem_gb", 0))),
+        Requires(int(requires.get("gpus", 0)), float(requires.get("gpu_mem_gb", 0)), course_model),
     )
 
 

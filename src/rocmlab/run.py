@@ -16,13 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .catalog import GPU, HIDDEN_DATA, MULTI_GPU, PROFILE_NAMES, SMOKE, Lab, Profile
+from .course_model import CourseModelBuild, course_model_ready
 from .errors import CommandFailed, ExitCode, InputError, LabError
-from .execute import Outcome, Spec, parallel_map, run_notebook
+from .execute import Outcome, Spec, close_all_workers, run_notebook
 from .harness import harness_options
 from .notebooks import solution_notebook, write_notebook
 from .results import Record, fingerprint, write_record
+from .schedule import run_by_need
 
 LOCAL_ENV = "local"
+MODEL_KEY = "model tiny-qwen-zh"  # the course model's name in progress lines
 
 
 @dataclass
@@ -87,6 +90,10 @@ class Progress:
     def _say(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
         print(f"[{elapsed:6.1f}s] {text}", file=self.stream, flush=True)
+
+    def note(self, key: str, text: str) -> None:
+        with self.lock:
+            self._say(f"{key}: {text.strip()}")
 
     def start(self, key: str) -> None:
         with self.lock:
@@ -282,6 +289,12 @@ def _unique_warnings(per_run) -> list[dict]:
     return found
 
 
+def needs_course_model(lab: Lab, profile: str, target: Target) -> bool:
+    """Whether the profile that would run declares ``requires.course_model`` in lab.toml."""
+    chosen, _ = choose_profile(lab, profile, target.gpus)
+    return chosen is not None and chosen.requires.course_model
+
+
 def run_labs(
     root: Path,
     labs: list[Lab],
@@ -294,8 +307,14 @@ def run_labs(
     student: bool = False,
     repeat: int = 1,
     stream=sys.stderr,
+    model_build=None,
 ) -> list[Record]:
-    """Run ``labs``, each ``repeat`` times, with up to ``jobs`` labs at once; the records in lab order."""
+    """Run ``labs``, each ``repeat`` times, with up to ``jobs`` labs at once; the records in lab order.
+
+    When a lab needs the course model and the cache lacks it, ``model_build`` (by default a
+    :class:`CourseModelBuild` in the target's interpreter) builds it in one of the ``jobs`` slots
+    while the labs that do not need it run; the others start the moment it is ready.
+    """
     progress = Progress(len(labs) * repeat, stream)
 
     def one(lab: Lab) -> Record:
@@ -313,10 +332,56 @@ def run_labs(
             progress.finish(lab.id, record.status, 0.0, runs=repeat)
         return record
 
+    def unmet(lab: Lab, error: Exception) -> Record:
+        reason = f"needs the course model, which could not be built: {error}"
+        record = Record(
+            lab.id,
+            lab.version,
+            profile,
+            target.name,
+            "failed",
+            _now(),
+            reason=reason[:1000],
+            fingerprint=target.fingerprint,
+            student=student,
+        )
+        write_record(record, out / target.name / f"{lab.id}.json")
+        progress.finish(lab.id, "failed", 0.0, runs=repeat)
+        return record
+
+    if model_build is None and not course_model_ready():
+        model_build = CourseModelBuild(target.python, lambda line: progress.note(MODEL_KEY, line))
     try:
-        return parallel_map(one, labs, jobs)
+        return run_by_need(
+            one,
+            labs,
+            jobs,
+            needs=lambda lab: needs_course_model(lab, profile, target),
+            prepare=lambda: _prepare_model(model_build, progress),
+            unmet=unmet,
+            stop=lambda: _stop_everything(model_build),
+        )
     finally:
         progress.close()
+
+
+def _prepare_model(model_build, progress: Progress) -> None:
+    if model_build is None:
+        return
+    progress.start(MODEL_KEY)
+    started = time.monotonic()
+    try:
+        model_build.run()
+    except Exception:
+        progress.finish(MODEL_KEY, "failed", time.monotonic() - started, runs=0)
+        raise
+    progress.finish(MODEL_KEY, "ready", time.monotonic() - started, runs=0)
+
+
+def _stop_everything(model_build) -> None:
+    if model_build is not None:
+        model_build.stop()
+    close_all_workers()
 
 
 # ------------------------------------------------------------------ rocmlab run

@@ -36,7 +36,12 @@ def main(*, assets_command: str, root=None, **options) -> int:
 
 
 def build_model(*, steps: int | None = None, seed: int | None = None, cache_dir=None, force: bool = False) -> int:
+    import os
     import shutil
+
+    # Before torch loads its OpenMP runtime: idle threads sleep instead of spinning, so a build
+    # that shares its cores with running labs does not lose them to busy-waiting.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     from . import tiny_model
 

@@ -4,7 +4,7 @@ briefly on the course corpus, saved as a Hugging Face checkpoint and cached.
 The corpus is the train split of qc_reports written as prose, the knowledge base, and
 knowledge-base questions in chat form; never the JSON report format, so fine-tuning has
 something to teach. The eval split is held out and used for the perplexity in the manifest.
-Same seed, step count and library versions give the same weights hash.
+Same seed, step count, library versions and thread count give the same weights hash.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from ..errors import CommandFailed
 from .corpus import DEFAULT_SYSTEM, corpus_documents, eval_documents
 
 MODEL_NAME = "tiny-qwen-zh"
-RECIPE_VERSION = 4  # bump on any change to the corpus, tokenizer, model or training recipe
+RECIPE_VERSION = 5  # bump on any change to the corpus, tokenizer, model, training recipe or thread count rule
 DEFAULT_STEPS = 400  # 120 left the model at the edge: a LoRA learned the format on some CPUs, not others
 DEFAULT_SEED = 0
-BUILD_THREADS = 1
 SEQ_LEN = 128
 BATCH_SIZE = 16
 VOCAB_SIZE = 4096
 LOCK_TIMEOUT_S = 900
+LOG_EVERY = 25  # steps between progress lines
 MANIFEST = "manifest.json"
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -110,23 +110,31 @@ def wrap_tokenizer(tokenizer):
 # ---------------------------------------------------------------- training
 
 
+def build_threads() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 @contextmanager
-def _deterministic_torch(seed: int):
+def _deterministic_torch(seed: int, threads: int):
     import torch
 
-    # One thread: CPU reductions then run in a fixed order on any machine, and a build
-    # sharing a busy machine does not stall on oversubscribed thread pools.
-    threads = torch.get_num_threads()
+    # Deterministic kernels with a fixed thread count: the same machine rebuilds the same bytes.
+    # The thread count is recorded in the manifest, since another count may round differently.
+    previous_threads = torch.get_num_threads()
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     was_filling = torch.utils.deterministic.fill_uninitialized_memory
-    torch.set_num_threads(BUILD_THREADS)
+    torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     torch.utils.deterministic.fill_uninitialized_memory = False
     torch.manual_seed(seed)
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
         torch.use_deterministic_algorithms(was_deterministic)
         torch.utils.deterministic.fill_uninitialized_memory = was_filling
 
@@ -176,6 +184,7 @@ def pretrain(model, ids, *, steps: int, seed: int, log=None):
     )
     model.train()
     loss = float("nan")
+    first_step_done = None
     for step in range(steps):
         starts = torch.randint(0, len(stream) - SEQ_LEN - 1, (BATCH_SIZE,), generator=generator)
         batch = torch.stack([stream[s : s + SEQ_LEN] for s in starts.tolist()])
@@ -186,10 +195,27 @@ def pretrain(model, ids, *, steps: int, seed: int, log=None):
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         loss = out.loss.item()
-        if log and (step % 50 == 0 or step == steps - 1):
-            log(f"  step {step + 1}/{steps} loss {loss:.3f}")
+        if first_step_done is None:
+            first_step_done = time.perf_counter()  # the first step warms up caches: the ETA leaves it out
+        if log and ((step + 1) % LOG_EVERY == 0 or step in (0, steps - 1)):
+            log(
+                f"  step {step + 1}/{steps} loss {loss:.3f}{eta_text(step, steps - 1, time.perf_counter() - first_step_done)}"
+            )
     model.eval()
     return loss
+
+
+def eta_text(done: int, total: int, elapsed_s: float) -> str:
+    """``", ETA 4 min 40 s"``: what the ``total - done`` remaining steps take at the mean rate of the
+    ``done`` steps timed in ``elapsed_s``; empty before any step was timed."""
+    if done < 1:
+        return ""
+    return f", ETA {_duration(elapsed_s / done * max(0, total - done))}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
 
 
 def perplexity(model, tokenizer, docs, *, seq_len: int = SEQ_LEN * 2) -> float:
@@ -266,11 +292,12 @@ def build_tiny_model(
     tokenizer = train_tokenizer(docs)
     special_ids = {tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
     ids = _token_stream(tokenizer, docs)
+    threads = build_threads()
     log(
         f"building {MODEL_NAME}: {len(docs)} documents, {len(ids)} tokens, vocab {tokenizer.get_vocab_size()}, "
-        f"{steps} steps"
+        f"{steps} steps on {threads} thread(s)"
     )
-    with _deterministic_torch(seed):
+    with _deterministic_torch(seed, threads):
         model = make_model(tokenizer.get_vocab_size(), special_ids)
         final_loss = pretrain(model, ids, steps=steps, seed=seed, log=log)
         eval_ppl = perplexity(model, tokenizer, eval_documents()) if evaluate else None
@@ -298,6 +325,7 @@ def build_tiny_model(
             "tokenizers": tokenizers.__version__,
         },
         "build_seconds": round(time.perf_counter() - started, 1),
+        "build_threads": threads,
         "built_by_pid": os.getpid(),
         "files": {
             p.relative_to(out_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files
@@ -360,6 +388,19 @@ def read_valid_manifest(path: Path) -> dict | None:
         return None
 
 
+def _say_when_waiting(lock, target: Path, timeout_s: float, log) -> None:
+    """Log once when another process holds the build lock, so a waiting build does not look hung."""
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if log:
+            log(f"another process is building {target.name}; waiting for it (up to {timeout_s:.0f} s)")
+    else:
+        lock.release()
+
+
 def ensure_tiny_model(
     cache_dir=None,
     *,
@@ -389,8 +430,10 @@ def ensure_tiny_model(
         raise CacheError(
             f"cannot create the model cache {target.parent}: {exc}; set ROCMLAB_CACHE to a writable directory"
         ) from exc
+    lock = FileLock(str(target) + ".lock", timeout=lock_timeout_s)
     try:
-        with FileLock(str(target) + ".lock", timeout=lock_timeout_s):
+        _say_when_waiting(lock, target, lock_timeout_s, log)
+        with lock:
             if read_valid_manifest(target):
                 return target
             if target.exists():

@@ -1,0 +1,212 @@
+"""Labs that do not need the course model run while it is built; the others start once it is ready."""
+
+import json
+import sys
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from rocmlab import run
+from rocmlab.course_model import CourseModelBuild
+from rocmlab.errors import CommandFailed
+from rocmlab.schedule import run_by_need
+
+WAIT_S = 10  # a wait this long means the scheduler serialised work it should overlap
+
+
+def test_free_items_run_while_the_prerequisite_is_prepared_and_the_rest_after_it():
+    free_started, events = threading.Event(), []
+
+    def prepare():
+        assert free_started.wait(WAIT_S), "the free item did not start while the prerequisite was prepared"
+        events.append("prepared")
+
+    def work(item):
+        if item.startswith("free"):
+            free_started.set()
+        events.append(item)
+        return item.upper()
+
+    items = ["model-a", "free-1", "model-b", "free-2"]
+    results = run_by_need(work, items, 2, needs=lambda i: i.startswith("model"), prepare=prepare, unmet=None)
+    assert results == ["MODEL-A", "FREE-1", "MODEL-B", "FREE-2"]
+    assert events.index("prepared") < events.index("model-a") and events.index("prepared") < events.index("model-b")
+    assert events.index("free-1") < events.index("prepared")
+
+
+def test_a_dependent_item_starts_the_moment_the_prerequisite_is_ready():
+    release_free = threading.Event()
+    model_ran = threading.Event()
+
+    def work(item):
+        if item == "free":  # holds its slot until the dependent item ran in the other one
+            assert release_free.wait(WAIT_S)
+        else:
+            model_ran.set()
+            release_free.set()
+        return item
+
+    results = run_by_need(work, ["free", "model"], 2, needs=lambda i: i == "model", prepare=lambda: None, unmet=None)
+    assert results == ["free", "model"] and model_ran.is_set()
+
+
+def test_a_failed_prerequisite_fails_only_the_items_that_need_it():
+    def prepare():
+        raise CommandFailed("no disk space")
+
+    results = run_by_need(
+        lambda item: f"ran {item}",
+        ["free", "model"],
+        2,
+        needs=lambda i: i == "model",
+        prepare=prepare,
+        unmet=lambda item, error: f"unmet {item}: {error}",
+    )
+    assert results == ["ran free", "unmet model: no disk space"]
+
+
+def test_no_item_needing_it_never_prepares_it():
+    def prepare():
+        raise AssertionError("prepared although nothing needs it")
+
+    assert run_by_need(str, [1, 2, 3], 1, needs=lambda i: False, prepare=prepare, unmet=None) == ["1", "2", "3"]
+
+
+def test_one_job_prepares_first_then_runs_in_the_order_that_allows():
+    order = []
+    run_by_need(order.append, ["m", "f"], 1, needs=lambda i: i == "m", prepare=lambda: order.append("P"), unmet=None)
+    assert order == ["P", "f", "m"]
+
+
+def test_an_interrupted_run_stops_the_prerequisite_and_reraises():
+    stopped = []
+
+    def work(item):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_by_need(work, ["f"], 2, needs=lambda i: False, prepare=None, unmet=None, stop=lambda: stopped.append(1))
+    assert stopped == [1]
+
+
+# ---------------------------------------------------------------- run_labs with fake labs
+
+
+def fake_lab(lab_id, course_model):
+    from rocmlab.catalog import Profile, Requires
+
+    smoke = Profile("smoke", {}, 60, 60, Requires(course_model=course_model))
+    return SimpleNamespace(id=lab_id, version="1.0.0", profiles={"smoke": smoke})
+
+
+class FakeBuild:
+    def __init__(self, error=None):
+        self.error, self.ran = error, threading.Event()
+
+    def run(self):
+        self.ran.set()
+        if self.error:
+            raise CommandFailed(self.error)
+
+    def stop(self):
+        pass
+
+
+def test_run_labs_builds_the_model_once_before_the_labs_that_declare_it(monkeypatch, tmp_path, capsys):
+    build, seen = FakeBuild(), {}
+
+    def fake_run_lab(root, lab, profile, target, out, **_):
+        seen[lab.id] = build.ran.is_set()
+        return SimpleNamespace(lab=lab.id, status="skipped"), None
+
+    monkeypatch.setattr(run, "run_lab", fake_run_lab)
+    labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
+    target = run.Target("local", sys.executable, {})
+    records = run.run_labs(tmp_path, labs, "smoke", target, tmp_path, jobs=2, model_build=build, stream=sys.stderr)
+    assert [r.lab for r in records] == ["01-free", "02-model"]
+    assert seen["02-model"] is True
+    err = capsys.readouterr().err
+    assert "start   model tiny-qwen-zh" in err and "ready   model tiny-qwen-zh" in err
+
+
+def test_run_labs_records_a_failed_build_on_each_lab_that_needed_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(run, "run_lab", lambda *a, **k: (SimpleNamespace(lab=a[1].id, status="passed"), None))
+    labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
+    target = run.Target("local", sys.executable, {})
+    records = run.run_labs(tmp_path, labs, "smoke", target, tmp_path, jobs=2, model_build=FakeBuild("disk full"))
+    assert records[0].status == "passed"
+    assert records[1].status == "failed" and "could not be built: disk full" in records[1].reason
+    saved = json.loads((tmp_path / "local" / "02-model.json").read_text(encoding="utf-8"))
+    assert saved["status"] == "failed"
+
+
+# ---------------------------------------------------------------- the build's child process
+
+
+def test_the_build_passes_each_line_on_and_fails_with_the_last_ones():
+    lines = []
+    script = "import sys; print('step 1/2'); print('step 2/2'); sys.exit(3)"
+    build = CourseModelBuild(sys.executable, lines.append, command=[sys.executable, "-c", script])
+    with pytest.raises(CommandFailed, match=r"exit code 3\): step 1/2 \| step 2/2"):
+        build.run()
+    assert lines == ["step 1/2", "step 2/2"]
+
+
+def test_a_build_past_its_limit_is_killed():
+    script = "import time; print('started', flush=True); time.sleep(60)"
+    build = CourseModelBuild(sys.executable, lambda _: None, timeout_s=1, command=[sys.executable, "-c", script])
+    with pytest.raises(CommandFailed, match="ran past its limit"):
+        build.run()
+
+
+def test_a_stopped_build_does_not_start():
+    build = CourseModelBuild(sys.executable, lambda _: None, command=[sys.executable, "-c", "print(1)"])
+    build.stop()
+    with pytest.raises(CommandFailed, match="stopped before it started"):
+        build.run()
+
+
+# ---------------------------------------------------------------- for real: notebooks and a model build
+
+MODEL_LAB_PY = """\
+# %% [markdown] tags=["zh"]
+# 需要课程模型
+
+# %% [markdown] tags=["en"]
+# Needs the course model
+
+# %% tags=["parameters"]
+PROFILE = "smoke"
+SEED = 0
+
+# %%
+from rocmlab.assets import tiny_model
+assert tiny_model.read_valid_manifest(tiny_model.model_dir(steps=2)), "the course model is not built yet"
+"""
+
+
+@pytest.mark.slow
+def test_for_real_the_free_lab_runs_during_the_build_and_the_model_lab_after_it(make_course, tmp_path, monkeypatch):
+    import io
+
+    from conftest import GOOD_TOML
+
+    from rocmlab.catalog import discover
+
+    monkeypatch.setenv("ROCMLAB_CACHE", str(tmp_path / "cache"))
+    needing = GOOD_TOML.format(id="02-model").replace("params = { SCALE = 2 }\n", "") + (
+        "requires = { course_model = true }\n"
+    )
+    root = make_course({"01-free": (None, None), "02-model": (needing, MODEL_LAB_PY)})
+    stream = io.StringIO()
+    command = [sys.executable, "-m", "rocmlab", "assets", "build-model", "--steps", "2"]
+    build = CourseModelBuild(sys.executable, lambda line: stream.write(f"model line: {line}\n"), command=command)
+    target = run.local_target()
+    records = run.run_labs(
+        root, discover(root), "smoke", target, tmp_path / "out", jobs=2, model_build=build, stream=stream
+    )
+    text = stream.getvalue()
+    assert [(r.lab, r.status) for r in records] == [("01-free", "passed"), ("02-model", "passed")], text
+    assert text.index("start   01-free") < text.index("ready   model tiny-qwen-zh") < text.index("start   02-model")
+    assert "model line: building tiny-qwen-zh" in text and ", ETA " in text
