@@ -124,3 +124,14 @@ def test_list_in_a_course_still_lists_its_sources(make_course, monkeypatch, caps
     monkeypatch.chdir(root)
     assert main() == 0
     assert capsys.readouterr().out.split()[:3] == ["01-demo", "1.0.0", "10"]
+
+
+def test_a_notebook_title_is_its_first_heading_after_any_banner(tmp_path):
+    from rocmlab.learner_labs import read_lab_notebook
+
+    path = tmp_path / "run.ipynb"
+    _lab_notebook(path, "09-profiling", title="<span>An exception was raised</span>")
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "# Lab 09 · Profiling\n"})
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    assert read_lab_notebook(path).title == "Lab 09 · Profiling"

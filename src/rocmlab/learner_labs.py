@@ -1,7 +1,7 @@
 """The lab notebooks a learner has in a folder: what ``rocmlab list`` shows outside a course repository.
 
 A notebook made by ``rocmlab build`` carries ``metadata.rocmlab`` (id, lang, version); its title is
-the first heading of its first markdown cell. Nothing here needs ``solutions/``.
+the first heading of its markdown cells. Nothing here needs ``solutions/``.
 """
 
 from __future__ import annotations
@@ -89,5 +89,6 @@ def _title(cells: list) -> str:
         source = cell.get("source", "")
         text = "".join(source) if isinstance(source, list) else str(source)
         heading = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), "")
-        return heading
+        if heading:
+            return heading
     return ""
