@@ -145,6 +145,9 @@ def test_efficiency_table_and_triage(sol):
         ("amd instinct  mi300x", "MI300X"),
         ("AMD Instinct MI355X", "MI355X"),
         ("AMD Instinct MI350X", "MI350X"),
+        ("AMD Instinct MI300X VF", "MI300X"),  # SR-IOV virtual functions (cloud VMs)
+        ("AMD Instinct Mi325X VF", "MI325X"),
+        ("AMD Instinct MI355X VF", "MI355X"),
         ("Radeon RX 7900 XTX", "RX 7900 XTX"),
         ("AMD Radeon RX 7900 XTX", "RX 7900 XTX"),
         ("NVIDIA H100 80GB HBM3", "H100 SXM"),

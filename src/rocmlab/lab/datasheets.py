@@ -2,9 +2,11 @@
 
 A row is found by the product name the runtime reports (``torch.cuda.get_device_name``,
 rocminfo's ``Marketing Name``), compared exactly after normalising case, spacing and a leading
-vendor word. Substring matching is wrong here: "NVIDIA H100 PCIe", "NVIDIA H100 NVL" and
-"NVIDIA A100-SXM4-40GB" are other products with other figures, and an unknown name must give
-no figures rather than someone else's.
+vendor word. A virtual function under SR-IOV (a cloud VM) reports the product name with " VF"
+appended (libdrm's ``data/amdgpu.ids``: 74B5 MI300X VF, 74B9 MI325X VF, 75B0 MI350X VF, 75B3
+MI355X VF); it is the same GPU and has the same row. Substring matching is wrong here:
+"NVIDIA H100 PCIe", "NVIDIA H100 NVL" and "NVIDIA A100-SXM4-40GB" are other products with
+other figures, and an unknown name must give no figures rather than someone else's.
 
 Figures are as the vendor prints them. ``fp16_tflops`` is the FP16/BF16 matrix figure; when the
 datasheet prints only the "with sparsity" figure (2:4 structured sparsity, twice the dense one),
@@ -73,13 +75,13 @@ class GPU:
 
 
 TABLE: tuple[GPU, ...] = (
-    GPU("MI355X", ("AMD Instinct MI355X",), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
+    GPU("MI355X", ("AMD Instinct MI355X", "AMD Instinct MI355X VF"), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER), fp8_tflops=5033.2),
-    GPU("MI350X", ("AMD Instinct MI350X",), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
+    GPU("MI350X", ("AMD Instinct MI350X", "AMD Instinct MI350X VF"), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER), fp8_tflops=4613.7),
-    GPU("MI325X", ("AMD Instinct MI325X",), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
+    GPU("MI325X", ("AMD Instinct MI325X", "AMD Instinct MI325X VF"), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
-    GPU("MI300X", ("AMD Instinct MI300X",), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
+    GPU("MI300X", ("AMD Instinct MI300X", "AMD Instinct MI300X VF"), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi300/mi300x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
     GPU("MI250X", ("AMD Instinct MI250X",), "gfx90a", 128, 3276.8, 383.0, False, 560, 8, 2,
         (f"{_AMD}/accelerators/instinct/mi200/mi250x.html", ROCM_GPU_SPECS)),
