@@ -150,7 +150,10 @@ def select(labs: list[Lab], wanted: list[str] | None) -> list[Lab]:
 
 
 def add_arguments(parser) -> None:
-    parser.description = "The labs in this checkout: id, version, minutes, profiles and titles."
+    parser.description = (
+        "The labs in this checkout: id, version, minutes, profiles and titles. Outside a course checkout (a "
+        "learner's folder): the lab notebooks there and below, with id, version, language and title."
+    )
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
     parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
 
