@@ -1,7 +1,10 @@
+import json
+
 import pytest
 from conftest import GOOD_TOML
 
-from rocmlab.catalog import LabError, discover, select
+from rocmlab.catalog import LabError, discover, main, select
+from rocmlab.errors import InputError
 
 
 def write_toml(make_course, text, lab_id="01-demo"):
@@ -99,3 +102,60 @@ def test_select_by_number_and_suggests_closest(make_course):
     assert [lab.id for lab in select(labs, [])] == ["01-demo", "02-inference"]
     with pytest.raises(LabError, match="did you mean '02-inference'"):
         select(labs, ["02-inferense"])
+
+
+def _lab_notebook(path, lab_id, version="1.0.0", lang="zh", title="# Lab 01 · 演示"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nb = {
+        "cells": [{"cell_type": "markdown", "metadata": {}, "source": [title + "\n", "\ntext"]}],
+        "metadata": {"rocmlab": {"id": lab_id, "version": version, "lang": lang}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+
+def test_list_outside_a_course_shows_the_lab_notebooks_here(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    _lab_notebook(tmp_path / "09-profiling.ipynb", "09-profiling", "1.2.0", "en", "# Lab 09 · Profiling")
+    _lab_notebook(tmp_path / "course" / "07" / "07-triton-kernels.ipynb", "07-triton-kernels", "1.2.0")
+    _lab_notebook(tmp_path / ".ipynb_checkpoints" / "09-profiling-checkpoint.ipynb", "09-profiling")
+    (tmp_path / "notes.ipynb").write_text('{"cells": [], "metadata": {}}', encoding="utf-8")
+    (tmp_path / "broken.ipynb").write_text("{not json", encoding="utf-8")
+    assert main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["07-triton-kernels", "1.2.0", "zh"] and "演示" in lines[0]
+    assert lines[1].split()[:3] == ["09-profiling", "1.2.0", "en"] and "Lab 09 · Profiling" in lines[1]
+    assert len(lines) == 3 and "rocmlab check" in lines[2]
+    assert main(labs=["09"], as_json=True) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["id"] == "09-profiling" and row["path"].endswith("09-profiling.ipynb")
+
+
+def test_list_outside_a_course_without_notebooks_speaks_to_learners(tmp_path, monkeypatch):
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="Learners: run rocmlab list in the folder that holds your lab notebooks"):
+        main()
+    _lab_notebook(tmp_path / "a.ipynb", "07-triton-kernels")
+    with pytest.raises(InputError, match="no notebook of lab '09' here"):
+        main(labs=["09"])
+
+
+def test_list_in_a_course_still_lists_its_sources(make_course, monkeypatch, capsys):
+    root = make_course()
+    monkeypatch.chdir(root)
+    assert main() == 0
+    assert capsys.readouterr().out.split()[:3] == ["01-demo", "1.0.0", "10"]
+
+
+def test_a_notebook_title_is_its_first_heading_after_any_banner(tmp_path):
+    from rocmlab.learner_labs import read_lab_notebook
+
+    path = tmp_path / "run.ipynb"
+    _lab_notebook(path, "09-profiling", title="<span>An exception was raised</span>")
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "# Lab 09 · Profiling\n"})
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    assert read_lab_notebook(path).title == "Lab 09 · Profiling"

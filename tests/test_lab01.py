@@ -145,6 +145,9 @@ def test_efficiency_table_and_triage(sol):
         ("amd instinct  mi300x", "MI300X"),
         ("AMD Instinct MI355X", "MI355X"),
         ("AMD Instinct MI350X", "MI350X"),
+        ("AMD Instinct MI300X VF", "MI300X"),  # SR-IOV virtual functions (cloud VMs)
+        ("AMD Instinct Mi325X VF", "MI325X"),
+        ("AMD Instinct MI355X VF", "MI355X"),
         ("Radeon RX 7900 XTX", "RX 7900 XTX"),
         ("AMD Radeon RX 7900 XTX", "RX 7900 XTX"),
         ("NVIDIA H100 80GB HBM3", "H100 SXM"),
@@ -210,6 +213,17 @@ def test_markdown_table_has_a_row_per_gpu_with_links():
     assert len(table) == 2 + len(datasheets.TABLE)
     assert all(row.count("](https://") >= 1 for row in table[2:])
     assert any("1979 TFLOPS with sparsity" in row and "989.5 TFLOPS" in row for row in table)
+
+
+def test_fp8_peaks_are_dense_or_halved_and_match_the_cu_arithmetic():
+    """gfx950 and gfx942 FP8 peaks are CUs x FP8 FLOPs per clock per CU x peak clock (dense)."""
+    per_cu = {"gfx942": 4096, "gfx950": 8192}
+    for key, cus, ghz in (("MI355X", 256, 2.4), ("MI350X", 256, 2.2), ("MI300X", 304, 2.1)):
+        row = datasheets.by_key(key)
+        assert row.fp8_dense_tflops == pytest.approx(cus * per_cu[row.arch] * ghz / 1e3, abs=0.1)
+    assert datasheets.by_key("H100 SXM").fp8_dense_tflops == 1979
+    assert datasheets.by_key("RX 7900 XTX").fp8_dense_tflops is None
+    assert any("5033.2 TFLOPS" in row for row in datasheets.markdown_table().splitlines())
 
 
 def test_for_device_on_cpu_has_no_row():

@@ -251,6 +251,14 @@ def test_valid_configs_follow_lds_mfma_and_target_rules(sol):
     assert sol["valid_configs"]([cfg], "gfx950", 2, 160 * 1024) == []  # kpack=2 on gfx950
     assert sol["valid_configs"]([dict(cfg, kpack=1)], "gfx950", 2, 160 * 1024) == [dict(cfg, kpack=1)]
     assert sol["valid_configs"]([cfg], "sm_90", 2, 227 * 1024) == []  # an AMD-only key on NVIDIA
+    wmma = dict(cfg, kpack=1, matrix_instr_nonkdim=0)
+    rdna = [
+        wmma,
+        dict(wmma, matrix_instr_nonkdim=16),
+        dict(wmma, kpack=2),
+        {k: v for k, v in wmma.items() if k != "kpack"},
+    ]
+    assert sol["valid_configs"](rdna, "gfx1100", 2, 10**9) == [rdna[0], rdna[3]]  # WMMA reads neither option
     space = sol["candidate_configs"]()
     on_942 = sol["valid_configs"](space, "gfx942", 2, 64 * 1024)
     on_950 = sol["valid_configs"](space, "gfx950", 2, 160 * 1024)

@@ -63,7 +63,7 @@ def test_grade_ids_unique_and_every_test_cell_is_graded_by_checks():
     tests, solutions = SOURCE.tagged("test"), SOURCE.tagged("solution")
     assert len(SOURCE.graded) == len(tests) + len(solutions), "duplicate grade_id"
     for grade_id in SOURCE.graded:
-        assert re.fullmatch(r"09-[a-z]+-(sol-)?\d", grade_id), grade_id
+        assert re.fullmatch(r"09-(stretch-)?[a-z]+-(sol-)?\d", grade_id), grade_id
     for cell in tests:
         assert "HIDDEN TESTS" not in cell.source, cell.metadata
         assert int(cell.metadata["points"]) > 0, cell.metadata
@@ -231,7 +231,6 @@ def test_parse_tunableop_and_validators(sol):
     )
     with pytest.raises(ValueError, match="line 2"):
         sol["parse_tunableop"]("Validator,A,1\nGemmTunableOp_float_NN\n")
-    assert sol["validator_mismatches"]({"A": "1", "B": "2"}, {"A": "1", "C": "3"}) == ["B", "C"]
 
 
 def test_memory_timeline(sol):
@@ -274,6 +273,7 @@ def test_counter_metrics_keeps_each_dispatch_duration_once(sol):
 # -- the hidden checks, against the solution functions --------------------------------------------
 
 NOTEBOOK_STATE = {"shares_values", "idle_union", "decision_measured"}  # need the executed notebook
+RECORD_CHECKS = {"record_writes_trace", "record_schedule", "record_shapes", "record_memory", "record_rejects_no_steps"}
 
 
 class _InProcess:
@@ -289,7 +289,7 @@ class _InProcess:
 @pytest.mark.parametrize("seed", [0, 7])
 def test_the_checks_pass_on_the_solution_functions(sol, seed):
     tests = {c.metadata["grade_id"]: float(c.metadata["points"]) for c in SOURCE.tagged("test")}
-    checks = [c for c in lab_checks(LAB / "checks.py", tests) if c.name not in NOTEBOOK_STATE]
+    checks = [c for c in lab_checks(LAB / "checks.py", tests) if c.name not in NOTEBOOK_STATE | RECORD_CHECKS]
     failed = [(r.name, r.detail) for r in run_checks(checks, Learner(_InProcess(sol)), seed) if not r.passed]
     assert not failed
 
@@ -303,3 +303,68 @@ def test_the_checks_catch_max_minus_min_noise(sol):
     (noise_iqr,) = [c for c in lab_checks(LAB / "checks.py", tests) if c.name == "noise_iqr"]
     (result,) = run_checks([noise_iqr], Learner(_InProcess(dict(sol, compare_runs=wrong))), 0)
     assert not result.passed
+
+
+@pytest.fixture
+def decoding(sol, tmp_path, monkeypatch):
+    """The solution's profile_decode over a small linear "decoder" on the CPU, in a scratch work folder."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    monkeypatch.chdir(tmp_path)
+    layer = torch.nn.Linear(32, 32)
+
+    def next_token(state):
+        with torch.no_grad():
+            state["next"] = torch.relu(layer(state["next"]))
+
+    names = {"torch": torch, "profile": profile, "record_function": record_function, "schedule": schedule}
+    names |= {"ACTIVITIES": [ProfilerActivity.CPU], "start_decode": lambda: {"next": torch.randn(4, 32)}}
+    return dict(sol, **names, next_token=next_token)
+
+
+def _record_results(namespace, seed=0):
+    tests = {c.metadata["grade_id"]: float(c.metadata["points"]) for c in SOURCE.tagged("test")}
+    checks = [c for c in lab_checks(LAB / "checks.py", tests) if c.grade_id == "09-record-1"]
+    return {r.name: r.passed for r in run_checks(checks, Learner(_InProcess(namespace)), seed)}
+
+
+def _bind(namespace):
+    """Re-define the solution's profile_decode so that its globals are `namespace`."""
+    (cell,) = [c for c in SOURCE.tagged("solution") if c.metadata["grade_id"] == "09-record-sol-1"]
+    return SOURCE.run(definitions(cell.source, constants=lambda node: False), namespace=namespace)
+
+
+@pytest.mark.slow
+def test_profile_decode_passes_every_record_check(decoding):
+    assert _record_results(_bind(decoding)) == dict.fromkeys(
+        ["record_writes_trace", "record_schedule", "record_shapes", "record_memory", "record_rejects_no_steps"], True
+    )
+
+
+@pytest.mark.slow
+def test_the_record_checks_catch_a_profile_without_schedule_shapes_or_memory(decoding):
+    namespace = _bind(decoding)
+    from torch.profiler import profile
+
+    def plain_profile(n_steps, trace_path):
+        if n_steps < 1:
+            raise ValueError(n_steps)
+        state = namespace["start_decode"]()
+        namespace["next_token"](state)  # the warm-up, outside the profile
+        with profile(activities=namespace["ACTIVITIES"]) as prof:
+            for _ in range(n_steps):
+                with namespace["record_function"]("decode_step"):
+                    namespace["next_token"](state)
+                prof.step()
+        prof.export_chrome_trace(trace_path)
+        return trace_path
+
+    got = _record_results(dict(namespace, profile_decode=plain_profile))
+    assert got == {
+        "record_writes_trace": True,
+        "record_schedule": False,  # ProfilerStep#0 … #n-1: step 0 was recorded
+        "record_shapes": False,
+        "record_memory": False,
+        "record_rejects_no_steps": True,
+    }

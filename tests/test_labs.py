@@ -8,7 +8,7 @@ from rocmlab.build import drift, solution_notebook
 from rocmlab.catalog import discover
 from rocmlab.grading.cells import cell_points
 from rocmlab.harness import lab_checks
-from rocmlab.run import local_target
+from rocmlab.run import local_target, run_lab
 from rocmlab.source import read_notebook
 from rocmlab.verify import verify_lab
 
@@ -41,3 +41,14 @@ def test_lab_solution_passes_and_student_version_fails_every_graded_test(lab, tm
     result = verify_lab(ROOT, lab, local_target(), tmp_path)
     assert result.tests, f"{lab.id}: no graded tests"
     assert result.ok, "\n".join(result.problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_zh_notebook_runs_as_the_learner_gets_it(lab, tmp_path, monkeypatch):
+    """The zh notebook, solutions filled in, alone (with its public data) in an empty folder outside the
+    repository, no ROCMLAB_ROOT: every cell runs (rocmlab run works in such a folder; the en run is verify's)."""
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    record, outcome = run_lab(ROOT, lab, "smoke", local_target(), tmp_path / "out", lang="zh")
+    assert record.status == "passed", outcome.reason if outcome else record.reason

@@ -76,3 +76,12 @@ def test_bad_lab_py_names_file_and_cell(make_course, mutation, message):
 def test_a_version_the_prose_states_is_lab_tomls(make_course):
     lab = lab_with(make_course, GOOD_PY.replace("# English text", "# **Version** 1.0.0 · English text"))
     assert any("**Version** 1.0.0" in cell.source for cell in read_notebook(lab).cells)
+
+
+def test_title_fields_are_rendered_from_lab_toml(make_course):
+    py = GOOD_PY.replace("# 中文说明", "# 版本 {{version}} · 约 {{minutes}} 分钟").replace(
+        "# English text", "# Version {{version}} · about {{minutes}} minutes"
+    )
+    (lab,) = discover(make_course({"01-demo": (None, py)}))
+    zh, en = (cell.source for cell in read_notebook(lab).cells[:2])
+    assert zh == "版本 1.0.0 · 约 10 分钟" and en == "Version 1.0.0 · about 10 minutes"

@@ -651,6 +651,8 @@ def _valid(cfg, arch, elem, budget):
     if not base.startswith("gfx"):
         return not any(k in cfg for k in AMD_ONLY)
     nonk, kpack = cfg.get("matrix_instr_nonkdim", 0), cfg.get("kpack", 1)
+    if _lanes(1, arch) == 32:  # RDNA: WMMA reads neither option
+        return nonk == 0 and kpack == 1
     if nonk not in (0, 16, 32) or (nonk and (cfg["BLOCK_M"] % nonk or cfg["BLOCK_N"] % nonk)):
         return False
     return kpack in (1, 2) and not (base == "gfx950" and kpack != 1)
@@ -727,13 +729,26 @@ def configs_lanes(learner, variant):
 @check(
     "07-configs-1",
     points=0.5,
-    en="on gfx targets: matrix_instr_nonkdim ∈ {0, 16, 32} dividing BLOCK_M and BLOCK_N, "
+    en="on CDNA targets (gfx9xx): matrix_instr_nonkdim ∈ {0, 16, 32} dividing BLOCK_M and BLOCK_N, "
     "kpack ∈ {1, 2} and only 1 on gfx950",
-    zh="gfx 目标：matrix_instr_nonkdim ∈ {0, 16, 32} 且整除 BLOCK_M、BLOCK_N；kpack ∈ {1, 2}，gfx950 上只能是 1",
+    zh="CDNA 目标（gfx9xx）：matrix_instr_nonkdim ∈ {0, 16, 32} 且整除 BLOCK_M、BLOCK_N；kpack ∈ {1, 2}，gfx950 上只能是 1",
 )
 def configs_mfma(learner, variant):
     cands = [c for c in _random_configs(variant.random, 60) if c["BLOCK_M"] * c["BLOCK_N"] >= 512]
     for arch in ("gfx942", "gfx950", "gfx90a:sramecc+:xnack-"):
+        want = [c for c in cands if _valid(c, arch, 1, 10**9)]
+        assert _filter(learner, cands, arch, 1, 10**9) == want, arch
+
+
+@check(
+    "07-configs-1",
+    points=0.5,
+    en="on RDNA targets (gfx10xx and later): only matrix_instr_nonkdim 0 and kpack 1",
+    zh="RDNA 目标（gfx10xx 及以后）：matrix_instr_nonkdim 只能是 0，kpack 只能是 1",
+)
+def configs_wmma(learner, variant):
+    cands = [c for c in _random_configs(variant.random, 60) if c["BLOCK_M"] * c["BLOCK_N"] >= 256]
+    for arch in ("gfx1100", "gfx1201", "gfx1030"):
         want = [c for c in cands if _valid(c, arch, 1, 10**9)]
         assert _filter(learner, cands, arch, 1, 10**9) == want, arch
 

@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 07 · Triton 算子开发
 #
-# `07-triton-kernels` · 版本 1.1.0 · 计分核心约 100 分钟（另有选做）
+# `07-triton-kernels` · 版本 {{version}} · 计分核心约 {{minutes}} 分钟（另有选做）
 #
 # 前面的实验一直在调用别人写好的算子。这一次你亲手写课程模型（Qwen2 架构的 tiny-qwen-zh）需要的融合算子 (fused kernel)，并让它们在 AMD GPU 上跑对、跑快：
 #
@@ -34,7 +34,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 07 · Triton kernels on AMD GPUs
 #
-# `07-triton-kernels` · version 1.1.0 · about 100 minutes for the graded core (plus optional stretches)
+# `07-triton-kernels` · version {{version}} · about {{minutes}} minutes for the graded core (plus optional stretches)
 #
 # So far the labs called kernels someone else wrote. This time you write the fused kernels the course model (tiny-qwen-zh, Qwen2 architecture) needs, and make them correct and fast on AMD GPUs:
 #
@@ -987,10 +987,12 @@ check_close(row_sq_mean(_wide.t()[:, :3]), _wide.t()[:, :3].double().pow(2).mean
 #
 # 一个 Triton matmul 的启动配置除了 `BLOCK_M/N/K`、`num_warps`，在 AMD 上还有几个专用参数。以下说法都来自 [ROCm 的 Triton 内核优化指南](https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/inference-optimization/workload.html#auto-tunable-kernel-configurations)和 Triton AMD 后端源码：
 #
-# - `matrix_instr_nonkdim`：选择 MFMA 指令尺寸，16 → `mfma_16x16`，32 → `mfma_32x32`（0 由编译器决定）。指南指出 MI300X 上的 GEMM 通常 16 更快。块的 M、N 应是它的整数倍。
+# - `matrix_instr_nonkdim`：选择 MFMA 指令的 M×N 尺寸，16 → 16×16（fp16 输入在 CDNA3 上是 `v_mfma_f32_16x16x16_f16`），32 → 32×32（`v_mfma_f32_32x32x8_f16`），0 由编译器决定（[AMD Instinct MI300 ISA 参考手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/instruction-set-architectures/amd-instinct-mi300-cdna3-instruction-set-architecture.pdf)的 MFMA 一章；[AMD 矩阵指令计算器](https://github.com/ROCm/amd_matrix_instruction_calculator)列出每个 gfx 目标的全部形状）。指南指出 MI300X 上的 GEMM 通常 16 更快。块的 M、N 应是它的整数倍。
 # - `waves_per_eu`：提示编译器压低 VGPR 用量，让每个执行单元 (EU/SIMD) 能驻留 n 个 wave，提高占用率；后端把它写成 LLVM 属性 `amdgpu-waves-per-eu`。0 表示不限制。
 # - `num_stages`：AMD 后端的软件流水线（stream pipeliner，[triton-lang/triton#4148](https://github.com/triton-lang/triton/pull/4148)）的级数。指南的规则：单个 GEMM 取 2；两个 GEMM 融合（如 Flash Attention）取 1；GEMM 加逐元素算子取 2；没有 GEMM 取 1。
 # - `kpack`：传给后端 matmul 加速 pass 的打包参数（默认 1）；在 gfx950 上后端会发出弃用警告并把它改回 1，所以 gfx950 上 `kpack=2` 的配置只是 `kpack=1` 的重复。
+#
+# **MFMA 和 `kpack` 只属于 CDNA（gfx9：MI100、MI200、MI300、MI350）。** RDNA3/RDNA4（gfx11xx、gfx12xx，Radeon）的矩阵指令是 WMMA，M×N 总是 16×16（fp16/bf16 是 16×16×16，wave32）（[GPUOpen：RDNA 3 上的 WMMA](https://gpuopen.com/learn/wmma_on_rdna3/)）；RDNA1/2（gfx10xx）没有矩阵指令。Triton 的 matmul 加速 pass（[`AccelerateAMDMatmul.cpp`](https://github.com/triton-lang/triton/blob/658b5b2b34eb26cde08d05bc0a7e544379a57efa/third_party/amd/lib/TritonAMDGPUTransforms/AccelerateAMDMatmul.cpp)）只把 `matrix_instr_nonkdim` 和 `kpack` 交给 CDNA 的 MFMA 规则，RDNA 的 WMMA 规则两个都不看：在 RDNA 上改它们只会得到重复的配置。`waves_per_eu` 是 LLVM 属性，两种架构都生效。
 #
 # **LDS (Local Data Share)**：流水线把 A、B 的块暂存在 LDS 里。[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)：每个 CU 的 LDS 在 gfx90a（MI210/MI250X）和 gfx942（MI300X/MI325X）上是 64 KiB，在 gfx950（MI350X/MI355X）上是 160 KiB。一个配置需要多少 LDS，我们用一个**保守**的估计：每一级流水线都放 A 的一块和 B 的一块，(BM·BK + BK·BN)·字节数·max(1, num_stages)。它是上界而不是精确值：AMD 自己的 GEMM 调优脚本（[ROCm/triton `tune_gemm.py`](https://github.com/ROCm/triton/blob/185b90b3ba4ebbc88dc6e4a55cccce2c5e7b2844/python/perf-kernels/tools/tune_gemm/tune_gemm.py) 的 `prune_configs`）按 (num_stages − 1) 份估计，而 Triton 3.9 的 AMD 后端在 gfx950 上默认开启异步拷贝（compiler.py 的 `is_async_copy_enabled`），实际分配了 num_stages 份——估计会随编译器版本过时。下面的练习之后，我们直接问编译器。
 #
@@ -1001,8 +1003,9 @@ check_close(row_sq_mean(_wide.t()[:, :3]), _wide.t()[:, :3].double().pow(2).mean
 # - `lds_bytes(cfg, elem_bytes)` = (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N)·elem_bytes·max(1, num_stages)，单位字节。
 # - `valid_configs` 按输入顺序返回满足全部规则的配置（原字典对象，不修改）：
 #   1. `lds_bytes(cfg, elem_bytes) ≤ lds_budget`；
-#   2. `BLOCK_M × BLOCK_N ≥ lanes_per_program(num_warps, arch)`（每个 lane 至少一个输出元素，同一脚本里的规则）；
-#   3. gfx 目标：`matrix_instr_nonkdim` ∈ {0, 16, 32}，为 16 或 32 时 `BLOCK_M`、`BLOCK_N` 都是它的整数倍；`kpack` ∈ {1, 2}，gfx950 上只能是 1；
+#   2. `BLOCK_M × BLOCK_N ≥ lanes_per_program(num_warps, arch)`（每个 lane 至少一个输出元素。这是我们的规则：[`tune_gemm.py`](https://github.com/ROCm/triton/blob/185b90b3ba4ebbc88dc6e4a55cccce2c5e7b2844/python/perf-kernels/tools/tune_gemm/tune_gemm.py) 的 `prune_configs` 只用一个固定下限 BLOCK_M·BLOCK_N ≥ 64，正好一个 wave64 的 lane 数；我们把它推广到整个程序的 lane 数）；
+#   3. CDNA 目标（gfx9xx）：`matrix_instr_nonkdim` ∈ {0, 16, 32}，为 16 或 32 时 `BLOCK_M`、`BLOCK_N` 都是它的整数倍；`kpack` ∈ {1, 2}，gfx950 上只能是 1；
+#      RDNA 目标（gfx10xx 及以后）：`matrix_instr_nonkdim` 只能是 0、`kpack` 只能是 1（后端不看它们，其他值只会重复）；
 #   4. 非 gfx 目标（如 `sm_90`）：配置里不能有 AMD 专用键——Triton 的 CUDA 后端会以 `KeyError` 拒绝不认识的关键字参数。
 
 # %% [markdown] tags=["en"]
@@ -1010,10 +1013,12 @@ check_close(row_sq_mean(_wide.t()[:, :3]), _wide.t()[:, :3].double().pow(2).mean
 #
 # Beyond `BLOCK_M/N/K` and `num_warps`, a Triton matmul launch on AMD has a few parameters of its own. Every statement below comes from the [ROCm Triton kernel optimization guide](https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/inference-optimization/workload.html#auto-tunable-kernel-configurations) and the Triton AMD backend source:
 #
-# - `matrix_instr_nonkdim`: picks the MFMA instruction size, 16 → `mfma_16x16`, 32 → `mfma_32x32` (0 lets the compiler choose). The guide notes that for GEMMs on MI300X 16 usually wins. The tile's M and N should be multiples of it.
+# - `matrix_instr_nonkdim`: picks the MFMA instruction's M×N size, 16 → 16×16 (for fp16 inputs on CDNA3, `v_mfma_f32_16x16x16_f16`), 32 → 32×32 (`v_mfma_f32_32x32x8_f16`), 0 lets the compiler choose (the MFMA chapter of the [AMD Instinct MI300 ISA reference guide](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/instruction-set-architectures/amd-instinct-mi300-cdna3-instruction-set-architecture.pdf); AMD's [matrix instruction calculator](https://github.com/ROCm/amd_matrix_instruction_calculator) lists every shape per gfx target). The guide notes that for GEMMs on MI300X 16 usually wins. The tile's M and N should be multiples of it.
 # - `waves_per_eu`: hints the compiler to cut VGPR use so that each execution unit (EU/SIMD) can hold n waves, raising occupancy; the backend emits it as the LLVM attribute `amdgpu-waves-per-eu`. 0 means no limit.
 # - `num_stages`: the depth of the AMD backend's software pipeline (the stream pipeliner, [triton-lang/triton#4148](https://github.com/triton-lang/triton/pull/4148)). The guide's rules: 2 for a single GEMM; 1 for two fused GEMMs (Flash Attention); 2 for a GEMM fused with an elementwise op; 1 with no GEMM.
 # - `kpack`: a packing parameter passed to the backend's matmul acceleration pass (default 1); on gfx950 the backend warns that it is deprecated and resets it to 1, so a `kpack=2` config on gfx950 only duplicates `kpack=1`.
+#
+# **MFMA and `kpack` belong to CDNA only (gfx9: MI100, MI200, MI300, MI350).** RDNA3/RDNA4 (gfx11xx, gfx12xx, Radeon) have WMMA matrix instructions, always 16×16 in M×N (16×16×16 for fp16/bf16, in wave32) ([GPUOpen: WMMA on RDNA 3](https://gpuopen.com/learn/wmma_on_rdna3/)); RDNA1/2 (gfx10xx) have none. Triton's matmul acceleration pass ([`AccelerateAMDMatmul.cpp`](https://github.com/triton-lang/triton/blob/658b5b2b34eb26cde08d05bc0a7e544379a57efa/third_party/amd/lib/TritonAMDGPUTransforms/AccelerateAMDMatmul.cpp)) hands `matrix_instr_nonkdim` and `kpack` to the CDNA MFMA rule only; its RDNA WMMA rule reads neither, so on RDNA changing them only duplicates a config. `waves_per_eu` is an LLVM attribute and applies on both.
 #
 # **LDS (Local Data Share)**: the pipeline stages tiles of A and B in LDS. The [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list 64 KiB of LDS per CU on gfx90a (MI210/MI250X) and gfx942 (MI300X/MI325X), and 160 KiB on gfx950 (MI350X/MI355X). For the LDS a config needs we use a **conservative** estimate: every pipeline stage holds one tile of A and one of B, (BM·BK + BK·BN)·bytes·max(1, num_stages). It is an upper bound, not the exact figure: AMD's own GEMM tuning script ([ROCm/triton `tune_gemm.py`](https://github.com/ROCm/triton/blob/185b90b3ba4ebbc88dc6e4a55cccce2c5e7b2844/python/perf-kernels/tools/tune_gemm/tune_gemm.py), `prune_configs`) counts (num_stages − 1) copies, while Triton 3.9's AMD backend turns on asynchronous copies by default on gfx950 (`is_async_copy_enabled` in compiler.py) and allocates num_stages of them: estimates go stale with the compiler. After the exercise we ask the compiler itself.
 #
@@ -1024,8 +1029,9 @@ check_close(row_sq_mean(_wide.t()[:, :3]), _wide.t()[:, :3].double().pow(2).mean
 # - `lds_bytes(cfg, elem_bytes)` = (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N)·elem_bytes·max(1, num_stages), in bytes.
 # - `valid_configs` returns, in input order, the configs (the same dict objects, unmodified) that meet every rule:
 #   1. `lds_bytes(cfg, elem_bytes) ≤ lds_budget`;
-#   2. `BLOCK_M × BLOCK_N ≥ lanes_per_program(num_warps, arch)` (at least one output element per lane, a rule of the same script);
-#   3. gfx targets: `matrix_instr_nonkdim` ∈ {0, 16, 32}, and when 16 or 32, `BLOCK_M` and `BLOCK_N` are multiples of it; `kpack` ∈ {1, 2}, and only 1 on gfx950;
+#   2. `BLOCK_M × BLOCK_N ≥ lanes_per_program(num_warps, arch)` (at least one output element per lane. This rule is ours: `prune_configs` in [`tune_gemm.py`](https://github.com/ROCm/triton/blob/185b90b3ba4ebbc88dc6e4a55cccce2c5e7b2844/python/perf-kernels/tools/tune_gemm/tune_gemm.py) uses a fixed floor, BLOCK_M·BLOCK_N ≥ 64, exactly one wave64's lanes; we extend it to the whole program's lanes);
+#   3. CDNA targets (gfx9xx): `matrix_instr_nonkdim` ∈ {0, 16, 32}, and when 16 or 32, `BLOCK_M` and `BLOCK_N` are multiples of it; `kpack` ∈ {1, 2}, and only 1 on gfx950;
+#      RDNA targets (gfx10xx and later): `matrix_instr_nonkdim` only 0 and `kpack` only 1 (the backend ignores both; any other value only duplicates a config);
 #   4. non-gfx targets (such as `sm_90`): no AMD-only key in the config, since Triton's CUDA backend rejects unknown keyword arguments with `KeyError`.
 
 # %%
@@ -1071,9 +1077,12 @@ def valid_configs(candidates, arch, elem_bytes, lds_budget):
             continue
         if amd:
             nonk, kpack = cfg.get("matrix_instr_nonkdim", 0), cfg.get("kpack", 1)
-            if nonk not in (0, 16, 32) or (nonk and (cfg["BLOCK_M"] % nonk or cfg["BLOCK_N"] % nonk)):
+            if lanes_per_program(1, arch) == 32:  # RDNA: WMMA, neither option is read
+                if nonk != 0 or kpack != 1:
+                    continue
+            elif nonk not in (0, 16, 32) or (nonk and (cfg["BLOCK_M"] % nonk or cfg["BLOCK_N"] % nonk)):
                 continue
-            if kpack not in (1, 2) or (base == "gfx950" and kpack != 1):
+            elif kpack not in (1, 2) or (base == "gfx950" and kpack != 1):
                 continue
         elif any(key in cfg for key in AMD_ONLY_KEYS):
             continue
@@ -1088,7 +1097,7 @@ for _arch in ("gfx942", "gfx950"):
           f"largest tile {max(c['BLOCK_M'] * c['BLOCK_N'] for c in _ok)}, "
           f"largest LDS {max(lds_bytes(c, 2) for c in _ok) // 1024} KiB")
 
-# %% tags=["test"] grade_id="07-configs-1" points=3
+# %% tags=["test"] grade_id="07-configs-1" points=3.5
 _big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2, "matrix_instr_nonkdim": 16, "kpack": 1}
 assert lds_bytes(_big, 2) == (256 * 64 + 64 * 256) * 2 * 2, f"LDS 估计：两级流水线各一份 A、B 块 / two stages of A and B tiles: {lds_bytes(_big, 2)}"
 _small = dict(_big, BLOCK_K=32)
@@ -1097,6 +1106,9 @@ assert valid_configs([_big, _small], "gfx942", 2, 64 * 1024) == [_small], "128 K
 assert valid_configs([_big, _small], "gfx950", 2, 160 * 1024) == [_big, _small], "gfx950 有 160 KiB LDS / gfx950 has 160 KiB"
 assert valid_configs([_kp2], "gfx950", 2, 160 * 1024) == [], "gfx950 上 kpack 只能是 1 / kpack must be 1 on gfx950"
 assert valid_configs([_kp2], "gfx942", 2, 64 * 1024) == [_kp2], "gfx942 上 kpack=2 合法 / kpack=2 is valid on gfx942"
+_wmma = dict(_small, matrix_instr_nonkdim=0)
+assert valid_configs([_small, _wmma, dict(_wmma, kpack=2)], "gfx1100", 2, 64 * 1024) == [_wmma], \
+    "RDNA（gfx1100）只留 matrix_instr_nonkdim=0、kpack=1 / RDNA keeps only matrix_instr_nonkdim=0, kpack=1"
 _tiny = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 8, "num_stages": 2}
 assert valid_configs([_tiny], "gfx942", 2, 64 * 1024) == [], "16x16 的块喂不饱 8 个 wave64 / a 16x16 tile cannot feed 512 lanes"
 assert valid_configs([_tiny, dict(_tiny, num_warps=4, kpack=1)], "sm_90", 2, 64 * 1024) == [_tiny], \

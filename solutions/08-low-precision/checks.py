@@ -641,61 +641,6 @@ def memory_errors(learner, variant):
     _raises_value_error(learner, "weight_bytes(c, 'mxfp4')", c=odd)
 
 
-# ---------------------------------------------------------------- 7 · concurrency
-
-
-@check(
-    "08-kvcap-1",
-    points=1,
-    en="max_concurrent_sequences = floor((memory − weights − reserve) / (KV bytes per token × context)), an int",
-    zh="max_concurrent_sequences = floor((显存 − 权重 − 预留) / (每 token KV 字节 × 上下文))，int",
-)
-def kvcap_formula(learner, variant):
-    rnd = variant.random
-    cases = [(1000, 100, 10, 9, 0), (1000, 100, 10, 9, 1)]
-    for _ in range(4):
-        mem = rnd.choice([64e9, 80e9, 141e9, 192e9, 256e9, 288e9])
-        cases.append(
-            (
-                mem,
-                rnd.uniform(1e9, 60e9),
-                rnd.randint(1, 60000),
-                rnd.choice([1024, 4096, 8192, 32768]),
-                rnd.uniform(0, 8e9),
-            )
-        )
-    for mem, weights, per_token, ctx, reserve in cases:
-        got = learner.call("max_concurrent_sequences", mem, weights, per_token, ctx, reserve_bytes=reserve)
-        want = max(0, int((mem - weights - reserve) // (per_token * ctx)))
-        assert type(got) is int and got == want, f"{got!r} vs {want}"
-
-
-@check(
-    "08-kvcap-1",
-    points=0.5,
-    en="max_concurrent_sequences is 0 when the weights and the reserve leave no memory",
-    zh="权重与预留占满显存时 max_concurrent_sequences 为 0",
-)
-def kvcap_zero(learner, variant):
-    rnd = variant.random
-    mem = rnd.uniform(1e9, 80e9)
-    for weights, reserve in ((mem * 1.2, 0), (mem, 0), (mem * 0.9, mem * 0.2)):
-        got = learner.call("max_concurrent_sequences", mem, weights, 57344, 8192, reserve_bytes=reserve)
-        assert type(got) is int and got == 0, got
-
-
-@check(
-    "08-kvcap-1",
-    points=0.5,
-    en="max_concurrent_sequences raises ValueError when the KV bytes per token or the context are not > 0",
-    zh="每 token KV 字节或上下文长度不大于 0 时 max_concurrent_sequences 应抛出 ValueError",
-)
-def kvcap_errors(learner, variant):
-    rnd = variant.random
-    for args in ((1e9, 0, 0, 10), (1e9, 0, 10, 0), (1e9, 0, -rnd.randint(1, 9), 10), (1e9, 0, 10, -rnd.randint(1, 9))):
-        _raises_value_error(learner, "max_concurrent_sequences(*a)", a=args)
-
-
 # ---------------------------------------------------------------- 8 · W8A8
 
 W8A8_SETUP = """

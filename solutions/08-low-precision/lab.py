@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # Lab 08 · 量化与低精度推理：Instinct GPU 上的 FP8、MXFP4 与 INT4
 #
-# **版本** 1.1.0 · **时长** 约 120 分钟 · **前置**：Lab 02（KV cache 与显存账）；Lab 03 的 JSON 有效率指标
+# **版本** {{version}} · **时长** 约 {{minutes}} 分钟 · **前置**：Lab 02（KV cache 与显存账）；Lab 03 的 JSON 有效率指标
 # （不要求完成 Lab 03）；PyTorch 基础。
 #
 # 低精度是 AMD 与 NVIDIA 差别最大、也最容易在部署时出错的地方：MI300X/MI325X (gfx942) 的 FP8 是 **FNUZ**
@@ -39,7 +39,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 08 · Low-precision inference: FP8, MXFP4 and INT4 on Instinct GPUs
 #
-# **Version** 1.1.0 · **Time** about 120 minutes · **Prerequisites**: lab 02 (the KV cache and memory
+# **Version** {{version}} · **Time** about {{minutes}} minutes · **Prerequisites**: lab 02 (the KV cache and memory
 # accounting); lab 03's JSON-validity metric (finishing lab 03 is not required); PyTorch basics.
 #
 # Low precision is where AMD and NVIDIA differ most, and where deployments break: FP8 on MI300X/MI325X
@@ -773,9 +773,11 @@ print(f"MXFP4 mean relative weight error {mx_err:.4f}  (FP8 e4m3fn per-channel {
 # **练习 5**：`int4_group_quantize(w, group_size=128)` 返回字典 `{"q", "scale", "zero"}`。
 #
 # - `w`：二维 `[out, in]`，在 float32 中计算；`in` 不能被 `group_size` 整除或 `w` 不是二维时抛 `ValueError`。
-# - 每行每 `group_size` 个连续输入为一组：`lo = min(min(w_g), 0)`，`hi = max(max(w_g), 0)`；
-#   `scale = (hi − lo) / 15`，`hi == lo`（全零组）时 `scale = 1.0`；`zero = clamp(round(−lo / scale), 0, 15)`；
-#   `q = clamp(round(w / scale) + zero, 0, 15)`。`round` 是 `torch.round`（就近取偶），**用除法**。
+# - 目标：非对称 (asymmetric) 的 4 位分组量化。每行每 `group_size` 个连续输入为一组，组内的 16 个整数级 0…15 均匀铺满
+#   这一组的取值范围，而这个范围要扩到包含 0（让 0 能被精确表示，填充和 ReLU 之后的零很多）。由此自己推出：
+#   - 级间距 `scale`：范围 [lo, hi] 除以 15 段；全零组（范围为空）取 `scale = 1.0`；
+#   - 零点 `zero`：表示 0 的那个整数级（取整，落在 0…15 内）；
+#   - `q`：每个权重最近的整数级（`torch.round`，就近取偶；`w / scale` **用除法**算），超出 0…15 的截断。
 # - 返回：`q` 为 `torch.uint8 [out, in]`；`scale` 为 float32 `[out, in // group_size]`；`zero` 为 `torch.uint8`，形状同 `scale`。
 # - `int4_dequantize(packed)`（已给出）= `(q − zero) * scale`（按组展开）。
 
@@ -784,10 +786,13 @@ print(f"MXFP4 mean relative weight error {mx_err:.4f}  (FP8 e4m3fn per-channel {
 #
 # - `w`: 2-D `[out, in]`, computed in float32; `ValueError` when `in` is not a multiple of `group_size` or `w`
 #   is not 2-D.
-# - Each run of `group_size` consecutive inputs in a row is a group: `lo = min(min(w_g), 0)`,
-#   `hi = max(max(w_g), 0)`; `scale = (hi − lo) / 15`, or 1.0 when `hi == lo` (an all-zero group);
-#   `zero = clamp(round(−lo / scale), 0, 15)`; `q = clamp(round(w / scale) + zero, 0, 15)`. `round` is
-#   `torch.round` (half to even); **divide**.
+# - The goal: asymmetric 4-bit group quantization. Each run of `group_size` consecutive inputs in a row is a
+#   group; its 16 integer levels 0…15 spread evenly over the group's range, widened to include 0 (so that 0,
+#   common after padding and ReLU, is exact). Work out from that:
+#   - the level spacing `scale`: the range [lo, hi] cut into 15 steps; 1.0 for an all-zero group (empty range);
+#   - the zero-point `zero`: the integer level that stands for 0 (rounded, within 0…15);
+#   - `q`: each weight's nearest level (`torch.round`, half to even; compute `w / scale` by **division**),
+#     clamped to 0…15.
 # - Returns: `q` as `torch.uint8 [out, in]`; `scale` float32 `[out, in // group_size]`; `zero` as
 #   `torch.uint8` with the shape of `scale`.
 # - `int4_dequantize(packed)` (given) is `(q − zero) * scale`, expanded per group.
@@ -1196,7 +1201,8 @@ for (_mname, _fmt), _v in _mem.items():
 # 序列。FP8 KV cache 把每个 token 的 KV 字节减半（vLLM 的 `kv_cache_dtype="fp8"`；不校准时 scale 默认为 1.0，
 # 见 https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/ ），FP8 权重再腾出一些显存（不到一半：嵌入仍是 bf16）。
 #
-# **练习 7**：`max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *, reserve_bytes=0)`。
+# 下面给出的 `max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *, reserve_bytes=0)`
+# 把练习 6b 的 `weight_bytes` 和 KV cache 合成一个答案（它不计分，是练习 6b 的用法）：
 #
 # - 可用于 KV 的字节 = `memory_bytes − weights_bytes − reserve_bytes`（`weights_bytes`：权重字节数，如 `weight_bytes(...)`
 #   的结果；`reserve_bytes`：激活与运行时开销）。
@@ -1212,40 +1218,27 @@ for (_mname, _fmt), _v in _mem.items():
 # https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/), and FP8 weights free some memory on
 # top (less than half of it: the embeddings stay bf16).
 #
-# **Exercise 7**: `max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *,
-# reserve_bytes=0)`.
+# The given `max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *,
+# reserve_bytes=0)` turns exercise 6b's `weight_bytes` and the KV cache into one answer (it is not graded: it is
+# what exercise 6b is for):
 #
 # - Bytes left for the KV cache = `memory_bytes − weights_bytes − reserve_bytes` (`weights_bytes`: the weights'
 #   bytes, e.g. from `weight_bytes(...)`; `reserve_bytes`: activations and runtime overhead).
 # - Returns an `int`: those bytes // (`kv_bytes_per_token × context_tokens`); 0 when no bytes are left.
 # - `ValueError` when `kv_bytes_per_token` or `context_tokens` is ≤ 0.
 
-# %% tags=["solution"] grade_id="08-kvcap-sol-1"
+# %%
 def max_concurrent_sequences(memory_bytes, weights_bytes, kv_bytes_per_token, context_tokens, *, reserve_bytes=0):
     """Sequences of context_tokens whose KV cache fits next to the weights (an int, 0 if none)."""
-    ### BEGIN SOLUTION
     if kv_bytes_per_token <= 0 or context_tokens <= 0:
         raise ValueError(f"kv_bytes_per_token and context_tokens must be > 0, got {kv_bytes_per_token}, {context_tokens}")
     free = memory_bytes - weights_bytes - reserve_bytes
     if free <= 0:
         return 0
     return int(free // (kv_bytes_per_token * context_tokens))
-    ### END SOLUTION
 
 
-# %% tags=["test"] grade_id="08-kvcap-1" points=2
-_kv7 = kv_cache_bytes(QWEN25_7B, 1)
-assert _kv7 == 57344, f"Qwen2.5-7B: 2 × 28 × 4 × 128 × 2 = 57344 B/token in bf16, got {_kv7}"
-_n = max_concurrent_sequences(192e9, weight_bytes(QWEN25_7B, "bf16"), _kv7, 8192)
-assert isinstance(_n, int) and _n == int((192e9 - weight_bytes(QWEN25_7B, "bf16")) // (_kv7 * 8192)), _n
-assert max_concurrent_sequences(80e9, 100e9, _kv7, 8192) == 0, "权重都放不下时为 0 / 0 when the weights do not fit"
-assert max_concurrent_sequences(1000, 100, 10, 9, reserve_bytes=1) == 9, "预留字节也要扣掉 / subtract the reserve too"
-try:
-    max_concurrent_sequences(1e9, 0, 10, 0)
-except ValueError:
-    pass
-else:
-    raise AssertionError("context_tokens 为 0 应抛出 ValueError / context_tokens 0 must raise ValueError")
+print(f"Qwen2.5-7B KV cache: {kv_cache_bytes(QWEN25_7B, 1):,} bytes per token in bf16 (2 × 28 × 4 × 128 × 2)")
 
 # %% [markdown] tags=["zh"]
 # Qwen2.5-7B、上下文 8192、预留 10% 显存给激活与运行时。显存容量取自课程的共享数据手册表 `rocmlab.lab.datasheets`
@@ -1333,9 +1326,9 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 #
 # 诚实测量：每个计时样本内连续跑 `GEMM_ITERS` 次 GEMM、前后各同步一次；报告 `REPEATS` 个样本的中位数和最小–最大范围；
 # 只有当两个范围不重叠时才说“真的更快”。峰值百分比的分母是数据手册的**稠密** (dense) 峰值，并写明 dtype。bf16 的
-# 稠密峰值取自共享表 `rocmlab.lab.datasheets`（H100/H200 手册只印了含 2:4 稀疏的 1979，稠密是一半）。FP8 的数字在下面的
-# 表里，按手册原样记录：MI300X / MI325X 2614.9 TFLOPS（稠密，AMD 产品页）；H100 SXM / H200 3958 TFLOPS，**含稀疏**，
-# 稠密是一半（NVIDIA 产品页）。MI355X 的 FP8 数字本实验没有核实，所以只报告它的 TFLOPS 和 bf16 百分比。
+# 稠密峰值和 FP8 峰值都取自共享表 `rocmlab.lab.datasheets`，按手册原样记录、每行注明出处（H100/H200 手册只印了含 2:4 稀疏的
+# 1979 和 3958，稠密是一半）：FP8 稠密峰值 MI300X / MI325X 2614.9 TFLOPS，MI355X 5033.2，MI350X 4613.7，H100 SXM / H200 1979。
+# 它们都等于 CU 数 × 每 CU 每时钟的 FP8 FLOPs × 峰值时钟：MI300X 304 × 4096 × 2.1 GHz，MI355X 256 × 8192 × 2.4 GHz。
 
 # %% [markdown] tags=["en"]
 # ## 8 · Real FP8 GEMMs (gpu profile)
@@ -1350,19 +1343,12 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # Honest measurement: each timed sample runs `GEMM_ITERS` GEMMs between two synchronisations; report the
 # median of `REPEATS` samples with the min–max range, and call one faster only when the ranges do not overlap.
 # A percentage of peak has the datasheet's **dense** peak as its denominator and names the dtype. The bf16 dense
-# peak comes from the shared table `rocmlab.lab.datasheets` (the H100/H200 sheets print only 1979 "with
-# sparsity", twice the dense figure). The FP8 figures are in the table below, as the sheets print them: MI300X /
-# MI325X 2614.9 TFLOPS (dense, AMD product pages); H100 SXM / H200 3958 TFLOPS **with sparsity**, dense is half
-# (NVIDIA product pages). This lab has not verified an FP8 figure for the MI355X, so it reports its TFLOPS and
-# its bf16 percentage only.
+# and FP8 peaks come from the shared table `rocmlab.lab.datasheets`, as the sheets print them, each row with its
+# sources (the H100/H200 sheets print only 1979 and 3958 "with sparsity", twice the dense figures): FP8 dense
+# peaks MI300X / MI325X 2614.9 TFLOPS, MI355X 5033.2, MI350X 4613.7, H100 SXM / H200 1979. Each is CUs × FP8
+# FLOPs per clock per CU × peak clock: MI300X 304 × 4096 × 2.1 GHz, MI355X 256 × 8192 × 2.4 GHz.
 
 # %%
-FP8_TFLOPS_AS_PRINTED = {  # datasheets key -> (FP8 matrix TFLOPS as printed, printed "with sparsity")
-    "MI300X": (2614.9, False), "MI325X": (2614.9, False),   # AMD product pages (sources in the datasheets table)
-    "H100 SXM": (3958.0, True), "H200 SXM": (3958.0, True),  # NVIDIA product pages
-}
-
-
 def fp8_gemm_dtype(arch):
     """The FP8 dtype torch._scaled_mm takes on this arch, or None where PyTorch does not allow it."""
     if arch is None:
@@ -1381,8 +1367,7 @@ def dense_peaks(spec):
     """{"bf16": dense TFLOPS, "fp8": dense TFLOPS or None} of a datasheets row, or None off the table."""
     if spec is None:
         return None
-    fp8 = FP8_TFLOPS_AS_PRINTED.get(spec.key)
-    return {"bf16": spec.fp16_dense_tflops, "fp8": None if fp8 is None else fp8[0] / (2 if fp8[1] else 1)}
+    return {"bf16": spec.fp16_dense_tflops, "fp8": spec.fp8_dense_tflops}
 
 
 def time_per_call(fn):

@@ -13,16 +13,16 @@
 # %% [markdown] tags=["zh"]
 # # Lab 09 · 性能剖析与调优
 #
-# **版本** 1.1.0 · **时长** 约 120 分钟 · **前置**：Lab 01（诚实计时）、Lab 02（推理与 roofline）、PyTorch 基础
+# **版本** {{version}} · **时长** 约 {{minutes}} 分钟 · **前置**：Lab 01（诚实计时）、Lab 02（推理与 roofline）、PyTorch 基础
 #
 # Lab 02 告诉你一个数字离上界有多远，这个实验回答**为什么**，以及**哪个杠杆 (lever)** 能修好它。
 # "AMD 很慢"和"一个调好的系统"之间的差别，往往就在这里。你将为质检系统的报告模型：
 #
-# 1. 用 `torch.profiler` 剖析，算出各类算子占自身时间 (self time) 的比例，导出 Perfetto 轨迹；
+# 1. 用 `torch.profiler` 剖析，算出各类算子占自身时间 (self time) 的比例，导出 Perfetto 轨迹；再自己写剖析调用，决定测什么（schedule、形状、内存）；
 # 2. 从轨迹事件算出设备空闲时间，判断瓶颈在主机 (host)、设备 (device) 还是数据加载 (data)；
 # 3. 拉动杠杆——批处理、`torch.compile`、HIP/CUDA Graph——并用"中位数 + 离散度"诚实地比较；
 # 4. 读懂 TunableOp 的 GEMM 调优结果文件，判断它能否随部署一起发布；
-# 5. 读懂 `rocprofv3`（kernel trace、硬件计数器）与 `rocprof-compute` 的录制输出，用数字回答问题；
+# 5. 读懂 `rocprofv3`（kernel trace；硬件计数器是选做拓展）与 `rocprof-compute` 的录制输出，用数字回答问题；
 # 6. 找到训练步的显存峰值，用激活检查点 (activation checkpointing) 降下来并量出省了多少；
 # 7. 用你自己的测量填一张"症状 → 杠杆"决策表。
 #
@@ -32,7 +32,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 09 · Profiling and the performance levers of ROCm
 #
-# **Version** 1.1.0 · **Time** about 120 minutes · **Prerequisites**: lab 01 (honest timing), lab 02 (inference
+# **Version** {{version}} · **Time** about {{minutes}} minutes · **Prerequisites**: lab 01 (honest timing), lab 02 (inference
 # and the roofline), PyTorch basics
 #
 # Lab 02 tells you how far a number is from its bound; this lab answers **why**, and **which lever** fixes it.
@@ -40,10 +40,12 @@
 # quality-inspection system you will:
 #
 # 1. profile with `torch.profiler`, compute each operator category's share of self time, export a Perfetto trace;
+#    then write the profiler call yourself and decide what it measures (a schedule, shapes, memory);
 # 2. compute the device's idle time from trace events and name the bound: host, device or data loading;
 # 3. pull levers (batching, `torch.compile`, HIP/CUDA graphs) and compare them honestly, medians with spread;
 # 4. read a TunableOp GEMM tuning file and decide whether it can ship with a deployment;
-# 5. read recorded `rocprofv3` (kernel trace, hardware counters) and `rocprof-compute` outputs, and answer with numbers;
+# 5. read recorded `rocprofv3` (kernel trace; the hardware counters are an optional stretch) and `rocprof-compute`
+#    outputs, and answer with numbers;
 # 6. find the peak memory of a training step, lower it with activation checkpointing and measure the saving;
 # 7. fill a "symptom → lever" decision table from your own measurements.
 #
@@ -91,7 +93,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from rocmlab import lab
 
@@ -160,16 +162,26 @@ TOKEN_STREAM = tok("\n".join(r["description"] for r in reports[:20]))["input_ids
 PROMPT = TOKEN_STREAM[:32]
 
 
+def start_decode(batch=1):
+    """Prefill the prompt; the decoding state: {"next": the next token ids, "cache": the KV cache}."""
+    with torch.no_grad():
+        logits, cache = forward(torch.tensor([PROMPT] * batch, device=device))
+    return {"next": logits[:, -1:].argmax(-1), "cache": cache}
+
+
+def next_token(state):
+    """One single-token decode step; updates `state` (the device may still be running it)."""
+    with torch.no_grad():
+        logits, state["cache"] = forward(state["next"], state["cache"])
+        state["next"] = logits[:, -1:].argmax(-1)
+
+
 def decode(n_steps, batch=1):
     """Prefill the prompt, then `n_steps` single-token decode steps, each labelled decode_step."""
-    ids = torch.tensor([PROMPT] * batch, device=device)
-    with torch.no_grad():
-        logits, cache = forward(ids)
-        nxt = logits[:, -1:].argmax(-1)
-        for _ in range(n_steps):
-            with record_function("decode_step"):
-                logits, cache = forward(nxt, cache)
-                nxt = logits[:, -1:].argmax(-1)
+    state = start_decode(batch)
+    for _ in range(n_steps):
+        with record_function("decode_step"):
+            next_token(state)
     lab.synchronize(device)
 
 
@@ -272,6 +284,94 @@ else:
 # drop the file in (or load it in Chrome's `chrome://tracing`). CPU rows show operators; on a GPU there are rows of
 # kernels too; the `decode_step` annotations frame each step. Zoom into one step: on a GPU, wide gaps between
 # kernels while the CPU row is packed with operators mean the device is waiting for the host to launch work.
+
+# %% [markdown] tags=["zh"]
+# **练习 1b：自己写剖析调用。** 上面的剖析是现成的。现在由你决定测什么：实现 `profile_decode(n_steps, trace_path)`，
+# 让它产生的轨迹能回答三个问题——每个解码步用了多久？矩阵乘的输入形状是什么？每个算子分配了多少内存？
+#
+# - 用 `start_decode()` 开始解码，然后调用 `next_token(state)` 共 `n_steps + 1` 次，每次都包在 `record_function("decode_step")` 里，每次之后调用 `prof.step()`；
+# - `profile(...)` 的 `activities` 用 `ACTIVITIES`（CPU，GPU 上加上 CUDA/HIP）；
+# - 第一步是预热，运行但不记录——这是 `schedule` 的工作，参数由你定。所以轨迹里恰好有 `n_steps` 个 `decode_step` 区间，
+#   步标记是 `ProfilerStep#1` … `ProfilerStep#n_steps`（第 0 步是预热）；
+# - 每个算子事件 (`"cat": "cpu_op"`) 的 `args` 里有输入形状 `"Input Dims"`；
+# - 轨迹里有内存事件（名为 `"[memory]"`）；
+# - 后两条各由 `profile(...)` 的哪个参数打开？从下面的文档里找：这就是"决定测什么"；
+# - 用 `export_chrome_trace(trace_path)` 写出 Chrome 轨迹（有 schedule 时在 `on_trace_ready` 里写，或在 `with` 块之后写），返回 `trace_path`；
+# - `n_steps` 小于 1 时在剖析之前抛出 `ValueError`。
+#
+# 参考：[PyTorch profiler recipe](https://docs.pytorch.org/tutorials/recipes/recipes/profiler_recipe.html) 的
+# "Using profiler to analyze memory consumption"、"Using tracing functionality" 和 "Using profiler to analyze long-running jobs"（schedule）三节，
+# 以及 [`torch.profiler` API](https://docs.pytorch.org/docs/stable/profiler.html)。
+
+# %% [markdown] tags=["en"]
+# **Exercise 1b: write the profiler call yourself.** The profile above was written for you. Now you decide what to
+# measure: implement `profile_decode(n_steps, trace_path)` so that its trace answers three questions: how long did
+# each decode step take? what input shapes did the matmuls have? how much memory did each operator allocate?
+#
+# - Start decoding with `start_decode()`, then call `next_token(state)` `n_steps + 1` times, each call inside
+#   `record_function("decode_step")`, with `prof.step()` after each;
+# - `profile(...)` gets `activities=ACTIVITIES` (the CPU, plus CUDA/HIP on a GPU);
+# - the first step is a warm-up that runs but is not recorded: that is a `schedule`'s job, with arguments you choose.
+#   So the trace holds exactly `n_steps` `decode_step` ranges, and its step marks are `ProfilerStep#1` …
+#   `ProfilerStep#n_steps` (step 0 is the warm-up);
+# - every operator event (`"cat": "cpu_op"`) has its input shapes, `"Input Dims"`, in its `args`;
+# - the trace holds memory events (named `"[memory]"`);
+# - which `profile(...)` argument turns on each of the last two? Find it in the documents below: that is the
+#   "deciding what to measure";
+# - write the Chrome trace with `export_chrome_trace(trace_path)` (with a schedule, in `on_trace_ready` or after the
+#   `with` block) and return `trace_path`;
+# - raise `ValueError` before profiling when `n_steps` is below 1.
+#
+# See the sections "Using profiler to analyze memory consumption", "Using tracing functionality" and "Using profiler
+# to analyze long-running jobs" (the schedule) of the [PyTorch profiler recipe](https://docs.pytorch.org/tutorials/recipes/recipes/profiler_recipe.html),
+# and the [`torch.profiler` API](https://docs.pytorch.org/docs/stable/profiler.html).
+
+# %% tags=["solution"] grade_id="09-record-sol-1"
+def profile_decode(n_steps, trace_path):
+    """Profile n_steps decode steps after one warm-up step; write a Chrome trace with shapes and memory; see above."""
+    ### BEGIN SOLUTION
+    if not isinstance(n_steps, int) or n_steps < 1:
+        raise ValueError(f"n_steps must be a positive integer, got {n_steps!r}")
+    state = start_decode()
+    with profile(activities=ACTIVITIES, schedule=schedule(wait=0, warmup=1, active=n_steps),
+                 record_shapes=True, profile_memory=True,
+                 on_trace_ready=lambda prof: prof.export_chrome_trace(str(trace_path))) as prof:
+        for _ in range(n_steps + 1):
+            with record_function("decode_step"):
+                next_token(state)
+            prof.step()
+    return trace_path
+    ### END SOLUTION
+
+
+def trace_events(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["traceEvents"]
+
+
+RECORDED = trace_events(profile_decode(3, "decode_profile.json"))
+_mm_dims = sorted({json.dumps(e["args"]["Input Dims"]) for e in RECORDED
+                   if e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm", "aten::linear")})
+_allocated = [e["args"]["Total Allocated"] for e in RECORDED if e.get("name") == "[memory]"]
+print("matmul input shapes:", *_mm_dims[:6], sep="\n  ")
+print(f"{len(_allocated)} memory events; peak allocated while profiling: {max(_allocated, default=0) / 2**20:.1f} MiB")
+
+# %% tags=["test"] grade_id="09-record-1" points=3
+_marks = sorted(e["name"] for e in RECORDED if e.get("name", "").startswith("ProfilerStep#"))
+assert _marks == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"], \
+    f"预热的第 0 步不该被记录 / step 0 is the warm-up and is not recorded: {_marks}"
+_steps = [e for e in RECORDED if e.get("name") == "decode_step" and e.get("cat") == "user_annotation"]
+assert len(_steps) == 3, f"3 个记录的步应有 3 个 decode_step 区间 / 3 recorded steps, 3 decode_step ranges: {len(_steps)}"
+_ops = [e for e in RECORDED if e.get("cat") == "cpu_op"]
+assert _ops and all("Input Dims" in e.get("args", {}) for e in _ops), \
+    "算子事件要带输入形状：record_shapes=True / operator events need input shapes: record_shapes=True"
+assert _allocated, "轨迹里没有内存事件：profile_memory=True / no memory events in the trace: profile_memory=True"
+try:
+    profile_decode(0, "never_written.json")
+except ValueError:
+    pass
+else:
+    raise AssertionError("n_steps=0 应抛出 ValueError / n_steps=0 must raise ValueError")
 
 # %% [markdown] tags=["zh"]
 # ## 2 · 设备在等谁？主机、设备还是数据
@@ -828,7 +928,7 @@ for g in TUNED["gemms"]:
 # decode 的 GEMM（`n = 1`）只用到峰值的零头：它们受带宽限制（Lab 02 的 roofline），调优换不来数量级的提升；prefill 的大 GEMM 才是
 # TunableOp 的主场。
 #
-# **练习 6：这个文件能随部署发布吗？** 实现 `validator_mismatches(file_validators, runtime_validators)`：返回按字母排序的键列表，
+# **6：这个文件能随部署发布吗？**（已给出，不计分）`validator_mismatches(file_validators, runtime_validators)` 返回按字母排序的键列表，
 # 包括值不同的键和只出现在一侧的键。列表为空才说明文件可用；否则 PyTorch 会拒绝它，你需要在目标环境上重新调优。
 # 下面的"部署目标"是一台把 PyTorch 升级了的机器（示意）；在 gpu 配置的 ROCm 机器上则用 `torch.cuda.tunable.get_validators()` 读出本机的值。
 
@@ -836,19 +936,17 @@ for g in TUNED["gemms"]:
 # The decode GEMMs (`n = 1`) reach a sliver of the peak: they are bandwidth-bound (lab 02's roofline) and tuning
 # cannot buy an order of magnitude; the large prefill GEMMs are where TunableOp pays.
 #
-# **Exercise 6: can this file ship with a deployment?** Implement
-# `validator_mismatches(file_validators, runtime_validators)`: return the alphabetically sorted list of keys whose
-# values differ or that appear on one side only. Only an empty list means the file is usable; otherwise PyTorch
+# **6: can this file ship with a deployment?** (given, not graded) `validator_mismatches(file_validators,
+# runtime_validators)` returns the alphabetically sorted list of keys whose values differ or that appear on one side
+# only. Only an empty list means the file is usable; otherwise PyTorch
 # rejects it and you tune again on the target. The "deployment target" below is a machine with an upgraded PyTorch
 # (illustrative); on a ROCm machine in the gpu profile, `torch.cuda.tunable.get_validators()` gives this machine's values.
 
-# %% tags=["solution"] grade_id="09-tunable-sol-2"
+# %%
 def validator_mismatches(file_validators, runtime_validators):
     """Sorted keys that differ between the two validator dicts or exist on one side only."""
-    ### BEGIN SOLUTION
     keys = set(file_validators) | set(runtime_validators)
     return sorted(k for k in keys if file_validators.get(k) != runtime_validators.get(k))
-    ### END SOLUTION
 
 
 TARGET = dict(TUNED["validators"], PT_VERSION="2.10.0")
@@ -859,12 +957,6 @@ if GPU and getattr(torch.version, "hip", None):
         print(f"get_validators() failed ({err}); keeping the illustrative target")
 SHIP = validator_mismatches(TUNED["validators"], TARGET)
 print("ship the file as is" if not SHIP else f"do not ship: re-tune on the target, mismatched validators {SHIP}")
-
-# %% tags=["test"] grade_id="09-tunable-2" points=2
-assert validator_mismatches({"A": "1", "B": "2"}, {"A": "1", "B": "2"}) == [], "相同则可发布 / identical: ship"
-assert validator_mismatches({"PT_VERSION": "2.9.1", "X": "1"}, {"PT_VERSION": "2.10.0", "X": "1"}) == ["PT_VERSION"]
-assert validator_mismatches({"B": "1", "A": "2"}, {"A": "3", "C": "1"}) == ["A", "B", "C"], \
-    "只在一侧的键也算，按字母排序 / one-sided keys count, sorted"
 
 # %% [markdown] tags=["zh"]
 # 在 gpu 配置（ROCm）下，下面的单元格真的调优：对 Qwen 的 MLP 形状先测未调优的 GEMM，再打开 TunableOp 调优、关掉调优后重测，
@@ -1009,7 +1101,7 @@ else:
     raise AssertionError("结束早于开始应抛出 ValueError / End before Start must raise ValueError")
 
 # %% [markdown] tags=["zh"]
-# **练习 8：从计数器到指标。** rocprofv3 的 `counter_collection.csv` 每行是"一次 dispatch 的一个计数器"。实现
+# **练习 8（选做拓展 optional stretch，单独计分，后面的内容不依赖它）：从计数器到指标。** rocprofv3 的 `counter_collection.csv` 每行是"一次 dispatch 的一个计数器"。实现
 # `counter_metrics(rows)`：按 `Kernel_Name` 汇总，返回 `{kernel 名: 指标字典}`。每个 kernel：
 #
 # - `dispatches`：不同 `Dispatch_Id` 的个数；`duration_ns`：每个 dispatch 的 `End_Timestamp − Start_Timestamp` 只计一次，求和；
@@ -1024,7 +1116,8 @@ else:
 # 和 rocprofv3 计数器定义 `counter_defs.yaml`）。两遍 (pass) 的计数器分开读，每遍算各自的指标。
 
 # %% [markdown] tags=["en"]
-# **Exercise 8: from counters to metrics.** Each row of rocprofv3's `counter_collection.csv` is "one counter of one
+# **Exercise 8 (optional stretch, graded separately; nothing after this section depends on it): from counters to
+# metrics.** Each row of rocprofv3's `counter_collection.csv` is "one counter of one
 # dispatch". Implement `counter_metrics(rows)`: group by `Kernel_Name` and return `{kernel name: metrics dict}`.
 # For each kernel:
 #
@@ -1043,7 +1136,7 @@ else:
 # "L2-Fabric Read/Write BW", see its [System Speed-of-Light config](https://github.com/ROCm/rocm-systems/blob/develop/projects/rocprofiler-compute/src/rocprof_compute_soc/analysis_configs/gfx942/0200_system_speed_of_light.yaml)
 # and rocprofv3's counter definitions, `counter_defs.yaml`). The two passes are read separately, each giving its own metrics.
 
-# %% tags=["solution"] grade_id="09-counters-sol-1"
+# %% tags=["solution"] grade_id="09-stretch-counters-sol-1"
 def counter_metrics(rows):
     """{kernel: {dispatches, duration_ns, dram_gbs, mfma_bf16_tflops, lds_conflicts_per_access}}; see above."""
     ### BEGIN SOLUTION
@@ -1080,7 +1173,7 @@ _worst = max((m for m in METRICS["pass_2"].items() if m[1]["lds_conflicts_per_ac
              key=lambda m: m[1]["lds_conflicts_per_access"])
 print(f"most LDS bank conflicts: {_worst[0]} ({_worst[1]['lds_conflicts_per_access']:.2f} per access)")
 
-# %% tags=["test"] grade_id="09-counters-1" points=3
+# %% tags=["test"] grade_id="09-stretch-counters-1" points=3
 def _row(d, counter, value, start=0, end=1000, name="k"):
     return {"Kernel_Name": name, "Dispatch_Id": str(d), "Counter_Name": counter, "Counter_Value": str(value),
             "Start_Timestamp": str(start), "End_Timestamp": str(end)}

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ExitCode, LabError
+from .errors import ExitCode, InputError, LabError
+from .learner_labs import find_notebooks, no_notebooks_error, select_notebooks
 from .root import find_root
 from .schemas import read_toml, validate
 
@@ -161,13 +162,19 @@ def select(labs: list[Lab], wanted: list[str] | None) -> list[Lab]:
 
 
 def add_arguments(parser) -> None:
-    parser.description = "The labs in this checkout: id, version, minutes, profiles and titles."
+    parser.description = (
+        "The labs in this checkout: id, version, minutes, profiles and titles. Outside a course checkout (a "
+        "learner's folder): the lab notebooks there and below, with id, version, language and title."
+    )
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
     parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
 
 
 def main(*, labs=(), as_json: bool = False, root=None) -> int:
-    chosen = select(discover(find_root(root)), list(labs))
+    course = course_here(root)
+    if course is None or not (course / "solutions").is_dir():
+        return list_notebooks(course or Path.cwd(), list(labs), as_json)
+    chosen = select(discover(course), list(labs))
     if as_json:
         summary = [
             {
@@ -186,4 +193,33 @@ def main(*, labs=(), as_json: bool = False, root=None) -> int:
             f"{lab.id:<28} {lab.version:<8} {lab.minutes:>4} min  {','.join(lab.profiles):<20} "
             f"{lab.title['zh']} / {lab.title['en']}"
         )
+    return ExitCode.OK
+
+
+def course_here(root) -> Path | None:
+    """The course repository (``find_root``), or None where there is none: a learner's folder."""
+    try:
+        return find_root(root)
+    except InputError:
+        if root:
+            raise
+        return None
+
+
+def list_notebooks(folder: Path, wanted: list[str], as_json: bool) -> int:
+    """``rocmlab list`` without solutions/: the lab notebooks in ``folder`` and below."""
+    notebooks = find_notebooks(folder)
+    if not notebooks:
+        raise no_notebooks_error(folder)
+    chosen = select_notebooks(notebooks, wanted)
+    if as_json:
+        rows = [
+            {"id": nb.id, "version": nb.version, "lang": nb.lang, "title": nb.title, "path": str(nb.path)}
+            for nb in chosen
+        ]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return ExitCode.OK
+    for nb in chosen:
+        print(f"{nb.id:<28} {nb.version:<8} {nb.lang:<3} {nb.title}  ({nb.path})")
+    print("Self-check a notebook with: rocmlab check NOTEBOOK.ipynb")
     return ExitCode.OK

@@ -23,7 +23,7 @@ from .execute import UNUSED_IN_CLI, block_unused_imports
 
 # name: (where its add_arguments and main live, "module" or "module:object"; one line of help)
 COMMANDS = {
-    "list": ("rocmlab.catalog", "the labs in this checkout: versions, minutes and profiles"),
+    "list": ("rocmlab.catalog", "the labs in this checkout (outside one: the lab notebooks in this folder)"),
     "build": (
         "rocmlab.build_command",
         "student notebooks from solutions/ into labs/<lang>/ (nbgrader generate_assignment)",

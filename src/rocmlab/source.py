@@ -54,7 +54,17 @@ def read_notebook(lab: Lab) -> nbformat.NotebookNode:
     except Exception as exc:  # noqa: BLE001 (jupytext raises assorted errors on malformed cell options)
         raise LabError(f"{lab.source}: cannot be read as jupytext percent format: {exc}") from None
     _validate(lab, nb)
+    _render_lab_fields(lab, nb)
     return nb
+
+
+def _render_lab_fields(lab: Lab, nb) -> None:
+    """``{{version}}`` and ``{{minutes}}`` in prose become lab.toml's values: the title never disagrees with it."""
+    fields = {"{{version}}": lab.version, "{{minutes}}": str(lab.minutes)}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for placeholder, value in fields.items():
+                cell.source = cell.source.replace(placeholder, value)
 
 
 def _validate(lab: Lab, nb) -> None:

@@ -2,13 +2,17 @@
 
 A row is found by the product name the runtime reports (``torch.cuda.get_device_name``,
 rocminfo's ``Marketing Name``), compared exactly after normalising case, spacing and a leading
-vendor word. Substring matching is wrong here: "NVIDIA H100 PCIe", "NVIDIA H100 NVL" and
-"NVIDIA A100-SXM4-40GB" are other products with other figures, and an unknown name must give
-no figures rather than someone else's.
+vendor word. A virtual function under SR-IOV (a cloud VM) reports the product name with " VF"
+appended (libdrm's ``data/amdgpu.ids``: 74B5 MI300X VF, 74B9 MI325X VF, 75B0 MI350X VF, 75B3
+MI355X VF); it is the same GPU and has the same row. Substring matching is wrong here:
+"NVIDIA H100 PCIe", "NVIDIA H100 NVL" and "NVIDIA A100-SXM4-40GB" are other products with
+other figures, and an unknown name must give no figures rather than someone else's.
 
 Figures are as the vendor prints them. ``fp16_tflops`` is the FP16/BF16 matrix figure; when the
 datasheet prints only the "with sparsity" figure (2:4 structured sparsity, twice the dense one),
-``fp16_sparse`` is True and ``fp16_dense_tflops`` halves it. Board figures describe the whole
+``fp16_sparse`` is True and ``fp16_dense_tflops`` halves it. ``fp8_tflops`` / ``fp8_sparse`` /
+``fp8_dense_tflops`` are the same for FP8 (OCP e4m3 on gfx950 and NVIDIA, FNUZ on gfx942), None
+where no source was checked. Board figures describe the whole
 board: an MI250X board holds two GCDs that PyTorch numbers as two devices, so ``per_device()``
 divides bandwidth, compute and power by ``devices``. ``llc_mib`` is the last-level cache of one
 device (Infinity Cache / L3 where the GPU has one, else L2), from AMD's ROCm GPU specification
@@ -25,6 +29,10 @@ from dataclasses import dataclass
 
 ROCM_GPU_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
 _AMD = "https://www.amd.com/en/products"
+# gfx950 FP8 dense peaks: 256 CUs x 8192 FP8 FLOPs per clock per CU (AMD at ISSCC 2026, twice CDNA 3's
+# 4096) x the peak engine clock (2.4 GHz MI355X, 2.2 GHz MI350X; AMD at Hot Chips 2025) = 5033.2 and
+# 4613.7 TFLOPS (the same arithmetic gives the MI300X's printed 2614.9: 304 x 4096 x 2.1 GHz).
+_CDNA4_WHITEPAPER = "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-4-architecture-whitepaper.pdf"
 
 
 @dataclass(frozen=True)
@@ -40,10 +48,18 @@ class GPU:
     llc_mib: float | None  # last-level cache of one device, MiB
     devices: int  # devices PyTorch sees per board
     sources: tuple[str, ...]
+    fp8_tflops: float | None = None  # FP8 matrix figure as printed; None where no source was checked
+    fp8_sparse: bool = False  # the printed FP8 figure assumes 2:4 structured sparsity
 
     @property
     def fp16_dense_tflops(self) -> float:
         return self.fp16_tflops / 2 if self.fp16_sparse else self.fp16_tflops
+
+    @property
+    def fp8_dense_tflops(self) -> float | None:
+        if self.fp8_tflops is None:
+            return None
+        return self.fp8_tflops / 2 if self.fp8_sparse else self.fp8_tflops
 
     def per_device(self) -> dict:
         """Figures of one device as PyTorch numbers it: bandwidth_gbs, fp16_dense_tflops, board_w,
@@ -59,14 +75,14 @@ class GPU:
 
 
 TABLE: tuple[GPU, ...] = (
-    GPU("MI355X", ("AMD Instinct MI355X",), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS)),
-    GPU("MI350X", ("AMD Instinct MI350X",), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS)),
-    GPU("MI325X", ("AMD Instinct MI325X",), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS)),
-    GPU("MI300X", ("AMD Instinct MI300X",), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi300/mi300x.html", ROCM_GPU_SPECS)),
+    GPU("MI355X", ("AMD Instinct MI355X", "AMD Instinct MI355X VF"), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER), fp8_tflops=5033.2),
+    GPU("MI350X", ("AMD Instinct MI350X", "AMD Instinct MI350X VF"), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER), fp8_tflops=4613.7),
+    GPU("MI325X", ("AMD Instinct MI325X", "AMD Instinct MI325X VF"), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
+    GPU("MI300X", ("AMD Instinct MI300X", "AMD Instinct MI300X VF"), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
+        (f"{_AMD}/accelerators/instinct/mi300/mi300x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
     GPU("MI250X", ("AMD Instinct MI250X",), "gfx90a", 128, 3276.8, 383.0, False, 560, 8, 2,
         (f"{_AMD}/accelerators/instinct/mi200/mi250x.html", ROCM_GPU_SPECS)),
     GPU("MI210", ("AMD Instinct MI210",), "gfx90a", 64, 1638.4, 181.0, False, 300, 8, 1,
@@ -74,9 +90,9 @@ TABLE: tuple[GPU, ...] = (
     GPU("RX 7900 XTX", ("Radeon RX 7900 XTX",), "gfx1100", 24, 960, 122.8, False, 355, 96, 1,
         (f"{_AMD}/graphics/desktops/radeon/7000-series/amd-radeon-rx-7900xtx.html", ROCM_GPU_SPECS)),
     GPU("H200 SXM", ("NVIDIA H200",), "sm_90", 141, 4800, 1979, True, 700, None, 1,
-        ("https://www.nvidia.com/en-us/data-center/h200/",)),
+        ("https://www.nvidia.com/en-us/data-center/h200/",), fp8_tflops=3958, fp8_sparse=True),
     GPU("H100 SXM", ("NVIDIA H100 80GB HBM3",), "sm_90", 80, 3350, 1979, True, 700, None, 1,
-        ("https://www.nvidia.com/en-us/data-center/h100/",)),
+        ("https://www.nvidia.com/en-us/data-center/h100/",), fp8_tflops=3958, fp8_sparse=True),
     GPU("A100 SXM 80GB", ("NVIDIA A100-SXM4-80GB",), "sm_80", 80, 2039, 312, False, 400, None, 1,
         ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
          "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",)),
@@ -123,6 +139,7 @@ HEADERS = (
     "peak bandwidth",
     "FP16/BF16 as printed",
     "dense",
+    "FP8 as printed",
     "board power",
     "last-level cache",
 )
@@ -140,6 +157,7 @@ def markdown_table() -> str:
             f"{gpu.bandwidth_gbs:g} GB/s{per_board}",
             f"{gpu.fp16_tflops:g} TFLOPS{' with sparsity' if gpu.fp16_sparse else ''}",
             f"{gpu.fp16_dense_tflops:g} TFLOPS",
+            "—" if gpu.fp8_tflops is None else f"{gpu.fp8_tflops:g} TFLOPS{' with sparsity' if gpu.fp8_sparse else ''}",
             f"{gpu.board_w:g} W",
             "—" if gpu.llc_mib is None else f"{gpu.llc_mib:g} MiB",
             " · ".join(f"[{i + 1}]({url})" for i, url in enumerate(gpu.sources)),
