@@ -11,9 +11,10 @@ import subprocess
 import threading
 import time
 
+from .assets.tiny_model import BUILD_LIMIT_S
 from .errors import CommandFailed
 
-BUILD_TIMEOUT_S = 2400  # 400 steps took 832 s on one loaded core; two cores build it in less
+BUILD_TIMEOUT_S = BUILD_LIMIT_S
 
 
 class CourseModelBuild:

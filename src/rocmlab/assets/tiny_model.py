@@ -28,7 +28,8 @@ DEFAULT_SEED = 0
 SEQ_LEN = 128
 BATCH_SIZE = 16
 VOCAB_SIZE = 4096
-LOCK_TIMEOUT_S = 900
+BUILD_LIMIT_S = 2400  # 400 steps took 832 s on one loaded core and 2026 s on two cores at load 9-30
+LOCK_TIMEOUT_S = BUILD_LIMIT_S  # a waiter waits as long as the build it waits for may take
 LOG_EVERY = 25  # steps between progress lines
 MANIFEST = "manifest.json"
 
