@@ -169,7 +169,6 @@ def test_datasheet_lookup_matches_exact_product_names(name, key):
         "NVIDIA A100-PCIE-40GB",
         "NVIDIA A100 80GB PCIe",
         "AMD Instinct MI300A",
-        "AMD Instinct MI300X VF",
         "MI300X",
         "",
     ],
