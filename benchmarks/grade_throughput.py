@@ -41,6 +41,8 @@ from rocmlab.build import solution_notebook, write_notebook  # noqa: E402 (after
 from rocmlab.catalog import discover, select  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
+# stock nbgrader runs its tools (alembic) from PATH, as in an activated environment
+STOCK_ENV = {**os.environ, "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "/usr/bin:/bin")])}
 SLOW_SECONDS = 2
 
 
@@ -185,6 +187,7 @@ def stock_course(course_root: Path, lab_id: str, submissions: Path, course: Path
         check=True,
         capture_output=True,
         timeout=600,
+        env=STOCK_ENV,
     )
 
 
@@ -198,6 +201,7 @@ def run_stock(course: Path, lab_id: str, meter: CpuMeter) -> tuple[float, dict]:
         timeout=3600,
         check=False,
         preexec_fn=meter.enter,
+        env=STOCK_ENV,
     )
     wall = time.monotonic() - started
     if proc.returncode != 0:
@@ -208,6 +212,7 @@ def run_stock(course: Path, lab_id: str, meter: CpuMeter) -> tuple[float, dict]:
         check=True,
         capture_output=True,
         timeout=600,
+        env=STOCK_ENV,
     )
     with (course / "grades.csv").open() as fh:
         return wall, {row["student_id"]: float(row["score"]) for row in csv.DictReader(fh)}
