@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 01 · ROCm 环境搭建与诊断
 #
-# **版本** 1.2.0 · **时长**：核心部分约 100 分钟，另有约 15 分钟的选做（optional stretch）练习 ·
+# **版本** {{version}} · **时长**：核心部分约 100 分钟，另有约 15 分钟的选做（optional stretch）练习 ·
 # **目标**：一个能用、且被诊断清楚的 GPU 环境。
 #
 # 大多数人在"让 PyTorch 看见 GPU"这一步放弃：内核与驱动版本、用户组、没有你的 gfx 架构的 wheel、
@@ -29,7 +29,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 01 · ROCm setup and diagnosis
 #
-# **Version** 1.2.0 · **Time**: about 100 minutes for the core, plus about 15 minutes of optional
+# **Version** {{version}} · **Time**: about 100 minutes for the core, plus about 15 minutes of optional
 # stretch exercises · **Goal**: a working GPU environment that you have diagnosed and understand.
 #
 # Most newcomers give up at "make PyTorch see the GPU": kernel and driver versions, user groups, a

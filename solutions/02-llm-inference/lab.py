@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 02 · 推理与基准测试
 #
-# 版本 1.2.0 · 核心部分约 105 分钟，另有约 60 分钟的选做（optional stretch）练习 · 前置：实验 01（能用的 GPU 环境）、
+# 版本 {{version}} · 核心部分约 105 分钟，另有约 60 分钟的选做（optional stretch）练习 · 前置：实验 01（能用的 GPU 环境）、
 # Python、PyTorch 基础。
 #
 # 大家都在比较 ROCm 与 CUDA 上的推理速度（TTFT、吞吐、“70B 一张 192 GB 卡放得下”），但很多数字是量错的。
@@ -33,7 +33,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 02 · LLM inference and sound benchmarking
 #
-# Version 1.2.0 · about 105 minutes for the core, plus about 60 minutes of optional stretch exercises ·
+# Version {{version}} · about 105 minutes for the core, plus about 60 minutes of optional stretch exercises ·
 # prerequisites: lab 01 (a working GPU environment), Python, PyTorch basics.
 #
 # Everyone compares inference speed on ROCm and CUDA (TTFT, throughput, "70B fits on one 192 GB card"),

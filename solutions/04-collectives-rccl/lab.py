@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 04 · 集合通信与 RCCL 调试
 #
-# 版本 1.2.0 · 核心部分约 100 分钟，另有约 20 分钟的选做（optional stretch）练习 · 前置：实验 01（能用的环境）、
+# 版本 {{version}} · 核心部分约 100 分钟，另有约 20 分钟的选做（optional stretch）练习 · 前置：实验 01（能用的环境）、
 # Python、PyTorch 基础
 #
 # 分布式训练是 ROCm 用户最容易一耗就是好几天的地方：“all-reduce 只跑到总线带宽的 60 %”、同步超时、rank 掉线、
@@ -34,7 +34,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 04 · Collectives and RCCL debugging
 #
-# Version 1.2.0 · about 100 minutes for the core, plus about 20 minutes of optional stretch exercises ·
+# Version {{version}} · about 100 minutes for the core, plus about 20 minutes of optional stretch exercises ·
 # prerequisites: lab 01 (a working environment), Python, PyTorch basics
 #
 # Distributed training is where ROCm users lose days: "all-reduce reaches only 60 % of bus bandwidth", sync

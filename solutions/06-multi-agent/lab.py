@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 06 · 多智能体协作：异步消息队列上的质检流水线
 #
-# `06-multi-agent` · 版本 1.2.0 · 核心部分约 100 分钟，另有约 40 分钟的选做（optional stretch）练习
+# `06-multi-agent` · 版本 {{version}} · 核心部分约 100 分钟，另有约 40 分钟的选做（optional stretch）练习
 #
 # 一个工业质检项目把系统拆成四个智能体（agent）：**检测**（detect）、**异常定位**（localize）、**知识库检索**
 # （retrieve）、**报告生成**（report），它们通过消息队列异步协作。一线工程师反馈：单请求延迟从 4 ms 升到 12 ms，吞吐量
@@ -35,7 +35,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 06 · Multi-agent collaboration: an inspection pipeline over async message queues
 #
-# `06-multi-agent` · version 1.2.0 · a core of about 100 minutes, plus about 40 minutes of optional stretch exercises
+# `06-multi-agent` · version {{version}} · a core of about 100 minutes, plus about 40 minutes of optional stretch exercises
 #
 # An industrial inspection project split its system into four agents: **detect**, **localize** (find the anomaly),
 # **retrieve** (knowledge base) and **report**, cooperating asynchronously over a message queue. Its engineers saw
