@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .markdown_table import cell, splice
+
 START, END = "<!-- cli:start -->", "<!-- cli:end -->"
 
 
@@ -50,21 +52,15 @@ def rows(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
 def table(parser: argparse.ArgumentParser) -> str:
     lines = ["| command | what it does |", "| --- | --- |"]
     for text, help_text in rows(parser):
-        lines.append(f"| `{_cell(text)}` | {_cell(help_text)} |")
+        lines.append(f"| `{cell(text)}` | {cell(help_text)} |")
     return "\n".join(lines) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")  # a pipe would end the Markdown table cell
 
 
 def stamped(readme_text: str, parser: argparse.ArgumentParser) -> str:
     """``readme_text`` with the table between the markers replaced by the parsers' own."""
     if START not in readme_text or END not in readme_text:
         raise ValueError(f"the README has no {START} ... {END} markers for the table")
-    head, rest = readme_text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table(parser)}{END}{tail}"
+    return splice(readme_text, START, END, table(parser))
 
 
 def main(argv: list[str] | None = None) -> int:

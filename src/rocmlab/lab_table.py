@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .catalog import Lab, discover
 from .errors import LabError
+from .markdown_table import cell, splice
 from .root import find_root
 
 START, END = "<!-- labs:start -->", "<!-- labs:end -->"
@@ -26,21 +27,15 @@ def table(labs: list[Lab]) -> str:
     for lab in labs:
         if not lab.summary:
             raise LabError(f"{lab.folder / 'lab.toml'}: missing field summary (what the learner builds, one line)")
-        lines.append(f"| {lab.id} | {_cell(lab.title['zh'])} | {_cell(lab.summary)} |")
+        lines.append(f"| {lab.id} | {cell(lab.title['zh'])} | {cell(lab.summary)} |")
     return "\n".join(lines) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")  # a pipe would end the Markdown table cell
 
 
 def stamped(readme_text: str, labs: list[Lab], readme: Path) -> str:
     """``readme_text`` with the table between the markers replaced by one made from ``labs``."""
     if START not in readme_text or END not in readme_text:
         raise LabError(f"{readme}: add the markers {START} and {END} where the lab table goes")
-    head, rest = readme_text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table(labs)}{END}{tail}"
+    return splice(readme_text, START, END, table(labs))
 
 
 def main(argv: list[str] | None = None) -> int:
