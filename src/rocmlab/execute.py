@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from . import processes
 from .deprecations import find_deprecations
 from .harness import read_results
 from .results import write_json_atomic
+from .schedule import run_by_need
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
 # Optional modules that papermill's imports pull in and a local notebook run never uses; blocking
@@ -248,15 +248,9 @@ def close_all_workers() -> None:
 def parallel_map(function, items, jobs: int) -> list:
     """``function`` over ``items``, ``jobs`` at a time, in order. Interrupted (Ctrl-C, SIGTERM
     through ``processes.exit_on_sigterm``), it ends every running notebook before it re-raises."""
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    try:
-        return list(pool.map(function, items))
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        close_all_workers()
-        raise
-    finally:
-        pool.shutdown(wait=True)
+    return run_by_need(
+        function, list(items), jobs, needs=lambda _: False, prepare=lambda: None, unmet=None, stop=close_all_workers
+    )
 
 
 def run_notebook(spec: Spec) -> Outcome:
