@@ -141,13 +141,6 @@ def load_qc_kb(*, path=None) -> list[dict]:
     return docs
 
 
-def as_dataset(rows):
-    """Rows from a loader as a Hugging Face ``datasets.Dataset`` (nested dicts kept)."""
-    from datasets import Dataset
-
-    return Dataset.from_list(list(rows))
-
-
 # ---------------------------------------------------------------- synthetic signals
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..catalog import discover, select
+from ..catalog import GPU, LANGUAGES, SMOKE, discover, select
 from ..errors import InputError
 
 COURSE_ID = "rocmlab"  # the nbgrader course of the hub
-PROFILES = ("smoke", "gpu")  # smoke: the labs/ build as it is; gpu: rendered by the hub at start
-LANGUAGES = ("en", "zh")
+PROFILES = (SMOKE, GPU)  # smoke: the labs/ build as it is; gpu: rendered by the hub at start
 
 
 def resolve_labs(root: Path, lang: str, labs) -> list[str]:
@@ -41,7 +40,7 @@ def delivered_labs(root: Path, data: Path, lang: str, lab_ids, profile: str, pro
     from ..build import build
 
     check_profile(profile)
-    if profile == "smoke":
+    if profile == SMOKE:
         return root / "labs" / lang, list(lab_ids)
     out = data / f"labs-{profile}"
     labs = select(discover(root), list(lab_ids)) if lab_ids else []
