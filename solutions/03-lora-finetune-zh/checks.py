@@ -746,9 +746,7 @@ def trained_is_the_recipe(learner, variant):
     assert manifest["steps"] == state["MAX_STEPS"] == len(theirs) and len(losses) <= len(theirs), "the build's steps"
     for step, (mine, ref) in enumerate(zip(losses, theirs), 1):
         assert abs(mine - ref) <= 1e-3 * ref, f"step {step}: {mine} vs the build's {ref}"
-    setup = ADAPTER_SETUP + "import torch as __t
-__b = __load(p)
-"
+    setup = ADAPTER_SETUP + "import torch as __t\n__b = __load(p)\n"
     same = learner.eval(SAME_WEIGHTS, setup=setup, p=build + "/adapter_model.safetensors")
     assert same is True, "the adapter evaluated is not the build's"
 

@@ -77,7 +77,7 @@ def _normal(text: str) -> str:
 
 def in_dev_split(record_id: str, seed: int) -> bool:
     """Lab 03's split: a record is dev when the sha256 of ``seed:id`` falls below ``DEV_FRACTION``."""
-    digest = hashlib.sha256(f"{seed}:{record_id}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(f"{seed}:{record_id}".encode()).hexdigest()
     return int(digest[:8], 16) / 16**8 < DEV_FRACTION
 
 
