@@ -73,6 +73,28 @@ def test_the_build_trains_on_lab03s_fit_records_in_their_order(seed):
     assert [r["id"] for r in qc_adapter.training_records(seed)] == [r["id"] for r in lab03_fit_records(seed)]
 
 
+def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
+    """Lab 03 falls back to training every step on CommandFailed: a read-only cache must raise it, not OSError."""
+    import filelock
+
+    from rocmlab.errors import CommandFailed
+
+    class ReadOnlyLock:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise OSError(30, "Read-only file system")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(qc_adapter, "adapter_dir", lambda *a, **k: tmp_path / "adapters" / "x")
+    monkeypatch.setattr(filelock, "FileLock", ReadOnlyLock)
+    with pytest.raises(CommandFailed, match="Read-only file system"):
+        qc_adapter.ensure_qc_adapter(log=None)
+
+
 @pytest.mark.slow
 def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeypatch):
     monkeypatch.setitem(qc_adapter.RECIPES, "tiny", {**qc_adapter.RECIPES["tiny"], "steps": 3})

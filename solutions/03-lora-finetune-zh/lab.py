@@ -901,7 +901,7 @@ print("base sample output:", base_predictions[0][:120])
 # 你的循环在这里跑完全部 `MAX_STEPS` 步。
 #
 # 作者用 seed 0 跑出的结果（24 条留出报告，torch 2.13.0 CPU）：基座 JSON 有效率 0、三个字段精确匹配 0；
-# 微调后 JSON 有效率 1.0，`defect_type` 精确匹配 1.0，`disposition` 0.58，`severity` 0.46。
+# 微调后 JSON 有效率 1.0，`defect_type` 精确匹配 1.0，`disposition` 0.58，`severity` 0.54。
 # `defect_type` 多半不能从描述里照抄（描述写“崩角”“颜色不一致”“开裂”，报告要写“崩边”“色差”“裂纹”），
 # 从同义词到标准术语的对应就是这里要学的领域知识。两件事决定了它学不学得会：底座要训练充分（预训练
 # 120 步的 tiny-qwen-zh 在一台机器上学会了格式但 `defect_type` 为 0，在另一台机器上连格式都没学会；
@@ -933,7 +933,7 @@ print("base sample output:", base_predictions[0][:120])
 #
 # The author's run with seed 0 (24 held-out reports, torch 2.13.0 CPU): base valid-JSON rate 0 and
 # exact match 0 on all three fields; tuned valid-JSON rate 1.0, exact match 1.0 on `defect_type`,
-# 0.58 on `disposition`, 0.46 on `severity`. The defect type can rarely be copied from the
+# 0.58 on `disposition`, 0.54 on `severity`. The defect type can rarely be copied from the
 # description (the note says 崩角, 颜色不一致, 开裂; the report must say 崩边, 色差, 裂纹): mapping
 # the synonyms to the standard terms is the domain knowledge to learn here. Two things decided
 # whether it is learned: a base model trained enough (at 120 pre-training steps tiny-qwen-zh learned

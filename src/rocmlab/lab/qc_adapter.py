@@ -161,7 +161,7 @@ def ensure_qc_adapter(
         raise CommandFailed(
             f"waited {lock_timeout_s:.0f} s for another process building {target}; if none runs, delete {target}.lock"
         ) from None
-    except PermissionError as exc:  # a cache this user may read but not write (a hub's or a grader's)
+    except OSError as exc:  # a cache this user may read but not write (a hub's, a grader's read-only view)
         raise CommandFailed(f"cannot build the adapter in {target.parent}: {exc}; set ROCMLAB_CACHE") from exc
     return target
 
