@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -53,12 +55,53 @@ def test_training_records_drop_repeats_and_eval_leaks():
     assert not set(keys) & {qc_adapter._normal(r["description"]) for r in load_qc_reports("eval")}
 
 
+def lab03_fit_records(seed: int) -> list[dict]:
+    """``fit_records`` as lab 03's own pipeline cell makes them, with its solution functions."""
+    from rocmlab.assets.loaders import load_qc_reports
+
+    source = LabSource("03-lora-finetune-zh")
+    namespace = source.run_solutions("03-data-sol-1", namespace={"hashlib": hashlib, "unicodedata": unicodedata})
+    (cell,) = [c.source for c in source.code_cells if "fit_records, dev_records = split_by_hash" in c.source]
+    namespace |= {"train_records": load_qc_reports("train"), "eval_records": load_qc_reports("eval"), "SEED": seed}
+    exec(compile(cell, "lab 03's pipeline cell", "exec"), namespace)  # noqa: S102 (the course's own lab source)
+    return namespace["fit_records"]
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_the_build_trains_on_lab03s_fit_records_in_their_order(seed):
+    """Lab 03's loop must reproduce the build's losses step by step: same records, same order."""
+    assert [r["id"] for r in qc_adapter.training_records(seed)] == [r["id"] for r in lab03_fit_records(seed)]
+
+
+def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
+    """Lab 03 falls back to training every step on CommandFailed: a read-only cache must raise it, not OSError."""
+    import filelock
+
+    from rocmlab.errors import CommandFailed
+
+    class ReadOnlyLock:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise OSError(30, "Read-only file system")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(qc_adapter, "adapter_dir", lambda *a, **k: tmp_path / "adapters" / "x")
+    monkeypatch.setattr(filelock, "FileLock", ReadOnlyLock)
+    with pytest.raises(CommandFailed, match="Read-only file system"):
+        qc_adapter.ensure_qc_adapter(log=None)
+
+
 @pytest.mark.slow
 def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeypatch):
     monkeypatch.setitem(qc_adapter.RECIPES, "tiny", {**qc_adapter.RECIPES["tiny"], "steps": 3})
     built = qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=None)
     manifest = json.loads((built / qc_adapter.MANIFEST).read_text(encoding="utf-8"))
     assert manifest["steps"] == 3 and (built / "adapter_model.safetensors").is_file()
+    assert len(manifest["losses"]) == 3 and qc_adapter.read_manifest(built) == manifest
     assert built.parent == tmp_path / "adapters" and not list(tmp_path.glob("adapters/*.building-*"))
 
     def no_training(*args, **kwargs):

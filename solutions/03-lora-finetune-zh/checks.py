@@ -658,7 +658,16 @@ def metrics_scores(learner, variant):
 def trained_state(learner):
     state = {
         name: learner.get(name)
-        for name in ("losses", "base_scores", "tuned_scores", "base_dev_loss", "tuned_dev_loss", "MAX_STEPS", "N_EVAL")
+        for name in (
+            "losses",
+            "base_scores",
+            "tuned_scores",
+            "base_dev_loss",
+            "tuned_dev_loss",
+            "MAX_STEPS",
+            "STEPS_HERE",
+            "N_EVAL",
+        )
     }
     losses = state["losses"]
     assert type(losses) is list and losses and all(type(x) is float for x in losses), "losses"
@@ -703,10 +712,43 @@ def trained_loss_falls(learner, variant):
     losses = state["losses"]
     assert all(math.isfinite(x) for x in losses), "a loss is not finite"
     if learner.get("TRAINER") == "loop":
-        assert len(losses) == state["MAX_STEPS"], f"{len(losses)} losses for {state['MAX_STEPS']} steps"
+        assert len(losses) == state["STEPS_HERE"], f"{len(losses)} losses for {state['STEPS_HERE']} steps"
     assert np.mean(losses[-5:]) < losses[0], f"{losses[0]} -> {np.mean(losses[-5:])}"
     metrics = json.loads(learner.file("metrics.json"))
     assert metrics["losses"] == losses and metrics["steps"] == len(losses), "metrics.json disagrees"
+
+
+ADAPTER_SETUP = """
+from peft import get_peft_model_state_dict as __state
+from safetensors.torch import load_file as __load
+"""
+SAME_WEIGHTS = (
+    "all(__t.equal(v.cpu(), __b[k]) for k, v in __state(peft_model).items()) and set(__state(peft_model)) == set(__b)"
+)
+
+
+@check(
+    "03-beats-base-1",
+    points=0.25,
+    en="the tuned adapter is the recipe's: your loop's losses within a relative 1e-3 of the course's build, "
+    "whose weights are loaded, or all MAX_STEPS run here",
+    zh="微调后的适配器来自这个配方：你的循环的损失与课程构建相对差不超过 1e-3 且加载了构建的权重，或者在这里跑完全部 MAX_STEPS 步",
+)
+def trained_is_the_recipe(learner, variant):
+    state = trained_state(learner)
+    losses, build = state["losses"], learner.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
+    if build is None:
+        assert state["STEPS_HERE"] == state["MAX_STEPS"], "no course build, yet not every step ran here"
+        assert learner.get("TRAINER") != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
+        return
+    manifest = json.loads(learner.file(build + "/rocmlab-adapter.json"))
+    theirs = manifest["losses"]
+    assert manifest["steps"] == state["MAX_STEPS"] == len(theirs) and len(losses) <= len(theirs), "the build's steps"
+    for step, (mine, ref) in enumerate(zip(losses, theirs), 1):
+        assert abs(mine - ref) <= 1e-3 * ref, f"step {step}: {mine} vs the build's {ref}"
+    setup = ADAPTER_SETUP + "import torch as __t\n__b = __load(p)\n"
+    same = learner.eval(SAME_WEIGHTS, setup=setup, p=build + "/adapter_model.safetensors")
+    assert same is True, "the adapter evaluated is not the build's"
 
 
 @check(
@@ -726,7 +768,7 @@ def trained_dev_loss(learner, variant):
 
 @check(
     "03-beats-base-1",
-    points=0.5,
+    points=0.25,
     en="tuned valid-JSON rate >= max(0.75, base + 0.5)",
     zh="微调后的 JSON 有效率 >= max(0.75, 基座 + 0.5)",
 )

@@ -1301,8 +1301,8 @@ async def retrieve_agent(payload):
 
 # %% [markdown] tags=["zh"]
 # 报告者用实验 03 的 LoRA 适配器：同一个底座模型（`MODEL`）、同样的系统提示和用户轮（产品线 + 缺陷描述），回答是一行
-# JSON。`rocmlab.lab.qc_adapter.load_qc_reporter` 加载它；缓存里没有时，课程按实验 03 的配方训练一次（tiny-qwen-zh
-# 在单线程 CPU 上约一到两分钟）并缓存，以后直接加载。缺陷描述按实验 03 数据里现场记录的写法，由前三个智能体的结果写成：
+# JSON。`rocmlab.lab.qc_adapter.load_qc_reporter` 加载它：实验 03 在 CPU 上评测的就是这同一个适配器，每台机器只构建一次。缓存里
+# 没有时，先运行的那个实验按实验 03 的配方训练一次（tiny-qwen-zh 在单线程 CPU 上约一到两分钟）并缓存，以后直接加载。缺陷描述按实验 03 数据里现场记录的写法，由前三个智能体的结果写成：
 # 可能的缺陷（与 `ANOMALY_QUERY` 相同的对应关系）、信号异常的类型和区间。
 # 正常信号不调用 LLM：放行报告用模板写（适配器只学过缺陷报告，也不必为规则能写的东西占用 GPU）。设置了
 # `LLM_ENDPOINT`（如 vLLM 的 OpenAI 兼容接口）时改为 HTTP 调用，发送同样的对话。
@@ -1312,9 +1312,9 @@ async def retrieve_agent(payload):
 
 # %% [markdown] tags=["en"]
 # The reporter uses lab 03's LoRA adapter: the same base model (`MODEL`), the same system prompt and user turn (product
-# line + defect description), an answer that is one line of JSON. `rocmlab.lab.qc_adapter.load_qc_reporter` loads it;
-# when the cache has none, the course trains it once with lab 03's recipe (a minute or two for tiny-qwen-zh on one CPU
-# thread) and caches it. The defect description is written in the style of the shop-floor notes of lab 03's data, from
+# line + defect description), an answer that is one line of JSON. `rocmlab.lab.qc_adapter.load_qc_reporter` loads it:
+# the very adapter lab 03 evaluates on a CPU, one build per machine. When the cache has none, whichever lab runs first
+# trains it once with lab 03's recipe (a minute or two for tiny-qwen-zh on one CPU thread) and caches it. The defect description is written in the style of the shop-floor notes of lab 03's data, from
 # what the first three agents found: the likely defect (the mapping of `ANOMALY_QUERY`), the anomaly type and its
 # region. Normal signals do not call the LLM: a template writes the
 # release report (the adapter only learned defect reports, and what a rule can write needs no GPU). With

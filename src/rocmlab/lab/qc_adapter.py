@@ -1,12 +1,14 @@
-"""Lab 03's QC-report LoRA adapter, built once and cached, for labs that need a real reporter.
+"""Lab 03's QC-report LoRA adapter, built once per machine and cached: lab 03 and lab 06 use the same one.
 
-Lab 03 teaches the recipe and throws its adapter away with its temporary folder; lab 06's report
-agent needs one that exists. :func:`ensure_qc_adapter` trains the same recipe (Qwen chat
-template, lab 03's system prompt and user turn, the answer as one line of JSON ending with
-``<|im_end|>`` in the loss, LoRA on all seven projections (rank per profile, ``RECIPES``), AdamW with a linear
-decay) on the course's ``qc_reports`` train split, and caches the result next to the course model
-under a key that names the base checkpoint and this recipe. Several processes may ask at once:
-one builds under a file lock, the others wait and reuse it.
+Lab 03 teaches the recipe: its learner's loop runs the first steps and must reproduce this build's
+losses, then it evaluates this build (on a CPU; on a GPU it trains every step itself). Lab 06's report
+agent loads it. :func:`ensure_qc_adapter` trains the recipe (Qwen chat template, lab 03's system
+prompt and user turn, the answer as one line of JSON ending with ``<|im_end|>`` in the loss, LoRA on
+all seven projections (rank per profile, ``RECIPES``), AdamW with a linear decay) on lab 03's fit
+split of the ``qc_reports`` train records, with lab 03's seeding and batch order, and caches the
+result next to the course model under a key that names the base checkpoint, this recipe and the
+seed. Its manifest keeps every step's loss. Several processes may ask at once: one builds under a
+file lock, the others wait and reuse it.
 
 :func:`qc_messages` is lab 03's prompt (``SYSTEM_PROMPT``, ``to_messages``); tests/test_qc_adapter.py
 checks it against lab 03's source so that the two cannot drift apart silently.
@@ -14,6 +16,7 @@ checks it against lab 03's source so that the two cannot drift apart silently.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,12 +26,14 @@ from pathlib import Path
 
 from rocmlab.errors import CommandFailed
 
-ADAPTER_RECIPE = 2  # bump on any change to the prompt, the data selection or the training recipe
+ADAPTER_RECIPE = 3  # bump on any change to the prompt, the data selection or the training recipe
 ANSWER_KEYS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
 SYSTEM_PROMPT = "你是质检助手。把缺陷描述转换成 JSON 质检报告，字段：" + "、".join(ANSWER_KEYS) + "。"
 QWEN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MANIFEST = "rocmlab-adapter.json"
 LOCK_TIMEOUT_S = 900
+DEV_FRACTION = 0.1  # lab 03 holds this share of the train records out as its dev set
+CPU_THREADS = 1  # lab 03's smoke setting: the tiny model is dispatch-bound, and a fixed count repeats exactly
 
 # Lab 03's two profiles: the tiny offline model, and a real 0.5B-class model on a GPU.
 RECIPES = {
@@ -70,8 +75,15 @@ def _normal(text: str) -> str:
     return "".join(unicodedata.normalize("NFKC", text).split())
 
 
-def training_records() -> list[dict]:
-    """qc_reports train, first record per normalised description, none that also occurs in eval."""
+def in_dev_split(record_id: str, seed: int) -> bool:
+    """Lab 03's split: a record is dev when the sha256 of ``seed:id`` falls below ``DEV_FRACTION``."""
+    digest = hashlib.sha256(f"{seed}:{record_id}".encode()).hexdigest()
+    return int(digest[:8], 16) / 16**8 < DEV_FRACTION
+
+
+def training_records(seed: int = 0) -> list[dict]:
+    """Lab 03's fit records: qc_reports train, first record per normalised description, none that
+    also occurs in eval, none in lab 03's dev split for ``seed``; in file order."""
     from rocmlab.assets.loaders import load_qc_reports
 
     held_out = {_normal(r["description"]) for r in load_qc_reports("eval")}
@@ -81,7 +93,12 @@ def training_records() -> list[dict]:
         if key not in seen and key not in held_out:
             seen.add(key)
             kept.append(record)
-    return kept
+    return [r for r in kept if not in_dev_split(r["id"], seed)]
+
+
+def recipe_for(model: str) -> dict:
+    """The recipe lab 03 uses for ``model``: its smoke profile for the course model, else its gpu profile."""
+    return RECIPES["tiny" if model == "tiny-qwen-zh" else "real"]
 
 
 def adapter_dir(model: str = "tiny-qwen-zh", *, seed: int = 0, cache_dir=None) -> Path:
@@ -91,6 +108,12 @@ def adapter_dir(model: str = "tiny-qwen-zh", *, seed: int = 0, cache_dir=None) -
 
     base = Path(model_path(model))
     return cache_root(cache_dir) / "adapters" / f"{base.name}-qc-lora-a{ADAPTER_RECIPE}-s{seed}"
+
+
+def read_manifest(path: Path) -> dict | None:
+    """The manifest of the adapter in ``path`` (its recipe, seed, every step's loss), or None when
+    the folder holds no complete build."""
+    return _valid(Path(path))
 
 
 def _valid(path: Path) -> dict | None:
@@ -138,6 +161,8 @@ def ensure_qc_adapter(
         raise CommandFailed(
             f"waited {lock_timeout_s:.0f} s for another process building {target}; if none runs, delete {target}.lock"
         ) from None
+    except OSError as exc:  # a cache this user may read but not write (a hub's, a grader's read-only view)
+        raise CommandFailed(f"cannot build the adapter in {target.parent}: {exc}; set ROCMLAB_CACHE") from exc
     return target
 
 
@@ -158,17 +183,17 @@ def _train(model_name: str, out: Path, *, device, seed: int, log) -> None:
     from rocmlab.lab.models import load_model
 
     started = time.perf_counter()
-    recipe = RECIPES["tiny" if model_name == "tiny-qwen-zh" else "real"]
+    recipe = recipe_for(model_name)
     device = pick_device("auto" if device is None else str(device))
-    seed_everything(seed)
     threads = torch.get_num_threads()
     if device.type == "cpu":
-        torch.set_num_threads(1)  # lab 03's setting: one thread is fastest for the tiny model, and repeatable
+        torch.set_num_threads(CPU_THREADS)
     try:
         model, tok = load_model(model_name, device=device)
         end_id = tok.convert_tokens_to_ids("<|im_end|>")
-        samples = [_sample(tok, r, end_id) for r in training_records()]
+        samples = [_sample(tok, r, end_id) for r in training_records(seed)]
         samples = [s for s in samples if len(s[0]) <= recipe["max_len"]]
+        seed_everything(seed)  # lab 03 seeds right before wrapping: the LoRA A matrices start alike
         config = LoraConfig(
             r=recipe["r"],
             lora_alpha=recipe["alpha"],
@@ -190,8 +215,11 @@ def _train(model_name: str, out: Path, *, device, seed: int, log) -> None:
         **recipe,
         "seed": seed,
         "train_samples": len(samples),
+        "device": device.type,
+        "cpu_threads": CPU_THREADS if device.type == "cpu" else None,
         "first_loss": round(losses[0], 4),
         "last_loss": round(sum(losses[-5:]) / len(losses[-5:]), 4),
+        "losses": losses,
         "build_seconds": round(time.perf_counter() - started, 1),
         "files": files,
     }
