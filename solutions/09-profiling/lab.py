@@ -1434,7 +1434,7 @@ for case, profiles in CASE_METRICS.items():
         print(f"case {case}, profile {i}: " + ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()))
 
 # %% tags=["solution"] grade_id="09-judge-sol-1"
-# Your judgements: for each case, a lever from LEVER_CHOICES and the metric from METRIC_CHOICES that proves it.
+# JUDGEMENTS = {case: {"lever": one of LEVER_CHOICES, "metric": one of METRIC_CHOICES}} for the cases A, B, C.
 ### BEGIN SOLUTION
 JUDGEMENTS = {
     "A": {"lever": "graphs", "metric": "idle_fraction"},
