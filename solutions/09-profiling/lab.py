@@ -511,7 +511,7 @@ for name, idle in RECORDED_IDLE.items():
 # 数据加载也会让设备空等。下面剖析三个训练步：每步先在 `data` 标注内把一批质检描述分词、填充成张量，再在 `train_step` 标注内
 # 做前向和反向。设备工作只算 `train_step` 内的算子（GPU 上是 kernel），窗口是整个循环。
 #
-# **3：说出瓶颈**（已给出，不计分）。`name_the_bound(device_busy_fraction, data_fraction)` 按顺序判断：数据加载占窗口的 30% 以上是
+# **3：说出瓶颈**（已给出，不计分）。`name_the_bound(device_busy_fraction, data_fraction)` 按顺序判断：数据加载占窗口的 30% 或更多是
 # `"data"`（先修数据管线），否则设备忙 80% 以上是 `"device"`（让 kernel 本身更快），否则是 `"host"`（设备空等主机发射）。
 # 阈值是经验值；真正的判断在第 7 节：拿两份剖析，说出该拉哪个杠杆、哪个指标能证明它起了作用。
 
@@ -522,7 +522,7 @@ for name, idle in RECORDED_IDLE.items():
 # whole loop.
 #
 # **3: name the bound** (given, not graded). `name_the_bound(device_busy_fraction, data_fraction)` decides in order:
-# data loading above 30 % of the window is `"data"` (fix the input pipeline first), else a device busy 80 % of the
+# data loading for 30 % of the window or more is `"data"` (fix the input pipeline first), else a device busy 80 % of the
 # time or more is `"device"` (make the kernels faster), else `"host"` (the device waits for the host to launch work).
 # The thresholds are rules of thumb; the real judgement comes in section 7: given two profiles, say which lever to
 # pull and which metric proves that it worked.
