@@ -171,6 +171,20 @@ def test_triton_pins_run_the_interpreter_and_fit_the_cpu_kernels_extra():
 # ---------------------------------------------------------------- the solutions
 
 
+def test_the_worked_tile_example_shows_each_api_piece_before_the_first_exercise(notebook, sol):
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    first_exercise = next(i for i, c in enumerate(code) if "solution" in c.metadata.get("tags", []))
+    (example,) = [i for i, c in enumerate(code) if "def tile_example_kernel" in c.source]
+    assert example < first_exercise
+    for piece in ("[:, None]", "other=0.0", "tl.zeros(", "tl.dot(", "axis=1", "c_tile.to(c_ptr.dtype.element_ty)"):
+        assert piece in code[example].source, piece
+    a, b = torch.randn(17, 9).half(), torch.randn(9, 30).half()
+    c, stats = sol["tile_example"](a, b.T.contiguous().T)
+    want = a.double() @ b.double()
+    assert c.dtype == torch.float16 and torch.allclose(c.double(), want, rtol=1e-3, atol=1e-2)
+    assert torch.allclose(stats.double(), torch.stack([want.max(1).values, want.sum(1)], 1), rtol=1e-3, atol=1e-3)
+
+
 def test_vector_add_masks_the_tail_and_returns_out(sol):
     x, y = torch.arange(300.0), torch.ones(300)
     buf = torch.full((300 + 128,), -1.0)

@@ -31,12 +31,18 @@ COUNTER_HEADER = [
 ]  # fmt: skip
 
 
+GIVEN = ("name_the_bound", "parse_tunableop", "decision_table")  # written for the learner, tested here
+
+
 @pytest.fixture(scope="module")
 def sol():
-    """The functions of the solution cells in one namespace (their top-level statements need the notebook)."""
+    """The functions of the solution cells and the given ones in one namespace (their top-level
+    statements need the notebook)."""
     namespace = {"statistics": statistics, "math": math}
-    solutions = [definitions(cell.source, constants=lambda node: False) for cell in SOURCE.tagged("solution")]
-    return SOURCE.run(*solutions, namespace=namespace)
+    cells = SOURCE.tagged("solution") + [
+        cell for cell in SOURCE.code_cells if any(re.search(rf"^def {name}\(", cell.source, re.M) for name in GIVEN)
+    ]
+    return SOURCE.run(*(definitions(cell.source, constants=lambda node: False) for cell in cells), namespace=namespace)
 
 
 def rows_of(path):
@@ -72,7 +78,7 @@ def test_grade_ids_unique_and_every_test_cell_is_graded_by_checks():
     assert len(checks) >= 2 * len(tests)
     for cell in solutions:
         assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.metadata
-    assert len(tests) == 10
+    assert len(tests) == 8  # seven graded exercises and one optional stretch
 
 
 def test_prose_comes_in_zh_en_pairs():
@@ -272,7 +278,8 @@ def test_counter_metrics_keeps_each_dispatch_duration_once(sol):
 
 # -- the hidden checks, against the solution functions --------------------------------------------
 
-NOTEBOOK_STATE = {"shares_values", "idle_union", "decision_measured"}  # need the executed notebook
+JUDGE_CHECKS = {"judge_choices"} | {f"judge_{part}_{case}" for part in ("lever", "metric") for case in "ABC"}
+NOTEBOOK_STATE = {"shares_values", "idle_union"} | JUDGE_CHECKS  # need the executed notebook
 RECORD_CHECKS = {"record_writes_trace", "record_schedule", "record_shapes", "record_memory", "record_rejects_no_steps"}
 
 
@@ -368,3 +375,57 @@ def test_the_record_checks_catch_a_profile_without_schedule_shapes_or_memory(dec
         "record_memory": False,
         "record_rejects_no_steps": True,
     }
+
+
+# -- exercise 10: the judgement, against the recorded data -----------------------------------------
+
+
+def _judge_namespace(sol, judgements):
+    namespace = {"JUDGEMENTS": judgements}
+    (cell,) = [c for c in SOURCE.code_cells if c.source.startswith("LEVER_CHOICES")]
+    choices = definitions(cell.source, constants=lambda node: node.targets[0].id.endswith("_CHOICES"))
+    return SOURCE.run(choices, namespace=dict(sol, **namespace))
+
+
+def _judge_results(namespace):
+    tests = {c.metadata["grade_id"]: float(c.metadata["points"]) for c in SOURCE.tagged("test")}
+    checks = [c for c in lab_checks(LAB / "checks.py", tests) if c.grade_id == "09-judge-1"]
+    return {r.name: r.passed for r in run_checks(checks, Learner(_InProcess(namespace)), 0)}
+
+
+def _solution_judgements():
+    (cell,) = [c for c in SOURCE.tagged("solution") if c.metadata["grade_id"] == "09-judge-sol-1"]
+    return SOURCE.run(cell.source)["JUDGEMENTS"]
+
+
+def test_the_judge_checks_pass_on_the_solution_and_name_each_wrong_answer(sol):
+    right = _solution_judgements()
+    assert all(_judge_results(_judge_namespace(sol, right)).values())
+    wrong = {case: dict(answer) for case, answer in right.items()}
+    wrong["A"]["metric"] = "kernel_count"  # the same 921 kernels in both recordings
+    wrong["C"]["lever"] = "activation checkpointing"  # already pulled; the logits are left
+    failed = {name for name, passed in _judge_results(_judge_namespace(sol, wrong)).items() if not passed}
+    assert failed == {"judge_metric_A", "judge_lever_C"}
+    bad = dict(right, B={"lever": "gradient accumulation", "metric": "peak_above_start_mib"})
+    assert not _judge_results(_judge_namespace(sol, bad))["judge_choices"]
+
+
+def test_the_recorded_cases_support_the_key(sol):
+    """Case A: the same kernels and busy time, the idle share collapses (cases B and C are the learner's own run)."""
+    metrics = SOURCE.run(
+        *(
+            definitions(c.source, constants=lambda node: False)
+            for c in SOURCE.code_cells
+            if "def trace_metrics" in c.source or "def recorded_idle" in c.source
+        ),
+        namespace=dict(sol),
+    )
+    traces = {
+        n: rows_of(next(DATA.glob(f"rocprofv3/{n}/*_kernel_trace.csv")))
+        for n in ("decode_eager", "decode_graph", "prefill")
+    }
+    eager, graph, prefill = (metrics["trace_metrics"](traces[n]) for n in ("decode_eager", "decode_graph", "prefill"))
+    assert eager["kernel_count"] == graph["kernel_count"] and math.isclose(
+        eager["busy_us"], graph["busy_us"], rel_tol=0.01
+    )
+    assert eager["idle_fraction"] > 0.5 > 0.2 > graph["idle_fraction"]

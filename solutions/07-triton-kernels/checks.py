@@ -608,8 +608,9 @@ def wave32_values(learner, variant):
 @check(
     "07-wave32-1",
     points=0.5,
-    en="row_sq_mean takes float16/bfloat16 and strided rows or columns, returning float32",
-    zh="row_sq_mean 接受 float16/bfloat16 与跨步的行或列，返回 float32",
+    en="row_sq_mean takes float16/bfloat16 and strided rows or columns, returning float32 "
+    "(convert to fp32 right after tl.load)",
+    zh="row_sq_mean 接受 float16/bfloat16 与跨步的行或列，返回 float32（tl.load 之后立即转 fp32）",
 )
 def wave32_layouts(learner, variant):
     gen, rnd = variant.torch(), variant.random

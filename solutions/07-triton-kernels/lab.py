@@ -239,6 +239,57 @@ print("scale_kernel: 1000 elements, 8 programs of BLOCK=128, the last one masked
 # The upstream [Triton tutorials (triton-lang.org)](https://triton-lang.org/main/getting-started/tutorials/index.html) go from vector add through fused softmax to matrix multiplication, matching this lab's first three sections; read them side by side when stuck.
 
 # %% [markdown] tags=["zh"]
+# **一个完整的二维例子。** 下面的内核只启动一个程序，处理一个块：它用二维偏移读入 `A` (M×K) 和 `B` (K×N)，块外的位置用 `other=0.0` 补零
+#（补的零对乘积没有贡献），在 `tl.zeros` 建的 fp32 累加器上用 `tl.dot` 算出 `C = A·B`，把 `C` 转成输出的 dtype 写回，再沿 `axis=1`
+# 求每行的最大值和总和。`tl.dot` 直接吃 fp16 输入（累加器是 fp32）；其他运算都先转成 fp32。练习 2–4 会用到这里的每一块：
+# 练习 3 的矩阵乘把它推广到很多个块和一个沿 K 的循环。
+
+# %% [markdown] tags=["en"]
+# **A complete 2-D example.** The kernel below launches one program for one tile: it reads `A` (M×K) and `B` (K×N)
+# with 2-D offsets, filling the positions outside the tile with `other=0.0` (zeros add nothing to a product), computes
+# `C = A·B` with `tl.dot` into an fp32 accumulator made by `tl.zeros`, casts `C` to the output's dtype as it stores
+# it, then takes each row's max and sum along `axis=1`. `tl.dot` takes fp16 inputs as they are (its accumulator is
+# fp32); everything else is converted to fp32 first. Exercises 2–4 use every piece of it: exercise 3's matmul extends
+# it to many tiles and a loop along K.
+
+# %%
+@triton.jit
+def tile_example_kernel(a_ptr, b_ptr, c_ptr, stats_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a_mask = (rm[:, None] < M) & (rk[None, :] < K)             # (BM, 1) & (1, BK) broadcast to (BM, BK)
+    a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak, mask=a_mask, other=0.0)
+    b_mask = (rk[:, None] < K) & (rn[None, :] < N)
+    b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn, mask=b_mask, other=0.0)
+    c_tile = tl.dot(a, b, tl.zeros((BM, BN), dtype=tl.float32))   # zeros + a @ b, accumulated in fp32
+    c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c_tile.to(c_ptr.dtype.element_ty), mask=c_mask)
+    row_max = tl.max(tl.where(c_mask, c_tile, -float("inf")), axis=1)   # (BM,): one value per row
+    row_sum = tl.sum(c_tile, axis=1)                                      # the padded zeros add nothing
+    tl.store(stats_ptr + rm * 2, row_max, mask=rm < M)
+    tl.store(stats_ptr + rm * 2 + 1, row_sum, mask=rm < M)
+
+
+def tile_example(a, b):
+    """(A·B in a's dtype, [row max, row sum] of A·B in float32) for one tile of at most 32 × 32 × 16."""
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty(m, n, device=a.device, dtype=a.dtype)
+    stats = torch.empty(m, 2, device=a.device, dtype=torch.float32)
+    tile_example_kernel[(1,)](a, b, c, stats, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                              BM=32, BN=32, BK=16)
+    return c, stats
+
+
+_a = torch.randn(20, 10, device=device, dtype=torch.float16)
+_b = torch.randn(24, 10, device=device, dtype=torch.float16).T   # a transposed view: the strides do the work
+_c, _stats = tile_example(_a, _b)
+_want = _a.double() @ _b.double()
+check_close(_c, _want.to(torch.float16), rtol=1e-3, atol=1e-3, rule="tile example: A·B in fp16")
+check_close(_stats, torch.stack([_want.max(dim=1).values, _want.sum(dim=1)], dim=1).float(), rtol=1e-3, atol=1e-3,
+            rule="tile example: row max and row sum")
+print(f"tile_example: C {tuple(_c.shape)} {_c.dtype}; row 0 max {_stats[0, 0]:.3f}, sum {_stats[0, 1]:.3f}: ok")
+
+# %% [markdown] tags=["zh"]
 # ## 1 · 向量加法与尾部掩码
 #
 # **要写的**：内核 `add_kernel` 和启动函数 `vector_add`。

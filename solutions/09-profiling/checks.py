@@ -295,61 +295,6 @@ def idle_raises(learner, variant):
         assert raised is not None and raised.is_a("ValueError"), f"[{start}, {end}]: {raised}"
 
 
-# ---------------------------------------------------------------- exercise 3: name_the_bound
-
-
-def ref_bound(busy, data, busy_t=0.8, data_t=0.3):
-    return "data" if data >= data_t else "device" if busy >= busy_t else "host"
-
-
-@check(
-    "09-bound-1",
-    points=0.5,
-    en="data first, then device, else host, with the default thresholds",
-    zh="默认阈值下先看数据，再看设备，否则为主机",
-)
-def bound_order(learner, variant):
-    rng = variant.random
-    for _ in range(12):
-        busy, data = round(rng.uniform(0, 1), 3), round(rng.uniform(0, 0.6), 3)
-        got = learner.call("name_the_bound", busy, data)
-        assert got == ref_bound(busy, data), f"({busy}, {data}): got {got}"
-
-
-@check("09-bound-1", points=0.5, en="the thresholds are inclusive (>=)", zh="阈值包含等号 (>=)")
-def bound_inclusive(learner, variant):
-    assert learner.call("name_the_bound", 0.8, 0.0) == "device"
-    assert learner.call("name_the_bound", round(variant.random.uniform(0, 1), 2), 0.3) == "data"
-
-
-@check(
-    "09-bound-1",
-    points=0.5,
-    en="busy_threshold and data_threshold replace the defaults",
-    zh="busy_threshold 和 data_threshold 替换默认阈值",
-)
-def bound_keywords(learner, variant):
-    rng = variant.random
-    for _ in range(6):
-        busy, data = round(rng.uniform(0, 1), 2), round(rng.uniform(0, 0.5), 2)
-        bt, dt = round(rng.uniform(0.3, 0.9), 2), round(rng.uniform(0.05, 0.4), 2)
-        got = learner.call("name_the_bound", busy, data, busy_threshold=bt, data_threshold=dt)
-        assert got == ref_bound(busy, data, bt, dt), f"({busy}, {data}, {bt}, {dt}): got {got}"
-
-
-@check(
-    "09-bound-1",
-    points=0.5,
-    en="raises ValueError when a fraction is outside [0, 1]",
-    zh="比例不在 [0, 1] 内时抛出 ValueError",
-)
-def bound_raises(learner, variant):
-    over = 1 + round(variant.random.uniform(0.01, 1), 2)
-    for args in ((over, 0.0), (0.5, -0.1), (0.5, over)):
-        raised = learner.raised("name_the_bound(*a)", a=args)
-        assert raised is not None and raised.is_a("ValueError"), f"{args}: {raised}"
-
-
 # ---------------------------------------------------------------- exercise 4: compare_runs
 
 
@@ -420,111 +365,6 @@ def noise_raises(learner, variant):
     for base, lever in ((ok[:2], ok), (ok, []), (ok, ok[:1])):
         raised = learner.raised("compare_runs(b, l)", b=base, l=lever)
         assert raised is not None and raised.is_a("ValueError"), f"{len(base)}, {len(lever)}: {raised}"
-
-
-# ---------------------------------------------------------------- exercise 5: parse_tunableop
-
-SOLUTIONS = [
-    ("Gemm_Hipblaslt_TN_{}", "hipBLASLt"),
-    ("Gemm_Rocblas_{}", "rocBLAS"),
-    ("Default", "default"),
-    ("Mystery_{}", "unknown"),
-]
-
-
-def random_gemm_line(rng, batched=False, timed=True):
-    dtype = rng.choice(["float", "Half", "BFloat16", "c10::complex<float>", "Float8_e4m3fnuz_Float8_e4m3fnuz"])
-    layout = rng.choice(["NN", "NT", "TN", "TT"])
-    m, n, k = (rng.choice([1, 8, 64, 896, 4864, 151936]) for _ in range(3))
-    batch = rng.randint(2, 40) if batched else 1
-    op = "GemmStridedBatchedTunableOp" if batched else "GemmTunableOp"
-    params = f"{layout.lower()}_{m}_{n}_{k}" + (f"_B_{batch}" if batched else "") + f"_ld_{m}_{k}_{m}"
-    solution, library = rng.choice(SOLUTIONS)
-    solution = solution.format(rng.randint(1, 9999))
-    ms = round(rng.uniform(0.001, 3), 4) if timed else None
-    line = f"{op}_{dtype}_{layout},{params},{solution}" + (f",{ms}" if timed else "")
-    want = {
-        "op": op,
-        "dtype": dtype,
-        "layout": layout,
-        "m": m,
-        "n": n,
-        "k": k,
-        "batch": batch,
-        "solution": solution,
-        "library": library,
-        "ms": ms,
-    }
-    return line, want
-
-
-def same_gemm(got, want):
-    assert type(got) is dict and set(got) == set(want), f"keys {got}"
-    for key, value in want.items():
-        ok = close(got[key], value) if key == "ms" else (got[key] == value and type(got[key]) is type(value))
-        assert ok, f"{key}: got {got[key]!r}, expected {value!r}"
-
-
-@check(
-    "09-tunable-1",
-    points=0.5,
-    en="Validator lines go into validators; blank lines are skipped",
-    zh="Validator 行进入 validators；空行跳过",
-)
-def tunable_validators(learner, variant):
-    rng = variant.random
-    keys = rng.sample(["PT_VERSION", "ROCM_VERSION", "GCN_ARCH_NAME", "ROCBLAS_VERSION", "HIPBLASLT_VERSION"], 3)
-    validators = {k: f"{rng.randint(1, 9)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}" for k in keys}
-    line, _ = random_gemm_line(rng)
-    text = "".join(f"Validator,{k},{v}\n" for k, v in validators.items()) + "\n" + line + "\n\n"
-    got = learner.call("parse_tunableop", text)
-    assert got["validators"] == validators and len(got["gemms"]) == 1, got
-
-
-@check(
-    "09-tunable-1",
-    points=0.5,
-    en="each GEMM line gives op, dtype, layout, m, n, k, solution and ms",
-    zh="每个 GEMM 行给出 op、dtype、layout、m、n、k、solution 和 ms",
-)
-def tunable_fields(learner, variant):
-    rng = variant.random
-    lines = [random_gemm_line(rng) for _ in range(5)]
-    got = learner.call("parse_tunableop", "\n".join(line for line, _ in lines))["gemms"]
-    assert len(got) == len(lines), f"{len(got)} GEMMs for {len(lines)} lines"
-    for g, (_, want) in zip(got, lines):
-        same_gemm(g, want)
-
-
-@check(
-    "09-tunable-1",
-    points=0.5,
-    en="batch follows B (else 1), library follows the solution, ms is None without a 4th field",
-    zh="batch 取 B 之后的数（否则为 1），library 由解决定，没有第 4 个字段时 ms 为 None",
-)
-def tunable_batch_library(learner, variant):
-    rng = variant.random
-    lines = [random_gemm_line(rng, batched=True, timed=False), random_gemm_line(rng, timed=False)]
-    lines += [random_gemm_line(rng, batched=rng.random() < 0.5) for _ in range(4)]
-    got = learner.call("parse_tunableop", "\n".join(line for line, _ in lines))["gemms"]
-    for g, (_, want) in zip(got, lines, strict=True):
-        same_gemm(g, want)
-
-
-@check(
-    "09-tunable-1",
-    points=0.5,
-    en="a line with fewer than 3 fields raises ValueError naming its line number",
-    zh="少于 3 个字段的行抛出 ValueError，消息写明行号",
-)
-def tunable_raises(learner, variant):
-    rng = variant.random
-    good = [random_gemm_line(rng)[0] for _ in range(rng.randint(2, 6))]
-    bad = rng.randint(1, len(good))
-    text = "\n".join(good[: bad - 1] + ["GemmTunableOp_Half_TN,tn_8_8_8"] + good[bad - 1 :])
-    raised = learner.raised("parse_tunableop(t)", t=text)
-    assert raised is not None and raised.is_a("ValueError"), raised
-    assert names(raised.message, bad), f"line {bad} not named: {raised.message}"
 
 
 # ---------------------------------------------------------------- exercise 7: kernel_summary
@@ -735,7 +575,12 @@ def counters_lds(learner, variant):
     assert got["idle"]["lds_conflicts_per_access"] is None, got["idle"]
 
 
-@check("09-stretch-counters-1", points=0.5, en="a metric whose counters are missing is None", zh="缺少所需计数器的指标为 None")
+@check(
+    "09-stretch-counters-1",
+    points=0.5,
+    en="a metric whose counters are missing is None",
+    zh="缺少所需计数器的指标为 None",
+)
 def counters_missing(learner, variant):
     rng = variant.random
     rows = counter_rows(rng, "gemm", PASS_1, [1, 2]) + counter_rows(rng, "attn", PASS_2, [3])
@@ -826,109 +671,105 @@ def memory_raises(learner, variant):
     assert raised is not None and raised.is_a("ValueError"), raised
 
 
-# ---------------------------------------------------------------- exercise 10: the decision table
+# ---------------------------------------------------------------- exercise 10: two profiles, one lever
+
+# The judgement for each case and why it holds (the notebook's prose and CASE_METRICS give the evidence).
+JUDGEMENT_KEY = {
+    # the same 921 kernels and the same busy time; only the gaps between launches close: graph replay
+    "A": ("graphs", "idle_fraction"),
+    # the peak falls while the largest single allocation (the logits) stays: activations are recomputed
+    "B": ("activation checkpointing", "peak_above_start_mib"),
+    # what checkpointing leaves is the largest single allocation, the logits (B x T x vocab): compute the loss in chunks
+    "C": ("chunked loss", "largest_alloc_mib"),
+}
+CASE_RULES = {
+    "A": ("the gaps between the same kernels close", "同样的 kernel 之间的空隙消失了"),
+    "B": ("the training step's peak falls, its largest allocation does not", "训练步的峰值下降，最大的单次分配不变"),
+    "C": ("the largest single allocation, which checkpointing leaves", "激活检查点留下的最大单次分配"),
+}
+
+
+def judgement(learner, case):
+    answers = learner.get("JUDGEMENTS")
+    assert type(answers) is dict and type(answers.get(case)) is dict, f"JUDGEMENTS[{case!r}] is not a dict"
+    return answers[case]
 
 
 @check(
-    "09-decision-1",
-    points=1,
-    en="MEASURED and VERDICTS hold the variables computed above, not copied numbers",
-    zh="MEASURED 和 VERDICTS 取自前面算出的变量，而非手抄的数字",
-)
-def decision_measured(learner, variant):
-    measured, verdicts = learner.get("MEASURED"), learner.get("VERDICTS")
-    idle, shares, memory = learner.get("DECODE_IDLE"), learner.get("DECODE_SHARES"), learner.get("MEMORY")
-    want = {
-        "decode_idle_fraction": idle["idle_fraction"],
-        "elementwise_share": shares["elementwise"] + shares["norm"],
-        "matmul_share": shares["matmul"],
-        "data_fraction": learner.get("DATA_FRACTION"),
-        "activation_to_weights": memory["baseline"]["peak_above_start"] / learner.get("PARAM_BYTES"),
-    }
-    assert type(measured) is dict and set(measured) == set(want), f"keys {measured}"
-    for key, value in want.items():
-        assert measured[key] == value, f"{key}: got {measured[key]}, expected {value}"
-    levers = learner.get("LEVERS")
-    saved = learner.get("MEMORY_SAVED")
-    want = {n: r["verdict"] for n, r in levers.items()} | {
-        "activation checkpointing": "smaller" if saved > 0 else "no difference"
-    }
-    assert verdicts == want, f"got {verdicts}, expected {want}"
-
-
-def random_rules(rng):
-    metrics = {f"m{i}": round(rng.uniform(0, 1), 3) for i in range(4)}
-    rules = []
-    for i in range(rng.randint(3, 7)):
-        metric = rng.choice(sorted(metrics))
-        threshold = metrics[metric] if rng.random() < 0.25 else round(rng.uniform(0, 1), 3)
-        rules.append(
-            {
-                "symptom": f"symptom {i}",
-                "metric": metric,
-                "threshold": threshold,
-                "lever": rng.choice(["batching", "graphs", "torch.compile", "TunableOp", "ckpt"]),
-            }
-        )
-    verdicts = {
-        lever: rng.choice(["faster", "slower", "no difference", "smaller"])
-        for lever in ("batching", "graphs", "torch.compile", "ckpt")
-    }
-    return rules, metrics, verdicts
-
-
-def ref_row(rule, measured, verdicts):
-    value = measured[rule["metric"]]
-    verdict = verdicts.get(rule["lever"], "not measured")
-    present = value >= rule["threshold"]
-    return {
-        "symptom": rule["symptom"],
-        "metric": rule["metric"],
-        "value": value,
-        "present": present,
-        "lever": rule["lever"],
-        "verdict": verdict,
-        "pull": present and verdict in ("faster", "smaller"),
-    }
-
-
-@check(
-    "09-decision-1",
-    points=1,
-    en="one row per rule, in order: value, present (value >= threshold), verdict, pull",
-    zh="每条规则一行、顺序不变：value、present（value >= 阈值）、verdict、pull",
-)
-def decision_rows(learner, variant):
-    rules, measured, verdicts = random_rules(variant.random)
-    got = learner.call("decision_table", rules, measured, verdicts)
-    assert got == [ref_row(r, measured, verdicts) for r in rules], got
-
-
-@check(
-    "09-decision-1",
+    "09-judge-1",
     points=0.5,
-    en="a lever without a verdict is 'not measured' and is not pulled",
-    zh="没有结论的杠杆为 'not measured'，不拉动",
+    en="JUDGEMENTS has the cases A, B and C, each a lever from LEVER_CHOICES and a metric from METRIC_CHOICES",
+    zh="JUDGEMENTS 含案例 A、B、C，每个的杠杆取自 LEVER_CHOICES、指标取自 METRIC_CHOICES",
 )
-def decision_not_measured(learner, variant):
-    value = round(variant.random.uniform(0, 1), 3)
-    rules = [{"symptom": "s", "metric": "m", "threshold": value, "lever": "unmeasured lever"}]
-    got = learner.call("decision_table", rules, {"m": value}, {"other": "faster"})
-    assert got == [ref_row(rules[0], {"m": value}, {})], got
+def judge_choices(learner, variant):
+    answers = learner.get("JUDGEMENTS")
+    levers, metrics = learner.get("LEVER_CHOICES"), learner.get("METRIC_CHOICES")
+    assert type(answers) is dict and sorted(answers) == ["A", "B", "C"], f"keys {answers}"
+    for case, answer in answers.items():
+        assert type(answer) is dict and answer.get("lever") in levers and answer.get("metric") in metrics, case
+
+
+def same_answer(learner, case, part):
+    got = judgement(learner, case).get(part)
+    want = JUDGEMENT_KEY[case][0 if part == "lever" else 1]
+    assert got == want, f"got {got!r}"
 
 
 @check(
-    "09-decision-1",
-    points=0.5,
-    en="a missing metric raises ValueError naming it",
-    zh="缺少指标时抛出 ValueError，消息写明指标名",
+    "09-judge-1",
+    points=0.75,
+    en=f"case A: the lever for {CASE_RULES['A'][0]}",
+    zh=f"案例 A：针对“{CASE_RULES['A'][1]}”的杠杆",
 )
-def decision_raises(learner, variant):
-    name = f"metric_{variant.random.randint(100, 999)}"
-    rules = [
-        {"symptom": "s", "metric": "here", "threshold": 0, "lever": "L"},
-        {"symptom": "t", "metric": name, "threshold": 0, "lever": "L"},
-    ]
-    raised = learner.raised("decision_table(r, {'here': 1.0}, {})", r=rules)
-    assert raised is not None and raised.is_a("ValueError"), raised
-    assert name in raised.message, f"{name} not named: {raised.message}"
+def judge_lever_A(learner, variant):
+    same_answer(learner, "A", "lever")
+
+
+@check(
+    "09-judge-1",
+    points=0.75,
+    en=f"case A: the metric that proves it ({CASE_RULES['A'][0]}), not one that any lever moves",
+    zh=f"案例 A：能证明它的指标（{CASE_RULES['A'][1]}），而不是哪个杠杆都会改变的指标",
+)
+def judge_metric_A(learner, variant):
+    same_answer(learner, "A", "metric")
+
+
+@check(
+    "09-judge-1",
+    points=0.75,
+    en=f"case B: the lever for {CASE_RULES['B'][0]}",
+    zh=f"案例 B：针对“{CASE_RULES['B'][1]}”的杠杆",
+)
+def judge_lever_B(learner, variant):
+    same_answer(learner, "B", "lever")
+
+
+@check(
+    "09-judge-1",
+    points=0.75,
+    en=f"case B: the metric that proves it ({CASE_RULES['B'][0]}), not one that any lever moves",
+    zh=f"案例 B：能证明它的指标（{CASE_RULES['B'][1]}），而不是哪个杠杆都会改变的指标",
+)
+def judge_metric_B(learner, variant):
+    same_answer(learner, "B", "metric")
+
+
+@check(
+    "09-judge-1",
+    points=0.75,
+    en=f"case C: the lever for {CASE_RULES['C'][0]}",
+    zh=f"案例 C：针对“{CASE_RULES['C'][1]}”的杠杆",
+)
+def judge_lever_C(learner, variant):
+    same_answer(learner, "C", "lever")
+
+
+@check(
+    "09-judge-1",
+    points=0.75,
+    en=f"case C: the metric that proves it ({CASE_RULES['C'][0]}), not one that any lever moves",
+    zh=f"案例 C：能证明它的指标（{CASE_RULES['C'][1]}），而不是哪个杠杆都会改变的指标",
+)
+def judge_metric_C(learner, variant):
+    same_answer(learner, "C", "metric")
