@@ -18,8 +18,9 @@ from pathlib import Path
 import matrix_json  # ci/matrix_json.py (ci/ is on pytest's pythonpath)
 import pytest
 
-from rocmlab import matrix, proposals, releases, schemas, upstream
+from rocmlab import schemas
 from rocmlab.cli import main
+from rocmlab.freshness import matrix, proposals, releases, upstream
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY = Path(__file__).parent / "fixtures" / "replay"

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmlab import matrix, pins, proposals, releases, schemas, upstream
+from rocmlab import schemas
 from rocmlab.cli import main
 from rocmlab.errors import ExitCode
-from rocmlab.releases import MatrixError
+from rocmlab.freshness import matrix, pins, proposals, releases, upstream
+from rocmlab.freshness.releases import MatrixError
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "env" / "matrix.toml"

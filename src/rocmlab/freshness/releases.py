@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..root import find_root
 from . import pins, proposals, upstream
 from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ import them from here)
     MATRIX_RELATIVE,
@@ -34,7 +35,6 @@ from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ impo
     sort_newest_first,
 )
 from .proposals import Findings, compare, render_body, render_entries_toml  # noqa: F401
-from .root import find_root
 from .upstream import NetworkError, Recorded, SourceError, Upstream, gather  # noqa: F401
 
 EXIT_UP_TO_DATE = 0

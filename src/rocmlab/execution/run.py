@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .catalog import GPU, HIDDEN_DATA, MULTI_GPU, PROFILE_NAMES, SMOKE, Lab, Profile
+from ..course.catalog import GPU, HIDDEN_DATA, MULTI_GPU, PROFILE_NAMES, SMOKE, Lab, Profile
+from ..course.notebooks import solution_notebook, write_notebook
+from ..errors import CommandFailed, ExitCode, InputError, LabError
+from ..harness import harness_options
 from .course_model import CourseModelBuild, course_model_ready
-from .errors import CommandFailed, ExitCode, InputError, LabError
-from .execute import Outcome, Spec, close_all_workers, run_notebook
-from .harness import harness_options
-from .notebooks import solution_notebook, write_notebook
 from .results import Record, fingerprint, write_record
 from .schedule import run_by_need
+from .worker import Outcome, Spec, close_all_workers, run_notebook
 
 LOCAL_ENV = "local"
 MODEL_KEY = "model tiny-qwen-zh"  # the course model's name in progress lines
@@ -47,10 +47,10 @@ def local_target() -> Target:
 
 def env_target(name: str, root: Path | None = None) -> Target:
     """A release-matrix environment of the course at ``root``, created by ``rocmlab env create NAME``."""
-    from .environments import python_for
+    from ..freshness.environments import python_for
 
     python = str(python_for(name, root))
-    proc = subprocess.run([python, "-m", "rocmlab.results"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([python, "-m", "rocmlab.execution.results"], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise CommandFailed(
             f"environment {name!r}: cannot read its fingerprint with {python}: {proc.stderr.strip()[-500:]}"
@@ -427,8 +427,8 @@ def main(
     root=None,
 ) -> int:
     """Run ``labs`` and print one line per lab; 1 when one failed, 3 when one was skipped and none failed."""
-    from .catalog import discover, select
-    from .root import find_root
+    from ..course.catalog import discover, select
+    from ..root import find_root
 
     root = find_root(root)
     chosen = select(discover(root), list(labs))
