@@ -11,7 +11,7 @@ from packaging.version import Version
 from rocmlab import schemas
 from rocmlab.cli import main
 from rocmlab.errors import ExitCode
-from rocmlab.freshness import matrix, pins, proposals, releases, upstream
+from rocmlab.freshness import matrix, pins, proposals, pull_request, releases, upstream
 from rocmlab.freshness.releases import MatrixError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,14 +325,14 @@ def test_the_current_matrix_is_up_to_date_and_says_what_it_holds():
         "cpu-current: torch 2.14.1 held; PyPI has 2.15.0 (2026-11-04)",
         "cpu-current: triton 3.8.0 held; PyPI has 3.9.0 (2026-10-27)",  # torch 2.14.1 requires triton~=3.8.0
     ]
-    assert "Nothing newer" in proposals.render_body(findings)
+    assert "Nothing newer" in pull_request.render_body(findings)
 
 
 def test_apply_writes_a_valid_matrix_that_then_checks_clean(tmp_path):
     path = tmp_path / "matrix.toml"
     shutil.copy(BEFORE, path)
     findings = proposals.compare(before(), recorded(before()), today=TODAY)
-    changes = proposals.apply(path, findings, today=TODAY)
+    changes = pull_request.apply(path, findings, today=TODAY)
     assert any("rocm-10.1: new entry" in c for c in changes)
     m = releases.read_matrix(path)
     assert [e.name for e in m.entries][:3] == ["rocm-10.1", "rocm-10.0", "rocm-7.14"]
@@ -350,7 +350,7 @@ def test_apply_refuses_an_edit_that_would_not_validate(tmp_path):
     shutil.copy(BEFORE, path)
     bad = proposals.Findings(updates=[proposals.Update("rocm-10.0", "rocm", "10.0.0", "11.0.0", "https://x", "f")])
     with pytest.raises(MatrixError, match="would not be valid"):
-        proposals.apply(path, bad, today=TODAY)
+        pull_request.apply(path, bad, today=TODAY)
     assert path.read_text() == BEFORE.read_text()
 
 
@@ -605,7 +605,7 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
     (held,) = findings.held
     assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.45`" in held
     assert "rotate cpu-previous to cpu-current's generation (transformers 5.x), raise the cap" in held
-    assert "### Held back" in proposals.render_body(findings)
+    assert "### Held back" in pull_request.render_body(findings)
     alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.24.0", "6.0.0"]}), today=TODAY, caps=caps)
     assert not alone.updates and alone.held and not alone.anything  # nothing installable is newer
 
@@ -617,7 +617,7 @@ def test_a_yanked_pin_is_reported_by_check(tmp_path, capsys):
     assert findings.anything and not findings.updates
     (pin,) = findings.yanked
     assert (pin.entry, pin.package, pin.version, pin.reason) == ("cpu-current", "peft", "0.21.2", "corrupt wheel")
-    assert "peft==0.21.2 is yanked (corrupt wheel" in proposals.render_body(findings)
+    assert "peft==0.21.2 is yanked (corrupt wheel" in pull_request.render_body(findings)
     assert findings.as_json()["yanked"][0]["url"] == "https://pypi.org/project/peft/0.21.2/"
     # through the CLI, from recorded PyPI answers: exit 10, the pin in the JSON that ci/route_failures.py --pins reads
     folder = tmp_path / "recorded"
@@ -653,7 +653,7 @@ def test_apply_on_the_real_matrix_file_keeps_it_valid(tmp_path):
     )
     findings = proposals.compare(entries, found, today=TODAY)
     assert [e["name"] for e in findings.new_entries] == ["rocm-10.2"]
-    changes = proposals.apply(path, findings, today=TODAY)
+    changes = pull_request.apply(path, findings, today=TODAY)
     assert changes == ["rocm-10.0: status current -> previous", "rocm-10.2: new entry (ROCm 10.2.0, PyTorch 2.15.0)"]
     after = path.read_text(encoding="utf-8")
     assert after[: after.index("schema = 1")] == text[: text.index("schema = 1")]
@@ -679,7 +679,7 @@ def test_apply_moves_verified_facts_out_of_unverified(tmp_path):
         "https://github.com/ROCm/TheRock/releases/tag/therock-10.0",
         "published",
     )
-    proposals.apply(path, proposals.Findings(updates=[update]), today=TODAY)
+    pull_request.apply(path, proposals.Findings(updates=[update]), today=TODAY)
     entry = releases.read_matrix(path).get("rocm-10.0")
     assert entry.unverified == ("pytorch",) and entry.sources[0].facts == ("released",)
     assert entry.released == dt.date(2026, 8, 27)
