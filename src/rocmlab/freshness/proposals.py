@@ -23,16 +23,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .matrix import Entry, canonical, era_of, series
-from .upstream import (
-    DOCKER_TAGS,
-    THEROCK_INDEXES,
-    THEROCK_RELEASES,
-    ImageTag,
-    RocmRelease,
-    Upstream,
-    WheelBuild,
-    pytorch_index,
-)
+from .upstream import DOCKER_TAGS, THEROCK_INDEXES, THEROCK_RELEASES, Upstream, pytorch_index
+from .upstream_pages import ImageTag, RocmRelease, WheelBuild
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ impo
 )
 from .proposals import Findings, compare  # noqa: F401
 from .pull_request import render_body, render_entries_toml  # noqa: F401
-from .upstream import NetworkError, Recorded, SourceError, Upstream, gather  # noqa: F401
+from .upstream import NetworkError, Recorded, Upstream, gather  # noqa: F401
+from .upstream_pages import SourceError  # noqa: F401
 
 EXIT_UP_TO_DATE = 0
 EXIT_UPDATES = 10
