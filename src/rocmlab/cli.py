@@ -28,7 +28,7 @@ COMMANDS = {
         "rocmlab.build.command",
         "student notebooks from solutions/ into labs/<lang>/ (nbgrader generate_assignment)",
     ),
-    "run": ("rocmlab.execution.run", "execute labs with papermill; one result record per lab and environment"),
+    "run": ("rocmlab.execution.command", "execute labs with papermill; one result record per lab and environment"),
     "report": ("rocmlab.report.command", "the freshness matrix from result records"),
     "doctor": ("rocmlab.doctor", "probe this machine and judge it against the release matrix, with fixes"),
     "assets": ("rocmlab.assets.commands", "the offline course model and data; pre-fetch real models"),
