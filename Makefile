@@ -21,7 +21,7 @@ help:
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
 	@echo "make site       the course website into _site/ (static, bilingual, offline; docs/site.md)"
 	@echo "make hub-setup  configurable-http-proxy (npm) for rocmlab hub"
-	@echo "make lint       ruff check and ruff format --check"
+	@echo "make lint       ruff check, ruff format --check, and the import layers of docs/architecture.md (import-linter)"
 	@echo "make build | check | verify | report | bench | clean"
 
 $(STAMP): pyproject.toml
@@ -100,6 +100,7 @@ freshness: model
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 # Two pytest workers (pytest-xdist); each module's tests run on one, so its module-scoped
 # fixtures (a graded class, a built site) are made once.

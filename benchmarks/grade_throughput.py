@@ -37,8 +37,8 @@ import classroom  # noqa: E402 (after the sys.path setup)
 import nbformat  # noqa: E402 (after the sys.path setup)
 import psutil  # noqa: E402 (after the sys.path setup)
 
-from rocmlab.build import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
-from rocmlab.catalog import discover, select  # noqa: E402 (after the sys.path setup)
+from rocmlab.course.catalog import discover, select  # noqa: E402 (after the sys.path setup)
+from rocmlab.course.notebooks import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
 # stock nbgrader runs its tools (alembic) from PATH, as in an activated environment
@@ -113,7 +113,7 @@ class CpuMeter:
 
 def make_lab_class(root: Path, lab_id: str, work: Path, students: int) -> dict:
     """A real lab's student notebook: all answers (from the solution), the first half, none."""
-    from rocmlab.build import render_lab
+    from rocmlab.build.assignments import render_lab
 
     lab = select(discover(root), [lab_id])[0]
     base = nbformat.read(render_lab(root, lab, "en", work / f"release-{lab_id}"), as_version=4)

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rocmlab.catalog import discover
-from rocmlab.run import local_target, run_labs
+from rocmlab.course.catalog import discover
+from rocmlab.execution.run import local_target, run_labs
 
 LAB_TOML = """id = "{id}"
 version = "1.0.0"

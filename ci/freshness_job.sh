@@ -2,7 +2,7 @@
 # One freshness job of .github/workflows/freshness.yml: build the matrix entry's container
 # (env/docker/NAME.Dockerfile, generated from env/matrix.toml), pre-fetch the profile's models
 # into the cache volume, check torch / HIP / gfx arch against the entry, run every lab in it.
-# The steps are `rocmlab env job` (src/rocmlab/jobs.py); this script gives them the runner's
+# The steps are `rocmlab env job` (src/rocmlab/freshness/jobs.py); this script gives them the runner's
 # defaults.
 #
 #   ci/freshness_job.sh NAME [--profile gpu|multi-gpu|smoke] [--gfx GFX] [--labs LAB…] [--timeout S]

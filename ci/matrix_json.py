@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from rocmlab import matrix  # noqa: E402 (after the sys.path setup)
+from rocmlab.freshness import matrix  # noqa: E402 (after the sys.path setup)
 
 
 def main(argv=None) -> int:

@@ -83,8 +83,8 @@ def make_course(tmp_path):
 def grading_backend(request):
     """Grading forced onto each sandbox backend this machine has; as root, bubblewrap's kernels
     are forked from a zygote unless ``-per-kernel``. Yields the name."""
-    from rocmlab import sandbox
     from rocmlab.grading import grader
+    from rocmlab.sandbox import limits as sandbox
 
     backend = request.param.removesuffix("-per-kernel")
     if backend == "bubblewrap" and not sandbox.bubblewrap_works():
@@ -117,7 +117,7 @@ def dedent(text: str) -> str:
 
 # Runs as the launcher of jupyterhub: argv = [-c, scratch, path ..., --, jupyterhub, ...].
 EXPOSE_FOR_DEMO = (
-    "import os, sys; from pathlib import Path; from rocmlab.sandbox_paths import interpreter_paths; from rocmlab.sandbox_entry import expose_paths; "
+    "import os, sys; from pathlib import Path; from rocmlab.sandbox.paths import interpreter_paths; from rocmlab.sandbox.entry import expose_paths; "
     "cut = sys.argv.index('--'); "
     "expose_paths([*interpreter_paths(), *map(Path, sys.argv[2:cut])], Path(sys.argv[1])); "
     "os.execv(sys.argv[cut + 1], sys.argv[cut + 1:])"

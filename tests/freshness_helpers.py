@@ -6,8 +6,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from rocmlab.execution.results import Record, freeze_hash, write_record
 from rocmlab.report.history import Run
-from rocmlab.results import Record, freeze_hash, write_record
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 FACTS = '["rocm", "released", "pytorch", "python", "gfx", "install", "pins"]'
@@ -84,13 +84,13 @@ def write_matrix(root: Path) -> Path:
 
 
 def entries(root: Path) -> list:
-    from rocmlab.releases import load_matrix
+    from rocmlab.freshness.releases import load_matrix
 
     return load_matrix(write_matrix(root))
 
 
 def fingerprint(env: str, freeze: list[str] | None = None) -> dict:
-    """What `python -m rocmlab.results` would record in that environment."""
+    """What `python -m rocmlab.execution.results` would record in that environment."""
     freeze = sorted(freeze if freeze is not None else FREEZES.get(env, CPU_CURRENT))
     packages = dict(line.split("==", 1) for line in freeze)
     rocm = packages.get("rocm-sdk-core")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import jupytext
 
-from rocmlab.catalog import parse_lab
-from rocmlab.source import MARKERS, parameter_names
+from rocmlab.course.catalog import parse_lab
+from rocmlab.course.source import MARKERS, parameter_names
 
 REPO = Path(__file__).resolve().parents[1]
 _BEGIN, _END = (re.escape(marker) for marker in MARKERS["solution"])

@@ -3,8 +3,8 @@ import json
 import pytest
 from conftest import GOOD_PY
 
-from rocmlab.build import build, drift
-from rocmlab.catalog import LabError, discover
+from rocmlab.build.assignments import build, drift
+from rocmlab.course.catalog import LabError, discover
 
 
 def test_build_writes_student_notebooks_without_solutions(make_course):

@@ -8,9 +8,9 @@ from conftest import GOOD_PY, GOOD_TOML
 from nbgrader import utils as nbgrader_utils
 from nbgrader.validator import Validator
 
-from rocmlab.build import build, profile_assignments, profile_out
-from rocmlab.catalog import LabError, discover
+from rocmlab.build.assignments import build, profile_assignments, profile_out
 from rocmlab.cli import main
+from rocmlab.course.catalog import LabError, discover
 
 GPU_TOML = (
     GOOD_TOML

@@ -3,7 +3,7 @@ import json
 import pytest
 from conftest import GOOD_TOML
 
-from rocmlab.catalog import LabError, discover, main, select
+from rocmlab.course.catalog import LabError, discover, main, select
 from rocmlab.errors import InputError
 
 
@@ -151,7 +151,7 @@ def test_list_in_a_course_still_lists_its_sources(make_course, monkeypatch, caps
 
 
 def test_a_notebook_title_is_its_first_heading_after_any_banner(tmp_path):
-    from rocmlab.learner_labs import read_lab_notebook
+    from rocmlab.course.learner_labs import read_lab_notebook
 
     path = tmp_path / "run.ipynb"
     _lab_notebook(path, "09-profiling", title="<span>An exception was raised</span>")

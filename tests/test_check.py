@@ -4,8 +4,8 @@ import classroom
 import nbformat
 import pytest
 
-from rocmlab.check import first_error, prepare
 from rocmlab.cli import main
+from rocmlab.grading.self_check import first_error, prepare
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path, capsys):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rocmlab.deprecations import find_deprecations, removal
-from rocmlab.results import Record, write_record
+from rocmlab.execution.results import Record, write_record
 
 RECORDED = Path(__file__).parent / "fixtures" / "deprecations"
 

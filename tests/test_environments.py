@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmlab import environments, releases
 from rocmlab.cli import main
-from rocmlab.environments import EnvBuildError, EnvError
+from rocmlab.freshness import environments, releases
+from rocmlab.freshness.environments import EnvBuildError, EnvError
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_CHECK_VERSIONS = environments._check_versions
@@ -278,7 +278,7 @@ class FailingProcess:
 
 
 def test_run_env_looks_for_the_environment_under_root_not_the_working_directory(course, monkeypatch):
-    from rocmlab import run
+    from rocmlab.execution import run
 
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)

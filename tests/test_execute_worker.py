@@ -7,7 +7,7 @@ import nbformat
 import psutil
 import pytest
 
-from rocmlab.execute import Spec, Worker
+from rocmlab.execution.worker import Spec, Worker
 
 pytestmark = pytest.mark.slow
 

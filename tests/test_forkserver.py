@@ -12,8 +12,8 @@ import nbformat
 import psutil
 import pytest
 
-from rocmlab.forkserver import ForkedKernel, fork_kernel
-from rocmlab.sandbox import Sandbox, bubblewrap_works, fork_server_applies, is_root
+from rocmlab.sandbox.forkserver import ForkedKernel, fork_kernel
+from rocmlab.sandbox.limits import Sandbox, bubblewrap_works, fork_server_applies, is_root
 
 needs_forks = pytest.mark.skipif(
     not (is_root() and bubblewrap_works()), reason="forked kernels need root and bubblewrap"
@@ -116,7 +116,9 @@ def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
         assert not _processes_of(run.uid)
     finally:
         sandbox.close()
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "zygote" in " ".join(p.info["cmdline"] or [])]
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if "rocmlab.sandbox.forkserver" in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ import classroom
 import nbformat
 import pytest
 
-from rocmlab.build import solution_notebook
-from rocmlab.catalog import LabError, discover, select
+from rocmlab.course.catalog import LabError, discover, select
+from rocmlab.course.notebooks import solution_notebook
 from rocmlab.grading.cells import (
     NOT_RUN_ENAME,
     cell_points,

@@ -14,13 +14,13 @@ import nbformat
 import psutil
 import pytest
 
-from rocmlab.build import solution_notebook, write_notebook
-from rocmlab.catalog import discover, select
-from rocmlab.grader_users import USER_PREFIX
+from rocmlab.course.catalog import discover, select
+from rocmlab.course.notebooks import solution_notebook, write_notebook
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
 from rocmlab.processes import is_root
-from rocmlab.sandbox import Limits, Sandbox
+from rocmlab.sandbox.grader_users import USER_PREFIX
+from rocmlab.sandbox.limits import Limits, Sandbox
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import classroom
 import psutil
 import pytest
 
-from rocmlab.grader_users import USER_PREFIX
 from rocmlab.processes import is_root
+from rocmlab.sandbox.grader_users import USER_PREFIX
 
 pytestmark = [
     pytest.mark.slow,

@@ -10,12 +10,12 @@ import uuid
 import classroom
 import pytest
 
-from rocmlab.catalog import discover, select
+from rocmlab.course.catalog import discover, select
 from rocmlab.errors import CommandFailed
 from rocmlab.grading import grader
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
-from rocmlab.sandbox import bubblewrap_works, choose_backend, is_root
+from rocmlab.sandbox.limits import bubblewrap_works, choose_backend, is_root
 
 pytestmark = pytest.mark.slow
 

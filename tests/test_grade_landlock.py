@@ -10,8 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rocmlab import landlock, sandbox
-from rocmlab.sandbox import Limits, Sandbox
+from rocmlab.sandbox import landlock
+from rocmlab.sandbox import limits as sandbox
+from rocmlab.sandbox.limits import Limits, Sandbox
 
 pytestmark = pytest.mark.skipif(landlock.abi() < 6, reason="needs Landlock ABI 6 (Linux 6.12)")
 

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from rocmlab.grading.grader import lab_imports
-from rocmlab.papermill_engine import (
+from rocmlab.execution.papermill_engine import (
     ENGINE_NAME,
     ERROR_KEEP,
     TIMEOUT_ENAME,
@@ -24,8 +23,9 @@ from rocmlab.papermill_engine import (
     LimitedNotebookClient,
     kernel_ready,
 )
-from rocmlab.sandbox import Limits, Sandbox, bubblewrap_works, is_root, thread_budget
-from rocmlab.sandbox_paths import closed_ancestor, closed_ways, split_hidden
+from rocmlab.grading.grader import lab_imports
+from rocmlab.sandbox.limits import Limits, Sandbox, bubblewrap_works, is_root, thread_budget
+from rocmlab.sandbox.paths import closed_ancestor, closed_ways, split_hidden
 
 
 def test_closed_ancestor_finds_the_first_folder_others_cannot_enter():
@@ -52,9 +52,9 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
         assert policy["hide"] == [str(tmp_path.resolve())]
         launcher = Path(run.worker.python)
         assert stat.S_IMODE(launcher.parent.stat().st_mode) == 0o700
-        assert "rocmlab.sandbox_entry worker" in launcher.read_text() and "unshare" not in launcher.read_text()
+        assert "rocmlab.sandbox.entry worker" in launcher.read_text() and "unshare" not in launcher.read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
-        assert spec["argv"][1:5] == ["-P", "-m", "rocmlab.sandbox_entry", "kernel"]  # -P: work folder not on sys.path
+        assert spec["argv"][1:5] == ["-P", "-m", "rocmlab.sandbox.entry", "kernel"]  # -P: work folder not on sys.path
         assert run.env["HOME"] == str(run.work) and run.env["JUPYTER_PATH"].startswith(str(run.private))
         if sandbox.switch_user:
             assert run.work.stat().st_uid == policy["uid"] != 0
@@ -155,7 +155,7 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
         assert spec["argv"][: len(argv)] == argv and spec["argv"][inside - 3 : inside] == [
             "-P",
             "-m",
-            "rocmlab.sandbox_entry",
+            "rocmlab.sandbox.entry",
         ]
         assert ["--ro-bind", "{connection_file}", "{connection_file}"] == spec["argv"][len(argv) + 2 : len(argv) + 5]
     finally:
@@ -290,7 +290,7 @@ def test_without_root_powers_the_limits_still_apply():
 def test_without_root_bubblewrap_gets_its_own_user_namespace(monkeypatch):
     """The instructor's path (#26): not root, so no grader users, but a user namespace with no
     capabilities around each kernel, and the same hidden paths and private temp folders."""
-    from rocmlab import sandbox as sandbox_module
+    from rocmlab.sandbox import limits as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "is_root", lambda: False)
     box = Sandbox(slots=1, backend="bubblewrap", hide=[Path.home()])

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from rocmlab import grader_users
-from rocmlab.grader_users import UnsafeLockFolder, claim_users, lock_folder, release_users
 from rocmlab.processes import is_root
+from rocmlab.sandbox import grader_users
+from rocmlab.sandbox.grader_users import UnsafeLockFolder, claim_users, lock_folder, release_users
 
 pytestmark = pytest.mark.skipif(not is_root(), reason="the lock folder must be root's: claims are made as root")
 

@@ -39,7 +39,7 @@ LAB = "01-rocm-setup"
 MEMORY, PROCESSES = "6G", 300  # not the config's defaults, so they must come through
 # Runs as the launcher of jupyterhub: argv = [-c, scratch, checkout, jupyterhub, ...].
 EXPOSE = (
-    "import os, sys; from pathlib import Path; from rocmlab.sandbox_paths import interpreter_paths; from rocmlab.sandbox_entry import expose_paths; "
+    "import os, sys; from pathlib import Path; from rocmlab.sandbox.paths import interpreter_paths; from rocmlab.sandbox.entry import expose_paths; "
     "expose_paths([*interpreter_paths(), Path(sys.argv[2])], Path(sys.argv[1])); "
     "os.execv(sys.argv[3], sys.argv[3:])"
 )

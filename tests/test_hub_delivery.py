@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rocmlab.catalog import discover, select
+from rocmlab.course.catalog import discover, select
 from rocmlab.hub.delivery import MANIFEST, changelog_since, deliver_lab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ def contents_api(server: str, token: str, path: str, method="GET", body=None):
 
 @pytest.mark.slow
 def test_edit_bump_deliver_again_through_the_hub(tmp_path, demo_hub_options):
-    from rocmlab.build import build
+    from rocmlab.build.assignments import build
     from rocmlab.hub import DemoHub
 
     course = tmp_path / "course"

@@ -22,9 +22,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rocmlab.build import solution_notebook
-from rocmlab.catalog import discover, select
 from rocmlab.cli import main
+from rocmlab.course.catalog import discover, select
+from rocmlab.course.notebooks import solution_notebook
 from rocmlab.hub import COURSE_ID, DemoHub, HubError, find_proxy
 
 pytestmark = pytest.mark.slow

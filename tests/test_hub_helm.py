@@ -217,7 +217,7 @@ def test_the_gpu_notebooks_are_rendered_in_a_stage_of_their_own():
 
 def test_the_image_holds_every_model_the_gpu_profiles_name():
     """Pods run offline: each real MODEL of a [profiles.gpu] is fetched into the image at build time."""
-    from rocmlab.catalog import discover
+    from rocmlab.course.catalog import discover
 
     named = {
         lab.profile("gpu").params["MODEL"]
@@ -584,7 +584,7 @@ def test_every_built_lab_reaches_the_home_and_a_learners_work_is_kept(tmp_path, 
 
 def first_gpu_lab() -> str:
     """The gpu profile is optional (docs/lab-format.md): the first lab that has one."""
-    from rocmlab.catalog import GPU, discover
+    from rocmlab.course.catalog import GPU, discover
 
     return next(lab.id for lab in discover(ROOT) if GPU in lab.profiles)
 
@@ -592,8 +592,8 @@ def first_gpu_lab() -> str:
 @pytest.fixture(scope="module")
 def gpu_labs(tmp_path_factory):
     """The first lab with a gpu profile built as the image's gpu-labs stage does (both languages)."""
-    from rocmlab.build import build
-    from rocmlab.catalog import discover, select
+    from rocmlab.build.assignments import build
+    from rocmlab.course.catalog import discover, select
 
     out = tmp_path_factory.mktemp("labs-gpu")
     chosen = select(discover(ROOT), [first_gpu_lab()])

@@ -42,8 +42,8 @@ for pod in plan["pods"]:
         if mount["read_only"]:
             subprocess.run(["mount", "-o", "remount,bind,ro", target], check=True)
 from pathlib import Path
-from rocmlab.sandbox_paths import interpreter_paths
-from rocmlab.sandbox_entry import expose_paths
+from rocmlab.sandbox.paths import interpreter_paths
+from rocmlab.sandbox.entry import expose_paths
 expose_paths(interpreter_paths(), Path(plan["scratch"]))  # a closed /root holding the interpreter
 results = []
 for step in plan["steps"]:

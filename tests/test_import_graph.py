@@ -1,21 +1,18 @@
 """No import circle among rocmlab's modules, and no import from a lower layer up to a higher one:
 every import, at the top or inside a function, counts. The layers are docs/architecture.md's
-table between ``<!-- layers:start -->`` and ``<!-- layers:end -->``: the map is the contract."""
+table between ``<!-- layers:start -->`` and ``<!-- layers:end -->``: the map is the contract.
+``make lint`` checks the same with import-linter, whose layers (pyproject.toml) must be the table's."""
 
 from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
-
-import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
-
-# TODO(issue 38): the sandbox's modules still import each other; the package split planned there
-# breaks this circle. Any other circle, or this one growing, fails the test.
-ALLOWED = [{"rocmlab.sandbox", "rocmlab.forkserver", "rocmlab.sandbox_entry"}]
+PYPROJECT = SRC.parent / "pyproject.toml"
 
 
 def module_name(path: Path, src: Path) -> str:
@@ -100,8 +97,8 @@ def path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 def test_no_import_circle_among_rocmlab_modules():
     graph = import_graph(SRC)
-    unexpected = [c for c in circles(graph) if not any(c <= allowed for allowed in ALLOWED)]
-    assert not unexpected, "import circles: " + "; ".join(" → ".join(path_through(graph, c)) for c in unexpected)
+    found = circles(graph)
+    assert not found, "import circles: " + "; ".join(" → ".join(path_through(graph, c)) for c in found)
 
 
 def layers(markdown: str) -> list[tuple[str, list[str]]]:
@@ -173,7 +170,24 @@ def test_a_circle_is_found_and_shown(tmp_path):
     assert path_through(graph, circles(graph)[0]) == ["rocmlab.a", "rocmlab.sub.b", "rocmlab.c", "rocmlab.a"]
 
 
-@pytest.mark.parametrize("allowed", ALLOWED)
-def test_the_allowed_circles_still_exist(allowed):
-    """An allowed circle that is gone is taken off the list, so that it cannot come back unnoticed."""
-    assert allowed in circles(import_graph(SRC)), f"{sorted(allowed)}: no longer one circle; update ALLOWED"
+def contract_layers(pyproject: dict) -> list[list[str]]:
+    """The layers of import-linter's layers contract, lowest first, as the table writes them."""
+    (contract,) = [c for c in pyproject["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    assert contract["containers"] == ["rocmlab"] and contract["exhaustive"], "one exhaustive contract over rocmlab"
+    return [[f"rocmlab.{name.strip()}" for name in layer.split(":")] for layer in reversed(contract["layers"])]
+
+
+def test_make_lints_contract_is_the_layer_table():
+    table = [sorted(names) for _, names in layers(ARCHITECTURE.read_text(encoding="utf-8"))]
+    contract = [sorted(names) for names in contract_layers(tomllib.loads(PYPROJECT.read_text(encoding="utf-8")))]
+    assert contract == table, "pyproject.toml's [tool.importlinter] layers and docs/architecture.md's table differ"
+
+
+def test_every_top_level_module_and_package_has_a_row():
+    """import-linter's contract is exhaustive over rocmlab's children, so a row holds each, not a part of one."""
+    table = {name for _, names in layers(ARCHITECTURE.read_text(encoding="utf-8")) for name in names}
+    children = {f"rocmlab.{p.stem}" for p in (SRC / "rocmlab").glob("*.py") if p.stem != "__init__"}
+    children |= {f"rocmlab.{p.parent.name}" for p in (SRC / "rocmlab").glob("*/__init__.py")}
+    assert table == children, (
+        f"rows without a module: {sorted(table - children)}; without a row: {sorted(children - table)}"
+    )

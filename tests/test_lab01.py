@@ -233,7 +233,7 @@ def test_for_device_on_cpu_has_no_row():
 
 def test_install_lines_come_from_the_release_matrix():
     """The lab prints commands built from env/matrix.toml's install entries; they must stay well formed."""
-    from rocmlab import releases
+    from rocmlab.freshness import releases
 
     entries = releases.load_matrix()
     wheel = next(e for e in entries if e.install and e.install.method == "multiarch")

@@ -37,7 +37,7 @@ def tags(cell) -> list[str]:
 
 
 def test_smoke_uses_the_offline_model_and_gpu_a_real_qwen():
-    # that profile parameters exist in the parameters cell is checked for every lab by rocmlab.source
+    # that profile parameters exist in the parameters cell is checked for every lab by rocmlab.course.source
     profiles = SOURCE.lab.profiles
     assert profiles["smoke"].params["MODEL"] == "tiny-qwen-zh"
     assert profiles["gpu"].params["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"

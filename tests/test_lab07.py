@@ -19,7 +19,7 @@ from labsource import definitions as cell_definitions
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from rocmlab import releases
+from rocmlab.freshness import releases
 
 ROOT = REPO
 SOURCE = LabSource("07-triton-kernels")

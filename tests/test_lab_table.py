@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import GOOD_TOML
 
-from rocmlab import lab_table
-from rocmlab.catalog import LabError, discover
+from rocmlab.course import lab_table
+from rocmlab.course.catalog import LabError, discover
 
 ROOT = Path(__file__).resolve().parents[1]
 README = "# Course\n\n<!-- labs:start -->\nold\n<!-- labs:end -->\n\nmore\n"
@@ -21,7 +21,7 @@ def with_summary(lab_id: str, summary: str) -> str:
 def test_the_readme_table_is_in_step_with_the_labs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert lab_table.stamped(readme, discover(ROOT), ROOT / "README.md") == readme, (
-        "run: python -m rocmlab.lab_table README.md"
+        "run: python -m rocmlab.course.lab_table README.md"
     )
 
 

@@ -4,13 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from rocmlab.build import drift, solution_notebook
-from rocmlab.catalog import discover
+from rocmlab.build.assignments import drift
+from rocmlab.build.verify import verify_lab
+from rocmlab.course.catalog import discover
+from rocmlab.course.notebooks import solution_notebook
+from rocmlab.course.source import read_notebook
+from rocmlab.execution.run import local_target, run_lab
 from rocmlab.grading.cells import cell_points
 from rocmlab.harness import lab_checks
-from rocmlab.run import local_target, run_lab
-from rocmlab.source import read_notebook
-from rocmlab.verify import verify_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = discover(ROOT)

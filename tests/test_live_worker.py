@@ -70,7 +70,7 @@ def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base, vis
     assert wrong and all(c.message["en"] and c.message["zh"] for c in wrong)
     seeds = tmp_path / "seeds.json"
     seeds.write_text(json.dumps(queue.seeds_summary(classroom.LAB)))
-    from rocmlab.catalog import discover, select
+    from rocmlab.course.catalog import discover, select
     from rocmlab.grading.command import recorded_seeds
 
     lab = select(discover(classroom.COURSE), [classroom.LAB])[0]

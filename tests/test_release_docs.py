@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmlab import releases
+from rocmlab.freshness import releases
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "env" / "matrix.toml"

@@ -18,8 +18,9 @@ from pathlib import Path
 import matrix_json  # ci/matrix_json.py (ci/ is on pytest's pythonpath)
 import pytest
 
-from rocmlab import matrix, proposals, releases, schemas, upstream
+from rocmlab import schemas
 from rocmlab.cli import main
+from rocmlab.freshness import matrix, proposals, pull_request, releases, upstream
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY = Path(__file__).parent / "fixtures" / "replay"
@@ -233,7 +234,7 @@ def test_a_release_without_a_torch_build_is_pending_not_proposed(tmp_path, capsy
         pending.startswith("ROCm 10.2.0 released 2026-11-18")
         and "https://stable.repo.amd.com/rocm/whl-next/" in pending
     )
-    assert "Released, waiting for a PyTorch build" in proposals.render_body(findings)
+    assert "Released, waiting for a PyTorch build" in pull_request.render_body(findings)
 
 
 def test_older_new_series_are_noticed_not_proposed():

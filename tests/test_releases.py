@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmlab import matrix, pins, proposals, releases, schemas, upstream
+from rocmlab import schemas
 from rocmlab.cli import main
 from rocmlab.errors import ExitCode
-from rocmlab.releases import MatrixError
+from rocmlab.freshness import matrix, pins, proposals, pull_request, releases, upstream, upstream_pages
+from rocmlab.freshness.releases import MatrixError
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "env" / "matrix.toml"
@@ -215,22 +216,22 @@ def test_unknown_entry_name_lists_the_known_ones():
 # ---------------------------------------------------------------- parsing recorded responses
 
 
-def answer(url: str) -> upstream.Response:
+def answer(url: str) -> upstream_pages.Response:
     return upstream.Recorded(UPSTREAM)(url)
 
 
 def test_therock_releases_keep_final_tags_across_pages():
     first = answer(upstream.THEROCK_RELEASES)
     assert first.link_next
-    versions = [r.version for r in upstream.parse_releases(first)]
+    versions = [r.version for r in upstream_pages.parse_releases(first)]
     assert versions == ["10.1.0", "7.14.1", "10.0.0", "7.14.0"]  # no nightly pre-release, no draft
-    later = [r.version for r in upstream.parse_releases(answer(first.link_next))]
+    later = [r.version for r in upstream_pages.parse_releases(answer(first.link_next))]
     assert later == ["7.13.0", "7.12.0", "7.11.0", "7.10.0", "7.9.0"]
 
 
 def test_pep503_index_lists_rocm_wheels_without_yanked_or_prereleases():
     index = "https://stable.repo.amd.com/rocm/whl-next/"
-    wheels = upstream.parse_torch_wheels(answer(index + "torch/"), index)
+    wheels = upstream_pages.parse_torch_wheels(answer(index + "torch/"), index)
     linux312 = {(w.torch, w.local) for w in wheels if w.python == "3.12" and w.platform == "linux_x86_64"}
     assert linux312 == {
         ("2.11.0", "rocm10.0.0"),
@@ -244,16 +245,16 @@ def test_pep503_index_lists_rocm_wheels_without_yanked_or_prereleases():
 
 def test_pytorch_html_index_and_a_missing_index():
     index = "https://download.pytorch.org/whl/rocm7.1/"
-    wheels = upstream.parse_torch_wheels(answer(index + "torch/"), index)
+    wheels = upstream_pages.parse_torch_wheels(answer(index + "torch/"), index)
     assert {(w.torch, w.local) for w in wheels} == {("2.9.1", "rocm7.1"), ("2.10.0", "rocm7.1"), ("2.11.0", "rocm7.1")}
-    assert upstream.parse_torch_wheels(answer("https://download.pytorch.org/whl/rocm10.1/torch/"), "x") == []
+    assert upstream_pages.parse_torch_wheels(answer("https://download.pytorch.org/whl/rocm10.1/torch/"), "x") == []
 
 
 def test_docker_tags_follow_the_naming_scheme_and_paginate():
     url = upstream.DOCKER_TAGS.format(name="rocm10.1")
-    tags, following = upstream.parse_docker_tags(answer(url))
+    tags, following = upstream_pages.parse_docker_tags(answer(url))
     assert following and {t.pytorch for t in tags} == {"2.14.0", "2.13.0"}
-    more, last = upstream.parse_docker_tags(answer(following))
+    more, last = upstream_pages.parse_docker_tags(answer(following))
     assert last is None and {t.tag for t in more} == {
         f"rocm10.1_{os}_py{py}_pytorch_release_2.12.0"  # series-only tags, as Docker Hub has them from ROCm 10
         for os, py in (("ubuntu26.04", "3.14"), ("ubuntu24.04", "3.12"), ("ubuntu22.04", "3.10"))
@@ -262,21 +263,24 @@ def test_docker_tags_follow_the_naming_scheme_and_paginate():
 
 
 def test_pypi_newest_final_release_skips_prereleases_yanked_and_empty():
-    assert upstream.parse_pypi(answer(upstream.PYPI_PROJECT.format(name="torch"))) == ("2.15.0", dt.date(2026, 11, 4))
-    assert upstream.parse_pypi(answer(upstream.PYPI_PROJECT.format(name="transformers")))[0] == "5.24.0"
+    assert upstream_pages.parse_pypi(answer(upstream.PYPI_PROJECT.format(name="torch"))) == (
+        "2.15.0",
+        dt.date(2026, 11, 4),
+    )
+    assert upstream_pages.parse_pypi(answer(upstream.PYPI_PROJECT.format(name="transformers")))[0] == "5.24.0"
 
 
 @pytest.mark.parametrize(
     "parser,text",
     [
-        (upstream.parse_pypi, "<html>"),
-        (upstream.parse_releases, '{"message": "rate limited"}'),
-        (upstream.parse_docker_tags, '{"detail": "not found"}'),
+        (upstream_pages.parse_pypi, "<html>"),
+        (upstream_pages.parse_releases, '{"message": "rate limited"}'),
+        (upstream_pages.parse_docker_tags, '{"detail": "not found"}'),
     ],
 )
 def test_unexpected_answers_are_source_errors(parser, text):
-    with pytest.raises(upstream.SourceError):
-        parser(upstream.Response(url="https://x", status=200, text=text))
+    with pytest.raises(upstream_pages.SourceError):
+        parser(upstream_pages.Response(url="https://x", status=200, text=text))
 
 
 # ---------------------------------------------------------------- comparing: the rules
@@ -324,14 +328,14 @@ def test_the_current_matrix_is_up_to_date_and_says_what_it_holds():
         "cpu-current: torch 2.14.1 held; PyPI has 2.15.0 (2026-11-04)",
         "cpu-current: triton 3.8.0 held; PyPI has 3.9.0 (2026-10-27)",  # torch 2.14.1 requires triton~=3.8.0
     ]
-    assert "Nothing newer" in proposals.render_body(findings)
+    assert "Nothing newer" in pull_request.render_body(findings)
 
 
 def test_apply_writes_a_valid_matrix_that_then_checks_clean(tmp_path):
     path = tmp_path / "matrix.toml"
     shutil.copy(BEFORE, path)
     findings = proposals.compare(before(), recorded(before()), today=TODAY)
-    changes = proposals.apply(path, findings, today=TODAY)
+    changes = pull_request.apply(path, findings, today=TODAY)
     assert any("rocm-10.1: new entry" in c for c in changes)
     m = releases.read_matrix(path)
     assert [e.name for e in m.entries][:3] == ["rocm-10.1", "rocm-10.0", "rocm-7.14"]
@@ -349,7 +353,7 @@ def test_apply_refuses_an_edit_that_would_not_validate(tmp_path):
     shutil.copy(BEFORE, path)
     bad = proposals.Findings(updates=[proposals.Update("rocm-10.0", "rocm", "10.0.0", "11.0.0", "https://x", "f")])
     with pytest.raises(MatrixError, match="would not be valid"):
-        proposals.apply(path, bad, today=TODAY)
+        pull_request.apply(path, bad, today=TODAY)
     assert path.read_text() == BEFORE.read_text()
 
 
@@ -503,7 +507,7 @@ def release(tag, name, **more):
     ],
 )
 def test_release_tags_and_names_are_both_read(item, version):
-    found, problem = upstream.read_release(item)
+    found, problem = upstream_pages.read_release(item)
     assert problem is None and (found.version if found else None) == version
     if found:
         assert (found.tag, found.name) == (item["tag_name"], item["name"])
@@ -519,18 +523,18 @@ def test_release_tags_and_names_are_both_read(item, version):
     ],
 )
 def test_a_release_that_cannot_be_read_is_reported(item, why):
-    found, problem = upstream.read_release(item)
+    found, problem = upstream_pages.read_release(item)
     assert found is None and why in problem and item["tag_name"] in problem
     unparsed = []
     text = json.dumps([item, release("therock-10.1", "ROCm 10.1.0")])
-    read = upstream.parse_releases(upstream.Response(url="u", status=200, text=text), unparsed)
+    read = upstream_pages.parse_releases(upstream_pages.Response(url="u", status=200, text=text), unparsed)
     assert [r.version for r in read] == ["10.1.0"] and unparsed == [problem]
 
 
-def html_page(*anchors: str) -> upstream.Response:
+def html_page(*anchors: str) -> upstream_pages.Response:
     body = "\n".join(anchors)
     text = f"<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for torch</h1>\n{body}\n  </body>\n</html>\n"
-    return upstream.Response(url="https://x/torch/", status=200, text=text, content_type="text/html")
+    return upstream_pages.Response(url="https://x/torch/", status=200, text=text, content_type="text/html")
 
 
 def test_pep503_html_yanked_files_and_names_that_cannot_be_read():
@@ -541,11 +545,11 @@ def test_pep503_html_yanked_files_and_names_that_cannot_be_read():
         '<a href="torch-2.13.0.tar.gz">t</a><br/>',
     )
     unparsed = []
-    wheels = upstream.parse_torch_wheels(page, "https://x/", unparsed)
+    wheels = upstream_pages.parse_torch_wheels(page, "https://x/", unparsed)
     assert [(w.torch, w.local) for w in wheels] == [("2.13.0", "rocm10.0.0")]
     assert unparsed == ["https://x/torch/: 1 file name(s) not understood: torch-latest.whl"]
-    assert upstream.versions_on_index(page, "torch") == {"2.13.0+rocm10.0.0", "2.13.0"}
-    assert "2.14.1+rocm10.1.0" in upstream.versions_on_index(page, "torch", with_yanked=True)
+    assert upstream_pages.versions_on_index(page, "torch") == {"2.13.0+rocm10.0.0", "2.13.0"}
+    assert "2.14.1+rocm10.1.0" in upstream_pages.versions_on_index(page, "torch", with_yanked=True)
 
 
 @pytest.mark.parametrize(
@@ -557,9 +561,9 @@ def test_pep503_html_yanked_files_and_names_that_cannot_be_read():
     ],
 )
 def test_an_index_answer_in_an_unknown_format_is_a_failure_not_an_empty_index(content_type, text):
-    with pytest.raises(upstream.SourceError):
-        upstream.index_filenames(
-            upstream.Response(url="https://x/torch/", status=200, text=text, content_type=content_type)
+    with pytest.raises(upstream_pages.SourceError):
+        upstream_pages.index_filenames(
+            upstream_pages.Response(url="https://x/torch/", status=200, text=text, content_type=content_type)
         )
 
 
@@ -569,12 +573,14 @@ def test_docker_name_filter_is_a_substring_match_and_tags_outside_the_scheme_are
         {"name": "rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.12.0", "digest": "sha256:b"},  # found by "rocm7.1"
         {"name": "rocm7.1.1_ubuntu24.04_py3.12_pytorch_staging", "digest": "sha256:c"},
     ]
-    answer = upstream.Response(url="https://hub/tags", status=200, text=json.dumps({"results": results, "next": None}))
+    answer = upstream_pages.Response(
+        url="https://hub/tags", status=200, text=json.dumps({"results": results, "next": None})
+    )
     found = upstream.Upstream()
     upstream._images(upstream._Asker(lambda url, accept=None, timeout=0: answer, 1, found), (7, 1))
     assert [i.tag for i in found.images] == ["rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0"]
     assert "rocm7.1.1_ubuntu24.04_py3.12_pytorch_staging" in found.unparsed[0]
-    tags, _ = upstream.parse_docker_tags(answer)
+    tags, _ = upstream_pages.parse_docker_tags(answer)
     assert tags[1].rocm == "7.14"  # a series-only tag
 
 
@@ -604,7 +610,7 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
     (held,) = findings.held
     assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.45`" in held
     assert "rotate cpu-previous to cpu-current's generation (transformers 5.x), raise the cap" in held
-    assert "### Held back" in proposals.render_body(findings)
+    assert "### Held back" in pull_request.render_body(findings)
     alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.24.0", "6.0.0"]}), today=TODAY, caps=caps)
     assert not alone.updates and alone.held and not alone.anything  # nothing installable is newer
 
@@ -616,7 +622,7 @@ def test_a_yanked_pin_is_reported_by_check(tmp_path, capsys):
     assert findings.anything and not findings.updates
     (pin,) = findings.yanked
     assert (pin.entry, pin.package, pin.version, pin.reason) == ("cpu-current", "peft", "0.21.2", "corrupt wheel")
-    assert "peft==0.21.2 is yanked (corrupt wheel" in proposals.render_body(findings)
+    assert "peft==0.21.2 is yanked (corrupt wheel" in pull_request.render_body(findings)
     assert findings.as_json()["yanked"][0]["url"] == "https://pypi.org/project/peft/0.21.2/"
     # through the CLI, from recorded PyPI answers: exit 10, the pin in the JSON that ci/route_failures.py --pins reads
     folder = tmp_path / "recorded"
@@ -640,7 +646,7 @@ def test_apply_on_the_real_matrix_file_keeps_it_valid(tmp_path):
     entries = releases.load_matrix(path)
     found = upstream.Upstream(
         releases=[
-            upstream.RocmRelease(
+            upstream_pages.RocmRelease(
                 "10.2.0",
                 dt.date(2026, 11, 18),
                 "https://github.com/ROCm/TheRock/releases/tag/therock-10.2",
@@ -648,11 +654,13 @@ def test_apply_on_the_real_matrix_file_keeps_it_valid(tmp_path):
                 "ROCm 10.2.0",
             )
         ],
-        wheels=[upstream.WheelBuild("2.15.0", "rocm10.2.0", "3.12", "https://stable.repo.amd.com/rocm/whl-next/")],
+        wheels=[
+            upstream_pages.WheelBuild("2.15.0", "rocm10.2.0", "3.12", "https://stable.repo.amd.com/rocm/whl-next/")
+        ],
     )
     findings = proposals.compare(entries, found, today=TODAY)
     assert [e["name"] for e in findings.new_entries] == ["rocm-10.2"]
-    changes = proposals.apply(path, findings, today=TODAY)
+    changes = pull_request.apply(path, findings, today=TODAY)
     assert changes == ["rocm-10.0: status current -> previous", "rocm-10.2: new entry (ROCm 10.2.0, PyTorch 2.15.0)"]
     after = path.read_text(encoding="utf-8")
     assert after[: after.index("schema = 1")] == text[: text.index("schema = 1")]
@@ -678,7 +686,7 @@ def test_apply_moves_verified_facts_out_of_unverified(tmp_path):
         "https://github.com/ROCm/TheRock/releases/tag/therock-10.0",
         "published",
     )
-    proposals.apply(path, proposals.Findings(updates=[update]), today=TODAY)
+    pull_request.apply(path, proposals.Findings(updates=[update]), today=TODAY)
     entry = releases.read_matrix(path).get("rocm-10.0")
     assert entry.unverified == ("pytorch",) and entry.sources[0].facts == ("released",)
     assert entry.released == dt.date(2026, 8, 27)
@@ -700,10 +708,10 @@ def test_verify_pins_says_when_an_index_pin_is_yanked(tmp_path):
 
 def test_a_403_from_a_static_index_host_means_no_such_index():
     def fetch(url, accept=None, timeout=0):
-        raise upstream.SourceError(f"{url}: HTTP 403")
+        raise upstream_pages.SourceError(f"{url}: HTTP 403")
 
     found = upstream.Upstream()
     upstream._wheels(upstream._Asker(fetch, 1, found), "https://download.pytorch.org/whl/rocm10.2/")
     assert found.wheels == []
-    with pytest.raises(upstream.SourceError):
+    with pytest.raises(upstream_pages.SourceError):
         upstream._wheels(upstream._Asker(fetch, 1, found), "https://mirror.example.org/whl/")

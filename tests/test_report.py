@@ -3,7 +3,7 @@
 import pytest
 from freshness_helpers import NOW, entries, make_run
 
-from rocmlab.catalog import discover
+from rocmlab.course.catalog import discover
 from rocmlab.report.render import to_markdown
 from rocmlab.report.verdict import Upstream, build
 

@@ -111,10 +111,10 @@ def test_two_real_runs_of_a_lab_leave_one_history_with_both(fixture_course, tmp_
 
     from freshness_helpers import write_matrix
 
-    from rocmlab.catalog import discover, select
     from rocmlab.cli import main
-    from rocmlab.results import fingerprint
-    from rocmlab.run import Target, run_lab
+    from rocmlab.course.catalog import discover, select
+    from rocmlab.execution.results import fingerprint
+    from rocmlab.execution.run import Target, run_lab
 
     write_matrix(fixture_course)
     target = Target("cpu-current", sys.executable, fingerprint())

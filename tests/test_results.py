@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from rocmlab import results
-from rocmlab.results import Record, read_record, write_record
+from rocmlab.execution import results
+from rocmlab.execution.results import Record, read_record, write_record
 from rocmlab.schemas import schema, validate
 
 

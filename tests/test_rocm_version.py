@@ -2,7 +2,8 @@
 
 import pytest
 
-from rocmlab import doctor, probes, results
+from rocmlab import doctor, probes
+from rocmlab.execution import results
 
 
 class Box(probes.Machine):

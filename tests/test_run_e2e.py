@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rocmlab.catalog import discover, select
+from rocmlab.build.verify import verify_lab
 from rocmlab.cli import main
-from rocmlab.execute import RUN_TAG
-from rocmlab.run import local_target, run_lab
-from rocmlab.verify import verify_lab
+from rocmlab.course.catalog import discover, select
+from rocmlab.execution.run import local_target, run_lab
+from rocmlab.execution.worker import RUN_TAG
 
 pytestmark = pytest.mark.slow
 

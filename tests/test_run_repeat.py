@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from rocmlab.errors import InputError
-from rocmlab.execute import Outcome
-from rocmlab.run import Target, _record, run_lab
+from rocmlab.execution.run import Target, _record, run_lab
+from rocmlab.execution.worker import Outcome
 
 LAB = SimpleNamespace(id="05-demo", version="1.1.0")
 TARGET = Target("local", "python", {"python": "3.11"})
@@ -50,7 +50,7 @@ def test_a_single_run_keeps_no_repeat_list():
 
 
 def test_repeat_below_one_is_bad_input(make_course, tmp_path):
-    from rocmlab.catalog import discover
+    from rocmlab.course.catalog import discover
 
     root = make_course()
     with pytest.raises(InputError, match="--repeat: expected a positive number, got 0"):

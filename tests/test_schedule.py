@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmlab import run
-from rocmlab.course_model import CourseModelBuild
 from rocmlab.errors import CommandFailed
-from rocmlab.schedule import run_by_need
+from rocmlab.execution import run
+from rocmlab.execution.course_model import CourseModelBuild
+from rocmlab.execution.schedule import run_by_need
 
 WAIT_S = 10  # a wait this long means the scheduler serialised work it should overlap
 
@@ -94,7 +94,7 @@ def test_an_interrupted_run_stops_the_prerequisite_and_reraises():
 
 
 def fake_lab(lab_id, course_model):
-    from rocmlab.catalog import Profile, Requires
+    from rocmlab.course.catalog import Profile, Requires
 
     smoke = Profile("smoke", {}, 60, 60, Requires(course_model=course_model))
     return SimpleNamespace(id=lab_id, version="1.0.0", profiles={"smoke": smoke})
@@ -192,7 +192,7 @@ def test_for_real_the_free_lab_runs_during_the_build_and_the_model_lab_after_it(
 
     from conftest import GOOD_TOML
 
-    from rocmlab.catalog import discover
+    from rocmlab.course.catalog import discover
 
     monkeypatch.setenv("ROCMLAB_CACHE", str(tmp_path / "cache"))
     needing = GOOD_TOML.format(id="02-model").replace("params = { SCALE = 2 }\n", "") + (

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from labsource import HIDDEN_MARKER, SOLUTION_BLOCK, LabSource
 
-from rocmlab.catalog import discover
+from rocmlab.course.catalog import discover
 from rocmlab.errors import InputError
 from rocmlab.site import main as site_main
 from rocmlab.site.build import build_site

@@ -1,8 +1,8 @@
 import pytest
 from conftest import GOOD_PY
 
-from rocmlab.catalog import LabError, discover
-from rocmlab.source import for_language, read_notebook
+from rocmlab.course.catalog import LabError, discover
+from rocmlab.course.source import for_language, read_notebook
 
 
 def lab_with(make_course, py):

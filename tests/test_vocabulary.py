@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from rocmlab.catalog import PROFILE_NAMES
+from rocmlab.course.catalog import PROFILE_NAMES
+from rocmlab.course.source import MARKERS
 from rocmlab.schemas import schema
-from rocmlab.source import MARKERS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rocmlab"
 MARKER_TEXT = {marker for pair in MARKERS.values() for marker in pair}
@@ -47,7 +47,10 @@ def test_no_module_spells_out_the_list_of_profiles():
     found = []
     for name, tree in modules():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Tuple | ast.List | ast.Set) and name not in {"catalog.py", *PROFILE_LISTS_ALLOWED}:
+            if isinstance(node, ast.Tuple | ast.List | ast.Set) and name not in {
+                "course/catalog.py",
+                *PROFILE_LISTS_ALLOWED,
+            }:
                 spelled = {s for s in strings(node) if s in PROFILE_NAMES}
                 if len(spelled) >= 2:
                     found.append(f"{name}:{node.lineno}")
@@ -58,7 +61,7 @@ def test_only_source_spells_the_cell_markers():
     found = [
         f"{name}: {text!r}"
         for name, tree in modules()
-        if name != "source.py"
+        if name != "course/source.py"
         for text in strings(tree)
         if any(marker in text for marker in MARKER_TEXT)
     ]
@@ -73,6 +76,6 @@ def test_only_catalog_reads_lab_toml():
             isinstance(node, ast.Import) and any(alias.name == "tomllib" for alias in node.names)
             for node in ast.walk(tree)
         )
-        if name != "catalog.py" and imports_toml and any("lab.toml" in text for text in strings(tree)):
+        if name != "course/catalog.py" and imports_toml and any("lab.toml" in text for text in strings(tree)):
             found.append(name)
     assert not found, f"read labs with catalog.discover / parse_lab: {found}"

@@ -15,7 +15,7 @@ import changed_labs  # ci/changed_labs.py (ci/ is on pytest's pythonpath)
 import pytest
 import yaml
 
-from rocmlab import containers, jobs, releases
+from rocmlab.freshness import containers, jobs, releases
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))

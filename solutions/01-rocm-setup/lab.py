@@ -421,7 +421,7 @@ assert wheel_supports("gfx942", []) is False, "空列表返回 False / an empty 
 # ROCm release of the matrix they come from.
 
 # %%
-from rocmlab import releases
+from rocmlab.freshness import releases
 
 DOCKER_RUN = ("docker run -it --cap-add=SYS_PTRACE --security-opt seccomp=unconfined "
               "--device=/dev/kfd --device=/dev/dri --group-add video --ipc=host --shm-size 8G")

@@ -119,7 +119,7 @@ print(f"triton {triton.__version__} | {'interpreter (TRITON_INTERPRET=1): correc
 # %%
 def tested_triton_pairs():
     """{environment: (torch pin, triton pin)} for the CPU entries of env/matrix.toml (empty when not found)."""
-    from rocmlab import releases
+    from rocmlab.freshness import releases
     try:
         entries = releases.load_matrix()
     except releases.MatrixError as err:

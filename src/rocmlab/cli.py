@@ -19,25 +19,25 @@ from importlib import import_module
 
 from . import __version__, processes
 from .errors import ExitCode, RocmlabError
-from .execute import UNUSED_IN_CLI, block_unused_imports
+from .execution.worker import UNUSED_IN_CLI, block_unused_imports
 
 # name: (where its add_arguments and main live, "module" or "module:object"; one line of help)
 COMMANDS = {
-    "list": ("rocmlab.catalog", "the labs in this checkout (outside one: the lab notebooks in this folder)"),
+    "list": ("rocmlab.course.catalog", "the labs in this checkout (outside one: the lab notebooks in this folder)"),
     "build": (
-        "rocmlab.build_command",
+        "rocmlab.build.command",
         "student notebooks from solutions/ into labs/<lang>/ (nbgrader generate_assignment)",
     ),
-    "run": ("rocmlab.run", "execute labs with papermill; one result record per lab and environment"),
+    "run": ("rocmlab.execution.command", "execute labs with papermill; one result record per lab and environment"),
     "report": ("rocmlab.report.command", "the freshness matrix from result records"),
     "doctor": ("rocmlab.doctor", "probe this machine and judge it against the release matrix, with fixes"),
     "assets": ("rocmlab.assets.commands", "the offline course model and data; pre-fetch real models"),
-    "releases": ("rocmlab.releases", "the release matrix; upstream releases newer than it"),
-    "env": ("rocmlab.environments", "the release matrix's environments: create, list, Dockerfiles"),
+    "releases": ("rocmlab.freshness.releases", "the release matrix; upstream releases newer than it"),
+    "env": ("rocmlab.freshness.environments", "the release matrix's environments: create, list, Dockerfiles"),
     "grade": ("rocmlab.grading.command", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),
     "live": ("rocmlab.grading.live_command", "the live workshop: grading workers, learners' seeds for the final grade"),
     "submit": ("rocmlab.hub.submit", "submit a lab from the workshop hub's JupyterLab and see its grade now"),
-    "check": ("rocmlab.check", "a learner's offline self-check of a notebook's visible tests"),
+    "check": ("rocmlab.grading.self_check", "a learner's offline self-check of a notebook's visible tests"),
     "site": ("rocmlab.site", "the course website (static, bilingual, offline) with launch links to the hub"),
     "hub": (
         "rocmlab.hub",

@@ -334,7 +334,7 @@ def read_results(path: Path) -> dict | None:
 
 def hidden_files(checks_file: Path) -> dict[str, str]:
     """The lab's hidden data beside its checks (``data/*_hidden.*``), for ``HIDDEN_FILES``."""
-    from .catalog import HIDDEN_DATA
+    from .course.catalog import HIDDEN_DATA
 
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((checks_file.parent / "data").glob(HIDDEN_DATA))}
 

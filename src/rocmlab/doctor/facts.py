@@ -90,10 +90,10 @@ class Facts:
 
 def load_releases(path: Path | None = None) -> tuple[list[dict], str]:
     """Releases with their GPU targets, and where they came from: the release matrix at ``path``
-    (read by ``rocmlab.releases``; an unreadable one is an InputError naming it), else built in."""
+    (read by ``rocmlab.freshness.releases``; an unreadable one is an InputError naming it), else built in."""
     if path is None:
         return BUILTIN_RELEASES, "built-in table"
-    from ..releases import load_matrix
+    from ..freshness.releases import load_matrix
 
     try:
         entries = load_matrix(path)

@@ -2,8 +2,8 @@
 
 For each submission: validate it (a notebook of this lab, this version or older), restore the
 lab's test and parameters cells from the source (edits, deletions and duplicates are flagged),
-execute it in the chosen profile inside the sandbox (``rocmlab.sandbox`` around
-``rocmlab.execute``), then hand the executed notebook to nbgrader's autograde (without its
+execute it in the chosen profile inside the sandbox (``rocmlab.sandbox.limits`` around
+``rocmlab.execution.worker``), then hand the executed notebook to nbgrader's autograde (without its
 own execution) to write the grades. Executions run ``--jobs`` at a time; grades are written by
 the main thread alone, so the gradebook never sees two writers.
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from .. import processes
-from ..catalog import PROFILE_NAMES, SMOKE, discover, select
+from ..course.catalog import PROFILE_NAMES, SMOKE, discover, select
 from ..errors import ExitCode, InputError
 from ..root import find_root
-from ..sandbox import Limits
+from ..sandbox.limits import Limits
 from . import analytics, shards
 from .feedback import stage_feedback
 from .grader import grade_class

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..catalog import Lab
+from ..course.catalog import Lab
 from ..pages import render_page
 from .submissions import StudentResult
 

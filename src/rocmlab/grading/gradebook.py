@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..catalog import Lab
+from ..course.catalog import Lab
+from ..course.notebooks import write_notebook
 from ..errors import LabError
-from ..notebooks import write_notebook
 from .nbgrader_compat import nbgrader_config, running_nbgrader
 
 

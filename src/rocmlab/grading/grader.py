@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..catalog import HIDDEN_DATA, LANGUAGES, SMOKE, Lab, Profile
+from ..course.catalog import HIDDEN_DATA, LANGUAGES, SMOKE, Lab, Profile
+from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed
+from ..execution.results import write_json_atomic
 from ..harness import harness_options, lab_checks
-from ..notebooks import solution_notebook, write_notebook
-from ..results import write_json_atomic
-from ..sandbox import Limits, Sandbox, choose_backend, is_root
+from ..sandbox.limits import Limits, Sandbox, choose_backend, is_root
 from .cells import cell_points, check_results, grading, read_flags, restore_cells, score_tests
 from .feedback import feedback_html
 from .gradebook import Course, safe_url

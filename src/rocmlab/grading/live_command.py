@@ -16,9 +16,9 @@ import json
 import os
 from pathlib import Path
 
-from ..catalog import PROFILE_NAMES, SMOKE
+from ..course.catalog import PROFILE_NAMES, SMOKE
 from ..errors import ExitCode, InputError
-from ..results import write_json_atomic
+from ..execution.results import write_json_atomic
 from ..root import find_root
 
 

@@ -7,7 +7,7 @@ While it grades, a thread renews the lease; a worker killed mid-grade stops rene
 runs out and another worker regrades the attempt (once: the late result of the first is refused).
 SIGTERM or SIGINT stops it: the attempt under way is given back to the queue at once and the
 sandbox is removed. Several workers on one machine never share a grader user: each grading run
-holds its ``rocmlab-grader-N`` users through their file locks (rocmlab.grader_users.claim_users).
+holds its ``rocmlab-grader-N`` users through their file locks (rocmlab.sandbox.grader_users.claim_users).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import processes
-from ..catalog import SMOKE, discover, select
+from ..course.catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError
 from .grader import grade_class
 from .live_queue import Attempt, CheckOutcome, GradeResult, LeaseLost, LiveQueue, new_worker_id

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import nbformat
 
-from ..catalog import discover, select
+from ..course.catalog import discover, select
+from ..course.notebooks import solution_notebook
 from ..errors import CommandFailed, ExitCode, InputError
-from ..notebooks import solution_notebook
-from ..results import write_json_atomic
+from ..execution.results import write_json_atomic
 from . import analytics
 
 SHARD = re.compile(r"(\d+)/(\d+)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..catalog import LANGUAGES, Lab
+from ..course.catalog import LANGUAGES, Lab
 from ..errors import LabError
 
 FLAGS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..catalog import GPU, LANGUAGES, SMOKE, discover, select
+from ..course.catalog import GPU, LANGUAGES, SMOKE, discover, select
 from ..errors import InputError
 
 COURSE_ID = "rocmlab"  # the nbgrader course of the hub
@@ -37,7 +37,7 @@ def delivered_labs(root: Path, data: Path, lang: str, lab_ids, profile: str, pro
     """The folder the hub delivers notebooks from, and the labs in it: ``labs/<lang>/`` as built for
     smoke; for another profile the notebooks with its parameters, built into
     ``<data>/labs-<profile>/<lang>/`` (a lab without the profile is left out, ``progress`` says why)."""
-    from ..build import build
+    from ..build.assignments import build
 
     check_profile(profile)
     if profile == SMOKE:

@@ -366,8 +366,8 @@ class CourseSpawner(LocalProcessSpawner):
         instructor decides what a path is (``~/course/source`` may be a link to /etc)."""
         import nbformat
 
-        from ..build import HIDDEN_DATA, solution_notebook
-        from ..catalog import discover, select
+        from ..course.catalog import HIDDEN_DATA, discover, select
+        from ..course.notebooks import solution_notebook
 
         sources = {}
         for lab in select(discover(Path(self.course_repo)), list(self.labs)) if self.labs else []:

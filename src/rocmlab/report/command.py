@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..catalog import GPU, SMOKE, Lab, discover
+from ..course.catalog import GPU, SMOKE, Lab, discover
 from ..errors import InputError, LabError
 from ..root import find_root
 from . import history
@@ -26,7 +26,7 @@ FORMATS = ("md", "html", "json")
 
 def read_entries(root: Path) -> tuple[list, int, list[str]]:
     """The course's matrix entries (none without env/matrix.toml), the verification window, problems."""
-    from ..matrix import MATRIX_RELATIVE, MatrixError, read_matrix
+    from ..freshness.matrix import MATRIX_RELATIVE, MatrixError, read_matrix
 
     path = root / MATRIX_RELATIVE
     if not path.is_file():

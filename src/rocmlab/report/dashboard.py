@@ -13,7 +13,7 @@ import datetime as dt
 import io
 from pathlib import Path
 
-from ..catalog import LabError
+from ..course.catalog import LabError
 from ..pages import render_page
 from .diff import PairDiff
 from .history import Run

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..results import Record, RunResult, freeze_hash, portable, portable_record, read_record
+from ..execution.results import Record, RunResult, freeze_hash, portable, portable_record, read_record
 
 HISTORY = Path("ci") / "history"
 FREEZE = "freeze"

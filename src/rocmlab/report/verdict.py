@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from ..catalog import Lab
+from ..course.catalog import Lab
 from ..deprecations import removal
 from .history import FreezeStore, Run, canonical
 

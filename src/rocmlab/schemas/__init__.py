@@ -4,7 +4,7 @@
 root hands it to editors (Taplo, VS Code's Even Better TOML) for completion and checks. Each
 property may carry ``expected``, the phrase an error message uses for it ("expected a positive
 integer"); a property without one borrows its parent's. ``matrix.schema.json`` describes
-``env/matrix.toml``; ``rocmlab.matrix`` names each place in it by its entry (a ``locate`` hook).
+``env/matrix.toml``; ``rocmlab.freshness.matrix`` names each place in it by its entry (a ``locate`` hook).
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from pathlib import Path
 import jinja2
 import nbformat
 
-from ..catalog import LANGUAGES, Lab, discover, select
+from ..course.catalog import LANGUAGES, Lab, discover, select
+from ..course.source import MARKERS
 from ..errors import InputError
-from ..source import MARKERS
 from .launch import LaunchConfig
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "site"

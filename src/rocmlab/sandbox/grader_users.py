@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import processes
+from .. import processes
 
 USER_PREFIX = "rocmlab-grader-"
 LOCK_FOLDER = Path("/run/rocmlab/grader-users")

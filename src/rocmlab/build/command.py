@@ -7,10 +7,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .build import build, drift, languages, profile_out
-from .catalog import LANGUAGES, PROFILE_NAMES, discover, select
-from .errors import ExitCode, InputError
-from .root import find_root
+from ..course.catalog import LANGUAGES, PROFILE_NAMES, discover, select
+from ..errors import ExitCode, InputError
+from ..root import find_root
+from .assignments import build, drift, languages, profile_out
 from .verify import verify_command
 
 

@@ -1,4 +1,5 @@
-"""``rocmlab run``: execute labs in a profile, in parallel, one result record per lab and environment."""
+"""Executing labs in a profile, in parallel, one result record per lab and environment (``command``
+is ``rocmlab run``)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .catalog import GPU, HIDDEN_DATA, MULTI_GPU, PROFILE_NAMES, SMOKE, Lab, Profile
+from ..course.catalog import GPU, HIDDEN_DATA, MULTI_GPU, SMOKE, Lab, Profile
+from ..course.notebooks import solution_notebook, write_notebook
+from ..errors import CommandFailed, InputError, LabError
+from ..harness import harness_options
 from .course_model import CourseModelBuild, course_model_ready
-from .errors import CommandFailed, ExitCode, InputError, LabError
-from .execute import Outcome, Spec, close_all_workers, run_notebook
-from .harness import harness_options
-from .notebooks import solution_notebook, write_notebook
 from .results import Record, fingerprint, write_record
 from .schedule import run_by_need
+from .worker import Outcome, Spec, close_all_workers, run_notebook
 
 LOCAL_ENV = "local"
 MODEL_KEY = "model tiny-qwen-zh"  # the course model's name in progress lines
@@ -47,10 +48,10 @@ def local_target() -> Target:
 
 def env_target(name: str, root: Path | None = None) -> Target:
     """A release-matrix environment of the course at ``root``, created by ``rocmlab env create NAME``."""
-    from .environments import python_for
+    from ..freshness.environments import python_for
 
     python = str(python_for(name, root))
-    proc = subprocess.run([python, "-m", "rocmlab.results"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([python, "-m", "rocmlab.execution.results"], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise CommandFailed(
             f"environment {name!r}: cannot read its fingerprint with {python}: {proc.stderr.strip()[-500:]}"
@@ -382,79 +383,3 @@ def _stop_everything(model_build) -> None:
     if model_build is not None:
         model_build.stop()
     close_all_workers()
-
-
-# ------------------------------------------------------------------ rocmlab run
-
-
-def add_arguments(parser) -> None:
-    parser.description = (
-        "Execute labs with papermill in a profile; one JSON record and the executed notebook per lab and "
-        "environment. --repeat N runs each lab N times and prints its pass rate: a lab that failed any run "
-        "is flaky (never fresh), with every failure's cell and error in its record and its notebook kept as "
-        "`<lab>.run<K>.ipynb`. --env NAME runs in a release-matrix environment made by `rocmlab env create`."
-    )
-    parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
-    parser.add_argument("--profile", default=SMOKE, choices=[*PROFILE_NAMES, "auto"])
-    parser.add_argument("--lang", default="en", choices=["zh", "en"])
-    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs run at once")
-    parser.add_argument("--out", metavar="DIR", help="results folder (default results/)")
-    parser.add_argument(
-        "--student", action="store_true", help="run the generated student notebook instead of the solution"
-    )
-    parser.add_argument(
-        "--env", metavar="NAME", help="run inside a release-matrix environment made by `rocmlab env create`"
-    )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        metavar="N",
-        help="run each lab N times; a lab that fails any run is recorded as flaky, with every failure",
-    )
-
-
-def main(
-    *,
-    labs=(),
-    profile: str = SMOKE,
-    lang: str = "en",
-    jobs: int = 1,
-    out: str | None = None,
-    student: bool = False,
-    env: str | None = None,
-    repeat: int = 1,
-    root=None,
-) -> int:
-    """Run ``labs`` and print one line per lab; 1 when one failed, 3 when one was skipped and none failed."""
-    from .catalog import discover, select
-    from .root import find_root
-
-    root = find_root(root)
-    chosen = select(discover(root), list(labs))
-    if jobs < 1:
-        raise InputError(f"--jobs: expected a positive number, got {jobs}")
-    if repeat < 1:
-        raise InputError(f"--repeat: expected a positive number, got {repeat}")
-    results = Path(out) if out else root / "results"
-    target = env_target(env, root) if env else local_target()
-    records = run_labs(root, chosen, profile, target, results, jobs=jobs, lang=lang, student=student, repeat=repeat)
-    for record in records:
-        print(_run_line(record))
-        for run in record.repeats:
-            if run["status"] != "passed":
-                print(f"    run {run['run']}: {run['status']} after {run['duration_s']:.1f}s: {run['reason'][:300]}")
-    print(f"records and executed notebooks: {results / target.name}")
-    if any(r.status in ("failed", "timeout", "crashed", "flaky") for r in records):
-        return ExitCode.FAILED
-    return ExitCode.SKIPPED if any(r.status == "skipped" for r in records) else ExitCode.OK
-
-
-def _run_line(record: Record) -> str:
-    warnings = f"{len(record.warnings)} warning(s)"
-    if record.repeats:
-        passed = sum(run["status"] == "passed" for run in record.repeats)
-        rate = f"{passed}/{len(record.repeats)} passed"
-        return f"{record.lab:<28} {record.status:<8} {rate:<14} median {record.duration_s:6.1f}s  {warnings}"
-    detail = f" — {record.reason}" if record.reason else ""
-    return f"{record.lab:<28} {record.status:<8} {record.duration_s:7.1f}s  {warnings}{detail}"

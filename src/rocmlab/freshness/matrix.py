@@ -17,8 +17,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from .catalog import LabError
-from .schemas import validate
+from ..course.catalog import LabError
+from ..schemas import validate
 
 MATRIX_RELATIVE = Path("env") / "matrix.toml"
 STATUSES = ("current", "previous", "eol")
@@ -120,14 +120,14 @@ class Matrix:
 # ---------------------------------------------------------------- locating and loading
 
 
-PACKAGED_MATRIX = Path(__file__).with_name("release_matrix.toml")  # env/matrix.toml, shipped in the package
+PACKAGED_MATRIX = Path(__file__).parents[1] / "release_matrix.toml"  # env/matrix.toml, shipped in the package
 
 
 def find_matrix() -> Path:
     """env/matrix.toml of the course repository (``rocmlab.root.find_root``: $ROCMLAB_ROOT, else the
     working directory); outside one (a student notebook downloaded alone), the copy the package ships."""
-    from .errors import InputError
-    from .root import find_root
+    from ..errors import InputError
+    from ..root import find_root
 
     try:
         return find_root() / MATRIX_RELATIVE

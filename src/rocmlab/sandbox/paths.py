@@ -1,8 +1,8 @@
 """Which paths a sandboxed kernel sees: the folders covered (``split_hidden``) and, below folders
 other users cannot enter (``/root`` holding the interpreter or the model cache), the ways put
 back for the grader user (``closed_ancestor``, ``closed_ways``), and those below the temp folders
-each kernel gets empty (``under_private_temp``). ``rocmlab.sandbox`` plans with them;
-``rocmlab.sandbox_entry`` applies them inside.
+each kernel gets empty (``under_private_temp``). ``rocmlab.sandbox.limits`` plans with them;
+``rocmlab.sandbox.entry`` applies them inside.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def closed_ancestor(path: Path) -> tuple[Path, Path] | None:
 
 
 def interpreter_paths() -> list[Path]:
-    return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parent]
+    return [Path(sys.base_prefix), Path(sys.prefix), Path(__file__).parents[1]]  # the rocmlab package
 
 
 def closed_ways(paths: list[Path]) -> dict[str, list[str]]:

@@ -11,8 +11,8 @@ import subprocess
 import threading
 import time
 
-from .assets.tiny_model import BUILD_LIMIT_S
-from .errors import CommandFailed
+from ..assets.tiny_model import BUILD_LIMIT_S
+from ..errors import CommandFailed
 
 BUILD_TIMEOUT_S = BUILD_LIMIT_S
 
@@ -70,6 +70,6 @@ class CourseModelBuild:
 
 def course_model_ready() -> bool:
     """Whether the cache already holds a valid build of the default course model."""
-    from .assets import tiny_model
+    from ..assets import tiny_model
 
     return tiny_model.read_valid_manifest(tiny_model.model_dir()) is not None

@@ -15,7 +15,7 @@ engine is papermill's nbclient engine with one client class instead of papermill
 - ``store_widget_state`` (nbclient's own option): the grader turns it off, so widget comm
   state never reaches the notebook's metadata; a malformed comm message is ignored;
 - ``ipc_path``: the kernel talks to the client over Unix sockets at this path prefix (a kernel
-  in its own network namespace, ``rocmlab.sandbox``), not over TCP;
+  in its own network namespace, ``rocmlab.sandbox.limits``), not over TCP;
 - ``interrupt_on_timeout`` (nbclient's own option): a cell past its time limit is interrupted and
   the notebook goes on; the cell gets an error output named ``TIMEOUT_ENAME`` that says so;
 - ``harness``: after the last cell, while the kernel still runs, the trusted harness asks it the
@@ -100,7 +100,7 @@ class LimitedNotebookClient(PapermillNotebookClient):
     def papermill_execute_cells(self):
         super().papermill_execute_cells()
         if self.harness:
-            from .harness import run_harness
+            from ..harness import run_harness
             from .results import write_json_atomic
 
             write_json_atomic(Path(self.harness["out"]), run_harness(self.kc, self.km, self.harness))
@@ -255,7 +255,7 @@ class LimitedEngine(NBClientEngine):
         ipc_path = options.pop("ipc_path", None)
         if ipc_path:
             options["config"] = ipc_config(ipc_path)
-        kernel = options.pop("km", None)  # started ahead for this run (rocmlab.execute): this run's alone
+        kernel = options.pop("km", None)  # started ahead for this run (rocmlab.execution.worker): this run's alone
         client = LimitedNotebookClient(
             nb_man,
             km=kernel,

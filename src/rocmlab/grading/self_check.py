@@ -19,15 +19,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .catalog import LANGUAGES, SMOKE, Lab, discover
-from .errors import ExitCode, InputError
-from .grading.cells import grading, mark_unrun_tests, shown_message
-from .grading.preflight import check_model_cache, course_view, model_cache, sandbox_env
-from .grading.submissions import read_notebook, safe_text
-from .notebooks import solution_notebook, write_notebook
-from .papermill_engine import TIMEOUT_ENAME
-from .root import find_root
-from .sandbox import Limits, Sandbox, is_root
+from ..course.catalog import LANGUAGES, SMOKE, Lab, discover
+from ..course.notebooks import solution_notebook, write_notebook
+from ..errors import ExitCode, InputError
+from ..execution.papermill_engine import TIMEOUT_ENAME
+from ..root import find_root
+from ..sandbox.limits import Limits, Sandbox, is_root
+from .cells import grading, mark_unrun_tests, shown_message
+from .preflight import check_model_cache, course_view, model_cache, sandbox_env
+from .submissions import read_notebook, safe_text
 
 DEFAULT_TIMEOUT_S = 1800
 COURSE_CELL_ID = re.compile(r"cell-\d+")  # the ids rocmlab build gives the lab's own cells

@@ -1,12 +1,12 @@
-"""What runs inside the sandbox, before any learner code: ``python -m rocmlab.sandbox_entry``.
+"""What runs inside the sandbox, before any learner code: ``python -m rocmlab.sandbox.entry``.
 
 ``worker POLICY``: the slot's papermill worker, as root in its namespaces (loopback up, hidden
 paths covered, the paths the kernel needs put back). ``kernel POLICY CONNECTION`` (and
 ``kernel-inside`` under bubblewrap): the kernel's own start, which applies the limits, gives it
 private temp folders, drops to the grader user (or, without root or namespaces, restricts itself
 with Landlock) and starts ipykernel in the same process.
-``zygote SOCKET MODULE...``: a slot's kernel fork server (``rocmlab.forkserver``), whose forks
-take the same steps. ``rocmlab.sandbox`` plans and starts these; the policy file it writes is
+A slot's kernel fork server (``python -m rocmlab.sandbox.forkserver``) runs ``kernel_entry`` in
+each fork: the same steps. ``rocmlab.sandbox.limits`` plans and starts these; the policy file it writes is
 all they read.
 """
 
@@ -24,7 +24,7 @@ import struct
 import sys
 from pathlib import Path
 
-from .sandbox_paths import PRIVATE_TEMP, closed_ways, under_private_temp
+from .paths import PRIVATE_TEMP, closed_ways, under_private_temp
 
 # Imported before the learner's code only if the lab imports them: libraries without display or
 # backend side effects at import.
@@ -107,14 +107,14 @@ def drop_privileges(uid: int, gid: int) -> None:
 
 
 def worker_entry(policy: dict) -> int:
-    """``python -m rocmlab.sandbox_entry worker POLICY``: a ``rocmlab.execute`` worker, as root, in the namespaces."""
+    """``python -m rocmlab.sandbox.entry worker POLICY``: a ``rocmlab.execution.worker`` worker, as root, in the namespaces."""
     os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
     if policy["isolate"]:
         bring_loopback_up()
         hide_paths(policy["hide"])
         if policy["uid"] is not None:
             expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
-    from .execute import block_unused_imports, serve
+    from ..execution.worker import block_unused_imports, serve
 
     block_unused_imports()
     return serve()
@@ -208,7 +208,7 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
     if uid is not None:
         drop_privileges(uid, gid)
     if forked:  # the change of user cleared it
-        from .processes import die_with_parent
+        from ..processes import die_with_parent
 
         die_with_parent(signal.SIGKILL)
     if home:
@@ -220,7 +220,7 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
 
 
 def restrict_with_landlock(view: dict, connection_file: str) -> None:
-    """The kernel's own Landlock ruleset (``rocmlab.landlock``): it still reads its connection
+    """The kernel's own Landlock ruleset (``rocmlab.sandbox.landlock``): it still reads its connection
     file, which lives in the run's private folder."""
     from .landlock import Ruleset
 
@@ -229,22 +229,29 @@ def restrict_with_landlock(view: dict, connection_file: str) -> None:
 
 def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:
     """Start this kernel again inside its ``bwrap``, with its connection file (named only now)."""
-    from .sandbox import kernel_argv
-
     argv = kernel_argv(policy, policy_path, connection_file)
     os.execv(argv[0], argv)
     return 1  # not reached
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("worker", "kernel", "kernel-inside", "zygote"):
-        print("usage: python -m rocmlab.sandbox_entry {worker|kernel|zygote} POLICY|SOCKET ...", file=sys.stderr)
-        return 2
-    if argv[0] == "zygote":
-        from .forkserver import serve_forks
+def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:
+    """The kernel's command line (``connection_file`` may be jupyter's ``{connection_file}``): with
+    bubblewrap, ``bwrap`` itself starts ``kernel-inside``, saving a Python start per kernel.
 
-        load_kernel(argv[2:])
-        return serve_forks(argv[1])
+    ``-P``: the kernel starts in the learner's work folder, whose files must not shadow the
+    modules this entry point imports while it still runs with the grader's rights."""
+    entry = [sys.executable, "-P", "-m", "rocmlab.sandbox.entry"]
+    if not policy.get("bwrap"):
+        return [*entry, "kernel", policy_path, connection_file]
+    # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
+    argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
+    return [*argv, *entry, "kernel-inside", policy_path, connection_file]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("worker", "kernel", "kernel-inside"):
+        print("usage: python -m rocmlab.sandbox.entry {worker|kernel} POLICY [CONNECTION]", file=sys.stderr)
+        return 2
     policy = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     if argv[0] == "worker":
         return worker_entry(policy)

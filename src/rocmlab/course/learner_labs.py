@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
 MAX_DEPTH = 3  # a home folder, a course folder, a lab folder
 SKIPPED = (".ipynb_checkpoints", "__pycache__", "node_modules")

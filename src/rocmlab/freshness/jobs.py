@@ -30,10 +30,10 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ..course.catalog import GPU, PROFILE_NAMES, SMOKE, discover
+from ..errors import CommandFailed
 from . import containers
-from .catalog import GPU, PROFILE_NAMES, SMOKE, discover
 from .containers import REPO_MOUNT, RunSpec
-from .errors import CommandFailed
 from .matrix import Entry, MatrixError, read_matrix
 
 DEVICES = (Path("/dev/kfd"), Path("/dev/dri"))  # a ROCm host has both

@@ -1,6 +1,6 @@
 """Limits around untrusted notebook code (grading a class, a learner's self-check).
 
-A run goes through ``rocmlab.execute`` like any other; this module only changes *how* its
+A run goes through ``rocmlab.execution.worker`` like any other; this module only changes *how* its
 worker and kernel are started:
 
 - each parallel job slot has one worker (papermill), reused for the slot's runs; it starts
@@ -8,7 +8,7 @@ worker and kernel are started:
   PID and mount namespaces (``unshare``); inside, loopback is brought up (kernel and worker
   talk over 127.0.0.1), the paths the kernel must not see (solutions, gradebook, other
   submissions) are covered with empty read-only tmpfs mounts; each run asks the worker's
-  papermill engine (``rocmlab.papermill_engine``) to cap each cell's output and to interrupt a
+  papermill engine (``rocmlab.execution.papermill_engine``) to cap each cell's output and to interrupt a
   cell that runs past its limit instead of stopping;
 - the kernel starts through a kernelspec whose command applies the resource limits
   (address space, processes, file size), switches to an unprivileged grader user (one per
@@ -23,18 +23,18 @@ folder, ZMQ's ``ipc`` transport), its own PID, IPC and UTS namespaces, ``--die-w
 the whole file system read-only, private ``/tmp``, ``/var/tmp`` and ``/dev/shm``, the hidden
 paths covered and only the run's work folder writable. As root it still drops to the slot's
 grader user. A class graded as root forks its kernels from one zygote per slot instead, in a
-``bwrap`` of the same view, each fork in its own namespaces (``rocmlab.forkserver``). The
+``bwrap`` of the same view, each fork in its own namespaces (``rocmlab.sandbox.forkserver``). The
 namespace code above is the fallback where bubblewrap is missing.
 
 Without either (no bubblewrap, not root: a grading pod on Kubernetes, whose default seccomp
-profile forbids user namespaces) each kernel restricts itself with Landlock (``rocmlab.landlock``)
+profile forbids user namespaces) each kernel restricts itself with Landlock (``rocmlab.sandbox.landlock``)
 where the Linux kernel has it (ABI 6, Linux 6.12): backend ``"landlock"``, an allow list of what the kernel may read
 (the interpreter, the system folders, the exposed paths) and write (its run's work folder), no
 TCP, no signal to a process outside its sandbox; it keeps the grader's uid. Without any of them
 only the resource limits apply: ``Sandbox.backend`` is ``"none"`` and ``rocmlab grade`` refuses
 to run unless told ``--unsafe``. ``Sandbox.isolation``
 says which guarantees hold, and the grading summary records it. What runs inside, before any
-learner code, is ``rocmlab.sandbox_entry``.
+learner code, is ``rocmlab.sandbox.entry``.
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import bubblewrap, landlock, processes
+from .. import processes
+from ..processes import is_root
+from . import bubblewrap, landlock
 from .bubblewrap import bubblewrap_works
+from .entry import PREIMPORTABLE, kernel_argv
 from .grader_users import UnsafeLockFolder, claim_users, release_users
-from .processes import is_root
-from .sandbox_entry import PREIMPORTABLE
-from .sandbox_paths import (
+from .paths import (
     closed_ancestor,
     interpreter_paths,
     split_hidden,
@@ -62,7 +63,7 @@ from .sandbox_paths import (
 )
 
 if TYPE_CHECKING:
-    from .execute import Worker
+    from ..execution.worker import Worker
 
 KERNEL_NAME = "rocmlab-sandbox"
 # The thread pools a kernel's numerical libraries size from these (OpenMP: torch too; OpenBLAS;
@@ -146,7 +147,7 @@ class Run:
 
     def kernel_spec(self):
         """What the worker needs to start this run's kernel ahead of its notebook."""
-        from .execute import Spec
+        from ..execution.worker import Spec
 
         return Spec(
             input="",
@@ -166,7 +167,7 @@ class Run:
         when ``harness`` says which (``rocmlab.harness``); ``(executed or None, outcome)``."""
         import nbformat
 
-        from .execute import Spec
+        from ..execution.worker import Spec
 
         outcome = self.worker.run(
             Spec(
@@ -280,7 +281,7 @@ class Sandbox:
 
     def _new_worker(self, slot: int) -> Worker:
         """The slot's worker: started on its first run, through a launcher in a root-only folder."""
-        from .execute import Worker
+        from ..execution.worker import Worker
 
         folder = self.base / f"slot{slot}"
         folder.mkdir(mode=0o700)
@@ -307,21 +308,21 @@ class Sandbox:
         launcher = folder / "python"
         prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
         launcher.write_text(
-            f"#!/bin/sh\n{prefix}{sys.executable} -m rocmlab.sandbox_entry worker {policy}\n", encoding="utf-8"
+            f"#!/bin/sh\n{prefix}{sys.executable} -m rocmlab.sandbox.entry worker {policy}\n", encoding="utf-8"
         )
         launcher.chmod(0o700)
         return Worker(str(launcher))
 
     def _start_fork_server(self, slot: int):
-        """The slot's zygote (``rocmlab.forkserver``), in a ``bwrap`` with the slot's view: the
+        """The slot's zygote (``rocmlab.sandbox.forkserver``), in a ``bwrap`` with the slot's view: the
         sandbox's folder is there, each kernel covers it again but for its own run."""
-        from .execute import kernel_environment
+        from ..execution.worker import kernel_environment
         from .forkserver import ForkServer
 
         folder = self.base / f"slot{slot}"
         argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
         argv += ["--bind", str(self.base), str(self.base), "--chdir", "/"]
-        argv += [sys.executable, "-P", "-m", "rocmlab.sandbox_entry", "zygote", str(folder / "zygote.sock")]
+        argv += [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver", str(folder / "zygote.sock")]
         env = kernel_environment(f"zygote-{slot}", {**self.threads, **self.env})
         return ForkServer([*argv, *self.preimport], folder / "zygote.sock", env, folder / "zygote.log")
 
@@ -491,17 +492,3 @@ def choose_backend(isolate: bool | None) -> str:
     if namespaces_work():
         return "namespaces"
     return "landlock" if landlock.abi() >= landlock.SANDBOX_ABI else "none"
-
-
-def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[str]:
-    """The kernel's command line (``connection_file`` may be jupyter's ``{connection_file}``): with
-    bubblewrap, ``bwrap`` itself starts ``kernel-inside``, saving a Python start per kernel.
-
-    ``-P``: the kernel starts in the learner's work folder, whose files must not shadow the
-    modules this entry point imports while it still runs with the grader's rights."""
-    entry = [sys.executable, "-P", "-m", "rocmlab.sandbox_entry"]
-    if not policy.get("bwrap"):
-        return [*entry, "kernel", policy_path, connection_file]
-    # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
-    argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
-    return [*argv, *entry, "kernel-inside", policy_path, connection_file]

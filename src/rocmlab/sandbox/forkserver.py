@@ -2,7 +2,7 @@
 
 Starting a graded kernel is mostly imports (ipykernel, numpy: about 0.2 s of CPU each time), and a
 class starts one kernel per learner. Where a class is graded as root under bubblewrap, each slot
-has one zygote instead: ``python -m rocmlab.sandbox_entry zygote`` inside a ``bwrap`` with the
+has one zygote instead: ``python -m rocmlab.sandbox.forkserver`` inside a ``bwrap`` with the
 slot's view of the machine (read-only, no network, hidden paths covered). For each kernel the
 slot's worker asks it over a Unix socket in the slot's root-only folder, and the fork:
 
@@ -11,7 +11,7 @@ slot's worker asks it over a Unix socket in the slot's root-only folder, and the
   from the worker ends everything in the kernel's namespace;
 - waits for it, and kills it if the worker that asked for it ends first.
 
-The kernel takes ``rocmlab.sandbox_entry.kernel_entry``'s steps: its own mount namespace with
+The kernel takes ``rocmlab.sandbox.entry.kernel_entry``'s steps: its own mount namespace with
 empty temp folders and the sandbox's folder covered except the run's work and socket folders,
 its own /proc, loopback, the limits, the run's grader user, no_new_privs.
 
@@ -43,8 +43,8 @@ from pathlib import Path
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Integer, Unicode
 
-from .processes import die_with_parent
-from .sandbox_entry import kernel_entry
+from ..processes import die_with_parent
+from .entry import kernel_entry, load_kernel
 
 PROVISIONER_NAME = "rocmlab-fork"
 CONNECT_TIMEOUT_S = 60
@@ -275,3 +275,17 @@ def _reseed() -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m rocmlab.sandbox.forkserver SOCKET MODULE...``: the zygote, with the modules loaded
+    that its kernels will have (``entry.PREIMPORTABLE``), serving forks on ``SOCKET``."""
+    if not argv:
+        print("usage: python -m rocmlab.sandbox.forkserver SOCKET [MODULE...]", file=sys.stderr)
+        return 2
+    load_kernel(argv[1:])
+    return serve_forks(argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

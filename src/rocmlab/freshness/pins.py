@@ -23,16 +23,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from .matrix import STALE_SOURCE_DAYS, Entry
-from .upstream import (
-    ACCEPT_INDEX,
-    DOCKER_TAG,
-    PYPI_RELEASE,
-    NetworkError,
-    SourceError,
-    http_get,
-    project_url,
-    versions_on_index,
-)
+from .upstream import ACCEPT_INDEX, DOCKER_TAG, PYPI_RELEASE, NetworkError, http_get, project_url
+from .upstream_pages import SourceError, versions_on_index
 
 OK, MISSING, MOVED, UNREACHABLE = "ok", "missing", "moved", "unreachable"
 

@@ -15,14 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import render_lab
-from .catalog import SMOKE, Lab
-from .errors import ExitCode
-from .execute import Outcome, parallel_map
-from .grading.cells import cell_points
-from .harness import lab_checks
-from .notebooks import solution_notebook
-from .run import Target, run_lab
+from ..course.catalog import SMOKE, Lab
+from ..course.notebooks import solution_notebook
+from ..errors import ExitCode
+from ..execution.run import Target, run_lab
+from ..execution.worker import Outcome, parallel_map
+from ..grading.cells import cell_points
+from ..harness import lab_checks
+from .assignments import render_lab
 
 
 @dataclass
@@ -114,7 +114,7 @@ def verify_labs(
 
 def verify_command(root: Path, labs: list[Lab], out: Path, jobs: int) -> int:
     """``rocmlab build --verify``: print each graded test's verdict; exit 1 when a lab fails."""
-    from .run import local_target
+    from ..execution.run import local_target
 
     results = verify_labs(root, labs, local_target(), out, jobs=jobs, progress=lambda msg: print(msg, file=sys.stderr))
     for result in results:

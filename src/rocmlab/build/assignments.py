@@ -19,11 +19,11 @@ from pathlib import Path
 
 import nbformat
 
-from .catalog import HIDDEN_DATA, LANGUAGES, Lab
-from .errors import LabError
-from .grading.nbgrader_compat import nbgrader_config, nbgrader_tools
-from .notebooks import solution_notebook, write_notebook  # noqa: F401 (solution_notebook: hub.spawner imports it here)
-from .source import MARKERS, for_language, read_notebook
+from ..course.catalog import HIDDEN_DATA, LANGUAGES, Lab
+from ..course.notebooks import write_notebook
+from ..course.source import MARKERS, for_language, read_notebook
+from ..errors import LabError
+from ..grading.nbgrader_compat import nbgrader_config, nbgrader_tools
 
 LEAK_MARKERS = tuple(marker.removeprefix("### ") for pair in MARKERS.values() for marker in pair)  # however commented
 

@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ExitCode, InputError, LabError
+from ..errors import ExitCode, InputError, LabError
+from ..root import find_root
+from ..schemas import read_toml, validate
 from .learner_labs import find_notebooks, no_notebooks_error, select_notebooks
-from .root import find_root
-from .schemas import read_toml, validate
 
 SMOKE, GPU, MULTI_GPU = "smoke", "gpu", "multi-gpu"
 PROFILE_NAMES = (SMOKE, GPU, MULTI_GPU)  # the profiles schemas/lab.schema.json allows, in this order

@@ -1,6 +1,6 @@
 """Execute notebooks with papermill, in a worker process we can always clean up.
 
-A ``Worker`` is a ``python -m rocmlab.execute --serve`` process in its own session that runs
+A ``Worker`` is a ``python -m rocmlab.execution.worker --serve`` process in its own session that runs
 notebooks one after another: for each it reads a request naming the spec, runs papermill,
 writes an outcome file and ends what the run left behind. It is a child subreaper, so orphans
 of the kernel re-parent to it. The parent enforces the whole-lab timeout; on a timeout or a
@@ -26,9 +26,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import processes
-from .deprecations import find_deprecations
-from .harness import read_results
+from .. import processes
+from ..deprecations import find_deprecations
+from ..harness import read_results
 from .results import write_json_atomic
 from .schedule import run_by_need
 
@@ -55,7 +55,7 @@ class Spec:
     python: str = sys.executable
     kernel_name: str = "python3"
     extra_env: dict = field(default_factory=dict)
-    engine_options: dict = field(default_factory=dict)  # LimitedNotebookClient's (rocmlab.papermill_engine)
+    engine_options: dict = field(default_factory=dict)  # LimitedNotebookClient's (rocmlab.execution.papermill_engine)
 
 
 @dataclass
@@ -120,7 +120,7 @@ class Worker:
             _LIVE.add(self)
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [self.python, "-P", "-m", "rocmlab.execute", "--serve"],
+            [self.python, "-P", "-m", "rocmlab.execution.worker", "--serve"],
             env=kernel_environment(self.tag, {}),
             start_new_session=True,
             stdin=subprocess.PIPE,
@@ -449,6 +449,8 @@ def serve() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--serve"]:
-        sys.exit("usage: python -m rocmlab.execute --serve (requests on stdin; see rocmlab.execute.Worker)")
+        sys.exit(
+            "usage: python -m rocmlab.execution.worker --serve (requests on stdin; see rocmlab.execution.worker.Worker)"
+        )
     block_unused_imports()
     sys.exit(serve())

@@ -25,12 +25,13 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from . import containers, jobs, processes
-from .catalog import GPU, PROFILE_NAMES
+from .. import processes
+from ..course.catalog import GPU, PROFILE_NAMES
+from ..errors import CommandFailed, ExitCode, InputError
+from ..root import find_root
+from . import containers, jobs
 from .containers import CONTAINER_VARIABLE, DOCKER_RUN
-from .errors import CommandFailed, ExitCode, InputError
 from .matrix import MATRIX_RELATIVE, Entry, Matrix, read_matrix
-from .root import find_root
 
 ENVS_DIR = ".envs"
 INSTALLED_EXTRA = "labs"

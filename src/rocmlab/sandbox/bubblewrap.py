@@ -1,5 +1,5 @@
 """bubblewrap (``bwrap``) command lines for the grading sandbox: what a kernel sees of this
-machine, and one run's folders in that view. ``rocmlab.sandbox`` decides who gets which."""
+machine, and one run's folders in that view. ``rocmlab.sandbox.limits`` decides who gets which."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from .processes import is_root, succeeds
-from .sandbox_paths import PRIVATE_TEMP, closed_ways, is_under, under_private_temp
+from ..processes import is_root, succeeds
+from .paths import PRIVATE_TEMP, closed_ways, is_under, under_private_temp
 
 
 def bubblewrap_works() -> bool:

@@ -1,4 +1,4 @@
-"""From upstream's answers to changes of env/matrix.toml: new entries, updates, the PR body.
+"""From upstream's answers to changes of env/matrix.toml: new entries, updates, what is reported.
 
 Rules: the newest ROCm series newer than the matrix becomes a proposed entry, once one of its
 channels (TheRock's indexes, rocm/pytorch images, PyTorch's rocmX.Y index) has a torch build for
@@ -8,7 +8,7 @@ channel (its AMD index, its PyTorch rocmX.Y index, or rocm/pytorch tags of its R
 nothing is proposed for ``eol`` entries. A package listed in a CPU entry's ``held`` is reported,
 not bumped; so is a release that crosses a cap in pyproject.toml (``transformers<6``), with the
 newest release below the cap proposed instead. A pinned release that PyPI has yanked is reported.
-``apply`` edits the matrix file with tomlkit: real tables are found by name, comments and layout stay.
+``pull_request`` turns the findings into the PR: its body and the edited matrix file.
 """
 
 from __future__ import annotations
@@ -18,23 +18,13 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import tomli_w
-import tomlkit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .matrix import Entry, MatrixError, canonical, era_of, parse_matrix, series
-from .upstream import (
-    DOCKER_TAGS,
-    THEROCK_INDEXES,
-    THEROCK_RELEASES,
-    ImageTag,
-    RocmRelease,
-    Upstream,
-    WheelBuild,
-    pytorch_index,
-)
+from .matrix import Entry, canonical, era_of, series
+from .upstream import DOCKER_TAGS, THEROCK_INDEXES, THEROCK_RELEASES, Upstream, pytorch_index
+from .upstream_pages import ImageTag, RocmRelease, WheelBuild
 
 
 @dataclass(frozen=True)
@@ -432,182 +422,3 @@ def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings, caps
         findings.updates.append(
             Update(current.name, f"pin:{package}", pinned, target, url, f"{package} {target} on PyPI ({when})")
         )
-
-
-# ---------------------------------------------------------------- the body
-
-
-def render_entries_toml(proposals: list[dict]) -> str:
-    """Proposed [[rocm]] tables in the matrix file's own style: one line per field, inline tables."""
-    return "\n".join(_render_entry(p) for p in proposals)
-
-
-def _render_entry(proposal: dict) -> str:
-    lines = ["[[rocm]]"]
-    for key, value in proposal.items():
-        if key == "sources":
-            lines += ["sources = ["] + [f"  {_toml_value(s)}," for s in value] + ["]"]
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return tomli_w.dumps({"v": value}).split(" = ", 1)[1].strip()
-
-
-def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str:
-    """A ready PR / issue body (Markdown)."""
-    lines = ["## Upstream releases newer than the rocmlab matrix", ""]
-    if findings.failures:
-        lines += [
-            "**Partial check**: these sources could not be read, so this is not a complete answer:",
-            "",
-            *[f"- {f}" for f in findings.failures],
-            "",
-        ]
-    elif not findings.anything:
-        lines += ["Nothing newer than the matrix was found.", ""]
-    if findings.new_entries:
-        lines += [f"### Entries to add to `{matrix_path}`", "", "```toml"]
-        lines += [render_entries_toml(findings.new_entries).rstrip(), "```", ""]
-    if findings.updates:
-        lines += ["### Updates to existing entries", ""]
-        lines += [
-            f"- {u.entry}: {u.field} {u.old} -> {u.new} ({u.fact}" + (f"; {u.url})" if u.url else ")")
-            for u in findings.updates
-        ]
-        lines.append("")
-    if findings.yanked:
-        lines += ["### Pinned releases yanked on PyPI", ""]
-        lines += [f"- {y.entry}: {y.package}=={y.version} is yanked ({y.reason}; {y.url})" for y in findings.yanked]
-        lines.append("")
-    if findings.pending:
-        lines += ["### Released, waiting for a PyTorch build", "", *[f"- {p}" for p in findings.pending], ""]
-    if findings.held:
-        lines += ["### Held back", "", *[f"- {h}" for h in findings.held], ""]
-    if findings.notices:
-        lines += ["### Also seen", "", *[f"- {n}" for n in findings.notices], ""]
-    if findings.unparsed:
-        lines += ["### Not understood (reported, not skipped)", "", *[f"- {u}" for u in findings.unparsed], ""]
-    if findings.changed_entries:
-        lines += [
-            "### Freshness runs",
-            "",
-            f"The labs run again on the changed entries: {', '.join(findings.changed_entries)} "
-            "(ROCm entries on a GPU runner, CPU entries on GitHub's runners).",
-            "",
-        ]
-    lines += [
-        "### Checklist",
-        "",
-        "- [ ] every fact listed in `unverified` checked against its primary source, then removed from the list",
-        "- [ ] `rocmlab env dockerfiles` run and env/docker/ committed",
-        "- [ ] freshness run of the changed entries passed; `rocmlab report --stamp` committed",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- editing env/matrix.toml in place
-
-SCALAR_FIELDS = ("rocm", "released", "pytorch", "status")
-FACTS_OF = {
-    "rocm": ["rocm"],
-    "released": ["released"],
-    "pytorch": ["pytorch"],
-    "requirement": ["install"],
-    "image": ["install"],
-}
-
-
-def apply(path: Path, findings: Findings, today: dt.date | None = None) -> list[str]:
-    """Write the findings into the matrix file; returns what changed.
-
-    The file is edited with tomlkit, so its comments, order and layout stay, and an entry is found
-    among the real [[rocm]] / [[cpu]] tables by its name (a ``[[rocm]]`` in a comment is text). New
-    entries go in front of the first [[rocm]] table. The facts an update's source states are taken out
-    of ``unverified``. The result is validated; an invalid result is not written.
-    """
-    today = today or dt.date.today()
-    path = Path(path)
-    original = path.read_text(encoding="utf-8")
-    try:
-        doc = tomlkit.parse(original)
-    except tomlkit.exceptions.ParseError as err:
-        raise MatrixError(f"{path}: not valid TOML: {err}") from None
-    changes = []
-    by_source: dict[tuple[str, str], tuple[list[str], str]] = {}
-    for update in findings.updates:
-        _apply_update(doc, update)
-        changes.append(f"{update.entry}: {update.field} {update.old} -> {update.new}")
-        if update.url:
-            facts = ["pins"] if update.field.startswith("pin:") else FACTS_OF.get(update.field, [])
-            known, fact = by_source.setdefault((update.entry, update.url), ([], update.fact))
-            known += [f for f in facts if f not in known]
-    for (name, url), (facts, fact) in by_source.items():
-        _add_source(_table(doc, name), {"url": url, "seen": today, "facts": facts, "fact": fact})
-    for proposal in findings.new_entries:
-        block = tomlkit.parse(_render_entry(proposal) + "\n")["rocm"][0]
-        if "rocm" in doc:
-            doc["rocm"].insert(0, block)
-        else:
-            doc["rocm"] = tomlkit.aot()
-            doc["rocm"].append(block)
-        changes.append(f"{proposal['name']}: new entry (ROCm {proposal['rocm']}, PyTorch {proposal['pytorch']})")
-    text = tomlkit.dumps(doc)
-    try:
-        parse_matrix(text, path)
-    except MatrixError as err:
-        raise MatrixError(f"the proposed edit of {path} would not be valid: {err}") from None
-    path.write_text(text, encoding="utf-8")
-    return changes
-
-
-def _table(doc, name: str):
-    for kind in ("rocm", "cpu", "canary"):
-        for table in doc.get(kind, []):
-            if table.get("name") == name:
-                return table
-    raise MatrixError(f"no entry named {name!r} to update")
-
-
-def _apply_update(doc, update: Update) -> None:
-    table = _table(doc, update.entry)
-    if update.field in SCALAR_FIELDS:
-        table[update.field] = dt.date.fromisoformat(update.new) if update.field == "released" else update.new
-    elif update.field == "requirement":
-        table["install"]["requirement"] = update.new
-    elif update.field == "image":
-        table["install"]["image"] = update.new
-        if "digest" in table["install"]:  # the digest was of the old tag: verify-pins records the new one
-            del table["install"]["digest"]
-    elif update.field.startswith("pin:"):
-        package = update.field.split(":", 1)[1]
-        pins = table["pins"]
-        index = next(
-            (i for i, pin in enumerate(pins) if canonical(Requirement(str(pin)).name) == canonical(package)), None
-        )
-        if index is None:
-            raise MatrixError(f"{update.entry}: no pin of {package} to update")
-        pins[index] = f"{Requirement(str(pins[index])).name}=={update.new}"
-    else:
-        raise MatrixError(f"{update.entry}: cannot apply an update of {update.field!r}")
-
-
-def _add_source(table, source: dict) -> None:
-    """Put the source first in the entry's ``sources`` and take the facts it states out of ``unverified``."""
-    inline = tomlkit.parse(f"s = {_toml_value(source)}\n")["s"]
-    table["sources"].insert(0, inline)
-    if "unverified" in table:
-        left = [f for f in table["unverified"] if f not in source["facts"]]
-        if left:
-            table["unverified"] = tomlkit.parse(f"u = {_toml_value(left)}\n")["u"]
-        else:
-            del table["unverified"]

@@ -1,8 +1,8 @@
 """The README's table of labs, generated from each lab's ``lab.toml`` so that adding a lab
 touches only its own folder.
 
-    python -m rocmlab.lab_table README.md          # rewrite the table between the markers
-    python -m rocmlab.lab_table --check README.md  # exit 1 when the table is not in step
+    python -m rocmlab.course.lab_table README.md          # rewrite the table between the markers
+    python -m rocmlab.course.lab_table --check README.md  # exit 1 when the table is not in step
 
 One row per lab under ``solutions/``: its id, its Chinese title and its ``summary`` (what the
 learner builds).
@@ -14,10 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import LabError
+from ..markdown_table import cell, splice
+from ..root import find_root
 from .catalog import Lab, discover
-from .errors import LabError
-from .markdown_table import cell, splice
-from .root import find_root
 
 START, END = "<!-- labs:start -->", "<!-- labs:end -->"
 
@@ -39,7 +39,7 @@ def stamped(readme_text: str, labs: list[Lab], readme: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = argparse.ArgumentParser(prog="python -m rocmlab.lab_table", description=__doc__.splitlines()[0])
+    options = argparse.ArgumentParser(prog="python -m rocmlab.course.lab_table", description=__doc__.splitlines()[0])
     options.add_argument("readme", type=Path)
     options.add_argument("--check", action="store_true", help="only report whether the table is in step")
     options.add_argument("--root", help="the course repository (default: found from the working directory)")
@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         text = args.readme.read_text(encoding="utf-8")
         new = stamped(text, discover(find_root(args.root)), args.readme)
     except (OSError, LabError) as exc:
-        print(f"python -m rocmlab.lab_table: error: {exc}", file=sys.stderr)
+        print(f"python -m rocmlab.course.lab_table: error: {exc}", file=sys.stderr)
         return 2
     if args.check:
         if new != text:
-            print(f"{args.readme}: the lab table is not in step: run python -m rocmlab.lab_table {args.readme}")
+            print(f"{args.readme}: the lab table is not in step: run python -m rocmlab.course.lab_table {args.readme}")
             return 1
         return 0
     if new != text:

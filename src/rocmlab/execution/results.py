@@ -19,8 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TypedDict
 
-from .errors import InputError
-from .schemas import validate
+from ..errors import InputError
+from ..schemas import validate
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "timeout", "crashed", "skipped", "flaky")
@@ -261,7 +261,7 @@ def freeze_hash(lines: list[str]) -> str:
 
 
 def _rocm(torch_version: str | None, hip: str | None) -> dict:
-    from .probes import LiveMachine, rocm_versions
+    from ..probes import LiveMachine, rocm_versions
 
     found = rocm_versions(LiveMachine(), {"version": torch_version, "hip": hip})
     version, source = found.best
@@ -289,5 +289,5 @@ def fingerprint() -> dict:
 
 
 if __name__ == "__main__":
-    # `python -m rocmlab.results` prints the fingerprint of the interpreter it runs in.
+    # `python -m rocmlab.execution.results` prints the fingerprint of the interpreter it runs in.
     print(json.dumps(fingerprint(), ensure_ascii=False))

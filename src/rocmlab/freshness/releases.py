@@ -2,7 +2,8 @@
 
 The work lives in one module per job: ``matrix`` (env/matrix.toml and its schema),
 ``upstream`` (what TheRock, the wheel indexes, Docker Hub and PyPI have published),
-``proposals`` (what to change in the matrix, and the PR body) and ``pins`` (pin liveness).
+``proposals`` (what to change in the matrix), ``pull_request`` (the PR body and the edited
+matrix file) and ``pins`` (pin liveness).
 This module is the command and keeps the names other modules import from it.
 """
 
@@ -14,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from . import pins, proposals, upstream
+from ..root import find_root
+from . import pins, proposals, pull_request, upstream
 from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ import them from here)
     MATRIX_RELATIVE,
     STATUSES,
@@ -33,9 +35,10 @@ from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ impo
     runner_labels,
     sort_newest_first,
 )
-from .proposals import Findings, compare, render_body, render_entries_toml  # noqa: F401
-from .root import find_root
-from .upstream import NetworkError, Recorded, SourceError, Upstream, gather  # noqa: F401
+from .proposals import Findings, compare  # noqa: F401
+from .pull_request import render_body, render_entries_toml  # noqa: F401
+from .upstream import NetworkError, Recorded, Upstream, gather  # noqa: F401
+from .upstream_pages import SourceError  # noqa: F401
 
 EXIT_UP_TO_DATE = 0
 EXIT_UPDATES = 10
@@ -137,7 +140,7 @@ def check(
     if body_out:
         Path(body_out).write_text(body, encoding="utf-8")
     if apply and findings.anything:
-        for change in proposals.apply(matrix.path, findings, today=today):
+        for change in pull_request.apply(matrix.path, findings, today=today):
             print(f"applied: {change}", file=sys.stderr)
     if as_json:
         print(json.dumps(findings.as_json(), indent=2, default=str))
