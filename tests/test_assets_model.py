@@ -22,7 +22,9 @@ LORA_LR = 5e-3
 # The tests of the build machinery (seeding, cache, lock, repair) build a one-layer model on batches
 # of 2: what they check does not depend on the model's size, and such a build costs a tenth of the
 # real recipe's. The real recipe's shape is built once per run (conftest) and rebuilt once, below.
-SMALL_SHAPE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+SMALL_SHAPE = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+)
 SMALL_BATCH = 2
 
 
