@@ -152,7 +152,10 @@ def demo_hub_options(tmp_path):
 def _quick_model_cache(tmp_path_factory):
     from rocmlab.assets import tiny_model
 
-    cache = tmp_path_factory.mktemp("quick-model-cache")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers of one run share one build (under its file lock)
+        root = root.parent
+    cache = root / "quick-model-cache"
     tiny_model.ensure_tiny_model(cache, steps=1, evaluate=False, log=None)
     return cache
 
@@ -166,3 +169,15 @@ def quick_tiny_model(_quick_model_cache, monkeypatch):
     monkeypatch.setenv("ROCMLAB_CACHE", str(_quick_model_cache))
     monkeypatch.setattr(tiny_model, "DEFAULT_STEPS", 1)
     return _quick_model_cache
+
+
+@pytest.fixture
+def alembic_head_in_process(monkeypatch):
+    """nbgrader asks an ``alembic heads`` subprocess (a second of CPU) for the schema head of every
+    new gradebook: read it in process, as rocmlab's grading does (tests/test_nbgrader_compat.py
+    checks both give the same head). For tests of what runs around nbgrader, not of that lookup."""
+    import nbgrader.api
+
+    from rocmlab.grading import nbgrader_compat
+
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version", nbgrader_compat._alembic_head)

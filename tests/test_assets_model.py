@@ -5,6 +5,7 @@ recipe and the LoRA fine-tuning check are slow tests.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -18,16 +19,33 @@ LORA_STEPS = 120  # batch 8, lr decayed linearly to 0; measured: 0/20 valid befo
 LORA_LR = 5e-3
 
 
+# The tests of the build machinery (seeding, cache, lock, repair) build a one-layer model on batches
+# of 2: what they check does not depend on the model's size, and such a build costs a tenth of the
+# real recipe's. The real recipe's shape is built once per run (conftest) and rebuilt once, below.
+SMALL_SHAPE = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+)
+SMALL_BATCH = 2
+
+
+@pytest.fixture
+def small_recipe(monkeypatch):
+    for key, value in SMALL_SHAPE.items():
+        monkeypatch.setitem(tiny_model.MODEL_SHAPE, key, value)
+    monkeypatch.setattr(tiny_model, "BATCH_SIZE", SMALL_BATCH)
+
+
 @pytest.fixture(scope="module")
 def quick_build(_quick_model_cache):
     path = tiny_model.ensure_tiny_model(_quick_model_cache, **QUICK)  # conftest built it: this finds it
     return _quick_model_cache, path, tiny_model.read_valid_manifest(path)
 
 
-def test_same_seed_same_weights_other_seed_differs(quick_build, tmp_path):
-    _, _, first = quick_build
+def test_same_seed_same_weights_other_seed_differs(small_recipe, tmp_path):
+    first = tiny_model.read_valid_manifest(tiny_model.ensure_tiny_model(tmp_path / "first", **QUICK))
     again = tiny_model.ensure_tiny_model(tmp_path / "a", **QUICK)
     other = tiny_model.ensure_tiny_model(tmp_path / "b", seed=1, **QUICK)
+    assert first["parameters"] < 1_000_000  # the small recipe, not the course's
     assert tiny_model.read_valid_manifest(again)["weights_sha256"] == first["weights_sha256"]
     assert tiny_model.read_valid_manifest(other)["weights_sha256"] != first["weights_sha256"]
 
@@ -70,29 +88,40 @@ def test_checkpoint_is_a_small_qwen2_with_the_chat_template(quick_build):
     assert tokenizer.convert_ids_to_tokens(tokenizer("<|im_start|>").input_ids) == ["<|im_start|>"]
 
 
-def test_truncated_or_partial_cache_is_rebuilt(quick_build, tmp_path):
-    _, _, original = quick_build
-    path = tiny_model.ensure_tiny_model(tmp_path, **QUICK)
+def test_truncated_cache_is_rebuilt_to_the_same_weights(quick_build, tmp_path):
+    """The course recipe's shape: the repair rebuilds, in this process, the weights conftest built."""
+    _, built, original = quick_build
+    path = tiny_model.model_dir(tmp_path, steps=QUICK["steps"])
+    shutil.copytree(built, path)
+    assert tiny_model.ensure_tiny_model(tmp_path, **QUICK) == path and tiny_model.read_valid_manifest(path)
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     assert tiny_model.read_valid_manifest(path) is None
     repaired = tiny_model.ensure_tiny_model(tmp_path, **QUICK)
     assert repaired == path
     assert tiny_model.read_valid_manifest(path)["weights_sha256"] == original["weights_sha256"]
+    assert not list(path.parent.glob("*.building-*"))
 
+
+def test_partial_cache_is_rebuilt(small_recipe, tmp_path):
+    path = tiny_model.ensure_tiny_model(tmp_path, **QUICK)
+    original = tiny_model.read_valid_manifest(path)
     (path / tiny_model.MANIFEST).unlink()  # an interrupted build: files but no manifest
-    tiny_model.ensure_tiny_model(tmp_path, **QUICK)
+    assert tiny_model.read_valid_manifest(path) is None
+    assert tiny_model.ensure_tiny_model(tmp_path, **QUICK) == path
     assert tiny_model.read_valid_manifest(path)["weights_sha256"] == original["weights_sha256"]
     assert not list(path.parent.glob("*.building-*"))
 
 
-BUILD_SCRIPT = """
+BUILD_SCRIPT = f"""
 import json, os, sys
 from rocmlab.assets import tiny_model
+tiny_model.MODEL_SHAPE.update({SMALL_SHAPE!r})
+tiny_model.BATCH_SIZE = {SMALL_BATCH}
 path = tiny_model.ensure_tiny_model(sys.argv[1], steps=1, evaluate=False, log=None)
 manifest = tiny_model.read_valid_manifest(path)
-print(json.dumps({"pid": os.getpid(), "built_by": manifest["built_by_pid"],
-                  "sha": manifest["weights_sha256"], "path": str(path)}))
+print(json.dumps({{"pid": os.getpid(), "built_by": manifest["built_by_pid"],
+                  "sha": manifest["weights_sha256"], "path": str(path)}}))
 """
 
 

@@ -327,7 +327,7 @@ needs_root_and_nobody = pytest.mark.skipif(
 
 
 @needs_root_and_nobody
-def test_collect_refuses_a_learners_folder_another_account_owns(tmp_path, monkeypatch, caplog):
+def test_collect_refuses_a_learners_folder_another_account_owns(tmp_path, monkeypatch, caplog, alembic_head_in_process):
     import pwd
 
     from nbgrader.coursedir import CourseDirectory

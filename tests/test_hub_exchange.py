@@ -21,6 +21,7 @@ import pytest
 from rocmlab.hub import exchange
 
 STAMP = "2026-01-0{day} 00:00:00.000000 UTC"
+pytestmark = pytest.mark.usefixtures("alembic_head_in_process")  # each collect opens a new gradebook
 
 
 def me() -> str:

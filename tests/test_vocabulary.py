@@ -4,6 +4,7 @@ only catalog reads a lab.toml."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from rocmlab.course.catalog import PROFILE_NAMES
@@ -17,9 +18,13 @@ MARKER_TEXT = {marker for pair in MARKERS.values() for marker in pair}
 PROFILE_LISTS_ALLOWED = {"hub/labs.py"}
 
 
-def modules():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+@functools.cache
+def modules() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of the package, parsed once for the tests of this file (they only read the trees)."""
+    return tuple(
+        (path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    )
 
 
 def strings(node: ast.AST) -> list[str]:
