@@ -24,11 +24,17 @@ help:
 	@echo "make lint       ruff check, ruff format --check, and the import layers of docs/architecture.md (import-linter)"
 	@echo "make build | check | verify | report | bench | clean"
 
+# jsonschema compiles rfc3987-syntax's grammar when it is imported: about 2 s of CPU in every
+# process that imports nbformat (each rocmlab command, notebook worker and grading slot).
+# jupyter-events' extra brings it in, for an IRI format check nothing here uses.
+DROP_SLOW_IMPORTS = $(PY) -m pip uninstall --quiet --yes rfc3987-syntax
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[labs,cpu-kernels,hub,dev]"
+	$(DROP_SLOW_IMPORTS)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -38,6 +44,7 @@ SITE      ?= _site
 SITE_STAMP := $(VENV)/.rocmlab-site-installed
 $(SITE_STAMP): pyproject.toml | $(STAMP)
 	$(PY) -m pip install --quiet -e ".[site]"
+	$(DROP_SLOW_IMPORTS)
 	touch $(SITE_STAMP)
 
 site: $(SITE_STAMP)
