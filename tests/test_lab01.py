@@ -225,6 +225,20 @@ def test_fp8_peaks_are_dense_or_halved_and_match_the_cu_arithmetic():
     assert any("5033.2 TFLOPS" in row for row in datasheets.markdown_table().splitlines())
 
 
+def test_memory_is_counted_in_binary_units():
+    """Vendors print "192 GB"; ROCm's GPU table says 192 GiB and an MI300X reports 205,822,885,888 bytes."""
+    assert datasheets.by_key("MI300X").memory_bytes == 192 * 2**30 > 205_822_885_888
+    assert datasheets.by_key("H200 SXM").memory_bytes == 141 * 2**30
+    assert all(" GiB |" in row for row in datasheets.markdown_table().splitlines()[2:])
+
+
+def test_derived_fp8_peaks_say_so():
+    for gpu in datasheets.TABLE:
+        assert (gpu.fp8_basis is not None) == (gpu.arch == "gfx950"), gpu.key
+    rows = [row for row in datasheets.markdown_table().splitlines() if row.startswith("| MI35")]
+    assert len(rows) == 2 and all("(derived:" in row for row in rows)
+
+
 def test_for_device_on_cpu_has_no_row():
     import torch
 

@@ -201,6 +201,26 @@ def test_ocp_to_fnuz_keeps_every_value_and_leaves_the_input_alone(ns):
     assert q_fnuz.view(torch.uint8)[0x80] == 0 and not torch.isnan(after[0x80])
 
 
+def test_fnuz_to_ocp_keeps_240_and_rounds_only_below_2_to_the_minus_6(ns):
+    w = torch.randn(64, 48, generator=torch.Generator().manual_seed(5))
+    q, scale = ns["quantize_fp8"](w, torch.float8_e4m3fnuz, granularity="channel")
+    assert (q.float().abs().amax(dim=1) == 240).all(), "amax scaling puts ±240 (0x7F / 0xFF) in every row"
+    assert torch.isnan(q.view(torch.float8_e4m3fn).float()).any(dim=1).all(), "reinterpreted, every row has a NaN"
+    before = q.view(torch.uint8).clone()
+    q_fn, scale_fn = ns["fnuz_to_ocp"](q, scale)
+    assert (
+        q_fn.dtype == torch.float8_e4m3fn and torch.equal(scale_fn, scale) and torch.equal(q.view(torch.uint8), before)
+    )
+    kept = q.float().abs() >= 2.0**-6
+    assert torch.equal(q_fn.float()[kept], q.float()[kept])
+    assert ((q_fn.float() - q.float()).abs() <= 2.0**-10).all()
+    every_byte = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fnuz)
+    converted = ns["fnuz_to_ocp"](every_byte, torch.tensor(1.0))[0].float()
+    assert torch.isnan(converted[0x80]) and converted[0x7F] == 240 and converted[0xFF] == -240
+    with pytest.raises(ValueError):
+        ns["fnuz_to_ocp"](torch.ones(2).to(torch.float8_e4m3fn), torch.tensor(1.0))
+
+
 # -- exercise 4: MXFP4 ------------------------------------------------------------------------
 
 
@@ -297,6 +317,7 @@ GRADED = [
     "08-fp8bits-1",
     "08-fp8quant-1",
     "08-fnuz-1",
+    "08-ocp-1",
     "08-mxfp4-1",
     "08-int4-1",
     "08-ppl-1",
@@ -338,6 +359,38 @@ def _fnuz_scaled_by_max_ratio(ns):
     def convert(q, scale):
         q_fnuz, _ = ns["ocp_to_fnuz"](q, scale)
         return q_fnuz, scale * 448 / 240
+
+    return convert
+
+
+def _ocp_by_reinterpreting_bits(ns):
+    def convert(q, scale):  # the mirror of ocp_to_fnuz: ±240 (0x7F / 0xFF) become fn NaN, in every row
+        if q.dtype != torch.float8_e4m3fnuz:
+            raise ValueError(q.dtype)
+        return q.view(torch.float8_e4m3fn).clone(), scale / 2
+
+    return convert
+
+
+def _ocp_clamped_to_224(ns):
+    def convert(q, scale):  # no NaN, but every row's maximum comes out as 224 x scale
+        if q.dtype != torch.float8_e4m3fnuz:
+            raise ValueError(q.dtype)
+        raw = q.view(torch.uint8).clone()
+        raw[raw == 0x7F], raw[raw == 0xFF], raw[raw == 0x80] = 0x7E, 0xFE, 0x7F
+        return raw.view(torch.float8_e4m3fn), scale / 2
+
+    return convert
+
+
+def _ocp_rounding_small_values_down(ns):
+    def convert(q, scale):  # values kept from 2^-6 up, but the small ones truncated instead of ties-to-even
+        if q.dtype != torch.float8_e4m3fnuz:
+            raise ValueError(q.dtype)
+        v = q.float()
+        small = v.abs() < 2.0**-6
+        v[small] = torch.trunc(v[small] * 2**9) / 2**9
+        return v.to(torch.float8_e4m3fn), scale.clone()
 
     return convert
 
@@ -405,6 +458,9 @@ MUTANTS = [
     ("08-fp8quant-1", "quantize_fp8", _quantize_without_clamp),
     ("08-fnuz-1", "ocp_to_fnuz", _vllm_style_fnuz),
     ("08-fnuz-1", "ocp_to_fnuz", _fnuz_scaled_by_max_ratio),
+    ("08-ocp-1", "fnuz_to_ocp", _ocp_by_reinterpreting_bits),
+    ("08-ocp-1", "fnuz_to_ocp", _ocp_clamped_to_224),
+    ("08-ocp-1", "fnuz_to_ocp", _ocp_rounding_small_values_down),
     ("08-mxfp4-1", "mxfp4_quantize", _mxfp4_with_float_log2),
     ("08-int4-1", "int4_group_quantize", _int4_without_zero_in_range),
     ("08-ppl-1", "perplexity", _perplexity_mean_of_texts),

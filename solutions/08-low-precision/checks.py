@@ -271,6 +271,89 @@ def fnuz_errors(learner, variant):
         _raises_value_error(learner, "ocp_to_fnuz(torch.ones(n).to(dt), torch.tensor(1.0))", n=n, dt=dtype)
 
 
+# ---------------------------------------------------------------- 3b · FNUZ -> OCP
+
+OCP_EXPR = """(lambda q, s, r: (r[0].view(torch.uint8), r[0].dtype, r[1], q.view(torch.uint8), s))(
+    *(lambda q, s: (q, s, fnuz_to_ocp(q, s)))(torch.tensor(bs, dtype=torch.uint8).reshape(shape).view(torch.float8_e4m3fnuz), scale))"""
+SMALLEST_SHARED = 2.0**-6  # fn and fnuz share every value from here up to fnuz's 240
+
+
+def _ocp(learner, variant):
+    """Every fnuz byte in rows of three: ±240 (0x7F / 0xFF) first, as amax scaling puts in every row, then two
+    of the other 254 bytes, shuffled."""
+    others = [b for b in range(256) if b not in (0x7F, 0xFF)]
+    variant.random.shuffle(others)
+    rows, cols = len(others) // 2, 3
+    order = [b for i in range(rows) for b in (variant.random.choice((0x7F, 0xFF)), *others[2 * i : 2 * i + 2])]
+    scale = (torch.rand(rows, 1, generator=variant.torch()) * 2 + 0.25).float()
+    got = learner.eval(OCP_EXPR, bs=order, shape=[rows, cols], scale=scale)
+    return order, scale, got
+
+
+def _fnuz_values(order):
+    return torch.tensor(order, dtype=torch.uint8).view(torch.float8_e4m3fnuz).float()
+
+
+@check(
+    "08-ocp-1",
+    points=1.5,
+    en="fnuz_to_ocp returns float8_e4m3fn with the scale unchanged, and every value of magnitude 2^-6 or more "
+    "(±240 in every row included) is kept exactly",
+    zh="fnuz_to_ocp 返回 float8_e4m3fn、scale 不变，绝对值不小于 2^-6 的每个值（包括每行的 ±240）完全不变",
+)
+def ocp_values(learner, variant):
+    order, scale, (bits, dtype, new_scale, _, _) = _ocp(learner, variant)
+    assert dtype == torch.float8_e4m3fn, f"dtype {dtype}"
+    _tensor(new_scale, "scale_fn")
+    assert tuple(new_scale.shape) == tuple(scale.shape) and torch.equal(new_scale.float(), scale), "the scale must not change"
+    got = _tensor(bits, "q_fn").flatten().view(torch.float8_e4m3fn).float()
+    want = _fnuz_values(order)
+    for byte, g, w in zip(order, got.tolist(), want.tolist()):
+        if not math.isnan(w) and abs(w) >= SMALLEST_SHARED:
+            assert g == w, f"fnuz 0x{byte:02X} = {w!r} became {g!r}"
+
+
+@check(
+    "08-ocp-1",
+    points=0.5,
+    en="values below 2^-6 round to the nearest fn value, ties to even, and the fnuz NaN (0x80) stays NaN",
+    zh="2^-6 以下的值舍入到最近的 fn 值（平局取偶），fnuz 的 NaN（0x80）仍是 NaN",
+)
+def ocp_small_and_nan(learner, variant):
+    order, _, (bits, _, _, _, _) = _ocp(learner, variant)
+    got = _tensor(bits, "q_fn").flatten().view(torch.float8_e4m3fn).float()
+    want = _fnuz_values(order).to(torch.float8_e4m3fn).float()
+    for byte, g, w in zip(order, got.tolist(), want.tolist()):
+        if math.isnan(w):
+            assert math.isnan(g), f"fnuz 0x{byte:02X} (NaN) became {g!r}"
+        elif abs(w) < SMALLEST_SHARED:
+            assert g == w, f"fnuz 0x{byte:02X} became {g!r}, want {w!r}"
+
+
+@check(
+    "08-ocp-1",
+    points=0.5,
+    en="fnuz_to_ocp leaves the q and scale passed in unmodified",
+    zh="fnuz_to_ocp 不修改传入的 q 与 scale",
+)
+def ocp_inputs(learner, variant):
+    order, scale, (_, _, _, q_after, scale_after) = _ocp(learner, variant)
+    assert _tensor(q_after, "q").flatten().tolist() == order, "the input bytes were modified"
+    assert torch.equal(_tensor(scale_after, "scale"), scale), "the input scale was modified"
+
+
+@check(
+    "08-ocp-1",
+    points=0.5,
+    en="fnuz_to_ocp raises ValueError when q is not float8_e4m3fnuz",
+    zh="q 不是 float8_e4m3fnuz 时 fnuz_to_ocp 应抛出 ValueError",
+)
+def ocp_errors(learner, variant):
+    n = variant.random.randint(2, 9)
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2fnuz, torch.float32):
+        _raises_value_error(learner, "fnuz_to_ocp(torch.ones(n).to(dt), torch.tensor(1.0))", n=n, dt=dtype)
+
+
 # ---------------------------------------------------------------- 4 · MXFP4
 
 

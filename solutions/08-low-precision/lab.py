@@ -22,7 +22,7 @@
 #
 # 1. 手工解码 FP8 字节：`e4m3fn`、`e4m3fnuz`、`e5m2`、`e5m2fnuz`；
 # 2. 带饱和 (saturation) 的逐张量 / 逐通道缩放量化；
-# 3. 在 MI300 上加载 OCP FP8 检查点：重解释比特、修正 scale、处理负零；
+# 3. 在 MI300 上加载 OCP FP8 检查点：重解释比特、修正 scale、处理负零；反方向（fnuz 检查点到 OCP 硬件）要按值重新量化；
 # 4. MXFP4（OCP 微缩放格式）的量化；
 # 5. INT4 仅权重分组量化；
 # 6. 质量与显存：困惑度、JSON 有效率、权重与 KV cache 字节数；
@@ -48,7 +48,8 @@
 #
 # 1. decode FP8 bytes by hand: `e4m3fn`, `e4m3fnuz`, `e5m2`, `e5m2fnuz`;
 # 2. per-tensor and per-channel scaled quantization, with saturation;
-# 3. load an OCP FP8 checkpoint on an MI300: reinterpret the bits, fix the scale, handle negative zero;
+# 3. load an OCP FP8 checkpoint on an MI300: reinterpret the bits, fix the scale, handle negative zero; the other
+#    way round (an fnuz checkpoint on OCP hardware) requantizes by value;
 # 4. quantize to MXFP4 (OCP microscaling);
 # 5. INT4 weight-only group quantization;
 # 6. quality against memory: perplexity, JSON validity, weight and KV-cache bytes;
@@ -597,31 +598,156 @@ for _name, _convert in (("bits + scale x2 (yours)", ocp_to_fnuz), ("bits + scale
 # 只有比特重解释加 scale × 2 并处理 −0 才是精确的。检查点里只要有 0x80（第一行数出了几个），不处理 −0 就会把 NaN
 # 带进 logits；448/240 让每个值差 448/480 ≈ −7%；按值转换毁掉 240 以上的值（每行的最大值一定在 448 附近）：变成
 # NaN，或在会饱和的版本中被截到 240——同样是错的。
-#
-# 反方向（fnuz 检查点拿到 MI355X 或 H100 上）不能只改一个字节。比特原样重解释为 fn、scale 减半时，有三个字节会出错：
-# fnuz 的 0x80（NaN）在 fn 中是 −0；fnuz 的 0x7F / 0xFF（±240，fnuz 的最大值）在 fn 中是 NaN——而按 amax 缩放的量化
-# 正好把每行（逐通道）或整个张量的最大值映射到 ±240，所以**每一行都有这样的字节**。两种正确做法：反量化后重新量化成
-# fn（最稳妥，值会重新舍入）；或者把 0x7F / 0xFF 截到 0x7E / 0xFE（fnuz 的 ±224），并明确说明这些元素因此偏小约 7%。
-# **选择 dtype 要看 gfx 架构**（第 8 节的 `fp8_gemm_dtype`），不要靠试探：
-# PyTorch 只在 gfx942 上把 `_scaled_mm` 当作 fnuz，在 gfx950、gfx1200/1201 上用 OCP
-# （pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`，新版本在 `ScaledBlas.cpp`：`_scaled_mm_allowed_device`、
-# `_scaled_mm_is_fnuz`）。
 
 # %% [markdown] tags=["en"]
 # Only the bit reinterpretation with a doubled scale and the −0 fix is exact. If the checkpoint holds any 0x80
 # (the first line counts them), skipping the −0 fix puts NaN into the logits; 448/240 puts every value off by
 # 448/480 ≈ −7 %; the value cast ruins everything above 240 (every row's maximum sits near 448): NaN, or, in a
 # release that saturates, clipped to 240, which is just as wrong.
+
+# %% [markdown] tags=["zh"]
+# ### 3b · 反方向：fnuz 检查点拿到 MI355X 或 H100 上
 #
-# The other way round (an fnuz checkpoint on an MI355X or an H100) needs more than one byte fixed. Reinterpreting
-# the bits as fn with a halved scale breaks three bytes: fnuz's 0x80 (NaN) is −0 in fn, and fnuz's 0x7F / 0xFF
+# 为 MI300 量化的检查点（`e4m3fnuz`）拿到 OCP 硬件上时，比特重解释不再可行。把字节原样当作 fn、scale 减半，
+# 有三个字节会出错：fnuz 的 0x80（NaN）在 fn 中是 −0；fnuz 的 0x7F / 0xFF（±240，fnuz 的最大值）在 fn 中是 NaN。
+# 而按 amax 缩放的量化正好把每行（逐通道）或整个张量的最大值映射到 ±240，所以**每一行都有这样的字节**。
+# 把它们截到 0x7E / 0xFE 可以避免 NaN，但这些元素会偏小约 7%（fn 的 0x7E 配上减半的 scale 等于 fnuz 的 224）。
+#
+# 这个方向上按**值**转换才是对的，和练习 3 正好相反：fn 的网格包含 fnuz 从 2⁻⁶ 到 240 的每一个值
+# （fn 的最大值是 448，比 240 大；两者尾数都是 3 位），所以 scale **保持不变**、把每个值重新量化成 fn，
+# 2⁻⁶ 以上的值一个都不变。只有 fnuz 最小的一段（2⁻¹⁰ 的奇数倍，比 2⁻⁶ 小）fn 表示不了，按“就近舍入、平局取偶”落到
+# 相邻的 2⁻⁹ 的倍数上——它们比每行最大值小四个数量级以上。
+#
+# 格式的定义：OCP 8-bit Floating Point Specification (OFP8) Revision 1.0（
+# https://github.com/opencomputeproject/FP8 ，E4M3：偏置 7、NaN 为 S.1111.111、最大 448、有 −0）；fnuz 来自 Graphcore/AMD/
+# Qualcomm 的 “8-bit Numerical Formats for Deep Neural Networks”（arXiv:2206.02915，偏置 8、没有 inf 和 −0、NaN 是 0x80、最大 240），
+# ROCm 的数据类型页（https://rocm.docs.amd.com/en/latest/reference/precision-support.html ）写明 FNUZ 变体“没有无穷、没有有符号零，
+# NaN 用负零表示”，HIP 的低精度类型页（https://rocm.docs.amd.com/projects/HIP/en/latest/reference/low_fp_types.html ）列出 gfx942 只支持
+# FNUZ FP8。PyTorch 的 `torch.float8_e4m3fnuz` 与 `torch.float8_e4m3fn` 就是这两种格式（`torch.finfo(...).max` 为 240 与 448）。
+
+# %% [markdown] tags=["zh"]
+# **练习 3b**：`fnuz_to_ocp(q, scale)` 返回 `(q_fn, scale_fn)`。
+#
+# - `q`：`torch.float8_e4m3fnuz` 张量（任意形状），否则抛 `ValueError`；`scale`：float 张量（任意形状）。
+# - `q_fn` 是 `torch.float8_e4m3fn`，形状不变；`scale_fn` 与 `scale` 值相同、形状相同（scale 不变）。
+# - 绝对值不小于 2⁻⁶ 的每个值**完全不变**：`q_fn.float() == q.float()`，包括每行的最大值 ±240。
+# - 更小的值舍入到最近的 fn 值，平局取偶（与 PyTorch 把 float 转成 `float8_e4m3fn` 的舍入相同）；fnuz 的 NaN（0x80）仍是 NaN。
+# - **不得修改**传入的 `q` 与 `scale`。
+
+# %% [markdown] tags=["en"]
+# ### 3b · The other way round: an fnuz checkpoint on an MI355X or an H100
+#
+# A checkpoint quantized for the MI300 (`e4m3fnuz`) cannot go to OCP hardware by reinterpreting bits. Read the
+# bytes as fn with a halved scale and three bytes break: fnuz's 0x80 (NaN) is −0 in fn, and fnuz's 0x7F / 0xFF
 # (±240, the fnuz maximum) are NaN in fn. amax scaling maps the maximum of every row (per channel) or of the
-# tensor to exactly ±240, so **every row holds such a byte**. Two correct ways: dequantize and requantize to fn
-# (safest; the values are rounded again), or clamp 0x7F / 0xFF to 0x7E / 0xFE (±224 in fnuz) and say so, since
-# those elements come out about 7 % small. **Choose the dtype from the gfx arch** (section
-# 8's `fp8_gemm_dtype`), never by trial: PyTorch treats `_scaled_mm` as fnuz only on gfx942 and as OCP on gfx950
-# and gfx1200/1201 (pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`, `ScaledBlas.cpp` in newer releases:
-# `_scaled_mm_allowed_device`, `_scaled_mm_is_fnuz`).
+# tensor to exactly ±240, so **every row holds such a byte**. Clamping them to 0x7E / 0xFE avoids the NaN, but
+# those elements come out about 7 % small (fn's 0x7E with the halved scale is fnuz's 224).
+#
+# In this direction the **value** conversion is right, the opposite of exercise 3: the fn grid holds every fnuz
+# value from 2⁻⁶ to 240 (fn reaches 448, beyond 240, and both have 3 mantissa bits), so keep the scale **as it
+# is** and requantize each value to fn: nothing from 2⁻⁶ up changes. Only fnuz's smallest values (odd multiples
+# of 2⁻¹⁰, below 2⁻⁶) have no fn twin; they round to the nearest multiple of 2⁻⁹, ties to even, and they are
+# more than four orders of magnitude below each row's maximum.
+#
+# Where the formats are defined: the OCP 8-bit Floating Point Specification (OFP8) Revision 1.0
+# (https://github.com/opencomputeproject/FP8; E4M3: bias 7, NaN S.1111.111, maximum 448, with −0); fnuz comes from
+# Graphcore, AMD and Qualcomm's "8-bit Numerical Formats for Deep Neural Networks" (arXiv:2206.02915; bias 8, no inf
+# and no −0, NaN is 0x80, maximum 240). ROCm's data-type page
+# (https://rocm.docs.amd.com/en/latest/reference/precision-support.html) says the FNUZ variant has "no infinity or
+# signed zero (NaN represented as negative zero)", and HIP's low-precision page
+# (https://rocm.docs.amd.com/projects/HIP/en/latest/reference/low_fp_types.html) lists FNUZ FP8 only for gfx942.
+# PyTorch's `torch.float8_e4m3fnuz` and `torch.float8_e4m3fn` are these two formats (`torch.finfo(...).max` is 240
+# and 448).
+
+# %% [markdown] tags=["en"]
+# **Exercise 3b**: `fnuz_to_ocp(q, scale)` returns `(q_fn, scale_fn)`.
+#
+# - `q`: a `torch.float8_e4m3fnuz` tensor (any shape), else `ValueError`; `scale`: a float tensor (any shape).
+# - `q_fn` is `torch.float8_e4m3fn` of the same shape; `scale_fn` has the values and shape of `scale` (the scale
+#   does not change).
+# - Every value of magnitude 2⁻⁶ or more is kept **exactly**: `q_fn.float() == q.float()`, each row's maximum ±240
+#   included.
+# - Smaller values round to the nearest fn value, ties to even (as PyTorch rounds a float cast to
+#   `float8_e4m3fn`); the fnuz NaN (0x80) stays NaN.
+# - **Do not modify** the `q` and `scale` passed in.
+
+# %% tags=["solution"] grade_id="08-ocp-sol-1"
+def fnuz_to_ocp(q, scale):
+    """An e4m3fnuz tensor and its scale, requantized to e4m3fn with the same scale (inputs untouched)."""
+    ### BEGIN SOLUTION
+    if q.dtype != torch.float8_e4m3fnuz:
+        raise ValueError(f"q must be torch.float8_e4m3fnuz, got {q.dtype}")
+    return q.float().to(torch.float8_e4m3fn), scale.clone()
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="08-ocp-1" points=3
+_fz_bytes = torch.tensor([0x7F, 0xFF, 0x7E, 0x38, 0x10, 0x01, 0x03, 0x80], dtype=torch.uint8)
+_oc, _os = fnuz_to_ocp(_fz_bytes.view(torch.float8_e4m3fnuz), torch.tensor([0.5]))
+assert _oc.dtype == torch.float8_e4m3fn, f"结果应为 e4m3fn / the result must be e4m3fn, got {_oc.dtype}"
+assert _os.tolist() == [0.5], f"scale 不变 / the scale stays as it is: got {_os.tolist()}"
+assert _oc.float()[:5].tolist() == [240.0, -240.0, 224.0, 0.5, 2.0**-6], \
+    f"±240 与 2⁻⁶ 以上的值不变 / ±240 and every value from 2⁻⁶ up are kept: {_oc.float()[:5].tolist()}"
+assert _oc.float()[5:7].tolist() == [0.0, 2.0**-8], \
+    f"2⁻¹⁰ → 0、3·2⁻¹⁰ → 2⁻⁸（就近、平局取偶 / nearest, ties to even）: {_oc.float()[5:7].tolist()}"
+assert torch.isnan(_oc.float()[7]), "fnuz 的 NaN（0x80）仍是 NaN / the fnuz NaN (0x80) stays NaN"
+assert _fz_bytes.tolist() == [0x7F, 0xFF, 0x7E, 0x38, 0x10, 0x01, 0x03, 0x80], "不得修改传入的 q / the q passed in must not change"
+try:
+    fnuz_to_ocp(torch.ones(3).to(torch.float8_e4m3fn), torch.tensor(1.0))
+except ValueError:
+    pass
+else:
+    raise AssertionError("q 不是 e4m3fnuz 应抛出 ValueError / q that is not e4m3fnuz must raise ValueError")
+
+# %% [markdown] tags=["zh"]
+# 在课程模型上对照三种做法：把每个投影逐通道量化成 fnuz 当作“MI300 检查点”，再分别用比特重解释加 scale 减半、
+# 同样但把 0x7F / 0xFF 截到 0x7E / 0xFE、以及你的 `fnuz_to_ocp` 转成 fn，数出含 NaN 的行和与检查点的相对误差：
+
+# %% [markdown] tags=["en"]
+# The three ways on the course model: every projection quantized to fnuz per channel is the "MI300 checkpoint";
+# convert it to fn by reinterpreting the bits with a halved scale, the same with 0x7F / 0xFF clamped to 0x7E / 0xFE,
+# and with your `fnuz_to_ocp`, and count the rows that hold a NaN and the error against the checkpoint:
+
+# %%
+def bits_as_fn(q, scale):
+    return q.view(torch.float8_e4m3fn), scale / 2
+
+
+def bits_as_fn_clamped(q, scale):
+    raw = q.view(torch.uint8).clone()
+    raw[raw == 0x7F], raw[raw == 0xFF], raw[raw == 0x80] = 0x7E, 0xFE, 0x7F
+    return raw.view(torch.float8_e4m3fn), scale / 2
+
+
+fnuz_ckpt = {name: quantize_fp8(mod.weight.detach(), torch.float8_e4m3fnuz, granularity="channel")
+             for name, mod in LINEARS.items()}
+fnuz_reference = {name: dequantize_fp8(q, s) for name, (q, s) in fnuz_ckpt.items()}
+for _name, _convert in (("bits + scale / 2", bits_as_fn), ("bits + scale / 2, clamped", bits_as_fn_clamped),
+                        ("requantized, same scale (yours)", fnuz_to_ocp)):
+    _deq = {name: dequantize_fp8(*_convert(q, s)) for name, (q, s) in fnuz_ckpt.items()}
+    _rows = sum(int(torch.isnan(d).any(dim=1).sum()) for d in _deq.values())
+    _err = statistics.fmean(relative_error(fnuz_reference[k], torch.nan_to_num(d)) for k, d in _deq.items())
+    _max_err = max(float((fnuz_reference[k] - torch.nan_to_num(d)).abs().max() / fnuz_reference[k].abs().max())
+                   for k, d in _deq.items())
+    print(f"{_name:32s} rows with NaN: {_rows:5d} of {sum(d.shape[0] for d in _deq.values())}   "
+          f"relative error: {_err:.2e}   worst element / row max: {_max_err:.2e}")
+
+# %% [markdown] tags=["zh"]
+# 只重解释比特时每一行都有 NaN；截断后没有 NaN，但每行最大值偏小约 7%（最差元素一列）；按值重新量化的误差只来自
+# 2⁻⁶ 以下的几个值，相对于行最大值可以忽略。
+# **选择 dtype 要看 gfx 架构**（第 8 节的 `fp8_gemm_dtype`），不要靠试探：
+# PyTorch 只在 gfx942 上把 `_scaled_mm` 当作 fnuz，在 gfx950、gfx1200/1201 上用 OCP
+# （pytorch/pytorch `aten/src/ATen/native/cuda/Blas.cpp`，新版本在 `ScaledBlas.cpp`：`_scaled_mm_allowed_device`、
+# `_scaled_mm_is_fnuz`）。
+
+# %% [markdown] tags=["en"]
+# Reinterpreting the bits puts a NaN in every row; clamping removes the NaN but leaves each row's maximum about 7 %
+# small (the worst-element column); requantizing by value only moves the few values below 2⁻⁶, which are
+# negligible against each row's maximum.
+# **Choose the dtype from the gfx arch** (section 8's `fp8_gemm_dtype`), never by trial: PyTorch treats
+# `_scaled_mm` as fnuz only on gfx942 and as OCP on gfx950 and gfx1200/1201 (pytorch/pytorch
+# `aten/src/ATen/native/cuda/Blas.cpp`, `ScaledBlas.cpp` in newer releases: `_scaled_mm_allowed_device`,
+# `_scaled_mm_is_fnuz`).
 
 # %% [markdown] tags=["zh"]
 # ## 4 · MXFP4：OCP 微缩放格式
@@ -1129,13 +1255,14 @@ else:
 # %% [markdown] tags=["zh"]
 # 把质量和显存画在一起：横轴是七个投影每个权重平均占多少位（含 scale 的开销，按 `tiny-qwen-zh` 的形状算），纵轴是困惑度
 # 与 JSON 有效率。右图是 Qwen2.5-0.5B 与 7B 在各格式下的权重 + 32 条 4096 token 序列的 KV cache（bf16 与 FP8）。
-# 单位 GB = 10⁹ 字节，与数据手册一致。
+# 这里的模型字节用 GB = 10⁹ 字节；第 7 节的显存容量用 GiB（2³⁰ 字节）：厂商印的“192 GB”显存按二进制计，见下文。
 
 # %% [markdown] tags=["en"]
 # Quality and memory together: the x axis is the average bits per weight of the seven projections (scale
 # overhead included, for `tiny-qwen-zh`'s shapes), the y axes perplexity and JSON validity. On the right: the
 # weights of Qwen2.5-0.5B and 7B in each format, plus the KV cache of 32 sequences of 4096 tokens (bf16 and FP8).
-# GB = 10⁹ bytes, as in the datasheets.
+# Model bytes here are in GB = 10⁹ bytes; section 7's memory capacities are GiB (2³⁰ bytes): the "192 GB" vendors
+# print for memory counts in binary units, see there.
 
 # %%
 _n_lin = sum(m.weight.numel() for m in LINEARS.values())
@@ -1242,25 +1369,27 @@ print(f"Qwen2.5-7B KV cache: {kv_cache_bytes(QWEN25_7B, 1):,} bytes per token in
 
 # %% [markdown] tags=["zh"]
 # Qwen2.5-7B、上下文 8192、预留 10% 显存给激活与运行时。显存容量取自课程的共享数据手册表 `rocmlab.lab.datasheets`
-# （与 Lab 01、02 同一份，每行附厂商来源，下面会打印出来）。第一列就是 Lab 02 表格的算法（bf16 权重与 KV，可容纳的
+# （与 Lab 01、02 同一份，每行附厂商来源，下面会打印出来）。厂商印的“192 GB”是二进制单位：AMD 的 ROCm GPU 规格表写作
+# 192 GiB，MI300X 向 rocm-smi 报告 205,822,885,888 字节（比 192 × 10⁹ 多），所以按 `memory_bytes` = 192 × 2³⁰ 字节算（Lab 10 同样）。第一列就是 Lab 02 表格的算法（bf16 权重与 KV，可容纳的
 # KV token 数），后面换算成序列数。
 
 # %% [markdown] tags=["en"]
 # Qwen2.5-7B, context 8192, 10 % of memory reserved for activations and the runtime. Memory sizes come from the
 # course's shared datasheet table `rocmlab.lab.datasheets` (the same as in labs 01 and 02; each row cites its
-# vendor source, printed below). The first column is lab 02's table (bf16 weights and KV: KV tokens that fit),
+# vendor source, printed below). The "192 GB" vendors print is binary: AMD's ROCm GPU table says 192 GiB, and an
+# MI300X reports 205,822,885,888 bytes to rocm-smi (more than 192 × 10⁹), so we count `memory_bytes` = 192 × 2³⁰
+# bytes (as lab 10 does). The first column is lab 02's table (bf16 weights and KV: KV tokens that fit),
 # then converted to sequences.
 
 # %%
 CAPACITY_GPUS = ("MI300X", "MI355X", "H100 SXM", "H200 SXM")
-GPU_MEMORY_GB = {key: datasheets.by_key(key).memory_gb for key in CAPACITY_GPUS}
+GPU_MEMORY_BYTES = {key: datasheets.by_key(key).memory_bytes for key in CAPACITY_GPUS}
 CONTEXT = 8192
 SETUPS = {"bf16 W, bf16 KV": ("bf16", 2), "fp8 W, bf16 KV": ("fp8-channel", 2), "fp8 W, fp8 KV": ("fp8-channel", 1)}
 capacity = {}
 print(f"Qwen2.5-7B, context {CONTEXT}, 10 % reserved; memory: " +
-      ", ".join(f"{k} {gb:g} GB ({datasheets.by_key(k).sources[0]})" for k, gb in GPU_MEMORY_GB.items()))
-for _gpu, _gb in GPU_MEMORY_GB.items():
-    _mem_b = _gb * 1e9
+      ", ".join(f"{k} {b / 2**30:g} GiB ({datasheets.by_key(k).sources[0]})" for k, b in GPU_MEMORY_BYTES.items()))
+for _gpu, _mem_b in GPU_MEMORY_BYTES.items():
     _lab02_tokens = (_mem_b - weight_bytes(QWEN25_7B, "bf16")) / kv_cache_bytes(QWEN25_7B, 1)
     _row = {name: max_concurrent_sequences(_mem_b, weight_bytes(QWEN25_7B, wf), kv_cache_bytes(QWEN25_7B, 1, bytes_per_elem=kb),
                                            CONTEXT, reserve_bytes=0.1 * _mem_b)
@@ -1269,10 +1398,10 @@ for _gpu, _gb in GPU_MEMORY_GB.items():
     print(f"{_gpu:9s} lab 02: {_lab02_tokens:12,.0f} KV tokens | sequences: " +
           ", ".join(f"{k} {v:4d}" for k, v in _row.items()))
 _fig, _ax = plt.subplots(figsize=(8, 3.5))
-_xs = range(len(GPU_MEMORY_GB))
+_xs = range(len(GPU_MEMORY_BYTES))
 for _j, _setup in enumerate(SETUPS):
-    _ax.bar([x + 0.27 * (_j - 1) for x in _xs], [capacity[g][_setup] for g in GPU_MEMORY_GB], width=0.27, label=_setup)
-_ax.set_xticks(list(_xs), list(GPU_MEMORY_GB))
+    _ax.bar([x + 0.27 * (_j - 1) for x in _xs], [capacity[g][_setup] for g in GPU_MEMORY_BYTES], width=0.27, label=_setup)
+_ax.set_xticks(list(_xs), list(GPU_MEMORY_BYTES))
 _ax.set(title=f"Qwen2.5-7B: concurrent sequences at context {CONTEXT}", ylabel="sequences")
 _ax.legend(fontsize=8)
 plt.show()
@@ -1329,6 +1458,8 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # 稠密峰值和 FP8 峰值都取自共享表 `rocmlab.lab.datasheets`，按手册原样记录、每行注明出处（H100/H200 手册只印了含 2:4 稀疏的
 # 1979 和 3958，稠密是一半）：FP8 稠密峰值 MI300X / MI325X 2614.9 TFLOPS，MI355X 5033.2，MI350X 4613.7，H100 SXM / H200 1979。
 # 它们都等于 CU 数 × 每 CU 每时钟的 FP8 FLOPs × 峰值时钟：MI300X 304 × 4096 × 2.1 GHz，MI355X 256 × 8192 × 2.4 GHz。
+# MI355X / MI350X 两个数是按这个算式**推出来的**：AMD 的产品页和 CDNA 4 白皮书在这里打不开，没能对照原文核实；每 CU 8192 与
+# 2.4 / 2.2 GHz 来自对 AMD 在 ISSCC 2026、Hot Chips 2025 报告的报道（表中该行的来源与说明写明了这一点）。
 
 # %% [markdown] tags=["en"]
 # ## 8 · Real FP8 GEMMs (gpu profile)
@@ -1347,6 +1478,9 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # sources (the H100/H200 sheets print only 1979 and 3958 "with sparsity", twice the dense figures): FP8 dense
 # peaks MI300X / MI325X 2614.9 TFLOPS, MI355X 5033.2, MI350X 4613.7, H100 SXM / H200 1979. Each is CUs × FP8
 # FLOPs per clock per CU × peak clock: MI300X 304 × 4096 × 2.1 GHz, MI355X 256 × 8192 × 2.4 GHz.
+# The MI355X / MI350X figures are **derived** from that product: AMD's product pages and the CDNA 4 white paper
+# could not be opened here to check them; 8192 per CU and 2.4 / 2.2 GHz are from reports of AMD's ISSCC 2026 and
+# Hot Chips 2025 talks (the table row's sources and its note say so).
 
 # %%
 def fp8_gemm_dtype(arch):
@@ -1474,7 +1608,7 @@ assert torch.allclose(_y, _yref, rtol=1e-2, atol=1e-2 * float(_yref.abs().max())
 # ## 小结
 #
 # 你亲手解码了四种 FP8，知道 MI300X 的 FNUZ 与 MI355X/H100 的 OCP 为什么同一字节差一倍、为什么 −0 会变成 NaN；
-# 写出了带饱和的缩放量化、正确的 OCP→FNUZ 转换、按 OCP MX 规范的 MXFP4、GPTQ/AWQ 式的 INT4 分组量化；
+# 写出了带饱和的缩放量化、正确的 OCP→FNUZ 转换及其反方向、按 OCP MX 规范的 MXFP4、GPTQ/AWQ 式的 INT4 分组量化；
 # 在课程模型上测了困惑度与 JSON 有效率，算清了权重和 KV cache 的字节，并把 Lab 02 的容量表换算成并发序列数。
 #
 # 在更大的 GPU 上可以试：gpu 配置（Qwen2.5-0.5B-Instruct）下比较各格式的困惑度；在 MI300X 与 MI355X 上分别跑第 8 节，
@@ -1486,7 +1620,7 @@ assert torch.allclose(_y, _yref, rtol=1e-2, atol=1e-2 * float(_yref.abs().max())
 #
 # You decoded the four FP8 formats by hand and know why the same byte is worth half as much on an MI300X (FNUZ)
 # as on an MI355X or H100 (OCP) and why −0 turns into NaN; you wrote saturating scaled quantization, a correct
-# OCP→FNUZ conversion, MXFP4 as the OCP MX spec defines it and GPTQ/AWQ-style INT4 group quantization; you
+# OCP→FNUZ conversion and its reverse, MXFP4 as the OCP MX spec defines it and GPTQ/AWQ-style INT4 group quantization; you
 # measured perplexity and JSON validity on the course model, counted weight and KV-cache bytes, and turned lab
 # 02's capacity table into concurrent sequences.
 #

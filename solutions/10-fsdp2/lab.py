@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 10 · FSDP2 分片训练与分布式检查点
 #
-# `10-fsdp2` · 版本 1.1.0 · 约 120 分钟 · 先修：实验 03（显存预算、质检报告 JSON）、实验 05（DDP、torchrun、弹性重启）
+# `10-fsdp2` · 版本 {{version}} · 约 {{minutes}} 分钟（计分核心；选做的练习 5 不计入） · 先修：实验 03（显存预算、质检报告 JSON）、实验 05（DDP、torchrun、弹性重启）
 #
 # 实验 03 算过：7B 模型全量微调光是权重、梯度和优化器状态就要一百多 GiB；实验 05 的 DDP 让每张卡都存一整份。
 # 单卡放不下的模型，在 MI300X 节点上是靠**分片**（sharding）训练的：每个 rank 只存每个参数的 1/N。本实验用
@@ -23,7 +23,7 @@
 # 2. 用 `fully_shard` 逐层、再对根模块分片，看清每个 rank 手里是每个参数的哪 1/N（DTensor 分片）；
 # 3. 一步训练里发生了什么：all-gather、计算、reshard、reduce-scatter 的顺序，以及预取（prefetch）；
 # 4. 与单进程训练等价：损失曲线与最终参数在给定容差内一致，并说清楚为什么不能逐位相同；
-# 5. 通信量：FSDP 的 all-gather + reduce-scatter 对比 DDP 的 all-reduce，按字节数核对公式与实测；
+# 5. （选做）通信量：FSDP 的 all-gather + reduce-scatter 对比 DDP 的 all-reduce，按字节数核对公式与实测；
 # 6. 分布式检查点：分片保存，SIGKILL 一个 rank 后恢复；换一个 world size（2 → 1）加载并导出为 `transformers` 能直接加载的 safetensors 模型；
 # 7. 在质检数据上分片微调 tiny-qwen-zh，最后用实验 03 的 JSON 指标评测。
 #
@@ -32,7 +32,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 10 · Sharded fine-tuning with FSDP2 and DCP
 #
-# `10-fsdp2` · version 1.1.0 · about 120 minutes · prerequisites: lab 03 (memory budget, QC report JSON), lab 05 (DDP, torchrun, elastic restart)
+# `10-fsdp2` · version {{version}} · about {{minutes}} minutes (the graded core; the optional exercise 5 is not counted) · prerequisites: lab 03 (memory budget, QC report JSON), lab 05 (DDP, torchrun, elastic restart)
 #
 # Lab 03 computed that a full fine-tune of a 7B model needs over a hundred GiB for weights, gradients and optimizer state alone; lab 05's DDP keeps a whole copy on every GPU. Models that do not fit on one GPU are trained on MI300X nodes by **sharding**: each rank stores 1/N of every parameter. This lab goes all the way with PyTorch's FSDP2 (`fully_shard`) and distributed checkpoints (DCP, `torch.distributed.checkpoint`):
 #
@@ -40,7 +40,7 @@
 # 2. shard the model with `fully_shard`, layer by layer and then the root, and see which 1/N of each parameter each rank holds (DTensor shards);
 # 3. what happens in one step: the order of all-gather, compute, reshard and reduce-scatter, and prefetching;
 # 4. equivalence with single-process training: loss curve and final parameters agree within a stated tolerance, and why they cannot be bit-identical;
-# 5. communication volume: FSDP's all-gathers and reduce-scatters against DDP's all-reduce, in bytes, checked against the formula and against what was measured;
+# 5. (optional stretch) communication volume: FSDP's all-gathers and reduce-scatters against DDP's all-reduce, in bytes, checked against the formula and against what was measured;
 # 6. distributed checkpoints: sharded save, resume after a SIGKILL of one rank; load with another world size (2 → 1) and export a safetensors model that `transformers` loads;
 # 7. a sharded fine-tune of tiny-qwen-zh on the QC data, scored at the end with lab 03's JSON metrics.
 #
@@ -83,6 +83,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from rocmlab import lab
+from rocmlab.lab import datasheets
 from rocmlab.lab.models import model_path
 
 # %% tags=["parameters"]
@@ -211,10 +212,10 @@ for _bad in [(10, 2, "zero4"), (10, 0, "ddp"), (-1, 2, "ddp")]:
 print("显存账正确 / memory bill correct")
 
 # %% [markdown] tags=["zh"]
-# 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)；[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB），下面按 192 × 2³⁰ 字节算，而且一个字节都不留给激活和框架，所以得到的是上限。
+# 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)）。显存容量按二进制计：[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB，MI300X 向 rocm-smi 报告 205,822,885,888 字节（比 192 × 10⁹ 多）。下面和实验 08 一样取课程共享数据手册表 `rocmlab.lab.datasheets` 的 `memory_bytes` = 192 × 2³⁰ 字节，而且一个字节都不留给激活和框架，所以得到的是上限。
 
 # %% [markdown] tags=["en"]
-# Now the three models. Parameter counts come from building each model from its config on the `meta` device (no memory, nothing downloaded); the two Qwen configs are the published `config.json` values, and the model cards say 0.49B and 7.61B ([Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct), [Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)). MI300X has 192 GB of HBM3 ([AMD MI300X datasheet](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf); the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list it as 192 GiB). We use 192 × 2³⁰ bytes and leave nothing for activations or the framework, so the answers are upper bounds.
+# Now the three models. Parameter counts come from building each model from its config on the `meta` device (no memory, nothing downloaded); the two Qwen configs are the published `config.json` values, and the model cards say 0.49B and 7.61B ([Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct), [Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)). MI300X has 192 GB of HBM3 ([AMD MI300X datasheet](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)). Memory capacity counts in binary units: the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list it as 192 GiB, and an MI300X reports 205,822,885,888 bytes to rocm-smi (more than 192 × 10⁹). As in lab 08, we take `memory_bytes` = 192 × 2³⁰ bytes from the course's shared datasheet table `rocmlab.lab.datasheets`, and leave nothing for activations or the framework, so the answers are upper bounds.
 
 # %%
 QWEN_CONFIGS = {  # published config.json values (model pages above)
@@ -232,7 +233,8 @@ def count_parameters(config):
     return sum(p.numel() for p in model.parameters())
 
 
-MI300X_BYTES = 192 * 2**30
+MI300X = datasheets.by_key("MI300X")
+MI300X_BYTES = MI300X.memory_bytes   # 192 × 2**30: the shared table counts memory in binary units
 base_config = AutoConfig.from_pretrained(model_path(MODEL))
 PARAM_COUNTS = {"tiny-qwen-zh" if MODEL == "tiny-qwen-zh" else MODEL: count_parameters(base_config)}
 PARAM_COUNTS.update({name: count_parameters(AutoConfig.for_model("qwen2", **kw)) for name, kw in QWEN_CONFIGS.items()})
@@ -242,7 +244,7 @@ for name, n in PARAM_COUNTS.items():
 print("largest model on 8 × MI300X (training state only):",
       {s: f"{largest_model(MI300X_BYTES, 8, s) / 1e9:.1f} B" for s in STRATEGIES})
 _ = lab.plot_bars({s: state_bytes_per_rank(PARAM_COUNTS["Qwen2.5-7B"], 8, s)["total"] / 2**30 for s in STRATEGIES},
-                  title="Qwen2.5-7B, 8 ranks: training state per rank", ylabel="GiB", reference=192)
+                  title="Qwen2.5-7B, 8 ranks: training state per rank", ylabel="GiB", reference=MI300X_BYTES / 2**30)
 
 # %% [markdown] tags=["zh"]
 # 读这张表：DDP 下 7B 每张卡要 113 GiB，8 张 MI300X 最多只能训约 12.9B；ZeRO-1 约 37.5B，ZeRO-2 约 55B；ZeRO-3 / FSDP2 把 16 B/参数全部切成 8 份，上限升到约 103B（96 × 2³⁰ 个参数）。ZeRO-3 和 FSDP2 总量相同但构成不同：FSDP2 常驻的是 fp32 参数本身，没有单独的主权重副本，bf16 的完整参数只在计算时临时出现。真实训练还要留出激活（与 batch × 序列长度 × 层数成正比，激活检查点可以压缩）、一两层的 all-gather 缓冲和框架开销，所以实际能训的模型要小得多。multi-gpu 配置会把第 7 节微调时实测的每 rank 峰值显存和这里的预测放在一起。
@@ -908,11 +910,11 @@ assert _fsdp["losses"][-1] < _fsdp["losses"][0], f"损失应下降 / the loss mu
 print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1e} / FSDP matches one process")
 
 # %% [markdown] tags=["zh"]
-# ## 5 · 通信量：FSDP 对 DDP
+# ## 5 · 选做 · 通信量：FSDP 对 DDP
 #
 # 环形算法下，一次涉及完整大小 B 字节缓冲区的 all-gather 或 reduce-scatter，每个 rank 发送 (N−1)/N · B；一次 all-reduce（= reduce-scatter + all-gather）发送 2(N−1)/N · B（nccl-tests 的 [PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md) 里 busbw 因子的来历）。DDP 每步对全部梯度 all-reduce 一次；FSDP 每步前向 all-gather 全部参数、反向再 all-gather 一次、梯度 reduce-scatter 一次。同样的数据类型下是 3(N−1)/N 对 2(N−1)/N，即常说的"约 1.5 倍 DDP"。
 #
-# **练习 5。** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`：`group_numels` 是每个 FSDP 组的参数个数，根模块在第一个。返回每个 rank 每步**发送**的字节数 `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}`（float）：
+# **练习 5（选做，3 分；后面不依赖它，时长里不计入）。** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`：`group_numels` 是每个 FSDP 组的参数个数，根模块在第一个。返回每个 rank 每步**发送**的字节数 `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}`（float）：
 # - 前向：每个组 all-gather 一次，每个元素 `param_bytes` 字节；
 # - 反向：`reshard_after_forward=True` 时除根模块外的每个组再 all-gather 一次（`param_bytes`），为 False 时没有；根模块从不在反向重新 all-gather；
 # - 每个组的梯度 reduce-scatter 一次，每个元素 `reduce_bytes` 字节；`fsdp_total` 是这三项之和；
@@ -920,11 +922,11 @@ print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1
 # - 一个完整大小 B 字节的 all-gather / reduce-scatter 发送 (N−1)/N · B，all-reduce 发送 2(N−1)/N · B；N = 1 时全为 0。分片时的填充忽略不计。
 
 # %% [markdown] tags=["en"]
-# ## 5 · Communication volume: FSDP against DDP
+# ## 5 · Optional stretch · communication volume: FSDP against DDP
 #
 # With ring algorithms, an all-gather or reduce-scatter over a full buffer of B bytes makes each rank send (N−1)/N · B; an all-reduce (= reduce-scatter + all-gather) sends 2(N−1)/N · B (where the busbw factors in nccl-tests' [PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md) come from). DDP all-reduces all gradients once per step; FSDP all-gathers all parameters in forward, again in backward, and reduce-scatters the gradients once. In the same dtype that is 3(N−1)/N against 2(N−1)/N: the often-quoted "about 1.5× DDP".
 #
-# **Exercise 5.** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`: `group_numels` holds the parameter count of each FSDP group, the root first. Return the bytes each rank **sends** per step, `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}` (floats):
+# **Exercise 5 (optional stretch, 3 points; nothing later needs it, and the lab's time does not count it).** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`: `group_numels` holds the parameter count of each FSDP group, the root first. Return the bytes each rank **sends** per step, `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}` (floats):
 # - forward: every group is all-gathered once, `param_bytes` per element;
 # - backward: with `reshard_after_forward=True` every group except the root is all-gathered again (`param_bytes`), with False none is; the root is never re-gathered in backward;
 # - every group's gradients are reduce-scattered once, `reduce_bytes` per element; `fsdp_total` is the sum of these three;

@@ -12,11 +12,17 @@ Figures are as the vendor prints them. ``fp16_tflops`` is the FP16/BF16 matrix f
 datasheet prints only the "with sparsity" figure (2:4 structured sparsity, twice the dense one),
 ``fp16_sparse`` is True and ``fp16_dense_tflops`` halves it. ``fp8_tflops`` / ``fp8_sparse`` /
 ``fp8_dense_tflops`` are the same for FP8 (OCP e4m3 on gfx950 and NVIDIA, FNUZ on gfx942), None
-where no source was checked. Board figures describe the whole
+where no source was checked. ``fp8_basis`` says how a figure was obtained where it was not read off a vendor
+page: the gfx950 rows are derived (see ``_GFX950_FP8``). Board figures describe the whole
 board: an MI250X board holds two GCDs that PyTorch numbers as two devices, so ``per_device()``
 divides bandwidth, compute and power by ``devices``. ``llc_mib`` is the last-level cache of one
 device (Infinity Cache / L3 where the GPU has one, else L2), from AMD's ROCm GPU specification
 table; it is None where no source was checked.
+
+``memory_gb`` is the capacity as vendors print it, "192 GB". Memory capacity is counted in binary units: AMD's
+own ROCm GPU specification table gives the same figures as "VRAM (GiB)", and an MI300X reports
+205,822,885,888 bytes to rocm-smi (191.7 GiB, some of 192 GiB reserved; 192 × 10⁹ would be less). A board
+holds ``memory_gb`` × 2³⁰ bytes, ``memory_bytes``; labs that count capacity in bytes use it.
 
 ``INTERCONNECTS`` holds the scale-up fabric between the GPUs of one node (xGMI, NVLink), all
 figures per GPU and per direction, so that a collective's busbw can be set against them.
@@ -29,10 +35,24 @@ from dataclasses import dataclass
 
 ROCM_GPU_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
 _AMD = "https://www.amd.com/en/products"
-# gfx950 FP8 dense peaks: 256 CUs x 8192 FP8 FLOPs per clock per CU (AMD at ISSCC 2026, twice CDNA 3's
-# 4096) x the peak engine clock (2.4 GHz MI355X, 2.2 GHz MI350X; AMD at Hot Chips 2025) = 5033.2 and
-# 4613.7 TFLOPS (the same arithmetic gives the MI300X's printed 2614.9: 304 x 4096 x 2.1 GHz).
+# gfx950 FP8 dense peaks: 256 CUs x 8192 FP8 FLOPs per clock per CU (twice CDNA 3's 4096) x the peak engine
+# clock (2.4 GHz MI355X, 2.2 GHz MI350X) = 5033.2 and 4613.7 TFLOPS; the same arithmetic gives the MI300X's
+# printed 2614.9 (304 x 4096 x 2.1 GHz). No primary source could be opened to check them: AMD's product
+# pages and the CDNA 4 white paper below are where they are printed, but neither page was readable from
+# here. The per-CU rate and the clocks are from press reports of AMD's talks (ISSCC 2026, Hot Chips 2025),
+# and they agree with AMD's headline MXFP4/MXFP6 peaks of 20.1 and 18.45 PFLOPS (4 x the FP8 figures).
 _CDNA4_WHITEPAPER = "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-4-architecture-whitepaper.pdf"
+# Press reports, not AMD's own pages: ISSCC 2026 (8192 FP8 FLOPs per clock per CU, up from 4096), Hot Chips
+# 2025 (2.4 / 2.2 GHz peak clocks), ISC 2025 (MXFP4/MXFP6 peaks 20.1 / 18.45 PFLOPS).
+_ISSCC_2026_REPORT = "https://www.world-today-news.com/?p=7253162"
+_HOT_CHIPS_2025_REPORT = (
+    "https://wccftech.com/amd-instinct-mi350-gpuai-hardware-powerhouse-3nm-3d-chiplet-cdna-4-185-billion-"
+    "transistors-1400w-tbp-over-4000b-llm-support//amp/"
+)
+_ISC_2025_REPORT = (
+    "https://www.tomshardware.com/pc-components/gpus/amds-instinct-mi355x-accelerator-will-consume-1-400-watts"
+)
+_GFX950_FP8 = "derived: CUs x 8192 FP8 FLOPs/clock/CU x peak clock; no AMD page could be read to confirm it"
 
 
 @dataclass(frozen=True)
@@ -40,7 +60,7 @@ class GPU:
     key: str  # short label used in tables and plots
     names: tuple[str, ...]  # product names as the runtime reports them
     arch: str  # gfx target or sm_XY
-    memory_gb: float  # board memory, GB (10^9 bytes) as printed
+    memory_gb: float  # board memory as printed ("192 GB"); binary units: memory_bytes = memory_gb x 2^30
     bandwidth_gbs: float  # peak memory bandwidth of the board, GB/s
     fp16_tflops: float  # FP16/BF16 matrix figure as printed
     fp16_sparse: bool  # the printed figure assumes 2:4 structured sparsity
@@ -50,6 +70,12 @@ class GPU:
     sources: tuple[str, ...]
     fp8_tflops: float | None = None  # FP8 matrix figure as printed; None where no source was checked
     fp8_sparse: bool = False  # the printed FP8 figure assumes 2:4 structured sparsity
+    fp8_basis: str | None = None  # how fp8_tflops was obtained, where it was not read off a vendor page
+
+    @property
+    def memory_bytes(self) -> int:
+        """The board's memory in bytes: the printed GB are binary (2^30 bytes), as for all memory capacity."""
+        return int(self.memory_gb * 2**30)
 
     @property
     def fp16_dense_tflops(self) -> float:
@@ -76,9 +102,11 @@ class GPU:
 
 TABLE: tuple[GPU, ...] = (
     GPU("MI355X", ("AMD Instinct MI355X", "AMD Instinct MI355X VF"), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER), fp8_tflops=5033.2),
+        (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER, _ISSCC_2026_REPORT,
+         _HOT_CHIPS_2025_REPORT, _ISC_2025_REPORT), fp8_tflops=5033.2, fp8_basis=_GFX950_FP8),
     GPU("MI350X", ("AMD Instinct MI350X", "AMD Instinct MI350X VF"), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER), fp8_tflops=4613.7),
+        (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER, _ISSCC_2026_REPORT,
+         _HOT_CHIPS_2025_REPORT, _ISC_2025_REPORT), fp8_tflops=4613.7, fp8_basis=_GFX950_FP8),
     GPU("MI325X", ("AMD Instinct MI325X", "AMD Instinct MI325X VF"), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
     GPU("MI300X", ("AMD Instinct MI300X", "AMD Instinct MI300X VF"), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
@@ -145,6 +173,14 @@ HEADERS = (
 )
 
 
+def _fp8_cell(gpu: GPU) -> str:
+    if gpu.fp8_tflops is None:
+        return "—"
+    sparsity = " with sparsity" if gpu.fp8_sparse else ""
+    basis = f" ({gpu.fp8_basis})" if gpu.fp8_basis else ""
+    return f"{gpu.fp8_tflops:g} TFLOPS{sparsity}{basis}"
+
+
 def markdown_table() -> str:
     """The table as Markdown, one row per GPU, with its sources as numbered links."""
     lines = ["| " + " | ".join((*HEADERS, "sources")) + " |", "|" + " --- |" * (len(HEADERS) + 1)]
@@ -153,11 +189,11 @@ def markdown_table() -> str:
         cells = (
             gpu.key,
             gpu.arch,
-            f"{gpu.memory_gb:g} GB",
+            f"{gpu.memory_gb:g} GiB",
             f"{gpu.bandwidth_gbs:g} GB/s{per_board}",
             f"{gpu.fp16_tflops:g} TFLOPS{' with sparsity' if gpu.fp16_sparse else ''}",
             f"{gpu.fp16_dense_tflops:g} TFLOPS",
-            "—" if gpu.fp8_tflops is None else f"{gpu.fp8_tflops:g} TFLOPS{' with sparsity' if gpu.fp8_sparse else ''}",
+            _fp8_cell(gpu),
             f"{gpu.board_w:g} W",
             "—" if gpu.llc_mib is None else f"{gpu.llc_mib:g} MiB",
             " · ".join(f"[{i + 1}]({url})" for i, url in enumerate(gpu.sources)),
