@@ -506,20 +506,22 @@ assert kv_cache_bytes(_mha, 10, batch=3, bytes_per_elem=4) == 2 * 2 * 4 * 16 * 4
 assert type(kv_cache_bytes(_mha, 10)) is int, "返回整数 / returns an int"
 
 # %% [markdown] tags=["zh"]
-# **为什么 70B 放得进一张 MI300X，却放不进一张 80 GB 的卡？** 下表按 bf16 计算（GB = 10⁹ 字节，与数据手册一致），
+# **为什么 70B 放得进一张 MI300X，却放不进一张 80 GB 的卡？** 下表按 bf16 计算，容量以 GiB（2³⁰ 字节）计：数据手册印的“192 GB”显存是二进制单位（AMD 的 ROCm GPU 规格表写作 “VRAM (GiB)” 192；MI300X 向 rocm-smi 报告 205,822,885,888 字节，多于 192×10⁹），
 # 显存容量取自课程的共享数据手册表 `rocmlab.lab.datasheets`（每行附来源）。Llama-3-70B 有 70,553,706,496 个参数
-# （由它的 `config.json` 算出，选做练习 S2 会推导这个数），权重约 141 GB：超过 80 GB（H100 SXM / A100 80GB），必须用两张卡做
-# 张量并行（TP=2），卡间通信和第二张卡都是成本；MI300X 有 192 GB，一张卡放下权重后还剩约 50 GB 给 KV cache
-# （每 token 320 KiB，约 15 万个 token，还未扣除激活与运行时开销）。容量改变的是部署方案，不只是速度。
+# （由它的 `config.json` 算出，选做练习 S2 会推导这个数），权重约 131 GiB（141×10⁹ 字节）：超过 80 GiB（H100 SXM / A100 80GB），必须用两张卡做
+# 张量并行（TP=2），卡间通信和第二张卡都是成本；MI300X 有 192 GiB，一张卡放下权重后还剩约 60 GiB 给 KV cache
+# （每 token 320 KiB，约 20 万个 token，还未扣除激活与运行时开销）。容量改变的是部署方案，不只是速度。
 
 # %% [markdown] tags=["en"]
-# **Why does 70B fit on one MI300X and not on one 80 GB card?** The table is for bf16 (GB = 10⁹ bytes, as in the
-# datasheets), with memory sizes from the course's shared datasheet table `rocmlab.lab.datasheets` (each row
+# **Why does 70B fit on one MI300X and not on one 80 GB card?** The table is for bf16, capacity in GiB (2³⁰
+# bytes): the datasheets' "192 GB" of memory is binary (AMD's ROCm GPU specification table gives
+# it as "VRAM (GiB)" 192, and an MI300X reports 205,822,885,888 bytes to rocm-smi,
+# more than 192×10⁹), with memory sizes from the course's shared datasheet table `rocmlab.lab.datasheets` (each row
 # cites its source). Llama-3-70B has 70,553,706,496 parameters (counted from its `config.json`; stretch
-# exercise S2 derives that number), so its weights are about 141 GB: more than 80 GB (H100 SXM / A100 80GB),
+# exercise S2 derives that number), so its weights are about 131 GiB (141×10⁹ bytes): more than 80 GiB (H100 SXM / A100 80GB),
 # so it needs two cards with tensor parallelism (TP=2), paying for the second card and the traffic between
-# them. An MI300X has 192 GB: after the weights about 50 GB remain for the KV cache (320 KiB per token, about
-# 150 thousand tokens, before activations and runtime overhead). Capacity changes the deployment plan, not just
+# them. An MI300X has 192 GiB: after the weights about 60 GiB remain for the KV cache (320 KiB per token, about
+# 200 thousand tokens, before activations and runtime overhead). Capacity changes the deployment plan, not just
 # the speed.
 
 # %%
@@ -528,14 +530,14 @@ from rocmlab.lab import datasheets
 PARAMS = {"Qwen2.5-0.5B": 494_032_768, "Llama-3-70B": 70_553_706_496}   # from the configs (stretch S2)
 CONFIGS = {"Qwen2.5-0.5B": QWEN25_05B, "Llama-3-70B": LLAMA3_70B}
 for _name, _params in PARAMS.items():
-    _w = _params * 2 / 1e9
+    _w = _params * 2
     _kv = kv_cache_bytes(CONFIGS[_name], 1)
     for _key in ("H100 SXM", "MI300X"):
-        _cap = datasheets.by_key(_key).memory_gb
+        _cap = datasheets.by_key(_key).memory_bytes
         _left = _cap - _w
         _fits = "fits" if _left > 0 else f"does not fit: needs {math.ceil(_w / _cap)}+ cards"
-        _tokens = f"{_left * 1e9 / _kv:,.0f} KV tokens" if _left > 0 else "-"
-        print(f"{_name:13s} weights {_w:7.1f} GB, KV {_kv / 1024:5.0f} KiB/token | {_key} {_cap:g} GB: {_fits}; {_tokens}")
+        _tokens = f"{_left / _kv:,.0f} KV tokens" if _left > 0 else "-"
+        print(f"{_name:13s} weights {_w / 2**30:7.1f} GiB, KV {_kv / 1024:5.0f} KiB/token | {_key} {_cap / 2**30:g} GiB: {_fits}; {_tokens}")
 
 # %% [markdown] tags=["zh"]
 # ## 5 · Roofline：两个屋顶与脊点
