@@ -93,7 +93,7 @@ SEED = 0
 MODEL = "tiny-qwen-zh"
 WORLD_SIZE = 2             # ranks of every launch
 BACKEND = "auto"           # auto: nccl when every rank gets its own GPU, else gloo on CPU
-TIMEOUT_S = 180            # per torchrun launch; every rank is ended after it
+TIMEOUT_S = 300            # per torchrun launch; every rank is ended after it
 CPU_THREADS = 1            # torch threads in this notebook on CPU (each rank uses one: OMP_NUM_THREADS=1)
 GLOBAL_BATCH = 8           # QC samples per step, over all ranks
 EQUIV_STEPS = 8            # steps compared with a single process (exercise 4)
