@@ -78,7 +78,7 @@ STEPS = [
             "cpu_jobs": ["cpu-current"],
             "held": [
                 "torch 2.14.1 held; PyPI has 2.15.0",
-                "transformers 6.0.0 (2026-11-12) crosses the cap `<6,>=4.45`",
+                "transformers 6.0.0 (2026-11-12) crosses the cap `<6,>=4.56`",
             ],
             "yanked": [("cpu-current", "peft", "0.20.0")],
             "unparsed": "tag 'dev-tarballs' name 'dev-tarballs'",

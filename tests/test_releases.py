@@ -596,7 +596,7 @@ def pypi_upstream(versions: dict, yanked: dict | None = None) -> upstream.Upstre
 
 def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_proposed():
     caps = proposals.pyproject_caps(ROOT / "pyproject.toml")
-    assert str(caps["transformers"][0]) == "<6,>=4.45" and "extra labs" in caps["transformers"][1]
+    assert str(caps["transformers"][0]) == "<6,>=4.56" and "extra labs" in caps["transformers"][1]
     entries = releases.load_matrix(MATRIX)
     found = pypi_upstream({"transformers": ["5.24.0", "5.25.0", "6.0.0", "6.0.1"]})
     findings = proposals.compare(entries, found, today=TODAY, caps=caps)
@@ -608,7 +608,7 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
         "5.25.0",
     )
     (held,) = findings.held
-    assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.45`" in held
+    assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.56`" in held
     assert "rotate cpu-previous to cpu-current's generation (transformers 5.x), raise the cap" in held
     assert "### Held back" in pull_request.render_body(findings)
     alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.24.0", "6.0.0"]}), today=TODAY, caps=caps)
