@@ -123,7 +123,7 @@ test: setup
 	$(PY) -m pytest -q $(XDIST)
 
 test-slow: model hub-setup system-deps
-	$(PY) -m pytest -q -m slow $(SLOW_XDIST)
+	$(PY) -m pytest -q -m slow $(SLOW_XDIST) --durations=30
 
 test-all: model hub-setup system-deps
 	$(PY) -m pytest -q -m "slow or not slow" $(SLOW_XDIST)
