@@ -715,61 +715,22 @@ def same_answer(learner, case, part):
     assert got == want, f"got {got!r}"
 
 
-@check(
-    "09-judge-1",
-    points=0.75,
-    en=f"case A: the lever for {CASE_RULES['A'][0]}",
-    zh=f"案例 A：针对“{CASE_RULES['A'][1]}”的杠杆",
-)
-def judge_lever_A(learner, variant):
-    same_answer(learner, "A", "lever")
+def judge_rule(case, part):
+    """Case ``case``'s ``part`` ("lever" or "metric") as one graded rule of its own, worth 0.75."""
+    what_en, what_zh = CASE_RULES[case]
+    if part == "lever":
+        en, zh = f"case {case}: the lever for {what_en}", f"案例 {case}：针对“{what_zh}”的杠杆"
+    else:
+        en = f"case {case}: the metric that proves it ({what_en}), not one that any lever moves"
+        zh = f"案例 {case}：能证明它的指标（{what_zh}），而不是哪个杠杆都会改变的指标"
+
+    def rule(learner, variant):
+        same_answer(learner, case, part)
+
+    rule.__name__ = f"judge_{part}_{case}"
+    return check("09-judge-1", points=0.75, en=en, zh=zh)(rule)
 
 
-@check(
-    "09-judge-1",
-    points=0.75,
-    en=f"case A: the metric that proves it ({CASE_RULES['A'][0]}), not one that any lever moves",
-    zh=f"案例 A：能证明它的指标（{CASE_RULES['A'][1]}），而不是哪个杠杆都会改变的指标",
-)
-def judge_metric_A(learner, variant):
-    same_answer(learner, "A", "metric")
-
-
-@check(
-    "09-judge-1",
-    points=0.75,
-    en=f"case B: the lever for {CASE_RULES['B'][0]}",
-    zh=f"案例 B：针对“{CASE_RULES['B'][1]}”的杠杆",
-)
-def judge_lever_B(learner, variant):
-    same_answer(learner, "B", "lever")
-
-
-@check(
-    "09-judge-1",
-    points=0.75,
-    en=f"case B: the metric that proves it ({CASE_RULES['B'][0]}), not one that any lever moves",
-    zh=f"案例 B：能证明它的指标（{CASE_RULES['B'][1]}），而不是哪个杠杆都会改变的指标",
-)
-def judge_metric_B(learner, variant):
-    same_answer(learner, "B", "metric")
-
-
-@check(
-    "09-judge-1",
-    points=0.75,
-    en=f"case C: the lever for {CASE_RULES['C'][0]}",
-    zh=f"案例 C：针对“{CASE_RULES['C'][1]}”的杠杆",
-)
-def judge_lever_C(learner, variant):
-    same_answer(learner, "C", "lever")
-
-
-@check(
-    "09-judge-1",
-    points=0.75,
-    en=f"case C: the metric that proves it ({CASE_RULES['C'][0]}), not one that any lever moves",
-    zh=f"案例 C：能证明它的指标（{CASE_RULES['C'][1]}），而不是哪个杠杆都会改变的指标",
-)
-def judge_metric_C(learner, variant):
-    same_answer(learner, "C", "metric")
+for _case in CASE_RULES:
+    for _part in ("lever", "metric"):
+        globals()[f"judge_{_part}_{_case}"] = judge_rule(_case, _part)
