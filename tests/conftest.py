@@ -12,6 +12,15 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The browser tests' assertions wait as long as their navigation may (playwright's default is 5 s):
+# a notebook rendered by a hub on a loaded 2-core machine took longer, and the zh test failed on it.
+try:
+    from playwright.sync_api import expect as browser_expect
+
+    browser_expect.set_options(timeout=30_000)
+except ImportError:
+    pass
+
 FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
 
 GOOD_TOML = """\
