@@ -24,7 +24,7 @@ WRITER = (
 )
 # Everything a kernel could reach that might hold another kernel's output or the harness's
 # request: its inherited descriptors, every process's, the temp folders and the sandbox base.
-READER = """import glob, os
+READER = """import glob, importlib.util, os, sys
 # written backwards: this cell's own source (in IPython's history and caches) must not match
 NEEDLES = [n[::-1].encode() for n in ('MARKNEEDLE', '(kcehc@', 'kcehc_balmcor', '"dees"', 's_tuoemit_eborp')]
 found = []
@@ -39,8 +39,13 @@ def look(path):
             found.append((path, needle.decode()))
 for path in glob.glob('/proc/*/fd/*') + glob.glob('/proc/*/cmdline') + glob.glob('/proc/*/environ'):
     look(path)
+# the interpreter's installation and rocmlab's own package are public (and large): a course
+# cloned under /tmp would put them in the walk, and their source names what the needles name
+PACKAGE = os.path.dirname(importlib.util.find_spec('rocmlab').origin)
+PUBLIC = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, PACKAGE})
 for top in ('/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), '/run'):
-    for folder, _dirs, files in os.walk(top):
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if not (os.path.realpath(os.path.join(folder, d)) + os.sep).startswith(PUBLIC)]
         for name in files:
             look(os.path.join(folder, name))
 planted = []
