@@ -202,6 +202,20 @@ FNUZ_EXPR = """(lambda q, s, r: (r[0].view(torch.uint8), r[0].dtype, r[1], q.vie
     *(lambda q, s: (q, s, ocp_to_fnuz(q, s)))(torch.tensor(bs, dtype=torch.uint8).reshape(shape).view(torch.float8_e4m3fn), scale))"""
 
 
+def _inputs_kept(order, scale, got):
+    """A conversion (ocp_to_fnuz, fnuz_to_ocp) left the bytes and the scale passed in as they were."""
+    q_after, scale_after = got[3], got[4]
+    assert _tensor(q_after, "q").flatten().tolist() == order, "the input bytes were modified"
+    assert torch.equal(_tensor(scale_after, "scale"), scale), "the input scale was modified"
+
+
+def _rejects_dtypes(learner, variant, function, dtypes):
+    """``function(q, scale)`` raises ValueError for a q of each of ``dtypes``."""
+    n = variant.random.randint(2, 9)
+    for dtype in dtypes:
+        _raises_value_error(learner, f"{function}(torch.ones(n).to(dt), torch.tensor(1.0))", n=n, dt=dtype)
+
+
 def _fnuz(learner, variant):
     order = list(range(256))
     variant.random.shuffle(order)
@@ -254,9 +268,7 @@ def fnuz_values(learner, variant):
     zh="ocp_to_fnuz 不修改传入的 q 与 scale",
 )
 def fnuz_inputs(learner, variant):
-    order, scale, (_, _, _, q_after, scale_after) = _fnuz(learner, variant)
-    assert _tensor(q_after, "q").flatten().tolist() == order, "the input bytes were modified"
-    assert torch.equal(_tensor(scale_after, "scale"), scale), "the input scale was modified"
+    _inputs_kept(*_fnuz(learner, variant))
 
 
 @check(
@@ -266,9 +278,7 @@ def fnuz_inputs(learner, variant):
     zh="q 不是 float8_e4m3fn 时 ocp_to_fnuz 应抛出 ValueError",
 )
 def fnuz_errors(learner, variant):
-    n = variant.random.randint(2, 9)
-    for dtype in (torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float32):
-        _raises_value_error(learner, "ocp_to_fnuz(torch.ones(n).to(dt), torch.tensor(1.0))", n=n, dt=dtype)
+    _rejects_dtypes(learner, variant, "ocp_to_fnuz", (torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float32))
 
 
 # ---------------------------------------------------------------- 3b · FNUZ -> OCP
@@ -337,9 +347,7 @@ def ocp_small_and_nan(learner, variant):
     zh="fnuz_to_ocp 不修改传入的 q 与 scale",
 )
 def ocp_inputs(learner, variant):
-    order, scale, (_, _, _, q_after, scale_after) = _ocp(learner, variant)
-    assert _tensor(q_after, "q").flatten().tolist() == order, "the input bytes were modified"
-    assert torch.equal(_tensor(scale_after, "scale"), scale), "the input scale was modified"
+    _inputs_kept(*_ocp(learner, variant))
 
 
 @check(
@@ -349,9 +357,7 @@ def ocp_inputs(learner, variant):
     zh="q 不是 float8_e4m3fnuz 时 fnuz_to_ocp 应抛出 ValueError",
 )
 def ocp_errors(learner, variant):
-    n = variant.random.randint(2, 9)
-    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2fnuz, torch.float32):
-        _raises_value_error(learner, "fnuz_to_ocp(torch.ones(n).to(dt), torch.tensor(1.0))", n=n, dt=dtype)
+    _rejects_dtypes(learner, variant, "fnuz_to_ocp", (torch.float8_e4m3fn, torch.float8_e5m2fnuz, torch.float32))
 
 
 # ---------------------------------------------------------------- 4 · MXFP4
