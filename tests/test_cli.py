@@ -53,6 +53,7 @@ def test_an_unknown_or_missing_environment_is_bad_input_not_a_traceback(capsys, 
 # value. A command added to cli.COMMANDS needs a case here (the last test says so).
 BAD_INPUT = {
     "list": (["list", "99-nope"], "unknown lab '99-nope'"),
+    "new": (["new", "1-hello", "--title-en", "Hello", "--title-zh", "你好"], "'1-hello' is not a lab id"),
     "build": (["build", "--profile", "gpu"], "--profile needs --out DIR"),
     "run": (["run", "--repeat", "0"], "--repeat: expected a positive number, got 0"),
     "report": (["report", "--skip", "nonsense"], "--skip 'nonsense': expected ENTRY=REASON"),

@@ -24,6 +24,7 @@ from .execution.worker import UNUSED_IN_CLI, block_unused_imports
 # name: (where its add_arguments and main live, "module" or "module:object"; one line of help)
 COMMANDS = {
     "list": ("rocmlab.course.catalog", "the labs in this checkout (outside one: the lab notebooks in this folder)"),
+    "new": ("rocmlab.course.scaffold", "a new lab folder under solutions/ that builds, verifies and runs as it is"),
     "build": (
         "rocmlab.build.command",
         "student notebooks from solutions/ into labs/<lang>/ (nbgrader generate_assignment)",
