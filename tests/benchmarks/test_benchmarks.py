@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def run_benchmark(script: str, *args: str) -> str:

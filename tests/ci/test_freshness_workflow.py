@@ -18,7 +18,7 @@ from freshness_helpers import executed_notebook, write_matrix, write_result
 
 from rocmlab.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_GH = """#!/usr/bin/env python3
 import json, os, sys

@@ -13,7 +13,7 @@ import pytest
 import route_failures  # ci/route_failures.py (ci/ is on pytest's pythonpath)
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REPLAY = ROOT / "tests" / "fixtures" / "replay"
 DAYS = {
     "step1-rocm7.14": "2026-07-20",

@@ -17,7 +17,7 @@ import yaml
 
 from rocmlab.freshness import containers, jobs, releases
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
 
@@ -123,7 +123,7 @@ def test_freshness_jobs_come_from_the_matrix_and_use_the_gpu():
     for name in ("canary-cpu", "canary-gpu"):
         assert fresh["jobs"][name]["continue-on-error"] is True  # never blocking
     assert "error::FutureWarning" in json.dumps(fresh["jobs"]["canary-cpu"])
-    gate = fresh["jobs"]["gate"]  # the gate and the report behind it: tests/test_freshness_workflow.py
+    gate = fresh["jobs"]["gate"]  # the gate and the report behind it: tests/ci/test_freshness_workflow.py
     assert {"gpu", "gpu-multi", "cpu"} <= set(gate["needs"]) and not {"canary-cpu", "canary-gpu"} & set(gate["needs"])
     report = fresh["jobs"]["report"]
     assert {"gate", "canary-cpu", "canary-gpu"} <= set(report["needs"]) and "needs.gate.result" in report["if"]
@@ -521,7 +521,7 @@ def test_release_check_script_end_to_end(tmp_path):
     calls = gh_log.read_text()
     assert "pr create --head release-check/matrix --base main" in calls
     assert "workflow run pr.yml --ref release-check/matrix\n" in calls  # the bot's PR gets its checks
-    # the freshness runs of every entry that changed (tests/test_release_check_workflow.py has more)
+    # the freshness runs of every entry that changed (tests/ci/test_release_check_workflow.py has more)
     assert (
         "workflow run freshness.yml --ref release-check/matrix -f entries=rocm-10.1,rocm-7.14,rocm-10.0,cpu-current\n"
         in calls

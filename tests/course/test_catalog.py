@@ -75,7 +75,7 @@ def test_a_profile_declares_the_course_model_it_needs(make_course):
 def test_every_course_lab_that_loads_the_course_model_declares_it():
     from pathlib import Path
 
-    labs = discover(Path(__file__).resolve().parents[1])
+    labs = discover(Path(__file__).resolve().parents[2])
     needing = sorted(lab.id[:2] for lab in labs if lab.profile("smoke").requires.course_model)
     assert needing == ["02", "03", "05", "06", "07", "08", "09", "10"]
 

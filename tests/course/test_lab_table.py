@@ -10,7 +10,7 @@ from conftest import GOOD_TOML
 from rocmlab.course import lab_table
 from rocmlab.course.catalog import LabError, discover
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = "# Course\n\n<!-- labs:start -->\nold\n<!-- labs:end -->\n\nmore\n"
 
 

@@ -11,7 +11,7 @@ from rocmlab.course.catalog import PROFILE_NAMES
 from rocmlab.course.source import MARKERS
 from rocmlab.schemas import schema
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rocmlab"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "rocmlab"
 MARKER_TEXT = {marker for pair in MARKERS.values() for marker in pair}
 # TODO(issue 38): hub/labs.py lists the hub's own subset, ("smoke", "gpu"); spell it with catalog.SMOKE
 # and GPU when the hub's modules are free to change.

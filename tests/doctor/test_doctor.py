@@ -11,8 +11,8 @@ from rocmlab import doctor, probes
 from rocmlab.cli import main
 from rocmlab.errors import InputError
 
-MACHINES = Path(__file__).parent / "fixtures" / "machines"
-REPO_MATRIX = Path(__file__).resolve().parents[1] / "env" / "matrix.toml"
+MACHINES = Path(__file__).parents[1] / "fixtures" / "machines"
+REPO_MATRIX = Path(__file__).resolve().parents[2] / "env" / "matrix.toml"
 NO_MATRIX = None  # the built-in release table
 
 

@@ -8,7 +8,7 @@ import pytest
 from rocmlab.deprecations import find_deprecations, removal
 from rocmlab.execution.results import Record, write_record
 
-RECORDED = Path(__file__).parent / "fixtures" / "deprecations"
+RECORDED = Path(__file__).parents[1] / "fixtures" / "deprecations"
 
 
 def notices(name):

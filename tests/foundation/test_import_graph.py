@@ -10,7 +10,7 @@ import re
 import tomllib
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 PYPROJECT = SRC.parent / "pyproject.toml"
 

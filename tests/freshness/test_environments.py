@@ -9,7 +9,7 @@ from rocmlab.cli import main
 from rocmlab.freshness import environments, releases
 from rocmlab.freshness.environments import EnvBuildError, EnvError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REAL_CHECK_VERSIONS = environments._check_versions
 
 

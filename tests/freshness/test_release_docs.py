@@ -10,7 +10,7 @@ import pytest
 
 from rocmlab.freshness import releases
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "env" / "matrix.toml"
 
 

@@ -22,8 +22,8 @@ from rocmlab import schemas
 from rocmlab.cli import main
 from rocmlab.freshness import matrix, proposals, pull_request, releases, upstream
 
-ROOT = Path(__file__).resolve().parent.parent
-REPLAY = Path(__file__).parent / "fixtures" / "replay"
+ROOT = Path(__file__).resolve().parents[2]
+REPLAY = Path(__file__).parents[1] / "fixtures" / "replay"
 _spec = importlib.util.spec_from_file_location("make_fixtures", REPLAY / "make_fixtures.py")
 make_fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_fixtures)

@@ -14,9 +14,9 @@ from rocmlab.errors import ExitCode
 from rocmlab.freshness import matrix, pins, proposals, pull_request, releases, upstream, upstream_pages
 from rocmlab.freshness.releases import MatrixError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "env" / "matrix.toml"
-UPSTREAM = Path(__file__).parent / "fixtures" / "upstream"
+UPSTREAM = Path(__file__).parents[1] / "fixtures" / "upstream"
 BEFORE = UPSTREAM / "matrix-before.toml"
 TODAY = dt.date(2026, 12, 1)
 

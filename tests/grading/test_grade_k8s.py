@@ -22,7 +22,7 @@ kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="kubernetes-validate is not installed (.venv/bin/pip install kubernetes-validate)"
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "env" / "jupyterhub" / "helm"
 KUBERNETES = "1.33.0"  # backoffLimitPerIndex is GA from 1.33; appArmorProfile from 1.30
 VALUES = yaml.safe_load((HELM / "values.yaml").read_text(encoding="utf-8"))

@@ -46,7 +46,7 @@ def snooping_answer(base, path: Path):
 @pytest.fixture
 def visible_folder():
     """A folder kernels would see if it were not hidden: not in a private /tmp, open to the grader users."""
-    folder = Path(tempfile.mkdtemp(prefix=".live-test-", dir=Path(__file__).resolve().parents[1]))
+    folder = Path(tempfile.mkdtemp(prefix=".live-test-", dir=Path(__file__).resolve().parents[2]))
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

@@ -18,9 +18,9 @@ from rocmlab.hub import exchange as rocmlab_exchange
 from rocmlab.hub import launch as hub_launch
 from rocmlab.hub import spawner as rocmlab_spawner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HUB_DIR = ROOT / "env" / "jupyterhub"
-FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
+FIXTURE_COURSE = Path(__file__).parents[1] / "fixtures" / "course"
 
 HUB_VARIABLES = [name for name in os.environ if name.startswith("ROCMLAB_")]
 

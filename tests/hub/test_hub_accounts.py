@@ -34,7 +34,7 @@ from rocmlab.hub import COURSE_ID, HubError, LocalHub, find_proxy
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB = "01-rocm-setup"
 MEMORY, PROCESSES = "6G", 300  # not the config's defaults, so they must come through
 # Runs as the launcher of jupyterhub: argv = [-c, scratch, checkout, jupyterhub, ...].

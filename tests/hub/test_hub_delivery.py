@@ -20,7 +20,7 @@ import pytest
 from rocmlab.course.catalog import discover, select
 from rocmlab.hub.delivery import MANIFEST, changelog_since, deliver_lab
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAB = "01-rocm-setup"
 BUILT = REPO / "labs" / "zh" / LAB
 SHIPPED = nbformat.read(BUILT / f"{LAB}.ipynb", as_version=4).metadata["rocmlab"]["version"]  # the lab's version today

@@ -29,7 +29,7 @@ from rocmlab.hub import COURSE_ID, DemoHub, HubError, find_proxy
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB = "01-rocm-setup"
 RIGHT, WRONG = "learner1", "learner2"
 

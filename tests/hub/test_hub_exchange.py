@@ -5,7 +5,7 @@ Real nbgrader collect and release_feedback run on a temporary exchange in the pe
 instructor's source is refused (nbgrader's own copytree follows it), a folder swapped for a link
 while the collect copies fails it, the folder names the student, the submission's time is the one
 the file system recorded (not the one in its name), and a folder with an odd name is skipped
-instead of ending the collect for the class. tests/test_hub_isolation.py does the same with real
+instead of ending the collect for the class. tests/hub/test_hub_isolation.py does the same with real
 Unix accounts.
 """
 

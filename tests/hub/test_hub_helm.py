@@ -23,7 +23,7 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "env" / "jupyterhub" / "helm"
 VALUES = yaml.safe_load((HELM / "values.yaml").read_text(encoding="utf-8"))
 CUSTOM = VALUES["custom"]["rocmlab"]
@@ -35,7 +35,7 @@ GPU_LABS = CUSTOM["courseDir"] + "/labs-gpu"  # where the image keeps the gpu pr
 # The chart's own schema: jupyterhub/values.schema.json of Zero to JupyterHub 4.4.0, vendored
 # (tests/fixtures/z2jh-4.4.0/README.md says where from and under which license). helm checks the
 # merged values against it; additionalProperties is false almost everywhere, so a misspelt key fails.
-CHART_SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "z2jh-4.4.0" / "values.schema.json").read_text())
+CHART_SCHEMA = json.loads((Path(__file__).parents[1] / "fixtures" / "z2jh-4.4.0" / "values.schema.json").read_text())
 # KubeSpawner traits the profiles override (kubespawner_override sets them by name).
 KUBESPAWNER_OVERRIDES = {
     "cpu_guarantee",

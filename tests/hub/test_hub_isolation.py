@@ -1,7 +1,7 @@
 """The workshop server shares nothing writable between learners (issue 33), with real Unix accounts.
 
 The attacks of a learner with a login and a terminal, each against the hub of
-tests/test_hub_accounts.py (server mode, PAM, TLS, one process per Unix user), here run by the
+tests/hub/test_hub_accounts.py (server mode, PAM, TLS, one process per Unix user), here run by the
 learners ``ann`` and ``bob``, the instructor ``teach`` and the outsider ``eve`` of that test:
 
 - reading the hub's log, a classmate's submission or feedback, or replacing them;
@@ -75,7 +75,7 @@ def launcher(scratch: Path) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", EXPOSE, str(scratch), str(ROOT)]
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_hub(world, data: Path, scratch: Path, **options) -> LocalHub:

@@ -44,7 +44,7 @@ def test_the_zh_language_pack_is_in_the_hub_extra():
     import tomllib
     from pathlib import Path
 
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     hub = " ".join(project["project"]["optional-dependencies"]["hub"])
     assert "jupyterlab-language-pack-zh-cn" in hub and "nbgitpuller" in hub
 

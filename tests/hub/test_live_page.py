@@ -1,8 +1,8 @@
 """The live service's pages for instructors and learners: who may see what (issue 34).
 
 The service is the real one (``live_service.make_app``, which mounts ``live_page.routes``); the
-hub's answer to "who is this token" is stood in for, as in tests/test_live_service.py. The
-browser test with a real hub is tests/test_live_browser.py.
+hub's answer to "who is this token" is stood in for, as in tests/hub/test_live_service.py. The
+browser test with a real hub is tests/hub/test_live_browser.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The live service's routes: the learner's submit (collected by the service from their own folder,
 rate-limited), their own attempts only, the workers' token-only API. The hub's token check is
-stood in for (a token names its user); tests/test_live_e2e.py runs the real hub."""
+stood in for (a token names its user); tests/hub/test_live_e2e.py runs the real hub."""
 
 import base64
 import io

@@ -13,7 +13,7 @@ from labsource import LabSource
 
 from rocmlab.lab import qc_adapter
 
-LAB03 = Path(__file__).resolve().parents[1] / "solutions" / "03-lora-finetune-zh" / "lab.py"
+LAB03 = Path(__file__).resolve().parents[2] / "solutions" / "03-lora-finetune-zh" / "lab.py"
 WANTED = {"ANSWER_KEYS", "SYSTEM_PROMPT", "to_answer", "to_messages"}
 
 

@@ -13,7 +13,7 @@ from rocmlab.execution.run import local_target, run_lab
 from rocmlab.grading.cells import cell_points
 from rocmlab.harness import lab_checks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LABS = discover(ROOT)
 
 

@@ -11,7 +11,7 @@ from rocmlab.lab import datasheets
 
 SOURCE = LabSource("01-rocm-setup")
 LAB = SOURCE.folder
-MACHINES = Path(__file__).parent / "fixtures" / "machines"
+MACHINES = Path(__file__).parents[1] / "fixtures" / "machines"
 SOLUTION_CELLS = (
     "01-backend-sol-1",
     "01-rocminfo-sol-1",

@@ -1,7 +1,7 @@
 """Lab 02 (LLM inference and sound benchmarking): source shape, golden data, solution functions.
 
 Fast tests read solutions/02-llm-inference directly; executing the notebook is left to
-`rocmlab build --verify` and `rocmlab run` (tests/test_labs.py).
+`rocmlab build --verify` and `rocmlab run` (tests/labs/test_every_lab.py).
 """
 
 import json

@@ -4,7 +4,7 @@ The runtime exercises run on the virtual clock, so they execute here straight fr
 source in about a second: each graded test passes on the solution, fails on the empty student
 version, and fails on a plausible wrong answer (a mutation of the solution). The BM25 and schema
 exercises run the same way. The whole notebook (LLM reporter, real-clock sweep) is executed by
-tests/test_labs.py (slow).
+tests/labs/test_every_lab.py (slow).
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def test_runtime_sections_and_golden_traces_hold_on_other_pythons(version, tmp_p
         pytest.skip(f"python{version} not installed")
     script = tmp_path / "portable.py"
     script.write_text(PORTABLE_RUN)
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     done = subprocess.run(
         [python, str(script), str(src), str(LAB / "lab.py")], capture_output=True, text=True, timeout=300
     )

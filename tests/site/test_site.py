@@ -19,7 +19,7 @@ from rocmlab.site import main as site_main
 from rocmlab.site.build import build_site
 from rocmlab.site.launch import read_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST_LABS = ("01-rocm-setup", "07-triton-kernels")
 HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.DOTALL)
 
