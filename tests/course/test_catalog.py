@@ -72,14 +72,6 @@ def test_a_profile_declares_the_course_model_it_needs(make_course):
     assert plain.profile("smoke").requires.course_model is False
 
 
-def test_every_course_lab_that_loads_the_course_model_declares_it():
-    from pathlib import Path
-
-    labs = discover(Path(__file__).resolve().parents[2])
-    needing = sorted(lab.id[:2] for lab in labs if lab.profile("smoke").requires.course_model)
-    assert needing == ["02", "03", "05", "06", "07", "08", "09", "10"]
-
-
 def test_smoke_profile_is_required(make_course):
     text = GOOD_TOML.format(id="01-demo").replace("[profiles.smoke]", "[profiles.gpu]")
     with pytest.raises(LabError, match="missing field profiles.smoke"):

@@ -153,14 +153,6 @@ def test_gpu_profile_asks_the_amd_device_plugin_for_one_gpu():
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in override["tolerations"]
 
 
-def test_every_profile_names_a_profile_that_every_lab_has():
-    for lab_id in LAB_IDS:
-        lab = tomllib.loads((ROOT / "solutions" / lab_id / "lab.toml").read_text(encoding="utf-8"))
-        for entry in SINGLEUSER["profileList"]:
-            name = entry["kubespawner_override"]["environment"]["ROCMLAB_PROFILE"]
-            assert name in lab["profiles"], f"{lab_id}/lab.toml has no [profiles.{name}] (profile {entry['slug']})"
-
-
 # ------------------------------------------------------------------ the image
 
 
@@ -213,24 +205,6 @@ def test_the_gpu_notebooks_are_rendered_in_a_stage_of_their_own():
     assert stage not in ("learner", "instructor") and root == CUSTOM["courseDir"]
     assert out == GPU_LABS and GPU_LABS in POST_START  # where the postStart hook copies from
     assert f"COPY --from={stage} {out} {out}\n" in stages["learner"][1]
-
-
-def test_the_image_holds_every_model_the_gpu_profiles_name():
-    """Pods run offline: each real MODEL of a [profiles.gpu] is fetched into the image at build time."""
-    from rocmlab.course.catalog import discover
-
-    named = {
-        lab.profile("gpu").params["MODEL"]
-        for lab in discover(ROOT)
-        if "gpu" in lab.profiles and "MODEL" in lab.profile("gpu").params
-    } - {"tiny-qwen-zh"}
-    learner = dockerfile_stages()["learner"][1]
-    fetched = re.search(r'^ARG GPU_MODELS="([^"]*)"$', learner, re.MULTILINE)
-    assert fetched, "the learner stage needs ARG GPU_MODELS"
-    assert named <= set(fetched.group(1).split()), (
-        f"not fetched into the image: {named - set(fetched.group(1).split())}"
-    )
-    assert 'rocmlab assets fetch "$model"' in learner and "HF_HUB_OFFLINE=1" in learner
 
 
 # ------------------------------------------------------------------ the exchange and nbgrader

@@ -1,11 +1,15 @@
-"""The course's own labs: sources valid, labs/ in step, and every graded test proven by execution."""
+"""The rules every lab of solutions/ must satisfy: sources valid, labs/ in step, every graded test
+proven by execution, a row in the README's table, and what the hub's image and profiles need of it."""
 
+import re
 from pathlib import Path
 
 import pytest
+from test_hub_helm import SINGLEUSER, dockerfile_stages
 
 from rocmlab.build.assignments import drift
 from rocmlab.build.verify import verify_lab
+from rocmlab.course import lab_table
 from rocmlab.course.catalog import discover
 from rocmlab.course.notebooks import solution_notebook
 from rocmlab.course.source import read_notebook
@@ -23,6 +27,41 @@ def test_every_lab_source_is_valid():
         read_notebook(lab)
         assert (lab.folder / "CHANGELOG.md").is_file(), f"{lab.id}: missing CHANGELOG.md"
         assert lab.version in (lab.folder / "CHANGELOG.md").read_text(), f"{lab.id}: CHANGELOG.md lacks {lab.version}"
+
+
+def test_every_lab_that_loads_the_course_model_declares_it():
+    needing = sorted(lab.id[:2] for lab in LABS if lab.profile("smoke").requires.course_model)
+    assert needing == ["02", "03", "05", "06", "07", "08", "09", "10"]
+
+
+def test_the_readme_table_is_in_step_with_the_labs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert lab_table.stamped(readme, LABS, ROOT / "README.md") == readme, (
+        "run: python -m rocmlab.course.lab_table README.md"
+    )
+
+
+def test_every_lab_has_each_profile_the_hub_offers():
+    for lab in LABS:
+        for entry in SINGLEUSER["profileList"]:
+            name = entry["kubespawner_override"]["environment"]["ROCMLAB_PROFILE"]
+            assert name in lab.profiles, f"{lab.id}/lab.toml has no [profiles.{name}] (profile {entry['slug']})"
+
+
+def test_the_hub_image_holds_every_model_the_gpu_profiles_name():
+    """Pods run offline: each real MODEL of a [profiles.gpu] is fetched into the image at build time."""
+    named = {
+        lab.profile("gpu").params["MODEL"]
+        for lab in LABS
+        if "gpu" in lab.profiles and "MODEL" in lab.profile("gpu").params
+    } - {"tiny-qwen-zh"}
+    learner = dockerfile_stages()["learner"][1]
+    fetched = re.search(r'^ARG GPU_MODELS="([^"]*)"$', learner, re.MULTILINE)
+    assert fetched, "the learner stage needs ARG GPU_MODELS"
+    assert named <= set(fetched.group(1).split()), (
+        f"not fetched into the image: {named - set(fetched.group(1).split())}"
+    )
+    assert 'rocmlab assets fetch "$model"' in learner and "HF_HUB_OFFLINE=1" in learner
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
