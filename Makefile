@@ -67,7 +67,7 @@ hub-setup: $(HUB_PROXY)
 # browser test) and shellcheck (ci/*.sh and the workflows' run: blocks, through actionlint).
 # Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
 # fonts-noto-cjk: Chinese glyphs in the zh screenshots (site and hub browser tests);
-# bubblewrap: the grader's default sandbox and its forked kernels (tests/test_grade_*).
+# bubblewrap: the grader's default sandbox and its forked kernels (tests/grading/, tests/sandbox/).
 SYSTEM_PACKAGES := redis-server chromium shellcheck
 OTHER_PACKAGES := fonts-noto-cjk bubblewrap
 system-deps:

@@ -20,7 +20,7 @@
 # runners, ROCm entries on the GPU runners, unless ROCMLAB_GPU_RUNNERS=none (a repository variable:
 # no GPU runner, the ROCm entries are left for a maintainer and the PR says so).
 # Needs GH_TOKEN for the gh CLI. ROCMLAB_FIXTURES=DIR answers from recorded responses and
-# ROCMLAB_TODAY=YYYY-MM-DD sets the day of the check (tests: tests/test_release_check_workflow.py).
+# ROCMLAB_TODAY=YYYY-MM-DD sets the day of the check (tests: tests/ci/test_release_check_workflow.py).
 set -uo pipefail
 branch="${BRANCH:-release-check/matrix}"
 base="${BASE:-main}"

@@ -183,7 +183,7 @@ def quick_tiny_model(_quick_model_cache, monkeypatch):
 @pytest.fixture
 def alembic_head_in_process(monkeypatch):
     """nbgrader asks an ``alembic heads`` subprocess (a second of CPU) for the schema head of every
-    new gradebook: read it in process, as rocmlab's grading does (tests/test_nbgrader_compat.py
+    new gradebook: read it in process, as rocmlab's grading does (tests/grading/test_nbgrader_compat.py
     checks both give the same head). For tests of what runs around nbgrader, not of that lookup."""
     import nbgrader.api
 

@@ -4,7 +4,7 @@ No AMD GPU was available to record these files. They are ILLUSTRATIVE, not measu
 has the exact layout the tool writes (column names and order from the sources cited in
 data/README.md), and every number comes from the simple model below, with the stated
 efficiencies, for Qwen2.5-0.5B in bf16 on one MI300X (datasheet: 1307.4 TFLOPS dense BF16,
-5.3 TB/s HBM3). tests/test_lab09.py re-runs this script and checks that data/ matches it.
+5.3 TB/s HBM3). tests/labs/test_lab09.py re-runs this script and checks that data/ matches it.
 
     python solutions/09-profiling/make_data.py [OUTPUT_DIR]
 """

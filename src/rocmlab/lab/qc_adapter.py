@@ -10,7 +10,7 @@ result next to the course model under a key that names the base checkpoint, this
 seed. Its manifest keeps every step's loss. Several processes may ask at once: one builds under a
 file lock, the others wait and reuse it.
 
-:func:`qc_messages` is lab 03's prompt (``SYSTEM_PROMPT``, ``to_messages``); tests/test_qc_adapter.py
+:func:`qc_messages` is lab 03's prompt (``SYSTEM_PROMPT``, ``to_messages``); tests/lab/test_qc_adapter.py
 checks it against lab 03's source so that the two cannot drift apart silently.
 """
 

@@ -1,0 +1,290 @@
+"""`rocmlab doctor` judged on recorded machines (tests/fixtures/machines/<name>/machine.json)."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from rocmlab import doctor, probes
+from rocmlab.cli import main
+from rocmlab.errors import InputError
+
+MACHINES = Path(__file__).parents[1] / "fixtures" / "machines"
+REPO_MATRIX = Path(__file__).resolve().parents[2] / "env" / "matrix.toml"
+NO_MATRIX = None  # the built-in release table
+
+
+def report_for(name, matrix=NO_MATRIX):
+    return doctor.diagnose(probes.RecordedMachine(MACHINES / name), matrix=matrix)
+
+
+def statuses(report):
+    out = {}
+    for f in report["findings"]:
+        out.setdefault(f["check"], f["status"])
+    return out
+
+
+@pytest.mark.parametrize(
+    "name, worst, expected",
+    [
+        (
+            "mi300x-node",
+            "ok",
+            {
+                "driver": "ok",
+                "gpus": "ok",
+                "access": "ok",
+                "torch": "ok",
+                "torch-arch": "ok",
+                "iommu": "ok",
+                "numa": "ok",
+                "nccl-env": "ok",
+            },
+        ),
+        (
+            "mi250x-rocm57",
+            "warn",
+            {"rocm": "warn", "iommu": "warn", "numa": "warn", "torch-arch": "ok", "visible-devices": "ok"},
+        ),
+        ("rx7900xtx-desktop", "ok", {"driver": "ok", "torch-arch": "ok", "iommu": "skip"}),
+        ("no-render-group", "fail", {"access": "fail", "torch": "fail", "gpus": "ok"}),
+        (
+            "wheel-lacks-arch",
+            "fail",
+            {"torch-arch": "fail", "hsa-override": "warn", "disk": "warn", "gpu-support": "warn"},
+        ),
+        ("cuda-h100", "warn", {"driver": "ok", "torch": "ok", "torch-arch": "ok", "rocm": "skip", "nccl-env": "warn"}),
+        ("cpu-only", "warn", {"gpus": "warn", "torch": "ok", "access": "skip", "torch-arch": "skip"}),
+    ],
+)
+def test_recorded_machines(name, worst, expected):
+    report = report_for(name)
+    assert report["worst"] == worst
+    assert report["exit_code"] == doctor.EXIT_CODES[worst]
+    got = statuses(report)
+    for check, status in expected.items():
+        assert got.get(check) == status, (check, got.get(check), report["findings"])
+
+
+def test_every_warning_and_failure_has_bilingual_fix_and_link():
+    for folder in sorted(p.parent for p in MACHINES.glob("*/machine.json")):
+        for f in report_for(folder.name)["findings"]:
+            if f["status"] in ("warn", "fail"):
+                assert f["fix_zh"] and f["fix_en"] and f["doc"].startswith("https://"), (folder.name, f)
+
+
+def test_facts_of_the_mi250x_node_count_gcds():
+    facts = report_for("mi250x-rocm57")["facts"]
+    assert facts["vendor"] == "amd" and facts["rocm_version"].startswith("5.7.1")
+    assert [g["gfx"] for g in facts["gpus"]] == ["gfx90a"] * 4
+    assert {g["compute_units"] for g in facts["gpus"]} == {110}
+
+
+def test_gpu_list_falls_back_to_amd_smi_when_rocminfo_fails():
+    facts = report_for("no-render-group")["facts"]
+    assert facts["gpus"][0]["name"] == "AMD Instinct MI210" and facts["gpus"][0]["gfx"] == "gfx90a"
+
+
+def test_parse_rocminfo_keeps_agent_name_over_isa_names():
+    text = (MACHINES / "rx7900xtx-desktop" / "rocminfo.txt").read_text()
+    agents = probes.parse_rocminfo(text)
+    assert [a.device_type for a in agents] == ["CPU", "GPU"]
+    gpu = agents[1]
+    assert (gpu.name, gpu.gfx, gpu.compute_units, gpu.wavefront_size) == ("gfx1100", "gfx1100", 96, 32)
+    assert gpu.isa == ["amdgcn-amd-amdhsa--gfx1100", "amdgcn-amd-amdhsa--gfx11-generic"]
+    assert agents[0].wavefront_size is None
+
+
+def test_parse_rocminfo_mi300x_two_sockets_eight_gpus():
+    agents = probes.parse_rocminfo((MACHINES / "mi300x-node" / "rocminfo.txt").read_text())
+    gpus = [a for a in agents if a.device_type == "GPU"]
+    assert len(agents) == 10 and len(gpus) == 8
+    assert {(a.marketing_name, a.compute_units, a.wavefront_size) for a in gpus} == {("AMD Instinct MI300X", 304, 64)}
+
+
+def test_parse_amdsmi_static_and_version():
+    gpus = probes.parse_amdsmi_static((MACHINES / "mi300x-node" / "amd-smi-static.txt").read_text())
+    assert len(gpus) == 8 and gpus[7]["gpu"] == 7
+    assert gpus[0]["target_graphics_version"] == "gfx942" and gpus[0]["num_compute_units"] == "304"
+    version = probes.parse_amdsmi_version(
+        "AMDSMI Tool: 26.2.2+7f | AMDSMI Library version: 26.2.2 | ROCm version: 7.2.4"
+    )
+    assert version == {"tool": "26.2.2+7f", "library": "26.2.2", "rocm": "7.2.4"}
+
+
+@pytest.mark.parametrize(
+    "device, built, ok",
+    [
+        ("gfx90a:sramecc+:xnack-", "gfx90a", True),
+        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack-", True),
+        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack+", False),
+        ("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-", "gfx942", True),
+        ("gfx1100", "gfx1101", False),
+        ("gfx1201", "gfx120", False),
+    ],
+)
+def test_target_compatible(device, built, ok):
+    assert probes.target_compatible(device, built) is ok
+
+
+@pytest.mark.parametrize(
+    "env, visible, problem",
+    [
+        ({}, [0, 1, 2, 3], False),
+        ({"ROCR_VISIBLE_DEVICES": "2,3"}, [2, 3], False),
+        ({"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"}, [3], False),
+        ({"HIP_VISIBLE_DEVICES": "3,0"}, [3, 0], False),
+        ({"CUDA_VISIBLE_DEVICES": "1"}, [1], False),
+        ({"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"}, [], True),
+        ({"HIP_VISIBLE_DEVICES": "0,7,1"}, [0], True),
+    ],
+)
+def test_visible_devices(env, visible, problem):
+    got, problems = doctor.visible_devices(4, env)
+    assert got == visible and bool(problems) is problem
+
+
+def test_hidden_gpus_and_bad_override_are_reported(tmp_path):
+    data = json.loads((MACHINES / "rx7900xtx-desktop" / "machine.json").read_text())
+    data["env"].update({"HIP_VISIBLE_DEVICES": "1", "HSA_OVERRIDE_GFX_VERSION": "gfx1100"})
+    for name in ("rocminfo.txt", "amd-smi-static.txt"):
+        (tmp_path / name).write_text((MACHINES / "rx7900xtx-desktop" / name).read_text())
+    (tmp_path / "machine.json").write_text(json.dumps(data))
+    got = statuses(doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX))
+    assert got["visible-devices"] == "warn" and got["hsa-override"] == "fail"
+
+
+def test_rocm_version_from_core_layout(tmp_path):
+    data = json.loads((MACHINES / "rx7900xtx-desktop" / "machine.json").read_text())
+    del data["files"]["/opt/rocm/.info/version"]
+    data["commands"].pop("amd-smi version")
+    data["dirs"]["/opt/rocm"] = ["bin", "core-7.14", "lib"]
+    data["files"]["/opt/rocm/core-7.14/.info/version"] = "7.14.0\n"
+    for name in ("rocminfo.txt", "amd-smi-static.txt"):
+        (tmp_path / name).write_text((MACHINES / "rx7900xtx-desktop" / name).read_text())
+    (tmp_path / "machine.json").write_text(json.dumps(data))
+    report = doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX)
+    assert report["facts"]["rocm_version"] == "7.14.0"
+
+
+def one_entry_matrix(tmp_path, gfx, series=None) -> Path:
+    """The repository's matrix cut down to one ROCm entry (the newest, or the one named
+    ``rocm-<series>``), with these GPU targets."""
+    data = tomllib.loads(REPO_MATRIX.read_text(encoding="utf-8"))
+    chosen = next(e for e in data["rocm"] if series is None or e["name"] == f"rocm-{series}")
+    entry = dict(chosen, gfx=gfx, runner_gfx=gfx[0])
+    path = tmp_path / "matrix.toml"
+    path.write_text(tomli_w.dumps({**data, "rocm": [entry]}), encoding="utf-8")
+    return path
+
+
+def test_release_table_comes_from_the_release_matrix(tmp_path):
+    matrix = one_entry_matrix(tmp_path, ["gfx942"])
+    releases, source = doctor.load_releases(matrix)
+    rocm = tomllib.loads(matrix.read_text())["rocm"][0]["rocm"]
+    assert releases == [{"rocm": rocm, "gpu_targets": ["gfx942"]}] and source == str(matrix)
+    assert doctor.load_releases(None) == (doctor.BUILTIN_RELEASES, "built-in table")
+    older = one_entry_matrix(tmp_path, ["gfx942"], series="6.4")
+    got = statuses(report_for("rx7900xtx-desktop", matrix=older))
+    assert got["gpu-support"] == "warn"  # the desktop's gfx1100 is not in this one-entry matrix
+
+
+def test_a_matrix_named_on_the_command_line_must_be_readable(tmp_path, capsys):
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text("not = [valid toml")
+    with pytest.raises(InputError, match="matrix.toml"):
+        doctor.load_releases(matrix)
+    machine = str(MACHINES / "mi250x-rocm57")
+    assert main(["doctor", "--machine", machine, "--matrix", str(matrix)]) == 2
+    assert "matrix.toml" in capsys.readouterr().err
+    assert main(["doctor", "--machine", machine, "--matrix", str(tmp_path / "missing.toml")]) == 2
+    assert "missing.toml" in capsys.readouterr().err
+
+
+def test_the_course_matrix_is_found_through_the_course_root(tmp_path, monkeypatch):
+    assert doctor.course_matrix(str(REPO_MATRIX.parents[1])) == REPO_MATRIX
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    assert doctor.course_matrix(None) is None  # outside a course: the built-in table
+
+
+def test_release_for_picks_newest_not_newer():
+    releases = [
+        {"rocm": "6.2", "gpu_targets": []},
+        {"rocm": "6.4", "gpu_targets": []},
+        {"rocm": "7.0", "gpu_targets": []},
+    ]
+    assert doctor.release_for("6.4.4-129", releases)["rocm"] == "6.4"
+    assert doctor.release_for("6.3.1", releases)["rocm"] == "6.2"
+    assert doctor.release_for("5.7.1", releases) is None
+
+
+def test_a_broken_check_becomes_a_warning(monkeypatch):
+    def broken(machine, facts, releases):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(doctor, "CHECKS", [doctor.check_os, broken])
+    report = report_for("mi300x-node")
+    assert report["worst"] == "warn" and "KeyError" in report["findings"][-1]["detail"]
+
+
+def test_finding_rejects_unknown_status():
+    with pytest.raises(ValueError, match="status"):
+        doctor.Finding("x", "X", "bad", "detail")
+
+
+def test_cli_json_and_exit_status(capsys, tmp_path):
+    matrix = one_entry_matrix(tmp_path, ["gfx942"])
+    code = main(["doctor", "--json", "--machine", str(MACHINES / "no-render-group"), "--matrix", str(matrix)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 3 == report["exit_code"] and report["worst"] == "fail"
+
+
+def test_cli_table_shows_fixes_in_chosen_language(capsys):
+    code = doctor.main(machine=str(MACHINES / "mi250x-rocm57"), lang="zh")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "WARN  iommu" in out and "iommu=pt" in out and "GRUB_CMDLINE_LINUX 中加入" in out
+    assert "add iommu=pt to GRUB_CMDLINE_LINUX" not in out
+
+
+def test_cli_bad_machine_folder(tmp_path, capsys):
+    assert main(["doctor", "--machine", str(tmp_path)]) == 2
+    assert "machine.json" in capsys.readouterr().err
+
+
+def test_live_machine_report_is_well_formed():
+    report = doctor.diagnose(probes.LiveMachine())
+    assert report["findings"] and all(f["status"] in doctor.STATUSES for f in report["findings"])
+    assert report["exit_code"] == doctor.EXIT_CODES[report["worst"]]
+    json.dumps(report)
+
+
+def test_vendor_follows_the_gpu_torch_uses():
+    cuda_torch = {"importable": True, "hip": None, "cuda": "12.8", "devices": [{"name": "NVIDIA RTX 4090"}]}
+    mixed = doctor.Facts(amd_driver=True, nvidia_driver=True, torch=cuda_torch)  # AMD iGPU + NVIDIA card
+    assert mixed.vendor == "nvidia"
+    assert doctor.Facts(amd_driver=True, torch={"importable": True, "hip": None, "cuda": None}).vendor == "amd"
+    assert doctor.Facts(nvidia_driver=True).vendor == "nvidia" and doctor.Facts().vendor is None
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    """Lab 01 runs `python -m rocmlab.doctor --json` in the learner's kernel."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rocmlab.doctor", "--json", "--machine", str(MACHINES / "mi250x-rocm57")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and json.loads(done.stdout)["worst"] == "warn", done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "rocmlab.doctor", "--machine", str(tmp_path)], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "machine.json" in bad.stderr

@@ -1,0 +1,386 @@
+"""Lab 06 (multi-agent pipeline): its solution cells against its graded tests.
+
+The runtime exercises run on the virtual clock, so they execute here straight from the lab
+source in about a second: each graded test passes on the solution, fails on the empty student
+version, and fails on a plausible wrong answer (a mutation of the solution). The BM25 and schema
+exercises run the same way. The whole notebook (LLM reporter, real-clock sweep) is executed by
+tests/labs/test_every_lab.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from labsource import LabSource, as_code, student
+
+SOURCE = LabSource("06-multi-agent")
+LAB = SOURCE.folder
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    return SOURCE.notebook
+
+
+@pytest.fixture(scope="module")
+def code_cells():
+    return SOURCE.code_cells
+
+
+def by_grade_id(cells, grade_id):
+    return next(c.source for c in cells if c.metadata.get("grade_id") == grade_id)
+
+
+def index_of(cells, needle):
+    return next(i for i, c in enumerate(cells) if needle in c.source)
+
+
+@pytest.fixture(scope="module")
+def runtime_ns(code_cells):
+    """Namespace after every code cell of sections 0-5 (solutions and graded tests run)."""
+    stop = index_of(code_cells, "TAXONOMY = lab.qc_taxonomy()")
+    return run(code_cells[:stop])
+
+
+def run(cells, namespace=None):
+    """Run cells (or sources) in the lab's folder: the lab reads data/ relative to its working folder."""
+    namespace = {"__name__": "__main__"} if namespace is None else namespace
+    sources = [cell if isinstance(cell, str) else cell.source for cell in cells]
+    return SOURCE.run(*sources, namespace=namespace, cwd=LAB)
+
+
+def test_every_profile_parameter_is_in_the_parameters_cell():
+    assigned = SOURCE.parameter_names
+    assert {"PROFILE", "DEVICE", "SEED", "MODEL"} <= assigned
+    for name, profile in SOURCE.lab.profiles.items():
+        assert not set(profile.params) - assigned, name
+
+
+def test_grade_ids_are_unique_and_every_solution_has_a_test(code_cells):
+    ids = [c.metadata["grade_id"] for c in code_cells if "grade_id" in c.metadata]
+    assert len(ids) == len(set(ids)) and all(i.startswith("06-") for i in ids)
+    tests = {i for i in ids if "-sol-" not in i}
+    graded_by = {"06-runtime-sol-1": {"06-dedupe-1", "06-shutdown-1"}}
+    for sol in (i for i in ids if "-sol-" in i):
+        assert graded_by.get(sol, {sol.replace("-sol-", "-")}) <= tests, sol
+    assert len(tests) >= 8
+
+
+def test_prose_comes_in_zh_en_pairs(notebook):
+    tags = [tuple(c.metadata.get("tags", [])) for c in notebook.cells if c.cell_type == "markdown"]
+    assert tags.count(("zh",)) == tags.count(("en",)) >= 10
+
+
+def test_failure_script_and_queries_are_well_formed():
+    script = json.loads((LAB / "data" / "failure_script.json").read_text(encoding="utf-8"))
+    assert set(script) == {"detect", "localize", "retrieve", "report"}
+    for per_id in script.values():
+        for outcomes in per_id.values():
+            assert all(o in ("ok", "hang") or o.startswith("error:") for o in outcomes)
+    for name in ("retrieval_queries.json", "retrieval_queries_hidden.json"):
+        rows = json.loads((LAB / "data" / name).read_text(encoding="utf-8"))
+        assert rows and all(set(r) == {"query", "relevant"} for r in rows)
+
+
+def test_runtime_solutions_pass_their_graded_tests(runtime_ns):
+    assert (
+        runtime_ns["golden_trace"].first_difference(runtime_ns["Trace"].load_rows(LAB / "data" / "golden_trace.json"))
+        is None
+    )
+
+
+RUNTIME_EXERCISES = [
+    # (solution grade_id, cells to re-run after it (by a line they contain), test grade_id)
+    ("06-pipeline-sol-1", [], "06-pipeline-1"),
+    ("06-retry-sol-1", [], "06-retry-1"),
+    ("06-runtime-sol-1", ["def golden_run("], "06-dedupe-1"),
+    ("06-runtime-sol-1", [], "06-shutdown-1"),
+    ("06-stretch-cycle-sol-1", [], "06-stretch-cycle-1"),
+    ("06-deadlock-sol-1", [], "06-deadlock-1"),
+]
+
+
+@pytest.mark.parametrize("sol,between,test", RUNTIME_EXERCISES, ids=[t for _, _, t in RUNTIME_EXERCISES])
+def test_empty_student_version_fails(runtime_ns, code_cells, sol, between, test):
+    ns = dict(runtime_ns)
+    cells = [student(by_grade_id(code_cells, sol))]
+    cells += [code_cells[index_of(code_cells, needle)].source for needle in between]
+    cells.append(by_grade_id(code_cells, test))
+    with pytest.raises((NotImplementedError, AssertionError, TypeError)):
+        run(cells, ns)
+
+
+MUTATIONS = [
+    # (solution grade_id, text, replacement, cells to re-run, test grade_id): wrong answers to catch
+    ("06-pipeline-sol-1", 'InstrumentedQueue(queue_size, f"q-{s.name}")', "asyncio.Queue()", [], "06-pipeline-1"),
+    ("06-pipeline-sol-1", "        for w in workers:\n            w.cancel()\n", "", [], "06-pipeline-1"),
+    ("06-pipeline-sol-1", "        for q in queues:\n            await q.join()\n", "", [], "06-pipeline-1"),
+    (
+        "06-retry-sol-1",
+        "            await asyncio.sleep(backoff_delay(policy, msg_id, attempt))\n",
+        "            pass\n",
+        [],
+        "06-retry-1",
+    ),
+    ("06-retry-sol-1", "2 ** (attempt - 1)", "2 ** attempt", [], "06-retry-1"),
+    ("06-retry-sol-1", 'reason = "timeout"', 'reason = "timed out"', [], "06-retry-1"),
+    ("06-runtime-sol-1", "        if msg_id in self._seen:", "        if False:", ["def golden_run("], "06-dedupe-1"),
+    (
+        "06-runtime-sol-1",
+        "        for q in self._queues:\n            await q.join()\n",
+        "        await self._queues[0].join()\n",
+        [],
+        "06-shutdown-1",
+    ),
+    ("06-runtime-sol-1", "        for w in self._workers:\n            w.cancel()\n", "", [], "06-shutdown-1"),
+    ("06-stretch-cycle-sol-1", "return path[path.index(nxt) :]", "return path", [], "06-stretch-cycle-1"),
+    (
+        "06-stretch-cycle-sol-1",
+        "elif color.get(nxt, WHITE) == GREY:",
+        "elif color.get(nxt, WHITE) != WHITE:",
+        [],
+        "06-stretch-cycle-1",
+    ),
+]
+
+
+@pytest.mark.parametrize("sol,old,new,between,test", MUTATIONS, ids=[f"{m[4]}-{i}" for i, m in enumerate(MUTATIONS)])
+def test_wrong_answers_fail(runtime_ns, code_cells, sol, old, new, between, test):
+    source = by_grade_id(code_cells, sol)
+    assert old in source, f"mutation target not found in {sol}: {old!r}"
+    ns = dict(runtime_ns)
+    cells = [source.replace(old, new)]
+    cells += [code_cells[index_of(code_cells, needle)].source for needle in between]
+    cells.append(by_grade_id(code_cells, test))
+    with pytest.raises((AssertionError, TimeoutError, ValueError, runtime_ns["Deadlock"])):
+        run(cells, ns)
+
+
+def test_golden_traces_are_reproduced_by_the_seeded_runs(runtime_ns):
+    _, hidden_trace, _ = runtime_ns["golden_run"](seed=5, n=30, workers=1, queue_size=1)
+    golden = runtime_ns["Trace"].load_rows(LAB / "data" / "golden_trace_hidden.json")
+    assert hidden_trace.first_difference(golden) is None
+    events = {row[3] for row in golden}
+    assert {"admit", "start", "end", "fail", "dead", "done", "duplicate"} <= events
+
+
+@pytest.fixture(scope="module")
+def retrieval_ns(runtime_ns, code_cells):
+    """The given retrieval code of section 7, stretch S2's solution and its given comparison cell."""
+    given = code_cells[index_of(code_cells, "import jieba")]
+    sol = by_grade_id(code_cells, "06-stretch-bm25-sol-1")
+    compare = code_cells[index_of(code_cells, "BM25_INDEX = BM25(KB_TOKENS)")]
+    return run([given, sol, compare], dict(runtime_ns))
+
+
+def test_bm25_solution_passes_and_wrong_versions_fail(retrieval_ns, code_cells):
+    test = by_grade_id(code_cells, "06-stretch-bm25-1")
+    run([test], dict(retrieval_ns))
+    sol = by_grade_id(code_cells, "06-stretch-bm25-sol-1")
+    with pytest.raises((NotImplementedError, AssertionError)):
+        run([student(sol), test], dict(retrieval_ns))
+    no_length_norm = sol.replace("(1 - self.b + self.b * length / self.avgdl)", "1")
+    assert no_length_norm != sol
+    with pytest.raises(AssertionError):
+        run([no_length_norm, test], dict(retrieval_ns))
+
+
+def test_the_core_retriever_is_given_and_needs_no_stretch_exercise(code_cells):
+    """Section 7 retrieves with the given KeywordIndex: stretch S2 (BM25) comes after everything that runs the agents."""
+    given = index_of(code_cells, "import jieba")
+    agents = index_of(code_cells, "async def retrieve_agent(")
+    stretch = [i for i, c in enumerate(code_cells) if "06-stretch-" in c.metadata.get("grade_id", "")]
+    last_core = max(i for i, c in enumerate(code_cells) if c.metadata.get("grade_id", "06-stretch").find("stretch") < 0)
+    assert given < agents < min(stretch) and last_core < min(stretch)
+    assert "class BM25" not in code_cells[given].source and "KeywordIndex(KB_TOKENS)" in code_cells[given].source
+
+
+def test_expected_documents_rank_in_the_top_3_with_an_independent_bm25(retrieval_ns):
+    """The query files hold for the course's qc_kb (recomputed here, not by the lab's code)."""
+    import math
+    from collections import Counter
+
+    docs = retrieval_ns["KB_TOKENS"]
+    kb = retrieval_ns["KB"]
+    avgdl = sum(map(len, docs)) / len(docs)
+    df = Counter(t for d in docs for t in set(d))
+
+    def score(d, query):
+        tf = Counter(d)
+        return sum(
+            math.log(1 + (len(docs) - df[q] + 0.5) / (df[q] + 0.5))
+            * tf[q]
+            * 2.5
+            / (tf[q] + 1.5 * (0.25 + 0.75 * len(d) / avgdl))
+            for q in query
+            if q in tf
+        )
+
+    for name in ("retrieval_queries.json", "retrieval_queries_hidden.json"):
+        for row in json.loads((LAB / "data" / name).read_text(encoding="utf-8")):
+            query = retrieval_ns["tokenize_zh"](row["query"])
+            ranked = sorted(range(len(kb)), key=lambda i: -score(docs[i], query))
+            assert row["relevant"] in [kb[i]["id"] for i in ranked[:3]], row
+
+
+def test_schema_validation_solution_passes_and_student_fails(runtime_ns, code_cells):
+    ns = dict(runtime_ns)
+    from rocmlab import lab
+
+    ns.update(
+        TAXONOMY=lab.qc_taxonomy(),
+        REPORT_FIELDS=("defect_type", "location", "severity", "disposition", "root_cause", "action"),
+    )
+    sol, test = by_grade_id(code_cells, "06-schema-sol-1"), by_grade_id(code_cells, "06-schema-1")
+    run([sol, test], dict(ns))
+    with pytest.raises(NotImplementedError):
+        run([student(sol), test], dict(ns))
+    lenient = sol.replace("not value.strip()", "False")
+    with pytest.raises(AssertionError):
+        run([lenient, test], dict(ns))
+
+
+PORTABLE_RUN = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+src = open(sys.argv[2], encoding="utf-8").read()
+cells = src.split("\n# %%")
+start = next(i for i, c in enumerate(cells) if "class Stage:" in c)
+stop = next(i for i, c in enumerate(cells) if "TAXONOMY = lab.qc_taxonomy()" in c)
+prelude = (
+    "import asyncio, json, math, random\n"
+    "from dataclasses import dataclass\n"
+    "from pathlib import Path\n"
+    "from rocmlab.lab.agents import Deadlock, InstrumentedQueue, Trace, run_async, wait_for_graph\n"
+    "SEED = 0\nDATA = Path('data')\n")
+os.chdir(os.path.dirname(sys.argv[2]))
+exec(compile(prelude + "\n".join("#" + c for c in cells[start:stop]), "lab06", "exec"), {"__name__": "__main__"})
+print("PORTABLE-OK")
+"""
+
+
+def find_python(version):
+    """A working interpreter for `version` (PATH, then pyenv's versions folder), or None."""
+    import glob
+    import shutil
+    import subprocess
+
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / f"{version}.*" / "bin" / "python")))
+    for python in filter(None, candidates):
+        try:
+            if subprocess.run([python, "-c", "pass"], capture_output=True, timeout=30).returncode == 0:
+                return python
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])
+def test_runtime_sections_and_golden_traces_hold_on_other_pythons(version, tmp_path):
+    """The virtual-clock traces must not depend on the asyncio of one Python release."""
+    import subprocess
+
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"python{version} not installed")
+    script = tmp_path / "portable.py"
+    script.write_text(PORTABLE_RUN)
+    src = Path(__file__).resolve().parents[2] / "src"
+    done = subprocess.run(
+        [python, str(script), str(src), str(LAB / "lab.py")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "PORTABLE-OK" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_redis_streams_extension_runs_and_leaves_nothing_behind(code_cells, tmp_path, monkeypatch):
+    import shutil
+
+    import psutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed (Debian package redis-server)")
+    pytest.importorskip("redis")
+    agent = SOURCE.cell_starting("%%writefile redis_agent.py")
+    driver = next(c.source for c in code_cells if "def redis_pipeline(" in c.source)
+    (tmp_path / "redis_agent.py").write_text(as_code(agent))
+    monkeypatch.chdir(tmp_path)  # the pipeline starts redis_agent.py from here
+    ns = SOURCE.run(driver, namespace={"__name__": "__main__", "json": json})
+    assert ns["REDIS_RESULTS"] is not None and len(ns["REDIS_RESULTS"]) == 20
+    results = ns["redis_pipeline"](7, timeout_s=30.0)
+    assert sorted(results) == [f"r{i:03d}" for i in range(7)]
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_exercise_headings_come_in_order_and_every_solution_has_one(notebook):
+    import re
+
+    for lang, core, stretch in (
+        ("zh", r"^### 练习 (\d)", r"^## 选做 (S\d)"),
+        ("en", r"^### Exercise (\d)", r"^## Stretch (S\d)"),
+    ):
+        heading, seen = None, []
+        for cell in notebook.cells:
+            tags = cell.metadata.get("tags", [])
+            if cell.cell_type == "markdown" and lang in tags:
+                for pattern in (core, stretch):
+                    found = re.search(pattern, cell.source, re.MULTILINE)
+                    if found:
+                        heading = found.group(1)
+                        seen.append(heading)
+            if "solution" in tags:
+                stretch_id = "stretch" in cell.metadata["grade_id"]
+                assert heading is not None and heading.startswith("S") == stretch_id, (lang, cell.metadata["grade_id"])
+        assert seen == ["1", "2", "3", "4", "5", "S1", "S2"], (lang, seen)
+
+
+def test_solution_cells_hold_only_what_the_learner_writes(code_cells):
+    """Given code lives outside solution cells, so a learner replacing a stub cannot delete it."""
+    import ast
+
+    for cell in code_cells:
+        if "solution" not in cell.metadata.get("tags", []):
+            continue
+        body = ast.parse(cell.source).body
+        kinds = {type(node).__name__ for node in body}
+        assert kinds <= {"FunctionDef", "AsyncFunctionDef", "ClassDef"}, (cell.metadata["grade_id"], kinds)
+        methods = [m for node in body if isinstance(node, ast.ClassDef) for m in node.body]
+        for node in body + methods:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith(
+                "_"
+            ):
+                doc = ast.get_docstring(node) or ""
+                assert re.search("[\u4e00-\u9fff]", doc) and re.search("[A-Za-z]{4}", doc), (node.name, doc)
+
+
+def test_a_golden_trace_mismatch_names_the_rule_it_broke(runtime_ns, code_cells):
+    ns = dict(runtime_ns)
+    early_admit = by_grade_id(code_cells, "06-runtime-sol-1").replace(
+        "        await self._queues[0].put((msg_id, payload))  # may wait: backpressure on the feeder\n"
+        '        self.trace.record("admit", msg_id)\n',
+        '        self.trace.record("admit", msg_id)\n        await self._queues[0].put((msg_id, payload))\n',
+    )
+    assert "admit" in early_admit
+    cells = [early_admit, code_cells[index_of(code_cells, "def golden_run(")].source]
+    cells.append(by_grade_id(code_cells, "06-dedupe-1"))
+    with pytest.raises(AssertionError, match=r"rule \d / 规则 \d broken for m\d+"):
+        run(cells, ns)
+
+
+def test_the_fair_benchmark_holds_what_its_prose_states(runtime_ns, code_cells):
+    """Section 8 on the virtual clock: equal concurrency, the knee, the admission cap, one shared GPU (asserted)."""
+    from rocmlab import lab
+
+    ns = dict(runtime_ns, lab=lab)
+    bench = code_cells[index_of(code_cells, "BENCH_MS = (")]
+    capped = code_cells[index_of(code_cells, "C_SEED = 9")]
+    claims = code_cells[index_of(code_cells, "The prose of this section states these")]
+    ns = run([bench, capped, claims], ns)
+    assert ns["CAPPED"][4]["in_pipeline_ms"] < ns["CAPPED"][None]["in_pipeline_ms"]
+    seed = ns["PIPE"][9]
+    assert seed["throughput"] > 3 * ns["MONO"][1]["throughput"] and seed["latency_ms"] > 2 * ns["WORK_MS"]
