@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from rocmlab.errors import InputError
+from rocmlab.execution.outcome import Outcome
 from rocmlab.execution.run import Target, _record, run_lab
-from rocmlab.execution.worker import Outcome
 
 LAB = SimpleNamespace(id="05-demo", version="1.1.0")
 TARGET = Target("local", "python", {"python": "3.11"})

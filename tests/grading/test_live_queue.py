@@ -5,7 +5,8 @@ import sqlite3
 
 import pytest
 
-from rocmlab.grading.live_queue import CheckOutcome, GradeResult, LeaseLost, LiveQueue, QueueError, RateLimited
+from rocmlab.grading.live_attempts import CheckOutcome, GradeResult
+from rocmlab.grading.live_queue import LeaseLost, LiveQueue, QueueError, RateLimited
 
 
 class Clock:

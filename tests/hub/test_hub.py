@@ -16,6 +16,7 @@ from rocmlab import hub
 from rocmlab.errors import InputError, LabError
 from rocmlab.hub import exchange as rocmlab_exchange
 from rocmlab.hub import launch as hub_launch
+from rocmlab.hub import server_child
 from rocmlab.hub import spawner as rocmlab_spawner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +233,7 @@ def test_the_spawner_limits_are_set_in_the_child(tmp_path):
         check=True,
     )
     assert out.stdout == ""  # the server's output goes to its own log in the home, not the hub's
-    log = tmp_path / "learner1" / rocmlab_spawner.SERVER_LOG
+    log = tmp_path / "learner1" / server_child.SERVER_LOG
     assert int(log.read_text()) == 2**30
     assert log.stat().st_mode & 0o777 == 0o600
 
@@ -267,7 +268,7 @@ def test_the_process_limit_reaches_the_child_only():
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])"
     out = subprocess.run(
         [sys.executable, "-c", probe],
-        preexec_fn=lambda: rocmlab_spawner.limit_resources(0, 300),
+        preexec_fn=lambda: server_child.limit_resources(0, 300),
         capture_output=True,
         text=True,
         check=True,

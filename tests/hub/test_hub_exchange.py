@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmlab.hub import exchange
+from rocmlab.hub import exchange, safe_copy
 
 STAMP = "2026-01-0{day} 00:00:00.000000 UTC"
 pytestmark = pytest.mark.usefixtures("alembic_head_in_process")  # each collect opens a new gradebook
@@ -140,11 +140,11 @@ def test_the_copy_never_opens_a_link(tmp_path):
     src.mkdir()
     (src / "ok").write_text("x")
     (src / "link").symlink_to(src / "ok")
-    with pytest.raises(exchange.UnsafeSubmission, match="symbolic link"):
-        exchange.copy_without_links(str(src), str(tmp_path / "dest"))
+    with pytest.raises(safe_copy.UnsafeSubmission, match="symbolic link"):
+        safe_copy.copy_without_links(str(src), str(tmp_path / "dest"))
     (tmp_path / "link-to-src").symlink_to(src)
-    with pytest.raises(exchange.UnsafeSubmission, match="a link"):
-        exchange.copy_without_links(str(tmp_path / "link-to-src"), str(tmp_path / "dest2"))
+    with pytest.raises(safe_copy.UnsafeSubmission, match="a link"):
+        safe_copy.copy_without_links(str(tmp_path / "link-to-src"), str(tmp_path / "dest2"))
 
 
 # ------------------------------------------------------------------ swapped during the copy (finding 3)
@@ -157,7 +157,7 @@ def test_a_submission_swapped_for_a_link_during_the_copy_yields_only_the_learner
     the instructor's source in its place after the copy began changes nothing it reads."""
     folder = submission(inbound_of(tmp_path), me(), 1, text="my own work")
     (folder / "z-last.txt").write_text("z")
-    real_file = exchange.TreeCopy._file
+    real_file = safe_copy.TreeCopy._file
     swapped = []
 
     def swap_after_first_file(self, fd, name, dest, path):
@@ -167,7 +167,7 @@ def test_a_submission_swapped_for_a_link_during_the_copy_yields_only_the_learner
             folder.symlink_to(solution.parent, target_is_directory=True)
             swapped.append(name)
 
-    monkeypatch.setattr(exchange.TreeCopy, "_file", swap_after_first_file)
+    monkeypatch.setattr(safe_copy.TreeCopy, "_file", swap_after_first_file)
     submitted = collect(tmp_path, monkeypatch)
     assert swapped
     assert "the answer" not in collected_text(submitted)
@@ -178,7 +178,7 @@ def test_a_sub_folder_swapped_for_a_link_during_the_copy_fails_it(tmp_path, monk
     folder = submission(inbound_of(tmp_path), me(), 1)
     (folder / "z-data").mkdir()  # copied after lab.ipynb (names in order)
     (folder / "z-data" / "x.csv").write_text("1")
-    real_file = exchange.TreeCopy._file
+    real_file = safe_copy.TreeCopy._file
 
     def swap(self, fd, name, dest, path):
         real_file(self, fd, name, dest, path)
@@ -186,7 +186,7 @@ def test_a_sub_folder_swapped_for_a_link_during_the_copy_fails_it(tmp_path, monk
             (folder / "z-data").rename(folder / "data-away")
             (folder / "z-data").symlink_to(solution.parent, target_is_directory=True)
 
-    monkeypatch.setattr(exchange.TreeCopy, "_file", swap)
+    monkeypatch.setattr(safe_copy.TreeCopy, "_file", swap)
     submitted = collect(tmp_path, monkeypatch)
     assert (folder / "z-data").is_symlink()
     assert "the answer" not in collected_text(submitted)

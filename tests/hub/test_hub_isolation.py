@@ -48,7 +48,7 @@ from test_hub_accounts import (
 )
 from test_hub_e2e import call
 
-from rocmlab.hub import COURSE_ID, HubError, LocalHub, exchange
+from rocmlab.hub import COURSE_ID, HubError, LocalHub, exchange, safe_copy
 from rocmlab.hub.exchange_layout import ExchangeOwners, ExchangeRefused, prepare_exchange
 
 pytestmark = pytest.mark.slow
@@ -192,7 +192,7 @@ def test_the_collect_race_with_a_real_learner(world, tmp_path, monkeypatch):
     mine = data / "exchange" / COURSE_ID / "inbound" / ann
     folder = mine / f"{ann}+{LAB}+2026-01-01 00:00:00.000000 UTC+r"
     can(ann, f'mkdir "{folder}" && echo "my own work" > "{folder}/{LAB}.ipynb" && echo x > "{folder}/z.txt"')
-    real_file, swapped = exchange.TreeCopy._file, []
+    real_file, swapped = safe_copy.TreeCopy._file, []
 
     def swap(self, fd, name, dest, path):
         real_file(self, fd, name, dest, path)
@@ -200,7 +200,7 @@ def test_the_collect_race_with_a_real_learner(world, tmp_path, monkeypatch):
             can(ann, f'mv "{folder}" "{mine}/away" && ln -s "{secret}" "{folder}"')
             swapped.append(name)
 
-    monkeypatch.setattr(exchange.TreeCopy, "_file", swap)
+    monkeypatch.setattr(safe_copy.TreeCopy, "_file", swap)
     from test_hub_exchange import nbgrader_config
 
     coursedir, config = nbgrader_config(tmp_path, monkeypatch, assignment_id=LAB, course_id=COURSE_ID)
@@ -211,7 +211,7 @@ def test_the_collect_race_with_a_real_learner(world, tmp_path, monkeypatch):
     collected = tmp_path / "course" / "submitted" / ann / LAB
     assert (collected / f"{LAB}.ipynb").read_text() == "my own work\n"
     # a second collect sees the link itself and refuses it; what was collected stays hers
-    monkeypatch.setattr(exchange.TreeCopy, "_file", real_file)
+    monkeypatch.setattr(safe_copy.TreeCopy, "_file", real_file)
     exchange.LearnerFolderCollect(coursedir=coursedir, config=config).start()
     assert "the answer" not in "".join(p.read_text() for p in collected.rglob("*") if p.is_file())
 

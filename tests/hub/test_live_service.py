@@ -195,7 +195,8 @@ def service_in_a_thread(tmp_path, monkeypatch):
 
 
 def test_a_worker_over_http_gets_the_submission_and_records_one_result(service_in_a_thread, tmp_path):
-    from rocmlab.grading.live_queue import GradeResult, LeaseLost
+    from rocmlab.grading.live_attempts import GradeResult
+    from rocmlab.grading.live_queue import LeaseLost
     from rocmlab.grading.live_worker import HttpQueue
 
     url, settings, exchange = service_in_a_thread

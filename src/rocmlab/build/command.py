@@ -1,6 +1,8 @@
 """``rocmlab build``: the command around ``build`` (student notebooks, ``--check``, ``--profile``)
 and ``verify`` (``--verify``), which runs what ``build`` renders; kept apart so that neither
-module imports the other's caller."""
+module imports the other's caller. Everything generated from ``solutions/`` is written here: the
+student notebooks and the README's lab table (rocmlab.course.lab_table), so that adding a lab is
+its folder and ``rocmlab build``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..course.catalog import LANGUAGES, PROFILE_NAMES, discover, select
+from ..course.lab_table import ReadmeTable, readme_table
 from ..errors import ExitCode, InputError
 from ..root import find_root
 from .assignments import build, drift, languages, profile_out
@@ -17,7 +20,8 @@ from .verify import verify_command
 def add_arguments(parser) -> None:
     parser.description = (
         "Student notebooks from `solutions/` into `labs/<lang>/<id>/` (nbgrader generate_assignment), all or "
-        "nothing. --check: exit 1 listing the files that differ from a fresh build (CI's drift guard). "
+        "nothing, and the README's lab table from each `lab.toml`. --check: exit 1 listing the files that "
+        "differ from a fresh build, the README's table included (CI's drift guard). "
         "--verify: execute solution and student versions in the smoke profile; every graded test must pass "
         "on the first and fail on the second. --profile gpu --out DIR: notebooks with that profile's "
         "parameters, for learners on GPUs (never into labs/)."
@@ -31,7 +35,9 @@ def add_arguments(parser) -> None:
         help="set this profile's parameters in the parameters cell (needs --out; labs without it are skipped)",
     )
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 listing files when labs/ differs from a fresh build"
+        "--check",
+        action="store_true",
+        help="exit 1 listing files when labs/ or the README's lab table differs from a fresh build",
     )
     parser.add_argument(
         "--verify",
@@ -59,7 +65,8 @@ def main(
 ) -> int:
     """Build (or with ``check`` compare) the student notebooks of ``labs``; ``verify`` them after."""
     root = find_root(root)
-    chosen = select(discover(root), list(labs))
+    every = discover(root)
+    chosen = select(every, list(labs))
     langs = languages(lang)
     if jobs < 1:
         raise InputError(f"--jobs: expected a positive number, got {jobs}")
@@ -73,10 +80,14 @@ def main(
         print(f"built {len(built)} notebook folder(s) with the {profile} profile's parameters under {target}")
         return ExitCode.OK
     target = Path(out) if out else root / "labs"
+    readme = readme_table(root, every)  # read first: a README it cannot stamp fails before any build
     if check:
-        return _report_drift(drift(root, chosen, langs, target, orphans=not labs), target, len(chosen), langs)
+        stale = _report_drift(drift(root, chosen, langs, target, orphans=not labs), target, len(chosen), langs)
+        return max(stale, _report_readme(readme))
     built = build(root, chosen, langs, target, progress=say)
     print(f"built {len(built)} notebook folder(s) under {target}")
+    if readme is not None and readme.write():
+        print(f"wrote the lab table of {readme.path} ({len(every)} lab(s))")
     if verify:
         return verify_command(root, chosen, Path(results or root / "results" / "verify"), jobs)
     return ExitCode.OK
@@ -90,3 +101,13 @@ def _report_drift(differences: list[str], out: Path, count: int, langs: list[str
         return ExitCode.FAILED
     print(f"{out} matches solutions/ ({count} lab(s), {', '.join(langs)})")
     return ExitCode.OK
+
+
+def _report_readme(readme: ReadmeTable | None) -> int:
+    if readme is None or readme.in_step:
+        return ExitCode.OK
+    print(f"changed  {readme.path.name} (its lab table)")
+    print(
+        f"{readme.path}: the lab table is not in step with solutions/*/lab.toml: run `rocmlab build`", file=sys.stderr
+    )
+    return ExitCode.FAILED

@@ -18,8 +18,9 @@ from pathlib import Path
 from ..course.catalog import SMOKE, Lab
 from ..course.notebooks import solution_notebook
 from ..errors import ExitCode
+from ..execution.outcome import Outcome
 from ..execution.run import Target, run_lab
-from ..execution.worker import Outcome, parallel_map
+from ..execution.worker import parallel_map
 from ..grading.cells import cell_points
 from ..harness import lab_checks
 from .assignments import render_lab

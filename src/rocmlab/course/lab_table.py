@@ -1,24 +1,22 @@
 """The README's table of labs, generated from each lab's ``lab.toml`` so that adding a lab
-touches only its own folder.
-
-    python -m rocmlab.course.lab_table README.md          # rewrite the table between the markers
-    python -m rocmlab.course.lab_table --check README.md  # exit 1 when the table is not in step
+touches only its own folder: ``rocmlab build`` rewrites it with the student notebooks, and
+``rocmlab build --check`` reports it when it is out of step (rocmlab.build.command).
 
 One row per lab under ``solutions/``: its id, its Chinese title and its ``summary`` (what the
-learner builds).
+learner builds), between ``<!-- labs:start -->`` and ``<!-- labs:end -->`` in the course's
+``README.md``. A course without a README has no table to keep.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LabError
 from ..markdown_table import cell, splice
-from ..root import find_root
-from .catalog import Lab, discover
+from .catalog import Lab
 
+README = "README.md"
 START, END = "<!-- labs:start -->", "<!-- labs:end -->"
 
 
@@ -38,27 +36,35 @@ def stamped(readme_text: str, labs: list[Lab], readme: Path) -> str:
     return splice(readme_text, START, END, table(labs))
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = argparse.ArgumentParser(prog="python -m rocmlab.course.lab_table", description=__doc__.splitlines()[0])
-    options.add_argument("readme", type=Path)
-    options.add_argument("--check", action="store_true", help="only report whether the table is in step")
-    options.add_argument("--root", help="the course repository (default: found from the working directory)")
-    args = options.parse_args(argv)
+@dataclass(frozen=True)
+class ReadmeTable:
+    """The course README as it is (``text``) and with the lab table made from every lab (``fresh``)."""
+
+    path: Path
+    text: str
+    fresh: str
+
+    @property
+    def in_step(self) -> bool:
+        return self.text == self.fresh
+
+    def write(self) -> bool:
+        """Write the fresh table into the README; whether anything changed."""
+        if self.in_step:
+            return False
+        self.path.write_text(self.fresh, encoding="utf-8")
+        return True
+
+
+def readme_table(root: Path, labs: list[Lab]) -> ReadmeTable | None:
+    """The lab table of ``root``'s README for ``labs`` (every lab of the course); None when the
+    course has no README. A README without the markers, or a lab without a summary, is a LabError
+    naming the file."""
+    path = root / README
     try:
-        text = args.readme.read_text(encoding="utf-8")
-        new = stamped(text, discover(find_root(args.root)), args.readme)
-    except (OSError, LabError) as exc:
-        print(f"python -m rocmlab.course.lab_table: error: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        if new != text:
-            print(f"{args.readme}: the lab table is not in step: run python -m rocmlab.course.lab_table {args.readme}")
-            return 1
-        return 0
-    if new != text:
-        args.readme.write_text(new, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LabError(f"{path}: cannot read the README for its lab table: {exc}") from None
+    return ReadmeTable(path, text, stamped(text, labs, path))

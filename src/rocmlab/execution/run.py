@@ -21,9 +21,10 @@ from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed, InputError, LabError
 from ..harness import harness_options
 from .course_model import CourseModelBuild, course_model_ready
+from .outcome import Outcome
 from .results import Record, fingerprint, write_record
 from .schedule import run_by_need
-from .worker import Outcome, Spec, close_all_workers, run_notebook
+from .worker import Spec, close_all_workers, run_notebook
 
 LOCAL_ENV = "local"
 MODEL_KEY = "model tiny-qwen-zh"  # the course model's name in progress lines

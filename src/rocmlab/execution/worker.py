@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import processes
-from ..deprecations import find_deprecations
 from ..harness import read_results
+from .outcome import Outcome, inspect_output
 from .results import write_json_atomic
 from .schedule import run_by_need
 
@@ -56,17 +56,6 @@ class Spec:
     kernel_name: str = "python3"
     extra_env: dict = field(default_factory=dict)
     engine_options: dict = field(default_factory=dict)  # LimitedNotebookClient's (rocmlab.execution.papermill_engine)
-
-
-@dataclass
-class Outcome:
-    status: str  # passed | failed | timeout | crashed
-    duration_s: float
-    reason: str = ""
-    failing_cell: dict | None = None
-    warnings: list = field(default_factory=list)
-    cells: list = field(default_factory=list)  # per code cell: {"index", "tags", "grade_id", "error"}
-    harness: dict | None = None  # the trusted harness's record (rocmlab.harness), when the run asked for it
 
 
 def kernel_environment(tag: str, extra: dict) -> dict:
@@ -257,51 +246,6 @@ def run_notebook(spec: Spec) -> Outcome:
     """Execute one notebook in a worker of its own."""
     with Worker(spec.python) as worker:
         return worker.run(spec)
-
-
-def inspect_output(outcome: Outcome, output: Path) -> Outcome:
-    """Add what the executed notebook shows: warnings seen, and each code cell's error if any.
-
-    A cell counts as executed only when the kernel gave it an execution count and it finished;
-    papermill's own cell status cannot tell (after a timeout it marks unreached cells completed).
-    The cell that was running when a run timed out or its kernel died gets that as its error.
-    """
-    try:
-        nb = json.loads(output.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return outcome
-    code_cells = [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
-    for code_index, (index, cell) in enumerate(code_cells):
-        error = None
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream":
-                text = "".join(out.get("text", ""))
-                outcome.warnings.extend(find_deprecations(text, index, stream=out.get("name", "stdout")))
-            elif out.get("output_type") == "error":
-                error = {"ename": out.get("ename", ""), "evalue": out.get("evalue", "")}
-        meta = cell.get("metadata", {})
-        running = meta.get("papermill", {}).get("status") == "running"
-        grading = meta.get("nbgrader", {})
-        outcome.cells.append(
-            {
-                "index": index,
-                "code_index": code_index,
-                "grade_id": grading.get("grade_id"),
-                "graded": bool(grading.get("grade")),
-                "error": error,
-                "executed": cell.get("execution_count") is not None and not running,
-            }
-        )
-    _mark_interrupted_cell(outcome)
-    return outcome
-
-
-def _mark_interrupted_cell(outcome: Outcome) -> None:
-    if outcome.status not in ("timeout", "crashed"):
-        return
-    ran = [c for c in outcome.cells if c["executed"]]
-    if ran and ran[-1]["error"] is None:
-        ran[-1]["error"] = {"ename": outcome.status, "evalue": outcome.reason}
 
 
 # ---------------------------------------------------------------- worker side

@@ -15,8 +15,8 @@ import re
 
 import nbformat
 
+from ..execution.outcome import Outcome
 from ..execution.papermill_engine import TIMEOUT_ENAME, TRUNCATED_MARK
-from ..execution.worker import Outcome
 from .submissions import NETWORK_ERRORS, StudentResult
 
 NOT_RUN_ENAME = "NotRun"

@@ -1,6 +1,7 @@
 """The live workshop's durable queue of attempts: one SQLite file in WAL mode, on one server.
 
-This is the contract the live service, the grading workers and the instructor's pages build on.
+This is the contract the live service, the grading workers and the instructor's pages build on;
+what an attempt holds is rocmlab.grading.live_attempts.
 
 An **attempt** is one submission of one lab by one learner. Its life:
 
@@ -41,12 +42,11 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
-State = Literal["queued", "grading", "graded", "failed"]
-STATES: tuple[str, ...] = ("queued", "grading", "graded", "failed")
+from .live_attempts import STATES, Attempt, GradeResult, attempt_from_row
+
 BUSY_TIMEOUT_S = 30.0
 
 SCHEMA = """
@@ -100,104 +100,6 @@ class RateLimited(QueueError):
 class LeaseLost(QueueError):
     """A worker wrote a result for an attempt it no longer holds (another worker claimed it after its
     lease ran out, or it was already completed): the result is dropped."""
-
-
-@dataclass
-class CheckOutcome:
-    """One hidden check of one attempt, as the learner and the instructor see it."""
-
-    grade_id: str  # the test cell (nbgrader grade id) the check scores
-    check: str  # the check's name in checks.py
-    passed: bool
-    points: float
-    max_points: float
-    message: dict[str, str] = field(default_factory=dict)  # lang -> the rule, as the learner reads it
-
-    @classmethod
-    def from_dict(cls, data: dict) -> CheckOutcome:
-        return cls(
-            grade_id=str(data["grade_id"]),
-            check=str(data["check"]),
-            passed=bool(data["passed"]),
-            points=float(data["points"]),
-            max_points=float(data["max_points"]),
-            message={str(k): str(v) for k, v in dict(data.get("message") or {}).items()},
-        )
-
-
-@dataclass
-class GradeResult:
-    """What a worker hands to ``complete``."""
-
-    score: float
-    max_score: float
-    checks: list[CheckOutcome] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)  # rocmlab grade's flags (tampered, timeout, ...)
-    seed: int | None = None
-    lang: str | None = None  # the language the submitted notebook is in (None: keep the submit's)
-    notes: list[str] = field(default_factory=list)  # why a flag was raised (the notebook was edited, ...)
-
-
-@dataclass
-class Attempt:
-    id: int
-    learner: str
-    lab: str
-    submitted_at: str
-    state: State
-    worker: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    score: float | None = None
-    max_score: float | None = None
-    checks: list[CheckOutcome] = field(default_factory=list)
-    error: str = ""
-    source: str = ""  # the service's own copy of the submitted folder (never the learner's folder)
-    lang: str = "en"
-    queued_at: float = 0.0
-    lease_until: float | None = None
-    tries: int = 0  # claims so far (a claim whose worker died counts)
-    flags: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seed: int | None = None
-    duplicate: bool = False  # set by ``submit`` when this (learner, lab, submitted_at) was already there
-
-    @property
-    def failed_checks(self) -> list[CheckOutcome]:
-        return [c for c in self.checks if not c.passed]
-
-    def to_json(self, *, private: bool = True) -> dict:
-        """A JSON-ready dict; ``private=False`` leaves out what only the service needs (source, worker, lease)."""
-        data = asdict(self)
-        if not private:
-            for key in ("source", "worker", "lease_until", "seed"):
-                data.pop(key)
-        return data
-
-
-def _attempt(row: sqlite3.Row) -> Attempt:
-    return Attempt(
-        id=row["id"],
-        learner=row["learner"],
-        lab=row["lab"],
-        submitted_at=row["submitted_at"],
-        state=row["state"],
-        worker=row["worker"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        score=row["score"],
-        max_score=row["max_score"],
-        checks=[CheckOutcome.from_dict(c) for c in json.loads(row["checks"])],
-        error=row["error"],
-        source=row["source"],
-        lang=row["lang"],
-        queued_at=row["queued_at"],
-        lease_until=row["lease_until"],
-        tries=row["tries"],
-        flags=json.loads(row["flags"]),
-        notes=json.loads(row["notes"]),
-        seed=row["seed"],
-    )
 
 
 class LiveQueue:
@@ -281,7 +183,7 @@ class LiveQueue:
                 (learner, lab, submitted_at),
             ).fetchone()
             if row is not None:
-                attempt = _attempt(row)
+                attempt = attempt_from_row(row)
                 attempt.duplicate = True
                 return attempt
             if limit is not None:
@@ -292,7 +194,7 @@ class LiveQueue:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (learner, lab, submitted_at, source, lang, self.clock(), seed),
             )
-            return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (cursor.lastrowid,)).fetchone())
+            return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (cursor.lastrowid,)).fetchone())
 
     def _check_limit(self, db: sqlite3.Connection, learner: str, lab: str, count: int, window_s: float) -> None:
         since = self.clock() - window_s
@@ -361,7 +263,7 @@ class LiveQueue:
                     "tries = tries + 1 WHERE id = ?",
                     (worker_id, now + lease_s, now, row["id"]),
                 )
-                return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (row["id"],)).fetchone())
+                return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (row["id"],)).fetchone())
 
     def renew(self, attempt_id: int, worker_id: str, lease_s: float) -> None:
         """Extend ``worker_id``'s lease on the attempt to ``lease_s`` from now; LeaseLost if it no longer holds it."""
@@ -390,7 +292,7 @@ class LiveQueue:
                     attempt_id,
                 ),
             )
-            return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
+            return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
 
     def fail(self, attempt_id: int, worker_id: str, error: str) -> Attempt:
         """Record that the attempt ``worker_id`` holds could not be graded (``error`` says why, for the
@@ -401,7 +303,7 @@ class LiveQueue:
                 "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ? WHERE id = ?",
                 (self.clock(), str(error)[:2000], attempt_id),
             )
-            return _attempt(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
+            return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
 
     def release(self, attempt_id: int, worker_id: str) -> None:
         """Give back an attempt ``worker_id`` holds but will not finish (the worker is stopping): queued
@@ -432,7 +334,7 @@ class LiveQueue:
 
     def get(self, attempt_id: int) -> Attempt | None:
         rows = self._read("SELECT * FROM attempts WHERE id = ?", (attempt_id,))
-        return _attempt(rows[0]) if rows else None
+        return attempt_from_row(rows[0]) if rows else None
 
     def attempts(self, learner: str | None = None, lab: str | None = None, since: float | None = None) -> list[Attempt]:
         """Attempts, oldest first, of one learner and/or one lab, queued at or after ``since`` (epoch seconds)."""
@@ -445,14 +347,14 @@ class LiveQueue:
             where.append("queued_at >= ?")
             args.append(since)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        return [_attempt(row) for row in self._read(f"SELECT * FROM attempts{clause} ORDER BY id", args)]
+        return [attempt_from_row(row) for row in self._read(f"SELECT * FROM attempts{clause} ORDER BY id", args)]
 
     def latest(self, learner: str, lab: str) -> Attempt | None:
         """The learner's last attempt at the lab (the last received), whatever its state."""
         rows = self._read(
             "SELECT * FROM attempts WHERE learner = ? AND lab = ? ORDER BY id DESC LIMIT 1", (learner, lab)
         )
-        return _attempt(rows[0]) if rows else None
+        return attempt_from_row(rows[0]) if rows else None
 
     def counts(self) -> dict[str, int]:
         """Attempts per state (every state named, 0 included)."""

@@ -29,7 +29,8 @@ from .. import processes
 from ..course.catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError
 from .grader import grade_class
-from .live_queue import Attempt, CheckOutcome, GradeResult, LeaseLost, LiveQueue, new_worker_id
+from .live_attempts import Attempt, CheckOutcome, GradeResult
+from .live_queue import LeaseLost, LiveQueue, new_worker_id
 from .submissions import StudentResult, Submission
 
 RENEW_FRACTION = 3  # the lease is renewed every lease_s / RENEW_FRACTION seconds

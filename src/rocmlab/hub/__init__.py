@@ -5,7 +5,8 @@ the spawners and the nbgrader exchange that ``env/jupyterhub/*_config.py`` name 
 - ``launch``: the jupyterhub process: proxy, environment, start, readiness, stop;
 - ``local``: ``LocalHub`` / ``DemoHub``, the one start path of the command and the tests;
 - ``command``: ``rocmlab hub``;
-- ``spawner``, ``exchange``: run inside jupyterhub and the single-user servers.
+- ``spawner`` (``server_child``: the server's process before it execs), ``exchange``
+  (``safe_copy``: learners' folders through descriptors): run inside jupyterhub and the single-user servers.
 """
 
 from .command import add_arguments, main

@@ -1,5 +1,5 @@
 """The live service's collect of one learner's newest submission of one lab, from that learner's
-own inbound folder, with the exchange's safe copy (rocmlab.hub.exchange): every entry opened through
+own inbound folder, with the exchange's safe copy (rocmlab.hub.safe_copy): every entry opened through
 a descriptor with O_NOFOLLOW, owned by the owner of the learner's folder, the time of the
 submission its newest ctime (which no learner can set back).
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..grading.submissions import pick_lab_notebook
-from .exchange import (
+from .safe_copy import (
     SAFE_NAME,
     TreeCopy,
     UnsafeSubmission,

@@ -35,8 +35,8 @@ from tornado.ioloop import IOLoop
 from ..errors import InputError, RocmlabError
 from ..pages import render_page
 from . import certificate as cert
+from .live_handlers import LiveHandler
 from .live_hints import HintStore, send_hint
-from .live_service import LiveHandler
 from .live_view import exercise_rows, learner_rows, progress, stuck_learners
 
 LANGS = ("en", "zh")
@@ -217,7 +217,7 @@ PAGE_POLICY = "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ances
 
 
 class PageHandler(LiveHandler):
-    """A page of this module: logged in through the hub (``live_service.LiveHandler``)."""
+    """A page of this module: logged in through the hub (``live_handlers.LiveHandler``)."""
 
     @property
     def page_context(self) -> LiveContext:

@@ -12,13 +12,14 @@ Routes, under the service prefix (``/services/rocmlab-live/``):
   another's: the learner is the one the hub logged in, whatever the request names).
 - ``GET``: the learner's page, their attempts and results.
 - ``api/worker/...``: the grading workers' queue over HTTP (``rocmlab live worker --service URL``,
-  on Kubernetes), with the service's worker token (``ROCMLAB_LIVE_WORKER_TOKEN``), never a learner's.
+  on Kubernetes), with the service's worker token (``ROCMLAB_LIVE_WORKER_TOKEN``), never a learner's
+  (rocmlab.hub.live_worker_api).
 
 Extending it (the instructor's page, hints, levels): a module in ``PLUGINS`` that can be imported
 exposes ``routes(prefix: str) -> list`` of tornado rules; its handlers subclass ``LiveHandler``
-(``self.live``: the LiveSettings, ``self.queue``, ``self.learner``, ``self.is_instructor``,
-``self.write_json``) and are added before the service's own catch-all page. ``make_app`` takes
-``extra_routes`` the same way (tests).
+(rocmlab.hub.live_handlers: ``self.live``, the LiveSettings, ``self.queue``, ``self.learner``,
+``self.is_instructor``, ``self.write_json``) and are added before the service's own catch-all
+page. ``make_app`` takes ``extra_routes`` the same way (tests).
 
 Run by the hub (env/jupyterhub/jupyterhub_config.py) as ``python -m rocmlab.hub.live_service``,
 configured by environment variables (``LiveSettings.from_environment``).
@@ -27,149 +28,25 @@ configured by environment variables (``LiveSettings.from_environment``).
 from __future__ import annotations
 
 import asyncio
-import base64
-import hmac
 import html
 import importlib
-import io
-import json
 import logging
 import os
-import tarfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler
 from tornado import ioloop, web
 
-from ..grading.live_queue import (
-    Attempt,
-    CheckOutcome,
-    GradeResult,
-    LeaseLost,
-    LiveQueue,
-    RateLimited,
-)
+from ..grading.live_attempts import Attempt
+from ..grading.live_queue import LiveQueue, RateLimited
+from . import live_worker_api
 from .live_collect import NothingToCollect, collect
+from .live_handlers import ApiHandler, LiveHandler, LiveSettings
 
 SERVICE_NAME = "rocmlab-live"
 PLUGINS = ("rocmlab.hub.live_page",)  # part of the course, added when present
 log = logging.getLogger("rocmlab.live")
-
-
-@dataclass
-class LiveSettings:
-    """What the service needs; ``from_environment`` reads it from the ``ROCMLAB_LIVE_*`` variables
-    the hub config sets (each named below)."""
-
-    queue_path: Path  # ROCMLAB_LIVE_DB
-    exchange: Path  # ROCMLAB_LIVE_EXCHANGE: the exchange root (holds <course>/inbound/<learner>/)
-    spool: Path  # ROCMLAB_LIVE_SPOOL: the collected copies, the service's own
-    course_id: str = "rocmlab"  # ROCMLAB_COURSE_ID
-    labs: tuple[str, ...] = ()  # ROCMLAB_HUB_LABS: the labs that may be submitted (empty: any)
-    rate_limit: int = 5  # ROCMLAB_LIVE_RATE_LIMIT: submissions per learner and lab in the window
-    rate_window_s: float = 3600.0  # ROCMLAB_LIVE_RATE_WINDOW_S
-    instructor_group: str = "instructors"  # ROCMLAB_HUB_INSTRUCTOR_GROUP
-    owner_is_account: bool = False  # ROCMLAB_HUB_MODE=server: inbound/<learner> must be that account's
-    worker_token: str = ""  # ROCMLAB_LIVE_WORKER_TOKEN: the workers' HTTP API (empty: closed)
-    lease_s: float = 300.0  # ROCMLAB_LIVE_LEASE_S: the longest a lease is granted over HTTP
-    extra: dict = field(default_factory=dict)  # plugins' own settings
-
-    @classmethod
-    def from_environment(cls, environ=None) -> LiveSettings:
-        env = os.environ if environ is None else environ
-        missing = [name for name in ("ROCMLAB_LIVE_DB", "ROCMLAB_LIVE_EXCHANGE") if not env.get(name)]
-        if missing:
-            raise ValueError(
-                f"the live service needs {', '.join(missing)} (set by env/jupyterhub/jupyterhub_config.py)"
-            )
-        queue_path = Path(env["ROCMLAB_LIVE_DB"])
-        return cls(
-            queue_path=queue_path,
-            exchange=Path(env["ROCMLAB_LIVE_EXCHANGE"]),
-            spool=Path(env.get("ROCMLAB_LIVE_SPOOL") or queue_path.parent / "spool"),
-            course_id=env.get("ROCMLAB_COURSE_ID", "rocmlab"),
-            labs=tuple(n.strip() for n in env.get("ROCMLAB_HUB_LABS", "").split(",") if n.strip()),
-            rate_limit=_positive(env, "ROCMLAB_LIVE_RATE_LIMIT", 5),
-            rate_window_s=float(_positive(env, "ROCMLAB_LIVE_RATE_WINDOW_S", 3600)),
-            instructor_group=env.get("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors"),
-            owner_is_account=env.get("ROCMLAB_HUB_MODE") == "server",
-            worker_token=env.get("ROCMLAB_LIVE_WORKER_TOKEN", ""),
-            lease_s=float(_positive(env, "ROCMLAB_LIVE_LEASE_S", 300)),
-        )
-
-
-def _positive(env, name: str, default: int) -> int:
-    value = env.get(name, str(default))
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{name}={value!r}: expected a whole number, 1 or more")
-    return int(value)
-
-
-# ------------------------------------------------------------------ handlers
-
-
-class LiveHandler(HubOAuthenticated, web.RequestHandler):
-    """Base of every page and API of the service (the plugins' too)."""
-
-    @property
-    def live(self) -> LiveSettings:
-        return self.settings["live"]
-
-    @property
-    def queue(self) -> LiveQueue:
-        return self.settings["queue"]
-
-    @property
-    def learner(self) -> str:
-        return self.current_user["name"]
-
-    @property
-    def is_instructor(self) -> bool:
-        return self.live.instructor_group in (self.current_user or {}).get("groups", [])
-
-    def write_json(self, data, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(data, ensure_ascii=False))
-
-    def check_xsrf_cookie(self) -> None:
-        # A call with a token is identified first, so that the hub's check exempts it. A browser's
-        # (a cookie) must not be: identifying a cookie runs this check again, inside the hub
-        # client's own thread, and waiting there for the user deadlocks the service.
-        if "Authorization" in self.request.headers:
-            self.current_user  # noqa: B018
-        super().check_xsrf_cookie()
-
-    def set_default_headers(self) -> None:
-        self.set_header("X-Content-Type-Options", "nosniff")
-        self.set_header("Content-Security-Policy", "default-src 'self'; frame-ancestors 'self'")
-
-
-class ApiHandler(LiveHandler):
-    """JSON in and out; a request the hub did not log in is answered 403, never redirected."""
-
-    def prepare(self) -> None:
-        if not self.current_user:
-            raise web.HTTPError(403, "log in through the hub (a browser session or your server's API token)")
-
-    def write_error(self, status_code: int, **kwargs) -> None:
-        reason = self._reason
-        if "exc_info" in kwargs and isinstance(kwargs["exc_info"][1], web.HTTPError):
-            reason = kwargs["exc_info"][1].log_message or reason
-        self.write_json({"error": reason}, status_code)
-
-    def body_json(self) -> dict:
-        try:
-            data = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "the body is not JSON") from None
-        if not isinstance(data, dict):
-            raise web.HTTPError(400, "the body must be a JSON object")
-        return data
 
 
 def public_attempt(attempt: Attempt) -> dict:
@@ -325,77 +202,6 @@ class LearnerPage(LiveHandler):
         )
 
 
-# ------------------------------------------------------------------ the workers' API (Kubernetes)
-
-
-class WorkerHandler(ApiHandler):
-    """Only the workers, with the service's worker token (``Authorization: Bearer <token>``)."""
-
-    def get_current_user(self):
-        return None  # never a hub login: a learner's token opens nothing here
-
-    def prepare(self) -> None:
-        expected = self.live.worker_token
-        given = self.request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-            raise web.HTTPError(403, "the workers' API needs the service's worker token")
-
-    def check_xsrf_cookie(self) -> None:
-        return None  # token-authenticated only: no cookie to forge a request with
-
-
-class WorkerClaimHandler(WorkerHandler):
-    def post(self) -> None:
-        body = self.body_json()
-        worker = str(body.get("worker") or "")
-        if not worker:
-            raise web.HTTPError(400, 'expected {"worker": ID, "lease_s": seconds}')
-        lease_s = min(float(body.get("lease_s") or self.live.lease_s), self.live.lease_s)
-        attempt = self.queue.claim(worker, lease_s)
-        if attempt is None:
-            self.set_status(204)
-            self.finish()
-            return
-        self.write_json({"attempt": attempt.to_json(), "files": folder_archive(Path(attempt.source).parent)})
-
-
-def folder_archive(folder: Path) -> str:
-    """The spooled submission folder as a base64 tar.gz (what the worker grades)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        archive.add(folder, arcname=".")
-    return base64.b64encode(buffer.getvalue()).decode()
-
-
-class WorkerResultHandler(WorkerHandler):
-    def post(self, attempt_id: str, action: str) -> None:
-        body = self.body_json()
-        worker = str(body.get("worker") or "")
-        try:
-            if action == "renew":
-                self.queue.renew(int(attempt_id), worker, min(float(body.get("lease_s") or 0), self.live.lease_s))
-                self.write_json({"ok": True})
-            elif action == "complete":
-                result = GradeResult(
-                    score=float(body["score"]),
-                    max_score=float(body["max_score"]),
-                    checks=[CheckOutcome.from_dict(c) for c in body.get("checks", [])],
-                    flags=[str(f) for f in body.get("flags", [])],
-                    seed=body.get("seed"),
-                    lang=body.get("lang"),
-                )
-                self.write_json(self.queue.complete(int(attempt_id), worker, result).to_json())
-            elif action == "release":
-                self.queue.release(int(attempt_id), worker)
-                self.write_json({"ok": True})
-            else:
-                self.write_json(self.queue.fail(int(attempt_id), worker, str(body.get("error", ""))).to_json())
-        except LeaseLost as exc:
-            self.write_json({"error": str(exc)}, 409)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise web.HTTPError(400, f"bad result: {type(exc).__name__}: {exc}") from None
-
-
 # ------------------------------------------------------------------ the app
 
 
@@ -409,8 +215,7 @@ def base_routes(prefix: str) -> list:
         (prefix + "api/submit", SubmitHandler),
         (prefix + "api/attempts", AttemptsHandler),
         (prefix + r"api/attempts/(\d+)", AttemptHandler),
-        (prefix + "api/worker/claim", WorkerClaimHandler),
-        (prefix + r"api/worker/attempts/(\d+)/(renew|complete|fail|release)", WorkerResultHandler),
+        *live_worker_api.routes(prefix),
     ]
 
 

@@ -1,6 +1,6 @@
 """What the live workshop pages show, computed from the queue's attempts (no I/O here).
 
-The attempts are ``rocmlab.grading.live_queue.Attempt``: ``learner``, ``lab``, ``state``
+The attempts are ``rocmlab.grading.live_attempts.Attempt``: ``learner``, ``lab``, ``state``
 (queued, grading, graded, failed), the server's times (``queued_at``, ``started_at``,
 ``finished_at``), ``score``, ``max_score`` and, once graded, ``checks`` (each with ``grade_id``,
 ``passed`` and its rule's ``message`` in both languages). Only the service and its workers write

@@ -5,7 +5,8 @@
 folder (the ``--demo`` mode: no isolation between users). Both
 
 - set resource limits in the child before it execs (``RLIMIT_AS`` per process, ``RLIMIT_NPROC``
-  per Unix user where users are real), inherited by every kernel the server starts;
+  per Unix user where users are real), inherited by every kernel the server starts, and give it a
+  private ``/tmp`` and its own log (what the child does: ``rocmlab.hub.server_child``);
 - copy the built student notebooks of the chosen labs (from ``labs_dir``: the smoke build
   ``labs/<lang>/``, or the hub's render of another profile) into the home on spawn (never over a
   learner's existing folder) and, for instructors, the solution notebooks into the course
@@ -24,11 +25,9 @@ folder (the ``--demo`` mode: no isolation between users). Both
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import grp
 import os
 import pwd
-import resource
 import subprocess
 from pathlib import Path
 
@@ -41,99 +40,18 @@ from .exchange_layout import ExchangeOwners, ensure_learner
 from .labs import COURSE_ID
 from .language import set_lab_language, ui_environment
 from .scopes import ScopeLimits, confine, systemd_runs_here
+from .server_child import (
+    PRIVATE_TMP,
+    SERVER_LOG,
+    cache_environment,
+    limit_resources,
+    own_log,
+    private_paths,
+    private_tmp,
+)
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
-SERVER_LOG = ".rocmlab-server.log"  # in the home: each server's own log, owned by its user
-TMP_FOLDER = ".tmp"  # in the home: TMPDIR, where /tmp cannot be made private
-PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
-CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 16384, 1 << 18
-
-
-def cache_environment(home: Path) -> dict[str, str]:
-    """Temporary files and the compile caches of a user's server in their own home (mode 700), never
-    in a folder classmates write: torch.compile's Inductor cache defaults to /tmp/torchinductor_<user>,
-    where a classmate who makes it first plants code that the owner's next compile runs."""
-    cache = home / ".cache"
-    return {
-        "TMPDIR": str(home / TMP_FOLDER),
-        "XDG_CACHE_HOME": str(cache),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions"),
-        "PYTORCH_KERNEL_CACHE_PATH": str(cache / "torch" / "kernels"),
-        "HF_MODULES_CACHE": str(cache / "huggingface" / "modules"),  # code of trust_remote_code models
-        "HF_DATASETS_CACHE": str(cache / "huggingface" / "datasets"),
-        "NUMBA_CACHE_DIR": str(cache / "numba"),
-        "MIOPEN_USER_DB_PATH": str(cache / "miopen"),
-        "MIOPEN_CUSTOM_CACHE_DIR": str(cache / "miopen"),
-    }
-
-
-_libc = ctypes.CDLL(None, use_errno=True)  # looked up before any fork: the child only calls
-_unshare, _mount = _libc.unshare, _libc.mount
-_unshare.argtypes = [ctypes.c_int]
-_mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-
-
-def private_paths(needed) -> list[str]:
-    """Of /tmp, /var/tmp and /dev/shm, those that hold none of the ``needed`` paths (the home, the
-    course, the exchange: a test or a laptop may keep them in /tmp, and a fresh tmpfs would hide them)."""
-    resolved = [os.path.realpath(path) for path in needed if path]
-    return [
-        folder
-        for folder in PRIVATE_TMP
-        if os.path.isdir(folder)
-        and not any(
-            path == os.path.realpath(folder) or path.startswith(os.path.realpath(folder) + os.sep) for path in resolved
-        )
-    ]
-
-
-def private_tmp(paths=PRIVATE_TMP) -> bool:
-    """In the child, as root, before it becomes the user: a mount namespace of its own with empty
-    tmpfs on ``paths`` (systemd's PrivateTmp). False when the kernel refuses."""
-    if _unshare(CLONE_NEWNS) != 0:
-        return False
-    if _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # nothing propagates back
-        return False
-    for path in paths:
-        if os.path.isdir(path):
-            if _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
-                return False
-    return True
-
-
-def own_log(home: Path) -> None:
-    """In the child, as the user: stdout and stderr into ``home/.rocmlab-server.log``, opened as the
-    user (never through a link by root); /dev/null when that fails. Nothing reaches the hub's log."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = -1
-    for path in (SERVER_LOG, home / SERVER_LOG):  # the child is in the home (its ancestors may be closed)
-        try:
-            fd = os.open(path, flags, 0o600)
-            break
-        except OSError:
-            continue
-    if fd < 0:
-        fd = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    for path in (TMP_FOLDER, home / TMP_FOLDER):
-        try:
-            os.mkdir(path, 0o700)
-            break
-        except OSError:
-            continue
-
-
-def limit_resources(memory_bytes: int, max_processes: int) -> None:
-    """Run in the child between fork and exec: the limits pass on to kernels and their children."""
-    if memory_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    if max_processes > 0:
-        resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
 
 
 def prepare_home(home: Path, owner: tuple[int, int] | None, private: bool) -> None:
