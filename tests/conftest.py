@@ -23,6 +23,43 @@ except ImportError:
 
 FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
 
+# The slow suite runs on two pytest workers with `--dist loadgroup` (the Makefile's SLOW_XDIST):
+# a test marked machine_wide touches what every process on the machine shares, so all of them go
+# to one worker, one after another; a test that uses a module's (or class's) fixture stays with
+# the rest of its module, which then makes the fixture once; every other test runs wherever a
+# worker is free.
+MACHINE_WIDE_GROUP = "machine-wide"
+SHARED_FIXTURE_SCOPES = ("package", "module", "class")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "machine_wide: touches what the whole machine shares (Unix accounts and every process of one, "
+        "grader users' process sweeps, scans of every process or of /tmp, fixed paths): never run beside "
+        "another such test",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = _xdist_group(item)
+        if group and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group(item) -> str | None:
+    if item.get_closest_marker("machine_wide"):
+        return MACHINE_WIDE_GROUP
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures and any(defs[-1].scope in SHARED_FIXTURE_SCOPES for defs in fixtures.name2fixturedefs.values()):
+        return item.nodeid.split("::")[0]  # its module's file
+    return None
+
+
 GOOD_TOML = """\
 id = "{id}"
 version = "1.0.0"

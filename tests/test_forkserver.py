@@ -77,6 +77,7 @@ def _run(sandbox, probe: str, timeout_s: int = 60):
 
 
 @pytest.mark.slow
+@pytest.mark.machine_wide
 @needs_forks
 def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user():
     sandbox = Sandbox(slots=1, prestart=True, preimport=["numpy"])
@@ -104,6 +105,7 @@ def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user():
 
 
 @pytest.mark.slow
+@pytest.mark.machine_wide
 @needs_forks
 def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
     sandbox = Sandbox(slots=1, prestart=True)
@@ -122,6 +124,7 @@ def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
 
 
 @pytest.mark.slow
+@pytest.mark.machine_wide
 @needs_forks
 def test_the_zygote_answers_a_bad_request_and_serves_the_next():
     sandbox = Sandbox(slots=1, prestart=True)
@@ -146,6 +149,7 @@ def test_the_zygote_answers_a_bad_request_and_serves_the_next():
 
 
 @pytest.mark.slow
+@pytest.mark.machine_wide
 @needs_forks
 def test_when_a_zygote_ends_its_slot_starts_each_kernel_in_its_own_bwrap():
     sandbox = Sandbox(slots=1, prestart=True)

@@ -22,7 +22,7 @@ from rocmlab.processes import is_root
 from rocmlab.sandbox.grader_users import USER_PREFIX
 from rocmlab.sandbox.limits import Limits, Sandbox
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 
 def _run_cells(sources, limits, hide=(), timeout_s=60):

@@ -18,6 +18,7 @@ from rocmlab.sandbox.grader_users import USER_PREFIX
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.machine_wide,
     pytest.mark.skipif(not is_root(), reason="grader users exist only when grading as root"),
 ]
 

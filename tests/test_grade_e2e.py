@@ -8,7 +8,7 @@ import pytest
 
 from rocmlab.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 
 def gradebook_rows(db: Path):
