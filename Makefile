@@ -117,11 +117,12 @@ XDIST         = -n $(TEST_WORKERS) --dist loadfile
 # makes the groups). The tests marked machine_wide all run on one worker, one after another: they
 # touch what the whole machine shares. Unix accounts and sweeps of all their processes: a demo hub
 # run as root starts every server as `nobody` and, when one stops, ends all of nobody's processes,
-# another demo hub's servers too (in a loadfile run one answered 503). Grader users: a test that
-# lists what still runs as its run's users must not see another run's. Also uid 1000, scans of
-# every process or of /tmp, fixed paths. A module whose tests share a module fixture (a graded
-# class, a built site) stays on one worker; every other test goes to whichever worker is free.
-# SLOW_WORKERS=1 runs them one at a time.
+# another demo hub's servers too (in a loadfile run one answered 503); the hub tests' accounts and
+# the Kubernetes exchange test's uid 1000. Scans of every process and of /tmp (the forgery suite's
+# reader). Grading runs may run side by side (each claims grader users of its own); the tests that
+# list what runs as their users look only at users no other run holds. A module whose tests share
+# a module fixture (a graded class, a built site) stays on one worker; every other test goes to
+# whichever worker is free. SLOW_WORKERS=1 runs them one at a time.
 SLOW_WORKERS ?= 2
 SLOW_XDIST    = $(if $(filter 1,$(SLOW_WORKERS)),,-n $(SLOW_WORKERS) --dist loadgroup)
 

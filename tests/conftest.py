@@ -39,9 +39,8 @@ GROUPS_FOLDER = pytest.StashKey[Path]()
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "machine_wide: touches what the whole machine shares (Unix accounts and every process of one, "
-        "grader users' process sweeps, scans of every process or of /tmp, fixed paths): never run beside "
-        "another such test",
+        "machine_wide: touches what the whole machine shares (Unix accounts and sweeps of every process "
+        "of one, scans of every process or of /tmp): never run beside another such test",
     )
 
 
@@ -266,3 +265,38 @@ def alembic_head_in_process(monkeypatch):
     from rocmlab.grading import nbgrader_compat
 
     monkeypatch.setattr(nbgrader.api, "get_alembic_version", nbgrader_compat._alembic_head)
+
+
+@pytest.fixture
+def left_as_grader_users():
+    """A function: what still runs as the named grader users. Each user is looked at while this
+    test holds its claim lock (the one grading runs take), so a user that another grading run on
+    the machine holds by then is passed over, with its processes, which are that run's."""
+    import fcntl
+    import pwd
+
+    import psutil
+
+    from rocmlab.sandbox.grader_users import LOCK_FOLDER
+
+    def left(names) -> list[dict]:
+        found = []
+        for name in sorted(names):
+            fd = os.open(LOCK_FOLDER / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                uid = pwd.getpwnam(name).pw_uid
+                found += [
+                    p.info
+                    for p in psutil.process_iter(["pid", "uids", "cmdline"])
+                    if p.info["uids"] and p.info["uids"].real == uid
+                ]
+            finally:
+                os.close(fd)  # drops the lock
+        return found
+
+    return left

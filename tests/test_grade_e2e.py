@@ -8,7 +8,7 @@ import pytest
 
 from rocmlab.cli import main
 
-pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
+pytestmark = pytest.mark.slow
 
 
 def gradebook_rows(db: Path):

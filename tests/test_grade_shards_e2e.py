@@ -14,7 +14,7 @@ import pytest
 from rocmlab.cli import main
 from rocmlab.grading import analytics
 
-pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
+pytestmark = pytest.mark.slow
 
 SHARDS = 3
 FLAGGED = ("rewrites_test", "deletes_test", "invalid_json", "other_lab", "old_version", "exits_kernel")

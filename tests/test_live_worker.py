@@ -19,7 +19,7 @@ from rocmlab.grading.live_queue import LiveQueue
 from rocmlab.grading.live_worker import Worker
 from rocmlab.grading.submissions import find_submissions
 
-pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
