@@ -118,11 +118,18 @@ lint: setup
 # fixtures (a graded class, a built site) are made once.
 TEST_WORKERS ?= 2
 XDIST         = -n $(TEST_WORKERS) --dist loadfile
-# The slow end-to-end tests run one at a time by default: they share what is machine-wide (the
-# hub's accounts and their processes, grader users, the model cache); in a two-worker run a demo
-# hub's server answered 503, a test that passes alone. SLOW_WORKERS=2 runs them on two.
-SLOW_WORKERS ?= 1
-SLOW_XDIST    = $(if $(filter 1,$(SLOW_WORKERS)),,-n $(SLOW_WORKERS) --dist loadfile)
+# The slow end-to-end tests run on two workers too, grouped (`--dist loadgroup`; tests/conftest.py
+# makes the groups). The tests marked machine_wide all run on one worker, one after another: they
+# touch what the whole machine shares. Unix accounts and sweeps of all their processes: a demo hub
+# run as root starts every server as `nobody` and, when one stops, ends all of nobody's processes,
+# another demo hub's servers too (in a loadfile run one answered 503); the hub tests' accounts and
+# the Kubernetes exchange test's uid 1000. Scans of every process and of /tmp (the forgery suite's
+# reader). Grading runs may run side by side (each claims grader users of its own); the tests that
+# list what runs as their users look only at users no other run holds. A module whose tests share
+# a module fixture (a graded class, a built site) stays on one worker; every other test goes to
+# whichever worker is free. SLOW_WORKERS=1 runs them one at a time.
+SLOW_WORKERS ?= 2
+SLOW_XDIST    = $(if $(filter 1,$(SLOW_WORKERS)),,-n $(SLOW_WORKERS) --dist loadgroup)
 
 test: setup
 	$(PY) -m pytest -q $(XDIST)

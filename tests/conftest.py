@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import textwrap
@@ -22,6 +23,80 @@ except ImportError:
     pass
 
 FIXTURE_COURSE = Path(__file__).parent / "fixtures" / "course"
+
+# The slow suite runs on two pytest workers with `--dist loadgroup` (the Makefile's SLOW_XDIST).
+# Each worker writes every test's group to a file; the controller schedules a group as one unit.
+# A test marked machine_wide touches what every process on the machine shares: all of them go to
+# one worker, one after another. A test that uses a module's (or class's) fixture stays with the
+# rest of its module, which then makes the fixture once. Every other test runs wherever a worker is
+# free. (pytest-xdist 3.8's own loadgroup appends the group to each test's node id, which
+# pytest 9.2's node ids no longer take: its groups are ignored.)
+MACHINE_WIDE_GROUP = "machine-wide"
+SHARED_FIXTURE_SCOPES = ("package", "module", "class")
+GROUPS_FOLDER = pytest.StashKey[Path]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "machine_wide: touches what the whole machine shares (Unix accounts and sweeps of every process "
+        "of one, scans of every process or of /tmp): never run beside another such test",
+    )
+
+
+def pytest_unconfigure(config):
+    if GROUPS_FOLDER in config.stash:
+        shutil.rmtree(config.stash[GROUPS_FOLDER], ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, in the controller: the file this worker writes its tests' groups to."""
+    import tempfile
+
+    if GROUPS_FOLDER not in node.config.stash:
+        node.config.stash[GROUPS_FOLDER] = Path(tempfile.mkdtemp(prefix="rocmlab-xdist-groups-"))
+    node.workerinput["rocmlab_groups"] = str(node.config.stash[GROUPS_FOLDER] / f"{node.gateway.id}.json")
+
+
+def pytest_collection_modifyitems(config, items):
+    target = getattr(config, "workerinput", {}).get("rocmlab_groups")
+    if target:  # written before the worker reports its collection, so before any scheduling
+        Path(target).write_text(json.dumps({item.nodeid: _xdist_group(item) for item in items}), encoding="utf-8")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist, in the controller: `--dist loadgroup` on the groups the workers wrote."""
+    if config.getvalue("dist") != "loadgroup" or GROUPS_FOLDER not in config.stash:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    folder = config.stash[GROUPS_FOLDER]
+
+    class GroupScheduling(LoadScopeScheduling):  # a scope is one unit of work, given to one worker
+        groups: dict | None = None
+
+        def _split_scope(self, nodeid):
+            if self.groups is None:  # every worker collected the same tests (xdist checks)
+                written = sorted(folder.glob("*.json"))
+                self.groups = json.loads(written[0].read_text(encoding="utf-8")) if written else {}
+            return self.groups.get(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+def _xdist_group(item) -> str | None:
+    named = item.get_closest_marker("xdist_group")
+    if named:
+        return str(named.args[0] if named.args else named.kwargs.get("name", "default"))
+    if item.get_closest_marker("machine_wide"):
+        return MACHINE_WIDE_GROUP
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures and any(defs[-1].scope in SHARED_FIXTURE_SCOPES for defs in fixtures.name2fixturedefs.values()):
+        return item.nodeid.split("::")[0]  # its module's file
+    return None
+
 
 GOOD_TOML = """\
 id = "{id}"
@@ -190,3 +265,38 @@ def alembic_head_in_process(monkeypatch):
     from rocmlab.grading import nbgrader_compat
 
     monkeypatch.setattr(nbgrader.api, "get_alembic_version", nbgrader_compat._alembic_head)
+
+
+@pytest.fixture
+def left_as_grader_users():
+    """A function: what still runs as the named grader users. Each user is looked at while this
+    test holds its claim lock (the one grading runs take), so a user that another grading run on
+    the machine holds by then is passed over, with its processes, which are that run's."""
+    import fcntl
+    import pwd
+
+    import psutil
+
+    from rocmlab.sandbox.grader_users import LOCK_FOLDER
+
+    def left(names) -> list[dict]:
+        found = []
+        for name in sorted(names):
+            fd = os.open(LOCK_FOLDER / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                uid = pwd.getpwnam(name).pw_uid
+                found += [
+                    p.info
+                    for p in psutil.process_iter(["pid", "uids", "cmdline"])
+                    if p.info["uids"] and p.info["uids"].real == uid
+                ]
+            finally:
+                os.close(fd)  # drops the lock
+        return found
+
+    return left

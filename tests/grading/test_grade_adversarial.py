@@ -11,7 +11,6 @@ import threading
 
 import classroom
 import nbformat
-import psutil
 import pytest
 
 from rocmlab.course.catalog import discover, select
@@ -161,14 +160,13 @@ def test_fork_bomb_is_contained_and_graded(graded):
     assert results["correct"].score == 5
 
 
-def test_nothing_is_left_running_as_a_grader_user(graded):
+def test_nothing_is_left_running_as_a_grader_user(graded, left_as_grader_users):
     """Only this run's users: other grading runs on the machine hold users of their own."""
     _, _, out, _ = graded
     own = set(json.loads((out / "summary.json").read_text())["sandbox"]["grader_users"])
     assert own or not is_root()
     assert all(name.startswith(USER_PREFIX) for name in own)
-    left = [p.info for p in psutil.process_iter(["pid", "username", "cmdline"]) if p.info["username"] in own]
-    assert not left
+    assert not left_as_grader_users(own)
 
 
 def test_network_cheat_never_reached_the_host(graded, listener):

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import classroom
-import psutil
 import pytest
 
 from rocmlab.processes import is_root
@@ -82,8 +81,7 @@ def test_both_classes_get_what_each_learner_earned(two_runs):
         assert scores == expected, [(s["student"], s["score"], s["flags"], s["notes"]) for s in summary["students"]]
 
 
-def test_nothing_is_left_running_as_either_runs_users(two_runs):
+def test_nothing_is_left_running_as_either_runs_users(two_runs, left_as_grader_users):
     summaries, _ = two_runs
     names = {name for s in summaries for name in s["sandbox"]["grader_users"]}
-    left = [p.info for p in psutil.process_iter(["pid", "username", "cmdline"]) if p.info["username"] in names]
-    assert not left
+    assert not left_as_grader_users(names)

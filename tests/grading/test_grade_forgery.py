@@ -14,7 +14,7 @@ from rocmlab.course.catalog import discover, select
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 MARK = "ROCMLAB-OTHER-KERNEL-PRINTED-THIS"
 WRITER = (

@@ -32,7 +32,7 @@ from test_hub_e2e import call, login_status
 
 from rocmlab.hub import COURSE_ID, HubError, LocalHub, find_proxy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "01-rocm-setup"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (.venv/bin/pip install playwright)"

@@ -164,6 +164,7 @@ def contents_api(server: str, token: str, path: str, method="GET", body=None):
 
 
 @pytest.mark.slow
+@pytest.mark.machine_wide
 def test_edit_bump_deliver_again_through_the_hub(tmp_path, demo_hub_options):
     from rocmlab.build.assignments import build
     from rocmlab.hub import DemoHub

@@ -27,7 +27,7 @@ from rocmlab.course.catalog import discover, select
 from rocmlab.course.notebooks import solution_notebook
 from rocmlab.hub import COURSE_ID, DemoHub, HubError, find_proxy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "01-rocm-setup"

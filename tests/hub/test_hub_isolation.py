@@ -51,7 +51,7 @@ from test_hub_e2e import call
 from rocmlab.hub import COURSE_ID, HubError, LocalHub, exchange, safe_copy
 from rocmlab.hub.exchange_layout import ExchangeOwners, ExchangeRefused, prepare_exchange
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 BASE = Path("/var/lib")
 
 

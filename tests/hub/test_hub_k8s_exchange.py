@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from test_hub_helm import CUSTOM, SINGLEUSER, VALUES, nbgrader_config, roles_hook, spawn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 POD_UID, POD_GID = SINGLEUSER["uid"], SINGLEUSER["fsGid"]
 LAB = "lab"

@@ -12,7 +12,7 @@ from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, dismiss_toasts, laun
 
 from rocmlab.hub.language import SETTINGS, SETTINGS_FILE, missing_pack
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 LEARNER = "learner1"

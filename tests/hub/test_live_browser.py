@@ -18,7 +18,7 @@ import pytest
 from live_fakes import check, graded_in, iso
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, launch_args
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 

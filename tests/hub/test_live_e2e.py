@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, dismiss_toasts, launch_args, sync_api
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
 LEARNER, OTHER = "learner1", "learner2"
 LAB = "01-rocm-setup"

@@ -411,13 +411,15 @@ def run_graded_cell(source, namespace):
 
 @pytest.mark.slow
 def test_the_lab_workers_leave_cleanly_launch_after_launch(notebook, cells, tmp_path):
-    """Issue 16: lab 05's ranks aborted at exit in about 1 launch of 3. The same worker code,
-    launched ten times: every rank exits 0 and finish_rank finds no gloo thread left."""
+    """Issue 16: lab 05's ranks aborted at exit in about 1 launch of 3, when a group pinned past
+    destroy met interpreter finalization. finish_rank now fails every launch of such a group (it
+    lists the gloo threads left), so three launches of the same worker code suffice: every rank
+    exits 0, no abort. The notebook's own runs (verify, the zh run) launch its workers more."""
     ns = lab_namespace(notebook, tmp_path, cells["05-scratch-sol-1"])
     ns["TIMEOUT_S"] = 120
     cfg = {"n": 64, "seed": 0, "global_batch": 16, "hidden": 16, "lr": 0.1, "steps": 3, "freeze_first_bias": False}
     functions = [ns["broadcast_parameters"], ns["average_gradients"]]
-    for attempt in range(10):
+    for attempt in range(3):
         result, ranks = ns["launch"](f"clean-{attempt}", ns["scratch_worker"], functions, cfg, show=False)
         outputs = "\n".join(r.output for r in result.ranks)
         assert result.ok and all(r is not None for r in ranks), f"launch {attempt}: {result.summary()}\n{outputs}"

@@ -371,12 +371,14 @@ def clean_exit_work(cfg, rank, world, device, mesh):
 
 @pytest.mark.slow
 def test_the_rank_script_exits_cleanly_every_time(ns, tmp_path):
-    """Ten launches of the lab's rank code: exit 0 on both ranks, no gloo thread after destroy, no abort."""
+    """Three launches of the lab's rank code: exit 0 on both ranks, no gloo thread after destroy, no
+    abort. A group left alive fails the thread check on every launch, not by chance (lab 05's
+    issue 16), so more launches of the same code add little; the lab's own runs launch it again."""
     from rocmlab import lab
 
     cfg = dict(ns["TRAIN_CFG"], steps=2, global_batch=4)
     functions = [ns[name] for name in ("shard_model", "rank_loss", "train_step", "save_checkpoint")]
-    for attempt in range(10):
+    for attempt in range(3):
         run_cfg = dict(cfg, ckpt=str(tmp_path / f"ckpt{attempt}"))
         result, ranks = ns["launch"](f"clean{attempt}", clean_exit_work, functions, run_cfg)
         outputs = "\n".join(r.output for r in result.ranks) + result.output

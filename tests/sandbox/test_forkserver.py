@@ -116,9 +116,7 @@ def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
         assert not _processes_of(run.uid)
     finally:
         sandbox.close()
-    assert not [
-        p for p in psutil.process_iter(["cmdline"]) if "rocmlab.sandbox.forkserver" in " ".join(p.info["cmdline"] or [])
-    ]
+    assert not _zygotes_of(sandbox)
 
 
 @pytest.mark.slow
@@ -159,6 +157,12 @@ def test_when_a_zygote_ends_its_slot_starts_each_kernel_in_its_own_bwrap():
         assert any("fork server ended: exit status -9" in p for p in sandbox.isolation["problems"])
     finally:
         sandbox.close()
+
+
+def _zygotes_of(sandbox) -> list:
+    """The fork servers of ``sandbox`` (their sockets lie in its folder); other runs' may be running."""
+    commands = ((p, " ".join(p.info["cmdline"] or [])) for p in psutil.process_iter(["cmdline"]))
+    return [p for p, command in commands if "rocmlab.sandbox.forkserver" in command and str(sandbox.base) in command]
 
 
 def _processes_of(uid: int) -> list:

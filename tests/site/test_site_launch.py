@@ -20,7 +20,7 @@ from test_site import REPO, Links
 from rocmlab.site.build import build_site
 from rocmlab.site.launch import read_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytest.importorskip("nbgitpuller", reason="nbgitpuller is not installed (hub extra)")
 
