@@ -1,6 +1,7 @@
 """The hub's config per mode, its spawners and the ``rocmlab hub`` command, without starting a hub."""
 
 import argparse
+import asyncio
 import os
 import resource
 import signal
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from rocmlab import hub
+from rocmlab import hub, processes
 from rocmlab.errors import InputError, LabError
 from rocmlab.hub import exchange as rocmlab_exchange
 from rocmlab.hub import launch as hub_launch
@@ -220,6 +221,19 @@ def demo_spawner(tmp_path, name="learner1", *groups, **traits):
         **traits,
     }
     return rocmlab_spawner.DemoCourseSpawner(user=user(name, *groups), home_dir=str(tmp_path / name), **traits)
+
+
+def test_a_stopping_demo_server_leaves_the_shared_accounts_other_servers_alone(tmp_path, monkeypatch):
+    ended = []
+    monkeypatch.setattr(processes, "kill_user", ended.append)
+    shared = demo_spawner(tmp_path, run_as="nobody")  # the account every demo learner's server runs as
+    asyncio.run(shared.clean_up())
+    assert ended == []  # kill_user(nobody) would end every other learner's server
+    own = demo_spawner(tmp_path, "learner2")
+    monkeypatch.setattr(own, "owner", lambda: (54321, 54321))
+    monkeypatch.setattr(type(own), "account_is_the_learners_own", True)
+    asyncio.run(own.clean_up())
+    assert ended == [54321]  # a learner's own account: everything they left running is ended
 
 
 def test_the_spawner_limits_are_set_in_the_child(tmp_path):

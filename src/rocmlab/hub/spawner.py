@@ -150,6 +150,8 @@ class CourseSpawner(LocalProcessSpawner):
     def home(self) -> Path:
         return Path(pwd.getpwnam(self.user.name).pw_dir)
 
+    account_is_the_learners_own = True  # ending its processes ends only this learner's
+
     def owner(self) -> tuple[int, int] | None:
         entry = pwd.getpwnam(self.user.name)
         return entry.pw_uid, entry.pw_gid
@@ -327,7 +329,13 @@ class CourseSpawner(LocalProcessSpawner):
         self._cleaned = True
         CourseSpawner._gpu_of.pop(self.user.name, None)
         owner = self.owner()
-        if self.end_learner_processes and owner and owner[0] not in (0, os.getuid()) and not self.is_instructor():
+        if (
+            self.end_learner_processes
+            and self.account_is_the_learners_own
+            and owner
+            and owner[0] not in (0, os.getuid())
+            and not self.is_instructor()
+        ):
             from ..processes import kill_user
 
             await asyncio.get_running_loop().run_in_executor(None, kill_user, owner[0])
@@ -389,6 +397,7 @@ class DemoCourseSpawner(CourseSpawner, SimpleLocalProcessSpawner):
     """
 
     run_as = Unicode("", help="Unix user every demo server runs as (default: the hub's own)").tag(config=True)
+    account_is_the_learners_own = False  # every learner's: a stopping server ends only its own process
 
     def home(self) -> Path:
         return Path(self.home_dir)
