@@ -13,11 +13,12 @@ import types
 
 import pytest
 import yaml
+from lazy_imports import skip_unless_installed
 from test_hub_helm import CUSTOM, HELM, SINGLEUSER, VALUES
 from traitlets.config import Config
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
-models = pytest.importorskip("kubernetes_asyncio.client.models")
+skip_unless_installed("kubernetes_asyncio")
 KUBERNETES = "1.30"  # oldest minor still maintained upstream when this was written
 
 
@@ -50,6 +51,8 @@ def real_hook(monkeypatch):
 
 def kubespawner_pod(name: str):
     """A user pod as KubeSpawner builds it from singleuser (image, uid, storage's volumes)."""
+    from kubernetes_asyncio.client import models
+
     image = f"{SINGLEUSER['image']['name']}:{SINGLEUSER['image']['tag']}"
     volumes = [
         models.V1Volume(

@@ -12,10 +12,10 @@ import unicodedata
 
 import pytest
 from labsource import LabSource, definitions, student
+from lazy_imports import skip_unless_installed
 
 torch = pytest.importorskip("torch")
-peft = pytest.importorskip("peft")
-transformers = pytest.importorskip("transformers")
+skip_unless_installed("peft", "transformers")
 
 SOURCE = LabSource("03-lora-finetune-zh")
 LAB = SOURCE.folder
@@ -31,6 +31,7 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 def ns():
     """Every solution cell run in one namespace (they need no model)."""
     import torch.nn.functional as F
+    from peft import PeftModel
 
     namespace = {
         "torch": torch,
@@ -39,7 +40,7 @@ def ns():
         "math": math,
         "hashlib": hashlib,
         "unicodedata": unicodedata,
-        "PeftModel": peft.PeftModel,
+        "PeftModel": PeftModel,
     }
     return SOURCE.run_solutions(namespace=namespace)
 
@@ -47,6 +48,7 @@ def ns():
 @pytest.fixture(scope="module")
 def tokenizer():
     """A byte-level tokenizer with the Qwen specials, eos/pad and chat template of the contract."""
+    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -61,6 +63,8 @@ def tokenizer():
 
 
 def tiny_config(**overrides):
+    import transformers
+
     shape = dict(
         vocab_size=300,
         hidden_size=32,
@@ -74,7 +78,9 @@ def tiny_config(**overrides):
 
 def tiny_model(seed=0, **overrides):
     torch.manual_seed(seed)
-    return transformers.Qwen2ForCausalLM(tiny_config(**overrides)).eval()
+    from transformers import Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM(tiny_config(**overrides)).eval()
 
 
 MESSAGES = [
@@ -193,12 +199,16 @@ def test_sft_sample_padding_is_masked_and_overflow_raises(ns, tokenizer):
 
 @pytest.mark.parametrize("r,targets", [(8, PROJECTIONS), (3, ("q_proj", "v_proj")), (5, ("down_proj",))])
 def test_lora_count_matches_peft(ns, r, targets):
+    import peft
+
     model = tiny_model(head_dim=12)
     wrapped = peft.get_peft_model(model, peft.LoraConfig(r=r, target_modules=list(targets), task_type="CAUSAL_LM"))
     assert ns["lora_param_count"](model.config, r, targets) == wrapped.get_nb_trainable_parameters()[0]
 
 
 def test_lora_at_init_leaves_logits_bit_identical():
+    import peft
+
     model = tiny_model()
     ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -286,6 +296,8 @@ def test_rouge_and_scores_golden(ns):
 
 
 def test_reload_and_merge_reproduces_the_adapter_model(ns, tmp_path):
+    import peft
+
     wrapped = peft.get_peft_model(
         tiny_model(), peft.LoraConfig(r=4, target_modules=list(PROJECTIONS), task_type="CAUSAL_LM")
     )

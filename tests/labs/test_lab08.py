@@ -12,9 +12,10 @@ import math
 
 import pytest
 from labsource import LabSource
+from lazy_imports import skip_unless_installed
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+skip_unless_installed("transformers")
 
 SOURCE = LabSource("08-low-precision")
 LAB = SOURCE.folder
@@ -63,6 +64,7 @@ def ns():
 @pytest.fixture(scope="module")
 def tokenizer():
     """A byte-level tokenizer (every UTF-8 byte is a token), no special tokens added by default."""
+    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -75,6 +77,8 @@ def tokenizer():
 
 
 def tiny_model(seed=0, **overrides):
+    import transformers
+
     shape = dict(
         vocab_size=300,
         hidden_size=64,
