@@ -142,9 +142,10 @@ def _alembic_head_in_process() -> Callable[[], None]:
 
 def _metadata_schema_checked_once() -> Callable[[], None]:
     """nbgrader checks each graded cell's ``nbgrader`` metadata with ``jsonschema.validate``, which
-    first checks the schema itself against jsonschema's meta-schema: most of the CPU nbgrader spends
-    on a lab 01 notebook. The schema is a file of the installed nbgrader, one per schema version:
-    check it once, then each cell against it as before (the same errors, the same best match)."""
+    first checks the schema itself against jsonschema's meta-schema, in several passes per notebook
+    (lab 01: 38 ms a pass, 3 ms without). The schema is a file of the installed nbgrader, one per
+    schema version: check it once, then each cell against it as before (the same errors, the same
+    best match)."""
     import jsonschema
     from nbgrader.nbgraderformat import common
 
