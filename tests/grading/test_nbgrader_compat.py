@@ -10,8 +10,12 @@ import threading
 import warnings
 from pathlib import Path
 
+import jsonschema
+import nbformat
 import nbgrader.api
 import pytest
+from nbgrader.nbgraderformat import MetadataValidator
+from nbgrader.nbgraderformat.common import BaseMetadataValidator, SchemaTooOldError
 from sqlalchemy import event
 
 from rocmlab.grading import nbgrader_compat
@@ -31,6 +35,7 @@ def process_state() -> dict:
         "get_alembic_version": nbgrader.api.get_alembic_version,
         "create_engine": nbgrader.api.create_engine,
         "create_all": metadata.__dict__.get("create_all"),
+        "validate_cell": BaseMetadataValidator.validate_cell,
         "traitlets level": logging.getLogger("traitlets").level,
         "warning filters": list(warnings.filters),
     }
@@ -125,3 +130,33 @@ def test_in_process_alembic_head_matches_nbgrader_subprocess(tmp_path):
     with _temp_alembic_ini(f"sqlite:///{tmp_path / 'gradebook.db'}") as ini:
         head = subprocess.check_output([str(alembic), "-c", ini, "heads"], timeout=120).decode().split()[0]
     assert nbgrader_compat._alembic_head() == head
+
+
+def _metadata_error(cell):
+    try:
+        MetadataValidator().validate_cell(cell)
+    except (jsonschema.ValidationError, SchemaTooOldError) as exc:
+        return type(exc), str(exc)
+    return None
+
+
+def test_metadata_schema_checked_once_gives_nbgraders_own_verdicts(monkeypatch, without_interpreter_bin):
+    if not workarounds_apply():
+        pytest.skip("the workarounds are for another nbgrader series")
+    meta = {"grade": True, "solution": False, "locked": True, "points": 2, "grade_id": "t1", "schema_version": 3}
+    cells = [
+        nbformat.v4.new_code_cell("assert True", metadata={"nbgrader": meta}),
+        nbformat.v4.new_code_cell("x", metadata={"nbgrader": {**meta, "points": "two"}}),
+        nbformat.v4.new_code_cell("x", metadata={"nbgrader": {**meta, "grade_id": 5, "locked": "no"}}),
+        nbformat.v4.new_code_cell("x", metadata={"nbgrader": {**meta, "schema_version": 1}}),
+        nbformat.v4.new_code_cell("x"),
+    ]
+    stock = [_metadata_error(cell) for cell in cells]
+    assert stock[0] is None and stock[1] and stock[2] and stock[3][0] is SchemaTooOldError
+    checks = []
+    schema_class = jsonschema.validators.validator_for(MetadataValidator().schema)
+    real_check = schema_class.check_schema
+    monkeypatch.setattr(schema_class, "check_schema", lambda schema: checks.append(schema) or real_check(schema))
+    with nbgrader_tools():
+        assert [_metadata_error(cell) for cell in cells * 3] == stock * 3
+    assert len(checks) == 1

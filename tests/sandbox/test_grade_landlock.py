@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from rocmlab.errors import InputError
 from rocmlab.sandbox import landlock
 from rocmlab.sandbox import limits as sandbox
 from rocmlab.sandbox.limits import Limits, Sandbox
@@ -136,3 +137,17 @@ def test_choose_backend_falls_back_to_landlock_before_none(monkeypatch):
     monkeypatch.setattr(landlock, "abi", lambda: 0)
     assert sandbox.choose_backend(None) == "none"
     assert sandbox.choose_backend(False) == "none"
+
+
+def test_rocmlab_sandbox_names_a_working_backend_or_is_refused(monkeypatch):
+    monkeypatch.setattr(sandbox, "bubblewrap_works", lambda: True)
+    monkeypatch.setattr(sandbox, "namespaces_work", lambda: False)
+    monkeypatch.setenv("ROCMLAB_SANDBOX", "bubblewrap")
+    assert sandbox.choose_backend(None) == "bubblewrap"
+    assert sandbox.choose_backend(False) == "none"
+    monkeypatch.setenv("ROCMLAB_SANDBOX", "namespaces")
+    with pytest.raises(InputError, match="ROCMLAB_SANDBOX='namespaces'.*does not work"):
+        sandbox.choose_backend(None)
+    monkeypatch.setenv("ROCMLAB_SANDBOX", "none")
+    with pytest.raises(InputError, match="expected one of bubblewrap, namespaces, landlock"):
+        sandbox.choose_backend(None)

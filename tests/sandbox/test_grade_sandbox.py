@@ -21,6 +21,7 @@ from rocmlab.execution.papermill_engine import (
     TRUNCATED_MARK,
     LimitedEngine,
     LimitedNotebookClient,
+    RunningNotebook,
     kernel_ready,
 )
 from rocmlab.grading.grader import lab_imports
@@ -260,6 +261,25 @@ def test_the_engine_is_in_papermills_registry():
     from papermill.engines import papermill_engines
 
     assert papermill_engines.get_engine(ENGINE_NAME) is LimitedEngine
+
+
+def test_saves_while_running_are_whole_compact_files_and_the_last_is_nbformats(tmp_path):
+    """Each cell's start and end is on disk for a run stopped from outside; only the save after
+    the last cell pays for nbformat's copy, validation and layout."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1"), nbformat.v4.new_markdown_cell("é")])
+    nb.metadata["papermill"] = {}  # papermill.execute_notebook adds it before the engine runs
+    out = tmp_path / "out.ipynb"
+    manager = RunningNotebook(nb, output_path=str(out), progress_bar=False)
+    manager.notebook_start()
+    manager.cell_start(nb.cells[0], 0)
+    on_disk = json.loads(out.read_text(encoding="utf-8"))
+    assert on_disk["cells"][0]["metadata"]["papermill"]["status"] == "running"
+    assert "\n" not in out.read_text(encoding="utf-8") and not list(tmp_path.glob(".*"))
+    manager.cell_complete(nb.cells[0], 0)
+    assert json.loads(out.read_text(encoding="utf-8"))["cells"][0]["metadata"]["papermill"]["status"] == "completed"
+    manager.notebook_complete()
+    assert out.read_text(encoding="utf-8") == nbformat.writes(nb)
+    nbformat.validate(nbformat.read(out, as_version=4))
 
 
 @pytest.mark.slow

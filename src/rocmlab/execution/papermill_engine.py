@@ -21,12 +21,21 @@ engine is papermill's nbclient engine with one client class instead of papermill
 - ``harness``: after the last cell, while the kernel still runs, the trusted harness asks it the
   lab's checks (``rocmlab.harness.run_harness``) and writes its record to ``harness["out"]``.
 
+papermill saves the notebook at each cell's start and end, so that a run stopped from outside
+(its whole-lab limit, a crash) leaves each cell's state on disk. Those saves are compact JSON
+(``RunningNotebook``); the final one is papermill's own, validated and laid out as nbformat writes
+it. Through nbformat, each save deep-copied and validated the whole notebook and wrote it with
+Python's pure-Python indenting encoder: with lab 01's 31 code cells and its plots, the worker's
+CPU per notebook (its checks included) went from 2.3 s to 1.05 s.
+
 Nothing is patched: a client made elsewhere in the process is nbclient's own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import queue
 import subprocess
 import time
@@ -36,7 +45,7 @@ import nbformat
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.util import run_hook
 from papermill.clientwrap import PapermillNotebookClient
-from papermill.engines import NBClientEngine, papermill_engines
+from papermill.engines import NBClientEngine, NotebookExecutionManager, catch_nb_assignment, papermill_engines
 from papermill.log import logger
 from papermill.utils import remove_args
 from traitlets import Dict, Integer
@@ -236,8 +245,45 @@ async def _reply_to(get_msg, msg_id: str, timeout: float, idle: bool = False):
     return None
 
 
+class RunningNotebook(NotebookExecutionManager):
+    """papermill's execution manager, whose saves before the notebook completes are compact JSON
+    (C's encoder, no copy, no validation), each replacing the file whole; the final save is
+    papermill's."""
+
+    @catch_nb_assignment
+    def save(self, **kwargs):
+        if self.end_time is not None or not self.output_path:
+            return super().save(**kwargs)
+        path = Path(self.output_path)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(self.nb, ensure_ascii=False), encoding="utf-8")
+        os.replace(partial, path)
+        self.last_save_time = self.now()
+        return None
+
+
 class LimitedEngine(NBClientEngine):
     """papermill's nbclient engine, executing with ``LimitedNotebookClient``."""
+
+    @classmethod
+    def execute_notebook(
+        cls, nb, kernel_name, output_path=None, progress_bar=True, log_output=False, autosave_cell_every=30, **kwargs
+    ):
+        """papermill's ``Engine.execute_notebook``, tracking the run with ``RunningNotebook``."""
+        nb_man = RunningNotebook(
+            nb,
+            output_path=output_path,
+            progress_bar=progress_bar,
+            log_output=log_output,
+            autosave_cell_every=autosave_cell_every,
+        )
+        nb_man.notebook_start()
+        try:
+            cls.execute_managed_notebook(nb_man, kernel_name, log_output=log_output, **kwargs)
+        finally:
+            nb_man.cleanup_pbar()
+            nb_man.notebook_complete()
+        return nb_man.nb
 
     @classmethod
     def execute_managed_notebook(

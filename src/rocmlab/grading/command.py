@@ -11,7 +11,7 @@ from .. import processes
 from ..course.catalog import PROFILE_NAMES, SMOKE, discover, select
 from ..errors import ExitCode, InputError
 from ..root import find_root
-from ..sandbox.limits import Limits
+from ..sandbox.runs import Limits
 from . import analytics, shards
 from .feedback import stage_feedback
 from .grader import grade_class

@@ -20,7 +20,8 @@ from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed
 from ..execution.results import write_json_atomic
 from ..harness import harness_options, lab_checks
-from ..sandbox.limits import Limits, Sandbox, choose_backend, is_root
+from ..sandbox.limits import Sandbox, choose_backend, is_root
+from ..sandbox.runs import Limits
 from .cells import cell_points, check_results, grading, read_flags, restore_cells, score_tests
 from .feedback import feedback_html
 from .gradebook import Course, safe_url

@@ -24,7 +24,8 @@ from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import ExitCode, InputError
 from ..execution.papermill_engine import TIMEOUT_ENAME
 from ..root import find_root
-from ..sandbox.limits import Limits, Sandbox, is_root
+from ..sandbox.limits import Sandbox, is_root
+from ..sandbox.runs import Limits
 from .cells import grading, mark_unrun_tests, shown_message
 from .preflight import check_model_cache, course_view, model_cache, sandbox_env
 from .submissions import read_notebook, safe_text

@@ -34,7 +34,8 @@ TCP, no signal to a process outside its sandbox; it keeps the grader's uid. With
 only the resource limits apply: ``Sandbox.backend`` is ``"none"`` and ``rocmlab grade`` refuses
 to run unless told ``--unsafe``. ``Sandbox.isolation``
 says which guarantees hold, and the grading summary records it. What runs inside, before any
-learner code, is ``rocmlab.sandbox.entry``.
+learner code, is ``rocmlab.sandbox.entry``; one run's limits, policy file and folders are
+``rocmlab.sandbox.runs``.
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import processes
+from ..errors import InputError
 from ..processes import is_root
 from . import bubblewrap, landlock
 from .bubblewrap import bubblewrap_works
@@ -61,16 +63,17 @@ from .paths import (
     split_hidden,
     under_private_temp,
 )
+from .runs import KERNEL_NAME, Limits, Policy, Run
 
 if TYPE_CHECKING:
     from ..execution.worker import Worker
 
-KERNEL_NAME = "rocmlab-sandbox"
 # The thread pools a kernel's numerical libraries size from these (OpenMP: torch too; OpenBLAS;
 # MKL). Unset, each of ``slots`` kernels starts one thread per core, and on a busy machine the
 # idle ones spin: importing numpy costs a kernel twice the CPU on 2 cores.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("bubblewrap", "namespaces", "landlock", "none")
+BACKEND_VARIABLE = "ROCMLAB_SANDBOX"  # a backend to use instead of the best one here
 # What a Landlock kernel may read besides the interpreter and the exposed paths (one that holds a
 # hidden path is left out), and the GPU device files it may use.
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/opt/rocm")
@@ -78,47 +81,6 @@ GPU_DEVICES = ("/dev/kfd", "/dev/dri")
 # Model caches the grader's environment names (the gpu profiles' real models): read-only for a
 # Landlock kernel, as bubblewrap's read-only view shows them.
 MODEL_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE")
-
-
-@dataclass
-class Limits:
-    """Per-kernel limits; wall times come from the lab's profile (lab.toml)."""
-
-    memory_mb: int = 4096  # RLIMIT_AS of the kernel and each process it starts; 0: none
-    max_processes: int = 256  # RLIMIT_NPROC for the grader user (threads count too)
-    max_file_mb: int = 256  # RLIMIT_FSIZE: largest file the kernel may write
-    max_cell_output_kb: int = 1024  # stream/display output kept per cell
-    max_output_kb: int = 8192  # output kept per notebook
-
-    def engine_options(self) -> dict:
-        """How the worker's papermill engine enforces the output caps and cell time limits."""
-        return {
-            "cell_output_limit": self.max_cell_output_kb * 1024,
-            "notebook_output_limit": self.max_output_kb * 1024,
-            "interrupt_on_timeout": True,
-            "store_widget_state": False,
-            # the run's sandbox is torn down after it: no need to wait (about 0.5 s) for a polite exit
-            "shutdown_kernel": "immediate",
-        }
-
-
-@dataclass
-class Policy:
-    """What the worker and kernel entry points apply; written as JSON beside each run."""
-
-    limits: dict
-    uid: int | None = None
-    gid: int | None = None
-    home: str = ""
-    isolate: bool = False  # inside fresh namespaces: bring lo up, hide paths
-    hide: list = field(default_factory=list)
-    cell_timeout_s: int = 0
-    scratch: str = ""  # root-only folder for mount bookkeeping
-    bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
-    expose: list = field(default_factory=list)  # paths the kernel needs below closed or private temp folders
-    preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
-    forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
-    landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
 
 
 # ------------------------------------------------------------------ host side
@@ -129,71 +91,6 @@ def namespaces_work() -> bool:
     if not is_root() or not shutil.which("unshare"):
         return False
     return processes.succeeds(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "true"])
-
-
-@dataclass
-class Run:
-    """The folders of one sandboxed execution: ``private`` is root-only, ``work`` is the kernel's."""
-
-    folder: Path
-    private: Path
-    work: Path
-    worker: Worker
-    env: dict
-    uid: int | None
-    engine_options: dict
-    cell_timeout_s: int = 0
-    upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
-
-    def kernel_spec(self):
-        """What the worker needs to start this run's kernel ahead of its notebook."""
-        from ..execution.worker import Spec
-
-        return Spec(
-            input="",
-            output="",
-            cwd=str(self.work),
-            parameters={},
-            cell_timeout_s=self.cell_timeout_s,
-            timeout_s=0,
-            python=self.worker.python,
-            kernel_name=KERNEL_NAME,
-            extra_env=self.env,
-            engine_options=self.engine_options,
-        )
-
-    def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int, harness=None):
-        """Run the notebook at ``source`` here, every cell even after errors, then the lab's checks
-        when ``harness`` says which (``rocmlab.harness``); ``(executed or None, outcome)``."""
-        import nbformat
-
-        from ..execution.worker import Spec
-
-        outcome = self.worker.run(
-            Spec(
-                input=str(source),
-                output=str(output),
-                cwd=str(self.work),
-                parameters=parameters,
-                cell_timeout_s=cell_timeout_s,
-                timeout_s=timeout_s,
-                allow_errors=True,
-                python=self.worker.python,
-                kernel_name=KERNEL_NAME,
-                extra_env=self.env,
-                engine_options={**self.engine_options, **({"harness": harness} if harness else {})},
-            ),
-            prestart=self.upcoming.kernel_spec() if self.upcoming else None,
-        )
-        try:
-            return nbformat.read(output, as_version=4), outcome
-        except (OSError, ValueError):
-            return None, outcome
-
-    def cleanup(self) -> None:
-        if self.uid is not None:
-            processes.kill_user(self.uid)
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Sandbox:
@@ -485,10 +382,28 @@ def thread_budget(slots: int) -> dict:
 
 
 def choose_backend(isolate: bool | None) -> str:
+    """The best backend here, or the one ``$ROCMLAB_SANDBOX`` names (a benchmark or a check of a
+    fallback on a machine that has better: an InputError when that one does not work here)."""
     if isolate is False:
         return "none"
+    wanted = os.environ.get(BACKEND_VARIABLE)
+    if wanted:
+        return _wanted_backend(wanted)
     if bubblewrap_works():
         return "bubblewrap"
     if namespaces_work():
         return "namespaces"
     return "landlock" if landlock.abi() >= landlock.SANDBOX_ABI else "none"
+
+
+def _wanted_backend(name: str) -> str:
+    works = {
+        "bubblewrap": bubblewrap_works,
+        "namespaces": namespaces_work,
+        "landlock": lambda: landlock.abi() >= landlock.SANDBOX_ABI,
+    }
+    if name not in works:
+        raise InputError(f"${BACKEND_VARIABLE}={name!r}: expected one of {', '.join(works)}")
+    if not works[name]():
+        raise InputError(f"${BACKEND_VARIABLE}={name!r}: that sandbox does not work on this machine")
+    return name

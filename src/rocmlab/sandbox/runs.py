@@ -1,0 +1,125 @@
+"""One sandboxed execution: the limits it runs under, the policy file its entry points read
+(``rocmlab.sandbox.entry``, ``rocmlab.sandbox.forkserver``), and its folders, worker and
+notebook run. ``rocmlab.sandbox.limits`` plans runs and makes them; a run knows nothing of the
+backend that confines it beyond what its policy and kernelspec say.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import processes
+
+if TYPE_CHECKING:
+    from ..execution.worker import Worker
+
+KERNEL_NAME = "rocmlab-sandbox"
+
+
+@dataclass
+class Limits:
+    """Per-kernel limits; wall times come from the lab's profile (lab.toml)."""
+
+    memory_mb: int = 4096  # RLIMIT_AS of the kernel and each process it starts; 0: none
+    max_processes: int = 256  # RLIMIT_NPROC for the grader user (threads count too)
+    max_file_mb: int = 256  # RLIMIT_FSIZE: largest file the kernel may write
+    max_cell_output_kb: int = 1024  # stream/display output kept per cell
+    max_output_kb: int = 8192  # output kept per notebook
+
+    def engine_options(self) -> dict:
+        """How the worker's papermill engine enforces the output caps and cell time limits."""
+        return {
+            "cell_output_limit": self.max_cell_output_kb * 1024,
+            "notebook_output_limit": self.max_output_kb * 1024,
+            "interrupt_on_timeout": True,
+            "store_widget_state": False,
+            # the run's sandbox is torn down after it: no need to wait (about 0.5 s) for a polite exit
+            "shutdown_kernel": "immediate",
+        }
+
+
+@dataclass
+class Policy:
+    """What the worker and kernel entry points apply; written as JSON beside each run."""
+
+    limits: dict
+    uid: int | None = None
+    gid: int | None = None
+    home: str = ""
+    isolate: bool = False  # inside fresh namespaces: bring lo up, hide paths
+    hide: list = field(default_factory=list)
+    cell_timeout_s: int = 0
+    scratch: str = ""  # root-only folder for mount bookkeeping
+    bwrap: list = field(default_factory=list)  # bubblewrap: its command line around the kernel
+    expose: list = field(default_factory=list)  # paths the kernel needs below closed or private temp folders
+    preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
+    forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
+    landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
+
+
+@dataclass
+class Run:
+    """The folders of one sandboxed execution: ``private`` is root-only, ``work`` is the kernel's."""
+
+    folder: Path
+    private: Path
+    work: Path
+    worker: Worker
+    env: dict
+    uid: int | None
+    engine_options: dict
+    cell_timeout_s: int = 0
+    upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
+
+    def kernel_spec(self):
+        """What the worker needs to start this run's kernel ahead of its notebook."""
+        from ..execution.worker import Spec
+
+        return Spec(
+            input="",
+            output="",
+            cwd=str(self.work),
+            parameters={},
+            cell_timeout_s=self.cell_timeout_s,
+            timeout_s=0,
+            python=self.worker.python,
+            kernel_name=KERNEL_NAME,
+            extra_env=self.env,
+            engine_options=self.engine_options,
+        )
+
+    def execute(self, source: Path, output: Path, parameters: dict, cell_timeout_s: int, timeout_s: int, harness=None):
+        """Run the notebook at ``source`` here, every cell even after errors, then the lab's checks
+        when ``harness`` says which (``rocmlab.harness``); ``(executed or None, outcome)``."""
+        import nbformat
+
+        from ..execution.worker import Spec
+
+        outcome = self.worker.run(
+            Spec(
+                input=str(source),
+                output=str(output),
+                cwd=str(self.work),
+                parameters=parameters,
+                cell_timeout_s=cell_timeout_s,
+                timeout_s=timeout_s,
+                allow_errors=True,
+                python=self.worker.python,
+                kernel_name=KERNEL_NAME,
+                extra_env=self.env,
+                engine_options={**self.engine_options, **({"harness": harness} if harness else {})},
+            ),
+            prestart=self.upcoming.kernel_spec() if self.upcoming else None,
+        )
+        try:
+            return nbformat.read(output, as_version=4), outcome
+        except (OSError, ValueError):
+            return None, outcome
+
+    def cleanup(self) -> None:
+        if self.uid is not None:
+            processes.kill_user(self.uid)
+        shutil.rmtree(self.folder, ignore_errors=True)
