@@ -117,6 +117,7 @@ def pretrain(model, ids, *, steps: int, seed: int, log=None):
     import torch
 
     windows = _windows(ids, SEQ_LEN)
+    last_start = (len(ids) - 1) // SEQ_LEN * SEQ_LEN - SEQ_LEN  # recipe 5's range of window starts, kept
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, steps // 10)
@@ -130,7 +131,7 @@ def pretrain(model, ids, *, steps: int, seed: int, log=None):
     loss = float("nan")
     first_step_done = None
     for step in range(steps):
-        batch = windows[torch.randint(0, len(windows), (BATCH_SIZE,), generator=generator)]
+        batch = windows[torch.randint(0, last_start, (BATCH_SIZE,), generator=generator)]
         out = model(input_ids=batch, labels=batch)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
