@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import CommandFailed
-from .corpus import DEFAULT_SYSTEM, corpus_documents, eval_documents
+from .corpus import corpus_documents, eval_documents
+from .tiny_tokenizer import SPECIAL_TOKENS, make_tokenizer_config_portable, train_tokenizer, wrap_tokenizer
 
 MODEL_NAME = "tiny-qwen-zh"
 RECIPE_VERSION = 5  # bump on any change to the corpus, tokenizer, model, training recipe or thread count rule
@@ -27,26 +28,12 @@ DEFAULT_STEPS = 400  # 120 left the model at the edge: a LoRA learned the format
 DEFAULT_SEED = 0
 SEQ_LEN = 128
 BATCH_SIZE = 16
-VOCAB_SIZE = 4096
+LEARNING_RATE = 3e-3  # the peak, after a linear warmup over the first tenth of the steps; cosine down to a tenth
 BUILD_LIMIT_S = 2400  # 400 steps took 832 s on one loaded core and 2026 s on two cores at load 9-30
 LOCK_TIMEOUT_S = BUILD_LIMIT_S  # a waiter waits as long as the build it waits for may take
 LOG_EVERY = 25  # steps between progress lines
 MANIFEST = "manifest.json"
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\n" + DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
-    "{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-QWEN_PRETOKENIZE_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 MODEL_SHAPE = dict(
     hidden_size=256,
     intermediate_size=704,
@@ -62,50 +49,6 @@ MODEL_SHAPE = dict(
 
 class CacheError(CommandFailed, RuntimeError):
     """The model cache cannot be used (lock timeout, unwritable directory)."""
-
-
-# ---------------------------------------------------------------- tokenizer
-
-
-def train_tokenizer(docs: list[str]):
-    """A byte-level BPE tokenizer (``tokenizers``) trained on ``docs``."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    # The same normalizer and pre-tokenizer as transformers' Qwen2Tokenizer, so the checkpoint
-    # tokenizes identically whichever class loads it.
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(docs, trainer=trainer)
-    return tokenizer
-
-
-def wrap_tokenizer(tokenizer):
-    from transformers import PreTrainedTokenizerFast
-
-    wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
-        clean_up_tokenization_spaces=False,
-        model_max_length=MODEL_SHAPE["max_position_embeddings"],
-    )
-    wrapped.chat_template = CHAT_TEMPLATE
-    return wrapped
 
 
 # ---------------------------------------------------------------- training
@@ -149,11 +92,11 @@ def _token_stream(tokenizer, docs) -> list[int]:
     return ids
 
 
-def _chunks(ids, length):
+def _windows(ids, length):
+    """Every ``length``-token window of the token stream, as a view (no copy): a batch is an index into it."""
     import torch
 
-    usable = (len(ids) - 1) // length * length
-    return torch.tensor(ids[: usable + 1], dtype=torch.long), usable // length
+    return torch.tensor(ids, dtype=torch.long).unfold(0, length, 1)
 
 
 def make_model(vocab_size: int, special_ids: dict):
@@ -170,12 +113,13 @@ def make_model(vocab_size: int, special_ids: dict):
 
 
 def pretrain(model, ids, *, steps: int, seed: int, log=None):
-    """Next-token training on random SEQ_LEN windows of the token stream; returns final loss."""
+    """Next-token training on batches of random SEQ_LEN windows of the token stream; returns the final loss."""
     import torch
 
-    stream, n_chunks = _chunks(ids, SEQ_LEN)
+    windows = _windows(ids, SEQ_LEN)
+    last_start = (len(ids) - 1) // SEQ_LEN * SEQ_LEN - SEQ_LEN  # recipe 5's range of window starts, kept
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
@@ -187,8 +131,7 @@ def pretrain(model, ids, *, steps: int, seed: int, log=None):
     loss = float("nan")
     first_step_done = None
     for step in range(steps):
-        starts = torch.randint(0, len(stream) - SEQ_LEN - 1, (BATCH_SIZE,), generator=generator)
-        batch = torch.stack([stream[s : s + SEQ_LEN] for s in starts.tolist()])
+        batch = windows[torch.randint(0, last_start, (BATCH_SIZE,), generator=generator)]
         out = model(input_ids=batch, labels=batch)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -259,22 +202,6 @@ def _save_quietly(model, out_dir: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
-def make_tokenizer_config_portable(path: Path) -> None:
-    """Name a tokenizer class and special-token field every transformers generation reads.
-
-    transformers 5 writes ``TokenizersBackend`` and a list under ``extra_special_tokens``;
-    transformers 4 (the cpu-previous environment) knows neither and refuses to load, and its
-    generic fast tokenizer adds token_type_ids, which Qwen2's generate() rejects.
-    """
-    config = json.loads(path.read_text(encoding="utf-8"))
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config["model_input_names"] = ["input_ids", "attention_mask"]
-    extra = config.pop("extra_special_tokens", None)
-    if isinstance(extra, list):
-        config["additional_special_tokens"] = extra
-    path.write_text(json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def build_tiny_model(
     out_dir, *, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, log=print, evaluate: bool = True
 ) -> dict:
@@ -307,7 +234,7 @@ def build_tiny_model(
     model.generation_config.bos_token_id = special_ids["<|endoftext|>"]
     out_dir.mkdir(parents=True)
     _save_quietly(model, out_dir)
-    wrap_tokenizer(tokenizer).save_pretrained(out_dir)
+    wrap_tokenizer(tokenizer, MODEL_SHAPE["max_position_embeddings"]).save_pretrained(out_dir)
     make_tokenizer_config_portable(out_dir / "tokenizer_config.json")
     files = sorted(p for p in out_dir.rglob("*") if p.is_file())
     manifest = {
