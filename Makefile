@@ -32,7 +32,9 @@ DROP_SLOW_IMPORTS = $(PY) -m pip uninstall --quiet --yes rfc3987-syntax
 # torch comes through pip, which reads the machine's pip configuration (where a local +cpu wheel
 # may be); the ~180 other packages through uv (from PyPI), which resolves the same versions and
 # installs them in parallel: 18 s of CPU where pip took 100 s. pip does it when uv cannot.
-INSTALL = install() { $(VENV)/bin/uv pip install --quiet --python $(PY) "$$@" \
+# --compile-bytecode, as pip does: a sandboxed kernel, whose user cannot write the venv, would
+# otherwise compile every module it imports, in every kernel.
+INSTALL = install() { $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) "$$@" \
 	|| { echo "uv could not install $$*; installing with pip" >&2; $(PY) -m pip install --quiet "$$@"; }; }; install
 
 $(STAMP): pyproject.toml
