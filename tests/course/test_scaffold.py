@@ -25,6 +25,7 @@ def test_the_scaffold_is_a_lab_the_catalog_and_the_build_accept(course):
     (lab,) = discover(course)
     assert (lab.id, lab.version, lab.minutes, lab.summary) == ("11-hello-rocm", "0.1.0", 45, "a measured copy")
     assert lab.title == {"zh": "你好 ROCm", "en": "Hello ROCm"}
+    assert set(lab.profiles) == {"smoke", "gpu"}  # each profile the workshop hub offers (test_every_lab.py)
     build(course, [lab], ["zh", "en"], course / "labs", progress=lambda _m: None)
     for lang, heading in (("zh", "# 实验 11 · 你好 ROCm"), ("en", "# Lab 11 · Hello ROCm")):
         text = (course / "labs" / lang / lab.id / f"{lab.id}.ipynb").read_text(encoding="utf-8")
