@@ -308,7 +308,7 @@ def _execute(spec: Spec, kernel=None) -> dict:
     try:
         papermill.execute_notebook(
             spec.input,
-            spec.output,
+            str(Path(spec.output).absolute()),  # the engine's saves run with the kernel's folder as cwd
             parameters=spec.parameters,
             engine_name=ENGINE_NAME,
             kernel_name=spec.kernel_name,
