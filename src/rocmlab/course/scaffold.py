@@ -14,9 +14,9 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..root import find_root
+from ..schemas import schema
 from .catalog import parse_lab
 
-LAB_ID = re.compile(r"^[0-9]{2}-[a-z0-9]+(-[a-z0-9]+)*$")  # the pattern of lab.schema.json's id
 TEMPLATES = ("lab.toml", "lab.py", "checks.py", "CHANGELOG.md")
 
 
@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
 
 def scaffold(solutions: Path, lab_id: str, *, title_en: str, title_zh: str, summary: str, minutes: int) -> Path:
     """Write ``solutions/<lab_id>/`` from the templates and return it, checked as every lab is."""
-    if not LAB_ID.match(lab_id):
+    if not re.match(schema("lab")["properties"]["id"]["pattern"], lab_id):
         raise LabError(f"{lab_id!r} is not a lab id: two digits, a dash, then lowercase words joined by dashes")
     if minutes < 1:
         raise LabError(f"--minutes must be a positive number of minutes, got {minutes}")
