@@ -1,7 +1,7 @@
 """tiny-qwen-zh: deterministic build, concurrent builds, cache repair, checkpoint format, loading.
 
-Fast tests build with one or two pre-training steps into a temporary cache; the full
-recipe and the LoRA fine-tuning check are slow tests.
+Fast tests use one build of one or two pre-training steps; the tests that build again (same
+seed, cache repair, two processes at once), the full recipe and the LoRA check are slow tests.
 """
 
 import json
@@ -41,6 +41,7 @@ def quick_build(_quick_model_cache):
     return _quick_model_cache, path, tiny_model.read_valid_manifest(path)
 
 
+@pytest.mark.slow
 def test_same_seed_same_weights_other_seed_differs(small_recipe, tmp_path):
     first = tiny_model.read_valid_manifest(tiny_model.ensure_tiny_model(tmp_path / "first", **QUICK))
     again = tiny_model.ensure_tiny_model(tmp_path / "a", **QUICK)
@@ -88,6 +89,7 @@ def test_checkpoint_is_a_small_qwen2_with_the_chat_template(quick_build):
     assert tokenizer.convert_ids_to_tokens(tokenizer("<|im_start|>").input_ids) == ["<|im_start|>"]
 
 
+@pytest.mark.slow
 def test_truncated_cache_is_rebuilt_to_the_same_weights(quick_build, tmp_path):
     """The course recipe's shape: the repair rebuilds, in this process, the weights conftest built."""
     _, built, original = quick_build
@@ -103,6 +105,7 @@ def test_truncated_cache_is_rebuilt_to_the_same_weights(quick_build, tmp_path):
     assert not list(path.parent.glob("*.building-*"))
 
 
+@pytest.mark.slow
 def test_partial_cache_is_rebuilt(small_recipe, tmp_path):
     path = tiny_model.ensure_tiny_model(tmp_path, **QUICK)
     original = tiny_model.read_valid_manifest(path)
@@ -125,6 +128,7 @@ print(json.dumps({{"pid": os.getpid(), "built_by": manifest["built_by_pid"],
 """
 
 
+@pytest.mark.slow
 def test_two_processes_building_at_once_build_once(tmp_path):
     procs = [
         subprocess.Popen(

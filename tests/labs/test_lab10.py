@@ -331,6 +331,7 @@ TEARDOWN_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads are listed from /proc")
 def test_end_process_group_frees_the_group_fsdp_keeps_alive(tmp_path):
     """After FSDP2, a plain destroy_process_group leaves gloo's threads running; the helper does not."""

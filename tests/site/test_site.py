@@ -93,10 +93,12 @@ def check_no_answers(site: Path, lab_ids) -> int:
     return checked
 
 
+@pytest.mark.slow
 def test_lab_pages_hold_no_solutions_and_no_hidden_tests(site):
     assert check_no_answers(site, FAST_LABS) > 20
 
 
+@pytest.mark.slow
 def test_the_check_sees_a_leaked_solution(site, tmp_path):
     lab_id = FAST_LABS[0]
     page = site / "zh" / f"{lab_id}.html"
@@ -127,6 +129,7 @@ def test_a_notebook_with_solution_markers_is_refused(tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.building").exists()
 
 
+@pytest.mark.slow
 def test_each_lab_page_shows_its_version_minutes_profiles_and_freshness(site):
     for lab in discover(REPO):
         if lab.id not in FAST_LABS:
@@ -153,6 +156,7 @@ def test_freshness_badge_follows_the_ledger(tmp_path):
     assert freshness(tmp_path, labs) == {}  # no ledger: every badge says "no record"
 
 
+@pytest.mark.slow
 def test_pages_load_nothing_from_elsewhere(site):
     pages = sorted(site.rglob("*.html"))
     assert len(pages) == 2 * (len(FAST_LABS) + 3) + 1
@@ -170,6 +174,7 @@ def test_pages_load_nothing_from_elsewhere(site):
         assert "url(" not in css.read_text() and "@import" not in css.read_text()
 
 
+@pytest.mark.slow
 def test_the_download_is_the_student_notebook_with_its_data(site):
     import zipfile
 
@@ -188,6 +193,7 @@ def test_the_download_is_the_student_notebook_with_its_data(site):
         assert names == expected and any("/data/" in n for n in names)
 
 
+@pytest.mark.slow
 def test_launch_links_open_the_lab_through_nbgitpuller(tmp_path):
     site = build(tmp_path, labs=FAST_LABS[:1], hub_url="https://hub.example.edu/", labs_branch="labs-only")
     config = read_config(REPO)
@@ -206,6 +212,7 @@ def test_launch_links_open_the_lab_through_nbgitpuller(tmp_path):
         }
 
 
+@pytest.mark.slow
 def test_language_switch_points_at_the_same_page(site):
     text = (site / "zh" / f"{FAST_LABS[0]}.html").read_text(encoding="utf-8")
     assert f'href="../en/{FAST_LABS[0]}.html"' in text
@@ -230,6 +237,7 @@ def test_bad_site_config_names_the_field(tmp_path, field, value, message):
         read_config(tmp_path / "nowhere")
 
 
+@pytest.mark.slow
 def test_command_builds_the_site(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert site_main(labs=["01"], out="public", root=str(REPO)) == 0
