@@ -103,6 +103,33 @@ def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user():
     assert sandbox.fork_servers[0].proc.poll() is not None
 
 
+MATPLOTLIB_PROBE = """\
+import sys
+loaded_ahead = "matplotlib.font_manager" in sys.modules
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3])
+plt.show()
+print(loaded_ahead, plt.get_backend())
+"""
+
+
+@pytest.mark.slow
+@needs_forks
+def test_a_forked_kernel_has_matplotlibs_font_list_and_still_draws_inline():
+    sandbox = Sandbox(slots=1, prestart=True, preimport=["matplotlib"])
+    try:
+        run, executed, outcome = _run(sandbox, MATPLOTLIB_PROBE)
+        assert outcome.status == "passed", outcome.reason
+        outputs = executed.cells[0].outputs
+        assert any("image/png" in out.get("data", {}) for out in outputs)  # the figure, as without preloading
+        assert [out["text"] for out in outputs if out.get("name") == "stdout"] == [
+            "True module://matplotlib_inline.backend_inline\n"
+        ]
+        run.cleanup()
+    finally:
+        sandbox.close()
+
+
 @pytest.mark.slow
 @needs_forks
 def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():

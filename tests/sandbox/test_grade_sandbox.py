@@ -111,7 +111,7 @@ def test_kernels_preimport_only_the_heavy_libraries_the_lab_imports():
     sandbox = Sandbox(slots=1, isolate=False, preimport=["numpy", "matplotlib", "os"])
     try:
         run = sandbox.new_run(0, 5)
-        assert json.loads((run.private / "policy.json").read_text())["preimport"] == ["numpy"]
+        assert json.loads((run.private / "policy.json").read_text())["preimport"] == ["numpy", "matplotlib"]
     finally:
         sandbox.close()
 
