@@ -51,6 +51,7 @@ def test_graded_cells_get_nbgrader_metadata(make_course):
         (lambda s: s.replace('grade_id="t-1"', 'grade_id="t-sol"'), "duplicate grade_id 't-sol'"),
         (lambda s: s.replace("    ### END SOLUTION\n", ""), "'### END SOLUTION'"),
         (lambda s: s.replace('tags=["solution"]', 'tags=["soluton"]'), "unknown tag 'soluton'"),
+        (lambda s: s.replace('tags=["solution"]', 'tags=["solution", "en"]'), "a code cell tagged 'en'"),
         (lambda s: s.replace('# %% [markdown] tags=["en"]\n# English text\n', ""), "1 cells tagged zh and 0 tagged en"),
         (
             lambda s: s.replace('# %% tags=["parameters"]', '# %%\nx = compute()\n\n# %% tags=["parameters"]'),

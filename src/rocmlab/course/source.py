@@ -77,6 +77,11 @@ def _validate(lab: Lab, nb) -> None:
                 f"{_where(lab, index, cell)}: unknown tag {unknown[0]!r} "
                 f"(expected one of {', '.join(sorted(KNOWN_TAGS))})"
             )
+        if cell.cell_type == "code" and set(tags) & set(LANGUAGES):
+            raise LabError(
+                f"{_where(lab, index, cell)}: a code cell tagged {sorted(set(tags) & set(LANGUAGES))[0]!r}: "
+                "language tags mark prose; both languages run the same code cells"
+            )
         _check_markers(lab, index, cell)
         kind = _kind(cell)
         if kind:
