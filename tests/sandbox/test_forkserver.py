@@ -109,13 +109,15 @@ loaded_ahead = "matplotlib.font_manager" in sys.modules
 import matplotlib.pyplot as plt
 plt.plot([1, 2, 3])
 plt.show()
-print(loaded_ahead, plt.get_backend())
+import matplotlib, os
+print(loaded_ahead, plt.get_backend(), os.path.exists(matplotlib.get_configdir()))
 """
 
 
 @pytest.mark.slow
 @needs_forks
 def test_a_forked_kernel_has_matplotlibs_font_list_and_still_draws_inline():
+    """Loaded in the zygote, with ipykernel's inline backend; not the grading user's matplotlib settings."""
     sandbox = Sandbox(slots=1, prestart=True, preimport=["matplotlib"])
     try:
         run, executed, outcome = _run(sandbox, MATPLOTLIB_PROBE)
@@ -123,8 +125,8 @@ def test_a_forked_kernel_has_matplotlibs_font_list_and_still_draws_inline():
         outputs = executed.cells[0].outputs
         assert any("image/png" in out.get("data", {}) for out in outputs)  # the figure, as without preloading
         assert [out["text"] for out in outputs if out.get("name") == "stdout"] == [
-            "True module://matplotlib_inline.backend_inline\n"
-        ]
+            "True module://matplotlib_inline.backend_inline False\n"
+        ]  # the zygote's matplotlib folder, where it wrote the font list, is covered like the rest of its slot
         run.cleanup()
     finally:
         sandbox.close()

@@ -220,7 +220,10 @@ class Sandbox:
         argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
         argv += ["--bind", str(self.base), str(self.base), "--chdir", "/"]
         argv += [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver", str(folder / "zygote.sock")]
-        env = kernel_environment(f"zygote-{slot}", {**self.threads, **self.env})
+        # the font list matplotlib builds when the zygote loads it goes into the slot's folder, which
+        # each forked kernel covers; not the grading user's own matplotlib settings
+        zygote_env = {**self.threads, "MPLCONFIGDIR": str(folder / "matplotlib"), **self.env}
+        env = kernel_environment(f"zygote-{slot}", zygote_env)
         return ForkServer([*argv, *self.preimport], folder / "zygote.sock", env, folder / "zygote.log")
 
     def new_run(self, slot: int, cell_timeout_s: int, runs_left: int | None = None) -> Run:
