@@ -10,6 +10,7 @@ import json
 import classroom
 import pytest
 
+from rocmlab.assets.tiny_model import cache_root
 from rocmlab.course.catalog import discover, select
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
@@ -24,7 +25,9 @@ WRITER = (
 )
 # Everything a kernel could reach that might hold another kernel's output or the harness's
 # request: its inherited descriptors, every process's, the temp folders and the sandbox base.
-READER = """import glob, importlib.util, os, sys
+READER = (
+    f"MODEL_CACHE = {str(cache_root())!r}\n"
+    + """import glob, importlib.util, os, sys
 # written backwards: this cell's own source (in IPython's history and caches) must not match
 NEEDLES = [n[::-1].encode() for n in ('MARKNEEDLE', '(kcehc@', 'kcehc_balmcor', '"dees"', 's_tuoemit_eborp')]
 found = []
@@ -39,10 +42,11 @@ def look(path):
             found.append((path, needle.decode()))
 for path in glob.glob('/proc/*/fd/*') + glob.glob('/proc/*/cmdline') + glob.glob('/proc/*/environ'):
     look(path)
-# the interpreter's installation and rocmlab's own package are public (and large): a course
-# cloned under /tmp would put them in the walk, and their source names what the needles name
+# the interpreter's installation, rocmlab's own package and the course model's cache are public:
+# a course cloned (or a cache put) under /tmp would put them in the walk, and they name what the
+# needles name (a model's manifest records its "seed")
 PACKAGE = os.path.dirname(importlib.util.find_spec('rocmlab').origin)
-PUBLIC = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, PACKAGE})
+PUBLIC = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, PACKAGE, MODEL_CACHE})
 for top in ('/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), '/run'):
     for folder, dirs, files in os.walk(top):
         dirs[:] = [d for d in dirs if not (os.path.realpath(os.path.join(folder, d)) + os.sep).startswith(PUBLIC)]
@@ -59,6 +63,7 @@ for folder in glob.glob('/tmp/rocmlab-sandbox-*/**/', recursive=True):
 print('FOUND', found)
 print('PLANTED', planted)
 """.replace("MARKNEEDLE", MARK[::-1])
+)
 
 
 @pytest.fixture(scope="module")
