@@ -11,6 +11,11 @@ TORCH     ?= $(shell python3 -c 'import tomllib; m = tomllib.load(open("env/matr
 JOBS      ?= 2
 RESULTS   ?= results
 
+# Python caches compiled modules (__pycache__/), pytest its rewritten test modules, as on any
+# machine where the environment does not say otherwise: with PYTHONDONTWRITEBYTECODE set, every
+# kernel compiled rocmlab again and every pytest worker rewrote every test module (12 s, not 6).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: lint setup site hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
 
 help:
