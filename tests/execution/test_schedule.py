@@ -210,3 +210,20 @@ def test_for_real_the_free_lab_runs_during_the_build_and_the_model_lab_after_it(
     assert [(r.lab, r.status) for r in records] == [("01-free", "passed"), ("02-model", "passed")], text
     assert text.index("start   01-free") < text.index("ready   model tiny-qwen-zh") < text.index("start   02-model")
     assert "model line: building tiny-qwen-zh" in text and ", ETA " in text
+
+
+def test_labs_start_longest_first_by_their_last_record_and_unknown_ones_before_all(tmp_path):
+    from rocmlab.execution.results import Record, write_record
+
+    labs = [SimpleNamespace(id=f"0{n}-lab") for n in range(1, 6)]
+    last = {"01-lab": ("smoke", 17.0), "02-lab": ("smoke", 161.0), "03-lab": ("gpu", 900.0), "05-lab": ("smoke", 84.0)}
+    for lab, (profile, seconds) in last.items():
+        write_record(
+            Record(lab, "1.0.0", profile, "local", "passed", "2026-12-02T18:33:20+00:00", duration_s=seconds),
+            tmp_path / f"{lab}.json",
+        )
+    (tmp_path / "04-lab.json").write_text("{not json")  # unreadable: its time is unknown
+    order = run.longest_first(labs, "smoke", tmp_path)
+    # 03's record is of another profile and 04's is unreadable: both unknown, first, in lab order
+    assert [lab.id for lab in order] == ["03-lab", "04-lab", "02-lab", "05-lab", "01-lab"]
+    assert [lab.id for lab in run.longest_first(labs, "smoke", tmp_path / "none")] == [lab.id for lab in labs]

@@ -22,7 +22,7 @@ from ..errors import CommandFailed, InputError, LabError
 from ..harness import harness_options
 from .course_model import CourseModelBuild, course_model_ready
 from .outcome import Outcome
-from .results import Record, fingerprint, write_record
+from .results import Record, RecordError, fingerprint, read_record, write_record
 from .schedule import run_by_need
 from .worker import Spec, close_all_workers, run_notebook
 
@@ -353,10 +353,11 @@ def run_labs(
 
     if model_build is None and not course_model_ready():
         model_build = CourseModelBuild(target.python, lambda line: progress.note(MODEL_KEY, line))
+    order = longest_first(labs, profile, out / target.name)
     try:
-        return run_by_need(
+        records = run_by_need(
             one,
-            labs,
+            order,
             jobs,
             needs=lambda lab: needs_course_model(lab, profile, target),
             prepare=lambda: _prepare_model(model_build, progress),
@@ -365,6 +366,23 @@ def run_labs(
         )
     finally:
         progress.close()
+    by_lab = {record.lab: record for record in records}
+    return [by_lab[lab.id] for lab in labs]
+
+
+def longest_first(labs: list[Lab], profile: str, env_dir: Path) -> list[Lab]:
+    """The order to start the labs in: the longest by its last record in ``env_dir`` (same profile)
+    first, so that no long lab starts last and runs alone; a lab without such a record comes first
+    of all (its time is unknown), and labs keep their order among equals."""
+
+    def last_seconds(lab: Lab) -> float:
+        try:
+            record = read_record(env_dir / f"{lab.id}.json")
+        except RecordError:
+            return float("inf")
+        return record.duration_s if record.profile == profile else float("inf")
+
+    return sorted(labs, key=lambda lab: -last_seconds(lab))
 
 
 def _prepare_model(model_build, progress: Progress) -> None:
