@@ -15,7 +15,9 @@ def add_arguments(parser) -> None:
         "Execute labs with papermill in a profile; one JSON record and the executed notebook per lab and "
         "environment. --repeat N runs each lab N times and prints its pass rate: a lab that failed any run "
         "is flaky (never fresh), with every failure's cell and error in its record and its notebook kept as "
-        "`<lab>.run<K>.ipynb`. --env NAME runs in a release-matrix environment made by `rocmlab env create`."
+        "`<lab>.run<K>.ipynb`. --env NAME runs in a release-matrix environment made by `rocmlab env create`. "
+        "With --jobs N the labs start longest first, by the time of their last record in --out (those "
+        "without one first), so that no long lab starts last."
     )
     parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
     parser.add_argument("--profile", default=SMOKE, choices=[*PROFILE_NAMES, "auto"])
