@@ -227,3 +227,22 @@ def test_labs_start_longest_first_by_their_last_record_and_unknown_ones_before_a
     # 03's record is of another profile and 04's is unreadable: both unknown, first, in lab order
     assert [lab.id for lab in order] == ["03-lab", "04-lab", "02-lab", "05-lab", "01-lab"]
     assert [lab.id for lab in run.longest_first(labs, "smoke", tmp_path / "none")] == [lab.id for lab in labs]
+
+
+def test_with_the_model_ready_the_labs_that_need_it_are_not_held_behind_the_others(monkeypatch, tmp_path):
+    from rocmlab.execution.results import Record, write_record
+
+    started = []
+    monkeypatch.setattr(run, "course_model_ready", lambda: True)
+    monkeypatch.setattr(
+        run,
+        "run_lab",
+        lambda *a, **k: (started.append(a[1].id), (SimpleNamespace(lab=a[1].id, status="passed"), None))[1],
+    )
+    for lab, seconds in (("01-free", 10.0), ("02-model", 120.0)):
+        record = Record(lab, "1.0.0", "smoke", "local", "passed", "2026-12-02T18:33:20+00:00", duration_s=seconds)
+        write_record(record, tmp_path / "local" / f"{lab}.json")
+    labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
+    records = run.run_labs(tmp_path, labs, "smoke", run.Target("local", sys.executable, {}), tmp_path, jobs=1)
+    assert started == ["02-model", "01-free"]
+    assert [r.lab for r in records] == ["01-free", "02-model"]

@@ -353,13 +353,14 @@ def run_labs(
 
     if model_build is None and not course_model_ready():
         model_build = CourseModelBuild(target.python, lambda line: progress.note(MODEL_KEY, line))
+    building = model_build is not None  # otherwise no lab waits, and all start longest first
     order = longest_first(labs, profile, out / target.name)
     try:
         records = run_by_need(
             one,
             order,
             jobs,
-            needs=lambda lab: needs_course_model(lab, profile, target),
+            needs=lambda lab: building and needs_course_model(lab, profile, target),
             prepare=lambda: _prepare_model(model_build, progress),
             unmet=unmet,
             stop=lambda: _stop_everything(model_build),
