@@ -13,6 +13,7 @@ browser is the system's).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -95,7 +96,10 @@ def log_in(page, hub) -> None:
 
 
 def kernel_idle(page):
-    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    """The status bar's kernel status, idle. It reads idle only once a kernel is connected; the
+    toolbar's execution indicator starts out idle before any kernel exists, and Run All then clears
+    every cell instead of running it (CI red on 3b3fb1f: every prompt "[ ]:")."""
+    return page.get_by_role("contentinfo").get_by_role("button", name=re.compile(r"\| Idle$"))
 
 
 def answer_and_run_all(page, notebook) -> None:
