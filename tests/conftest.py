@@ -163,10 +163,13 @@ def make_course(tmp_path):
     return make
 
 
-@pytest.fixture(scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces", "landlock"])
+@pytest.fixture(
+    scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces", "namespaces-per-kernel", "landlock"]
+)
 def grading_backend(request):
-    """Grading forced onto each sandbox backend this machine has; as root, bubblewrap's kernels
-    are forked from a zygote unless ``-per-kernel``. Yields the name."""
+    """Grading forced onto each sandbox backend this machine has; as root, the kernels of
+    bubblewrap and of the namespace fallback are forked from a zygote unless ``-per-kernel``.
+    Yields the name."""
     from rocmlab.grading import grader
     from rocmlab.sandbox import limits as sandbox
 

@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -13,11 +14,19 @@ import psutil
 import pytest
 
 from rocmlab.sandbox.forkserver import ForkedKernel, fork_kernel
-from rocmlab.sandbox.limits import Sandbox, bubblewrap_works, fork_server_applies, is_root
+from rocmlab.sandbox.limits import Sandbox, bubblewrap_works, fork_server_applies, is_root, namespaces_work
 
-needs_forks = pytest.mark.skipif(
-    not (is_root() and bubblewrap_works()), reason="forked kernels need root and bubblewrap"
-)
+
+@pytest.fixture(params=["bubblewrap", "namespaces"])
+def backend(request):
+    """Each backend whose kernels are forked from a zygote, where it works here (both need root)."""
+    if not is_root():
+        pytest.skip("forked kernels need root")
+    works = bubblewrap_works if request.param == "bubblewrap" else namespaces_work
+    if not works():
+        pytest.skip(f"{request.param} does not work here (make system-deps installs bubblewrap)")
+    return request.param
+
 
 PROBE = """
 import json, os, socket, numpy
@@ -35,24 +44,29 @@ print(json.dumps({
 
 def test_a_forked_kernel_handle_tells_when_its_process_ended_and_what_signal_ended_it():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ours, parents = socket.socketpair()
     try:
-        kernel = ForkedKernel(child.pid, os.pidfd_open(child.pid))
+        kernel = ForkedKernel(child.pid, os.pidfd_open(child.pid), ours)
         assert kernel.poll() is None
         with pytest.raises(subprocess.TimeoutExpired):
             kernel.wait(timeout=0.05)
         kernel.kill()
+        assert struct.unpack("i", parents.recv(4)) == (signal.SIGKILL,)  # asked of the kernel's parent
+        child.kill()
         child.wait()  # this test is its parent: reaped here, so that the pidfd says it ended
         assert kernel.wait(timeout=5) == -signal.SIGKILL and kernel.poll() == -signal.SIGKILL
+        assert ours.fileno() == -1 and parents.recv(4) == b""  # ended: the control socket is closed
         kernel.kill()  # an ended kernel: nothing to signal
     finally:
         child.kill()
         child.wait()
+        parents.close()
 
 
-def test_forks_apply_only_to_a_class_graded_as_root_under_bubblewrap():
-    assert not fork_server_applies("namespaces", True)
-    assert not fork_server_applies("bubblewrap", False)
-    assert fork_server_applies("bubblewrap", True) == is_root()
+def test_forks_apply_only_to_a_class_graded_as_root_under_bubblewrap_or_the_namespace_fallback():
+    assert not fork_server_applies("landlock", True) and not fork_server_applies("none", True)
+    assert not fork_server_applies("bubblewrap", False) and not fork_server_applies("namespaces", False)
+    assert fork_server_applies("bubblewrap", True) == fork_server_applies("namespaces", True) == is_root()
 
 
 def test_without_a_zygote_listening_the_worker_gets_a_clear_error(tmp_path):
@@ -77,9 +91,8 @@ def _run(sandbox, probe: str, timeout_s: int = 60):
 
 
 @pytest.mark.slow
-@needs_forks
-def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user():
-    sandbox = Sandbox(slots=1, prestart=True, preimport=["numpy"])
+def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user(backend):
+    sandbox = Sandbox(backend=backend, slots=1, prestart=True, preimport=["numpy"])
     try:
         assert sandbox.isolation["forked_kernels"]
         zygote_socket = str(sandbox.fork_servers[0].socket_path)
@@ -115,10 +128,9 @@ print(loaded_ahead, plt.get_backend(), os.path.exists(matplotlib.get_configdir()
 
 
 @pytest.mark.slow
-@needs_forks
-def test_a_forked_kernel_has_matplotlibs_font_list_and_still_draws_inline():
+def test_a_forked_kernel_has_matplotlibs_font_list_and_still_draws_inline(backend):
     """Loaded in the zygote, with ipykernel's inline backend; not the grading user's matplotlib settings."""
-    sandbox = Sandbox(slots=1, prestart=True, preimport=["matplotlib"])
+    sandbox = Sandbox(backend=backend, slots=1, prestart=True, preimport=["matplotlib"])
     try:
         run, executed, outcome = _run(sandbox, MATPLOTLIB_PROBE)
         assert outcome.status == "passed", outcome.reason
@@ -133,9 +145,8 @@ def test_a_forked_kernel_has_matplotlibs_font_list_and_still_draws_inline():
 
 
 @pytest.mark.slow
-@needs_forks
-def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
-    sandbox = Sandbox(slots=1, prestart=True)
+def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it(backend):
+    sandbox = Sandbox(backend=backend, slots=1, prestart=True)
     try:
         run, _, outcome = _run(sandbox, "import time\ntime.sleep(120)", timeout_s=3)
         assert outcome.status == "timeout"  # the worker was killed: its kernel's parent sees it go
@@ -149,9 +160,8 @@ def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it():
 
 
 @pytest.mark.slow
-@needs_forks
-def test_the_zygote_answers_a_bad_request_and_serves_the_next():
-    sandbox = Sandbox(slots=1, prestart=True)
+def test_the_zygote_answers_a_bad_request_and_serves_the_next(backend):
+    sandbox = Sandbox(backend=backend, slots=1, prestart=True)
     try:
         path = str(sandbox.fork_servers[0].socket_path)
         deadline = time.monotonic() + 60
@@ -173,16 +183,16 @@ def test_the_zygote_answers_a_bad_request_and_serves_the_next():
 
 
 @pytest.mark.slow
-@needs_forks
-def test_when_a_zygote_ends_its_slot_starts_each_kernel_in_its_own_bwrap():
-    sandbox = Sandbox(slots=1, prestart=True)
+def test_when_a_zygote_ends_its_slot_starts_each_kernel_as_a_process_of_its_own(backend):
+    sandbox = Sandbox(backend=backend, slots=1, prestart=True)
     try:
         os.killpg(sandbox.fork_servers[0].proc.pid, signal.SIGKILL)
         sandbox.fork_servers[0].proc.wait()
         run, _, outcome = _run(sandbox, "print('started as a process')")
         assert outcome.status == "passed", outcome.reason
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
-        assert "kernel_provisioner" not in spec["metadata"] and "kernel-inside" in spec["argv"]
+        assert "kernel_provisioner" not in spec["metadata"]
+        assert ("kernel-inside" if backend == "bubblewrap" else "kernel") in spec["argv"]
         assert any("fork server ended: exit status -9" in p for p in sandbox.isolation["problems"])
     finally:
         sandbox.close()

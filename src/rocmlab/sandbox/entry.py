@@ -6,7 +6,8 @@ paths covered, the paths the kernel needs put back). ``kernel POLICY CONNECTION`
 private temp folders, drops to the grader user (or, without root or namespaces, restricts itself
 with Landlock) and starts ipykernel in the same process.
 A slot's kernel fork server (``python -m rocmlab.sandbox.forkserver``) runs ``kernel_entry`` in
-each fork: the same steps. ``rocmlab.sandbox.limits`` plans and starts these; the policy file it writes is
+each fork: the same steps; in the namespace fallback the zygote first takes the slot's view
+(``enter_slot_view``), as its worker does. ``rocmlab.sandbox.limits`` plans and starts these; the policy file it writes is
 all they read.
 """
 
@@ -115,14 +116,22 @@ def drop_privileges(uid: int, gid: int) -> None:
         raise RuntimeError("failed to drop privileges")
 
 
+def enter_slot_view(policy: dict) -> None:
+    """The namespace fallback's view of a slot (this process's own mount namespace): the hidden
+    paths covered, the exposed ones reachable by the grader users. Its worker and its zygote take it."""
+    os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
+    hide_paths(policy["hide"])
+    if policy["uid"] is not None:
+        expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
+
+
 def worker_entry(policy: dict) -> int:
     """``python -m rocmlab.sandbox.entry worker POLICY``: a ``rocmlab.execution.worker`` worker, as root, in the namespaces."""
-    os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
     if policy["isolate"]:
         bring_loopback_up()
-        hide_paths(policy["hide"])
-        if policy["uid"] is not None:
-            expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
+        enter_slot_view(policy)
+    else:
+        os.chdir(policy["scratch"])
     from ..execution.worker import block_unused_imports, serve
 
     block_unused_imports()

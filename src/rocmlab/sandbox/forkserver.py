@@ -1,9 +1,10 @@
 """Kernels forked from a zygote that has ipykernel and the lab's heavy modules loaded.
 
 Starting a graded kernel is mostly imports (ipykernel, numpy: about 0.2 s of CPU each time), and a
-class starts one kernel per learner. Where a class is graded as root under bubblewrap, each slot
-has one zygote instead: ``python -m rocmlab.sandbox.forkserver`` inside a ``bwrap`` with the
-slot's view of the machine (read-only, no network, hidden paths covered). For each kernel the
+class starts one kernel per learner. Where a class is graded as root, each slot has one zygote
+instead: ``python -m rocmlab.sandbox.forkserver`` inside a ``bwrap`` with the slot's view of the
+machine (read-only, no network, hidden paths covered), or, in the namespace fallback, in a mount
+namespace of its own with the view its worker has (hidden paths covered). For each kernel the
 slot's worker asks it over a Unix socket in the slot's root-only folder, and the fork:
 
 - starts a session and leaves the zygote's PID, network, IPC and UTS namespaces;
@@ -44,7 +45,7 @@ from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Integer, Unicode
 
 from ..processes import die_with_parent
-from .entry import kernel_entry, load_kernel
+from .entry import enter_slot_view, kernel_entry, load_kernel
 
 PROVISIONER_NAME = "rocmlab-fork"
 CONNECT_TIMEOUT_S = 60
@@ -85,23 +86,29 @@ class ForkServer:
 class ForkedKernel:
     """``subprocess.Popen``'s interface (what jupyter_client and the engine call) for a kernel that
     is not this process's child. Its pidfd tells when it ended but not its status, which is its
-    parent's: ``returncode`` is minus the first signal sent from here, else 0."""
+    parent's: ``returncode`` is minus the first signal sent from here, else 0. Signals go over
+    ``control`` to the kernel's parent, which sends them on: a worker in a PID namespace of its
+    own (the namespace fallback) cannot signal a process outside it. Closing ``control`` kills it."""
 
     stdin = stdout = stderr = None
 
-    def __init__(self, pid: int, pidfd: int):
-        self.pid, self.pidfd, self.returncode = pid, pidfd, None
+    def __init__(self, pid: int, pidfd: int, control: socket.socket):
+        self.pid, self.pidfd, self.control, self.returncode = pid, pidfd, control, None
         self._signal = 0
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
             self.returncode = -self._signal
-            os.close(self.pidfd)
+            self._close()
         return self.returncode
+
+    def _close(self) -> None:
+        os.close(self.pidfd)
+        self.control.close()
 
     def __del__(self):
         if self.returncode is None:
-            os.close(self.pidfd)
+            self._close()
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -115,7 +122,8 @@ class ForkedKernel:
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
             self._signal = self._signal or signum
-            signal.pidfd_send_signal(self.pidfd, signum)
+            with contextlib.suppress(OSError):  # its parent has gone: so has the kernel
+                self.control.sendall(struct.pack("i", signum))
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -125,16 +133,19 @@ class ForkedKernel:
 
 
 def fork_kernel(socket_path: str, zygote: int, request: dict, timeout_s: float = CONNECT_TIMEOUT_S) -> ForkedKernel:
-    """Ask the slot's zygote (``zygote``: the pid of its ``bwrap``) for a kernel, waiting while it
-    still loads its modules; a clear error at once when it has ended."""
+    """Ask the slot's zygote for a kernel, waiting while it still loads its modules; a clear error
+    at once when it has ended. ``zygote``: its pid (its ``bwrap``'s), or 0 where the worker cannot
+    see it (the namespace fallback's worker has a PID namespace of its own): then a zygote that
+    ended before it listened shows as the timeout."""
     deadline = time.monotonic() + timeout_s
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with _closed_on_error(conn):
         while True:
             try:
                 conn.connect(socket_path)
                 break
             except (FileNotFoundError, ConnectionRefusedError) as exc:
-                if isinstance(exc, ConnectionRefusedError) or _ended(zygote):
+                if isinstance(exc, ConnectionRefusedError) or (zygote and _ended(zygote)):
                     raise RuntimeError(f"the kernel fork server at {socket_path} has ended") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(
@@ -143,11 +154,20 @@ def fork_kernel(socket_path: str, zygote: int, request: dict, timeout_s: float =
                 time.sleep(0.02)
         conn.sendall(json.dumps(request).encode() + b"\n")
         message, fds, _flags, _addr = socket.recv_fds(conn, 4096, 1)
-    if not fds:
-        raise RuntimeError(
-            f"the kernel fork server at {socket_path} gave no kernel: {message.decode(errors='replace')}"
-        )
-    return ForkedKernel(json.loads(message)["pid"], fds[0])
+        if not fds:
+            raise RuntimeError(
+                f"the kernel fork server at {socket_path} gave no kernel: {message.decode(errors='replace')}"
+            )
+    return ForkedKernel(json.loads(message)["pid"], fds[0], conn)
+
+
+@contextlib.contextmanager
+def _closed_on_error(conn: socket.socket):
+    try:
+        yield
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _ended(pid: int) -> bool:
@@ -166,7 +186,7 @@ class ForkProvisioner(LocalProvisioner):
     kernelspec's ``argv`` ends with the run's policy file and the connection file."""
 
     socket = Unicode(help="the zygote's Unix socket").tag(config=True)
-    zygote = Integer(help="the pid of the zygote's bwrap").tag(config=True)
+    zygote = Integer(help="the pid of the zygote (its bwrap's), 0 where the worker cannot see it").tag(config=True)
 
     async def launch_kernel(self, cmd: list[str], **kwargs):
         env = {k: v for k, v in kwargs["env"].items() if k != "JPY_PARENT_PID"}  # ipykernel's parent is not us
@@ -251,7 +271,7 @@ def forked_kernel(request: dict, worker: int, conn: socket.socket) -> int:
         pidfd = os.pidfd_open(kernel)
         with conn:
             socket.send_fds(conn, [json.dumps({"pid": kernel}).encode()], [pidfd])
-        return _watch(kernel, pidfd, worker)
+            return _watch(kernel, pidfd, worker, conn)
     conn.close()
     os.close(worker)
     die_with_parent(signal.SIGKILL)
@@ -262,10 +282,16 @@ def forked_kernel(request: dict, worker: int, conn: socket.socket) -> int:
     return kernel_entry(policy, request["connection_file"])
 
 
-def _watch(kernel: int, pidfd: int, worker: int) -> int:
-    """Wait for the kernel; kill it if the worker that asked for it ends first. Its exit code."""
-    if pidfd not in select.select([pidfd, worker], [], [])[0]:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+def _watch(kernel: int, pidfd: int, worker: int, control: socket.socket) -> int:
+    """Wait for the kernel, sending it the signals its worker asks for over ``control``; kill it if
+    the worker ends first or closes ``control``. Its exit code."""
+    while pidfd not in (ready := select.select([pidfd, worker, control], [], [])[0]):
+        asked = control.recv(4, socket.MSG_WAITALL) if control in ready else b""
+        signum = struct.unpack("i", asked)[0] if len(asked) == 4 and worker not in ready else signal.SIGKILL
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            signal.pidfd_send_signal(pidfd, signum)
+        if signum == signal.SIGKILL:
+            break
     code = os.waitstatus_to_exitcode(os.waitpid(kernel, 0)[1])
     return code if code >= 0 else 128 - code
 
@@ -278,10 +304,15 @@ def _reseed() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m rocmlab.sandbox.forkserver SOCKET MODULE...``: the zygote, with the modules loaded
-    that its kernels will have (``entry.PREIMPORTABLE``), serving forks on ``SOCKET``."""
-    if not argv:
-        print("usage: python -m rocmlab.sandbox.forkserver SOCKET [MODULE...]", file=sys.stderr)
+    """``python -m rocmlab.sandbox.forkserver [--slot-view POLICY] SOCKET MODULE...``: the zygote,
+    with the modules loaded that its kernels will have (``entry.PREIMPORTABLE``), serving forks on
+    ``SOCKET``. ``--slot-view``: first take the slot's view from its worker's policy file (the
+    namespace fallback, in a mount namespace of its own; bubblewrap gives it the view instead)."""
+    if argv[:1] == ["--slot-view"] and len(argv) > 2:
+        enter_slot_view(json.loads(Path(argv[1]).read_text(encoding="utf-8")))
+        argv = argv[2:]
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m rocmlab.sandbox.forkserver [--slot-view POLICY] SOCKET [MODULE...]", file=sys.stderr)
         return 2
     load_kernel(argv[1:])
     return serve_forks(argv[0])

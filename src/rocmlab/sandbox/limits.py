@@ -211,15 +211,20 @@ class Sandbox:
         return Worker(str(launcher))
 
     def _start_fork_server(self, slot: int):
-        """The slot's zygote (``rocmlab.sandbox.forkserver``), in a ``bwrap`` with the slot's view: the
-        sandbox's folder is there, each kernel covers it again but for its own run."""
+        """The slot's zygote (``rocmlab.sandbox.forkserver``) with the slot's view: in a ``bwrap``, or
+        in the namespace fallback a mount namespace of its own that takes its worker's view. The
+        sandbox's folder is there; each kernel covers it again but for its own run."""
         from ..execution.worker import kernel_environment
         from .forkserver import ForkServer
 
         folder = self.base / f"slot{slot}"
-        argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
-        argv += ["--bind", str(self.base), str(self.base), "--chdir", "/"]
-        argv += [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver", str(folder / "zygote.sock")]
+        zygote = [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver"]
+        if self.isolate:
+            argv = ["unshare", "--mount", "--propagation", "private", "--", *zygote]
+            argv += ["--slot-view", str(folder / "policy.json"), str(folder / "zygote.sock")]
+        else:
+            argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
+            argv += ["--bind", str(self.base), str(self.base), "--chdir", "/", *zygote, str(folder / "zygote.sock")]
         # the font list matplotlib builds when the zygote loads it goes into the slot's folder, which
         # each forked kernel covers; not the grading user's own matplotlib settings
         zygote_env = {**self.threads, "MPLCONFIGDIR": str(folder / "matplotlib"), **self.env}
@@ -289,8 +294,8 @@ class Sandbox:
             **self.env,
         }
         options = self.limits.engine_options()
-        if self.backend in ("bubblewrap", "landlock"):  # the kernel has no network: Unix sockets in the run's folder
-            options["ipc_path"] = str(folder / "ipc" / "k")
+        if self.backend in ("bubblewrap", "landlock") or policy.forked:  # no network shared with the worker
+            options["ipc_path"] = str(folder / "ipc" / "k")  # Unix sockets in the run's folder
         return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
     def _forks(self, slot: int) -> bool:
@@ -346,7 +351,7 @@ class Sandbox:
             server = self.fork_servers[slot]
             spec["metadata"]["kernel_provisioner"] = {
                 "provisioner_name": PROVISIONER_NAME,
-                "config": {"socket": str(server.socket_path), "zygote": server.proc.pid},
+                "config": {"socket": str(server.socket_path), "zygote": 0 if self.isolate else server.proc.pid},
             }
         if self.backend == "bubblewrap":  # a signal would reach bwrap, not the kernel inside it
             spec["interrupt_mode"] = "message"
@@ -367,11 +372,11 @@ class Sandbox:
 
 
 def fork_server_applies(backend: str, switch_user: bool) -> bool:
-    """Kernels are forked from a zygote where a class is graded as root under bubblewrap: the fork
-    needs root's rights to leave the zygote's namespaces and drop to a grader user. Elsewhere
-    (an instructor without root, the namespace fallback, one learner's check) each kernel is a
-    process of its own."""
-    return backend == "bubblewrap" and switch_user and is_root()
+    """Kernels are forked from a zygote where a class is graded as root under bubblewrap or the
+    namespace fallback: the fork needs root's rights to leave the zygote's namespaces and drop to a
+    grader user. Elsewhere (an instructor without root, Landlock, one learner's check) each kernel
+    is a process of its own."""
+    return backend in ("bubblewrap", "namespaces") and switch_user and is_root()
 
 
 def thread_budget(slots: int) -> dict:
