@@ -8,9 +8,9 @@ namespace of its own with the view its worker has (hidden paths covered). For ea
 slot's worker asks it over a Unix socket in the slot's root-only folder, and the fork:
 
 - starts a session and leaves the zygote's PID, network, IPC and UTS namespaces;
-- forks the kernel, PID 1 of the new ones, and sends the worker its pid and a pidfd: a SIGKILL
-  from the worker ends everything in the kernel's namespace;
-- waits for it, and kills it if the worker that asked for it ends first.
+- forks the kernel, PID 1 of the new ones, and sends the worker its pid and a pidfd;
+- waits for it, sends it the signals the worker asks for over the same socket (a SIGKILL ends
+  everything in the kernel's namespace), and kills it if the worker ends first or closes the socket.
 
 The kernel takes ``rocmlab.sandbox.entry.kernel_entry``'s steps: its own mount namespace with
 empty temp folders and the sandbox's folder covered except the run's work and socket folders,
