@@ -160,11 +160,12 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
     """Ask Linux to send ``sig`` to this process when its parent ends (PR_SET_PDEATHSIG).
 
-    A worker in a session of its own otherwise outlives a parent that was killed outright."""
-    parent = os.getppid()
+    A worker in a session of its own otherwise outlives a parent that was killed outright.
+    ``parent``: the pid it was started by, where that one may have ended before this call."""
+    parent = os.getppid() if parent is None else parent
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 

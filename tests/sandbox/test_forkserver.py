@@ -198,10 +198,40 @@ def test_when_a_zygote_ends_its_slot_starts_each_kernel_as_a_process_of_its_own(
         sandbox.close()
 
 
+OWNER = """
+import os, sys, time
+from rocmlab.sandbox.limits import Sandbox
+sandbox = Sandbox(backend=sys.argv[1], slots=1, prestart=True)
+while not os.path.exists(sandbox.fork_servers[0].socket_path):
+    time.sleep(0.05)
+print(sandbox.base, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_zygote_ends_with_the_grader_that_started_it_even_when_that_one_is_killed(backend):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, backend], stdout=subprocess.PIPE, text=True)
+    try:
+        base = owner.stdout.readline().strip()  # once its zygote serves, as in a class being graded
+    finally:
+        owner.kill()
+        owner.wait()
+    assert base.startswith("/"), base
+    deadline = time.monotonic() + 10
+    while (left := _processes_naming(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"outlived the grader that was killed: {left}"
+
+
+def _processes_naming(path: str) -> list:
+    commands = ((p, " ".join(p.info["cmdline"] or [])) for p in psutil.process_iter(["cmdline"]))
+    return [p for p, command in commands if path in command]
+
+
 def _zygotes_of(sandbox) -> list:
     """The fork servers of ``sandbox`` (their sockets lie in its folder); other runs' may be running."""
-    commands = ((p, " ".join(p.info["cmdline"] or [])) for p in psutil.process_iter(["cmdline"]))
-    return [p for p, command in commands if "rocmlab.sandbox.forkserver" in command and str(sandbox.base) in command]
+    return [p for p in _processes_naming(str(sandbox.base)) if "rocmlab.sandbox.forkserver" in p.info["cmdline"]]
 
 
 def _processes_of(uid: int) -> list:

@@ -26,6 +26,7 @@ names it).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import gc
@@ -304,18 +305,23 @@ def _reseed() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m rocmlab.sandbox.forkserver [--slot-view POLICY] SOCKET MODULE...``: the zygote,
-    with the modules loaded that its kernels will have (``entry.PREIMPORTABLE``), serving forks on
-    ``SOCKET``. ``--slot-view``: first take the slot's view from its worker's policy file (the
-    namespace fallback, in a mount namespace of its own; bubblewrap gives it the view instead)."""
-    if argv[:1] == ["--slot-view"] and len(argv) > 2:
-        enter_slot_view(json.loads(Path(argv[1]).read_text(encoding="utf-8")))
-        argv = argv[2:]
-    if not argv or argv[0].startswith("-"):
-        print("usage: python -m rocmlab.sandbox.forkserver [--slot-view POLICY] SOCKET [MODULE...]", file=sys.stderr)
-        return 2
-    load_kernel(argv[1:])
-    return serve_forks(argv[0])
+    """``python -m rocmlab.sandbox.forkserver [--slot-view POLICY --parent PID] SOCKET MODULE...``:
+    the zygote, with the modules loaded that its kernels will have (``entry.PREIMPORTABLE``),
+    serving forks on ``SOCKET``. ``--slot-view``: first take the slot's view from its worker's
+    policy file (the namespace fallback, in a mount namespace of its own; bubblewrap gives it the
+    view instead) and end with ``--parent``, the grader, as bwrap's ``--die-with-parent`` does."""
+    parser = argparse.ArgumentParser(prog="python -m rocmlab.sandbox.forkserver")
+    parser.add_argument("--slot-view", metavar="POLICY")
+    parser.add_argument("--parent", type=int, metavar="PID")
+    parser.add_argument("socket")
+    parser.add_argument("modules", nargs="*")
+    args = parser.parse_args(argv)
+    if args.parent:
+        die_with_parent(signal.SIGKILL, args.parent)
+    if args.slot_view:
+        enter_slot_view(json.loads(Path(args.slot_view).read_text(encoding="utf-8")))
+    load_kernel(args.modules)
+    return serve_forks(args.socket)
 
 
 if __name__ == "__main__":

@@ -221,7 +221,13 @@ class Sandbox:
         zygote = [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver"]
         if self.isolate:
             argv = ["unshare", "--mount", "--propagation", "private", "--", *zygote]
-            argv += ["--slot-view", str(folder / "policy.json"), str(folder / "zygote.sock")]
+            argv += [
+                "--slot-view",
+                str(folder / "policy.json"),
+                "--parent",
+                str(os.getpid()),
+                str(folder / "zygote.sock"),
+            ]
         else:
             argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
             argv += ["--bind", str(self.base), str(self.base), "--chdir", "/", *zygote, str(folder / "zygote.sock")]
