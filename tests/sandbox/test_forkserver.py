@@ -231,7 +231,9 @@ def _processes_naming(path: str) -> list:
 
 def _zygotes_of(sandbox) -> list:
     """The fork servers of ``sandbox`` (their sockets lie in its folder); other runs' may be running."""
-    return [p for p in _processes_naming(str(sandbox.base)) if "rocmlab.sandbox.forkserver" in p.info["cmdline"]]
+    return [
+        p for p in _processes_naming(str(sandbox.base)) if "rocmlab.sandbox.forkserver" in " ".join(p.info["cmdline"])
+    ]
 
 
 def _processes_of(uid: int) -> list:

@@ -218,24 +218,19 @@ class Sandbox:
         from .forkserver import ForkServer
 
         folder = self.base / f"slot{slot}"
+        socket_path = folder / "zygote.sock"
         zygote = [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver"]
         if self.isolate:
-            argv = ["unshare", "--mount", "--propagation", "private", "--", *zygote]
-            argv += [
-                "--slot-view",
-                str(folder / "policy.json"),
-                "--parent",
-                str(os.getpid()),
-                str(folder / "zygote.sock"),
-            ]
+            view = ["unshare", "--mount", "--propagation", "private", "--", *zygote]
+            view += ["--slot-view", str(folder / "policy.json"), "--parent", str(os.getpid())]
         else:
-            argv = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
-            argv += ["--bind", str(self.base), str(self.base), "--chdir", "/", *zygote, str(folder / "zygote.sock")]
+            view = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
+            view += ["--bind", str(self.base), str(self.base), "--chdir", "/", *zygote]
         # the font list matplotlib builds when the zygote loads it goes into the slot's folder, which
         # each forked kernel covers; not the grading user's own matplotlib settings
         zygote_env = {**self.threads, "MPLCONFIGDIR": str(folder / "matplotlib"), **self.env}
         env = kernel_environment(f"zygote-{slot}", zygote_env)
-        return ForkServer([*argv, *self.preimport], folder / "zygote.sock", env, folder / "zygote.log")
+        return ForkServer([*view, str(socket_path), *self.preimport], socket_path, env, folder / "zygote.log")
 
     def new_run(self, slot: int, cell_timeout_s: int, runs_left: int | None = None) -> Run:
         """The slot's next run (made ahead when ``prestart``); with ``prestart`` it also makes the
