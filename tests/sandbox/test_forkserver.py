@@ -15,6 +15,7 @@ import pytest
 
 from rocmlab.sandbox.forkserver import ForkedKernel, fork_kernel
 from rocmlab.sandbox.limits import Sandbox, bubblewrap_works, fork_server_applies, is_root, namespaces_work
+from rocmlab.sandbox.paths import PRIVATE_TEMP
 
 
 @pytest.fixture(params=["bubblewrap", "namespaces"])
@@ -194,6 +195,42 @@ def test_when_a_zygote_ends_its_slot_starts_each_kernel_as_a_process_of_its_own(
         assert "kernel_provisioner" not in spec["metadata"]
         assert ("kernel-inside" if backend == "bubblewrap" else "kernel") in spec["argv"]
         assert any("fork server ended: exit status -9" in p for p in sandbox.isolation["problems"])
+    finally:
+        sandbox.close()
+
+
+LITTER = """
+import os
+left = []
+for folder in FOLDERS:
+    try:
+        with open(os.path.join(folder, "rocmlab-litter"), "w") as out:
+            out.write("from the learner before")
+        os.chmod(os.path.join(folder, "rocmlab-litter"), 0o644)
+        left.append(folder)
+    except OSError:
+        pass
+print(left)
+"""
+FIND = "import os\nprint([f for f in FOLDERS if os.path.exists(os.path.join(f, 'rocmlab-litter'))])"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "per-kernel"])
+def test_what_a_learner_leaves_in_a_folder_every_user_may_write_never_reaches_the_next(backend, forked):
+    folders = [f for f in PRIVATE_TEMP if os.path.isdir(f)]
+    assert "/run/lock" in folders or not os.path.isdir("/run/lock")
+    sandbox = Sandbox(backend=backend, slots=1, prestart=forked)
+    try:
+        assert sandbox.isolation["forked_kernels"] == forked
+        runs = []
+        for probe in (LITTER, FIND):
+            run, executed, outcome = _run(sandbox, f"FOLDERS = {folders!r}\n{probe}")
+            assert outcome.status == "passed", outcome.reason
+            runs.append(executed.cells[0].outputs[0]["text"].strip())
+            run.cleanup()
+        assert runs == [repr(folders), "[]"]  # written in its own, found in none by the next learner
+        assert not [f for f in folders if os.path.exists(os.path.join(f, "rocmlab-litter"))]  # nor on the host
     finally:
         sandbox.close()
 

@@ -30,7 +30,7 @@ def view_argv(expose: list, hide: list[str], *, switch_user: bool, own_user: boo
     argv = [shutil.which("bwrap") or "bwrap", *(["--unshare-user"] if own_user else [])]
     argv += ["--unshare-net", *(["--unshare-pid"] if own_pids else []), "--unshare-ipc", "--unshare-uts"]
     argv += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for tmp in PRIVATE_TEMP:
+    for tmp in filter(os.path.isdir, PRIVATE_TEMP):
         argv += ["--perms", "1777", "--tmpfs", tmp]
     for tmp, path in under_private_temp(expose):  # a checkout in /tmp: its interpreter and package
         # listable on the way down: a checkout's src/ is on sys.path, and Python lists its entries

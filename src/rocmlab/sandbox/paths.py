@@ -34,7 +34,9 @@ def split_hidden(hide: list[Path], expose: list[Path]) -> list[Path]:
     return [p for p in covered if not any(q in p.parents for q in covered)]
 
 
-PRIVATE_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # each kernel gets its own, empty
+# Each kernel gets its own, empty: the folders every user may write (/run/lock too, which the
+# namespace fallback's writable root left shared between learners), where they exist.
+PRIVATE_TEMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 
 def under_private_temp(paths: list) -> list[tuple[str, str]]:
