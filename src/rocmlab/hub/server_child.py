@@ -4,7 +4,7 @@ files go: the spawners (rocmlab.hub.spawner) run these in the child they start.
 - ``limit_resources``: ``RLIMIT_AS`` per process and ``RLIMIT_NPROC`` per Unix user, inherited by
   every kernel the server starts;
 - ``private_tmp``: as root, before the switch to the user, a mount namespace of its own with empty
-  ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (``private_paths``: those that hold nothing the server needs);
+  ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` (``private_paths``: those that hold nothing the server needs);
 - ``own_log``: as the user, the server's output into ``~/.rocmlab-server.log``, never the hub's log;
 - ``cache_environment``: ``TMPDIR`` and the compile caches in the user's home, where no classmate writes.
 
@@ -19,9 +19,10 @@ import os
 import resource
 from pathlib import Path
 
+from ..sandbox.paths import PRIVATE_TEMP
+
 SERVER_LOG = ".rocmlab-server.log"  # in the home: each server's own log, owned by its user
 TMP_FOLDER = ".tmp"  # in the home: TMPDIR, where /tmp cannot be made private
-PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 16384, 1 << 18
 
 
@@ -52,12 +53,12 @@ _mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_u
 
 
 def private_paths(needed) -> list[str]:
-    """Of /tmp, /var/tmp and /dev/shm, those that hold none of the ``needed`` paths (the home, the
+    """Of the folders every user may write (``PRIVATE_TEMP``), those that hold none of the ``needed`` paths (the home, the
     course, the exchange: a test or a laptop may keep them in /tmp, and a fresh tmpfs would hide them)."""
     resolved = [os.path.realpath(path) for path in needed if path]
     return [
         folder
-        for folder in PRIVATE_TMP
+        for folder in PRIVATE_TEMP
         if os.path.isdir(folder)
         and not any(
             path == os.path.realpath(folder) or path.startswith(os.path.realpath(folder) + os.sep) for path in resolved
@@ -65,7 +66,7 @@ def private_paths(needed) -> list[str]:
     ]
 
 
-def private_tmp(paths=PRIVATE_TMP) -> bool:
+def private_tmp(paths=PRIVATE_TEMP) -> bool:
     """In the child, as root, before it becomes the user: a mount namespace of its own with empty
     tmpfs on ``paths`` (systemd's PrivateTmp). False when the kernel refuses."""
     if _unshare(CLONE_NEWNS) != 0:

@@ -41,7 +41,7 @@ from .labs import COURSE_ID
 from .language import set_lab_language, ui_environment
 from .scopes import ScopeLimits, confine, systemd_runs_here
 from .server_child import (
-    PRIVATE_TMP,
+    PRIVATE_TEMP,
     SERVER_LOG,
     cache_environment,
     limit_resources,
@@ -131,7 +131,7 @@ class CourseSpawner(LocalProcessSpawner):
     exchange_gid = Integer(-1, help="group of the exchange's folders (the instructors')").tag(config=True)
     private_tmp = Bool(
         True,
-        help="give each server a mount namespace with its own empty /tmp, /var/tmp and /dev/shm "
+        help="give each server a mount namespace with its own empty /tmp, /var/tmp, /dev/shm and /run/lock "
         "(needs root; where the kernel refuses, TMPDIR and the caches in the home remain)",
     ).tag(config=True)
     own_logs = Bool(True, help="each server logs to ~/.rocmlab-server.log, owned by its user").tag(config=True)
@@ -230,7 +230,7 @@ class CourseSpawner(LocalProcessSpawner):
         needed = [home, self.course_repo, self.exchange_root, self.labs_dir, self.cmd[0] if self.cmd else ""]
         needed += [os.environ.get(variable, "") for variable in ("ROCMLAB_CACHE", "HF_HOME")]
         paths = private_paths(needed) if private else []
-        shared = {p for p in PRIVATE_TMP if os.path.isdir(p)} - set(paths)
+        shared = {p for p in PRIVATE_TEMP if os.path.isdir(p)} - set(paths)
         if private and shared:
             self.log.warning(
                 "rocmlab: %s stay shared: the home, course or exchange is inside", ", ".join(sorted(shared))

@@ -139,7 +139,7 @@ def worker_entry(policy: dict) -> int:
 
 
 def private_temp_folders(work: str, expose: list[str], cover: list[str] = (), keep: list[str] = ()) -> None:
-    """This kernel's own mount namespace with empty /tmp, /var/tmp and /dev/shm (the namespace
+    """This kernel's own mount namespace with empty /tmp, /var/tmp, /dev/shm and /run/lock (the namespace
     fallback and forked kernels; bubblewrap does this itself); its work folder, which lives under
     /tmp, and the exposed paths below them (a checkout in /tmp) are put back. ``cover``: more
     folders emptied the same way; ``keep``: more folders put back."""

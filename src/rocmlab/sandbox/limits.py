@@ -20,7 +20,7 @@ Where bubblewrap (``bwrap``) is installed, it is the isolation instead, as root 
 (an instructor grading without root): each run's kernel starts inside its own ``bwrap``, with
 no network at all (``--unshare-net``; the worker talks to it over Unix sockets in the run's
 folder, ZMQ's ``ipc`` transport), its own PID, IPC and UTS namespaces, ``--die-with-parent``,
-the whole file system read-only, private ``/tmp``, ``/var/tmp`` and ``/dev/shm``, the hidden
+the whole file system read-only, private ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock``, the hidden
 paths covered and only the run's work folder writable. As root it still drops to the slot's
 grader user. A class graded as root forks its kernels from one zygote per slot instead, in a
 ``bwrap`` of the same view, each fork in its own namespaces (``rocmlab.sandbox.forkserver``). The
