@@ -55,6 +55,14 @@ def test_discovers_and_types_a_valid_lab(make_course):
             lambda t: t.replace("SCALE = 2", 'SCALE = 2, MODEL = "tiny-qwen-zh"'),
             "field profiles.smoke.requires.course_model: expected true, since params.MODEL is 'tiny-qwen-zh'",
         ),
+        (
+            lambda t: t + "requires = { qc_adapter = true }\n",
+            "field profiles.smoke.requires.course_model: expected true, since requires.qc_adapter is true",
+        ),
+        (
+            lambda t: t + "requires = { course_model = true, qc_adapter = 1 }\n",
+            "field profiles.smoke.requires.qc_adapter: expected true or false",
+        ),
     ],
 )
 def test_bad_lab_toml_names_file_and_field(make_course, mutation, message):
@@ -70,6 +78,13 @@ def test_a_profile_declares_the_course_model_it_needs(make_course):
     declared, plain = discover(make_course({"01-demo": (text, None), "02-demo": (None, None)}))
     assert declared.profile("smoke").requires.course_model is True
     assert plain.profile("smoke").requires.course_model is False
+    assert declared.profile("smoke").requires.qc_adapter is False
+
+
+def test_a_profile_declares_lab_03s_adapter_on_the_course_model(make_course):
+    text = GOOD_TOML.format(id="01-demo") + "requires = { course_model = true, qc_adapter = true }\n"
+    (lab,) = discover(make_course({"01-demo": (text, None)}))
+    assert lab.profile("smoke").requires.qc_adapter is True
 
 
 def test_smoke_profile_is_required(make_course):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import unicodedata
 from pathlib import Path
 
@@ -98,7 +99,16 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeypatch):
     monkeypatch.setitem(qc_adapter.RECIPES, "tiny", {**qc_adapter.RECIPES["tiny"], "steps": 3})
-    built = qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=None)
+    monkeypatch.setattr(qc_adapter, "LOG_EVERY", 2)
+    lines, umask = [], os.umask(0o077)  # a builder whose umask hides its files from everyone else
+    try:
+        built = qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=lines.append)
+    finally:
+        os.umask(umask)
+    assert [line.split(" loss")[0].strip() for line in lines if "step" in line][:2] == ["step 2/3", "step 3/3"], lines
+    # read by other users: the grader users' kernels and each learner's server
+    assert {oct(p.stat().st_mode & 0o777) for p in built.iterdir()} == {"0o644"}, [p.stat() for p in built.iterdir()]
+    assert built.stat().st_mode & 0o777 == 0o755
     manifest = json.loads((built / qc_adapter.MANIFEST).read_text(encoding="utf-8"))
     assert manifest["steps"] == 3 and (built / "adapter_model.safetensors").is_file()
     assert len(manifest["losses"]) == 3 and qc_adapter.read_manifest(built) == manifest

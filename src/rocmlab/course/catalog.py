@@ -29,6 +29,7 @@ class Requires:
     gpus: int = 0
     gpu_mem_gb: float = 0.0
     course_model: bool = False  # the offline course model, which `rocmlab run` builds into the cache first
+    qc_adapter: bool = False  # lab 03's QC adapter on that model, which `rocmlab run` builds right after it
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,18 @@ def _profile(name: str, table: dict, path: Path) -> Profile:
             f"{path}: field profiles.{name}.requires.course_model: expected true, since params.MODEL is "
             f"{COURSE_MODEL!r} (the run builds it before starting this lab), got it unset or false"
         )
+    qc_adapter = bool(requires.get("qc_adapter", False))
+    if qc_adapter and not course_model:
+        raise LabError(
+            f"{path}: field profiles.{name}.requires.course_model: expected true, since requires.qc_adapter is "
+            "true (the adapter is trained on the course model), got it unset or false"
+        )
     return Profile(
         name,
         params,
         timeout,
         cell_timeout,
-        Requires(int(requires.get("gpus", 0)), float(requires.get("gpu_mem_gb", 0)), course_model),
+        Requires(int(requires.get("gpus", 0)), float(requires.get("gpu_mem_gb", 0)), course_model, qc_adapter),
     )
 
 

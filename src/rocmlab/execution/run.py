@@ -14,20 +14,20 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from ..course.catalog import GPU, HIDDEN_DATA, MULTI_GPU, SMOKE, Lab, Profile
 from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed, InputError, LabError
 from ..harness import harness_options
-from .course_model import CourseModelBuild, course_model_ready
+from .course_assets import asset_builds, needed_assets
 from .outcome import Outcome
 from .results import Record, RecordError, fingerprint, read_record, write_record
 from .schedule import run_by_need
 from .worker import Spec, close_all_workers, run_notebook
 
 LOCAL_ENV = "local"
-MODEL_KEY = "model tiny-qwen-zh"  # the course model's name in progress lines
 
 
 @dataclass
@@ -291,10 +291,12 @@ def _unique_warnings(per_run) -> list[dict]:
     return found
 
 
-def needs_course_model(lab: Lab, profile: str, target: Target) -> bool:
-    """Whether the profile that would run declares ``requires.course_model`` in lab.toml."""
+def stages_needed(lab: Lab, profile: str, target: Target, builds: dict) -> int:
+    """How many of ``builds`` (in build order) the lab must wait for: up to the last one that the
+    profile which would run names in its ``requires``."""
     chosen, _ = choose_profile(lab, profile, target.gpus)
-    return chosen is not None and chosen.requires.course_model
+    needed = needed_assets(chosen.requires) if chosen else []
+    return max((i + 1 for i, key in enumerate(builds) if key in needed), default=0)
 
 
 def run_labs(
@@ -309,13 +311,14 @@ def run_labs(
     student: bool = False,
     repeat: int = 1,
     stream=sys.stderr,
-    model_build=None,
+    builds: dict | None = None,
 ) -> list[Record]:
     """Run ``labs``, each ``repeat`` times, with up to ``jobs`` labs at once; the records in lab order.
 
-    When a lab needs the course model and the cache lacks it, ``model_build`` (by default a
-    :class:`CourseModelBuild` in the target's interpreter) builds it in one of the ``jobs`` slots
-    while the labs that do not need it run; the others start the moment it is ready.
+    ``builds``, by asset key in build order (by default an :class:`AssetBuild` in the target's
+    interpreter for each course asset the cache lacks: the model, then lab 03's adapter), run one
+    after another in one of the ``jobs`` slots while the labs that need none of them run; a lab
+    that needs them starts the moment the last one it needs is ready.
     """
     progress = Progress(len(labs) * repeat, stream)
 
@@ -335,7 +338,7 @@ def run_labs(
         return record
 
     def unmet(lab: Lab, error: Exception) -> Record:
-        reason = f"needs the course model, which could not be built: {error}"
+        reason = f"needs a course asset that could not be built: {error}"
         record = Record(
             lab.id,
             lab.version,
@@ -351,19 +354,18 @@ def run_labs(
         progress.finish(lab.id, "failed", 0.0, runs=repeat)
         return record
 
-    if model_build is None and not course_model_ready():
-        model_build = CourseModelBuild(target.python, lambda line: progress.note(MODEL_KEY, line))
-    building = model_build is not None  # otherwise no lab waits, and all start longest first
-    order = longest_first(labs, profile, out / target.name)
+    if builds is None:
+        builds = asset_builds(target.python, progress.note)
+    order = longest_first(labs, profile, out / target.name)  # a lab that waits for no build starts in this order
     try:
         records = run_by_need(
             one,
             order,
             jobs,
-            needs=lambda lab: building and needs_course_model(lab, profile, target),
-            prepare=lambda: _prepare_model(model_build, progress),
+            needs=lambda lab: stages_needed(lab, profile, target, builds),
+            stages=[partial(_prepare, key, build, progress) for key, build in builds.items()],
             unmet=unmet,
-            stop=lambda: _stop_everything(model_build),
+            stop=lambda: _stop_everything(builds),
         )
     finally:
         progress.close()
@@ -386,20 +388,18 @@ def longest_first(labs: list[Lab], profile: str, env_dir: Path) -> list[Lab]:
     return sorted(labs, key=lambda lab: -last_seconds(lab))
 
 
-def _prepare_model(model_build, progress: Progress) -> None:
-    if model_build is None:
-        return
-    progress.start(MODEL_KEY)
+def _prepare(key: str, build, progress: Progress) -> None:
+    progress.start(key)
     started = time.monotonic()
     try:
-        model_build.run()
+        build.run()
     except Exception:
-        progress.finish(MODEL_KEY, "failed", time.monotonic() - started, runs=0)
+        progress.finish(key, "failed", time.monotonic() - started, runs=0)
         raise
-    progress.finish(MODEL_KEY, "ready", time.monotonic() - started, runs=0)
+    progress.finish(key, "ready", time.monotonic() - started, runs=0)
 
 
-def _stop_everything(model_build) -> None:
-    if model_build is not None:
-        model_build.stop()
+def _stop_everything(builds: dict) -> None:
+    for build in builds.values():
+        build.stop()
     close_all_workers()

@@ -1,8 +1,9 @@
-"""Run work items on a pool while a shared prerequisite is prepared beside them.
+"""Run work items on a pool while shared prerequisites are prepared beside them, one after another.
 
-Items that do not need the prerequisite start at once; those that need it start the moment it
-is ready, so the total is about max(prepare + dependent items, independent items) rather than
-their sum. The prerequisite holds one of the ``jobs`` slots while it is prepared.
+Items that need no prerequisite start at once; an item that needs the first N starts the moment
+the Nth is ready, so the total is about max(preparing + dependent items, independent items) rather
+than their sum. Each prerequisite holds one of the ``jobs`` slots while it is prepared, and the next
+one takes that slot before any item waiting for the first.
 """
 
 from __future__ import annotations
@@ -16,25 +17,31 @@ def run_by_need(
     items: list,
     jobs: int,
     *,
-    needs: Callable[[object], bool],
-    prepare: Callable[[], None],
+    needs: Callable[[object], int],
+    stages: list[Callable[[], None]],
     unmet: Callable[[object, Exception], object],
     stop: Callable[[], None] = lambda: None,
 ) -> list:
     """``function(item)`` for every item, in item order, up to ``jobs`` at a time.
 
-    ``prepare()`` runs first, in a slot of its own, and only when some item ``needs`` it. When it
-    raises, each item that needs it gets ``unmet(item, error)`` instead of ``function(item)``.
-    Interrupted, the pending items are cancelled and ``stop()`` is called before re-raising.
+    ``needs(item)``: how many of ``stages``, in their order, the item needs (0: none). The stages
+    run one after another, each in a slot of its own, as far as some item needs them. When one
+    raises, the items that need it get ``unmet(item, error)`` instead of ``function(item)``, and
+    the later stages do not run. Interrupted, the pending items are cancelled and ``stop()`` is
+    called before re-raising.
     """
-    waiting = [i for i, item in enumerate(items) if needs(item)]
+    depth = [int(needs(item)) for item in items]
+    deepest = max(depth, default=0)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        ready = pool.submit(prepare) if waiting else None
-        futures = {i: pool.submit(function, item) for i, item in enumerate(items) if i not in waiting}
-        error = _failure(ready) if ready else None
-        for i in waiting:
-            futures[i] = pool.submit(unmet, items[i], error) if error else pool.submit(function, items[i])
+        futures, error = {}, None
+        stage = pool.submit(stages[0]) if deepest else None
+        for level in range(deepest + 1):
+            if level:
+                error = error or _failure(stage)
+                stage = pool.submit(stages[level]) if level < deepest and not error else None
+            for i in (i for i, d in enumerate(depth) if d == level):
+                futures[i] = pool.submit(unmet, items[i], error) if error else pool.submit(function, items[i])
         return [futures[i].result() for i in range(len(items))]
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -26,7 +26,8 @@ BANNER = """
 CACHE_WARNING = (
     "warning: ROCMLAB_CACHE is not set, so every learner's first lab builds the course model in "
     "their own cache (about five minutes of CPU each): build it once with "
-    "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model` and start the hub with that "
+    "`ROCMLAB_CACHE=/srv/rocmlab-cache rocmlab assets build-model`, then lab 03's adapter with "
+    "`python -m rocmlab.lab.qc_adapter`, and start the hub with that "
     "ROCMLAB_CACHE (and HF_HOME for the gpu profile's models)"
 )
 

@@ -32,6 +32,7 @@ SYSTEM_PROMPT = "你是质检助手。把缺陷描述转换成 JSON 质检报告
 QWEN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MANIFEST = "rocmlab-adapter.json"
 LOCK_TIMEOUT_S = 900
+LOG_EVERY = 40  # steps between progress lines
 DEV_FRACTION = 0.1  # lab 03 holds this share of the train records out as its dev set
 CPU_THREADS = 1  # lab 03's smoke setting: the tiny model is dispatch-bound, and a fixed count repeats exactly
 
@@ -103,10 +104,10 @@ def recipe_for(model: str) -> dict:
 
 def adapter_dir(model: str = "tiny-qwen-zh", *, seed: int = 0, cache_dir=None) -> Path:
     """Where the adapter for ``model`` is cached: keyed by the base checkpoint and the recipe."""
-    from rocmlab.assets.tiny_model import cache_root
-    from rocmlab.lab.models import model_path
+    from rocmlab.assets.tiny_model import MODEL_NAME, cache_root, model_dir
+    from rocmlab.lab.models import resolve_model
 
-    base = Path(model_path(model))
+    base = model_dir() if model == MODEL_NAME else Path(resolve_model(model))  # finds, never builds, the base
     return cache_root(cache_dir) / "adapters" / f"{base.name}-qc-lora-a{ADAPTER_RECIPE}-s{seed}"
 
 
@@ -138,6 +139,8 @@ def ensure_qc_adapter(
     """The cached adapter folder for ``model`` (peft format), trained first when missing or partial."""
     from filelock import FileLock, Timeout
 
+    from rocmlab.assets.tiny_model import make_world_readable
+
     target = adapter_dir(model, seed=seed, cache_dir=cache_dir)
     if _valid(target):
         return target
@@ -154,6 +157,7 @@ def ensure_qc_adapter(
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 _train(model, staging, device=device, seed=seed, log=log)
+                make_world_readable(staging)
                 os.replace(staging, target)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -203,7 +207,7 @@ def _train(model_name: str, out: Path, *, device, seed: int, log) -> None:
             task_type="CAUSAL_LM",
         )
         peft_model = get_peft_model(model, config)
-        losses = _fit(peft_model, samples, recipe, tok.pad_token_id, device, seed)
+        losses = _fit(peft_model, samples, recipe, tok.pad_token_id, device, seed, log)
         out.mkdir(parents=True)
         peft_model.save_pretrained(out)
     finally:
@@ -231,9 +235,11 @@ def _train(model_name: str, out: Path, *, device, seed: int, log) -> None:
         )
 
 
-def _fit(peft_model, samples, recipe, pad_id, device, seed) -> list[float]:
+def _fit(peft_model, samples, recipe, pad_id, device, seed, log) -> list[float]:
     import torch
     import torch.nn.functional as F
+
+    from rocmlab.assets.tiny_model import eta_text
 
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=recipe["lr"], weight_decay=0.0)
@@ -244,7 +250,8 @@ def _fit(peft_model, samples, recipe, pad_id, device, seed) -> list[float]:
     generator = torch.Generator().manual_seed(seed)
     order, losses = [], []
     peft_model.train()
-    for _ in range(steps):
+    started = time.perf_counter()
+    for step in range(steps):
         if len(order) < recipe["batch_size"]:
             order += torch.randperm(len(samples), generator=generator).tolist()
         chunk, order = order[: recipe["batch_size"]], order[recipe["batch_size"] :]
@@ -264,6 +271,10 @@ def _fit(peft_model, samples, recipe, pad_id, device, seed) -> list[float]:
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        if log and ((step + 1) % LOG_EVERY == 0 or step + 1 == steps):
+            log(
+                f"  step {step + 1}/{steps} loss {losses[-1]:.3f}{eta_text(step + 1, steps, time.perf_counter() - started)}"
+            )
     peft_model.eval()
     return losses
 
@@ -277,3 +288,20 @@ def load_qc_reporter(model: str = "tiny-qwen-zh", *, device=None, seed: int = 0,
     path = ensure_qc_adapter(model, device=device, seed=seed, log=log)
     base, tok = load_model(model, device=device)
     return PeftModel.from_pretrained(base, path).eval(), tok
+
+
+def main(argv=None) -> int:
+    """``python -m rocmlab.lab.qc_adapter``: build the course model's adapter into the cache (what
+    ``rocmlab run`` does before labs 03 and 06; on a hub or a grading machine, after
+    ``rocmlab assets build-model``, so that every learner's and grader's kernel finds it). On the
+    CPU, as lab 03 checks it there; in $ROCMLAB_CACHE, else the user cache dir, beside the model."""
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m rocmlab.lab.qc_adapter", description=main.__doc__).parse_args(argv)
+    path = ensure_qc_adapter(device="cpu", log=print)
+    print(f"lab 03's QC adapter: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
