@@ -227,7 +227,7 @@ def test_run_labs_records_a_failed_build_on_each_lab_that_needed_it(monkeypatch,
 def test_the_build_passes_each_line_on_and_fails_with_the_last_ones():
     lines = []
     script = "import sys; print('step 1/2'); print('step 2/2'); sys.exit(3)"
-    build = AssetBuild(sys.executable, lines.append, command=[sys.executable, "-c", script])
+    build = AssetBuild([sys.executable, "-c", script], lines.append)
     with pytest.raises(CommandFailed, match=r"exit code 3\): step 1/2 \| step 2/2"):
         build.run()
     assert lines == ["step 1/2", "step 2/2"]
@@ -235,13 +235,13 @@ def test_the_build_passes_each_line_on_and_fails_with_the_last_ones():
 
 def test_a_build_past_its_limit_is_killed():
     script = "import time; print('started', flush=True); time.sleep(60)"
-    build = AssetBuild(sys.executable, lambda _: None, timeout_s=1, command=[sys.executable, "-c", script])
+    build = AssetBuild([sys.executable, "-c", script], lambda _: None, timeout_s=1)
     with pytest.raises(CommandFailed, match="ran past its limit"):
         build.run()
 
 
 def test_a_stopped_build_does_not_start():
-    build = AssetBuild(sys.executable, lambda _: None, command=[sys.executable, "-c", "print(1)"])
+    build = AssetBuild([sys.executable, "-c", "print(1)"], lambda _: None)
     build.stop()
     with pytest.raises(CommandFailed, match="stopped before it started"):
         build.run()
@@ -281,7 +281,7 @@ def test_for_real_the_free_lab_runs_during_the_build_and_the_model_lab_after_it(
     root = make_course({"01-free": (None, None), "02-model": (needing, MODEL_LAB_PY)})
     stream = io.StringIO()
     command = [sys.executable, "-m", "rocmlab", "assets", "build-model", "--steps", "2"]
-    build = AssetBuild(sys.executable, lambda line: stream.write(f"model line: {line}\n"), command=command)
+    build = AssetBuild(command, lambda line: stream.write(f"model line: {line}\n"))
     target = run.local_target()
     records = run.run_labs(
         root, discover(root), "smoke", target, tmp_path / "out", jobs=2, builds={MODEL_KEY: build}, stream=stream

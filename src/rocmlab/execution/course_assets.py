@@ -44,9 +44,8 @@ def missing_assets() -> list[str]:
 class AssetBuild:
     """``run()`` returns once the asset is in the cache; ``stop()`` ends a build under way."""
 
-    def __init__(self, python: str, say, *, timeout_s: float = BUILD_LIMIT_S, command: list[str] | None = None):
-        self.python, self.say, self.timeout_s = python, say, timeout_s
-        self.command = command or [python, *BUILDS[MODEL_KEY][0]]
+    def __init__(self, command: list[str], say, *, timeout_s: float = BUILD_LIMIT_S):
+        self.command, self.say, self.timeout_s = command, say, timeout_s
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -95,8 +94,6 @@ class AssetBuild:
 def asset_builds(python: str, say) -> dict:
     """A build for each asset the cache lacks, in build order; ``say(key, line)`` gets its progress."""
     return {
-        key: AssetBuild(
-            python, lambda line, key=key: say(key, line), timeout_s=BUILDS[key][1], command=[python, *BUILDS[key][0]]
-        )
+        key: AssetBuild([python, *BUILDS[key][0]], lambda line, key=key: say(key, line), timeout_s=BUILDS[key][1])
         for key in missing_assets()
     }
