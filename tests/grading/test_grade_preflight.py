@@ -1,5 +1,5 @@
-"""Before learner code runs: the model cache must be readable by the kernel's user, and it is
-built world-readable."""
+"""Before learner code runs: the model cache (the course model, lab 03's adapter) must be readable
+by the kernel's user, and it is built world-readable."""
 
 import json
 import os
@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from rocmlab.assets import tiny_model
+from rocmlab.course.catalog import Requires
 from rocmlab.errors import CommandFailed
-from rocmlab.grading.preflight import check_model_cache, course_view, unreadable
+from rocmlab.grading.preflight import check_adapter_cache, check_model_cache, course_view, unreadable
+from rocmlab.lab import qc_adapter
 
 SMOKE = {"MODEL": tiny_model.MODEL_NAME}
+WITH_ADAPTER = Requires(course_model=True, qc_adapter=True)
 
 
 @pytest.fixture
@@ -73,3 +76,20 @@ def test_a_closed_folder_above_the_cache_is_the_sandboxs_business(cache):
         check_model_cache(SMOKE, other_user=True)  # the sandbox puts the cache back below /root-like folders
     finally:
         above.chmod(0o755)
+
+
+def test_a_lab_that_loads_the_adapter_is_not_graded_without_it_or_unable_to_read_it(cache):
+    tiny_model.make_world_readable(cache)
+    check_adapter_cache(Requires(course_model=True), other_user=True)  # the lab does not load it
+    with pytest.raises(CommandFailed, match="python -m rocmlab.lab.qc_adapter"):
+        check_adapter_cache(WITH_ADAPTER, other_user=True)
+    adapter = qc_adapter.adapter_dir(tiny_model.MODEL_NAME)
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_model.safetensors").write_bytes(b"a" * 8)
+    (adapter / qc_adapter.MANIFEST).write_text(json.dumps({"files": {"adapter_model.safetensors": 8}}))
+    (adapter / "adapter_model.safetensors").chmod(0o600)  # as safetensors writes it
+    with pytest.raises(CommandFailed, match="cannot be read by the sandbox.s grader users.*chmod -R a\\+rX"):
+        check_adapter_cache(WITH_ADAPTER, other_user=True)
+    check_adapter_cache(WITH_ADAPTER, other_user=False)
+    tiny_model.make_world_readable(adapter)
+    check_adapter_cache(WITH_ADAPTER, other_user=True)

@@ -26,7 +26,7 @@ from .cells import cell_points, check_results, grading, read_flags, restore_cell
 from .feedback import feedback_html
 from .gradebook import Course, safe_url
 from .nbgrader_compat import shared_gradebook_engines
-from .preflight import check_model_cache, course_view, sandbox_env
+from .preflight import check_adapter_cache, check_model_cache, course_view, sandbox_env
 from .submissions import (
     FLAGS,
     GradedTest,
@@ -151,6 +151,7 @@ def _grade_class(
             "allows its system calls); --unsafe grades anyway"
         )
     check_model_cache(profile.parameters, other_user=is_root())
+    check_adapter_cache(profile.requires, other_user=is_root())
     out.mkdir(parents=True, exist_ok=True)
     sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
     checks = lab_checks(lab.checks, cell_points(sources["en"]))

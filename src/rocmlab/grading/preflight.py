@@ -1,5 +1,6 @@
 """What must hold before any learner code runs, for ``rocmlab grade`` and ``rocmlab check``:
-the paths a sandboxed kernel sees of the course, and the model cache readable by its user.
+the paths a sandboxed kernel sees of the course, and the model cache (the course model, lab 03's
+adapter) readable by its user.
 
 A kernel that cannot read the model loses points for every learner, the perfect one included,
 so an unreadable cache stops the run with the command that fixes it.
@@ -90,4 +91,27 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
             "(in grading: for every learner, the perfect one included). "
             f"Fix it with `chmod -R a+rX {target}` (and a+x on the folders above it), or rebuild it with "
             "`rocmlab assets build-model --force`, which builds it world-readable"
+        )
+
+
+def check_adapter_cache(requires, other_user: bool) -> None:
+    """Raise ``CommandFailed`` when the profile's ``requires`` names lab 03's QC adapter and the
+    kernel's user could not read it: a sandboxed kernel cannot write the cache to train it."""
+    if not requires.qc_adapter:
+        return
+    from ..assets.tiny_model import MODEL_NAME
+    from ..lab.qc_adapter import adapter_dir, read_manifest
+
+    target = adapter_dir(MODEL_NAME, cache_dir=model_cache())
+    if not read_manifest(target):
+        raise CommandFailed(
+            f"lab 03's QC adapter is not in the cache ({target}): build it first with "
+            "`python -m rocmlab.lab.qc_adapter` (set ROCMLAB_CACHE for another cache folder)"
+        )
+    problem = unreadable(target, other_user, top=model_cache())
+    if problem:
+        who = "the sandbox's grader users" if other_user else "this user"
+        raise CommandFailed(
+            f"lab 03's QC adapter cannot be read by {who}: {problem}; every cell that loads it would fail. "
+            f"Fix it with `chmod -R a+rX {target}`"
         )

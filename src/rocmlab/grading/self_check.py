@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course.catalog import LANGUAGES, SMOKE, Lab, discover
+from ..course.catalog import LANGUAGES, SMOKE, Lab, Requires, discover
 from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import ExitCode, InputError
 from ..execution.papermill_engine import TIMEOUT_ENAME
@@ -27,7 +27,7 @@ from ..root import find_root
 from ..sandbox.limits import Sandbox, is_root
 from ..sandbox.runs import Limits
 from .cells import grading, mark_unrun_tests, shown_message
-from .preflight import check_model_cache, course_view, model_cache, sandbox_env
+from .preflight import check_adapter_cache, check_model_cache, course_view, model_cache, sandbox_env
 from .submissions import read_notebook, safe_text
 
 DEFAULT_TIMEOUT_S = 1800
@@ -184,14 +184,15 @@ def run_check(
 ) -> tuple[list[VisibleTest], str, FirstError | None]:
     nb = read_learner_notebook(path)
     lab = find_lab(nb, root)
-    params, timeout_s, cell_timeout_s = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+    params, timeout_s, cell_timeout_s, requires = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, Requires()
     if lab is not None:
         smoke = lab.profile(SMOKE)
         timeout_s, cell_timeout_s = smoke.timeout_s, smoke.cell_timeout_s
         if not keep_params:
-            params = smoke.parameters
+            params, requires = smoke.parameters, smoke.requires
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
     check_model_cache(params, other_user=is_root())
+    check_adapter_cache(requires, other_user=is_root())
     prepared = prepare(nb, keep_params)
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
     sandbox = _sandbox(root, keep_params)
