@@ -2,7 +2,7 @@
 
 The clone goes into a temporary folder with a cache of its own (ROCMLAB_CACHE), so the user's
 cache is neither read nor written. Phases: install (`make setup`), then for each `make run` the
-lab build, the course model, each lab and the report, read from run's progress lines as they come.
+lab build, the course model, lab 03's adapter, each lab and the report, read from run's progress lines as they come.
 Ends with one line: `first: X s second: Y s test: Z s`. Figures depend on the machine's load,
 printed at the start and the end; pip's own download cache is used as any user's would be.
 
@@ -29,7 +29,7 @@ PHASE_TIMEOUT_S = 3600
 FINISHED = re.compile(r"^\[\s*[\d.]+s\] (?P<status>\S+)\s+(?P<key>.+?) \((?P<seconds>[\d.]+)s\)(?: \[\d+/\d+\])?$")
 STARTED = re.compile(r"^\[\s*[\d.]+s\] start\s+")
 RUN_DONE = "records and executed notebooks:"
-MODEL_PREFIX = "model "
+MODEL_PREFIX, ADAPTER_PREFIX = "model ", "adapter "  # the run's course assets (rocmlab.execution.course_assets)
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Timed:
 class RunPhases:
     build: float  # `rocmlab build`, until the run's first progress line
     model: float  # 0 when the cache held the model
+    adapter: float  # lab 03's QC adapter, built after the model; 0 when cached
     labs: dict[str, tuple[str, float]]  # lab -> (status, seconds)
     report: float  # after the run's last line, until make ends
     total: float
@@ -54,7 +55,7 @@ def parse_make_run(timed: Timed) -> RunPhases:
     """The phases of one `make run` from its timestamped output."""
     first_progress = next((t for t, line in timed.lines if STARTED.match(line)), None)
     run_done = next((t for t, line in timed.lines if line.startswith(RUN_DONE)), None)
-    model, labs = 0.0, {}
+    model, adapter, labs = 0.0, 0.0, {}
     for _, line in timed.lines:
         match = FINISHED.match(line)
         if not match:
@@ -62,11 +63,14 @@ def parse_make_run(timed: Timed) -> RunPhases:
         key, seconds = match["key"], float(match["seconds"])
         if key.startswith(MODEL_PREFIX):
             model = seconds
+        elif key.startswith(ADAPTER_PREFIX):
+            adapter = seconds
         else:
             labs[key] = (match["status"], seconds)
     return RunPhases(
         build=round(first_progress if first_progress is not None else 0.0, 1),
         model=model,
+        adapter=adapter,
         labs=labs,
         report=round(timed.seconds - run_done, 1) if run_done is not None else 0.0,
         total=round(timed.seconds, 1),
@@ -76,6 +80,7 @@ def parse_make_run(timed: Timed) -> RunPhases:
 def format_run(name: str, phases: RunPhases, rc: int) -> list[str]:
     lines = [f"{name}: {phases.total:.1f} s (rc {rc})", f"  build   {phases.build:8.1f} s"]
     lines.append(f"  model   {phases.model:8.1f} s" + ("" if phases.model else "  (cached)"))
+    lines.append(f"  adapter {phases.adapter:8.1f} s" + ("" if phases.adapter else "  (cached)"))
     for lab, (status, seconds) in sorted(phases.labs.items()):
         lines.append(f"  {lab:<28} {seconds:8.1f} s  {status}")
     lines.append(f"  report  {phases.report:8.1f} s")

@@ -27,6 +27,9 @@ FIRST_RUN = [
     (13.0, "[   1.0s] model tiny-qwen-zh:   step 25/400 loss 5.120, ETA 4 min 10 s"),
     (70.2, "[  58.2s] passed  01-rocm-setup (58.1s) [1/3]"),
     (300.5, "[ 288.5s] ready   model tiny-qwen-zh (288.4s) [1/3]"),
+    (300.5, "[ 288.5s] start   adapter qc-lora"),
+    (301.0, "[ 289.0s] adapter qc-lora:   step 40/320 loss 1.220, ETA 2 min 1 s"),
+    (451.0, "[ 439.0s] ready   adapter qc-lora (150.5s) [1/3]"),
     (300.6, "[ 288.6s] start   03-lora-finetune-zh"),
     (301.0, "[ 289.0s] running 03-lora-finetune-zh 0s"),
     (420.0, "[ 408.0s] failed  03-lora-finetune-zh (119.4s) [2/3]"),
@@ -36,9 +39,9 @@ FIRST_RUN = [
 ]
 
 
-def test_a_first_run_splits_into_build_model_labs_and_report(newcomer):
+def test_a_first_run_splits_into_build_assets_labs_and_report(newcomer):
     phases = newcomer.parse_make_run(newcomer.Timed(2, 433.0, FIRST_RUN))
-    assert phases.build == 12.0 and phases.model == 288.4 and phases.total == 433.0
+    assert phases.build == 12.0 and phases.model == 288.4 and phases.adapter == 150.5 and phases.total == 433.0
     assert phases.labs == {
         "01-rocm-setup": ("passed", 58.1),
         "03-lora-finetune-zh": ("failed", 119.4),
@@ -48,18 +51,29 @@ def test_a_first_run_splits_into_build_model_labs_and_report(newcomer):
 
 
 def test_a_second_run_with_the_model_cached_has_no_model_phase(newcomer):
-    lines = [line for line in FIRST_RUN if "model" not in line[1]]
+    lines = [line for line in FIRST_RUN if "model" not in line[1] and "adapter" not in line[1]]
     phases = newcomer.parse_make_run(newcomer.Timed(0, 300.0, lines))
-    assert phases.model == 0.0 and set(phases.labs) == {"01-rocm-setup", "03-lora-finetune-zh", "04-collectives-rccl"}
+    assert phases.model == phases.adapter == 0.0 and set(phases.labs) == {
+        "01-rocm-setup",
+        "03-lora-finetune-zh",
+        "04-collectives-rccl",
+    }
     printed = newcomer.format_run("second make run", phases, 0)
     assert printed[0] == "second make run: 300.0 s (rc 0)"
-    assert "  model        0.0 s  (cached)" in printed
+    assert "  model        0.0 s  (cached)" in printed and "  adapter      0.0 s  (cached)" in printed
     assert "  03-lora-finetune-zh             119.4 s  failed" in printed
 
 
 def test_output_that_never_started_a_lab_has_only_a_total(newcomer):
     phases = newcomer.parse_make_run(newcomer.Timed(2, 5.0, [(0.1, "make: *** [build] Error 2")]))
-    assert (phases.build, phases.model, phases.labs, phases.report, phases.total) == (0.0, 0.0, {}, 0.0, 5.0)
+    assert (phases.build, phases.model, phases.adapter, phases.labs, phases.report, phases.total) == (
+        0.0,
+        0.0,
+        0.0,
+        {},
+        0.0,
+        5.0,
+    )
 
 
 def test_the_last_line_is_the_three_totals(newcomer):
