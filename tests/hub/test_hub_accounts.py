@@ -146,9 +146,19 @@ def accounts(base: Path):
 
 def server_process(uid: int):
     """The single-user server (jupyterhub-singleuser) running as ``uid``."""
-    found = [p for p in _processes_of({uid}) if "jupyterhub-singleuser" in " ".join(p.cmdline())]
-    assert len(found) == 1, [p.cmdline() for p in found]
+    found = [p for p in _processes_of({uid}) if "jupyterhub-singleuser" in _command_line(p)]
+    assert len(found) == 1, [_command_line(p) for p in found]
     return found[0]
+
+
+def _command_line(proc) -> str:
+    """The process's command line; "" for one that has ended or is a zombie (a server's short-lived child)."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def limits(pid: int) -> dict:
@@ -344,7 +354,7 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 text = (submitted / ann / LAB / f"{LAB}.ipynb").read_text()
                 assert mark in text and "FORGED" not in text
                 assert not any("BEGIN SOLUTION" in p.read_text() for p in submitted.rglob("*.ipynb"))
-            assert not _processes_of(uids), [p.cmdline() for p in _processes_of(uids)]
+            assert not _processes_of(uids), [_command_line(p) for p in _processes_of(uids)]
         for name in names.values():
             with pytest.raises(KeyError):
                 pwd.getpwnam(name)

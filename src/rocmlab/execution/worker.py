@@ -237,9 +237,7 @@ def close_all_workers() -> None:
 def parallel_map(function, items, jobs: int) -> list:
     """``function`` over ``items``, ``jobs`` at a time, in order. Interrupted (Ctrl-C, SIGTERM
     through ``processes.exit_on_sigterm``), it ends every running notebook before it re-raises."""
-    return run_by_need(
-        function, list(items), jobs, needs=lambda _: False, prepare=lambda: None, unmet=None, stop=close_all_workers
-    )
+    return run_by_need(function, list(items), jobs, needs=lambda _: 0, stages=[], unmet=None, stop=close_all_workers)
 
 
 def run_notebook(spec: Spec) -> Outcome:
