@@ -78,20 +78,14 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
     from ..assets.tiny_model import model_dir, read_valid_manifest
 
     target = model_dir(model_cache())
-    if not read_valid_manifest(target):
-        raise CommandFailed(
-            f"the offline model is not in the cache ({target}): build it first with "
-            f"`rocmlab assets build-model` (set ROCMLAB_CACHE for another cache folder)"
-        )
-    problem = unreadable(target, other_user, top=model_cache())
-    if problem:
-        who = "the sandbox's grader users" if other_user else "this user"
-        raise CommandFailed(
-            f"the model cache cannot be read by {who}: {problem}; every cell that loads the model would fail "
-            "(in grading: for every learner, the perfect one included). "
-            f"Fix it with `chmod -R a+rX {target}` (and a+x on the folders above it), or rebuild it with "
-            "`rocmlab assets build-model --force`, which builds it world-readable"
-        )
+    _require_readable(
+        target,
+        read_valid_manifest(target) is not None,
+        "the offline model",
+        "rocmlab assets build-model",
+        other_user,
+        rebuild=", or rebuild it with `rocmlab assets build-model --force`, which builds it world-readable",
+    )
 
 
 def check_adapter_cache(requires, other_user: bool) -> None:
@@ -103,15 +97,23 @@ def check_adapter_cache(requires, other_user: bool) -> None:
     from ..lab.qc_adapter import adapter_dir, read_manifest
 
     target = adapter_dir(MODEL_NAME, cache_dir=model_cache())
-    if not read_manifest(target):
+    found = read_manifest(target) is not None
+    _require_readable(target, found, "lab 03's QC adapter", "python -m rocmlab.lab.qc_adapter", other_user)
+
+
+def _require_readable(target: Path, found: bool, what: str, build: str, other_user: bool, rebuild: str = "") -> None:
+    """The cached asset ``what`` in ``target``: present (``found``), else build it with ``build``;
+    readable by the kernel's user, else the chmod that fixes it."""
+    if not found:
         raise CommandFailed(
-            f"lab 03's QC adapter is not in the cache ({target}): build it first with "
-            "`python -m rocmlab.lab.qc_adapter` (set ROCMLAB_CACHE for another cache folder)"
+            f"{what} is not in the cache ({target}): build it first with `{build}` "
+            "(set ROCMLAB_CACHE for another cache folder)"
         )
     problem = unreadable(target, other_user, top=model_cache())
     if problem:
         who = "the sandbox's grader users" if other_user else "this user"
         raise CommandFailed(
-            f"lab 03's QC adapter cannot be read by {who}: {problem}; every cell that loads it would fail. "
-            f"Fix it with `chmod -R a+rX {target}`"
+            f"{what} cannot be read by {who}: {problem}; every cell that loads it would fail "
+            "(in grading: for every learner, the perfect one included). "
+            f"Fix it with `chmod -R a+rX {target}` (and a+x on the folders above it){rebuild}"
         )
