@@ -5,13 +5,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
-
-# Lab 07's kernels run in Triton's interpreter on a machine without a GPU. Triton's own library
-# functions (behind tl.sum, tl.max, ...) take the mode that holds when triton is first imported,
-# and the first torch optimizer any test builds imports triton through torch._dynamo.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # The browser tests' assertions wait as long as their navigation may (playwright's default is 5 s):
 # a notebook rendered by a hub on a loaded 2-core machine took longer, and the zh test failed on it.
@@ -37,11 +30,23 @@ GROUPS_FOLDER = pytest.StashKey[Path]()
 
 
 def pytest_configure(config):
+    if not config.pluginmanager.hasplugin("dsession"):  # pytest-xdist's controller runs no test
+        _interpret_triton_without_a_gpu()
     config.addinivalue_line(
         "markers",
         "machine_wide: touches what the whole machine shares (Unix accounts and sweeps of every process "
         "of one, scans of every process or of /tmp): never run beside another such test",
     )
+
+
+def _interpret_triton_without_a_gpu():
+    """Lab 07's kernels run in Triton's interpreter on a machine without a GPU. Triton's own library
+    functions (behind tl.sum, tl.max, ...) take the mode that holds when triton is first imported,
+    and the first torch optimizer any test builds imports triton through torch._dynamo."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_unconfigure(config):

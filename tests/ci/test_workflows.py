@@ -319,7 +319,7 @@ def test_gpu_job_steps_in_order(tmp_path, monkeypatch):
     calls = tmp_path / "calls.jsonl"
     fake = tmp_path / "docker"
     fake.write_text(
-        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        "#!/usr/bin/env -S python3 -IS\nimport json, os, sys\n"  # -IS: each of the job's calls starts without scanning site-packages
         f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
         "if sys.argv[1:3] == ['image', 'inspect']: print(json.dumps(['ghcr.io/o/r/rocmlab@sha256:' + 'f' * 64]))\n"
         "if sys.argv[1] == 'pull': sys.exit(1)\n"

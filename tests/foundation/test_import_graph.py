@@ -42,12 +42,13 @@ def imported(node: ast.AST, package: str, modules: set[str]) -> set[str]:
 
 def import_graph(src: Path) -> dict[str, set[str]]:
     paths = {module_name(p, src): p for p in src.rglob("*.py")}
+    modules = set(paths)
     graph = {}
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            edges |= imported(node, package, set(paths))
+            edges |= imported(node, package, modules)
         graph[name] = edges - {name}
     return graph
 
