@@ -30,8 +30,8 @@ GROUPS_FOLDER = pytest.StashKey[Path]()
 
 
 def pytest_configure(config):
-    if not config.pluginmanager.hasplugin("dsession"):  # pytest-xdist's controller runs no test
-        _interpret_triton_without_a_gpu()
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", default=None):
+        _interpret_triton_without_a_gpu()  # not in pytest-xdist's controller, which runs no test
     config.addinivalue_line(
         "markers",
         "machine_wide: touches what the whole machine shares (Unix accounts and sweeps of every process "
