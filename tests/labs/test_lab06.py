@@ -310,11 +310,12 @@ def test_redis_streams_extension_runs_and_leaves_nothing_behind(code_cells, tmp_
     driver = next(c.source for c in code_cells if "def redis_pipeline(" in c.source)
     (tmp_path / "redis_agent.py").write_text(as_code(agent))
     monkeypatch.chdir(tmp_path)  # the pipeline starts redis_agent.py from here
+    before = set(psutil.Process().children(recursive=True))  # other tests' children in this worker are not this one's
     ns = SOURCE.run(driver, namespace={"__name__": "__main__", "json": json})
     assert ns["REDIS_RESULTS"] is not None and len(ns["REDIS_RESULTS"]) == 20
     results = ns["redis_pipeline"](7, timeout_s=30.0)
     assert sorted(results) == [f"r{i:03d}" for i in range(7)]
-    assert psutil.Process().children(recursive=True) == []
+    assert set(psutil.Process().children(recursive=True)) <= before
 
 
 def test_exercise_headings_come_in_order_and_every_solution_has_one(notebook):
