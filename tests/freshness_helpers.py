@@ -76,10 +76,16 @@ ROCM_714 = ["torch==2.12.0+rocm7.14.0", "transformers==5.24.0", "rocm-sdk-core==
 FREEZES = {"cpu-current": CPU_CURRENT, "cpu-previous": CPU_PREVIOUS, "rocm-10.0": ROCM_10, "rocm-7.14": ROCM_714}
 
 
-def write_matrix(root: Path) -> Path:
+def write_matrix(root: Path, cpu_current_pins: list[str] | None = None) -> Path:
+    """MATRIX under root; cpu_current_pins replace cpu-current's pins (e.g. what is installed here)."""
+    text = MATRIX
+    if cpu_current_pins is not None:
+        pins_line = f"pins = {json.dumps(CPU_CURRENT[:3])}"
+        assert pins_line in text, "MATRIX's cpu-current pins no longer match CPU_CURRENT"
+        text = text.replace(pins_line, f"pins = {json.dumps(cpu_current_pins)}", 1)
     path = root / "env" / "matrix.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(MATRIX, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
