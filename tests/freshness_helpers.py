@@ -10,6 +10,9 @@ from rocmlab.execution.results import Record, freeze_hash, write_record
 from rocmlab.report.history import Run
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+# The real matrix as it stood when tests/fixtures/upstream/ was recorded: tests that assert its pins
+# read this copy, so that a maintainer's bump of env/matrix.toml leaves them green.
+RECORDED_MATRIX = Path(__file__).parent / "fixtures" / "upstream" / "matrix-recorded.toml"
 FACTS = '["rocm", "released", "pytorch", "python", "gfx", "install", "pins"]'
 SOURCE = f'{{ url = "https://example.org/notes", seen = 2026-11-29, facts = {FACTS}, fact = "test entry" }}'
 MATRIX = f"""\

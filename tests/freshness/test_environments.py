@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from freshness_helpers import RECORDED_MATRIX
 
 from rocmlab.cli import main
 from rocmlab.freshness import environments, releases
@@ -203,7 +204,7 @@ def test_dockerfile_per_install_method():
     assert '--index-url https://download.pytorch.org/whl/rocm6.4 "torch==2.8.0+rocm6.4"' in wheel
     image = environments.render_dockerfile(entry("rocm-7.2"))
     assert "\nFROM rocm/pytorch:rocm7.2.4_" in image
-    cpu = environments.render_dockerfile(entry("cpu-current"))
+    cpu = environments.render_dockerfile(releases.read_matrix(RECORDED_MATRIX).get("cpu-current"))
     assert '--extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1" "transformers==5.24.0"' in cpu
     canary = environments.render_dockerfile(entry("canary-therock-nightly"))
     assert '--pre --index-url https://nightly.repo.amd.com/rocm/whl-next/ "torch[device-${GFX}]"' in canary

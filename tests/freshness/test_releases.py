@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from freshness_helpers import RECORDED_MATRIX
 from packaging.version import Version
 
 from rocmlab import schemas
@@ -321,7 +322,7 @@ def test_pytorch_bumps_come_from_the_entry_own_channel_never_for_eol():
 
 
 def test_the_current_matrix_is_up_to_date_and_says_what_it_holds():
-    entries = releases.load_matrix(MATRIX)
+    entries = releases.load_matrix(RECORDED_MATRIX)
     findings = proposals.compare(entries, recorded(entries), today=TODAY)
     assert not findings.anything and not findings.failures
     assert findings.held == [
@@ -367,7 +368,10 @@ def test_check_fixtures_mode_writes_a_ready_body(tmp_path, capsys):
     text = body.read_text(encoding="utf-8")
     assert text.strip() in capsys.readouterr().out
     assert '```toml\n[[rocm]]\nname = "rocm-10.1"' in text and "- [ ]" in text
-    assert cli("check", "--matrix", str(MATRIX), "--fixtures", "--today", "2026-12-01") == releases.EXIT_UP_TO_DATE
+    recorded = ("check", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(UPSTREAM), "--today", "2026-12-01")
+    assert cli(*recorded) == releases.EXIT_UP_TO_DATE
+    # a bare --fixtures finds the recorded answers beside the real matrix's repository
+    assert cli("check", "--matrix", str(MATRIX), "--fixtures", "--today", "2026-12-01") != ExitCode.BAD_INPUT
     capsys.readouterr()
     assert cli(*args, "--json") == releases.EXIT_UPDATES
     found = json.loads(capsys.readouterr().out)
@@ -381,7 +385,7 @@ def test_a_failed_source_makes_the_check_partial_never_up_to_date(tmp_path, caps
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["https://pypi.org/pypi/peft/json"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    code = cli("check", "--matrix", str(MATRIX), "--fixtures", str(folder), "--today", "2026-12-01")
+    code = cli("check", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(folder), "--today", "2026-12-01")
     assert code == releases.EXIT_OFFLINE
     out, err = capsys.readouterr()
     assert "Partial check" in out and "Nothing newer" not in out and "pypi peft" in err
@@ -392,15 +396,15 @@ def test_offline_says_which_sources_failed(monkeypatch, capsys):
     def no_network(url, accept=None, timeout=0):
         raise upstream.NetworkError(f"{url}: Name or service not known")
 
-    found = upstream.gather(releases.load_matrix(MATRIX), no_network)
+    found = upstream.gather(releases.load_matrix(RECORDED_MATRIX), no_network)
     assert found.offline and len(found.failures) == len(found.asked) > 5
     monkeypatch.setattr(upstream, "http_get", no_network)
-    assert cli("check", "--matrix", str(MATRIX)) == releases.EXIT_OFFLINE
+    assert cli("check", "--matrix", str(RECORDED_MATRIX)) == releases.EXIT_OFFLINE
     assert "Name or service not known" in capsys.readouterr().err
 
 
 def test_fixtures_folder_without_a_manifest_is_bad_input(tmp_path, capsys):
-    assert cli("check", "--matrix", str(MATRIX), "--fixtures", str(tmp_path)) == ExitCode.BAD_INPUT
+    assert cli("check", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(tmp_path)) == ExitCode.BAD_INPUT
     assert "manifest.json" in capsys.readouterr().err
 
 
@@ -412,18 +416,18 @@ def test_bad_matrix_is_bad_input(tmp_path, capsys):
 
 
 def test_show_lists_entries_and_unverified_facts(capsys):
-    assert cli("show", "--matrix", str(MATRIX)) == 0
+    assert cli("show", "--matrix", str(RECORDED_MATRIX)) == 0
     lines = capsys.readouterr().out.splitlines()
-    m = releases.read_matrix(MATRIX)
+    m = releases.read_matrix(RECORDED_MATRIX)
     assert [line.split()[0] for line in lines] == [e.name for e in m.entries + m.canaries]
     assert "[unverified: pytorch, install]" in lines[0]
 
 
 def test_the_python_api_takes_keywords_and_finds_the_matrix_under_root(tmp_path, capsys):
     (tmp_path / "env").mkdir()
-    shutil.copy(MATRIX, tmp_path / "env" / "matrix.toml")
+    shutil.copy(RECORDED_MATRIX, tmp_path / "env" / "matrix.toml")
     assert releases.main(releases_command="show", root=tmp_path, as_json=True) == releases.EXIT_UP_TO_DATE
-    assert json.loads(capsys.readouterr().out) == releases.job_matrix(releases.load_matrix(MATRIX))
+    assert json.loads(capsys.readouterr().out) == releases.job_matrix(releases.load_matrix(RECORDED_MATRIX))
     with pytest.raises(MatrixError, match="env/matrix.toml: file not found"):
         releases.main(releases_command="show", root=tmp_path / "env")
 
@@ -432,18 +436,18 @@ def test_the_python_api_takes_keywords_and_finds_the_matrix_under_root(tmp_path,
 
 
 def test_verify_pins_reports_each_pin_state(capsys):
-    code = cli("verify-pins", "--matrix", str(MATRIX), "--fixtures", str(UPSTREAM), "--today", "2026-12-01")
+    code = cli("verify-pins", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(UPSTREAM), "--today", "2026-12-01")
     assert code == releases.EXIT_UP_TO_DATE
     out = capsys.readouterr().out
     assert "amd-torch-device-gfx942==2.14.0+rocm10.1.0" in out and "transformers==5.24.0" in out
-    report = pins.verify(releases.load_matrix(MATRIX), upstream.Recorded(UPSTREAM), today=TODAY)
+    report = pins.verify(releases.load_matrix(RECORDED_MATRIX), upstream.Recorded(UPSTREAM), today=TODAY)
     assert {p.state for p in report.pins} == {"ok"} and len(report.pins) == 11  # cpu-current: 6 pins; rocm-7.2 image
     assert "rocm-10.1: pytorch" in report.unverified and "rocm-10.1: released" not in report.unverified
 
 
 def with_pins(tmp_path, old: str, new: str) -> Path:
     path = tmp_path / "matrix.toml"
-    text = MATRIX.read_text(encoding="utf-8")
+    text = RECORDED_MATRIX.read_text(encoding="utf-8")
     assert old in text
     path.write_text(text.replace(old, new), encoding="utf-8")
     return path
@@ -453,7 +457,9 @@ def test_verify_pins_finds_a_vanished_wheel_and_a_stale_source(tmp_path, capsys)
     path = with_pins(tmp_path, '"peft==0.21.2"', '"peft==0.99.0"')
     assert cli("verify-pins", "--matrix", str(path), "--fixtures", str(UPSTREAM), "--today", "2026-12-01") == 12
     assert "peft==0.99.0" in capsys.readouterr().out
-    report = pins.verify(releases.load_matrix(MATRIX), upstream.Recorded(UPSTREAM), today=TODAY + dt.timedelta(days=95))
+    report = pins.verify(
+        releases.load_matrix(RECORDED_MATRIX), upstream.Recorded(UPSTREAM), today=TODAY + dt.timedelta(days=95)
+    )
     assert report.stale_sources and all("days > 90" in s for s in report.stale_sources)
 
 
@@ -479,7 +485,9 @@ def test_verify_pins_records_image_digests_and_sees_a_moved_tag(tmp_path):
 
 def test_verify_pins_offline_has_its_own_exit_status(tmp_path, capsys):
     (tmp_path / "manifest.json").write_text("{}")
-    assert cli("verify-pins", "--matrix", str(MATRIX), "--fixtures", str(tmp_path), "--today", "2026-12-01") == 11
+    assert (
+        cli("verify-pins", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(tmp_path), "--today", "2026-12-01") == 11
+    )
     assert "could not be checked" in capsys.readouterr().out
 
 
@@ -597,7 +605,7 @@ def pypi_upstream(versions: dict, yanked: dict | None = None) -> upstream.Upstre
 def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_proposed():
     caps = proposals.pyproject_caps(ROOT / "pyproject.toml")
     assert str(caps["transformers"][0]) == "<6,>=4.56" and "extra labs" in caps["transformers"][1]
-    entries = releases.load_matrix(MATRIX)
+    entries = releases.load_matrix(RECORDED_MATRIX)
     found = pypi_upstream({"transformers": ["5.24.0", "5.25.0", "6.0.0", "6.0.1"]})
     findings = proposals.compare(entries, found, today=TODAY, caps=caps)
     (update,) = findings.updates
@@ -616,7 +624,7 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
 
 
 def test_a_yanked_pin_is_reported_by_check(tmp_path, capsys):
-    entries = releases.load_matrix(MATRIX)
+    entries = releases.load_matrix(RECORDED_MATRIX)
     found = pypi_upstream({"peft": ["0.21.2", "0.17.1"]}, {"peft": {"0.21.2": "corrupt wheel"}})
     findings = proposals.compare(entries, found, today=TODAY)
     assert findings.anything and not findings.updates
@@ -631,7 +639,7 @@ def test_a_yanked_pin_is_reported_by_check(tmp_path, capsys):
     for file in data["releases"]["0.21.2"]:
         file |= {"yanked": True, "yanked_reason": "corrupt wheel"}
     (folder / "pypi-peft.json").write_text(json.dumps(data))
-    code = cli("check", "--matrix", str(MATRIX), "--fixtures", str(folder), "--today", "2026-12-01", "--json")
+    code = cli("check", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(folder), "--today", "2026-12-01", "--json")
     out = json.loads(capsys.readouterr().out)
     assert code == releases.EXIT_UPDATES and [y["package"] for y in out["yanked"]] == ["peft"]
 
