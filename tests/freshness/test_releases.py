@@ -623,6 +623,19 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
     assert not alone.updates and alone.held and not alone.anything  # nothing installable is newer
 
 
+def test_a_fact_that_names_a_replaced_pin_is_listed_for_the_maintainer():
+    entries = releases.load_matrix(RECORDED_MATRIX)
+    found = pypi_upstream({"transformers": ["5.24.0", "5.25.0"], "peft": ["0.21.2"]})
+    findings = proposals.compare(entries, found, today=TODAY)
+    (restated,) = findings.restated  # the PyPI fact "newest transformers 5.24.0, peft 0.21.2, ..."
+    assert restated.startswith("cpu-current: pin:transformers 5.24.0 -> 5.25.0, but the fact of ")
+    assert "https://pypi.org/project/transformers/ (seen 2026-12-01) still names 5.24.0" in restated
+    body = pull_request.render_body(findings)
+    assert f"### Facts that name a replaced value\n\n- {restated}" in body
+    unchanged = proposals.compare(entries, pypi_upstream({"peft": ["0.21.2"]}), today=TODAY)
+    assert unchanged.restated == [] and "replaced value" not in pull_request.render_body(unchanged)
+
+
 def test_a_yanked_pin_is_reported_by_check(tmp_path, capsys):
     entries = releases.load_matrix(RECORDED_MATRIX)
     found = pypi_upstream({"peft": ["0.21.2", "0.17.1"]}, {"peft": {"0.21.2": "corrupt wheel"}})

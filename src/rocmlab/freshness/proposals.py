@@ -14,6 +14,7 @@ newest release below the cap proposed instead. A pinned release that PyPI has ya
 from __future__ import annotations
 
 import datetime as dt
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,6 +61,7 @@ class Findings:
     notices: list[str] = field(default_factory=list)  # worth knowing, nothing to change
     unparsed: list[str] = field(default_factory=list)  # what a source listed that could not be read
     failures: list[str] = field(default_factory=list)
+    restated: list[str] = field(default_factory=list)  # facts that still state a value an update replaces
 
     @property
     def anything(self) -> bool:
@@ -86,6 +88,7 @@ class Findings:
             "notices": self.notices,
             "unparsed": self.unparsed,
             "failures": self.failures,
+            "restated": self.restated,
             "partial": bool(self.failures),
         }
 
@@ -130,7 +133,25 @@ def compare(
         if not bump:
             findings.notices.extend(_pytorch_index_notice(entry, upstream))
     _compare_pypi([e for e in entries if e.kind == "cpu"], upstream, findings, caps or {})
+    findings.restated = facts_stating_replaced_values(entries, findings.updates)
     return findings
+
+
+def facts_stating_replaced_values(entries: list[Entry], updates: list[Update]) -> list[str]:
+    """The sources of updated entries whose fact names an old value ("newest transformers 5.24.0"):
+    applying the update leaves them stating what the matrix no longer says."""
+    by_name = {e.name: e for e in entries}
+    stale = []
+    for update in updates:
+        entry = by_name.get(update.entry)
+        old = re.compile(rf"(?<![\w.]){re.escape(update.old)}(?![\w]|\.\d)")
+        for source in entry.sources if entry and update.old else ():
+            if old.search(source.fact):
+                stale.append(
+                    f"{update.entry}: {update.field} {update.old} -> {update.new}, but the fact of {source.url} "
+                    f"(seen {source.seen}) still names {update.old}: read the source again and restate it"
+                )
+    return list(dict.fromkeys(stale))
 
 
 def _retire_oldest_current(rocm: list[Entry]) -> list[Update]:

@@ -74,6 +74,8 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str
         lines += ["### Also seen", "", *[f"- {n}" for n in findings.notices], ""]
     if findings.unparsed:
         lines += ["### Not understood (reported, not skipped)", "", *[f"- {u}" for u in findings.unparsed], ""]
+    if findings.restated:
+        lines += ["### Facts that name a replaced value", "", *[f"- {r}" for r in findings.restated], ""]
     if findings.changed_entries:
         lines += [
             "### Freshness runs",
