@@ -250,3 +250,23 @@ def test_a_learner_cannot_open_another_learners_slice_even_with_the_variable_uns
     devices.take_back(book.release("ann"), dev_root)
     assert opened_as(ann.pw_uid, [a], render) == {str(a): "refused"}
     assert (a.stat().st_uid, stat.S_IMODE(a.stat().st_mode)) == (0, 0o600)
+
+
+def test_the_config_books_the_nodes_slices_and_delivers_what_fits(monkeypatch, tmp_path):
+    from test_hub import hub_config
+
+    try:
+        c = hub_config(
+            monkeypatch,
+            tmp_path,
+            ROCMLAB_HUB_GPU_POLICY="slices",
+            ROCMLAB_HUB_GPU_SLICES=1,
+            ROCMLAB_HUB_PROFILE="multi-gpu",
+            ROCMLAB_HUB_MACHINE=str(MACHINES / "mi300x-cpx-nps4"),
+            ROCMLAB_HUB_LABS="01-rocm-setup,05-distributed-training",
+        )
+        assert c.CourseSpawner.gpu_policy == "slices" and c.CourseSpawner.gpu_slices == 1
+        assert c.CourseSpawner.labs == ["01-rocm-setup"], "05 needs two slices in its multi-gpu profile"
+        assert len(SliceHolder.book.slices) == 64
+    finally:
+        SliceHolder.book = None

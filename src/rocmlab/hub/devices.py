@@ -96,7 +96,8 @@ class Assignments:
 
     def assign(self, user: str, count: int = 1) -> list[Slice]:
         """``user``'s slices: theirs if they hold them (the same count), else ``count`` free slices of
-        one physical GPU, on the GPU with the fewest slices held. RuntimeError when none is left."""
+        one physical GPU, on the GPU with the fewest slices held (on a node of whole GPUs, ``count``
+        GPUs). RuntimeError when none is left."""
         if user in self.held and len(self.held[user]) == count:
             return self.held[user]
         self.release(user)
@@ -107,6 +108,11 @@ class Assignments:
                 free_by_gpu.setdefault(candidate.gpu, []).append(candidate)
         load = Counter(s.gpu for held in self.held.values() for s in held)
         fitting = [gpu for gpu, free in free_by_gpu.items() if len(free) >= count]
+        whole_gpus = all(n == 1 for n in Counter(s.gpu for s in self.slices).values())
+        if not fitting and whole_gpus and len(free_by_gpu) >= count:  # unpartitioned: whole GPUs of the node
+            chosen = sorted(free_by_gpu, key=lambda g: (load[g], g))[:count]
+            self.held[user] = [free_by_gpu[g][0] for g in chosen]
+            return self.held[user]
         if not fitting:
             raise RuntimeError(
                 f"no {count} free slice(s) of one GPU left for {user}: "
