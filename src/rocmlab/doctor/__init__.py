@@ -157,7 +157,8 @@ def render_table(report: dict, lang: str = "both") -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Probe this machine (driver, ROCm, groups, torch build, gfx support, RCCL settings), judge it against "
+        "Probe this machine (driver, ROCm, groups, torch build, gfx support, the device or partition and its peak, "
+        "TheRock readiness, known traps, RCCL settings), judge it against "
         "the release matrix and print fixes in Chinese and English. Exit 0 all ok, 1 the worst finding is a "
         "warning, 3 a check failed."
     )
