@@ -36,6 +36,7 @@
 #                            from the ROCm driver's topology)
 #   ROCMLAB_HUB_PROFILE      the lab profile whose `requires` the slices admit labs by (gpu)
 #   ROCMLAB_HUB_MACHINE      slices policy: a recorded machine folder standing for this node (tests)
+#   ROCMLAB_HUB_DEV_ROOT     slices policy: a folder standing for / holding dev/dri/renderD* (tests)
 #   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
 #   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
 #   ROCMLAB_HUB_SSL_CERT, ROCMLAB_HUB_SSL_KEY  PEM files the proxy serves HTTPS with; without
@@ -220,8 +221,14 @@ if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.dev
     from rocmlab.hub.slices import SliceHolder
 
     c.CourseSpawner.gpu_slices = _seconds("ROCMLAB_HUB_GPU_SLICES", 1)
+    c.CourseSpawner.slice_dev_root = env("ROCMLAB_HUB_DEV_ROOT", "")
     SliceHolder.book, labs = book_of_this_node(
-        env("ROCMLAB_HUB_MACHINE", ""), course_repo, labs, env("ROCMLAB_HUB_PROFILE", "gpu"), c.CourseSpawner.gpu_slices
+        env("ROCMLAB_HUB_MACHINE", ""),
+        course_repo,
+        labs,
+        env("ROCMLAB_HUB_PROFILE", "gpu"),
+        c.CourseSpawner.gpu_slices,
+        c.CourseSpawner.slice_dev_root,
     )
     c.CourseSpawner.labs = labs
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.

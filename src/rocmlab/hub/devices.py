@@ -207,10 +207,13 @@ def reopen(slices: list[Slice], dev_root: Path | None = None, gid: int | None = 
             os.chmod(path, FREED_MODE, follow_symlinks=False)
 
 
-def book_of_this_node(machine_folder: str, course_repo, lab_ids: list[str], profile: str, per_learner: int):
+def book_of_this_node(
+    machine_folder: str, course_repo, lab_ids: list[str], profile: str, per_learner: int, dev_root: str = ""
+):
     """At hub start (slices policy): the node's slice book, every render node closed until handed
     over, and the labs that fit a learner's slices (each refused one logged with its reason).
-    ``machine_folder`` replays a recorded machine instead of this one (tests); ValueError when the
+    ``machine_folder`` replays a recorded machine instead of this one and ``dev_root`` stands for
+    ``/`` (tests: a recorded node's render nodes are closed only there); ValueError when the
     node has no GPU device or fewer than ``per_learner`` of one GPU."""
     import logging
 
@@ -225,8 +228,8 @@ def book_of_this_node(machine_folder: str, course_repo, lab_ids: list[str], prof
             f"({probes.KFD_TOPOLOGY}), none with {per_learner} slices of one GPU"
         )
     book = Assignments(slices)
-    if not machine_folder:
-        take_back(slices)  # every render node closed until a learner is handed one
+    if dev_root or not machine_folder:
+        take_back(slices, Path(dev_root) if dev_root else None)  # every render node closed until handed over
     sample = book.assign("(sizing)", per_learner)
     book.release("(sizing)")
     labs = select(discover(Path(course_repo)), list(lab_ids)) if lab_ids else []
