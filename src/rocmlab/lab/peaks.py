@@ -34,6 +34,12 @@ CDNA2_WHITEPAPER = (
 RDNA3_ISA = "https://www.amd.com/content/dam/amd/en/documents/radeon-tech-docs/instruction-set-architectures/rdna3-shader-instruction-set-architecture-feb-2023_0.pdf"
 RDNA4_ISA = "https://www.amd.com/content/dam/amd/en/documents/radeon-tech-docs/instruction-set-architectures/rdna4-instruction-set-architecture.pdf"
 
+CDNA4_BASIS = f"{CDNA4_WHITEPAPER}; reproduces the MI355X's printed 2.5 PFLOPS FP16 (256 CUs, 2400 MHz)"
+CDNA2_BASIS = f"{CDNA2_WHITEPAPER}; reproduces the MI250X's printed 383 TFLOPS FP16 (220 CUs, 1700 MHz)"
+RDNA3_BASIS = f"{RDNA3_ISA}; reproduces the RX 7900 XTX's printed 122.8 TFLOPS FP16 (96 CUs, 2500 MHz)"
+RDNA4_UNVERIFIED = (
+    f"{RDNA4_ISA}; FP16/BF16/FP8 per-CU rates inferred from AMD's printed INT8 AI TOPS, no AMD figure checks them"
+)
 DTYPES = ("fp16", "bf16", "fp8", "fp32")  # fp16/bf16/fp8: matrix cores; fp32: the vector ALUs
 
 
@@ -51,14 +57,17 @@ RATES: dict[str, Rate] = {
     # 2048, FP8 4096; vector FP32 256), the same figures its MI300X datasheet peaks are made of.
     "gfx942": Rate("gfx942", {"fp16": 2048, "bf16": 2048, "fp8": 4096, "fp32": 256}, MI300_ARCH),
     # CDNA 4 doubles CDNA 3's matrix rate per CU for FP16/BF16 and FP8 (CDNA 4 white paper).
-    "gfx950": Rate("gfx950", {"fp16": 4096, "bf16": 4096, "fp8": 8192, "fp32": 256}, CDNA4_WHITEPAPER),
+    "gfx950": Rate("gfx950", {"fp16": 4096, "bf16": 4096, "fp8": 8192, "fp32": 256}, CDNA4_BASIS),
     # CDNA 2: 1024 FP16/BF16 matrix FLOPs/clock/CU (220 CUs x 1.7 GHz = the MI250X's 383 TFLOPS).
-    "gfx90a": Rate("gfx90a", {"fp16": 1024, "bf16": 1024, "fp32": 256}, CDNA2_WHITEPAPER),
+    "gfx90a": Rate("gfx90a", {"fp16": 1024, "bf16": 1024, "fp32": 256}, CDNA2_BASIS),
     # RDNA 3 / 3.5: WMMA, 512 dense FP16/BF16 FLOPs/clock/CU; FP32 vector 256 (64 lanes x FMA x dual issue).
-    "gfx1100": Rate("gfx1100", {"fp16": 512, "bf16": 512, "fp32": 256}, RDNA3_ISA),
-    "gfx1151": Rate("gfx1151", {"fp16": 512, "bf16": 512, "fp32": 256}, RDNA3_ISA),
-    # RDNA 4: WMMA at twice RDNA 3's dense FP16/BF16 rate per CU, FP8 at twice that; FP32 vector as RDNA 3.
-    "gfx1201": Rate("gfx1201", {"fp16": 1024, "bf16": 1024, "fp8": 2048, "fp32": 256}, RDNA4_ISA),
+    "gfx1100": Rate("gfx1100", {"fp16": 512, "bf16": 512, "fp32": 256}, RDNA3_BASIS),
+    "gfx1151": Rate("gfx1151", {"fp16": 512, "bf16": 512, "fp32": 256}, RDNA3_BASIS),
+    # RDNA 4: FP32 vector 256 (reproduces AMD's printed 36.1 TFLOPS of the RX 9070). AMD prints no FP16
+    # matrix figure: 1024 is half the 2048 dense INT8 ops/clock/CU behind AMD's printed AI TOPS (RX 9070 XT:
+    # 779 INT8 TOPS with sparsity at 64 CUs and 2970 MHz), on the assumption that WMMA runs FP16 at half
+    # the INT8 rate as on RDNA 3; FP8 at the INT8 rate. Unverified against an AMD figure.
+    "gfx1201": Rate("gfx1201", {"fp16": 1024, "bf16": 1024, "fp8": 2048, "fp32": 256}, RDNA4_UNVERIFIED),
 }
 
 COMPUTE_PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4, "CPX": 8}  # devices per MI300X-class GPU
