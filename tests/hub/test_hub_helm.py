@@ -240,6 +240,28 @@ def test_dra_profiles_claim_through_the_templates_that_exist():
     assert same_gpu == {"matchAttribute": "gpu.amd.com/deviceID", "requests": ["rank0", "rank1"]}
 
 
+def test_a_learner_cannot_take_the_instructors_gpu_profile(monkeypatch):
+    hook = roles_hook(monkeypatch)
+    for naming, overlay in SLICE_OVERLAYS.items():
+        profiles = slice_profiles(overlay)
+        for slug, role, groups in (
+            ("instructor-gpu", "instructor", [CUSTOM["instructorGroup"]]),
+            ("slice-1", "learner", []),
+        ):
+            container = types.SimpleNamespace(image="rocmlab-hub:x", env=[], volume_mounts=[])
+            spec = types.SimpleNamespace(containers=[container], init_containers=None,
+                                         node_selector=profiles[slug]["node_selector"])  # fmt: skip
+            user = types.SimpleNamespace(name="ann", groups=[types.SimpleNamespace(name=g) for g in groups])
+            pod = types.SimpleNamespace(spec=spec)
+            assert hook(types.SimpleNamespace(user=user), pod) is pod, (naming, slug)
+            assert next(v.value for v in container.env if v.name == "ROCMLAB_HUB_ROLE") == role
+        spec = types.SimpleNamespace(containers=[types.SimpleNamespace(image="i", env=[], volume_mounts=[])],
+                                     init_containers=None, node_selector=profiles["instructor-gpu"]["node_selector"])  # fmt: skip
+        learner = types.SimpleNamespace(name="bob", groups=[])
+        with pytest.raises(ValueError, match="bob is a learner"):
+            hook(types.SimpleNamespace(user=learner), types.SimpleNamespace(spec=spec))
+
+
 def test_the_dcm_configmap_partitions_learner_nodes_cpx_nps4_by_dcms_rules():
     config_map = yaml.safe_load((HELM / "dcm-cpx-nps4.yaml").read_text(encoding="utf-8"))
     assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", "config-manager-config")
