@@ -270,3 +270,18 @@ def test_the_config_books_the_nodes_slices_and_delivers_what_fits(monkeypatch, t
         assert len(SliceHolder.book.slices) == 64
     finally:
         SliceHolder.book = None
+
+
+@pytest.mark.machine_wide
+def test_a_restarted_hub_keeps_the_slices_of_running_servers(dev_root):
+    """The hub reads who holds which slice back from the render nodes' owners: a learner's running
+    server keeps its slice across a hub restart, and everything else is closed."""
+    nobody = pwd.getpwnam("nobody")
+    slices = [s for s in node() if int(s.render_node.rsplit("D", 1)[1]) < 136]
+    devices.hand_over(slices[3:4], nobody.pw_uid, dev_root)
+    assert devices.holders(slices, dev_root) == {"nobody": slices[3:4]}
+    book, _ = devices.book_of_this_node(str(MACHINES / "mi300x-cpx-nps4"), REPO, [], "gpu", 1, str(dev_root))
+    assert book.held == {"nobody": [s for s in book.slices if s.index == 3]}
+    assert book.assign("nobody") == book.held["nobody"], "the learner's server keeps its slice"
+    others = [dev_root / s.render_node.lstrip("/") for s in slices if s.index != 3]
+    assert {(p.stat().st_uid, stat.S_IMODE(p.stat().st_mode)) for p in others} == {(0, 0o600)}

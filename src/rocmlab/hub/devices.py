@@ -207,6 +207,23 @@ def reopen(slices: list[Slice], dev_root: Path | None = None, gid: int | None = 
             os.chmod(path, FREED_MODE, follow_symlinks=False)
 
 
+def holders(slices: list[Slice], dev_root: Path | None = None) -> dict[str, list[Slice]]:
+    """Who holds which slice, read back from the render nodes' owners (a hub restarted while
+    learners' servers ran); nodes owned by root, or by a uid no account has, are held by nobody."""
+    import pwd
+
+    held: dict[str, list[Slice]] = {}
+    for s in slices:
+        try:
+            uid = os.lstat(_on_root(s.render_node, dev_root)).st_uid
+            name = pwd.getpwuid(uid).pw_name if uid else ""
+        except (OSError, KeyError):
+            continue
+        if name:
+            held.setdefault(name, []).append(s)
+    return held
+
+
 def book_of_this_node(
     machine_folder: str, course_repo, lab_ids: list[str], profile: str, per_learner: int, dev_root: str = ""
 ):
@@ -229,7 +246,10 @@ def book_of_this_node(
         )
     book = Assignments(slices)
     if dev_root or not machine_folder:
-        take_back(slices, Path(dev_root) if dev_root else None)  # every render node closed until handed over
+        root = Path(dev_root) if dev_root else None
+        book.held = holders(slices, root)  # servers that outlived a hub restart keep their slices
+        held = {s.index for owned in book.held.values() for s in owned}
+        take_back([s for s in slices if s.index not in held], root)  # the rest closed until handed over
     sample = book.assign("(sizing)", per_learner)
     book.release("(sizing)")
     labs = select(discover(Path(course_repo)), list(lab_ids)) if lab_ids else []
