@@ -29,9 +29,14 @@
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
 #                            than it uses, and an RLIMIT_AS would break it)
 #   ROCMLAB_HUB_MAX_PROCESSES  processes per Unix user (server mode, default 512; 0: none)
-#   ROCMLAB_HUB_GPU_POLICY   shared (default: every server sees every GPU) | spread (each server
+#   ROCMLAB_HUB_GPU_POLICY   shared (default: every server sees every GPU) | slices (each learner
+#                            ROCMLAB_HUB_GPU_SLICES slices of one GPU, theirs alone; labs that do
+#                            not fit them are not delivered) | spread (each server
 #                            sees one GPU, the least used; ROCMLAB_HUB_GPUS GPUs, default: counted
 #                            from the ROCm driver's topology)
+#   ROCMLAB_HUB_PROFILE      the lab profile whose `requires` the slices admit labs by (gpu)
+#   ROCMLAB_HUB_MACHINE      slices policy: a recorded machine folder standing for this node (tests)
+#   ROCMLAB_HUB_DEV_ROOT     slices policy: a folder standing for / holding dev/dri/renderD* (tests)
 #   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
 #   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
 #   ROCMLAB_HUB_SSL_CERT, ROCMLAB_HUB_SSL_KEY  PEM files the proxy serves HTTPS with; without
@@ -204,13 +209,28 @@ c.CourseSpawner.hub_marker = env("ROCMLAB_HUB_ID", "")
 # GPUs: shared (every server sees all) or spread (each server one, ROCR_VISIBLE_DEVICES; a fair
 # share, not an isolation: the device files stay open to the render group).
 gpu_policy = env("ROCMLAB_HUB_GPU_POLICY", "shared")
-if gpu_policy not in ("shared", "spread"):
-    raise ValueError(f"ROCMLAB_HUB_GPU_POLICY={gpu_policy!r}: expected shared or spread")
+if gpu_policy not in ("shared", "spread", "slices"):
+    raise ValueError(f"ROCMLAB_HUB_GPU_POLICY={gpu_policy!r}: expected shared, spread or slices")
 c.CourseSpawner.gpu_policy = gpu_policy
 if gpu_policy == "spread":
     from rocmlab.hub.spawner import kfd_gpu_count
 
     c.CourseSpawner.gpu_count = _seconds("ROCMLAB_HUB_GPUS", 0) or kfd_gpu_count()
+if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.devices)
+    from rocmlab.hub.devices import book_of_this_node
+    from rocmlab.hub.slices import SliceHolder
+
+    c.CourseSpawner.gpu_slices = _seconds("ROCMLAB_HUB_GPU_SLICES", 1)
+    c.CourseSpawner.slice_dev_root = env("ROCMLAB_HUB_DEV_ROOT", "")
+    SliceHolder.book, labs = book_of_this_node(
+        env("ROCMLAB_HUB_MACHINE", ""),
+        course_repo,
+        labs,
+        env("ROCMLAB_HUB_PROFILE", "gpu"),
+        c.CourseSpawner.gpu_slices,
+        c.CourseSpawner.slice_dev_root,
+    )
+    c.CourseSpawner.labs = labs
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
 c.CourseSpawner.max_processes = _seconds("ROCMLAB_HUB_MAX_PROCESSES", 512)
 # Where systemd runs the machine, each learner's server and all it starts share one ceiling

@@ -61,6 +61,10 @@ class Machine:
         """The version of an installed Python distribution (``rocm-sdk-core``), None when absent."""
         raise NotImplementedError
 
+    def python_version(self) -> str | None:
+        """The version of the Python the labs run on ("3.12.3")."""
+        raise NotImplementedError
+
 
 class LiveMachine(Machine):
     """This computer."""
@@ -136,6 +140,11 @@ class LiveMachine(Machine):
         except metadata.PackageNotFoundError:
             return None
 
+    def python_version(self):
+        import platform
+
+        return platform.python_version()
+
 
 def _in_rocm_bin(program: str) -> str | None:
     candidate = Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "bin" / program
@@ -169,6 +178,7 @@ def collect_torch_info() -> dict | None:
                     "capability": list(torch.cuda.get_device_capability(index)),
                     "warp_size": getattr(props, "warp_size", None),
                     "total_memory": props.total_memory,
+                    "multi_processor_count": getattr(props, "multi_processor_count", None),
                 }
             )
     except Exception as exc:  # noqa: BLE001 (a driver problem must become a finding, not a crash)
@@ -181,7 +191,8 @@ class RecordedMachine(Machine):
 
     Keys: ``files`` {path: text, or "@name" for a file in the folder}, ``dirs`` {path: [names]},
     ``commands`` {"argv joined by spaces": {"rc", "stdout" (or "@name"), "stderr"}},
-    ``env``, ``user``, ``access`` {path: true/false}, ``disk_free_gb``, ``torch``.
+    ``env``, ``user``, ``access`` {path: true/false}, ``disk_free_gb``, ``torch``, ``packages``,
+    ``python`` (the version the labs run on).
     Anything not recorded is absent.
     """
 
@@ -232,6 +243,9 @@ class RecordedMachine(Machine):
 
     def package_version(self, name):
         return self.data.get("packages", {}).get(name)
+
+    def python_version(self):
+        return self.data.get("python")
 
 
 # ---- parsers -------------------------------------------------------------------------------
@@ -440,3 +454,122 @@ def _system_rocm(machine: Machine) -> tuple[str | None, str]:
         if version:
             return version, "amd-smi version"
     return None, ""
+
+
+# ---- the KFD topology and amd-smi's partitions ------------------------------------------------
+
+# The ROCm kernel driver (KFD) lists every agent under /sys/class/kfd/kfd/topology/nodes/<N>/: a
+# ``properties`` file of "name value" lines (simd_count, simd_per_cu, max_engine_clk_fcompute,
+# gfx_target_version, drm_render_minor, unique_id, ...), ``gpu_id`` (0 for a CPU) and
+# ``mem_banks/<M>/properties`` (size_in_bytes). A compute partition (an MI300X in CPX mode) is a
+# node of its own with its own render node; the partitions of one GPU share its ``unique_id``.
+# Format: the Linux driver (drivers/gpu/drm/amd/amdkfd/kfd_topology.c) and captures of real
+# machines in ROCm/k8s-device-plugin's testdata/ (topo-mi300-cpx, topology-parsing-mi308).
+KFD_TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes"
+
+
+def parse_kfd_properties(text: str) -> dict[str, int]:
+    """``"simd_count 152\nsimd_per_cu 4"`` → ``{"simd_count": 152, "simd_per_cu": 4}`` (lines that
+    are not a name and an integer are skipped)."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            found[parts[0]] = int(parts[1])
+    return found
+
+
+def gfx_of_version(version: int) -> str:
+    """KFD's gfx_target_version (major*10000 + minor*100 + stepping) as an LLVM target:
+    90402 → gfx942, 90010 → gfx90a, 110501 → gfx1151, 120001 → gfx1201."""
+    major, minor, step = version // 10000, version // 100 % 100, version % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+@dataclass(frozen=True)
+class KfdGpu:
+    """One GPU device of the KFD topology: a whole GPU, or one partition of it."""
+
+    node: int
+    gpu_id: int
+    gfx: str
+    cus: int
+    clock_mhz: int
+    memory_bytes: int
+    render_minor: int
+    unique_id: int  # the physical GPU: the same for all partitions of one GPU
+    location_id: int
+    device_id: int
+    wavefront: int
+    xccs: int
+
+    @property
+    def render_node(self) -> str:
+        return f"/dev/dri/renderD{self.render_minor}"
+
+
+def kfd_gpus(machine: Machine) -> list[KfdGpu]:
+    """The GPU nodes of the KFD topology in node order (CPU nodes, with no SIMDs, left out)."""
+    found = []
+    names = machine.list_dir(KFD_TOPOLOGY) or []
+    for name in sorted((n for n in names if n.isdigit()), key=int):
+        base = f"{KFD_TOPOLOGY}/{name}"
+        props = parse_kfd_properties(machine.read_file(f"{base}/properties") or "")
+        if not props.get("simd_count") or not props.get("simd_per_cu"):
+            continue
+        bank = parse_kfd_properties(machine.read_file(f"{base}/mem_banks/0/properties") or "")
+        found.append(
+            KfdGpu(
+                node=int(name),
+                gpu_id=_int((machine.read_file(f"{base}/gpu_id") or "0").strip()) or 0,
+                gfx=gfx_of_version(props.get("gfx_target_version", 0)),
+                cus=props["simd_count"] // props["simd_per_cu"],
+                clock_mhz=props.get("max_engine_clk_fcompute", 0),
+                memory_bytes=bank.get("size_in_bytes") or props.get("local_mem_size", 0),
+                render_minor=props.get("drm_render_minor", 0),
+                unique_id=props.get("unique_id", 0),
+                location_id=props.get("location_id", 0),
+                device_id=props.get("device_id", 0),
+                wavefront=props.get("wave_front_size", 0),
+                xccs=props.get("num_xcc", 1),
+            )
+        )
+    return found
+
+
+def parse_amdsmi_partitions(text: str) -> list[dict]:
+    """``amd-smi static --partition --json``: one ``{"gpu", "compute", "memory", "partition_id"}``
+    per device amd-smi lists ("N/A" where the GPU has no partitions, as on Radeon). The JSON is a
+    list of ``{"gpu": N, "partition": {"compute_partition", "memory_partition", "partition_id"}}``
+    (amd-smi's ``static`` command, amdsmi_cli/amdsmi_commands.py); bad JSON is an InputError."""
+    try:
+        devices = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"amd-smi static --partition --json: not JSON ({exc})") from None
+    if isinstance(devices, dict):
+        devices = [devices]
+    found = []
+    for device in devices if isinstance(devices, list) else []:
+        part = device.get("partition") if isinstance(device, dict) else None
+        if not isinstance(part, dict):
+            continue
+        found.append(
+            {
+                "gpu": device.get("gpu"),
+                "compute": str(part.get("compute_partition", "N/A")),
+                "memory": str(part.get("memory_partition", "N/A")),
+                "partition_id": part.get("partition_id"),
+            }
+        )
+    return found
+
+
+def partition_modes(machine: Machine) -> tuple[str, str] | None:
+    """(compute mode, memory mode) of this machine's GPUs as amd-smi reports them, e.g.
+    ("CPX", "NPS4"); None where amd-smi is missing, fails or reports none (a Radeon: "N/A")."""
+    result = machine.run(["amd-smi", "static", "--partition", "--json"])
+    if result is None or result.returncode != 0:
+        return None
+    modes = {(p["compute"], p["memory"]) for p in parse_amdsmi_partitions(result.stdout)}
+    modes = {m for m in modes if "N/A" not in m}
+    return sorted(modes)[0] if len(modes) == 1 else None

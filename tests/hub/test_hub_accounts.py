@@ -18,6 +18,7 @@ import pwd
 import secrets
 import shutil
 import ssl
+import stat
 import subprocess
 import sys
 import tempfile
@@ -170,6 +171,29 @@ def limits(pid: int) -> dict:
     return table
 
 
+def device_nodes(base: Path) -> list[Path]:
+    """base/dev/kfd (root:render-like group, 0666 as ROCm's udev rule makes it) and the render
+    nodes of the recorded node, renderD128-191: character devices with /dev/null's numbers."""
+    (base / "dev" / "dri").mkdir(parents=True)
+    for folder in (base / "dev", base / "dev" / "dri"):
+        folder.chmod(0o755)
+    null = os.stat("/dev/null").st_rdev
+    os.mknod(base / "dev" / "kfd", 0o666 | stat.S_IFCHR, null)
+    (base / "dev" / "kfd").chmod(0o666)
+    nodes = []
+    for minor in range(128, 192):
+        node = base / "dev" / "dri" / f"renderD{minor}"
+        os.mknod(node, 0o660 | stat.S_IFCHR, null)
+        node.chmod(0o666)  # open to all until the hub closes them: the test then shows it did
+        nodes.append(node)
+    return nodes
+
+
+def opens(name: str, path: Path) -> bool:
+    """Whether ``name`` (with their groups, no *_VISIBLE_DEVICES) can open ``path`` read-write."""
+    return as_user(name, "sh", "-c", ': <> "$0"', str(path)).returncode == 0
+
+
 def as_user(name: str, *command: str) -> subprocess.CompletedProcess:
     entry = pwd.getpwnam(name)
     return subprocess.run(
@@ -252,6 +276,12 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
     base = Path(tempfile.mkdtemp(prefix="rmlhub-"))
     scratch = Path(tempfile.mkdtemp(prefix="rmlhub-mounts-"))  # root-only: the namespace's bind bookkeeping
     base.chmod(0o755)
+    # GPU slices on a recorded MI300X node in CPX/NPS4, its render nodes made with mknod under base/dev
+    monkeypatch.setenv("ROCMLAB_HUB_GPU_POLICY", "slices")
+    monkeypatch.setenv("ROCMLAB_HUB_MACHINE", str(ROOT / "tests" / "fixtures" / "machines" / "mi300x-cpx-nps4"))
+    monkeypatch.setenv("ROCMLAB_HUB_DEV_ROOT", str(base))
+    monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
+    render_nodes = device_nodes(base)
     uids, marker = set(), ""
     try:
         with accounts(base) as (names, groups, password):
@@ -313,6 +343,18 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                     assert (delivered / f"{LAB}.ipynb").is_file()
                     assert {owner(p) for p in [delivered, *delivered.rglob("*")]} == {name}
                     assert hub.home(name).stat().st_mode & 0o077 == 0, oct(hub.home(name).stat().st_mode)
+                # each learner holds a different slice; the other's (and a free one) cannot be opened
+                held = {
+                    name: [n for n in render_nodes if n.stat().st_uid == pwd.getpwnam(name).pw_uid]
+                    for name in (ann, bob)
+                }
+                assert len(held[ann]) == len(held[bob]) == 1 and held[ann] != held[bob], held
+                free = next(n for n in render_nodes if n not in held[ann] + held[bob])
+                assert (free.stat().st_uid, free.stat().st_mode & 0o777) == (0, 0o600)
+                assert not [n for n in render_nodes if n.stat().st_uid == pwd.getpwnam(teach).pw_uid]
+                for name, other in ((ann, bob), (bob, ann)):
+                    assert opens(name, held[name][0]) and opens(name, base / "dev" / "kfd")
+                    assert not opens(name, held[other][0]) and not opens(name, free)
                 for secret in (f"solutions/{LAB}/lab.py", ".git/objects/ab/cdef", "results/local/lab.ipynb"):
                     assert as_user(ann, "cat", str(course / secret)).returncode != 0, secret
                     assert as_user(teach, "cat", str(course / secret)).returncode == 0, secret  # graders read it
@@ -344,6 +386,8 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 hub.stop_server(bob)
                 assert detached.wait(timeout=30) is not None  # ended with bob's server
                 assert server_process(pwd.getpwnam(teach).pw_uid)  # instructors' servers untouched
+                assert (held[bob][0].stat().st_uid, held[bob][0].stat().st_mode & 0o777) == (0, 0o600)
+                assert not opens(bob, held[bob][0])  # the slice went back with the server
 
                 collected = call(teacher, token, "POST", f"formgrader/api/assignment/{LAB}/collect")
                 assert collected["success"], collected

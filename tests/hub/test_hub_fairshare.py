@@ -38,5 +38,5 @@ def test_the_config_reads_the_gpu_policy(monkeypatch, tmp_path):
     c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_GPU_POLICY="spread", ROCMLAB_HUB_GPUS=4)
     assert (c.CourseSpawner.gpu_policy, c.CourseSpawner.gpu_count) == ("spread", 4)
     assert hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_GPU_POLICY="shared").CourseSpawner.gpu_policy == "shared"
-    with pytest.raises(ValueError, match="expected shared or spread"):
+    with pytest.raises(ValueError, match="expected shared, spread or slices"):
         hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_GPU_POLICY="round-robin")

@@ -49,6 +49,8 @@ KUBESPAWNER_OVERRIDES = {
     "supplemental_gids",
     "node_selector",
     "image",
+    "extra_pod_config",
+    "extra_container_config",
 }
 
 
@@ -151,6 +153,127 @@ def test_gpu_profile_asks_the_amd_device_plugin_for_one_gpu():
     assert 0 < override["cpu_guarantee"] <= override["cpu_limit"]
     assert 0 < bytes_of(override["mem_guarantee"]) <= bytes_of(override["mem_limit"])
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in override["tolerations"]
+
+
+# ------------------------------------------------------------------ GPU slices (issue 51)
+
+SLICE_OVERLAYS = {"single": "slices-single.yaml", "mixed": "slices-mixed.yaml", "dra": "slices-dra.yaml"}
+
+
+def rendered(overlay: str) -> dict:
+    """values.yaml with an overlay as helm merges them: maps merged key by key, lists replaced."""
+
+    def merge(base, top):
+        if isinstance(base, dict) and isinstance(top, dict):
+            return {**base, **{k: merge(base.get(k), v) for k, v in top.items()}}
+        return copy.deepcopy(top)
+
+    return merge(VALUES, yaml.safe_load((HELM / overlay).read_text(encoding="utf-8")))
+
+
+def slice_profiles(overlay: str) -> dict[str, dict]:
+    return {p["slug"]: p["kubespawner_override"] for p in rendered(overlay)["singleuser"]["profileList"]}
+
+
+@pytest.mark.parametrize("naming", SLICE_OVERLAYS)
+def test_each_slice_overlay_renders_against_the_charts_schema(naming):
+    values = rendered(SLICE_OVERLAYS[naming])
+    assert chart_schema_errors(values) == []
+    for entry in values["singleuser"]["profileList"]:
+        assert {"display_name", "slug"} <= set(entry), entry
+        assert set(entry["kubespawner_override"]) <= KUBESPAWNER_OVERRIDES, entry["slug"]
+    cpu = [p for p in SINGLEUSER["profileList"] if p["slug"].startswith("cpu-")]
+    assert [p for p in values["singleuser"]["profileList"] if p["slug"].startswith("cpu-")] == cpu, (
+        "the overlay's CPU profiles are values.yaml's"
+    )
+    assert {"slice-1", "slice-2", "instructor-gpu"} <= set(slice_profiles(SLICE_OVERLAYS[naming]))
+
+
+def test_a_misspelt_key_in_an_overlay_fails_the_schema():
+    values = rendered("slices-mixed.yaml")
+    values["singleuser"]["nodeSelectr"] = {}
+    assert any("'nodeSelectr' was unexpected" in error for error in chart_schema_errors(values))
+
+
+@pytest.mark.parametrize(
+    "naming, resource, instructor",
+    [("single", "amd.com/gpu", "amd.com/gpu"), ("mixed", "amd.com/cpx_nps4", "amd.com/spx_nps1")],
+)
+def test_device_plugin_profiles_ask_for_one_or_two_slices_by_the_strategys_name(naming, resource, instructor):
+    profiles = slice_profiles(SLICE_OVERLAYS[naming])
+    assert profiles["slice-1"]["extra_resource_limits"] == {resource: "1"}
+    assert profiles["slice-2"]["extra_resource_limits"] == {resource: "2"}
+    assert profiles["instructor-gpu"]["extra_resource_limits"] == {instructor: "1"}
+    for slug in ("slice-1", "slice-2"):
+        assert profiles[slug]["node_selector"] == {
+            "rocmlab.io/node-role": "learner",
+            "amd.com/compute-memory-partition": "cpx_nps4",
+        }
+    assert profiles["instructor-gpu"]["node_selector"] == {
+        "rocmlab.io/node-role": "instructor",
+        "amd.com/compute-memory-partition": "spx_nps1",
+    }
+    for override in profiles.values():
+        assert not any(key.startswith("amd.com") for key in override.get("extra_resource_guarantees", {}))
+
+
+def test_dra_profiles_claim_through_the_templates_that_exist():
+    profiles = slice_profiles("slices-dra.yaml")
+    templates = {
+        doc["metadata"]["name"]: doc
+        for doc in yaml.safe_load_all((HELM / "dra-claims.yaml").read_text(encoding="utf-8"))
+    }
+    assert {doc["kind"] for doc in templates.values()} == {"ResourceClaimTemplate"}
+    for slug, template, count in (("slice-1", "rocmlab-gpu-slice", 1), ("slice-2", "rocmlab-gpu-two-slices", 2)):
+        override = profiles[slug]
+        assert "extra_resource_limits" not in override, "DRA and the device plugin cannot run together"
+        (claim,) = override["extra_pod_config"]["resourceClaims"]
+        assert claim["resourceClaimTemplateName"] == template
+        resources = override["extra_container_config"]["resources"]
+        assert resources["claims"] == [{"name": claim["name"]}]
+        assert bytes_of(resources["limits"]["memory"]) == bytes_of(override["mem_limit"])
+        requests = templates[template]["spec"]["spec"]["devices"]["requests"]
+        assert len(requests) == count
+        assert all(r["exactly"]["deviceClassName"] == "gpu.amd.com" for r in requests)
+        assert all('type == "amdgpu-partition"' in r["exactly"]["selectors"][0]["cel"]["expression"] for r in requests)
+    (same_gpu,) = templates["rocmlab-gpu-two-slices"]["spec"]["spec"]["devices"]["constraints"]
+    assert same_gpu == {"matchAttribute": "gpu.amd.com/deviceID", "requests": ["rank0", "rank1"]}
+
+
+def test_a_learner_cannot_take_the_instructors_gpu_profile(monkeypatch):
+    hook = roles_hook(monkeypatch)
+    for naming, overlay in SLICE_OVERLAYS.items():
+        profiles = slice_profiles(overlay)
+        for slug, role, groups in (
+            ("instructor-gpu", "instructor", [CUSTOM["instructorGroup"]]),
+            ("slice-1", "learner", []),
+        ):
+            container = types.SimpleNamespace(image="rocmlab-hub:x", env=[], volume_mounts=[])
+            spec = types.SimpleNamespace(containers=[container], init_containers=None,
+                                         node_selector=profiles[slug]["node_selector"])  # fmt: skip
+            user = types.SimpleNamespace(name="ann", groups=[types.SimpleNamespace(name=g) for g in groups])
+            pod = types.SimpleNamespace(spec=spec)
+            assert hook(types.SimpleNamespace(user=user), pod) is pod, (naming, slug)
+            assert next(v.value for v in container.env if v.name == "ROCMLAB_HUB_ROLE") == role
+        spec = types.SimpleNamespace(containers=[types.SimpleNamespace(image="i", env=[], volume_mounts=[])],
+                                     init_containers=None, node_selector=profiles["instructor-gpu"]["node_selector"])  # fmt: skip
+        learner = types.SimpleNamespace(name="bob", groups=[])
+        with pytest.raises(ValueError, match="bob is a learner"):
+            hook(types.SimpleNamespace(user=learner), types.SimpleNamespace(spec=spec))
+
+
+def test_the_dcm_configmap_partitions_learner_nodes_cpx_nps4_by_dcms_rules():
+    config_map = yaml.safe_load((HELM / "dcm-cpx-nps4.yaml").read_text(encoding="utf-8"))
+    assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", "config-manager-config")
+    profiles = json.loads(config_map["data"]["config.json"])["gpu-config-profiles"]
+    assert profiles["rocmlab-learner"]["profiles"] == [
+        {"computePartition": "CPX", "memoryPartition": "NPS4", "numGPUsAssigned": 8}
+    ]
+    for name, profile_ in profiles.items():  # DCM's checks (docs/configuration/configmap.md)
+        sets = profile_["profiles"]
+        assert sum(s["numGPUsAssigned"] for s in sets) + len(profile_["skippedGPUs"]["ids"]) == 8, name
+        assert len({s["memoryPartition"] for s in sets}) == 1, f"{name}: one memory mode per profile"
+        assert all(s["computePartition"] == "CPX" for s in sets if s["memoryPartition"] == "NPS4"), name
 
 
 # ------------------------------------------------------------------ the image

@@ -5,7 +5,8 @@ Chinese and English and a doc link. Probes read through ``rocmlab.probes.Machine
 tests replay recorded machines (tests/fixtures/machines/).
 
 - ``facts``: findings, what the probes learned, the release table;
-- ``checks_gpu``, ``checks_env``: the checks;
+- ``checks_gpu``, ``checks_env``: the checks; ``checks_case``: the learner's device (partition, peak),
+  TheRock's readiness for its gfx and the known traps;
 - this module: the checks in order, the report, the command.
 
 Exit status of ``rocmlab doctor``: 0 nothing worse than ok/skip, 1 the worst finding is a warning,
@@ -23,6 +24,7 @@ from pathlib import Path
 from .. import probes
 from ..errors import InputError
 from ..probes import Machine
+from .checks_case import check_partition, check_readiness, check_traps
 from .checks_env import check_disk, check_hub, check_iommu, check_nccl, check_numa, check_visible, visible_devices
 from .checks_gpu import (
     backend_of_info,
@@ -70,6 +72,9 @@ CHECKS = [
     check_access,
     check_torch,
     check_torch_arch,
+    check_partition,
+    check_readiness,
+    check_traps,
     check_visible,
     check_iommu,
     check_numa,
@@ -152,7 +157,8 @@ def render_table(report: dict, lang: str = "both") -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Probe this machine (driver, ROCm, groups, torch build, gfx support, RCCL settings), judge it against "
+        "Probe this machine (driver, ROCm, groups, torch build, gfx support, the device or partition and its peak, "
+        "TheRock readiness, known traps, RCCL settings), judge it against "
         "the release matrix and print fixes in Chinese and English. Exit 0 all ok, 1 the worst finding is a "
         "warning, 3 a check failed."
     )

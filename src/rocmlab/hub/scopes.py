@@ -32,8 +32,9 @@ class ScopeLimits:
     memory_bytes: int = 0  # MemoryMax of the whole server (0: none)
     cpu_percent: int = 0  # CPUQuota, 100 per core (0: none)
     tasks: int = 0  # TasksMax: processes and threads (0: none)
+    devices: tuple[str, ...] = ()  # the only device files the scope may open besides /dev/null & co. (hub.devices)
 
-    def properties(self) -> list[tuple[str, str, str]]:
+    def properties(self) -> list[tuple[str, ...]]:
         """(name, D-Bus type, value) of each limit set; systemd's CPUQuota= is
         CPUQuotaPerSecUSec on the bus, microseconds of CPU per second."""
         chosen = [
@@ -41,7 +42,19 @@ class ScopeLimits:
             ("CPUQuotaPerSecUSec", "t", self.cpu_percent * 10_000),
             ("TasksMax", "t", self.tasks),
         ]
-        return [(name, kind, str(value)) for name, kind, value in chosen if value > 0]
+        limits = [(name, kind, str(value)) for name, kind, value in chosen if value > 0]
+        return limits + device_properties(self.devices)
+
+
+def device_properties(paths: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """DevicePolicy=closed (keeps /dev/null, /dev/zero, /dev/urandom, /dev/tty and the like) and a
+    DeviceAllow= entry per path, read-write, in busctl's argument form; none for no paths."""
+    if not paths:
+        return []
+    allow = [str(len(paths))]
+    for path in paths:
+        allow += [path, "rw"]
+    return [("DevicePolicy", "s", "closed"), ("DeviceAllow", "a(ss)", *allow)]
 
 
 def scope_name(user: str, pid: int) -> str:
@@ -52,8 +65,12 @@ def scope_name(user: str, pid: int) -> str:
 
 def busctl_argv(user: str, pid: int, limits: ScopeLimits) -> list[str]:
     """``busctl call`` of systemd's StartTransientUnit for a scope holding ``pid``, in ``SLICE``."""
-    properties = [("PIDs", "au", "1", str(pid)), ("Slice", "s", SLICE), ("Delegate", "b", "false")]
-    properties += [(name, kind, value) for name, kind, value in limits.properties()]
+    properties: list[tuple[str, ...]] = [
+        ("PIDs", "au", "1", str(pid)),
+        ("Slice", "s", SLICE),
+        ("Delegate", "b", "false"),
+    ]
+    properties += limits.properties()
     argv = ["busctl", "call", "--quiet", "org.freedesktop.systemd1", "/org/freedesktop/systemd1"]
     argv += ["org.freedesktop.systemd1.Manager", "StartTransientUnit", SIGNATURE]
     argv += [scope_name(user, pid), "fail", str(len(properties))]

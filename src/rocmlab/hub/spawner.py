@@ -17,7 +17,8 @@ folder (the ``--demo`` mode: no isolation between users). Both
 - with real accounts, end every process of a learner's account when their server stops;
 - where systemd runs the machine, put each learner's server in a scope of its own with a memory,
   CPU and task ceiling for all it starts (``rocmlab.hub.scopes``);
-- share the GPUs (every server sees all) or spread them (each server sees the least used one);
+- share the GPUs (every server sees all), spread them (each server sees the least used one), or
+  give each learner slices of their own (``rocmlab.hub.devices``, ``rocmlab.hub.slices``);
 - point the server at the role's Jupyter config (learners get no formgrader) and at the shared
   nbgrader config (course id, exchange root, course root or student id).
 """
@@ -49,6 +50,7 @@ from .server_child import (
     private_paths,
     private_tmp,
 )
+from .slices import SliceHolder
 
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
@@ -91,7 +93,7 @@ def spread_gpu(assigned: dict, user: str, count: int) -> int:
     return assigned[user]
 
 
-class CourseSpawner(LocalProcessSpawner):
+class CourseSpawner(SliceHolder, LocalProcessSpawner):
     """Real Unix accounts: the server runs as the user, in the user's home; traits set by jupyterhub_config.py."""
 
     course_repo = Unicode(help="the rocmlab checkout: labs/, solutions/, autograder/").tag(config=True)
@@ -340,6 +342,7 @@ class CourseSpawner(LocalProcessSpawner):
 
             await asyncio.get_running_loop().run_in_executor(None, kill_user, owner[0])
             self.log.info("rocmlab: ended the processes of %s with their server", self.user.name)
+        self.give_back_slices()  # after its processes ended: an open render node stays open until then
 
     async def stop(self, now=False):
         await super().stop(now=now)
@@ -360,13 +363,20 @@ class CourseSpawner(LocalProcessSpawner):
             self.log.info("rocmlab: delivered %s to %s (%s)", ", ".join(delivered), self.user.name, self.role())
         if self.own_logs:
             self.log.info("rocmlab: the server of %s logs to %s", self.user.name, self.home() / SERVER_LOG)
-        started = await super().start()
+        self.take_slices()  # on the hub's loop: the one book of who holds which slice
+        try:
+            started = await super().start()
+        except BaseException:
+            self.give_back_slices()
+            raise
         self._cleaned = False
         await self.confine_learner()
         return started
 
     def scope_limits(self) -> ScopeLimits:
-        return ScopeLimits(int(self.scope_memory_max or 0), self.scope_cpu_percent, self.scope_tasks_max)
+        return ScopeLimits(
+            int(self.scope_memory_max or 0), self.scope_cpu_percent, self.scope_tasks_max, self.slice_devices()
+        )
 
     async def confine_learner(self) -> None:
         """A learner's server (not an instructor's, who grades) in its own systemd scope with the

@@ -24,6 +24,12 @@ own ROCm GPU specification table gives the same figures as "VRAM (GiB)", and an 
 205,822,885,888 bytes to rocm-smi (191.7 GiB, some of 192 GiB reserved; 192 × 10⁹ would be less). A board
 holds ``memory_gb`` × 2³⁰ bytes, ``memory_bytes``; labs that count capacity in bytes use it.
 
+A partition of a board (an MI300X in CPX mode: eight devices of 38 CUs, each reporting the board's
+product name) is not the board: ``for_device`` reads the device's CU count and memory and gives it
+``partition_of`` the row, whose figures are derived from the partition's own CUs, the board's clock
+and the architecture's per-CU rate (``rocmlab.lab.peaks``), so that a slice's efficiency is of the
+slice. ``peak`` gives any row's dense figure with its basis (derived or datasheet) and source.
+
 ``INTERCONNECTS`` holds the scale-up fabric between the GPUs of one node (xGMI, NVLink), all
 figures per GPU and per direction, so that a collective's busbw can be set against them.
 """
@@ -31,7 +37,9 @@ figures per GPU and per direction, so that a collective's busbw can be set again
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from . import peaks
 
 ROCM_GPU_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
 _AMD = "https://www.amd.com/en/products"
@@ -52,6 +60,9 @@ _HOT_CHIPS_2025_REPORT = (
 _ISC_2025_REPORT = (
     "https://www.tomshardware.com/pc-components/gpus/amds-instinct-mi355x-accelerator-will-consume-1-400-watts"
 )
+_DERIVED_FP16 = (
+    "derived: CUs x dense FP16 FLOPs/clock/CU x peak clock (rocmlab.lab.peaks.RATES); no vendor page prints it"
+)
 _GFX950_FP8 = "derived: CUs x 8192 FP8 FLOPs/clock/CU x peak clock; no AMD page could be read to confirm it"
 
 
@@ -71,6 +82,11 @@ class GPU:
     fp8_tflops: float | None = None  # FP8 matrix figure as printed; None where no source was checked
     fp8_sparse: bool = False  # the printed FP8 figure assumes 2:4 structured sparsity
     fp8_basis: str | None = None  # how fp8_tflops was obtained, where it was not read off a vendor page
+    cus: int | None = None  # compute units of the board (all its devices), as the vendor prints them
+    clock_mhz: float | None = None  # peak engine clock the vendor's peaks are computed at
+    fp16_basis: str | None = None  # how fp16_tflops was obtained, where no vendor page prints it
+    fp32_tflops: float | None = None  # FP32 vector figure as printed; None where no source was checked
+    partition: str = ""  # "CPX/NPS4" for one partition of the board (``partition_of``); "" for a whole board
 
     @property
     def memory_bytes(self) -> int:
@@ -103,20 +119,34 @@ class GPU:
 TABLE: tuple[GPU, ...] = (
     GPU("MI355X", ("AMD Instinct MI355X", "AMD Instinct MI355X VF"), "gfx950", 288, 8000, 2500, False, 1400, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi350/mi355x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER, _ISSCC_2026_REPORT,
-         _HOT_CHIPS_2025_REPORT, _ISC_2025_REPORT), fp8_tflops=5033.2, fp8_basis=_GFX950_FP8),
+         _HOT_CHIPS_2025_REPORT, _ISC_2025_REPORT), fp8_tflops=5033.2, fp8_basis=_GFX950_FP8, cus=256, clock_mhz=2400),
     GPU("MI350X", ("AMD Instinct MI350X", "AMD Instinct MI350X VF"), "gfx950", 288, 8000, 2300, False, 1000, 256, 1,
         (f"{_AMD}/accelerators/instinct/mi350/mi350x.html", ROCM_GPU_SPECS, _CDNA4_WHITEPAPER, _ISSCC_2026_REPORT,
-         _HOT_CHIPS_2025_REPORT, _ISC_2025_REPORT), fp8_tflops=4613.7, fp8_basis=_GFX950_FP8),
+         _HOT_CHIPS_2025_REPORT, _ISC_2025_REPORT), fp8_tflops=4613.7, fp8_basis=_GFX950_FP8, cus=256, clock_mhz=2200),
     GPU("MI325X", ("AMD Instinct MI325X", "AMD Instinct MI325X VF"), "gfx942", 256, 6000, 1307.4, False, 1000, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
+        (f"{_AMD}/accelerators/instinct/mi300/mi325x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9, cus=304,
+        clock_mhz=2100, fp32_tflops=163.4),
     GPU("MI300X", ("AMD Instinct MI300X", "AMD Instinct MI300X VF"), "gfx942", 192, 5300, 1307.4, False, 750, 256, 1,
-        (f"{_AMD}/accelerators/instinct/mi300/mi300x.html", ROCM_GPU_SPECS), fp8_tflops=2614.9),
+        (f"{_AMD}/accelerators/instinct/mi300/mi300x.html", ROCM_GPU_SPECS, peaks.MI300_ARCH), fp8_tflops=2614.9,
+        cus=304, clock_mhz=2100, fp32_tflops=163.4),
     GPU("MI250X", ("AMD Instinct MI250X",), "gfx90a", 128, 3276.8, 383.0, False, 560, 8, 2,
-        (f"{_AMD}/accelerators/instinct/mi200/mi250x.html", ROCM_GPU_SPECS)),
+        (f"{_AMD}/accelerators/instinct/mi200/mi250x.html", ROCM_GPU_SPECS), cus=220, clock_mhz=1700),
     GPU("MI210", ("AMD Instinct MI210",), "gfx90a", 64, 1638.4, 181.0, False, 300, 8, 1,
-        (f"{_AMD}/accelerators/instinct/mi200/mi210.html", ROCM_GPU_SPECS)),
+        (f"{_AMD}/accelerators/instinct/mi200/mi210.html", ROCM_GPU_SPECS), cus=104, clock_mhz=1700),
     GPU("RX 7900 XTX", ("Radeon RX 7900 XTX",), "gfx1100", 24, 960, 122.8, False, 355, 96, 1,
-        (f"{_AMD}/graphics/desktops/radeon/7000-series/amd-radeon-rx-7900xtx.html", ROCM_GPU_SPECS)),
+        (f"{_AMD}/graphics/desktops/radeon/7000-series/amd-radeon-rx-7900xtx.html", ROCM_GPU_SPECS), cus=96,
+        clock_mhz=2500),
+    # RX 9070: AMD prints 56 CUs, a 2520 MHz boost clock, 36.1 TFLOPS FP32 vector, 16 GB GDDR6 at 640 GB/s,
+    # 64 MB Infinity Cache, 220 W; the FP16 matrix figure below is derived (56 x 2520 MHz x 1024).
+    GPU("RX 9070", ("Radeon RX 9070",), "gfx1201", 16, 640, 144.5, False, 220, 64, 1,
+        (f"{_AMD}/graphics/desktops/radeon/9000-series/amd-radeon-rx-9070.html", ROCM_GPU_SPECS, peaks.RDNA4_ISA),
+        cus=56, clock_mhz=2520, fp16_basis=_DERIVED_FP16, fp32_tflops=36.1),
+    # Strix Halo (Ryzen AI Max+ 395, Radeon 8060S, gfx1151): AMD prints 40 graphics CUs at 2900 MHz and
+    # LPDDR5X-8000 on a 256-bit bus (256 GB/s), up to 128 GB shared with the CPU, 32 MB MALL, 55 W default TDP.
+    # No FP16 figure is printed; it is derived (40 x 2900 MHz x 512). memory_gb is what the GPU may use at most.
+    GPU("Strix Halo", ("Radeon 8060S Graphics",), "gfx1151", 128, 256, 59.4, False, 55,
+        32, 1, (f"{_AMD}/processors/laptop/ryzen/ai-300-series/amd-ryzen-ai-max-plus-395.html", ROCM_GPU_SPECS,
+                peaks.RDNA3_ISA), cus=40, clock_mhz=2900, fp16_basis=_DERIVED_FP16),
     GPU("H200 SXM", ("NVIDIA H200",), "sm_90", 141, 4800, 1979, True, 700, None, 1,
         ("https://www.nvidia.com/en-us/data-center/h200/",), fp8_tflops=3958, fp8_sparse=True),
     GPU("H100 SXM", ("NVIDIA H100 80GB HBM3",), "sm_90", 80, 3350, 1979, True, 700, None, 1,
@@ -149,15 +179,98 @@ def by_key(key: str) -> GPU:
     raise KeyError(f"no datasheet row {key!r}; known: {', '.join(g.key for g in TABLE)}")
 
 
+def as_slice(gpu: GPU, cus: int, memory_mode: str = "NPS1") -> peaks.Slice:
+    """The device of ``cus`` CUs on a board of this row: the whole board, or the partition of its
+    compute mode (``peaks.mode_of_cus``); ValueError when the row lacks CUs or no mode fits."""
+    if not gpu.cus or not gpu.clock_mhz:
+        raise ValueError(f"datasheet row {gpu.key} has no CU count and clock to derive a partition from")
+    board_cus = gpu.cus // gpu.devices
+    mode = peaks.mode_of_cus(cus, board_cus)
+    if memory_mode == "NPS4" and mode != "CPX":
+        raise ValueError(f"{gpu.key}: NPS4 comes only with CPX, not {mode} ({peaks.PARTITIONING})")
+    return peaks.Slice(
+        gpu.arch,
+        cus,
+        gpu.clock_mhz,
+        board_cus,
+        gpu.bandwidth_gbs / gpu.devices,
+        gpu.memory_gb / gpu.devices,
+        mode,
+        memory_mode,
+        gpu.sources[0],
+    )
+
+
+def partition_of(gpu: GPU, cus: int, memory_mode: str = "NPS1") -> GPU:
+    """This row as one partition of ``cus`` CUs: a row whose figures (``per_device()`` included)
+    are the partition's own, derived from its CUs and the board's partition modes; the board's row
+    itself when ``cus`` is the whole device."""
+    part = as_slice(gpu, cus, memory_mode)
+    if part.compute_mode == "SPX" and memory_mode == "NPS1":
+        return gpu
+    fp16 = part.peak("fp16")
+    fp8 = part.peak("fp8")
+    share = part.compute_share / gpu.devices
+    return replace(
+        gpu,
+        key=f"{gpu.key} {part.compute_mode}/{memory_mode} partition",
+        memory_gb=part.memory_share_gib(),
+        bandwidth_gbs=part.bandwidth().value,
+        fp16_tflops=fp16.value,
+        fp16_sparse=False,
+        board_w=gpu.board_w * share,
+        devices=1,
+        fp8_tflops=fp8.value if fp8 else None,
+        fp8_sparse=False,
+        fp8_basis=fp8.source if fp8 else None,
+        cus=cus,
+        fp16_basis=fp16.source,
+        fp32_tflops=None,
+        partition=f"{part.compute_mode}/{memory_mode}",
+    )
+
+
+def peak(gpu: GPU, dtype: str = "fp16") -> peaks.Figure | None:
+    """The dense peak of one device of this row, with its basis: derived from the row's CUs and
+    clock where ``peaks.RATES`` knows the architecture, else the printed figure (halved where it
+    counts sparsity); None where neither exists."""
+    if gpu.cus and gpu.clock_mhz:
+        derived = peaks.derived_peak(gpu.arch, gpu.cus // gpu.devices, gpu.clock_mhz, dtype)
+        if derived:
+            return derived
+    printed = {"fp16": gpu.fp16_dense_tflops, "bf16": gpu.fp16_dense_tflops, "fp8": gpu.fp8_dense_tflops}
+    value = printed.get(dtype)
+    if value is None:
+        return None
+    return peaks.Figure(value / gpu.devices, "TFLOPS", True, "datasheet", gpu.sources[0])
+
+
+def _memory_mode(total_bytes: int, gpu: GPU) -> str:
+    """NPS4 when a partition reports at most a quarter of the board's memory (its pool), else NPS1."""
+    return "NPS4" if 0 < total_bytes <= gpu.memory_bytes / gpu.devices / 4 else "NPS1"
+
+
 def for_device(device) -> tuple[str, GPU | None]:
-    """(the device's product name, its row or None) for a torch device; ("CPU", None) off a GPU."""
+    """(the device's product name, its row or None) for a torch device; ("CPU", None) off a GPU.
+    A partition (fewer CUs than the board, e.g. an MI300X in CPX mode) gets the row of that
+    partition (``partition_of``), so that efficiencies are of the device the learner has."""
     import torch
 
     device = torch.device(device)
     if device.type != "cuda":
         return "CPU", None
     name = torch.cuda.get_device_name(device)
-    return name, lookup(name)
+    row = lookup(name)
+    if row is None or not row.cus:
+        return name, row
+    props = torch.cuda.get_device_properties(device)
+    cus = getattr(props, "multi_processor_count", 0)
+    if not cus or cus >= row.cus // row.devices:
+        return name, row
+    try:
+        return name, partition_of(row, cus, _memory_mode(getattr(props, "total_memory", 0), row))
+    except ValueError:
+        return name, None  # a CU count no partition mode gives: no figures rather than wrong ones
 
 
 HEADERS = (
@@ -171,6 +284,12 @@ HEADERS = (
     "board power",
     "last-level cache",
 )
+
+
+def _fp16_cell(gpu: GPU) -> str:
+    if gpu.fp16_basis:
+        return f"— (derived: {gpu.fp16_tflops:g} TFLOPS dense)"
+    return f"{gpu.fp16_tflops:g} TFLOPS{' with sparsity' if gpu.fp16_sparse else ''}"
 
 
 def _fp8_cell(gpu: GPU) -> str:
@@ -191,7 +310,7 @@ def markdown_table() -> str:
             gpu.arch,
             f"{gpu.memory_gb:g} GiB",
             f"{gpu.bandwidth_gbs:g} GB/s{per_board}",
-            f"{gpu.fp16_tflops:g} TFLOPS{' with sparsity' if gpu.fp16_sparse else ''}",
+            _fp16_cell(gpu),
             f"{gpu.fp16_dense_tflops:g} TFLOPS",
             _fp8_cell(gpu),
             f"{gpu.board_w:g} W",

@@ -1,0 +1,54 @@
+"""The spawner's side of GPU slices (``ROCMLAB_HUB_GPU_POLICY=slices``, rocmlab.hub.devices): a
+learner's slices are taken before their server starts, listed in their systemd scope's device
+allow-list, and given back when it stops. Instructors get none (they grade, on the CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traitlets import Integer, Unicode
+from traitlets.config import LoggingConfigurable
+
+from . import devices
+
+
+class SliceHolder(LoggingConfigurable):
+    """Mixed into CourseSpawner; ``book`` is the hub's one ``devices.Assignments`` (set by the config)."""
+
+    gpu_slices = Integer(
+        1, help="slices policy: GPU slices per learner, of one physical GPU (2 for the labs that launch two ranks)"
+    ).tag(config=True)
+    slice_dev_root = Unicode("", help="the folder that stands for / when render nodes are handed over (tests)").tag(
+        config=True
+    )
+    book: devices.Assignments | None = None
+
+    def _dev_root(self) -> Path | None:
+        return Path(self.slice_dev_root) if self.slice_dev_root else None
+
+    def holds_slices(self) -> bool:
+        return getattr(self, "gpu_policy", "") == "slices" and not self.is_instructor()
+
+    def take_slices(self) -> list[devices.Slice]:
+        """This learner's slices, their render nodes made theirs alone; RuntimeError (the spawn
+        fails with it) when the hub has no inventory, the account is not the learner's own, or no
+        slice is free."""
+        if not self.holds_slices():
+            return []
+        owner = self.owner() if self.account_is_the_learners_own else None
+        if SliceHolder.book is None or owner is None:
+            raise RuntimeError("the slices policy needs the hub's GPU inventory and a Unix account per learner")
+        slices = SliceHolder.book.assign(self.user.name, self.gpu_slices)
+        devices.hand_over(slices, owner[0], self._dev_root())
+        self.log.info("rocmlab: %s holds %s", self.user.name, ", ".join(s.describe() for s in slices))
+        return slices
+
+    def slice_devices(self) -> tuple[str, ...]:
+        """The device allow-list of this learner's scope: /dev/kfd and their render nodes."""
+        if not self.holds_slices() or SliceHolder.book is None:
+            return ()
+        return tuple(devices.allow_list(SliceHolder.book.held.get(self.user.name, [])))
+
+    def give_back_slices(self) -> None:
+        if SliceHolder.book is not None:
+            devices.take_back(SliceHolder.book.release(self.user.name), self._dev_root())
