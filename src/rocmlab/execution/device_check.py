@@ -154,7 +154,9 @@ def summary(records: dict[str, Record | None], *, entry: str, profile: str, doct
         _verdict_line(where),
         f"`rocmlab doctor`: exit status {doctor_status} (its findings: doctor.txt).",
         f"Labs ran up to {at_once} at a time on one machine: their timings are not benchmark figures.",
-        "Result: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + ".",
+        "Result: "
+        + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: (kv[0] != "passed", kv[0])))
+        + ".",
         "",
         "| lab | status | seconds | ROCm-only steps | why it did not pass |",
         "| --- | --- | --- | --- | --- |",
