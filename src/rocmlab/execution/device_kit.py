@@ -189,6 +189,17 @@ def _pip(python: str, *args: str) -> None:
         raise CommandFailed(f"pip {args[0]} failed: {(proc.stderr or proc.stdout).strip()[-1500:]}")
 
 
+def package_source(root: Path, target: Path) -> Path:
+    """What rocmlab's wheel is built from, copied to ``target``: setuptools builds in the source
+    folder and would leave ``build/`` in the checkout. Links are copied as the files they name
+    (``release_matrix.toml`` is env/matrix.toml)."""
+    target.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(root / name, target / name)
+    shutil.copytree(root / "src", target / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return target
+
+
 def drop_wheels(wheels: Path, names: frozenset[str]) -> list[str]:
     """Remove the wheels of the projects ``names``; the names of those removed, sorted."""
     dropped = []
@@ -252,7 +263,8 @@ def build_kit(
         left_out = drop_wheels(wheels, INTERACTIVE_ONLY)
         pinned = sorted(f"{name}=={version}" for name, version in map(wheel_name, wheels.glob("*.whl")))
         (work / REQUIREMENTS).write_text("\n".join(pinned) + "\n", encoding="utf-8")
-        pip_wheel([str(root)], wheels, python)
+        pip_wheel([str(package_source(root, work / "source"))], wheels, python)
+        shutil.rmtree(work / "source")
         copied = copy_assets(work) if assets else []
         items = items_of(work)
         tree = tree_bytes(root)
