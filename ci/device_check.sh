@@ -81,7 +81,7 @@ check() {
   "$python" -m rocmlab doctor --lang en >"$OUT/doctor.txt" 2>&1 || doctor_status=$?
   cat "$OUT/doctor.txt"
   echo "== 3/4 labs (each at most ${cap}s, $jobs at once, all within ${budget}s)"
-  timeout --signal=TERM --kill-after=30 "$budget" "$python" -m rocmlab.execution.device_check run \
+  timeout --signal=TERM --kill-after=15 "$budget" "$python" -m rocmlab.execution.device_check run \
     --profile "$profile" --entry "$entry" --results "$results" --cap-s "$cap" --jobs "$jobs" "${labs[@]}" \
     || run_status=$?
   echo "== 4/4 summary (labs: exit $run_status)"

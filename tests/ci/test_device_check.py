@@ -263,6 +263,7 @@ def test_the_summary_of_a_cuda_run_is_never_a_rocm_verdict():
     text = device_check.summary(records, entry="cuda-h100", profile=GPU, doctor_status=3, jobs=4)
     assert "CUDA: NVIDIA H100 80GB HBM3 (sm_90); torch 2.11.0+cu130 (CUDA 13.0)" in text
     assert "never a ROCm verdict" in text and "exit status 3" in text
+    assert "with MODEL = tiny-qwen-zh (4 M parameters) in place of a hub checkpoint" in text
     assert (
         "| 08-low-precision | passed | 42 | not applicable on CUDA: FP8 GEMM in e4m3fnuz (gfx942) (e4m3fn (OCP) on sm_89 and newer) |  |"
         in text
@@ -443,6 +444,7 @@ def test_the_dry_run_runs_every_step_on_this_cpu(real_kit, tmp_path):
     assert names == ["device_check.log", "doctor.txt", "records.tar.gz", "summary.md"]  # the device returns at most 8
     summary = (out / "summary.md").read_text()
     assert "| 01-rocm-setup | passed |" in summary and "A rehearsal on a CPU" in summary
+    assert "Parameters:" not in summary  # the smoke profile runs the course model already
     with tarfile.open(out / "records.tar.gz") as tar:
         assert tar.getnames() == ["device-dry-run/01-rocm-setup.json"]
         saved = json.loads(tar.extractfile("device-dry-run/01-rocm-setup.json").read())

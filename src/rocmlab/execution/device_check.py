@@ -154,6 +154,7 @@ def summary(records: dict[str, Record | None], *, entry: str, profile: str, doct
         _verdict_line(where),
         f"`rocmlab doctor`: exit status {doctor_status} (its findings: doctor.txt).",
         f"Labs ran up to {at_once} at a time on one machine: their timings are not benchmark figures.",
+        *([_model_line(profile)] if profile != SMOKE else []),
         "Result: "
         + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: (kv[0] != "passed", kv[0])))
         + ".",
@@ -178,6 +179,13 @@ def _verdict_line(where: str) -> str:
     return (
         f"A {where} run: its own matrix entry, never a ROCm verdict. A passed lab passed its vendor-neutral "
         "path; its ROCm-only steps did not run."
+    )
+
+
+def _model_line(profile: str) -> str:
+    return (
+        f"Parameters: the {profile} profile's, with MODEL = {COURSE_MODEL} (4 M parameters) in place of a hub "
+        "checkpoint; a check sized for the larger model can fail for that alone (the notebook shows the values)."
     )
 
 
