@@ -29,6 +29,7 @@ if [[ -z "${OUT:-}" ]]; then
   exit 2
 fi
 kit="${DEVICE_KIT:-device-kit}"
+[[ "$kit" == /* ]] || kit="$PWD/$kit"
 python="${PYTHON:-python3}"
 budget="${DEVICE_CHECK_BUDGET_S:-480}"
 cap="${DEVICE_CHECK_LAB_CAP_S:-240}"
@@ -51,6 +52,10 @@ install_kit() {
     return 1
   fi
   if [[ "$mode" == gpu ]]; then
+    if ! compgen -G "$kit/cache/models/*/model.safetensors" >/dev/null; then
+      echo "the kit at $kit has no course model (built with --no-assets?): run \`make device-kit\`"
+      return 1
+    fi
     "$python" -m pip install --quiet "${pip_args[@]}" -r "$kit/requirements.txt" "$wheel" || return 1
     "$python" -c 'import papermill, nbclient, ipykernel, jupytext, jieba, rocmlab' || return 1
   else
@@ -76,7 +81,8 @@ check() {
     rm -rf "$results"
     return 1
   fi
-  export ROCMLAB_CACHE="$PWD/$kit/cache" HF_HUB_OFFLINE=1
+  export ROCMLAB_CACHE="$kit/cache" HF_HUB_OFFLINE=1
+  echo "course assets: $ROCMLAB_CACHE"
   echo "== 2/4 rocmlab doctor"
   "$python" -m rocmlab doctor --lang en >"$OUT/doctor.txt" 2>&1 || doctor_status=$?
   cat "$OUT/doctor.txt"

@@ -374,6 +374,16 @@ def test_without_a_kit_the_script_says_so_in_the_summary(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["device_check.log", "summary.md"]
 
 
+def test_on_the_device_a_kit_without_the_course_model_is_refused_before_pip(tmp_path):
+    kit = tmp_path / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "manifest.json").write_text("{}")
+    (kit / "wheels" / "rocmlab-0.1.0-py3-none-any.whl").write_bytes(b"")
+    result = script(env={"OUT": str(tmp_path / "out"), "DEVICE_KIT": str(kit), "PYTHON": "/nonexistent/python"})
+    assert result.returncode == 1
+    assert f"the kit at {kit} has no course model (built with --no-assets?)" in result.stdout
+
+
 # ---------------------------------------------------------------- the real kit and the dry run (slow)
 
 
@@ -439,6 +449,7 @@ def test_the_dry_run_runs_every_step_on_this_cpu(real_kit, tmp_path):
     result = script("--dry-run", env=env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert re.search(r"Would install .*papermill-[0-9.]+ .*rocmlab-[0-9.]+", result.stdout)
+    assert f"course assets: {real_kit}/cache\n" in result.stdout
     assert "rocmlab doctor: this machine" in (out / "doctor.txt").read_text()
     names = sorted(p.name for p in out.iterdir())
     assert names == ["device_check.log", "doctor.txt", "records.tar.gz", "summary.md"]  # the device returns at most 8
