@@ -21,7 +21,7 @@ import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..course.catalog import COURSE_MODEL, SMOKE, Lab
+from ..course.catalog import COURSE_MODEL, GPU, SMOKE, Lab
 from ..errors import ExitCode, InputError
 from ..markdown_table import cell
 from .results import Record, RecordError, fingerprint, read_record
@@ -217,7 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     summarise = sub.add_parser("summary", help="the Markdown summary and the bundle of records")
     for p in (run, summarise):
         p.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
-        p.add_argument("--profile", default="gpu", choices=["smoke", "gpu"])
+        p.add_argument("--profile", default=GPU, choices=[SMOKE, GPU])
         p.add_argument("--entry", required=True, help="the environment's name: a [[cuda]] entry, or device-dry-run")
         p.add_argument("--results", required=True, metavar="DIR", help="results folder (records in DIR/ENTRY/)")
         p.add_argument("--jobs", type=int, default=4, metavar="N", help="labs run at once")
