@@ -5,7 +5,8 @@ The fast tests build a kit with pip replaced by fakes that write wheel files (th
 size limit, the image and interactive-only packages left out), read real lab sources and real
 records, and run the script where it stops before Python. The slow test downloads the real kit
 (without the course assets) from PyPI and runs the script's dry run on it: `rocmlab doctor` and
-lab 01 in the smoke profile, about 40 s on the dev container after a download of 20 to 50 s.
+lab 01 in the smoke profile: 38 to 51 s on the 2-core dev container, after a download of 25 to 55 s
+(pip's cache warm or cold), both measured 2026-12-06.
 """
 
 import hashlib

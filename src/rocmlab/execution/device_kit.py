@@ -304,7 +304,8 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        manifest = build_kit(Path(args.out), find_root(args.root), assets=args.assets)
+        root = find_root(args.root)
+        manifest = build_kit(Path(args.out), root, assets=args.assets)
     except (CommandFailed, InputError) as err:
         print(f"device-kit: error: {err}", file=sys.stderr)
         return ExitCode.FAILED
