@@ -173,7 +173,7 @@ def summary(records: dict[str, Record | None], *, entry: str, profile: str, doct
 
 def _verdict_line(where: str) -> str:
     if where == "ROCm":
-        return "A ROCm run: its records count for the ROCm entry they were run in."
+        return "A ROCm machine: its verdicts come from the freshness workflow's runs (ci/freshness_job.sh), not from this check."
     if where == "CPU":
         return "A rehearsal on a CPU: no GPU path ran, and it is no verdict for any matrix entry."
     return (
