@@ -261,7 +261,9 @@ def test_the_summary_of_a_cuda_run_is_never_a_rocm_verdict():
         "09-profiling": record("09-profiling", "timeout", CUDA_FINGERPRINT, reason="ran past its 240 s limit"),
         "10-fsdp2": None,
     }
-    text = device_check.summary(records, entry="cuda-h100", profile=GPU, doctor_status=3, jobs=4)
+    ranks = device_check.world_sizes([LABS[lab_id] for lab_id in records], GPU)
+    assert ranks == {"10-fsdp2": 2}
+    text = device_check.summary(records, entry="cuda-h100", profile=GPU, doctor_status=3, jobs=4, ranks=ranks)
     assert "CUDA: NVIDIA H100 80GB HBM3 (sm_90); torch 2.11.0+cu130 (CUDA 13.0)" in text
     assert "never a ROCm verdict" in text and "exit status 3" in text
     assert "with MODEL = tiny-qwen-zh (4 M parameters) in place of a hub checkpoint" in text
@@ -270,11 +272,29 @@ def test_the_summary_of_a_cuda_run_is_never_a_rocm_verdict():
         in text
     )
     assert "| 09-profiling | timeout | 42 | not applicable on CUDA: rocprofv3 and rocprof-compute" in text
-    assert text.rstrip().endswith("| 10-fsdp2 | not run (the check's time ran out) |  | none |  |")
+    assert text.rstrip().endswith(
+        "| 10-fsdp2 | not run (the check's time ran out) |  | none |  |"
+    )  # no record, no rank note
     assert "ran past its 240 s limit" in text and "ran:" not in text
     assert "Result: 2 passed, 1 not run, 1 timeout." in text
     rows = [line for line in text.splitlines() if line.startswith("| 0") or line.startswith("| 1")]
     assert len(rows) == 4 and all(row.count(" | ") == 4 for row in rows)
+
+
+def test_the_summary_says_which_labs_ran_their_ranks_on_the_cpu_for_want_of_gpus():
+    labs = [LABS["04-collectives-rccl"], LABS["05-distributed-training"], LABS["10-fsdp2"], LABS["01-rocm-setup"]]
+    ranks = device_check.world_sizes(labs, GPU)
+    assert ranks == {"04-collectives-rccl": 2, "05-distributed-training": 2, "10-fsdp2": 2}
+    records = {lab.id: record(lab.id, "passed", CUDA_FINGERPRINT) for lab in labs}
+    text = device_check.summary(records, entry="cuda-h100", profile=GPU, doctor_status=0, jobs=4, ranks=ranks)
+    assert text.rstrip().endswith(
+        "04-collectives-rccl, 05-distributed-training, 10-fsdp2: more ranks than GPUs (1), so their ranks ran with "
+        "gloo on the CPU (nccl needs a GPU per rank): their multi-GPU path did not run."
+    )
+    two_gpus = {**CUDA_FINGERPRINT, "gpus": CUDA_FINGERPRINT["gpus"] * 2}
+    records = {lab.id: record(lab.id, "passed", two_gpus) for lab in labs}
+    text = device_check.summary(records, entry="cuda-h100", profile=GPU, doctor_status=0, jobs=4, ranks=ranks)
+    assert "more ranks than GPUs" not in text
 
 
 def test_the_summary_of_a_rocm_run_says_the_rocm_only_steps_ran():

@@ -134,8 +134,26 @@ def read_records(env_dir: Path, labs: list[Lab]) -> dict[str, Record | None]:
     return found
 
 
-def summary(records: dict[str, Record | None], *, entry: str, profile: str, doctor_status: int, jobs: int) -> str:
-    """The one-table Markdown summary of a device check."""
+def world_sizes(labs: list[Lab], profile: str) -> dict[str, int]:
+    """The ranks each lab's profile starts (its ``WORLD_SIZE`` parameter), for the labs that set one."""
+    sizes = {}
+    for lab in labs:
+        size = lab.profiles[profile].params.get("WORLD_SIZE") if profile in lab.profiles else None
+        if isinstance(size, int) and size > 0:
+            sizes[lab.id] = size
+    return sizes
+
+
+def summary(
+    records: dict[str, Record | None],
+    *,
+    entry: str,
+    profile: str,
+    doctor_status: int,
+    jobs: int,
+    ranks: dict[str, int] | None = None,
+) -> str:
+    """The one-table Markdown summary of a device check; ``ranks``: ``world_sizes`` of its labs."""
     ran = [r for r in records.values() if r is not None]
     fp = ran[0].fingerprint if ran else {}
     where = vendor(fp)
@@ -168,6 +186,14 @@ def summary(records: dict[str, Record | None], *, entry: str, profile: str, doct
         why = record.failure if record and not record.passed else ""
         cells = [lab_id, status, seconds, _rocm_only_cell(lab_id, where), why]
         lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    gpu_count = len(fp.get("gpus") or [])
+    short = sorted(lab for lab, size in (ranks or {}).items() if records.get(lab) and size > gpu_count)
+    if short and where != "CPU":
+        lines += [
+            "",
+            f"{', '.join(short)}: more ranks than GPUs ({gpu_count}), so their ranks ran with gloo on the CPU "
+            "(nccl needs a GPU per rank): their multi-GPU path did not run.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -265,7 +291,14 @@ def main(argv=None) -> int:
         return ExitCode.OK if all(r.passed for r in records) else ExitCode.FAILED
     env_dir = results / args.entry
     records = read_records(env_dir, labs)
-    table = summary(records, entry=args.entry, profile=args.profile, doctor_status=args.doctor_status, jobs=args.jobs)
+    table = summary(
+        records,
+        entry=args.entry,
+        profile=args.profile,
+        doctor_status=args.doctor_status,
+        jobs=args.jobs,
+        ranks=world_sizes(labs, args.profile),
+    )
     Path(args.summary).write_text(table, encoding="utf-8")
     bundle(env_dir, records, Path(args.bundle))
     print(table)
