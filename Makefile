@@ -16,7 +16,7 @@ RESULTS   ?= results
 # kernel compiled rocmlab again and every pytest worker rewrote every test module (12 s, not 6).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: lint setup site hub-setup system-deps model build check verify run report freshness test test-slow test-all bench clean help
+.PHONY: lint setup site hub-setup system-deps model device-kit build check verify run report freshness test test-slow test-all bench clean help
 
 help:
 	@echo "make run        build the labs, run them all in the smoke profile, print the freshness report;"
@@ -26,6 +26,7 @@ help:
 	@echo "make freshness  create the CPU environments of env/matrix.toml, run every lab in each, stamp the report"
 	@echo "make site       the course website into _site/ (static, bilingual, offline; docs/site.md)"
 	@echo "make hub-setup  configurable-http-proxy (npm) for rocmlab hub"
+	@echo "make device-kit what ci/device_check.sh needs on a GPU machine without network, into device-kit/ (docs/device-check.md)"
 	@echo "make lint       ruff check, ruff format --check, and the import layers of docs/architecture.md (import-linter)"
 	@echo "make build | check | verify | report | bench | clean"
 
@@ -91,6 +92,14 @@ system-deps:
 # itself, beside the labs that do not need it).
 model: setup
 	$(ROCMLAB) assets build-model
+
+# The device check's kit (docs/device-check.md): wheels for the GPU machine's Python 3.12, rocmlab's
+# own wheel, the course model and lab 03's adapter (built here first when the cache lacks them);
+# fails, naming the biggest items, when it and the working tree exceed the 64 MiB that may travel.
+DEVICE_KIT ?= device-kit
+device-kit: model
+	$(PY) -m rocmlab.lab.qc_adapter
+	$(PY) -m rocmlab.execution.device_kit --out $(DEVICE_KIT)
 
 build: setup
 	$(ROCMLAB) build

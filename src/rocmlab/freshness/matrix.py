@@ -27,6 +27,7 @@ METHODS = ("wheel", "multiarch", "image")
 ROCM_FACTS = ("rocm", "released", "pytorch", "python", "gfx", "install")
 CPU_FACTS = ("pins",)
 CANARY_FACTS = ("requirements",)
+CUDA_FACTS = ("device", "pytorch", "cuda", "python")
 THEROCK_FIRST = (7, 14)  # TheRock-built production releases start with ROCm 7.14
 STALE_SOURCE_DAYS = 90
 
@@ -59,7 +60,7 @@ class Install:
 @dataclass(frozen=True)
 class Entry:
     name: str
-    kind: str  # "rocm" | "cpu" | "canary"
+    kind: str  # "rocm" | "cpu" | "canary" | "cuda"
     status: str
     python: str
     sources: tuple[Source, ...] = ()
@@ -78,6 +79,8 @@ class Entry:
     requirements: tuple[str, ...] = ()  # canary: unpinned requirements
     pre: tuple[str, ...] = ()  # canary: packages taken as pre-releases
     held: tuple[str, ...] = ()  # cpu: packages kept below PyPI's newest on purpose (see notes)
+    device: str | None = None  # cuda: the GPU the device check ran on
+    cuda: str | None = None  # cuda: the CUDA version of its PyTorch build
 
     def pin(self, package: str) -> str | None:
         """The pinned version of ``package`` in a CPU entry (local label kept), or None."""
@@ -108,12 +111,13 @@ class Matrix:
     path: Path
     entries: tuple[Entry, ...]
     canaries: tuple[Entry, ...] = ()
+    cuda: tuple[Entry, ...] = ()  # the device check's CUDA machines (ci/device_check.sh): never a freshness verdict
 
     def get(self, name: str) -> Entry:
-        for entry in self.entries + self.canaries:
+        for entry in self.entries + self.canaries + self.cuda:
             if entry.name == name:
                 return entry
-        known = ", ".join(e.name for e in self.entries + self.canaries)
+        known = ", ".join(e.name for e in self.entries + self.canaries + self.cuda)
         raise MatrixError(f"{self.path}: no entry named {name!r} (entries: {known})")
 
 
@@ -162,15 +166,17 @@ def parse_matrix(text: str, path: Path) -> Matrix:
     entries = [_rocm_entry(t, path) for t in data.get("rocm", [])]
     entries += [_cpu_entry(t, path) for t in data.get("cpu", [])]
     canaries = [_canary_entry(t, path) for t in data.get("canary", [])]
-    _check_unique(entries + canaries, path)
-    return Matrix(path=path, entries=tuple(sort_newest_first(entries)), canaries=tuple(canaries))
+    cuda = [_cuda_entry(t, path) for t in data.get("cuda", [])]
+    _check_unique(entries + canaries + cuda, path)
+    return Matrix(path=path, entries=tuple(sort_newest_first(entries)), canaries=tuple(canaries), cuda=tuple(cuda))
 
 
 def load_matrix(path: Path | str | None = None) -> list[Entry]:
     """The ROCm and CPU entries, newest first: ROCm by version, then CPU by library generation.
 
-    Canary entries (pre-release channels) are not among them: they are never the newest
-    environment a lab is judged on. ``read_matrix(path).canaries`` has them.
+    Canary entries (pre-release channels) and CUDA entries (the device check's machines) are not
+    among them: they are never the newest environment a lab is judged on.
+    ``read_matrix(path).canaries`` and ``.cuda`` have them.
     """
     return list(read_matrix(path).entries)
 
@@ -224,7 +230,7 @@ def _locate(parts: list, data: dict) -> tuple[str, str]:
 
 def _where(parts: list, data: dict) -> str:
     """'[[rocm]] entry 'rocm-7.14'' plus the path inside it (install, sources[0]), or 'top level'."""
-    if len(parts) < 2 or parts[0] not in ("rocm", "cpu", "canary"):
+    if len(parts) < 2 or parts[0] not in ("rocm", "cpu", "canary", "cuda"):
         return "top level"
     kind, index = parts[0], parts[1]
     table = data[kind][index] if isinstance(index, int) else {}
@@ -382,6 +388,22 @@ def _canary_entry(table: dict, path: Path) -> Entry:
         torch_index=table.get("index_url"),
         gfx=tuple(table.get("gfx", ())),
         runner_gfx=table.get("runner_gfx"),
+    )
+
+
+def _cuda_entry(table: dict, path: Path) -> Entry:
+    _check_facts(table, "cuda", CUDA_FACTS, path)
+    return Entry(
+        name=table["name"],
+        kind="cuda",
+        status=table["status"],
+        python=table["python"],
+        sources=_sources(table),
+        notes=table.get("notes"),
+        unverified=tuple(table.get("unverified", ())),
+        pytorch=table["pytorch"],
+        device=table["device"],
+        cuda=table["cuda"],
     )
 
 
