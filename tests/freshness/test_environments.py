@@ -205,7 +205,7 @@ def test_dockerfile_per_install_method():
     image = environments.render_dockerfile(entry("rocm-7.2"))
     assert "\nFROM rocm/pytorch:rocm7.2.4_" in image
     cpu = environments.render_dockerfile(releases.read_matrix(RECORDED_MATRIX).get("cpu-current"))
-    assert '--extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1" "transformers==5.24.0"' in cpu
+    assert '--extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1" "transformers==5.25.0"' in cpu
     canary = environments.render_dockerfile(entry("canary-therock-nightly"))
     assert '--pre --index-url https://nightly.repo.amd.com/rocm/whl-next/ "torch[device-${GFX}]"' in canary
     for text, name in ((multiarch, "rocm-10.1"), (wheel, "rocm-6.4"), (image, "rocm-7.2"), (cpu, "cpu-current")):
