@@ -125,9 +125,11 @@ if [[ -n "$remote_head" ]]; then
 fi
 
 git switch -C "$branch" || exit 1
-git add env/matrix.toml env/docker README.md docs || exit 1
-git -c user.name="$bot_name" -c user.email="$bot_email" \
-  commit --quiet -m "Release matrix: upstream releases newer than env/matrix.toml" -m "$(head -c 60000 release-check.md)" || exit 1
+for path in env/matrix.toml env/docker README.md docs; do
+  if [[ -e "$path" ]]; then git add "$path" || exit 1; fi
+done
+GIT_AUTHOR_NAME="$bot_name" GIT_AUTHOR_EMAIL="$bot_email" GIT_COMMITTER_NAME="$bot_name" GIT_COMMITTER_EMAIL="$bot_email" \
+  git commit --quiet -m "Release matrix: upstream releases newer than env/matrix.toml" -m "$(head -c 60000 release-check.md)" || exit 1
 
 pr=$(gh pr list --head "$branch" --state open --json number --jq '.[0].number // empty')
 if [[ -n "$others" ]]; then

@@ -16,15 +16,16 @@ REAL_CHECK_VERSIONS = environments._check_versions
 
 @pytest.fixture()
 def course(tmp_path):
-    """A minimal repository: the real matrix and pyproject, no environments yet."""
+    """A minimal repository: the matrix (frozen at the day of the recordings) and pyproject, no environments."""
     (tmp_path / "env").mkdir()
-    shutil.copy(ROOT / "env" / "matrix.toml", tmp_path / "env" / "matrix.toml")
+    shutil.copy(RECORDED_MATRIX, tmp_path / "env" / "matrix.toml")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
 
 def entry(name: str):
-    return releases.read_matrix(ROOT / "env" / "matrix.toml").get(name)
+    """An entry of the frozen copy of the matrix: tests that name today's versions read it."""
+    return releases.read_matrix(RECORDED_MATRIX).get(name)
 
 
 def fake_build(monkeypatch, torch_first_try_fails=False):
