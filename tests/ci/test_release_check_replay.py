@@ -423,6 +423,7 @@ READS_THE_MATRIX = [
     "tests/ci/test_workflows.py",
     "tests/ci/test_freshness_workflow.py",
     "tests/doctor/test_doctor.py",
+    "tests/foundation/test_cli.py::test_the_readme_command_table_is_generated_from_the_parsers",
 ]
 
 

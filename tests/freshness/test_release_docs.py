@@ -79,3 +79,21 @@ def test_the_spans_follow_another_matrix(tmp_path):
     (tmp_path / "README.md").write_text("<!-- matrix:newest-typo -->x<!-- /matrix -->", encoding="utf-8")
     with pytest.raises(releases.MatrixError, match="README.md: <!-- matrix:newest-typo --> names no sentence"):
         pull_request.stale_sentences(tmp_path)
+
+
+def test_the_exit_code_table_of_the_docs_is_the_code_s():
+    doc = read("docs/release-matrix.md")
+    table = doc[doc.index("<!-- exit-codes:start -->") : doc.index("<!-- exit-codes:end -->")]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [(int(r[0][2:]), r[1].strip("`"), r[2].rstrip(" |")) for r in rows] == [
+        (code, name, meaning) for name, code, meaning in releases.EXIT_CODES
+    ]
+    assert len({code for _n, code, _m in releases.EXIT_CODES}) == len(releases.EXIT_CODES)
+
+
+def test_the_exit_codes_command_prints_what_the_scripts_eval(capsys):
+    assert releases.main(releases_command="exit-codes") == releases.EXIT_UP_TO_DATE
+    printed = dict(line.split("=") for line in capsys.readouterr().out.splitlines())
+    assert printed == {name: str(code) for name, code, _m in releases.EXIT_CODES}
+    for script in ("ci/release_check.sh", "ci/freshness_report.sh"):
+        assert "releases exit-codes" in read(script), script
