@@ -94,23 +94,22 @@ case "$status" in
     ;;
 esac
 
-# EXIT_UPDATES: what changed, what runs again, whether the matrix file changed at all (a yanked pin alone does not)
-read -r edits entries < <("$python" - <<'PY'
+# EXIT_UPDATES: whether the matrix file changed at all (a yanked pin alone does not), and what runs again
+# (`runs` of the JSON, as the PR body lists it: entries with a runner, and ROCm entries left without one)
+read -r edits entries skipped < <("$python" - <<'PY'
 import json
 found = json.load(open("release-check.json"))
 edits = "yes" if found["new_entries"] or found["updates"] else "no"
-print(edits, ",".join(run["entry"] for run in found["runs"]) or "-")
+runs = [r["entry"] for r in found["runs"] if r["runner"] != "none"]
+skipped = [r["entry"] for r in found["runs"] if r["runner"] == "none"]
+print(edits, ",".join(runs) or "-", ",".join(skipped) or "-")
 PY
 )
 [[ "$entries" == "-" ]] && entries=""
+[[ "$skipped" == "-" ]] && skipped=""
 if [[ "$edits" != "yes" ]]; then
   echo "no matrix edit (yanked pins only: routed to issues)"
   exit 0
-fi
-skipped=""
-if [[ "${ROCMLAB_GPU_RUNNERS:-}" == "none" ]]; then
-  skipped=$(tr ',' '\n' <<< "$entries" | grep '^rocm-' | paste -sd, -)
-  entries=$(tr ',' '\n' <<< "$entries" | grep -v '^rocm-' | paste -sd, -)
 fi
 "$rocmlab" env dockerfiles || exit 1
 

@@ -250,15 +250,19 @@ def test_a_linux_torch_without_its_device_wheel_is_not_proposed(tmp_path):
     }
 
 
-def needs_a_person(tmp_path: Path, folder: Path, reason: str, code: int) -> None:
+def needs_a_person(tmp_path: Path, folder: Path, reason: str, code: int, open_issue: int | None = 7) -> None:
     repo, remote = course(tmp_path)
-    gh, log = fake_gh(tmp_path)
+    gh, log = fake_gh(tmp_path, open_issue)
     result = run_check(repo, gh, folder)
     assert result.returncode == 0, result.stderr[-3000:]
     done = calls(log)
     assert not any(c.startswith("issue close") for c in done), done
-    assert any(c.startswith("issue edit 7 --body-file") for c in done) and reason in issue_body(tmp_path)
-    assert any(c.startswith("issue comment 7 --body") for c in done)
+    if open_issue:
+        assert any(c.startswith("issue edit 7 --body-file") for c in done) and reason in issue_body(tmp_path)
+        assert any(c.startswith("issue comment 7 --body") for c in done)
+    else:  # none open yet: one is opened with the reasons
+        assert any(c.startswith("issue create --title Upstream releases newer than the release matrix") for c in done)
+        assert reason in (repo / "release-check-issue.md").read_text(encoding="utf-8")
     assert json.loads((repo / "release-check.json").read_text())["needs_person"]
     assert remote_branches(remote) == ["main"]  # nothing to edit: no branch, no run
     assert not any(c.startswith("workflow run") for c in done)
@@ -288,7 +292,8 @@ def test_an_unmarked_major_is_not_a_plain_pin_edit(tmp_path):
 def test_an_unreadable_release_keeps_the_issue_open(tmp_path):
     folder = upstream_copy(tmp_path)
     add_release(folder, "core-sdk-drop", "Core SDK drop", "2026-12-04T16:00:00Z")
-    needs_a_person(tmp_path, folder, "- unreadable release: TheRock release tag 'core-sdk-drop'", releases.EXIT_OFFLINE)
+    reason = "- unreadable release: TheRock release tag 'core-sdk-drop'"
+    needs_a_person(tmp_path, folder, reason, releases.EXIT_OFFLINE, open_issue=None)
 
 
 def test_a_final_release_on_the_older_line_is_not_skipped(tmp_path):
@@ -458,3 +463,21 @@ def test_the_bots_own_edit_for_a_new_series_passes_the_tests_that_read_the_matri
         check=False,
     )
     assert tests.returncode == 0, tests.stdout[-4000:]
+
+
+def test_without_a_gpu_runner_the_pr_body_says_which_entries_do_not_run(tmp_path):
+    folder = new_series(tmp_path)
+    repo, _remote = course(tmp_path)
+    gh, log = fake_gh(tmp_path)
+    result = run_check(repo, gh, folder, ROCMLAB_GPU_RUNNERS="none", PR_CHECKS="native")
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = calls(log)
+    assert not any(c.startswith("workflow run") for c in done)  # both changed entries are ROCm entries
+    assert any(
+        c.startswith(
+            "pr comment 12 --body No GPU runner (ROCMLAB_GPU_RUNNERS=none): the labs were not run on rocm-10.2,rocm-7.14"
+        )
+        for c in done
+    )
+    body = (repo / "release-check.md").read_text(encoding="utf-8")
+    assert "- rocm-10.2 not run: no GPU runner" in body and "- rocm-7.14 not run: no GPU runner" in body

@@ -76,13 +76,17 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml", runs: 
     if findings.restated:
         lines += ["### Facts that name a replaced value", "", *[f"- {r}" for r in findings.restated], ""]
     if runs:
-        where = {"gpu": "a GPU runner", "github": "GitHub's runners"}
+        where = {
+            "gpu": "on a GPU runner",
+            "github": "on GitHub's runners",
+            "none": "not run: no GPU runner (ROCMLAB_GPU_RUNNERS=none); run its labs on a ROCm machine before merging",
+        }
         lines += [
             "### What runs again",
             "",
             "The freshness run dispatched on this branch runs the labs on exactly these entries, and on no other:",
             "",
-            *[f"- {run['entry']} on {where[run['runner']]}" for run in runs],
+            *[f"- {run['entry']} {where[run['runner']]}" for run in runs],
             "",
         ]
     lines += [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -192,15 +193,12 @@ def exit_code(findings: Findings) -> int:
 
 
 def runs_again(matrix: Matrix, findings: Findings) -> list[dict]:
-    """What the freshness run of the bot's branch runs: every changed entry, each on its runner. The
-    same rule as ci/matrix_json.py --only (named entries run unless eol), so the PR body says exactly that."""
-    statuses = {e.name: e.status for e in matrix.entries} | {e["name"]: e["status"] for e in findings.new_entries}
+    """What the freshness run of the bot's branch runs: every changed entry (current or previous, the rule
+    of ci/matrix_json.py --only), CPU entries on GitHub's runners, ROCm entries on a GPU runner, or on
+    none where the repository has none (ROCMLAB_GPU_RUNNERS=none). The PR body says exactly this."""
     kinds = {e.name: e.kind for e in matrix.entries} | {e["name"]: "rocm" for e in findings.new_entries}
-    return [
-        {"entry": name, "runner": "gpu" if kinds[name] == "rocm" else "github"}
-        for name in findings.changed_entries
-        if statuses.get(name) != "eol"
-    ]
+    gpu = "none" if os.environ.get("ROCMLAB_GPU_RUNNERS") == "none" else "gpu"
+    return [{"entry": name, "runner": gpu if kinds[name] == "rocm" else "github"} for name in findings.changed_entries]
 
 
 def verify_pins(
