@@ -159,7 +159,14 @@ def compare(
                 findings.updates.extend(_retire_oldest_current(rocm))
             proposed = True
         elif entry is not None and entry.status != "eol" and Version(release.version) > Version(entry.rocm):
-            findings.updates.extend(_patch_release(entry, release, upstream, today))
+            if _newest_torch(entry, release.version, upstream) is None:
+                findings.pending.append(
+                    f"{entry.name}: ROCm {release.version} released {release.date} ({release.url or THEROCK_RELEASES}): "
+                    f"no torch build for it yet on the entry's {entry.install.method} channel that installs on "
+                    "Linux x86_64 with its device package; the entry is patched once one appears"
+                )
+            else:
+                findings.updates.extend(_patch_release(entry, release, upstream, today))
     for entry in rocm:
         if entry.status == "eol" or any(u.entry == entry.name and u.field == "pytorch" for u in findings.updates):
             continue
