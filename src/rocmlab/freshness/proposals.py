@@ -7,7 +7,10 @@ release of a series updates its entry; a PyTorch bump is proposed only from the 
 channel (its AMD index, its PyTorch rocmX.Y index, or rocm/pytorch tags of its ROCm version);
 nothing is proposed for ``eol`` entries. A package listed in a CPU entry's ``held`` is reported,
 not bumped; so is a release that crosses a cap in pyproject.toml (``transformers<6``), with the
-newest release below the cap proposed instead. A pinned release that PyPI has yanked is reported.
+newest release below the cap proposed instead, and a new major that nothing caps or holds, with the
+newest of the pinned major proposed instead. A pinned release that PyPI has yanked is reported.
+Only a wheel that installs where the entry runs counts (``upstream_pages.installable``), a multi-arch
+torch with its runner's device package. What a person must look at is ``Findings.needs_person``.
 ``pull_request`` turns the findings into the PR: its body and the edited matrix file.
 """
 
@@ -216,12 +219,8 @@ def _legacy_patch_images(rocm: list[Entry], upstream: Upstream) -> list[str]:
     for entry in rocm:
         if entry.status == "eol" or entry.era == "therock" or entry.install.method != "image":
             continue
-        newer = sorted(
-            {i.rocm for i in upstream.images if series(i.rocm) == series(entry.rocm) and i.rocm.count(".") == 2}
-            - {entry.rocm},
-            key=Version,
-        )
-        newer = [v for v in newer if Version(v) > Version(entry.rocm)]
+        full = {i.rocm for i in upstream.images if i.rocm.count(".") == 2 and series(i.rocm) == series(entry.rocm)}
+        newer = sorted((v for v in full if Version(v) > Version(entry.rocm)), key=Version)
         if newer:
             tags = sorted(i.tag for i in upstream.images if i.rocm == newer[-1])
             found.append(
