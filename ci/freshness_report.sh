@@ -19,14 +19,15 @@ for entry in ${SKIPPED_ENTRIES:-}; do
   skip+=(--skip "${entry}=${SKIP_REASON:-its job was skipped in this workflow run}")
 done
 
-# Upstream releases newer than the matrix make verified cells "outdated".
-# `rocmlab releases check`: 0 up to date, 10 newer releases found, 11 offline.
+# Upstream releases newer than the matrix make verified cells "outdated". The exit codes of
+# `rocmlab releases check` are the table `rocmlab releases exit-codes` prints.
+eval "$($rocmlab releases exit-codes)"
 upstream=()
 status=0
 $rocmlab releases check --json > "$out/upstream.json" || status=$?
 case "$status" in
-  0|10) upstream=(--upstream "$out/upstream.json") ;;
-  11) echo "::warning::release check could not reach upstream: no outdated verdicts in this report" ;;
+  "$EXIT_UP_TO_DATE" | "$EXIT_UPDATES" | "$EXIT_NEEDS_PERSON") upstream=(--upstream "$out/upstream.json") ;;
+  "$EXIT_OFFLINE") echo "::warning::release check could not read every source: no outdated verdicts in this report" ;;
   *) echo "release check failed (exit $status)" >&2; exit "$status" ;;
 esac
 

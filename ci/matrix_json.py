@@ -3,7 +3,7 @@
     python ci/matrix_json.py --kind rocm                      # current ROCm entries
     python ci/matrix_json.py --kind cpu --github-output cpu   # appends cpu=<json> to $GITHUB_OUTPUT
     python ci/matrix_json.py --kind canary --target gpu       # the weekly canary's GPU jobs
-    python ci/matrix_json.py --kind rocm --only rocm-10.1     # one entry (the release-check PR's run)
+    python ci/matrix_json.py --kind rocm --only rocm-7.14     # named entries, previous ones too (the release-check PR's run)
     python ci/matrix_json.py --pin cpu-current:torch          # prints torch==2.14.1 (pr.yml's install)
 
 Runner labels come from repository variables (ROCMLAB_RUNNER_GFX942, ROCMLAB_RUNNER_GFX942_MULTI,
@@ -30,7 +30,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--status", action="append", choices=matrix.STATUSES, help="statuses to include (repeatable; default: current)"
     )
-    parser.add_argument("--only", help="comma-separated entry names (empty: all)")
+    parser.add_argument(
+        "--only", help="comma-separated entry names, current or previous (empty: every entry of --status)"
+    )
     parser.add_argument("--multi", action="store_true", help="runner labels of the multi-GPU runners")
     parser.add_argument("--pin", metavar="ENTRY:PACKAGE", help="print one pin of a CPU entry, e.g. cpu-current:torch")
     parser.add_argument("--matrix", type=Path, default=ROOT / matrix.MATRIX_RELATIVE)
@@ -50,7 +52,9 @@ def main(argv=None) -> int:
             if unknown:
                 raise matrix.MatrixError(f"--only: no entry named {sorted(unknown)[0]!r}")
             entries = [e for e in entries if e.name in wanted]
-        statuses = tuple(args.status or ("current",))
+        # entries named in --only run whatever their status short of eol: the release check re-runs a
+        # patched previous entry (docs/release-matrix.md, "What runs again")
+        statuses = tuple(args.status or (("current", "previous") if args.only else ("current",)))
         jobs = matrix.job_matrix(entries, kind=args.kind, statuses=statuses, variables=variables, multi=args.multi)
     except (matrix.MatrixError, json.JSONDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -186,7 +186,8 @@ def pin_body(pin: dict) -> str:
 
 
 def route_pins(report: dict, dry_run: bool = False) -> list[str]:
-    """Open or update one issue per yanked pin; close those whose pin is fine again (complete reports only)."""
+    """Open or update one issue per yanked pin; close those whose pin is fine again (complete reports only,
+    entries the report lists in ``checked`` only)."""
     done = []
     gh(
         "label",
@@ -233,9 +234,13 @@ def route_pins(report: dict, dry_run: bool = False) -> list[str]:
             dry_run=dry_run,
         )
         done.append(f"updated #{number}: {pin['package']} of {pin['entry']}")
+    # Only a complete report closes, and only the issues of entries whose pins it checked: the release
+    # check looks at every CPU entry that is not eol, verify-pins at the current ones, and neither may
+    # close what only the other one saw (an issue that opened and closed in the same run).
+    checked = set(report.get("checked") or [])
     if not report.get("partial"):
         for key, number in sorted(known.items()):
-            if key not in reported:
+            if key not in reported and key[0] in checked:
                 comment = f"{key[1]} of {key[0]} is no longer a yanked pin (the pin moved, or the yank was undone)."
                 gh("issue", "close", str(number), "--comment", comment, dry_run=dry_run)
                 done.append(f"closed #{number}: {key[1]} of {key[0]}")

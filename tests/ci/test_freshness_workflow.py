@@ -83,6 +83,8 @@ def test_the_report_runs_only_behind_the_gate():
     assert report["permissions"]["issues"] == "write"
     pr = next(s for s in report["steps"] if s.get("uses", "").startswith("peter-evans/create-pull-request"))
     assert {"ci/history/", "ci/badges/", "README.md"} <= set(pr["with"]["add-paths"].split())
+    # into the default branch, also for a run dispatched on release-check/matrix (issue 50)
+    assert pr["with"]["base"] == "${{ github.event.repository.default_branch }}"
 
 
 def test_dead_man_and_keepalive_jobs():

@@ -76,7 +76,12 @@ def test_pin_routing_opens_updates_and_closes(monkeypatch):
     listed.append({"number": 5, "body": route_failures.pin_body(yanked)})
     assert route_failures.route_pins({"yanked": [yanked]}) == ["updated #5: peft of cpu-current"]
     assert route_failures.route_pins({"yanked": [], "partial": True}) == []  # a partial check closes nothing
-    assert route_failures.route_pins({"yanked": [], "partial": False}) == ["closed #5: peft of cpu-current"]
+    # verify-pins (current entries) may close only what it checked: cpu-previous's issue stays (no flapping)
+    listed.append({"number": 6, "body": route_failures.pin_body(yanked | {"entry": "cpu-previous"})})
+    pins_job = {"yanked": [], "partial": False, "checked": ["cpu-current", "rocm-10.1"]}
+    assert route_failures.route_pins(pins_job) == ["closed #5: peft of cpu-current"]
+    assert not any(c[:3] == ("issue", "close", "6") for c in calls)
+    assert route_failures.route_pins({"yanked": [], "partial": False}) == []  # a report that checked nothing
 
 
 def course_repo(tmp_path: Path) -> tuple[Path, Path]:

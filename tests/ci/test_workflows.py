@@ -156,8 +156,12 @@ def test_release_check_runs_weekly_and_opens_a_pull_request():
     assert "rocmlab releases verify-pins --out pins.json" in json.dumps(check["jobs"]["pins"])
     script = (ROOT / "ci" / "release_check.sh").read_text(encoding="utf-8")
     assert "gh pr create" in script and "gh issue close" in script and "gh workflow run freshness.yml" in script
-    for code in (releases.EXIT_UP_TO_DATE, releases.EXIT_UPDATES, releases.EXIT_OFFLINE):
-        assert f"{code})" in script
+    # the exit codes come from the one table (`rocmlab releases exit-codes`), never written as numbers
+    assert 'eval "$codes"' in script and '"$rocmlab" releases exit-codes' in script
+    for name, _code, _meaning in releases.EXIT_CODES:
+        if name != "EXIT_PINS_BROKEN":  # verify-pins' code: the pins job reads it
+            assert f'"${name}"' in script, name
+    assert not any(f"{code})" in script for _n, code, _m in releases.EXIT_CODES)
 
 
 def test_matrix_script_prints_the_job_matrix_of_the_release_matrix(tmp_path):
@@ -392,7 +396,7 @@ def test_entry_check_of_a_cpu_entry_checks_every_pin(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake_torch("2.14.1+cpu"))
     monkeypatch.setattr(jobs, "_version_of", lambda p: {"transformers": "5.23.0"}.get(p, "0"))
     problems = jobs.check_entry(releases.read_matrix(RECORDED_MATRIX).get("cpu-current"))["problems"]
-    assert "transformers 5.23.0, the entry says ==5.24.0" in problems and not any(
+    assert "transformers 5.23.0, the entry says ==5.25.0" in problems and not any(
         p.startswith("torch") for p in problems
     )
 

@@ -16,15 +16,16 @@ REAL_CHECK_VERSIONS = environments._check_versions
 
 @pytest.fixture()
 def course(tmp_path):
-    """A minimal repository: the real matrix and pyproject, no environments yet."""
+    """A minimal repository: the matrix (frozen at the day of the recordings) and pyproject, no environments."""
     (tmp_path / "env").mkdir()
-    shutil.copy(ROOT / "env" / "matrix.toml", tmp_path / "env" / "matrix.toml")
+    shutil.copy(RECORDED_MATRIX, tmp_path / "env" / "matrix.toml")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
 
 def entry(name: str):
-    return releases.read_matrix(ROOT / "env" / "matrix.toml").get(name)
+    """An entry of the frozen copy of the matrix: tests that name today's versions read it."""
+    return releases.read_matrix(RECORDED_MATRIX).get(name)
 
 
 def fake_build(monkeypatch, torch_first_try_fails=False):
@@ -205,7 +206,7 @@ def test_dockerfile_per_install_method():
     image = environments.render_dockerfile(entry("rocm-7.2"))
     assert "\nFROM rocm/pytorch:rocm7.2.4_" in image
     cpu = environments.render_dockerfile(releases.read_matrix(RECORDED_MATRIX).get("cpu-current"))
-    assert '--extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1" "transformers==5.24.0"' in cpu
+    assert '--extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1" "transformers==5.25.0"' in cpu
     canary = environments.render_dockerfile(entry("canary-therock-nightly"))
     assert '--pre --index-url https://nightly.repo.amd.com/rocm/whl-next/ "torch[device-${GFX}]"' in canary
     for text, name in ((multiarch, "rocm-10.1"), (wheel, "rocm-6.4"), (image, "rocm-7.2"), (cpu, "cpu-current")):

@@ -42,8 +42,9 @@ def test_matrix_is_newest_first_rocm_then_cpu():
     assert [e.name for e in entries if e.kind == "cpu"] == ["cpu-current", "cpu-previous"]
 
 
-def test_matrix_has_todays_rocm_releases():
-    m = releases.read_matrix(MATRIX)
+def test_the_recorded_matrix_has_the_rocm_releases_of_its_day():
+    """Values of one day, asserted on the frozen copy (the real matrix moves with every bot PR)."""
+    m = releases.read_matrix(RECORDED_MATRIX)
     assert (m.get("rocm-10.1").rocm, m.get("rocm-10.1").status) == ("10.1.0", "current")
     assert m.get("rocm-7.14").rocm == "7.14.1"
     assert m.get("rocm-10.0").install.requirement == "torch[device-{gfx}]==2.13.0+rocm10.0.0"
@@ -59,7 +60,8 @@ def test_every_fact_has_a_source_with_a_date():
     for entry in m.entries + m.canaries:
         assert entry.sources, entry.name
         assert all(s.url.startswith("https://") and s.seen <= dt.date.today() and s.facts for s in entry.sources)
-        covered = {f for s in entry.sources for f in s.facts}
+        # a fact is named by a source, or marked unverified (as the bot marks the gfx targets it copies)
+        covered = {f for s in entry.sources for f in s.facts} | set(getattr(entry, "unverified", ()))
         required = {"rocm": matrix.ROCM_FACTS, "cpu": matrix.CPU_FACTS, "canary": matrix.CANARY_FACTS}[entry.kind]
         assert set(required) <= covered, (entry.name, set(required) - covered)
 
@@ -99,8 +101,17 @@ def test_canaries_are_not_environments_a_lab_is_judged_on():
 def test_newest_environment_is_the_first_current_entry():
     entries = releases.load_matrix(MATRIX)
     newest = releases.newest_environment(path=MATRIX)
-    assert newest == next(e for e in entries if e.status == "current") and newest.name == "rocm-10.1"
+    current_rocm = [e for e in entries if e.kind == "rocm" and e.status == "current"]
+    assert newest == next(e for e in entries if e.status == "current")
+    assert newest == max(current_rocm, key=lambda e: Version(e.rocm))
     assert releases.newest_environment("cpu", MATRIX).name == "cpu-current"
+    assert releases.newest_environment(path=RECORDED_MATRIX).name == "rocm-10.1"
+
+
+def test_every_gpu_entry_runs_on_a_target_it_carries():
+    for entry in releases.load_matrix(MATRIX):
+        if entry.kind == "rocm":
+            assert entry.runner_gfx in entry.gfx, entry.name
 
 
 def test_job_matrix_lists_current_entries_with_runner_labels():
@@ -248,7 +259,12 @@ def test_pytorch_html_index_and_a_missing_index():
     index = "https://download.pytorch.org/whl/rocm7.1/"
     wheels = upstream_pages.parse_torch_wheels(answer(index + "torch/"), index)
     assert {(w.torch, w.local) for w in wheels} == {("2.9.1", "rocm7.1"), ("2.10.0", "rocm7.1"), ("2.11.0", "rocm7.1")}
-    assert upstream_pages.parse_torch_wheels(answer("https://download.pytorch.org/whl/rocm10.1/torch/"), "x") == []
+    # an index PyTorch has not published: S3 behind CloudFront answers 403 AccessDenied, not 404
+    assert json.loads((UPSTREAM / "manifest.json").read_text())[index.replace("7.1", "10.1") + "torch/"] == {
+        "status": 403
+    }
+    with pytest.raises(upstream_pages.SourceError, match="HTTP 403"):
+        answer("https://download.pytorch.org/whl/rocm10.1/torch/")
 
 
 def test_docker_tags_follow_the_naming_scheme_and_paginate():
@@ -257,7 +273,7 @@ def test_docker_tags_follow_the_naming_scheme_and_paginate():
     assert following and {t.pytorch for t in tags} == {"2.14.0", "2.13.0"}
     more, last = upstream_pages.parse_docker_tags(answer(following))
     assert last is None and {t.tag for t in more} == {
-        f"rocm10.1_{os}_py{py}_pytorch_release_2.12.0"  # series-only tags, as Docker Hub has them from ROCm 10
+        f"rocm10.1.0_{os}_py{py}_pytorch_release_2.12.0"  # full-version tags, as Docker Hub has them for 10.1
         for os, py in (("ubuntu26.04", "3.14"), ("ubuntu24.04", "3.12"), ("ubuntu22.04", "3.10"))
     }
     assert all(t.digest.startswith("sha256:") for t in tags + more)
@@ -268,7 +284,17 @@ def test_pypi_newest_final_release_skips_prereleases_yanked_and_empty():
         "2.15.0",
         dt.date(2026, 11, 4),
     )
-    assert upstream_pages.parse_pypi(answer(upstream.PYPI_PROJECT.format(name="transformers")))[0] == "5.24.0"
+    assert upstream_pages.parse_pypi(answer(upstream.PYPI_PROJECT.format(name="transformers")))[0] == "5.25.0"
+
+
+def test_a_version_that_is_not_pep_440_is_reported_not_skipped():
+    text = json.dumps({"releases": {"1.0.0": [{"yanked": False}], "2023-01-01-nightly": [{"yanked": False}]}})
+    unparsed = []
+    good, _ = upstream_pages.parse_pypi_releases(
+        upstream_pages.Response("https://pypi.org/pypi/x/json", 200, text), unparsed
+    )
+    assert list(good) == ["1.0.0"]
+    assert unparsed == ["https://pypi.org/pypi/x/json: 1 version(s) that are not PEP 440: 2023-01-01-nightly"]
 
 
 @pytest.mark.parametrize(
@@ -388,7 +414,8 @@ def test_a_failed_source_makes_the_check_partial_never_up_to_date(tmp_path, caps
     code = cli("check", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(folder), "--today", "2026-12-01")
     assert code == releases.EXIT_OFFLINE
     out, err = capsys.readouterr()
-    assert "Partial check" in out and "Nothing newer" not in out and "pypi peft" in err
+    assert "partial check" in out and "- failed source: pypi peft" in out and "Nothing newer" not in out
+    assert "pypi peft" in err
     assert releases.EXIT_OFFLINE not in (releases.EXIT_UP_TO_DATE, releases.EXIT_UPDATES, *ExitCode)
 
 
@@ -439,7 +466,7 @@ def test_verify_pins_reports_each_pin_state(capsys):
     code = cli("verify-pins", "--matrix", str(RECORDED_MATRIX), "--fixtures", str(UPSTREAM), "--today", "2026-12-01")
     assert code == releases.EXIT_UP_TO_DATE
     out = capsys.readouterr().out
-    assert "amd-torch-device-gfx942==2.14.0+rocm10.1.0" in out and "transformers==5.24.0" in out
+    assert "amd-torch-device-gfx942==2.14.0+rocm10.1.0" in out and "transformers==5.25.0" in out
     report = pins.verify(releases.load_matrix(RECORDED_MATRIX), upstream.Recorded(UPSTREAM), today=TODAY)
     assert {p.state for p in report.pins} == {"ok"} and len(report.pins) == 11  # cpu-current: 6 pins; rocm-7.2 image
     assert "rocm-10.1: pytorch" in report.unverified and "rocm-10.1: released" not in report.unverified
@@ -606,30 +633,31 @@ def test_a_major_that_crosses_the_pyproject_cap_is_held_and_the_newest_below_it_
     caps = proposals.pyproject_caps(ROOT / "pyproject.toml")
     assert str(caps["transformers"][0]) == "<6,>=4.56" and "extra labs" in caps["transformers"][1]
     entries = releases.load_matrix(RECORDED_MATRIX)
-    found = pypi_upstream({"transformers": ["5.24.0", "5.25.0", "6.0.0", "6.0.1"]})
+    found = pypi_upstream({"transformers": ["5.25.0", "5.26.0", "6.0.0", "6.0.1"]})
     findings = proposals.compare(entries, found, today=TODAY, caps=caps)
     (update,) = findings.updates
     assert (update.entry, update.field, update.old, update.new) == (
         "cpu-current",
         "pin:transformers",
-        "5.24.0",
         "5.25.0",
+        "5.26.0",
     )
-    (held,) = findings.held
+    (held,) = findings.capped
     assert "transformers 6.0.1" in held and "crosses the cap `<6,>=4.56`" in held
     assert "rotate cpu-previous to cpu-current's generation (transformers 5.x), raise the cap" in held
-    assert "### Held back" in pull_request.render_body(findings)
-    alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.24.0", "6.0.0"]}), today=TODAY, caps=caps)
-    assert not alone.updates and alone.held and not alone.anything  # nothing installable is newer
+    assert f"- held at a cap: {held}" in pull_request.render_body(findings)
+    alone = proposals.compare(entries, pypi_upstream({"transformers": ["5.25.0", "6.0.0"]}), today=TODAY, caps=caps)
+    assert not alone.updates and alone.capped and not alone.anything  # nothing installable is newer
+    assert releases.exit_code(alone) == releases.EXIT_NEEDS_PERSON  # held at a cap: a person is told
 
 
 def test_a_fact_that_names_a_replaced_pin_is_listed_for_the_maintainer():
     entries = releases.load_matrix(RECORDED_MATRIX)
-    found = pypi_upstream({"transformers": ["5.24.0", "5.25.0"], "peft": ["0.21.2"]})
+    found = pypi_upstream({"transformers": ["5.25.0", "5.26.0"], "peft": ["0.21.2"]})
     findings = proposals.compare(entries, found, today=TODAY)
-    (restated,) = findings.restated  # the PyPI fact "newest transformers 5.24.0, peft 0.21.2, ..."
-    assert restated.startswith("cpu-current: pin:transformers 5.24.0 -> 5.25.0, but the fact of ")
-    assert "https://pypi.org/project/transformers/ (seen 2026-12-01) still names 5.24.0" in restated
+    (restated,) = findings.restated  # the PyPI fact "transformers 5.25.0 on PyPI (2026-12-01)"
+    assert restated.startswith("cpu-current: pin:transformers 5.25.0 -> 5.26.0, but the fact of ")
+    assert "https://pypi.org/project/transformers/5.25.0/ (seen 2026-12-03) still names 5.25.0" in restated
     body = pull_request.render_body(findings)
     assert f"### Facts that name a replaced value\n\n- {restated}" in body
     unchanged = proposals.compare(entries, pypi_upstream({"peft": ["0.21.2"]}), today=TODAY)
@@ -661,7 +689,7 @@ def test_apply_on_the_real_matrix_file_keeps_it_valid(tmp_path):
     """The bug of issue 35: a new entry went in at the '[[rocm]]' of the header comment."""
     path = tmp_path / "env" / "matrix.toml"
     path.parent.mkdir()
-    shutil.copy(MATRIX, path)
+    shutil.copy(RECORDED_MATRIX, path)  # the real file's shape, frozen at the day of the recordings
     text = path.read_text(encoding="utf-8")
     assert "# [[rocm]]" in text[: text.index("schema = 1")]
     entries = releases.load_matrix(path)
@@ -676,8 +704,19 @@ def test_apply_on_the_real_matrix_file_keeps_it_valid(tmp_path):
             )
         ],
         wheels=[
-            upstream_pages.WheelBuild("2.15.0", "rocm10.2.0", "3.12", "https://stable.repo.amd.com/rocm/whl-next/")
+            upstream_pages.WheelBuild(
+                "2.15.0",
+                "rocm10.2.0",
+                "3.12",
+                "https://stable.repo.amd.com/rocm/whl-next/",
+                filename="torch-2.15.0+rocm10.2.0-cp312-cp312-linux_x86_64.whl",
+            )
         ],
+        device_files={
+            ("https://stable.repo.amd.com/rocm/whl-next", "gfx942"): [
+                "amd_torch_device_gfx942-2.15.0+rocm10.2.0-py3-none-linux_x86_64.whl"
+            ]
+        },
     )
     findings = proposals.compare(entries, found, today=TODAY)
     assert [e["name"] for e in findings.new_entries] == ["rocm-10.2"]
@@ -714,7 +753,17 @@ def test_apply_moves_verified_facts_out_of_unverified(tmp_path):
 
 
 def test_verify_pins_says_when_an_index_pin_is_yanked(tmp_path):
-    path = with_pins(tmp_path, "2.13.0+rocm10.0.0", "2.13.1+rocm10.0.0")  # 2.13.1 is yanked on whl-next (data-yanked)
+    """PEP 592's data-yanked, as a PEP 503 index may write it (AMD's generator never does: it deletes)."""
+    folder = tmp_path / "recorded"
+    shutil.copytree(UPSTREAM, folder)
+    page = folder / "whl-next-torch.html"
+    wheel = "torch-2.13.1%2Brocm10.0.0-cp312-cp312-linux_x86_64.whl"
+    page.write_text(
+        page.read_text().replace(
+            "  </body>", f'    <a href="{wheel}" data-yanked="withdrawn">{wheel}</a><br/>\n  </body>'
+        )
+    )
+    path = with_pins(tmp_path, "2.13.0+rocm10.0.0", "2.13.1+rocm10.0.0")
     path.write_text(
         path.read_text().replace(
             'pytorch = "2.13.0"\npython = "3.12"\nstatus = "current"',
@@ -722,9 +771,12 @@ def test_verify_pins_says_when_an_index_pin_is_yanked(tmp_path):
             1,
         )
     )
-    report = pins.verify(releases.load_matrix(path), upstream.Recorded(UPSTREAM), today=TODAY)
+    report = pins.verify(releases.load_matrix(path), upstream.Recorded(folder), today=TODAY)
     (state,) = [p for p in report.pins if p.entry == "rocm-10.0" and p.pin.startswith("torch")]
     assert state.state == "missing" and "yanked on https://stable.repo.amd.com/rocm/whl-next/" in state.detail
+    deleted = pins.verify(releases.load_matrix(path), upstream.Recorded(UPSTREAM), today=TODAY)
+    (state,) = [p for p in deleted.pins if p.entry == "rocm-10.0" and p.pin.startswith("torch")]
+    assert state.state == "missing" and "not on https://stable.repo.amd.com/rocm/whl-next/" in state.detail
 
 
 def test_a_403_from_a_static_index_host_means_no_such_index():

@@ -23,8 +23,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from .matrix import STALE_SOURCE_DAYS, Entry
-from .upstream import ACCEPT_INDEX, DOCKER_TAG, PYPI_RELEASE, NetworkError, http_get, project_url
-from .upstream_pages import SourceError, versions_on_index
+from .upstream import ACCEPT_INDEX, DOCKER_TAG, PYPI_RELEASE, NetworkError, device_package, http_get, project_url
+from .upstream_pages import SourceError, index_files, versions_on_index
 
 OK, MISSING, MOVED, UNREACHABLE = "ok", "missing", "moved", "unreachable"
 
@@ -44,6 +44,7 @@ class PinReport:
     pins: list[PinState] = field(default_factory=list)
     stale_sources: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # the entries whose pins were checked
 
     @property
     def broken(self) -> list[PinState]:
@@ -71,6 +72,7 @@ class PinReport:
             "yanked": self.yanked,
             "stale_sources": self.stale_sources,
             "unverified": self.unverified,
+            "checked": self.checked,
             "partial": bool(self.unreachable),
         }
 
@@ -82,6 +84,7 @@ def verify(entries: list[Entry], fetch=http_get, today: dt.date | None = None, t
         image = entry.kind == "rocm" and entry.install.method == "image" and entry.status == "previous"
         if (entry.status != "current" and not image) or entry.kind not in ("rocm", "cpu"):
             continue
+        report.checked.append(entry.name)
         checks = _rocm_checks(entry) if entry.kind == "rocm" else _cpu_checks(entry)
         for pin, check in checks:
             report.pins.append(_run(entry, pin, check, fetch, timeout))
@@ -102,18 +105,23 @@ def _run(entry: Entry, pin: str, check, fetch, timeout: float) -> PinState:
 
 
 def _on_index(entry: Entry, pin: str, index: str, project: str, version: str):
-    """A check: is ``project==version`` (local label included) listed on ``index``?"""
+    """A check: is ``project==version`` (local label included) on ``index``, in a file that installs on the
+    entry's platform and Python (``upstream_pages.installable``, the rule `releases check` proposes by)?"""
 
     def check(get) -> PinState:
         url = project_url(index, project)
         response = get(url, accept=ACCEPT_INDEX)
-        found = versions_on_index(response, project)
+        if response.status != 404 and not index_files(response)[0]:
+            raise SourceError(f"{url}: the page lists no file (an unreadable index is not an empty one)")
+        found = versions_on_index(response, project, python=entry.python)
         if version in found:
             return PinState(entry.name, pin, OK, f"{project} {version} on {index}", url)
-        if version in versions_on_index(response, project, with_yanked=True):
+        if version in versions_on_index(response, project, with_yanked=True, python=entry.python):
             return PinState(entry.name, pin, MISSING, f"{project} {version} is yanked on {index} (PEP 592)", url)
-        newest = max(found, key=Version, default="none")
-        return PinState(entry.name, pin, MISSING, f"{project} {version} not on {index} (newest: {newest})", url)
+        newest = max((v for v in found if not Version(v).is_prerelease), key=Version, default="none")
+        elsewhere = version in versions_on_index(response, project, with_yanked=True)
+        where = f" for Linux x86_64 and Python {entry.python} (only other platforms have it)" if elsewhere else ""
+        return PinState(entry.name, pin, MISSING, f"{project} {version} not on {index}{where} (newest: {newest})", url)
 
     return check
 
@@ -126,7 +134,7 @@ def _rocm_checks(entry: Entry) -> list[tuple[str, object]]:
     version = next(iter(Requirement(requirement).specifier)).version
     checks = [(requirement, _on_index(entry, requirement, install.index_url, "torch", version))]
     if install.method == "multiarch":
-        device = f"amd-torch-device-{entry.runner_gfx}"
+        device = device_package(entry.runner_gfx)
         checks.append(
             (f"{device}=={version}", _on_index(entry, f"{device}=={version}", install.index_url, device, version))
         )

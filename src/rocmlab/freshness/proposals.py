@@ -7,7 +7,10 @@ release of a series updates its entry; a PyTorch bump is proposed only from the 
 channel (its AMD index, its PyTorch rocmX.Y index, or rocm/pytorch tags of its ROCm version);
 nothing is proposed for ``eol`` entries. A package listed in a CPU entry's ``held`` is reported,
 not bumped; so is a release that crosses a cap in pyproject.toml (``transformers<6``), with the
-newest release below the cap proposed instead. A pinned release that PyPI has yanked is reported.
+newest release below the cap proposed instead, and a new major that nothing caps or holds, with the
+newest of the pinned major proposed instead. A pinned release that PyPI has yanked is reported.
+Only a wheel that installs where the entry runs counts (``upstream_pages.installable``), a multi-arch
+torch with its runner's device package. What a person must look at is ``Findings.needs_person``.
 ``pull_request`` turns the findings into the PR: its body and the edited matrix file.
 """
 
@@ -24,7 +27,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .matrix import Entry, canonical, era_of, series
-from .upstream import DOCKER_TAGS, THEROCK_INDEXES, THEROCK_RELEASES, Upstream, pytorch_index
+from .upstream import DOCKER_TAGS, THEROCK_INDEXES, THEROCK_RELEASES, Upstream, device_versions, pytorch_index
 from .upstream_pages import ImageTag, RocmRelease, WheelBuild
 
 
@@ -62,10 +65,32 @@ class Findings:
     unparsed: list[str] = field(default_factory=list)  # what a source listed that could not be read
     failures: list[str] = field(default_factory=list)
     restated: list[str] = field(default_factory=list)  # facts that still state a value an update replaces
+    capped: list[str] = field(default_factory=list)  # a release that crosses a pyproject.toml cap
+    majors: list[str] = field(default_factory=list)  # a major jump of a dependency nothing caps or holds
+    unwatched: list[str] = field(default_factory=list)  # releases seen that the check proposes nothing for
+    unreadable: list[str] = field(default_factory=list)  # releases whose version could not be read
+    checked: list[str] = field(default_factory=list)  # CPU entries whose pins were checked for yanks
 
     @property
     def anything(self) -> bool:
         return bool(self.new_entries or self.updates or self.yanked)
+
+    @property
+    def partial(self) -> bool:
+        """A source failed or a release could not be read: the answer is not complete."""
+        return bool(self.failures or self.unreadable)
+
+    @property
+    def needs_person(self) -> list[str]:
+        """Every reason a person must look, whatever else the check found: the tracking issue stays open."""
+        return [
+            *(f"failed source: {f}" for f in self.failures),
+            *(f"unreadable release: {u}" for u in self.unreadable),
+            *(f"waiting for torch: {p}" for p in self.pending),
+            *(f"held at a cap: {c}" for c in self.capped),
+            *(f"unmarked major: {m}" for m in self.majors),
+            *(f"not watched: {w}" for w in self.unwatched),
+        ]
 
     @property
     def changed_entries(self) -> list[str]:
@@ -89,7 +114,13 @@ class Findings:
             "unparsed": self.unparsed,
             "failures": self.failures,
             "restated": self.restated,
-            "partial": bool(self.failures),
+            "capped": self.capped,
+            "majors": self.majors,
+            "unwatched": self.unwatched,
+            "unreadable": self.unreadable,
+            "needs_person": self.needs_person,
+            "checked": self.checked,
+            "partial": self.partial,
         }
 
 
@@ -98,14 +129,21 @@ def compare(
 ) -> Findings:
     """What upstream has that the matrix lacks. ``caps``: {package: (SpecifierSet, where)} from pyproject.toml."""
     today = today or dt.date.today()
-    findings = Findings(failures=list(upstream.failures), unparsed=upstream.unparsed_releases + upstream.unparsed)
+    findings = Findings(failures=list(upstream.failures), unparsed=list(upstream.unparsed))
     rocm = [e for e in entries if e.kind == "rocm"]
+    _unreadable_releases(rocm, upstream, findings)
     newest_known = max((Version(e.rocm) for e in rocm), default=Version("0"))
     known = {series(e.rocm): e for e in rocm}
     proposed = False
     for rocm_series, release in sorted(_newest_by_series(upstream.releases).items(), reverse=True):
         entry = known.get(rocm_series)
-        if entry is None and Version(release.version) > newest_known:
+        if entry is None and _on_an_older_line(release, rocm, newest_known):
+            findings.unwatched.append(
+                f"ROCm {release.version} ({release.tag or release.url}, published {release.date}) is a new series "
+                "on an older line than the matrix's newest: no entry is proposed for it; add one by hand if the "
+                "course should run on it"
+            )
+        elif entry is None and Version(release.version) > newest_known:
             if proposed:
                 findings.notices.append(
                     f"ROCm {release.version} ({release.tag or release.url}) is newer than the matrix but older "
@@ -116,15 +154,22 @@ def compare(
             if proposal is None:
                 findings.pending.append(
                     f"ROCm {release.version} released {release.date} ({release.url or THEROCK_RELEASES}): no torch "
-                    f"build for it yet on {', '.join(_channels_asked(release.version, upstream))}; the entry is "
-                    "proposed once one appears"
+                    f"build for it yet that installs on Linux x86_64 with its device package, on "
+                    f"{', '.join(_channels_asked(release.version, upstream))}; the entry is proposed once one appears"
                 )
             else:
                 findings.new_entries.append(proposal)
                 findings.updates.extend(_retire_oldest_current(rocm))
             proposed = True
         elif entry is not None and entry.status != "eol" and Version(release.version) > Version(entry.rocm):
-            findings.updates.extend(_patch_release(entry, release, upstream, today))
+            if _newest_torch(entry, release.version, upstream) is None:
+                findings.pending.append(
+                    f"{entry.name}: ROCm {release.version} released {release.date} ({release.url or THEROCK_RELEASES}): "
+                    f"no torch build for it yet on the entry's {entry.install.method} channel that installs on "
+                    "Linux x86_64 with its device package; the entry is patched once one appears"
+                )
+            else:
+                findings.updates.extend(_patch_release(entry, release, upstream, today))
     for entry in rocm:
         if entry.status == "eol" or any(u.entry == entry.name and u.field == "pytorch" for u in findings.updates):
             continue
@@ -132,9 +177,57 @@ def compare(
         findings.updates.extend(bump)
         if not bump:
             findings.notices.extend(_pytorch_index_notice(entry, upstream))
+    findings.unwatched.extend(_legacy_patch_images(rocm, upstream))
+    findings.notices.extend(_legacy_entries(rocm))
     _compare_pypi([e for e in entries if e.kind == "cpu"], upstream, findings, caps or {})
     findings.restated = facts_stating_replaced_values(entries, findings.updates)
     return findings
+
+
+def _unreadable_releases(rocm: list[Entry], upstream: Upstream, findings: Findings) -> None:
+    """A release whose version cannot be read, published after the matrix's newest release, may be the new
+    one: the check is partial. One published before it cannot be, and is reported as seen."""
+    newest = max((e.released for e in rocm), default=None)
+    for problem, published in upstream.unparsed_releases:
+        if published is None or newest is None or published > newest:
+            findings.unreadable.append(problem)
+        else:
+            findings.notices.append(f"{problem} (published {published}, before the matrix's newest release)")
+
+
+def _on_an_older_line(release: RocmRelease, rocm: list[Entry], newest_known: Version) -> bool:
+    """A new series of a major line the matrix already has, newer than that line's newest entry, but not
+    the newest overall (7.15.0 while the matrix has 7.14 and 10.1): nothing proposes it, so it is reported."""
+    version = Version(release.version)
+    line = [Version(e.rocm) for e in rocm if Version(e.rocm).major == version.major]
+    return version <= newest_known and bool(line) and version > max(line)
+
+
+def _legacy_entries(rocm: list[Entry]) -> list[str]:
+    """Entries of the ROCm releases before TheRock: their releases (github.com/ROCm/ROCm) are not asked."""
+    return [
+        f"{e.name} (ROCm {e.rocm}, era {e.era}) is a release of the ROCm line before TheRock: its releases are not "
+        "watched; only rocm/pytorch images of its series are (a newer patch image is reported)"
+        for e in rocm
+        if e.status != "eol" and e.era != "therock"
+    ]
+
+
+def _legacy_patch_images(rocm: list[Entry], upstream: Upstream) -> list[str]:
+    """rocm/pytorch images of a newer patch of a legacy image entry's series (rocm7.2.5_… beside 7.2.4)."""
+    found = []
+    for entry in rocm:
+        if entry.status == "eol" or entry.era == "therock" or entry.install.method != "image":
+            continue
+        full = {i.rocm for i in upstream.images if i.rocm.count(".") == 2 and series(i.rocm) == series(entry.rocm)}
+        newer = sorted((v for v in full if Version(v) > Version(entry.rocm)), key=Version)
+        if newer:
+            tags = sorted(i.tag for i in upstream.images if i.rocm == newer[-1])
+            found.append(
+                f"{entry.name}: rocm/pytorch has images of ROCm {newer[-1]} ({', '.join(tags[:3])}), newer than the "
+                f"entry's {entry.rocm}; its release is not watched: confirm it and update the entry by hand"
+            )
+    return found
 
 
 def facts_stating_replaced_values(entries: list[Entry], updates: list[Update]) -> list[str]:
@@ -181,18 +274,33 @@ def _newest_by_series(releases: list[RocmRelease]) -> dict[tuple[int, int], Rocm
 
 
 def channel_wheels(entry: Entry, rocm: str, upstream: Upstream) -> list[WheelBuild]:
-    """Wheels of ``entry``'s channel built for ROCm ``rocm``, for the entry's Python."""
+    """Wheels of ``entry``'s channel built for ROCm ``rocm`` that install on the entry (``installable``:
+    its platform and Python; a multi-arch torch only with its runner's device package)."""
     method = entry.install.method
     if method == "multiarch":
-        index, label = entry.install.index_url, f"rocm{rocm}"
-    elif method == "wheel":
-        index, label = pytorch_index(series(rocm)), f"rocm{'.'.join(rocm.split('.')[:2])}"
-    else:
+        return multiarch_wheels(entry.install.index_url, rocm, entry.python, entry.runner_gfx, upstream)
+    if method != "wheel":
         return []
+    index, label = pytorch_index(series(rocm)), f"rocm{'.'.join(rocm.split('.')[:2])}"
     return [
         w
         for w in upstream.wheels
-        if w.index.rstrip("/") == index.rstrip("/") and w.local == label and w.python == entry.python
+        if w.index.rstrip("/") == index.rstrip("/") and w.local == label and w.installs_on(entry.python)
+    ]
+
+
+def multiarch_wheels(index: str, rocm: str, python: str, gfx: str, upstream: Upstream) -> list[WheelBuild]:
+    """torch ``+rocm<rocm>`` builds on a multi-arch index that install with ``python`` on Linux x86_64 and
+    whose ``amd-torch-device-<gfx>`` of the same version is there too (what `pip install torch[device-gfx]`
+    needs; verify-pins checks the same two files)."""
+    devices = device_versions(upstream, index, gfx, python)
+    return [
+        w
+        for w in upstream.wheels
+        if w.index.rstrip("/") == index.rstrip("/")
+        and w.local == f"rocm{rocm}"
+        and w.installs_on(python)
+        and f"{w.torch}+{w.local}" in devices
     ]
 
 
@@ -327,12 +435,9 @@ def _install_candidates(rocm: str, era: str, template: Entry | None, python: str
     (full or series tag), then PyTorch's rocmX.Y index."""
     if era == "therock":
         preferred = [template.install.index_url] if template and template.install.method == "multiarch" else []
+        gfx = template.runner_gfx if template else "gfx942"
         for index in dict.fromkeys(preferred + list(THEROCK_INDEXES)):
-            wheels = [
-                w
-                for w in upstream.wheels
-                if w.index.rstrip("/") == index.rstrip("/") and w.local == f"rocm{rocm}" and w.python == python
-            ]
+            wheels = multiarch_wheels(index, rocm, python, gfx, upstream)
             if wheels:
                 torch = max((w.torch for w in wheels), key=Version)
                 requirement = f"torch[device-{{gfx}}]=={torch}+rocm{rocm}"
@@ -344,7 +449,7 @@ def _install_candidates(rocm: str, era: str, template: Entry | None, python: str
         url = DOCKER_TAGS.format(name=f"rocm{'.'.join(rocm.split('.')[:2])}")
         yield {"method": "image", "image": f"rocm/pytorch:{image.tag}"}, image.pytorch, image.python, url, image.tag
     label, index = f"rocm{'.'.join(rocm.split('.')[:2])}", pytorch_index(series(rocm))
-    wheels = [w for w in upstream.wheels if w.index == index and w.local == label]
+    wheels = [w for w in upstream.wheels if w.index == index and w.local == label and w.installs_on(w.python)]
     if wheels:
         wheel = max(wheels, key=lambda w: (Version(w.torch), w.python == python, Version(w.python)))
         install = {"method": "wheel", "index_url": index, "requirement": f"torch=={wheel.torch}+{label}"}
@@ -361,7 +466,7 @@ def _pytorch_index_notice(entry: Entry, upstream: Upstream) -> list[str]:
         for w in upstream.wheels
         if w.index == index
         and w.local == label
-        and w.python == entry.python
+        and w.installs_on(entry.python)
         and Version(w.torch) > Version(entry.pytorch)
     ]
     if not newer:
@@ -400,6 +505,7 @@ def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings, caps
     for entry in cpu:
         if entry.status == "eol":
             continue
+        findings.checked.append(entry.name)
         for package, yanked in sorted(upstream.pypi_yanked.items()):
             pinned = entry.pin(package)
             if pinned and not Version(pinned).local and pinned in yanked:
@@ -416,30 +522,42 @@ def _compare_pypi(cpu: list[Entry], upstream: Upstream, findings: Findings, caps
         if package in current.held:
             findings.held.append(f"{current.name}: {package} {pinned} held; PyPI has {latest} ({date})")
             continue
-        target, when = latest, date
-        cap = caps.get(package)
-        if cap and not cap[0].contains(latest, prereleases=False):
-            generation = f"{package} {Version(Version(pinned).public).major}.x"
-            rotate = (
-                f"rotate {previous.name} to {current.name}'s generation ({generation}), raise the cap, then "
-                f"move {current.name} to {latest}"
-                if previous
-                else f"add a cpu-previous entry at {generation}, raise the cap, then move {current.name} to {latest}"
-            )
-            findings.held.append(
-                f"{current.name}: {package} {latest} ({date}) crosses the cap `{cap[0]}` ({cap[1]}): it cannot be "
-                f"installed with rocmlab, so it is not proposed. To take it: {rotate}"
-            )
-            allowed = [
-                v
-                for v in upstream.pypi_versions.get(package, {})
-                if cap[0].contains(v, prereleases=False) and Version(v) > Version(Version(pinned).public)
-            ]
-            if not allowed:
-                continue
-            target = max(allowed, key=Version)
-            when = upstream.pypi_versions[package][target]
+        target = _pypi_target(current, previous, package, pinned, latest, date, upstream, findings, caps)
+        if target is None:
+            continue
+        when = upstream.pypi_versions[package].get(target, date)
         url = f"https://pypi.org/project/{package}/{target}/"
         findings.updates.append(
             Update(current.name, f"pin:{package}", pinned, target, url, f"{package} {target} on PyPI ({when})")
         )
+
+
+def _pypi_target(current, previous, package, pinned, latest, date, upstream, findings, caps) -> str | None:
+    """The release to move ``package`` to: the newest, or the newest below a cap (the crossing release is
+    reported as capped), or the newest of the pinned major when nothing marks the major jump (reported)."""
+    old_major = Version(Version(pinned).public).major
+    cap = caps.get(package)
+    if cap and not cap[0].contains(latest, prereleases=False):
+        generation = f"{package} {old_major}.x"
+        rotate = (
+            f"rotate {previous.name} to {current.name}'s generation ({generation}), raise the cap, then "
+            f"move {current.name} to {latest}"
+            if previous
+            else f"add a cpu-previous entry at {generation}, raise the cap, then move {current.name} to {latest}"
+        )
+        findings.capped.append(
+            f"{current.name}: {package} {latest} ({date}) crosses the cap `{cap[0]}` ({cap[1]}): it cannot be "
+            f"installed with rocmlab, so it is not proposed. To take it: {rotate}"
+        )
+        allowed = [v for v in upstream.pypi_versions.get(package, {}) if cap[0].contains(v, prereleases=False)]
+    elif not cap and Version(latest).major > old_major:
+        findings.majors.append(
+            f"{current.name}: {package} {latest} ({date}) is a new major over the pinned {pinned}, and nothing marks "
+            f"it (no cap in pyproject.toml, not in `held`): not proposed. Cap it (`{package}<{old_major + 1}`) and "
+            f"rotate cpu-previous, or move the pin by hand once the labs run on {latest}"
+        )
+        allowed = [v for v in upstream.pypi_versions.get(package, {}) if Version(v).major == old_major]
+    else:
+        return latest
+    newer = [v for v in allowed if Version(v) > Version(Version(pinned).public)]
+    return max(newer, key=Version) if newer else None

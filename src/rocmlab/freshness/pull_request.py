@@ -5,13 +5,14 @@ real tables are found by name, comments and layout stay, and an invalid result i
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import tomli_w
 import tomlkit
 from packaging.requirements import Requirement
 
-from .matrix import MatrixError, canonical, parse_matrix
+from .matrix import Matrix, MatrixError, canonical, parse_matrix, read_matrix, sort_newest_first
 from .proposals import Findings, Update
 
 
@@ -40,14 +41,14 @@ def _toml_value(value) -> str:
     return tomli_w.dumps({"v": value}).split(" = ", 1)[1].strip()
 
 
-def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str:
-    """A ready PR / issue body (Markdown)."""
+def render_body(findings: Findings, matrix_path: str = "env/matrix.toml", runs: list[dict] | None = None) -> str:
+    """A ready PR / issue body (Markdown). ``runs``: what the freshness run of the branch runs."""
     lines = ["## Upstream releases newer than the rocmlab matrix", ""]
-    if findings.failures:
+    if findings.needs_person:
         lines += [
-            "**Partial check**: these sources could not be read, so this is not a complete answer:",
+            "**A person is needed**" + (" (partial check: not a complete answer)" if findings.partial else "") + ":",
             "",
-            *[f"- {f}" for f in findings.failures],
+            *[f"- {reason}" for reason in findings.needs_person],
             "",
         ]
     elif not findings.anything:
@@ -66,22 +67,26 @@ def render_body(findings: Findings, matrix_path: str = "env/matrix.toml") -> str
         lines += ["### Pinned releases yanked on PyPI", ""]
         lines += [f"- {y.entry}: {y.package}=={y.version} is yanked ({y.reason}; {y.url})" for y in findings.yanked]
         lines.append("")
-    if findings.pending:
-        lines += ["### Released, waiting for a PyTorch build", "", *[f"- {p}" for p in findings.pending], ""]
     if findings.held:
-        lines += ["### Held back", "", *[f"- {h}" for h in findings.held], ""]
+        lines += ["### Held back (listed in the entry's `held`)", "", *[f"- {h}" for h in findings.held], ""]
     if findings.notices:
         lines += ["### Also seen", "", *[f"- {n}" for n in findings.notices], ""]
     if findings.unparsed:
         lines += ["### Not understood (reported, not skipped)", "", *[f"- {u}" for u in findings.unparsed], ""]
     if findings.restated:
         lines += ["### Facts that name a replaced value", "", *[f"- {r}" for r in findings.restated], ""]
-    if findings.changed_entries:
+    if runs:
+        where = {
+            "gpu": "on a GPU runner",
+            "github": "on GitHub's runners",
+            "none": "not run: no GPU runner (ROCMLAB_GPU_RUNNERS=none); run its labs on a ROCm machine before merging",
+        }
         lines += [
-            "### Freshness runs",
+            "### What runs again",
             "",
-            f"The labs run again on the changed entries: {', '.join(findings.changed_entries)} "
-            "(ROCm entries on a GPU runner, CPU entries on GitHub's runners).",
+            "The freshness run dispatched on this branch runs the labs on exactly these entries, and on no other:",
+            "",
+            *[f"- {run['entry']} {where[run['runner']]}" for run in runs],
             "",
         ]
     lines += [
@@ -191,3 +196,62 @@ def _add_source(table, source: dict) -> None:
             table["unverified"] = tomlkit.parse(f"u = {_toml_value(left)}\n")["u"]
         else:
             del table["unverified"]
+
+
+# ---------------------------------------------------------------- the sentences that name the newest entries
+
+# README and docs name the newest entries in marked spans, `<!-- matrix:NAME -->text<!-- /matrix -->`:
+# the text is rendered from env/matrix.toml, `releases check --apply` rewrites it with the matrix, and
+# tests/freshness/test_release_docs.py fails when a span and the matrix disagree.
+SENTENCE_FILES = ("README.md", "docs/freshness.md", "docs/release-matrix.md")
+MARKED = re.compile(r"<!-- matrix:(?P<name>[a-z-]+) -->(?P<text>.*?)<!-- /matrix -->", re.S)
+
+
+def _newest(matrix: Matrix, kind: str):
+    """The entry freshness is judged on (``matrix.newest_environment``'s rule): the newest current one."""
+    entries = [e for e in sort_newest_first(list(matrix.entries)) if e.kind == kind]
+    return ([e for e in entries if e.status == "current"] or entries)[0]
+
+
+SENTENCES = {
+    "newest-entries": lambda m: (
+        f"**{_newest(m, 'rocm').name}** and **{_newest(m, 'cpu').name}** (torch {_newest(m, 'cpu').pin('torch')})"
+    ),
+    "newest-names": lambda m: f"`{_newest(m, 'rocm').name}` and `{_newest(m, 'cpu').name}`",
+    "cpu-previous-torch": lambda m: f"`torch=={m.get('cpu-previous').pin('torch')}`",
+}
+
+
+def render_sentences(text: str, matrix: Matrix, where: str = "") -> str:
+    """``text`` with every marked span rendered from ``matrix``; an unknown span name is an error."""
+
+    def render(match: re.Match) -> str:
+        name = match["name"]
+        if name not in SENTENCES:
+            raise MatrixError(f"{where}: <!-- matrix:{name} --> names no sentence (known: {', '.join(SENTENCES)})")
+        return f"<!-- matrix:{name} -->{SENTENCES[name](matrix)}<!-- /matrix -->"
+
+    return MARKED.sub(render, text)
+
+
+def stale_sentences(root: Path, matrix: Matrix | None = None) -> dict[str, str]:
+    """{file: its text rendered from the matrix} for each file whose marked spans disagree with it."""
+    matrix = matrix or read_matrix(Path(root) / "env" / "matrix.toml")
+    stale = {}
+    for name in SENTENCE_FILES:
+        path = Path(root) / name
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        rendered = render_sentences(text, matrix, name)
+        if rendered != text:
+            stale[name] = rendered
+    return stale
+
+
+def rewrite_sentences(root: Path) -> list[str]:
+    """Rewrite the marked spans of README/docs under ``root`` from its env/matrix.toml; the files changed."""
+    stale = stale_sentences(root)
+    for name, text in stale.items():
+        (Path(root) / name).write_text(text, encoding="utf-8")
+    return sorted(stale)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,15 +36,34 @@ from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ impo
     runner_labels,
     sort_newest_first,
 )
-from .proposals import Findings, compare  # noqa: F401
+from .proposals import Findings, compare
 from .pull_request import render_body, render_entries_toml  # noqa: F401
 from .upstream import NetworkError, Recorded, Upstream, gather  # noqa: F401
 from .upstream_pages import SourceError  # noqa: F401
 
-EXIT_UP_TO_DATE = 0
-EXIT_UPDATES = 10
-EXIT_OFFLINE = 11  # a source failed: the answer is partial, never "up to date"
-EXIT_PINS_BROKEN = 12
+# The one table of exit codes: `releases check` and `verify-pins` return them, ci/release_check.sh
+# reads them (`rocmlab releases exit-codes`), docs/release-matrix.md lists them (a test compares).
+EXIT_CODES = (
+    (
+        "EXIT_UP_TO_DATE",
+        0,
+        "up to date: nothing newer upstream, nothing that needs a person; the tracking issue is closed",
+    ),
+    ("EXIT_UPDATES", 10, "updates found or a pin is yanked: the matrix edit goes to the bot's pull request"),
+    (
+        "EXIT_OFFLINE",
+        11,
+        "partial: a source failed or a release could not be read; never 'up to date', the issue stays open",
+    ),
+    ("EXIT_PINS_BROKEN", 12, "verify-pins: a pin is missing, yanked or moved, or a source is stale"),
+    (
+        "EXIT_NEEDS_PERSON",
+        13,
+        "nothing to edit, but a person is needed (a release waiting for torch, a major held at a cap, an "
+        "unmarked major, a release nothing proposes); the issue stays open",
+    ),
+)
+EXIT_UP_TO_DATE, EXIT_UPDATES, EXIT_OFFLINE, EXIT_PINS_BROKEN, EXIT_NEEDS_PERSON = (code for _n, code, _m in EXIT_CODES)
 FIXTURES_RELATIVE = Path("tests") / "fixtures" / "upstream"
 
 
@@ -57,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     check_p = sub.add_parser("check", help="find upstream releases newer than env/matrix.toml")
     verify_p = sub.add_parser("verify-pins", help="check that every pin of every current entry still resolves")
+    sub.add_parser("exit-codes", help="print the exit codes as shell assignments (ci/release_check.sh reads them)")
     for p in (check_p, verify_p):
         p.add_argument("--matrix", type=Path, help="matrix file (default: env/matrix.toml of this repository)")
         p.add_argument(
@@ -85,6 +106,9 @@ def main(*, releases_command: str, root=None, matrix=None, fixtures=None, **opti
     ``fixtures``: a folder of recorded upstream responses, or ``":recorded:"`` for the
     repository's own; without it, check and verify-pins ask upstream over the network.
     """
+    if releases_command == "exit-codes":
+        print("\n".join(f"{name}={code}" for name, code, _meaning in EXIT_CODES))
+        return EXIT_UP_TO_DATE
     path = Path(matrix) if matrix else find_root(root) / MATRIX_RELATIVE
     loaded = read_matrix(path)
     if releases_command == "show":
@@ -130,31 +154,51 @@ def check(
     apply: bool = False,
     pyproject=None,
 ) -> int:
-    """Upstream against the matrix: EXIT_UPDATES when something is newer or a pin is yanked,
-    EXIT_OFFLINE when a source failed (or a release could not be read)."""
+    """Upstream against the matrix, exit codes from EXIT_CODES: EXIT_UPDATES when there is a matrix edit
+    or a yanked pin; else EXIT_OFFLINE when a source failed or a release could not be read (partial);
+    else EXIT_NEEDS_PERSON when something needs a person (``Findings.needs_person``); else EXIT_UP_TO_DATE.
+    With ``apply``, the matrix edit and the sentences of README/docs that name the newest entries are
+    written."""
     entries = list(matrix.entries)
     found = gather(entries, fetch, timeout=timeout)
     caps = proposals.pyproject_caps(Path(pyproject) if pyproject else repo_root(matrix.path) / "pyproject.toml")
     findings = compare(entries, found, today=today, caps=caps)
-    body = render_body(findings)
+    body = render_body(findings, runs=runs_again(matrix, findings))
     if body_out:
         Path(body_out).write_text(body, encoding="utf-8")
     if apply and findings.anything:
         for change in pull_request.apply(matrix.path, findings, today=today):
             print(f"applied: {change}", file=sys.stderr)
+        for changed in pull_request.rewrite_sentences(repo_root(matrix.path)):
+            print(f"applied: {changed} (the sentences that name the newest entries)", file=sys.stderr)
     if as_json:
-        print(json.dumps(findings.as_json(), indent=2, default=str))
+        print(json.dumps(findings.as_json() | {"runs": runs_again(matrix, findings)}, indent=2, default=str))
     else:
         print(body)
     if findings.failures:
         print(f"partial check: {len(findings.failures)} source(s) could not be read:", file=sys.stderr)
         for failure in findings.failures:
             print(f"  {failure}", file=sys.stderr)
-    for item in findings.unparsed:
-        print(f"not understood: {item}", file=sys.stderr)
+    for reason in findings.needs_person:
+        print(f"needs a person: {reason}", file=sys.stderr)
+    return exit_code(findings)
+
+
+def exit_code(findings: Findings) -> int:
     if findings.anything:
         return EXIT_UPDATES
-    return EXIT_OFFLINE if findings.failures else EXIT_UP_TO_DATE
+    if findings.partial:
+        return EXIT_OFFLINE
+    return EXIT_NEEDS_PERSON if findings.needs_person else EXIT_UP_TO_DATE
+
+
+def runs_again(matrix: Matrix, findings: Findings) -> list[dict]:
+    """What the freshness run of the bot's branch runs: every changed entry (current or previous, the rule
+    of ci/matrix_json.py --only), CPU entries on GitHub's runners, ROCm entries on a GPU runner, or on
+    none where the repository has none (ROCMLAB_GPU_RUNNERS=none). The PR body says exactly this."""
+    kinds = {e.name: e.kind for e in matrix.entries} | {e["name"]: "rocm" for e in findings.new_entries}
+    gpu = "none" if os.environ.get("ROCMLAB_GPU_RUNNERS") == "none" else "gpu"
+    return [{"entry": name, "runner": gpu if kinds[name] == "rocm" else "github"} for name in findings.changed_entries]
 
 
 def verify_pins(

@@ -17,7 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from .matrix import Entry, canonical, series
 from .upstream_pages import (
@@ -26,6 +27,9 @@ from .upstream_pages import (
     RocmRelease,
     SourceError,
     WheelBuild,
+    index_filenames,
+    index_files,
+    installable,
     parse_docker_tags,
     parse_pypi_releases,
     parse_releases,
@@ -133,11 +137,14 @@ class Upstream:
     pypi: dict[str, tuple[str, dt.date | None]] = field(default_factory=dict)
     pypi_versions: dict[str, dict[str, dt.date | None]] = field(default_factory=dict)  # final, not yanked
     pypi_yanked: dict[str, dict[str, str]] = field(default_factory=dict)  # version -> the reason PyPI gives
+    # amd-torch-device-<gfx> files on a multi-arch index: {(index, gfx): file names}
+    device_files: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)  # source keys, in order
     failures: list[str] = field(default_factory=list)
     # what a source listed that the parsers could not read: reported, never skipped in silence
     unparsed: list[str] = field(default_factory=list)
-    unparsed_releases: list[str] = field(default_factory=list)  # a release we cannot read may be the new one
+    # releases whose version cannot be read, with their publication date: one may be the new release
+    unparsed_releases: list[tuple[str, dt.date | None]] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
@@ -204,15 +211,21 @@ def gather(entries: list[Entry], fetch=http_get, timeout: float = 15.0) -> Upstr
     newer = {series(r.version) for r in upstream.releases if Version(r.version) > newest_known}
     newer -= {series(e.rocm) for e in rocm}
     new_series = {max(newer)} if newer else set()  # only the newest new series is proposed (proposals.compare)
+    installs_from = {e.install.index_url.rstrip("/") for e in live if e.install.method in ("multiarch", "wheel")}
     indexes = {e.install.index_url for e in live if e.install.method == "multiarch"}
     if new_series:
         indexes |= set(THEROCK_INDEXES)
+    runner_gfx = sorted({e.runner_gfx for e in live if e.era == "therock"} or {e.runner_gfx for e in rocm[:1]})
     for index in sorted(indexes):
-        asker.ask(f"wheels {index}", lambda i=index: _wheels(asker, i))
+        used = index.rstrip("/") in installs_from
+        asker.ask(f"wheels {index}", lambda i=index, u=used: _wheels(asker, i, u))
+        for gfx in runner_gfx:
+            asker.ask(f"device wheels {gfx} {index}", lambda i=index, g=gfx, u=used: _device_wheels(asker, i, g, u))
     pytorch_series = {series(e.rocm) for e in live} | {series(e.rocm) for e in rocm if e.install.method == "wheel"}
     for rocm_series in sorted(pytorch_series | new_series):
         index = pytorch_index(rocm_series)
-        asker.ask(f"wheels {index}", lambda i=index: _wheels(asker, i))
+        used = index.rstrip("/") in installs_from
+        asker.ask(f"wheels {index}", lambda i=index, u=used: _wheels(asker, i, u))
     image_series = {series(e.rocm) for e in live if e.install.method == "image"} | new_series
     for rocm_series in sorted(image_series):
         asker.ask(f"rocm/pytorch tags rocm{rocm_series[0]}.{rocm_series[1]}", lambda s=rocm_series: _images(asker, s))
@@ -230,23 +243,61 @@ def _releases(asker: _Asker) -> None:
     for response in asker.pages(THEROCK_RELEASES):
         if response.status == 404:
             raise SourceError(f"{THEROCK_RELEASES}: HTTP 404")
-        asker.upstream.releases.extend(parse_releases(response, asker.upstream.unparsed_releases))
+        asker.upstream.releases.extend(parse_releases(response, dated=asker.upstream.unparsed_releases))
 
 
 # Static indexes on S3 behind a CDN answer 403 AccessDenied, not 404, for a path that does not exist
-# (an index for a ROCm series that PyTorch or AMD has not published).
+# (an index for a ROCm series that PyTorch or AMD has not published). That reading holds only for an
+# index no entry installs from: from one that an entry installs from, a 403 is a failed source.
 ABSENT_AS_403 = ("download.pytorch.org", "repo.amd.com", "stable.repo.amd.com", "nightly.repo.amd.com")
 
 
-def _wheels(asker: _Asker, index: str) -> None:
-    url = project_url(index, "torch")
+def _index_page(asker: _Asker, index: str, project: str, installs_from: bool) -> Response | None:
+    """``project``'s page on ``index``; None when the index does not have it (404, or S3's 403 from an
+    index no entry installs from). A page that lists no file, from an index an entry installs from, is
+    unreadable (a SourceError), never "no files"."""
+    url = project_url(index, project)
     try:
         response = asker.get(url, accept=ACCEPT_INDEX)
     except SourceError as err:
-        if not ("HTTP 403" in str(err) and urllib.parse.urlsplit(url).hostname in ABSENT_AS_403):
-            raise
-        return  # no such index (yet)
-    asker.upstream.wheels.extend(parse_torch_wheels(response, index, asker.upstream.unparsed))
+        absent = "HTTP 403" in str(err) and urllib.parse.urlsplit(url).hostname in ABSENT_AS_403
+        if installs_from or not absent:
+            raise SourceError(f"{err} (an entry installs from {index})" if installs_from else str(err)) from None
+        return None
+    if response.status == 404:
+        return None
+    if installs_from and not index_files(response)[0]:
+        raise SourceError(f"{url}: the page lists no file, from an index an entry installs from")
+    return response
+
+
+def _wheels(asker: _Asker, index: str, installs_from: bool = False) -> None:
+    response = _index_page(asker, index, "torch", installs_from)
+    if response is not None:
+        asker.upstream.wheels.extend(parse_torch_wheels(response, index, asker.upstream.unparsed))
+
+
+def _device_wheels(asker: _Asker, index: str, gfx: str, installs_from: bool = False) -> None:
+    response = _index_page(asker, index, device_package(gfx), installs_from)
+    asker.upstream.device_files[(index.rstrip("/"), gfx)] = index_filenames(response) if response else []
+
+
+def device_package(gfx: str) -> str:
+    """The package that holds a multi-arch torch's kernels for one target (TheRock's `[device-<gfx>]` extra)."""
+    return f"amd-torch-device-{gfx}"
+
+
+def device_versions(upstream: Upstream, index: str, gfx: str, python: str) -> set[str]:
+    """Versions (local label kept) of ``amd-torch-device-<gfx>`` on ``index`` installable with ``python``."""
+    found = set()
+    for name in upstream.device_files.get((index.rstrip("/"), gfx), []):
+        if not installable(name, python):
+            continue
+        try:
+            found.add(str(parse_wheel_filename(name)[1]))
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+    return found
 
 
 def _images(asker: _Asker, rocm_series: tuple[int, int]) -> None:
@@ -265,7 +316,7 @@ def _pypi_project(asker: _Asker, package: str) -> None:
     response = asker.get(PYPI_PROJECT.format(name=package))
     if response.status == 404:
         raise SourceError(f"{response.url}: HTTP 404")
-    good, yanked = parse_pypi_releases(response)
+    good, yanked = parse_pypi_releases(response, asker.upstream.unparsed)
     if not good:
         raise SourceError(f"{response.url}: no final, non-yanked release")
     newest = max(good, key=Version)

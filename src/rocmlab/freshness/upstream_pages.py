@@ -12,6 +12,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
+from packaging import tags as wheel_tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -54,6 +55,50 @@ class WheelBuild:
     python: str  # e.g. 3.12
     index: str  # the index URL it was listed on
     platform: str = "linux_x86_64"
+    filename: str = ""
+
+    def installs_on(self, python: str) -> bool:
+        """The one platform rule (``installable``), for this build's file."""
+        return self.python == python and installable(self.filename, python)
+
+
+# ---------------------------------------------------------------- the one platform rule
+
+# Every entry runs on Linux x86_64: GitHub's runners and the GPU runners (Ubuntu 24.04, glibc 2.39),
+# and the containers of env/docker/, whose oldest base is python:<X.Y>-slim-bookworm (containers.py;
+# Debian 12 ships glibc 2.36, https://packages.debian.org/bookworm/libc6). A wheel counts when one
+# of its tags is among the tags pip accepts there (packaging.tags, as pip computes them).
+ENTRY_GLIBC_MINOR = 36
+ENTRY_ARCH = "x86_64"
+
+
+def entry_platforms() -> list[str]:
+    """Platform tags an entry's machine accepts, most specific first (manylinux_2_36 … 2_5, legacy aliases, linux)."""
+    platforms = [f"manylinux_2_{minor}_{ENTRY_ARCH}" for minor in range(ENTRY_GLIBC_MINOR, 4, -1)]
+    return platforms + [f"manylinux{alias}_{ENTRY_ARCH}" for alias in ("2014", "2010", "1")] + [f"linux_{ENTRY_ARCH}"]
+
+
+def entry_tags(python: str) -> frozenset:
+    """Every wheel tag pip accepts for CPython ``python`` (e.g. "3.12") on an entry's machine."""
+    version = tuple(int(part) for part in python.split(".")[:2])
+    interpreter = f"cp{version[0]}{version[1]}"
+    platforms = entry_platforms()
+    found = set(wheel_tags.cpython_tags(version, platforms=platforms))
+    found |= set(wheel_tags.compatible_tags(version, interpreter, platforms))
+    return frozenset(found)
+
+
+def installable(filename: str, python: str) -> bool:
+    """Does pip install this file on an entry's machine with CPython ``python``? A wheel: when one of
+    its tags is accepted there (a win_amd64 or macosx wheel never is); an sdist: yes (pip builds it);
+    a name that is neither: no."""
+    try:
+        if filename.endswith(".whl"):
+            return not parse_wheel_filename(filename)[3].isdisjoint(entry_tags(python))
+        parse_sdist_filename(filename)
+        return True
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return False
 
 
 @dataclass(frozen=True)
@@ -147,10 +192,13 @@ def read_release(item: dict) -> tuple[RocmRelease | None, str | None]:
     return RocmRelease(_three(version), _date(item.get("published_at")), item.get("html_url") or "", tag, name), None
 
 
-def parse_releases(response: Response, unparsed: list[str] | None = None) -> list[RocmRelease]:
+def parse_releases(
+    response: Response, unparsed: list[str] | None = None, dated: list[tuple[str, dt.date | None]] | None = None
+) -> list[RocmRelease]:
     """Final ROCm releases in a GitHub releases API answer, read from their tags and names.
 
-    A release whose version cannot be read is appended to ``unparsed`` (when given), never dropped silently.
+    A release whose version cannot be read is appended to ``unparsed`` (when given), and with its
+    publication date to ``dated``: never dropped silently.
     """
     data = _json(response, "GitHub releases")
     if not isinstance(data, list):
@@ -162,8 +210,10 @@ def parse_releases(response: Response, unparsed: list[str] | None = None) -> lis
         release, problem = read_release(item)
         if release:
             found.append(release)
-        elif problem and unparsed is not None:
-            unparsed.append(problem)
+        elif problem:
+            for found_list, value in ((unparsed, problem), (dated, (problem, _date(item.get("published_at"))))):
+                if found_list is not None:
+                    found_list.append(value)
     return found
 
 
@@ -246,6 +296,7 @@ def parse_torch_wheels(response: Response, index: str, unparsed: list[str] | Non
                         python=f"3.{tag.interpreter[3:]}",
                         index=index,
                         platform=tag.platform,
+                        filename=name,
                     )
                 )
     if unknown and unparsed is not None:
@@ -253,13 +304,15 @@ def parse_torch_wheels(response: Response, index: str, unparsed: list[str] | Non
     return sorted(builds, key=lambda b: (Version(b.torch), b.local, Version(b.python), b.platform))
 
 
-def versions_on_index(response: Response, project: str, *, with_yanked: bool = False) -> set[str]:
+def versions_on_index(
+    response: Response, project: str, *, with_yanked: bool = False, python: str | None = None
+) -> set[str]:
     """Every version (local label kept) of ``project`` a simple-index page lists (yanked files left out,
-    unless ``with_yanked``)."""
+    unless ``with_yanked``; with ``python``, only files ``installable`` on an entry with that Python)."""
     found = set()
     names, yanked = index_files(response)
     for name in names:
-        if name in yanked and not with_yanked:
+        if (name in yanked and not with_yanked) or (python and not installable(name, python)):
             continue
         try:
             wheel = _read_wheel(name) or parse_sdist_filename(name)
@@ -308,17 +361,21 @@ def parse_docker_tags(response: Response, unparsed: list[str] | None = None) -> 
     return tags, data.get("next") or None
 
 
-def parse_pypi_releases(response: Response) -> tuple[dict[str, dt.date | None], dict[str, str]]:
-    """({final version: upload date} of releases with a file not yanked, {yanked version: reason})."""
+def parse_pypi_releases(
+    response: Response, unparsed: list[str] | None = None
+) -> tuple[dict[str, dt.date | None], dict[str, str]]:
+    """({final version: upload date} of releases with a file not yanked, {yanked version: reason}).
+    A version that is not PEP 440 is appended to ``unparsed``: reported, never skipped in silence."""
     data = _json(response, "PyPI")
     releases = data.get("releases") if isinstance(data, dict) else None
     if not isinstance(releases, dict):
         raise SourceError("PyPI: no 'releases' table")
-    good, yanked = {}, {}
+    good, yanked, unknown = {}, {}, []
     for raw, files in releases.items():
         try:
             version = Version(raw)
         except InvalidVersion:
+            unknown.append(raw)
             continue
         if version.is_prerelease or version.is_devrelease or not files:
             continue
@@ -326,6 +383,8 @@ def parse_pypi_releases(response: Response) -> tuple[dict[str, dt.date | None], 
             yanked[str(version)] = next((f.get("yanked_reason") for f in files if f.get("yanked_reason")), "") or ""
             continue
         good[str(version)] = min(filter(None, (_date(f.get("upload_time_iso_8601")) for f in files)), default=None)
+    if unknown and unparsed is not None:
+        unparsed.append(f"{response.url}: {len(unknown)} version(s) that are not PEP 440: {', '.join(unknown[:5])}")
     return good, yanked
 
 
