@@ -1,5 +1,5 @@
 """The live workshop end to end on a demo hub, in chromium: a learner opens a terminal in JupyterLab,
-runs ``rocmlab submit`` on lab 01 as delivered (and released into the exchange) (nothing answered), a live worker grades it, and the
+types plain ``rocmlab submit`` (found on the login shell's PATH) on lab 01 as delivered (and released into the exchange) (nothing answered), a live worker grades it, and the
 learner sees the score and the rules not met on the live service's page (logged in through the
 hub, no second login). Another learner's token reads none of it. Screenshot in
 ``<tmp_path>/output/``."""
@@ -42,8 +42,8 @@ def submit_in_a_terminal(page, home: Path) -> None:
     terminal.wait_for(state="visible")
     page.wait_for_timeout(2_000)  # the shell's prompt
     terminal.click()
-    rocmlab = Path(sys.executable).parent / "rocmlab"
-    page.keyboard.type(f"{rocmlab} submit {LAB}/{LAB}.ipynb > submit.log 2>&1; echo done >> submit.log\n")
+    # plain `rocmlab`, as the guide says: the terminal's login shell must find it (rocmlab.hub.terminal)
+    page.keyboard.type(f"rocmlab submit {LAB}/{LAB}.ipynb > submit.log 2>&1; echo done >> submit.log\n")
     deadline = time.monotonic() + GRADE_TIMEOUT_S + 60
     log = home / "submit.log"
     while time.monotonic() < deadline and not (log.is_file() and "done" in log.read_text()):
