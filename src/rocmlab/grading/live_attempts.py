@@ -75,6 +75,8 @@ class Attempt:
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seed: int | None = None
+    content_hash: str = ""  # sha256 of the submitted notebook
+    counted: bool = True  # False: failed by the grading system, not counted against the rate limit
     duplicate: bool = False  # set by ``submit`` when this (learner, lab, submitted_at) was already there
 
     @property
@@ -85,7 +87,7 @@ class Attempt:
         """A JSON-ready dict; ``private=False`` leaves out what only the service needs (source, worker, lease)."""
         data = asdict(self)
         if not private:
-            for key in ("source", "worker", "lease_until", "seed"):
+            for key in ("source", "worker", "lease_until", "seed", "content_hash"):
                 data.pop(key)
         return data
 
@@ -113,4 +115,6 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         flags=json.loads(row["flags"]),
         notes=json.loads(row["notes"]),
         seed=row["seed"],
+        content_hash=row["content_hash"],
+        counted=bool(row["counted"]),
     )
