@@ -42,6 +42,7 @@ from ..grading.live_attempts import Attempt
 from ..grading.live_queue import LiveQueue, RateLimited
 from . import live_worker_api
 from .live_collect import NothingToCollect, collect
+from .live_recollect import file_sha256, recollect
 from .live_handlers import ApiHandler, LiveHandler, LiveSettings
 
 SERVICE_NAME = "rocmlab-live"
@@ -79,6 +80,7 @@ async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
                 collected.submitted_at,
                 str(collected.notebook),
                 limit=(live.rate_limit, live.rate_window_s),
+                content_hash=file_sha256(collected.notebook),
             )
         except RateLimited as exc:
             handler.set_header("Retry-After", str(max(1, int(exc.retry_at - time.time()))))
@@ -86,6 +88,8 @@ async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
     return (200 if attempt.duplicate else 201), {
         "attempt": public_attempt(attempt),
         "duplicate": attempt.duplicate,
+        # the same bytes as the last attempt, submitted anew (not this submission sent again)
+        "same_notebook": attempt.duplicate and attempt.submitted_at != collected.submitted_at,
         "remaining": remaining(handler, lab),
         "limit": live.rate_limit,
         "window_s": live.rate_window_s,
@@ -258,6 +262,7 @@ def main() -> None:
     settings = LiveSettings.from_environment()
     settings.spool.mkdir(parents=True, exist_ok=True, mode=0o700)
     app = make_app(settings)
+    recollect(settings, app.settings["queue"])  # submits whose request was lost while the service was away
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
     app.listen(url.port or 80, url.hostname or "127.0.0.1", xheaders=True)
     log.info("listening on %s, queue %s", url.geturl(), settings.queue_path)
