@@ -70,7 +70,9 @@ def _recollect_one(live, queue, inbound: int, learner: str, lab: str, since: flo
     if newest_ns / 1e9 < since or (latest is not None and latest.submitted_at >= submitted_at):
         return None
     try:
-        collected = collect(live.exchange, live.course_id, learner, lab, live.spool, owner_is_account=live.owner_is_account)
+        collected = collect(
+            live.exchange, live.course_id, learner, lab, live.spool, owner_is_account=live.owner_is_account
+        )
         attempt = queue.submit(
             learner,
             lab,
