@@ -53,6 +53,7 @@ from pathlib import Path
 
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
+from rocmlab.hub.settings import HubGroups
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -82,7 +83,8 @@ if lang not in ("en", "zh"):
     raise ValueError(f"ROCMLAB_HUB_LANG={lang!r}: expected en or zh")
 built = Path(env("ROCMLAB_HUB_LABS_DIR") or course_repo / "labs" / lang).resolve()
 labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob("*") if p.is_dir())
-instructor_group = env("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
+groups = HubGroups.from_environment()  # the same object `rocmlab hub` reads them with
+instructor_group = groups.instructor
 venv_bin = Path(sys.executable).parent
 
 # ------------------------------------------------------------------ state and the exchange
@@ -113,7 +115,7 @@ else:
     except KeyError:  # `rocmlab hub` refuses this; started by hand, nobody but the hub may release
         print(f"warning: Unix group {instructor_group!r} (instructors) does not exist", file=sys.stderr)
         exchange_owners = ExchangeOwners(os.geteuid(), os.getegid())
-    exchange_learners = group_members(env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"))
+    exchange_learners = group_members(groups.learner)
 exchange = prepare_exchange(data, COURSE_ID, exchange_owners, exchange_learners)
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
@@ -146,7 +148,7 @@ if demo:
     c.JupyterHub.load_groups = {instructor_group: {"users": _names(env("ROCMLAB_HUB_INSTRUCTORS", ""))}}
 else:
     c.JupyterHub.authenticator_class = "pam"
-    c.PAMAuthenticator.allowed_groups = {env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"), instructor_group}
+    c.PAMAuthenticator.allowed_groups = {groups.learner, instructor_group}
     # Instructors are not hub admins (an admin can open any learner's server and act as them):
     # the role `rocmlab-instructor` below gives them what running a class needs.
     c.PAMAuthenticator.admin_groups = set()

@@ -14,6 +14,7 @@ from .labs import LANGUAGES, PROFILES
 from .language import missing_pack
 from .launch import log_tail
 from .local import LocalHub
+from .settings import HubGroups
 
 DEFAULT_SERVER_DATA = Path("/srv/rocmlab-hub")
 BANNER = """
@@ -112,6 +113,7 @@ def main(
     insecure_http: bool = False,
 ) -> int:
     """Start the hub and serve until Ctrl-C or SIGTERM (exit 0), or until jupyterhub exits (exit 1)."""
+    groups = HubGroups.from_environment()
     hub = LocalHub(
         data_folder(data_dir, demo),
         demo=demo,
@@ -128,6 +130,8 @@ def main(
         ssl_cert=ssl_cert,
         ssl_key=ssl_key,
         insecure_http=insecure_http,
+        learner_group=groups.learner,
+        instructor_group=groups.instructor,
     )
     if demo:
         print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
