@@ -122,11 +122,16 @@ class LivePagesTest(AsyncHTTPTestCase):
         assert page.code == 200 and 'id="learner">ada<' in body and "cy" not in body
         cert_id = body.split('id="certificate-id">')[1].split("<")[0]
 
-        def verdict(learner, given):
-            return json.loads(self.call(f"certificate/verify?learner={learner}&id={given}", "cy").body)["valid"]
+        def verdict(**query):  # nobody logged in: an employer
+            return json.loads(self.call("certificate/verify?" + urlencode({**query, "format": "json"})).body)
 
-        assert verdict("ada", cert_id) is True
-        assert verdict("cy", cert_id) is False and verdict("ada", "0" * 24) is False
+        assert verdict(id=cert_id)["valid"] is True and verdict(id=cert_id)["certificate"]["learner"] == "ada"
+        assert verdict(id=cert_id, learner="cy") == {**verdict(id=cert_id), "valid": False, "edited": ["learner"]}
+        assert verdict(id="0" * 24)["valid"] is False and verdict(id="0" * 24)["certificate"] is None
+        public = self.call(f"certificate/verify?id={cert_id}&lang=zh")
+        assert public.code == 200 and 'id="learner">ada<' in public.body.decode() and "此证书由" in public.body.decode()
+        assert self.call(f"certificate/verify?id={cert_id}&result=2+/+2").code == 200
+        assert self.call(f"certificate/verify?id={cert_id}&result=3+/+2").code == 404
         assert json.loads(self.call("me/api/state", "ada").body)["certificate"] == {
             "offered": True,
             "earned": True,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import processes
 from ..errors import ExitCode
+from .certificate import rule_warning
 from .labs import LANGUAGES, PROFILES
 from .language import missing_pack
 from .launch import log_tail
@@ -137,6 +138,9 @@ def main(
         print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
     elif not os.environ.get("ROCMLAB_CACHE"):
         print(CACHE_WARNING, file=sys.stderr)
+    certificate = rule_warning(hub.root, hub.labs)
+    if certificate:
+        print(certificate, file=sys.stderr)
     if missing_pack(lang):
         print(
             f"JupyterLab's menus stay in English: {missing_pack(lang)} is not installed (pip install -e '.[hub]')",

@@ -42,8 +42,8 @@ from ..grading.live_attempts import Attempt
 from ..grading.live_queue import LiveQueue, RateLimited
 from . import live_worker_api
 from .live_collect import NothingToCollect, collect
-from .live_recollect import file_sha256, recollect
 from .live_handlers import ApiHandler, LiveHandler, LiveSettings
+from .live_recollect import file_sha256, recollect
 
 SERVICE_NAME = "rocmlab-live"
 PLUGINS = ("rocmlab.hub.live_page",)  # part of the course, added when present
