@@ -35,7 +35,6 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 import sqlite3
 import time
 import tomllib
@@ -45,6 +44,7 @@ from pathlib import Path
 from ..errors import CommandFailed, InputError
 from ..pages import render_page
 from .live_view import progress
+from .secret_file import persistent_secret
 
 KEY_FILE = "certificate.key"
 STORE_FILE = "certificates.sqlite"
@@ -198,23 +198,7 @@ def missing(rule: CompletionRule, attempts, learner: str) -> list[Requirement]:
 
 def signing_key(folder: Path) -> bytes:
     """The service's key, made once (owner-only) in ``folder``."""
-    path = Path(folder) / KEY_FILE
-    try:
-        return bytes.fromhex(path.read_text(encoding="ascii").strip())
-    except FileNotFoundError:
-        pass
-    key = secrets.token_bytes(32)
-    temp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(key.hex() + "\n")
-    try:
-        os.link(temp, path)  # never replaces a key another process made first
-    except FileExistsError:
-        return bytes.fromhex(path.read_text(encoding="ascii").strip())
-    finally:
-        os.unlink(temp)
-    return key
+    return persistent_secret(Path(folder) / KEY_FILE)
 
 
 def sign(certificate: Certificate, key: bytes) -> Certificate:
