@@ -281,3 +281,23 @@ def test_an_older_queue_file_gains_the_new_columns(tmp_path):
     queue = LiveQueue(path)
     assert queue.get(1).counted and queue.get(1).content_hash == ""
     assert queue.claim("w", 60).id == 1
+
+
+def test_the_room_shows_the_queue_and_each_workers_heartbeat(tmp_path):
+    """Issue 49: with no worker running, a room looked like "queued, 13 s"."""
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    queue.submit("ana", "00-test", "t1", "/s")
+    clock.now += 13
+    queue.submit("bo", "00-test", "t1", "/s")
+    room = queue.room()
+    assert (room["queued"], room["grading"], room["oldest_wait_s"], room["alive_workers"]) == (2, 0, 13.0, 0)
+    held = queue.claim("w1", 60)
+    clock.now += 5
+    room = queue.room()
+    assert (room["queued"], room["grading"], room["oldest_wait_s"]) == (1, 1, 5.0)
+    assert room["workers"] == [{"worker": "w1", "seen_s": 5.0, "alive": True, "attempt": held.id}]
+    clock.now += 50  # grading: its lease (60 s) still runs, a renewal is due only every 20 s
+    assert queue.room()["alive_workers"] == 1
+    clock.now += 70  # the worker died: no renewal, its lease ran out, no claim
+    assert queue.room()["alive_workers"] == 0 and queue.room()["workers"][0]["seen_s"] == 125.0

@@ -66,6 +66,7 @@ class LivePagesTest(AsyncHTTPTestCase):
             key=cert.signing_key(tmp_path),
             home_of=lambda name: (self.homes / name, (os.getuid(), os.getgid())),
             clock=lambda: 160.0,
+            roster=lambda: ["ada", "cy", "dee", "eve"],  # eve never submitted
         )
 
     def get_app(self):
@@ -93,8 +94,17 @@ class LivePagesTest(AsyncHTTPTestCase):
         assert "script-src" not in page.headers["Content-Security-Policy"]  # scripts from the service only
         assert self.call("instructor/live.js", "teacher").body.startswith(b'"use strict";')
         state = json.loads(self.call("instructor/api/state", "teacher").body)
-        assert [row["learner"] for row in state["learners"]] == ["ada", "cy", "dee"]
-        assert {row["learner"]: row["idle_s"] for row in state["learners"]} == {"ada": 60.0, "cy": 60.0, "dee": 60.0}
+        assert [row["learner"] for row in state["learners"]] == ["ada", "cy", "dee", "eve"]
+        assert {row["learner"]: row["idle_s"] for row in state["learners"]} == {
+            "ada": 60.0,
+            "cy": 60.0,
+            "dee": 60.0,
+            "eve": None,
+        }
+        assert state["learners"][3]["state"] == "not submitted"
+        room = state["room"]
+        assert (room["queued"], room["grading"], room["alive_workers"]) == (0, 0, 0)
+        assert room["workers"] == []  # the fixture's worker was last seen at its clock's 100 s: long gone
         grid = next(row for row in state["exercises"] if row["grade_id"] == "grid")
         assert (grid["pass_rate"], grid["failures"]) == (0.333, [["grid too small / 网格太小", 2]])
         assert grid["stuck"] == ["cy", "dee"]

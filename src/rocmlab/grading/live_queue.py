@@ -36,6 +36,8 @@ processes sharing the file):
 - **Seeds.** ``seed(learner, lab)`` is drawn once per learner and lab and kept: every attempt of a
   learner is graded on the same variant of the hidden checks, and the instructor's final
   ``rocmlab grade --seeds`` (``seeds_summary``) regrades with it, so batch and live scores agree.
+- **Heartbeats.** Every ``claim`` and ``renew`` records the worker as seen (``workers``): the
+  instructor's page tells a room with no live worker from a busy one (``room``).
 - **Rate limit.** ``submissions_since(learner, lab, t)`` counts the attempts the server received
   (``queued_at``, the server's clock, not the learner's) since ``t`` and that count; duplicates are
   not new rows.
@@ -88,6 +90,11 @@ CREATE TABLE IF NOT EXISTS attempts (
 );
 CREATE INDEX IF NOT EXISTS attempts_state ON attempts (state, lease_until, id);
 CREATE INDEX IF NOT EXISTS attempts_learner ON attempts (learner, lab, queued_at);
+CREATE TABLE IF NOT EXISTS workers (
+    worker TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL,
+    attempt_id INTEGER
+);
 CREATE TABLE IF NOT EXISTS turns (
     learner TEXT PRIMARY KEY,
     turn INTEGER NOT NULL
@@ -309,6 +316,7 @@ class LiveQueue:
             raise ValueError(f"claim: lease_s must be positive, got {lease_s}")
         now = self.clock()
         with self._transaction() as db:
+            self._seen(db, worker_id, None, now)
             while True:
                 row = db.execute(CLAIMABLE, {"now": now}).fetchone()
                 if row is None:
@@ -325,6 +333,7 @@ class LiveQueue:
                     "tries = tries + 1 WHERE id = ?",
                     (worker_id, now + lease_s, now, row["id"]),
                 )
+                self._seen(db, worker_id, row["id"], now)
                 db.execute(
                     "INSERT INTO turns (learner, turn) VALUES (?, (SELECT COALESCE(MAX(turn), 0) + 1 FROM turns)) "
                     "ON CONFLICT (learner) DO UPDATE SET turn = excluded.turn",
@@ -337,6 +346,7 @@ class LiveQueue:
         with self._transaction() as db:
             self._holding(db, attempt_id, worker_id)
             db.execute("UPDATE attempts SET lease_until = ? WHERE id = ?", (self.clock() + lease_s, attempt_id))
+            self._seen(db, worker_id, attempt_id, self.clock())
 
     def complete(self, attempt_id: int, worker_id: str, result: GradeResult) -> Attempt:
         """Record the grade of an attempt ``worker_id`` holds; the attempt, now ``graded``. LeaseLost
@@ -390,6 +400,14 @@ class LiveQueue:
             )
 
     @staticmethod
+    def _seen(db: sqlite3.Connection, worker_id: str, attempt_id: int | None, now: float) -> None:
+        db.execute(
+            "INSERT INTO workers (worker, seen_at, attempt_id) VALUES (?, ?, ?) "
+            "ON CONFLICT (worker) DO UPDATE SET seen_at = excluded.seen_at, attempt_id = excluded.attempt_id",
+            (worker_id, now, attempt_id),
+        )
+
+    @staticmethod
     def _holding(db: sqlite3.Connection, attempt_id: int, worker_id: str) -> None:
         row = db.execute("SELECT state, worker FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
         if row is None:
@@ -430,6 +448,36 @@ class LiveQueue:
         """Attempts per state (every state named, 0 included)."""
         found = dict(self._read("SELECT state, COUNT(*) FROM attempts GROUP BY state"))
         return {state: found.get(state, 0) for state in STATES}
+
+    def room(self, alive_s: float = 60.0) -> dict:
+        """What the instructor's page shows of the queue: attempts waiting and being graded, the
+        longest wait, and each worker seen in the last hour with its last heartbeat (``alive``:
+        seen within ``alive_s``, or holding an attempt under a live lease: a grading worker
+        renews only every third of its lease) and the attempt it holds."""
+        now = self.clock()
+        queued, oldest = self._read("SELECT COUNT(*), MIN(queued_at) FROM attempts WHERE state = 'queued'")[0]
+        grading = self._read("SELECT COUNT(*) FROM attempts WHERE state = 'grading'")[0][0]
+        workers = [
+            {
+                "worker": row["worker"],
+                "seen_s": round(max(0.0, now - row["seen_at"]), 1),
+                "alive": now - row["seen_at"] <= alive_s or bool(row["leased"]),
+                "attempt": row["attempt_id"],
+            }
+            for row in self._read(
+                "SELECT w.worker, w.seen_at, w.attempt_id, (a.state = 'grading' AND a.worker = w.worker "
+                "AND a.lease_until >= ?) AS leased FROM workers w LEFT JOIN attempts a ON a.id = w.attempt_id "
+                "WHERE w.seen_at > ? ORDER BY w.worker",
+                (now, now - 3600),
+            )
+        ]
+        return {
+            "queued": queued,
+            "grading": grading,
+            "oldest_wait_s": round(now - oldest, 1) if oldest is not None else 0.0,
+            "workers": workers,
+            "alive_workers": sum(w["alive"] for w in workers),
+        }
 
     def seeds_summary(self, lab: str) -> dict:
         """``{"students": [{"student", "seed"}]}``: what ``rocmlab grade LAB --seeds FILE`` reads, so the

@@ -39,9 +39,11 @@ from tornado.ioloop import IOLoop
 from ..errors import InputError, RocmlabError
 from ..pages import render_page
 from . import certificate as cert
+from .exchange_layout import group_members
 from .live_handlers import LiveHandler
 from .live_hints import HintStore, send_hint
 from .live_view import exercise_rows, learner_rows, progress, stuck_learners
+from .settings import HubGroups
 
 LANGS = ("en", "zh")
 POLL_S = 5
@@ -87,6 +89,14 @@ TEXT = {
         "no_certificate": "This course gives no certificate.",
         "nothing_yet": "Nothing submitted yet.",
         "pdf": "PDF",
+        "room": "Room",
+        "queued": "waiting",
+        "grading": "being graded",
+        "oldest_wait": "longest wait",
+        "workers": "workers",
+        "no_worker": "No grading worker is running: submissions wait until one starts.",
+        "heartbeat": "last heartbeat",
+        "not_submitted": "not submitted",
         "verify_title": "Certificate check",
         "verify_valid": "This certificate was issued by the course's grading service.",
         "verify_unknown": "No certificate was issued under this id.",
@@ -136,6 +146,14 @@ TEXT = {
         "no_certificate": "本课程不颁发证书。",
         "nothing_yet": "还没有提交。",
         "pdf": "PDF",
+        "room": "教室",
+        "queued": "等待中",
+        "grading": "评分中",
+        "oldest_wait": "最长等待",
+        "workers": "评分进程",
+        "no_worker": "没有评分进程在运行：提交会一直等待，直到有进程启动。",
+        "heartbeat": "最近心跳",
+        "not_submitted": "未提交",
         "verify_title": "证书验证",
         "verify_valid": "此证书由本课程的评分服务颁发。",
         "verify_unknown": "没有以此编号颁发的证书。",
@@ -162,6 +180,7 @@ class LiveContext:
     lang: str = "en"
     clock: object = field(default=time.time)
     store: cert.CertificateStore | None = None  # None: beside the queue (``PageHandler.certificates``)
+    roster: object = tuple  # () -> the learners of the workshop, submitted or not
 
 
 def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
@@ -178,6 +197,7 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
         store=cert.CertificateStore(queue_path.parent / cert.STORE_FILE, key),
         home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
         lang=env.get("ROCMLAB_HUB_LANG", "en"),
+        roster=(lambda: demo_roster(data)) if demo else (lambda: account_roster(HubGroups.from_environment(env))),
     )
 
 
@@ -206,6 +226,19 @@ def earnable_rule(rule: cert.CompletionRule | None, env) -> cert.CompletionRule 
     return rule
 
 
+def account_roster(groups: HubGroups) -> list[str]:
+    """Server mode: the members of the learner group (those who may log in as learners)."""
+    return sorted(group_members(groups.learner))
+
+
+def demo_roster(data: Path) -> list[str]:
+    """Demo mode: every user the hub made a home for."""
+    try:
+        return sorted(p.name for p in (data / "homes").iterdir() if p.is_dir())
+    except OSError:
+        return []
+
+
 def account_home(learner: str) -> tuple[Path, tuple[int, int]]:
     entry = pwd.getpwnam(learner)
     if entry.pw_uid == 0:
@@ -229,7 +262,8 @@ def instructor_state(context: LiveContext, queue) -> dict:
     attempts = queue.attempts()
     return {
         "now": context.clock(),
-        "learners": [asdict(row) for row in learner_rows(attempts, context.clock())],
+        "room": queue.room(),
+        "learners": [asdict(row) for row in learner_rows(attempts, context.clock(), context.roster())],
         "exercises": [
             asdict(row) | {"pass_rate": row.pass_rate, "stuck": stuck_learners(attempts, row.lab, row.grade_id)}
             for row in exercise_rows(attempts)

@@ -8,8 +8,8 @@ them, so everything derived here (pass rates, levels, the certificate) rests on 
 service did, never on what a learner's browser says. "Latest" is the last received (the
 queue's id order), as ``LiveQueue.latest``.
 
-- the instructor's page: one row per learner (current lab, last attempt, time since), one per
-  exercise (pass rate over the learners' latest graded attempts, the most common failures);
+- the instructor's page: one row per learner (current lab, last attempt, time since; every
+  learner on the roster, ``not submitted`` for one with no attempt yet), one per exercise (pass rate over the learners' latest graded attempts, the most common failures);
 - hint targeting: the learners whose latest graded attempt of a lab failed an exercise;
 - levels: per learner and lab, the best score and the exercises passed.
 """
@@ -67,7 +67,7 @@ class LearnerRow:
     score: float | None
     max_score: float | None
     failed: list[str]  # exercises failed in the latest graded attempt of that lab
-    idle_s: float  # since the latest submit, start or result
+    idle_s: float | None  # since the latest submit, start or result (None: never submitted)
 
 
 @dataclass
@@ -83,7 +83,11 @@ class ExerciseRow:
         return round(self.passed / self.graded, 3) if self.graded else 0.0
 
 
-def learner_rows(attempts, now: float) -> list[LearnerRow]:
+NOT_SUBMITTED = "not submitted"
+
+
+def learner_rows(attempts, now: float, roster=()) -> list[LearnerRow]:
+    """One row per learner who submitted, and per learner of ``roster`` who has not (yet)."""
     newest, graded = {}, latest_graded(attempts)
     for attempt in attempts:
         known = newest.get(attempt.learner)
@@ -104,7 +108,8 @@ def learner_rows(attempts, now: float) -> list[LearnerRow]:
                 idle_s=round(max(0.0, now - last_activity(attempt)), 1),
             )
         )
-    return rows
+    rows += [LearnerRow(name, "", NOT_SUBMITTED, None, None, [], None) for name in roster if name not in newest]
+    return sorted(rows, key=lambda row: row.learner)
 
 
 def exercise_rows(attempts) -> list[ExerciseRow]:
