@@ -292,6 +292,8 @@ if live:
                 "ROCMLAB_HUB_LABS": ",".join(labs),
                 "ROCMLAB_HUB_MODE": mode,
                 "ROCMLAB_HUB_INSTRUCTOR_GROUP": instructor_group,
+                **groups.environment(),  # the roster of the instructor's page: the learner group
+                "ROCMLAB_HUB_INSTRUCTORS": env("ROCMLAB_HUB_INSTRUCTORS", ""),  # demo: not on the roster
                 "ROCMLAB_LIVE_RATE_LIMIT": env("ROCMLAB_LIVE_RATE_LIMIT", "5"),
                 "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
                 "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),

@@ -189,6 +189,7 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
     env = os.environ if environ is None else environ
     data = Path(env.get("ROCMLAB_HUB_DATA") or queue_path.parent.parent)
     demo = env.get("ROCMLAB_HUB_MODE") == "demo"
+    instructors = {name.strip() for name in env.get("ROCMLAB_HUB_INSTRUCTORS", "").split(",") if name.strip()}
     key = cert.signing_key(queue_path.parent)
     return LiveContext(
         hints=HintStore(queue_path),
@@ -197,7 +198,9 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
         store=cert.CertificateStore(queue_path.parent / cert.STORE_FILE, key),
         home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
         lang=env.get("ROCMLAB_HUB_LANG", "en"),
-        roster=(lambda: demo_roster(data)) if demo else (lambda: account_roster(HubGroups.from_environment(env))),
+        roster=(lambda: demo_roster(data, instructors))
+        if demo
+        else (lambda: account_roster(HubGroups.from_environment(env))),
     )
 
 
@@ -231,10 +234,10 @@ def account_roster(groups: HubGroups) -> list[str]:
     return sorted(group_members(groups.learner))
 
 
-def demo_roster(data: Path) -> list[str]:
-    """Demo mode: every user the hub made a home for."""
+def demo_roster(data: Path, instructors=()) -> list[str]:
+    """Demo mode: every user the hub made a home for, but the instructors."""
     try:
-        return sorted(p.name for p in (data / "homes").iterdir() if p.is_dir())
+        return sorted(p.name for p in (data / "homes").iterdir() if p.is_dir() and p.name not in instructors)
     except OSError:
         return []
 
