@@ -64,3 +64,9 @@ def test_without_the_rc_a_login_shell_loses_the_tools(tmp_path):
 def test_the_rc_file_ships_with_the_package():
     assert RC_FILE.is_file()
     assert os.access(RC_FILE, os.R_OK)
+
+
+def test_an_account_without_a_login_shell_gets_sh():
+    for shell in ("/usr/sbin/nologin", "/bin/false", "", "/no/such/shell"):
+        command = shell_command({"SHELL": shell})
+        assert command[-2:] == [shutil.which("sh") or "/bin/sh", "-l"], command

@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+NO_SHELL = ("", "nologin", "false")
 RC_FILE = Path(__file__).resolve().parent.parent / "templates" / "terminal_rc.sh"
 
 
@@ -28,7 +29,9 @@ def tools_folder() -> str:
 def shell_command(environ=None) -> list[str]:
     """The terminal's command (jupyter_server's ``terminado_settings["shell_command"]``)."""
     env = os.environ if environ is None else environ
-    shell = env.get("SHELL") or shutil.which("sh") or "/bin/sh"
+    shell = env.get("SHELL") or ""
+    if Path(shell).name in NO_SHELL or not os.access(shell, os.X_OK):  # an account without a login shell
+        shell = shutil.which("sh") or "/bin/sh"
     launch = ["/usr/bin/env", f"ROCMLAB_TOOLS_BIN={tools_folder()}"]
     if Path(shell).name == "bash":
         return [*launch, shell, "--rcfile", str(RC_FILE), "-i"]
