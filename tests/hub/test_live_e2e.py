@@ -36,6 +36,19 @@ def log_in_to_lab(page, hub) -> None:
     page.wait_for_url(f"**/user/{LEARNER}/lab*")
 
 
+def answer_the_first_exercise_wrongly(home: Path) -> None:
+    """The learner's edit, made on disk: one exercise answered (wrongly), the others left as
+    handed out, so that the result has a rule not met and exercises not attempted."""
+    path = home / LAB / f"{LAB}.ipynb"
+    owner = path.stat()
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "01-backend-sol-1":
+            cell["source"] = "def backend_of(torch_module):\n    return 'cpu'\n"
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    os.chown(path, owner.st_uid, owner.st_gid)
+
+
 def submit_in_a_terminal(page, home: Path) -> None:
     page.locator(".jp-LauncherCard[data-category='Other']", has_text="Terminal").first.click()
     terminal = page.locator(".jp-Terminal").first
@@ -88,10 +101,12 @@ def test_a_learner_submits_from_jupyterlab_and_sees_the_score_and_the_rules_not_
                     page.set_default_timeout(NAV_TIMEOUT_MS)
                     log_in_to_lab(page, hub)
                     dismiss_toasts(page)
+                    answer_the_first_exercise_wrongly(hub.home(LEARNER))
                     submit_in_a_terminal(page, hub.home(LEARNER))
                     printed = (hub.home(LEARNER) / "submit.log").read_text()
                     assert "submitted 01-rocm-setup (attempt 1); 4 of 5 submissions left" in printed, printed
                     assert "score: 0 / " in printed and RULE in printed, printed
+                    assert "not attempted yet (left as handed out): 01-rocminfo-1, " in printed, printed
                     page.goto(hub.live_url)  # the hub's OAuth, with the session of the login above
                     row = page.locator("tr.attempt.graded")
                     sync_api.expect(row).to_have_count(1)

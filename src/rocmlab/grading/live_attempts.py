@@ -27,6 +27,7 @@ class CheckOutcome:
     points: float
     max_points: float
     message: dict[str, str] = field(default_factory=dict)  # lang -> the rule, as the learner reads it
+    attempted: bool = True  # False: its answer cells are as released (rocmlab.grading.live_attempted)
 
     @classmethod
     def from_dict(cls, data: dict) -> CheckOutcome:
@@ -37,6 +38,7 @@ class CheckOutcome:
             points=float(data["points"]),
             max_points=float(data["max_points"]),
             message={str(k): str(v) for k, v in dict(data.get("message") or {}).items()},
+            attempted=data.get("attempted", True) is not False,
         )
 
 
@@ -81,7 +83,13 @@ class Attempt:
 
     @property
     def failed_checks(self) -> list[CheckOutcome]:
-        return [c for c in self.checks if not c.passed]
+        """The checks failed in exercises the learner attempted."""
+        return [c for c in self.checks if not c.passed and c.attempted]
+
+    @property
+    def not_attempted(self) -> list[str]:
+        """The exercises (test grade_ids) left as released, in the order of the checks."""
+        return list(dict.fromkeys(c.grade_id for c in self.checks if not c.attempted))
 
     def to_json(self, *, private: bool = True) -> dict:
         """A JSON-ready dict; ``private=False`` leaves out what only the service needs (source, worker, lease)."""

@@ -38,6 +38,7 @@ from ..course.catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError
 from ..sandbox.limits import is_root
 from .grader import grade_class
+from .live_attempted import untouched_in
 from .live_attempts import Attempt, CheckOutcome, GradeResult
 from .live_queue import LeaseLost, LiveQueue, new_worker_id
 from .preflight import check_adapter_cache, check_model_cache
@@ -71,8 +72,9 @@ def preflight(root: Path, lab_ids, profile: str = SMOKE) -> list[str]:
     return [lab.id for lab in labs]
 
 
-def grade_result(result: StudentResult) -> GradeResult:
-    """What the queue records of one learner's graded submission (the batch grader's own figures)."""
+def grade_result(result: StudentResult, untouched=frozenset()) -> GradeResult:
+    """What the queue records of one learner's graded submission (the batch grader's own figures);
+    ``untouched``: the exercises left as released (not attempted)."""
     checks = [
         CheckOutcome(
             grade_id=str(c["grade_id"]),
@@ -81,6 +83,7 @@ def grade_result(result: StudentResult) -> GradeResult:
             points=float(c["points"]),
             max_points=float(c["max_points"]),
             message=dict(c["rule"]),
+            attempted=str(c["grade_id"]) not in untouched,
         )
         for c in result.checks
     ]
@@ -112,7 +115,7 @@ def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str 
             seeds=seeds,
             extra_hidden=[Path(folder) for folder in hide],
         )
-    return grade_result(result)
+    return grade_result(result, untouched_in(root, attempt.lab, result.lang or attempt.lang, notebook))
 
 
 class HttpQueue:

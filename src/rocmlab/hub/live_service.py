@@ -149,11 +149,21 @@ def attempts_table(attempts: list[Attempt], lang: str) -> str:
         rows.append(
             f'<tr class="attempt {attempt.state}" data-id="{attempt.id}"><td>{html.escape(attempt.lab)}</td>'
             f"<td>{html.escape(attempt.submitted_at)}</td><td>{STATE_TEXT[lang][attempt.state]}</td>"
-            f'<td class="score">{score}</td><td><ul class="failed">{failed}</ul>{html.escape(attempt.error)}'
+            f'<td class="score">{score}</td><td><ul class="failed">{failed}</ul>{untouched(attempt, lang)}'
+            f"{html.escape(attempt.error)}"
             f"{NOT_COUNTED[lang] if attempt.state == 'failed' and not attempt.counted else ''}</td></tr>"
         )
     cells = "".join(f"<th>{h}</th>" for h in head)
     return f'<table class="attempts"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+UNTOUCHED = {"en": "not attempted yet: {ids}", "zh": "尚未作答：{ids}"}
+
+
+def untouched(attempt: Attempt, lang: str) -> str:
+    ids = attempt.not_attempted
+    text = UNTOUCHED[lang].format(ids=", ".join(ids))
+    return f'<p class="not-attempted">{html.escape(text)}</p>' if ids else ""
 
 
 NOT_COUNTED = {

@@ -39,6 +39,7 @@ TEXT = {
         "slow": "not graded within {timeout:g} s: see it later with the learner page ({url})",
         "retrying": "the live service does not answer ({error}); retrying, your submission is kept...",
         "not_counted": "this attempt does not count against your submissions (the grading failed, not your notebook)",
+        "untouched": "not attempted yet (left as handed out): {ids}",
     },
     "zh": {
         "sent": "已提交 {lab}（第 {id} 次尝试）；本小时还可提交 {remaining} / {limit} 次",
@@ -51,6 +52,7 @@ TEXT = {
         "slow": "{timeout:g} 秒内未完成评分：稍后在学员页面查看（{url}）",
         "retrying": "评分服务暂无响应（{error}）；正在重试，你的提交已保存……",
         "not_counted": "这次尝试不计入你的提交次数（评分系统出错，不是你的笔记本）",
+        "untouched": "尚未作答（与发放时相同）：{ids}",
     },
 }
 
@@ -194,10 +196,14 @@ def report(attempt: dict, lang: str) -> list[str]:
         lines = [text["error"].format(error=attempt["error"])]
         return lines + ([text["not_counted"]] if attempt.get("counted") is False else [])
     lines = [text["score"].format(score=attempt["score"], max_score=attempt["max_score"])]
-    failed = [c for c in attempt["checks"] if not c["passed"]]
-    lines.append(text["failed"] if failed else text["all"])
+    failed = [c for c in attempt["checks"] if not c["passed"] and c.get("attempted", True)]
+    untouched = list(dict.fromkeys(c["grade_id"] for c in attempt["checks"] if c.get("attempted", True) is False))
+    if failed or not untouched:
+        lines.append(text["failed"] if failed else text["all"])
     for check in failed:
         lines.append(f"  - [{check['grade_id']}] {check['message'].get(lang) or check['message'].get('en', '')}")
+    if untouched:
+        lines.append(text["untouched"].format(ids=", ".join(untouched)))
     lines.extend(f"  ! {note}" for note in attempt.get("notes", []))
     return lines
 

@@ -27,7 +27,8 @@ function renderLearners(rows) {
     el("td", {}, el("code", {}, row.lab)),
     el("td", {class: "state-" + row.state.replace(" ", "-")}, row.state === "not submitted" ? T.not_submitted : row.state),
     el("td", {class: "num"}, score(row)),
-    el("td", {class: "failing"}, ...row.failed.map(id => el("code", {}, id))),
+    el("td", {class: "failing"}, ...row.failed.map(id => el("code", {}, id)),
+      ...(row.not_attempted.length ? [el("span", {class: "muted"}, T.not_attempted + ": " + row.not_attempted.length)] : [])),
     el("td", {class: "num"}, since(row.idle_s)))));
   document.getElementById("learner-count").textContent = rows.length;
 }
