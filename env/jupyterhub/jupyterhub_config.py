@@ -25,6 +25,7 @@
 #   ROCMLAB_HUB_DEMO_USER    demo run as root: the account every server runs as (default
 #                            $SUDO_USER, else nobody; never root). The hub's state stays root's.
 #   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
+#   ROCMLAB_LIVE_WORKERS     grading workers the hub runs and restarts (default 0: started by hand)
 #   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
 #                            than it uses, and an RLIMIT_AS would break it)
@@ -319,6 +320,21 @@ if live:
         "access:services!service=rocmlab-live",
     ]
     c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
+    # Grading workers run by the hub: ROCMLAB_LIVE_WORKERS of them (default 0: you start them,
+    # docs/hub.md). JupyterHub restarts a managed service that exits; each gets the course's
+    # environment (the model cache a `sudo` would drop) and checks every delivered lab first.
+    course_environment = {
+        name: os.environ[name] for name in ("ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE") if os.environ.get(name)
+    }
+    for number in range(1, int(env("ROCMLAB_LIVE_WORKERS", "0")) + 1):
+        services.append(
+            {
+                "name": f"rocmlab-live-worker-{number}",
+                "command": [sys.executable, "-m", "rocmlab", "--root", str(course_repo), "live", "worker"]
+                + ["--queue", str(live_data / "queue.sqlite"), "--labs", ",".join(labs)],
+                "environment": course_environment,
+            }
+        )
 c.JupyterHub.load_roles = roles
 if not demo:  # the Unix group decides: its members are in the hub group at every start
     c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}

@@ -36,3 +36,20 @@ def test_the_service_and_the_cli_read_the_same_groups():
     assert HubGroups.from_environment({}) == HubGroups("rocmlab", "instructors")
     assert HubGroups.from_environment({"ROCMLAB_HUB_LEARNER_GROUP": "  "}).learner == "rocmlab"
     assert HubGroups("a", "b").environment() == {"ROCMLAB_HUB_LEARNER_GROUP": "a", "ROCMLAB_HUB_INSTRUCTOR_GROUP": "b"}
+
+
+def test_the_hub_runs_grading_workers_with_the_courses_environment(monkeypatch, tmp_path):
+    """Workers are part of the hub when asked: managed services (JupyterHub restarts one that
+    exits), given the model cache that `sudo rocmlab live worker` dropped (issue 49)."""
+    from test_hub import hub_config
+
+    monkeypatch.setenv("ROCMLAB_CACHE", str(tmp_path / "cache"))
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_WORKERS="2", ROCMLAB_HUB_LABS="01-rocm-setup,07-triton-kernels")
+    workers = [s for s in c.JupyterHub.services if s["name"].startswith("rocmlab-live-worker-")]
+    assert [w["name"] for w in workers] == ["rocmlab-live-worker-1", "rocmlab-live-worker-2"]
+    command = workers[0]["command"]
+    assert command[command.index("--labs") + 1] == "01-rocm-setup,07-triton-kernels"
+    assert command[command.index("--queue") + 1] == str(tmp_path / "data" / "live" / "queue.sqlite")
+    assert workers[0]["environment"]["ROCMLAB_CACHE"] == str(tmp_path / "cache") and "url" not in workers[0]
+    monkeypatch.delenv("ROCMLAB_LIVE_WORKERS")
+    assert not [s for s in hub_config(monkeypatch, tmp_path).JupyterHub.services if "worker" in s["name"]]
