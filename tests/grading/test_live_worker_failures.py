@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rocmlab.errors import CommandFailed
+from rocmlab.errors import CommandFailed, InputError, LabError
 from rocmlab.grading import live_worker
 from rocmlab.grading.live_attempts import GradeResult
 from rocmlab.grading.live_queue import LiveQueue, RateLimited
@@ -53,12 +53,20 @@ def run_one(queue: LiveQueue, grade, **options) -> None:
         live_worker.grade_attempt = live_worker_grade
 
 
-def test_a_failure_of_the_grading_system_is_not_counted(tmp_path):
+@pytest.mark.parametrize(
+    "error",
+    [
+        CommandFailed("the offline model is not in the cache (/root/.cache/rocmlab/...)"),
+        LabError("unknown lab '01-rocm-setup'"),  # the checkout lacks the lab: ours, though an InputError
+        RuntimeError("a bug of the grader"),
+    ],
+)
+def test_a_failure_of_the_grading_system_is_not_counted(tmp_path, error):
     queue = LiveQueue(tmp_path / "q.sqlite")
     queue.submit("ana", LAB, "t1", "/spool/a", content_hash="h1", limit=(1, 3600))
 
     def crashes(*_args, **_kwargs):
-        raise CommandFailed("the offline model is not in the cache (/root/.cache/rocmlab/...)")
+        raise error
 
     run_one(queue, crashes)
     failed = queue.get(1)
@@ -82,3 +90,14 @@ def test_an_attempt_past_its_budget_frees_the_worker_and_counts(tmp_path):
     assert failed.state == "failed" and failed.counted and "time budget of 0.5 s" in failed.error
     with pytest.raises(RateLimited):
         queue.submit("ana", LAB, "t2", "/spool/b", limit=(1, 3600))
+
+
+def test_a_notebook_that_cannot_be_graded_counts(tmp_path):
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    queue.submit("ana", LAB, "t1", "/spool/a", limit=(1, 3600))
+
+    def unreadable(*_args, **_kwargs):
+        raise InputError("/spool/a/01-rocm-setup.ipynb: not a notebook (cell 3: no source)")
+
+    run_one(queue, unreadable)
+    assert queue.get(1).state == "failed" and queue.get(1).counted

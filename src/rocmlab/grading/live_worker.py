@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .. import processes
 from ..course.catalog import SMOKE, discover, select
-from ..errors import CommandFailed, InputError
+from ..errors import CommandFailed, InputError, LabError
 from ..sandbox.limits import is_root
 from .grader import grade_class
 from .live_attempted import untouched_in
@@ -269,7 +269,8 @@ class Worker:
     def record_failure(self, attempt: Attempt, exc: Exception) -> int:
         """Fail the attempt; counted only when the learner's notebook caused it (it ran past the
         budget, or it is not a notebook that can be graded), never for the grading system's fault."""
-        learners = isinstance(exc, (OverBudget, InputError))
+        # a lab this checkout lacks is ours, though a LabError is an InputError
+        learners = isinstance(exc, OverBudget) or (isinstance(exc, InputError) and not isinstance(exc, LabError))
         why = f"{type(exc).__name__}: {str(exc)[:500]}"
         if not learners:
             why += " (a failure of the grading system: this attempt is not counted, submit again)"
