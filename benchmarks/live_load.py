@@ -28,10 +28,10 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import statistics
-import resource
 import subprocess
 import sys
 import tempfile
