@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
 
@@ -193,3 +194,28 @@ def test_rocmlab_hub_says_at_start_when_the_courses_rule_cannot_be_earned(tmp_pa
     warning = cert.rule_warning(REPO, ["01-rocm-setup", "07-triton-kernels"], {})
     lacking = [lab for lab in needed if lab not in ("01-rocm-setup", "07-triton-kernels")]
     assert warning.startswith("warning: no certificate is offered") and all(lab in warning for lab in lacking)
+
+
+def test_the_name_comes_from_the_roster_and_is_signed(tmp_path):
+    store = cert.CertificateStore(tmp_path / "certificates.sqlite", b"k" * 32)
+    issued = cert.issued(store, rule(tmp_path), passing(), "ada", name="Ada Lovelace")
+    assert issued.shown_name == "Ada Lovelace" and cert.issued(store, rule(tmp_path), passing(), "ada") == issued
+    assert cert.verify(store, issued.id, {"name": "Ada Lovelace", "learner": "ada"}) == (issued, [])
+    assert cert.verify(store, issued.id, {"name": "Ada King"})[1] == ["name"]
+    assert "Ada Lovelace" in cert.certificate_page(issued, "en") and "Ada Lovelace" in cert.certificate_page(
+        issued, "zh"
+    )
+    renamed = cert.Certificate.from_dict(
+        {**issued.__dict__, "labs": [lab.__dict__ for lab in issued.labs], "name": "Eve"}
+    )
+    assert not cert.is_signed(renamed, b"k" * 32)
+
+
+def test_a_server_accounts_full_name_is_its_roster_name():
+    import pwd
+
+    from rocmlab.hub.live_page import account_name
+
+    entry = pwd.getpwuid(os.getuid())
+    assert account_name(entry.pw_name) == entry.pw_gecos.split(",")[0].strip()
+    assert account_name("no-such-account-here") == ""

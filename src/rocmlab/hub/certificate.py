@@ -80,6 +80,11 @@ class Certificate:
     labs: list  # of CertifiedLab
     issued_on: str  # the day the rule was first met (the last required lab passed)
     id: str = ""
+    name: str = ""  # the learner's name on the roster (their account's full name), else their login
+
+    @property
+    def shown_name(self) -> str:
+        return self.name or self.learner
 
     @property
     def result(self) -> str:
@@ -266,25 +271,34 @@ class CertificateStore:
         return self._one("id", certificate_id)
 
 
-def issued(store: CertificateStore, rule: CompletionRule, attempts, learner: str) -> Certificate | None:
-    """The learner's certificate: the one stored, else issued now if they ever met the rule."""
+def issued(store: CertificateStore, rule: CompletionRule, attempts, learner: str, name: str = "") -> Certificate | None:
+    """The learner's certificate: the one stored, else issued now (under ``name``, the roster's)
+    if they ever met the rule."""
     found = store.of(learner)
     if found is not None:
         return found
     first = first_earned(rule, attempts, learner)
-    return store.issue(first) if first is not None else None
+    if first is None:
+        return None
+    first.name = name
+    return store.issue(first)
 
 
-CLAIMS = ("learner", "issued_on", "result")  # the fields a printed copy shows, checked by ``verify``
+CLAIMS = ("learner", "name", "issued_on", "result")  # the fields a printed copy shows, checked by ``verify``
 
 
 def verify(store: CertificateStore, certificate_id: str, claimed: dict) -> tuple[Certificate | None, list[str]]:
     """(the stored certificate with this id, or None; the fields of ``claimed`` that differ from it:
-    ``learner``, ``issued_on``, ``result``, ``course``, any language's title)."""
+    ``learner``, ``name``, ``issued_on``, ``result``, ``course``, any language's title)."""
     certificate = store.get(certificate_id) if certificate_id else None
     if certificate is None:
         return None, []
-    held = {"learner": certificate.learner, "issued_on": certificate.issued_on, "result": certificate.result}
+    held = {
+        "learner": certificate.learner,
+        "name": certificate.shown_name,
+        "issued_on": certificate.issued_on,
+        "result": certificate.result,
+    }
     edited = [name for name in CLAIMS if name in claimed and str(claimed[name]).strip() != held[name]]
     if "course" in claimed and str(claimed["course"]).strip() not in certificate.course.values():
         edited.append("course")
@@ -340,7 +354,7 @@ def certificate_pdf(certificate: Certificate, lang: str, verify_url: str = "") -
     pdf = FPDF(orientation="L", unit="mm", format="A4")
     pdf.set_auto_page_break(False)
     pdf.set_creator("rocmlab")
-    pdf.set_title(f"{certificate.course[lang]}: {certificate.learner}")
+    pdf.set_title(f"{certificate.course[lang]}: {certificate.shown_name}")
     pdf.add_font("cjk", fname=str(font), collection_font_number=face)
     pdf.add_page()
     pdf.set_draw_color(30, 58, 138)
@@ -351,7 +365,7 @@ def certificate_pdf(certificate: Certificate, lang: str, verify_url: str = "") -
     for size, line, gap in (
         (30, text["title"], 16),
         (13, text["certifies"], 9),
-        (26, certificate.learner, 14),
+        (26, certificate.shown_name, 14),
         (13, text["completed"], 9),
         (18, certificate.course[lang], 14),
     ):

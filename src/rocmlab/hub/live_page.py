@@ -103,6 +103,7 @@ TEXT = {
         "verify_unknown": "No certificate was issued under this id.",
         "verify_edited": "This copy does not match the certificate issued under its id: edited field(s):",
         "name": "Name",
+        "account": "Account",
         "course": "Course",
         "issued_on": "Issued on",
         "result": "Result",
@@ -161,6 +162,7 @@ TEXT = {
         "verify_unknown": "没有以此编号颁发的证书。",
         "verify_edited": "此副本与以其编号颁发的证书不符，被改动的字段：",
         "name": "姓名",
+        "account": "账号",
         "course": "课程",
         "issued_on": "颁发日期",
         "result": "成绩",
@@ -183,6 +185,7 @@ class LiveContext:
     clock: object = field(default=time.time)
     store: cert.CertificateStore | None = None  # None: beside the queue (``PageHandler.certificates``)
     roster: object = tuple  # () -> the learners of the workshop, submitted or not
+    name_of: object = lambda learner: ""
 
 
 def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
@@ -200,6 +203,7 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
         store=cert.CertificateStore(queue_path.parent / cert.STORE_FILE, key),
         home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
         lang=env.get("ROCMLAB_HUB_LANG", "en"),
+        name_of=(lambda learner: "") if demo else account_name,
         roster=(lambda: demo_roster(data, instructors))
         if demo
         else (lambda: account_roster(HubGroups.from_environment(env))),
@@ -234,6 +238,14 @@ def earnable_rule(rule: cert.CompletionRule | None, env) -> cert.CompletionRule 
 def account_roster(groups: HubGroups) -> list[str]:
     """Server mode: the members of the learner group (those who may log in as learners)."""
     return sorted(group_members(groups.learner))
+
+
+def account_name(learner: str) -> str:
+    """Server mode: the full name of the learner's account (the first field of its GECOS), if set."""
+    try:
+        return pwd.getpwnam(learner).pw_gecos.split(",")[0].strip()
+    except KeyError:
+        return ""
 
 
 def demo_roster(data: Path, instructors=()) -> list[str]:
@@ -282,7 +294,7 @@ def instructor_state(context: LiveContext, queue) -> dict:
 def learner_state(context: LiveContext, queue, learner: str, store: cert.CertificateStore) -> dict:
     attempts = queue.attempts(learner=learner)
     rule = context.rule
-    issued = cert.issued(store, rule, attempts, learner) if rule else None
+    issued = cert.issued(store, rule, attempts, learner, context.name_of(learner)) if rule else None
     return {
         "learner": learner,
         "labs": [asdict(lab) for lab in progress(attempts, learner)],
@@ -403,7 +415,9 @@ class CertificatePage(PageHandler):
         rule = self.page_context.rule
         if rule is None:
             raise web.HTTPError(404, "this course gives no certificate")
-        issued = cert.issued(self.certificates, rule, self.queue.attempts(learner=self.learner), self.learner)
+        context = self.page_context
+        attempts = self.queue.attempts(learner=self.learner)
+        issued = cert.issued(self.certificates, rule, attempts, self.learner, context.name_of(self.learner))
         if issued is None:
             raise web.HTTPError(404, f"{self.learner} has not earned the certificate yet")
         base = self.request.full_url().split("me/certificate")[0]
@@ -456,7 +470,10 @@ class CertificateVerify(PageHandler):
                     "edited": edited,
                     "certificate": None
                     if found is None
-                    else {**{k: getattr(found, k) for k in ("learner", "course", "issuer", "issued_on", "result")}},
+                    else {
+                        **{k: getattr(found, k) for k in ("learner", "course", "issuer", "issued_on", "result")},
+                        "name": found.shown_name,
+                    },
                 },
                 200 if valid else 404,
             )
