@@ -9,7 +9,9 @@ Checks, each printed:
 - the attempt the killed worker held was regraded (by another worker, claimed twice);
 - the live scores equal a batch ``rocmlab grade LAB --seeds`` of the same submissions.
 
-Prints p50 and p95 of submit -> result, and ends with exactly one line:
+Prints the CPU seconds per submission of the live workers and of the batch grade, side by side
+(every process each started, sandboxes and kernels included, from the kernel's accounting of
+waited-for children), p50 and p95 of submit -> result, and ends with exactly one line:
 ``submissions: N graded: N lost: 0 duplicated: 0 p50: X s p95: Y s``. Exit 1 if any check fails.
 
 The labs are the grading fixture lab (tests/fixtures/submissions) and a copy of it under a second id,
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -196,6 +199,12 @@ def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, wor
     return scores
 
 
+def children_cpu_s() -> float:
+    """User and system CPU seconds of every child process waited for so far (and of theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def percentile(values: list[float], q: float) -> float:
     if len(values) < 2:
         return values[0] if values else 0.0
@@ -225,6 +234,7 @@ def main() -> int:
         queue_path, spool = workdir / "live" / "queue.sqlite", workdir / "spool"
         queue = LiveQueue(queue_path)
         logs = [workdir / f"worker-{n}.log" for n in range(args.workers + 1)]  # the last: the replacement
+        cpu_before_live = children_cpu_s()
         workers = [start_worker(root, queue_path, logs[n], args.lease) for n in range(args.workers)]
         killer = Killer(queue, workers, lambda: start_worker(root, queue_path, logs[-1], args.lease), after=2)
         try:
@@ -234,6 +244,7 @@ def main() -> int:
             wait_until_done(queue, len(ids), args.timeout, killer.tick)
         finally:
             stop_workers(workers)
+        live_cpu_s = children_cpu_s() - cpu_before_live  # the killed worker's orphaned kernels are missed
         attempts = {a.id: a for a in queue.attempts()}
         graded = [attempts[i] for i in ids if attempts[i].state == "graded"]
         lost = len(ids) - len(graded)
@@ -250,13 +261,20 @@ def main() -> int:
             again = regraded.state == "graded" and regraded.tries == 2
             print(f"attempt {regraded.id} held by the killed worker: {regraded.state}, claimed {regraded.tries} times")
             checks_ok &= again
+        cpu_before_batch = children_cpu_s()
         batch = batch_scores(root, labs, queue, spool, workdir)
+        batch_cpu_s = children_cpu_s() - cpu_before_batch
         live = {(a.learner, a.lab): a.score for a in graded}
         differ = sorted(k for k in live if batch.get(k) != live[k])
         print(f"live scores equal the batch rocmlab grade: {not differ} ({len(live)} submissions)")
         for key in differ[:10]:
             print(f"  {key}: live {live[key]} batch {batch.get(key)}")
         checks_ok &= not differ
+        per_live, per_batch = live_cpu_s / max(1, len(graded)), batch_cpu_s / max(1, len(batch))
+        print(
+            f"CPU-s per submission: live {per_live:.2f} batch {per_batch:.2f} "
+            f"live/batch {per_live / per_batch if per_batch else float('nan'):.2f}"
+        )
         p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
         print(
             f"submissions: {len(ids)} graded: {len(graded)} lost: {lost} duplicated: {duplicated} "

@@ -25,6 +25,7 @@
 #   ROCMLAB_HUB_DEMO_USER    demo run as root: the account every server runs as (default
 #                            $SUDO_USER, else nobody; never root). The hub's state stays root's.
 #   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
+#   ROCMLAB_LIVE_WORKERS     grading workers the hub runs and restarts (default 0: started by hand)
 #   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
 #                            than it uses, and an RLIMIT_AS would break it)
@@ -58,6 +59,7 @@ from pathlib import Path
 
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
+from rocmlab.hub.settings import HubGroups
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -87,7 +89,8 @@ if lang not in ("en", "zh"):
     raise ValueError(f"ROCMLAB_HUB_LANG={lang!r}: expected en or zh")
 built = Path(env("ROCMLAB_HUB_LABS_DIR") or course_repo / "labs" / lang).resolve()
 labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob("*") if p.is_dir())
-instructor_group = env("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
+groups = HubGroups.from_environment()  # the same object `rocmlab hub` reads them with
+instructor_group = groups.instructor
 venv_bin = Path(sys.executable).parent
 
 # ------------------------------------------------------------------ state and the exchange
@@ -118,7 +121,7 @@ else:
     except KeyError:  # `rocmlab hub` refuses this; started by hand, nobody but the hub may release
         print(f"warning: Unix group {instructor_group!r} (instructors) does not exist", file=sys.stderr)
         exchange_owners = ExchangeOwners(os.geteuid(), os.getegid())
-    exchange_learners = group_members(env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"))
+    exchange_learners = group_members(groups.learner)
 exchange = prepare_exchange(data, COURSE_ID, exchange_owners, exchange_learners)
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
@@ -151,7 +154,7 @@ if demo:
     c.JupyterHub.load_groups = {instructor_group: {"users": _names(env("ROCMLAB_HUB_INSTRUCTORS", ""))}}
 else:
     c.JupyterHub.authenticator_class = "pam"
-    c.PAMAuthenticator.allowed_groups = {env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"), instructor_group}
+    c.PAMAuthenticator.allowed_groups = {groups.learner, instructor_group}
     # Instructors are not hub admins (an admin can open any learner's server and act as them):
     # the role `rocmlab-instructor` below gives them what running a class needs.
     c.PAMAuthenticator.admin_groups = set()
@@ -310,6 +313,8 @@ if live:
                 "ROCMLAB_HUB_LABS": ",".join(labs),
                 "ROCMLAB_HUB_MODE": mode,
                 "ROCMLAB_HUB_INSTRUCTOR_GROUP": instructor_group,
+                **groups.environment(),  # the roster of the instructor's page: the learner group
+                "ROCMLAB_HUB_INSTRUCTORS": env("ROCMLAB_HUB_INSTRUCTORS", ""),  # demo: not on the roster
                 "ROCMLAB_LIVE_RATE_LIMIT": env("ROCMLAB_LIVE_RATE_LIMIT", "5"),
                 "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
                 "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),
@@ -335,6 +340,21 @@ if live:
         "access:services!service=rocmlab-live",
     ]
     c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
+    # Grading workers run by the hub: ROCMLAB_LIVE_WORKERS of them (default 0: you start them,
+    # docs/hub.md). JupyterHub restarts a managed service that exits; each gets the course's
+    # environment (the model cache a `sudo` would drop) and checks every delivered lab first.
+    course_environment = {
+        name: os.environ[name] for name in ("ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE") if os.environ.get(name)
+    }
+    for number in range(1, int(env("ROCMLAB_LIVE_WORKERS", "0")) + 1):
+        services.append(
+            {
+                "name": f"rocmlab-live-worker-{number}",
+                "command": [sys.executable, "-m", "rocmlab", "--root", str(course_repo), "live", "worker"]
+                + ["--queue", str(live_data / "queue.sqlite"), "--labs", ",".join(labs)],
+                "environment": course_environment,
+            }
+        )
 c.JupyterHub.load_roles = roles
 if not demo:  # the Unix group decides: its members are in the hub group at every start
     c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}

@@ -35,5 +35,6 @@ def test_live_load_grades_every_submission_once_and_agrees_with_the_batch_grade(
     out = run_benchmark("live_load.py", "--learners", "4", "--window", "10")
     assert "live scores equal the batch rocmlab grade: True (8 submissions)" in out
     assert "held by the killed worker: graded, claimed 2 times" in out
+    assert re.search(r"CPU-s per submission: live [\d.]+ batch [\d.]+ live/batch [\d.]+", out), out
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"submissions: 8 graded: 8 lost: 0 duplicated: 0 p50: [\d.]+ s p95: [\d.]+ s", last), last

@@ -86,18 +86,22 @@ def test_a_lease_run_out_but_unclaimed_is_still_held_and_renew_keeps_it(tmp_path
     assert queue.complete(attempt.id, "w1", result()).state == "graded"
 
 
-def test_an_attempt_that_kills_every_worker_fails_after_max_tries(tmp_path):
+def test_an_attempt_that_kills_every_worker_fails_after_max_tries_and_is_not_counted(tmp_path):
     clock = Clock()
     queue = LiveQueue(tmp_path / "q.sqlite", clock=clock, max_tries=2)
     queue.submit("ana", "00-test", "t1", "/s")
     queue.submit("bo", "00-test", "t1", "/s")
-    for _ in range(2):
-        assert queue.claim("w", 5).learner == "ana"
-        clock.now += 6
-    nxt = queue.claim("w", 5)
-    assert nxt.learner == "bo"
+    assert queue.claim("w", 5).learner == "ana"
+    clock.now += 6
+    bo = queue.claim("w", 5)  # ana's lease ran out, but bo has not had a turn yet
+    assert bo.learner == "bo"
+    queue.complete(bo.id, "w", result())
+    assert queue.claim("w", 5).learner == "ana"
+    clock.now += 6
+    assert queue.claim("w", 5) is None
     ana = queue.latest("ana", "00-test")
     assert ana.state == "failed" and "worker killed" in ana.error
+    assert not ana.counted and queue.submissions_since("ana", "00-test", 0) == 0  # the workers died, not ana
 
 
 def test_fail_records_why(tmp_path):
@@ -214,3 +218,86 @@ def test_live_seeds_writes_what_rocmlab_grade_seeds_reads(tmp_path, capsys):
     assert recorded_seeds(out) == {"ana": ana}
     assert main(["live", "status", "--queue", str(tmp_path / "q.sqlite")]) == 0
     assert '"queued": 2' in capsys.readouterr().out
+
+
+def test_one_attempt_per_learner_in_flight_and_learners_take_turns(tmp_path):
+    """A learner who queues many attempts (issue 48: one learner kept a classmate waiting 716 s)
+    waits behind everyone else's next one, and never has two graded at once."""
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    for n in range(3):
+        queue.submit("ana", "00-test", f"a{n}", "/s")
+    queue.submit("bo", "00-test", "b0", "/s")
+    queue.submit("cy", "00-test", "c0", "/s")
+    first = queue.claim("w1", 60)
+    second = queue.claim("w2", 60)
+    third = queue.claim("w3", 60)
+    assert [first.learner, second.learner, third.learner] == ["ana", "bo", "cy"]
+    assert queue.claim("w4", 60) is None  # ana's next waits while her first is graded
+    for attempt, worker in ((first, "w1"), (second, "w2"), (third, "w3")):
+        queue.complete(attempt.id, worker, result())
+    queue.submit("bo", "00-test", "b1", "/s")  # bo was served after ana: ana's turn comes first
+    assert [queue.claim("w1", 60).learner, queue.claim("w2", 60).learner] == ["ana", "bo"]
+
+
+def test_a_byte_identical_notebook_is_answered_with_its_last_attempt(tmp_path):
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    first = queue.submit("ana", "00-test", "t1", "/s1", content_hash="h1", limit=(2, 3600))
+    queue.complete(queue.claim("w", 60).id, "w", result(2.0))
+    again = queue.submit("ana", "00-test", "t2", "/s2", content_hash="h1", limit=(2, 3600))
+    assert again.duplicate and again.id == first.id and again.state == "graded" and again.score == 2.0
+    assert queue.submissions_since("ana", "00-test", 0) == 1 and queue.claim("w", 60) is None
+    assert queue.submit("bo", "00-test", "t2", "/s3", content_hash="h1").duplicate is False  # another learner's
+    changed = queue.submit("ana", "00-test", "t3", "/s4", content_hash="h2", limit=(2, 3600))
+    assert not changed.duplicate and changed.id != first.id
+    back = queue.submit("ana", "00-test", "t4", "/s5", content_hash="h1", limit=(3, 3600))
+    assert not back.duplicate  # the same bytes as an older attempt, not the last one: a new attempt
+
+
+def test_an_attempt_failed_by_the_grading_system_is_not_counted_and_regraded_on_resubmit(tmp_path):
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    first = queue.submit("ana", "00-test", "t1", "/s1", content_hash="h1", limit=(1, 3600))
+    queue.fail(queue.claim("w", 60).id, "w", "the offline model is not in the cache", counted=False)
+    assert queue.submissions_since("ana", "00-test", 0) == 0
+    again = queue.submit("ana", "00-test", "t2", "/s2", content_hash="h1", limit=(1, 3600))  # not rate limited
+    assert not again.duplicate and again.id != first.id and again.state == "queued"
+    queue.fail(queue.claim("w", 60).id, "w", "a SyntaxError in cell 3")  # the learner's own: counted
+    with pytest.raises(RateLimited):
+        queue.submit("ana", "00-test", "t3", "/s3", content_hash="h9", limit=(1, 3600))
+
+
+def test_an_older_queue_file_gains_the_new_columns(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE attempts (id INTEGER PRIMARY KEY AUTOINCREMENT, learner TEXT NOT NULL, lab TEXT NOT NULL,"
+        " submitted_at TEXT NOT NULL, source TEXT NOT NULL, lang TEXT NOT NULL DEFAULT 'en',"
+        " state TEXT NOT NULL DEFAULT 'queued', queued_at REAL NOT NULL, worker TEXT, lease_until REAL,"
+        " tries INTEGER NOT NULL DEFAULT 0, started_at REAL, finished_at REAL, score REAL, max_score REAL,"
+        " checks TEXT NOT NULL DEFAULT '[]', flags TEXT NOT NULL DEFAULT '[]', notes TEXT NOT NULL DEFAULT '[]',"
+        " seed INTEGER, error TEXT NOT NULL DEFAULT '', UNIQUE (learner, lab, submitted_at));"
+        "INSERT INTO attempts (learner, lab, submitted_at, source, queued_at) VALUES ('ana', '00-test', 't0', '/s', 1);"
+    )
+    db.close()
+    queue = LiveQueue(path)
+    assert queue.get(1).counted and queue.get(1).content_hash == ""
+    assert queue.claim("w", 60).id == 1
+
+
+def test_the_room_shows_the_queue_and_each_workers_heartbeat(tmp_path):
+    """Issue 49: with no worker running, a room looked like "queued, 13 s"."""
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    queue.submit("ana", "00-test", "t1", "/s")
+    clock.now += 13
+    queue.submit("bo", "00-test", "t1", "/s")
+    room = queue.room()
+    assert (room["queued"], room["grading"], room["oldest_wait_s"], room["alive_workers"]) == (2, 0, 13.0, 0)
+    held = queue.claim("w1", 60)
+    clock.now += 5
+    room = queue.room()
+    assert (room["queued"], room["grading"], room["oldest_wait_s"]) == (1, 1, 5.0)
+    assert room["workers"] == [{"worker": "w1", "seen_s": 5.0, "alive": True, "attempt": held.id}]
+    clock.now += 50  # grading: its lease (60 s) still runs, a renewal is due only every 20 s
+    assert queue.room()["alive_workers"] == 1
+    clock.now += 70  # the worker died: no renewal, its lease ran out, no claim
+    assert queue.room()["alive_workers"] == 0 and queue.room()["workers"][0]["seen_s"] == 125.0

@@ -151,3 +151,26 @@ def test_sigterm_gives_the_attempt_back_at_once(tmp_path, base):
             os.killpg(worker.pid, signal.SIGKILL)
     back = queue.get(attempt.id)
     assert back.state == "queued" and back.tries == 0, output
+
+
+def test_an_attempt_past_its_budget_is_stopped_and_a_classmate_is_graded(tmp_path, base):
+    """Issue 48: one attempt held a worker about 12 minutes while a classmate's 4 s one waited.
+    With a budget the long one is stopped (failed, counted: the notebook used the time), and the
+    same worker goes on to grade the classmate."""
+    queue_path = tmp_path / "queue.sqlite"
+    queue = LiveQueue(queue_path)
+    slow = classroom.answer(base, classroom.SUM_OK + classroom.SLOW.format(seconds=600))
+    quick = classroom.answer(base, classroom.SUM_OK)
+    attempts = queue_class(queue, tmp_path / "spool", {"slowpoke": slow, "classmate": quick})
+    # the fixture lab stops a cell at 10 s (cell_timeout_s), so the slow one takes more than that; the
+    # classmate's takes about 2 s
+    worker = worker_process(queue_path, "--budget", "7", "--idle-exit", "5")
+    try:
+        output, _ = worker.communicate(timeout=300)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+    stopped, graded = queue.get(attempts["slowpoke"].id), queue.get(attempts["classmate"].id)
+    assert stopped.state == "failed" and "time budget of 7 s" in stopped.error and stopped.counted, output
+    assert graded.state == "graded" and graded.score == 5.0, output
+    assert graded.started_at - stopped.started_at < 60  # not the 600 s the slow notebook asked for

@@ -164,6 +164,14 @@ def test_the_instructor_sees_the_room_and_a_hint_reaches_only_the_stuck(tmp_path
                 assert certificate.status == 200
                 sync_api.expect(learner.locator("#learner")).to_have_text("ada")
                 learner.screenshot(path=str(shots / "certificate-zh.png"))
+                certificate_id = learner.locator("#certificate-id").text_content()
+                employer = browser.new_context().new_page()  # no hub login: the verify page is public
+                employer.set_default_timeout(NAV_TIMEOUT_MS)
+                employer.goto(f"{hub.live_url}certificate/verify?id={certificate_id}&lang=en")
+                sync_api.expect(employer.locator("#verdict")).to_have_attribute("data-valid", "true")
+                sync_api.expect(employer.locator("#learner")).to_have_text("ada")
+                edited = employer.goto(f"{hub.live_url}certificate/verify?id={certificate_id}&learner=eve")
+                assert edited.status == 404 and employer.locator("#edited").text_content() == "learner"
                 pdf = learner.request.get(f"{hub.live_url}me/certificate?lang=en&format=pdf", timeout=120_000)
                 assert pdf.status == 200 and pdf.headers["content-type"] == "application/pdf"
                 assert pdf.body().startswith(b"%PDF-")

@@ -104,3 +104,20 @@ def test_the_file_is_written_by_the_home_owner_when_run_as_root(tmp_path):
     hint = store.add(LAB, "grid", {"en": "x"}, "t")
     deliver_hint_file(home, (65534, 65534), LAB, [hint])
     assert (home / LAB / f"HINT-{LAB}.md").stat().st_uid == 65534
+
+
+def test_the_hint_goes_beside_the_notebook_the_learner_submits_from(tmp_path):
+    """Issue 49: hints went into the practice copy (~/<lab>/), not the fetched one the learner
+    works on and submits (~/rocmlab/<lab>/): it goes where the notebook was saved last."""
+    store = HintStore(tmp_path / "live.sqlite")
+    home = home_with_lab(tmp_path / "homes", "cy")
+    fetched = home / "rocmlab" / LAB
+    fetched.mkdir(parents=True)
+    (fetched / f"{LAB}.ipynb").write_text('{"cells": [1]}', encoding="utf-8")
+    os.utime(home / LAB / f"{LAB}.ipynb", (1_000, 1_000))  # the practice copy, untouched since delivery
+    hint = store.add(LAB, "grid", {"en": "more blocks"}, "t")
+    assert send_hint(store, hint, ["cy"], lambda name: (home, ME)) == {"cy": ""}
+    assert (fetched / f"HINT-{LAB}.md").is_file() and not (home / LAB / f"HINT-{LAB}.md").exists()
+    os.utime(fetched / f"{LAB}.ipynb", (500, 500))  # now the practice copy is the one being worked on
+    send_hint(store, store.add(LAB, "reduce", {"en": "sync"}, "t"), ["cy"], lambda name: (home, ME))
+    assert "sync" in (home / LAB / f"HINT-{LAB}.md").read_text(encoding="utf-8")

@@ -66,6 +66,7 @@ class LivePagesTest(AsyncHTTPTestCase):
             key=cert.signing_key(tmp_path),
             home_of=lambda name: (self.homes / name, (os.getuid(), os.getgid())),
             clock=lambda: 160.0,
+            roster=lambda: ["ada", "cy", "dee", "eve"],  # eve never submitted
         )
 
     def get_app(self):
@@ -93,8 +94,17 @@ class LivePagesTest(AsyncHTTPTestCase):
         assert "script-src" not in page.headers["Content-Security-Policy"]  # scripts from the service only
         assert self.call("instructor/live.js", "teacher").body.startswith(b'"use strict";')
         state = json.loads(self.call("instructor/api/state", "teacher").body)
-        assert [row["learner"] for row in state["learners"]] == ["ada", "cy", "dee"]
-        assert {row["learner"]: row["idle_s"] for row in state["learners"]} == {"ada": 60.0, "cy": 60.0, "dee": 60.0}
+        assert [row["learner"] for row in state["learners"]] == ["ada", "cy", "dee", "eve"]
+        assert {row["learner"]: row["idle_s"] for row in state["learners"]} == {
+            "ada": 60.0,
+            "cy": 60.0,
+            "dee": 60.0,
+            "eve": None,
+        }
+        assert state["learners"][3]["state"] == "not submitted"
+        room = state["room"]
+        assert (room["queued"], room["grading"], room["alive_workers"]) == (0, 0, 0)
+        assert room["workers"] == []  # the fixture's worker was last seen at its clock's 100 s: long gone
         grid = next(row for row in state["exercises"] if row["grade_id"] == "grid")
         assert (grid["pass_rate"], grid["failures"]) == (0.333, [["grid too small / 网格太小", 2]])
         assert grid["stuck"] == ["cy", "dee"]
@@ -122,11 +132,16 @@ class LivePagesTest(AsyncHTTPTestCase):
         assert page.code == 200 and 'id="learner">ada<' in body and "cy" not in body
         cert_id = body.split('id="certificate-id">')[1].split("<")[0]
 
-        def verdict(learner, given):
-            return json.loads(self.call(f"certificate/verify?learner={learner}&id={given}", "cy").body)["valid"]
+        def verdict(**query):  # nobody logged in: an employer
+            return json.loads(self.call("certificate/verify?" + urlencode({**query, "format": "json"})).body)
 
-        assert verdict("ada", cert_id) is True
-        assert verdict("cy", cert_id) is False and verdict("ada", "0" * 24) is False
+        assert verdict(id=cert_id)["valid"] is True and verdict(id=cert_id)["certificate"]["learner"] == "ada"
+        assert verdict(id=cert_id, learner="cy") == {**verdict(id=cert_id), "valid": False, "edited": ["learner"]}
+        assert verdict(id="0" * 24)["valid"] is False and verdict(id="0" * 24)["certificate"] is None
+        public = self.call(f"certificate/verify?id={cert_id}&lang=zh")
+        assert public.code == 200 and 'id="learner">ada<' in public.body.decode() and "此证书由" in public.body.decode()
+        assert self.call(f"certificate/verify?id={cert_id}&result=2+/+2").code == 200
+        assert self.call(f"certificate/verify?id={cert_id}&result=3+/+2").code == 404
         assert json.loads(self.call("me/api/state", "ada").body)["certificate"] == {
             "offered": True,
             "earned": True,

@@ -14,6 +14,7 @@ import pytest
 from jupyterhub.services.auth import HubOAuth
 from tornado.testing import AsyncHTTPTestCase
 
+from rocmlab.grading.live_attempts import CheckOutcome, GradeResult
 from rocmlab.grading.live_queue import LiveQueue
 from rocmlab.hub.exchange_layout import ExchangeOwners, prepare_exchange
 from rocmlab.hub.live_service import LiveSettings, make_app
@@ -135,16 +136,39 @@ class LiveServiceTest(AsyncHTTPTestCase):
         code, page = self.call("GET", "?lang=zh", "ana-token")
         assert code == 200 and "你的提交" in page and "本小时还可提交 2 / 2 次" in page and 'name="_xsrf"' in page
         response = self.fetch(
-            PREFIX + "?lang=zh", method="POST", headers={"Authorization": "token ana-token"}, body="lab=01-pass"
+            PREFIX + "?lang=zh",
+            method="POST",
+            headers={"Authorization": "token ana-token"},
+            body="lab=01-pass",
+            follow_redirects=False,
         )
-        page = response.body.decode()
-        assert response.code == 200 and "排队中" in page and "本小时还可提交 1 / 2 次" in page
+        assert (
+            response.code == 303 and response.headers["Location"] == PREFIX + "?lang=zh"
+        )  # not posted again on reload
+        code, page = self.call("GET", "?lang=zh", "ana-token")
+        assert code == 200 and "排队中" in page and "本小时还可提交 1 / 2 次" in page
+        assert '<meta http-equiv="refresh"' in page  # it reloads itself until the attempt is graded
+        queue = LiveQueue(self.settings.queue_path)
+        claimed = queue.claim("w", 60)
+        wrong = CheckOutcome("t", "scales", False, 0.0, 1.0, {"en": "f scales by SCALE", "zh": "f 乘以 SCALE"})
+        queue.complete(claimed.id, "w", GradeResult(0.0, 1.0, [wrong], lang="en"))  # an English notebook
+        code, page = self.call("GET", "?lang=zh", "ana-token")
+        assert "f 乘以 SCALE" in page and "f scales by" not in page  # the rules in the page's language
+        assert '<meta http-equiv="refresh"' not in page
         response = self.fetch(PREFIX, method="POST", headers={"Authorization": "token bo-token"}, body="lab=01-pass")
         assert response.code == 404 and "no submission of 01-pass by bo" in response.body.decode()
 
     def test_a_form_post_without_a_token_needs_the_xsrf_field(self):
         response = self.fetch(PREFIX, method="POST", body="lab=01-pass", follow_redirects=False)
         assert response.code == 403
+
+
+def test_the_cookie_secret_survives_a_restart(tmp_path):
+    """A page opened before a restart still posts (issue 49: its button answered 403)."""
+    settings = LiveSettings(queue_path=tmp_path / "live" / "queue.sqlite", exchange=tmp_path, spool=tmp_path / "s")
+    first = make_app(settings, prefix=PREFIX).settings["cookie_secret"]
+    assert make_app(settings, prefix=PREFIX).settings["cookie_secret"] == first and len(first) == 32
+    assert (tmp_path / "live" / "cookie_secret").stat().st_mode & 0o777 == 0o600
 
 
 def test_settings_name_what_is_missing_or_wrong():

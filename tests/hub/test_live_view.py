@@ -76,3 +76,12 @@ def test_levels_keep_the_best_score_and_every_exercise_ever_passed():
     assert labs[LAB].passed == ["grid"] and labs[LAB].failed == ["reduce"]
     assert (labs["01-rocm-setup"].best_score, labs["01-rocm-setup"].passed) == (0.0, [])
     assert labs[LAB].graded_at == 103  # the best attempt's, not the latest's
+
+
+def test_every_learner_of_the_roster_has_a_row_submitted_or_not():
+    from live_fakes import attempt, check
+
+    from rocmlab.hub.live_view import learner_rows
+
+    rows = learner_rows([attempt("bo", "01-rocm-setup", 10, checks=[check("a", True)])], 20, roster=["ana", "bo"])
+    assert [(r.learner, r.state, r.idle_s) for r in rows] == [("ana", "not submitted", None), ("bo", "graded", 7.0)]

@@ -27,6 +27,7 @@ class CheckOutcome:
     points: float
     max_points: float
     message: dict[str, str] = field(default_factory=dict)  # lang -> the rule, as the learner reads it
+    attempted: bool = True  # False: its answer cells are as released (rocmlab.grading.live_attempted)
 
     @classmethod
     def from_dict(cls, data: dict) -> CheckOutcome:
@@ -37,6 +38,7 @@ class CheckOutcome:
             points=float(data["points"]),
             max_points=float(data["max_points"]),
             message={str(k): str(v) for k, v in dict(data.get("message") or {}).items()},
+            attempted=data.get("attempted", True) is not False,
         )
 
 
@@ -75,17 +77,25 @@ class Attempt:
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seed: int | None = None
+    content_hash: str = ""  # sha256 of the submitted notebook
+    counted: bool = True  # False: failed by the grading system, not counted against the rate limit
     duplicate: bool = False  # set by ``submit`` when this (learner, lab, submitted_at) was already there
 
     @property
     def failed_checks(self) -> list[CheckOutcome]:
-        return [c for c in self.checks if not c.passed]
+        """The checks failed in exercises the learner attempted."""
+        return [c for c in self.checks if not c.passed and c.attempted]
+
+    @property
+    def not_attempted(self) -> list[str]:
+        """The exercises (test grade_ids) left as released, in the order of the checks."""
+        return list(dict.fromkeys(c.grade_id for c in self.checks if not c.attempted))
 
     def to_json(self, *, private: bool = True) -> dict:
         """A JSON-ready dict; ``private=False`` leaves out what only the service needs (source, worker, lease)."""
         data = asdict(self)
         if not private:
-            for key in ("source", "worker", "lease_until", "seed"):
+            for key in ("source", "worker", "lease_until", "seed", "content_hash"):
                 data.pop(key)
         return data
 
@@ -113,4 +123,6 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         flags=json.loads(row["flags"]),
         notes=json.loads(row["notes"]),
         seed=row["seed"],
+        content_hash=row["content_hash"],
+        counted=bool(row["counted"]),
     )

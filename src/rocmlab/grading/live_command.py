@@ -40,6 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="worker: seconds between empty claims")
     parser.add_argument("--profile", default=SMOKE, choices=PROFILE_NAMES)
     parser.add_argument("--unsafe", action="store_true", help="worker: grade without a sandbox (see rocmlab grade)")
+    parser.add_argument(
+        "--labs",
+        metavar="IDS",
+        default=os.environ.get("ROCMLAB_HUB_LABS", ""),
+        help="worker: the labs it may be handed, checked before it starts (default: $ROCMLAB_HUB_LABS, else all)",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=600, metavar="S", help="worker: the longest one attempt may be graded"
+    )
     parser.add_argument("--max-attempts", type=int, metavar="N", help="worker: stop after N attempts")
     parser.add_argument("--idle-exit", type=float, metavar="S", help="worker: stop after S seconds without work")
 
@@ -57,11 +66,15 @@ def main(
     unsafe: bool = False,
     max_attempts: int | None = None,
     idle_exit: float | None = None,
+    labs: str = "",
+    budget: float = 600,
     root: str | None = None,
 ) -> int:
     if action == "worker":
         from .live_worker import worker_main
 
+        if budget <= 0:
+            raise InputError(f"--budget {budget:g}: expected a positive number of seconds")
         if lease < 10:
             raise InputError(f"--lease {lease:g}: at least 10 seconds (it is renewed every third of it)")
         return worker_main(
@@ -75,6 +88,8 @@ def main(
             unsafe=unsafe,
             max_attempts=max_attempts,
             idle_exit_s=idle_exit,
+            labs=[lab.strip() for lab in labs.split(",") if lab.strip()],
+            budget_s=budget,
         )
     from .live_queue import LiveQueue
 

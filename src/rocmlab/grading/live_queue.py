@@ -17,8 +17,18 @@ processes sharing the file):
   the service or of a worker after that loses no submission.
 - **Idempotent submit.** (learner, lab, submitted_at) is unique: submitting it again returns the
   attempt already there (in whatever state it is), never a second one; ``Attempt.duplicate`` says so.
-- **Leases.** ``claim`` hands the oldest queued attempt (or one whose lease ran out: its worker died)
-  to one worker until ``lease_until``; ``renew`` extends it while the grading runs.
+- **Leases.** ``claim`` hands a queued attempt (or one whose lease ran out: its worker died) to one
+  worker until ``lease_until``; ``renew`` extends it while the grading runs.
+- **Fair.** At most one attempt of a learner is graded at a time, and learners take turns: ``claim``
+  serves the learner served least recently (``turns``), their oldest attempt first; a learner
+  who queues many attempts waits behind everyone else's next one.
+- **Same notebook, same answer.** A submit whose notebook is byte-identical (``content_hash``) to the
+  learner's last attempt at the lab is answered with that attempt (``duplicate``): not graded, not
+  counted again. (Unless that attempt was ``failed`` and not counted: then it is graded anew.)
+- **Our failures cost no attempt.** An attempt that failed for a reason of the grading system (a
+  worker killed ``max_tries`` times, missing assets, a crash: ``fail(..., counted=False)``) is
+  ``counted = 0``: the rate limit counts only attempts that were graded or that the learner's own
+  notebook failed.
 - **Graded once.** ``complete`` and ``fail`` write only while that worker still holds the attempt
   (state ``grading``, ``worker`` = it): once another worker has claimed it after the lease ran
   out, the first worker's late result is refused (``LeaseLost``), so every attempt has exactly one
@@ -26,8 +36,11 @@ processes sharing the file):
 - **Seeds.** ``seed(learner, lab)`` is drawn once per learner and lab and kept: every attempt of a
   learner is graded on the same variant of the hidden checks, and the instructor's final
   ``rocmlab grade --seeds`` (``seeds_summary``) regrades with it, so batch and live scores agree.
+- **Heartbeats.** Every ``claim`` and ``renew`` records the worker as seen (``workers``): the
+  instructor's page tells a room with no live worker from a busy one (``room``).
 - **Rate limit.** ``submissions_since(learner, lab, t)`` counts the attempts the server received
-  (``queued_at``, the server's clock, not the learner's) since ``t``; duplicates are not new rows.
+  (``queued_at``, the server's clock, not the learner's) since ``t`` and that count; duplicates are
+  not new rows.
 
 Times are seconds since the epoch (UTC, floats); ``submitted_at`` is the submission's own time as
 collected (an ISO 8601 text in UTC, the file system's newest ctime in it: no learner can set it back).
@@ -71,16 +84,47 @@ CREATE TABLE IF NOT EXISTS attempts (
     notes TEXT NOT NULL DEFAULT '[]',
     seed INTEGER,
     error TEXT NOT NULL DEFAULT '',
+    content_hash TEXT NOT NULL DEFAULT '',
+    counted INTEGER NOT NULL DEFAULT 1,
     UNIQUE (learner, lab, submitted_at)
 );
 CREATE INDEX IF NOT EXISTS attempts_state ON attempts (state, lease_until, id);
 CREATE INDEX IF NOT EXISTS attempts_learner ON attempts (learner, lab, queued_at);
+CREATE TABLE IF NOT EXISTS workers (
+    worker TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL,
+    attempt_id INTEGER
+);
+CREATE TABLE IF NOT EXISTS turns (
+    learner TEXT PRIMARY KEY,
+    turn INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS seeds (
     learner TEXT NOT NULL,
     lab TEXT NOT NULL,
     seed INTEGER NOT NULL,
     PRIMARY KEY (learner, lab)
 );
+"""
+
+
+MIGRATIONS = (
+    ("content_hash", "TEXT NOT NULL DEFAULT ''"),
+    ("counted", "INTEGER NOT NULL DEFAULT 1"),
+)
+
+
+# The next attempt to grade: claimable, of a learner with no other attempt under a live lease, the
+# learner served least recently (never served: first), then the oldest of theirs.
+CLAIMABLE = """
+SELECT a.* FROM attempts a LEFT JOIN turns t ON t.learner = a.learner
+WHERE (a.state = 'queued' OR (a.state = 'grading' AND a.lease_until < :now))
+  AND NOT EXISTS (
+    SELECT 1 FROM attempts b
+    WHERE b.learner = a.learner AND b.id != a.id AND b.state = 'grading' AND b.lease_until >= :now
+  )
+ORDER BY COALESCE(t.turn, 0), a.id
+LIMIT 1
 """
 
 
@@ -122,10 +166,23 @@ class LiveQueue:
             db = self._connect()
             try:
                 db.executescript(SCHEMA)  # each statement its own transaction; IF NOT EXISTS: safe to race
+                self._migrate(db)
             finally:
                 db.close()
         except sqlite3.Error as exc:
             raise QueueError(f"{self.path}: not a usable live queue: {exc}") from None
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        """Add the columns a queue file made by an older rocmlab lacks."""
+        have = {row[1] for row in db.execute("PRAGMA table_info(attempts)")}
+        for column, declaration in MIGRATIONS:
+            if column not in have:
+                try:
+                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {declaration}")
+                except sqlite3.OperationalError as exc:  # another process added it first
+                    if "duplicate column" not in str(exc):
+                        raise
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -168,12 +225,15 @@ class LiveQueue:
         lang: str = "en",
         *,
         limit: tuple[int, float] | None = None,
+        content_hash: str = "",
     ) -> Attempt:
         """Queue a submission (``source``: the service's copy of it); the attempt, new or (the same
         learner, lab and submitted_at again) the one already there with ``duplicate=True``.
         ``limit=(n, window_s)``: RateLimited, nothing queued, if the learner already has ``n``
         attempts at the lab received in the last ``window_s`` seconds (checked in the same
-        transaction as the insert: concurrent submits cannot both slip under it)."""
+        transaction as the insert: concurrent submits cannot both slip under it). ``content_hash``
+        (the notebook's sha256): the learner's last attempt at the lab with the same hash is
+        answered instead, unless it failed without counting."""
         for name, value in (("learner", learner), ("lab", lab), ("submitted_at", submitted_at), ("source", source)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"submit: {name} must be a non-empty text, got {value!r}")
@@ -186,13 +246,21 @@ class LiveQueue:
                 attempt = attempt_from_row(row)
                 attempt.duplicate = True
                 return attempt
+            if content_hash:
+                last = db.execute(
+                    "SELECT * FROM attempts WHERE learner = ? AND lab = ? ORDER BY id DESC LIMIT 1", (learner, lab)
+                ).fetchone()
+                if last is not None and last["content_hash"] == content_hash and last["counted"]:
+                    attempt = attempt_from_row(last)
+                    attempt.duplicate = True
+                    return attempt
             if limit is not None:
                 self._check_limit(db, learner, lab, *limit)
             seed = self._seed(db, learner, lab)
             cursor = db.execute(
-                "INSERT INTO attempts (learner, lab, submitted_at, source, lang, queued_at, seed) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (learner, lab, submitted_at, source, lang, self.clock(), seed),
+                "INSERT INTO attempts (learner, lab, submitted_at, source, lang, queued_at, seed, content_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (learner, lab, submitted_at, source, lang, self.clock(), seed, content_hash),
             )
             return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (cursor.lastrowid,)).fetchone())
 
@@ -201,7 +269,8 @@ class LiveQueue:
         times = [
             row[0]
             for row in db.execute(
-                "SELECT queued_at FROM attempts WHERE learner = ? AND lab = ? AND queued_at > ? ORDER BY queued_at",
+                "SELECT queued_at FROM attempts WHERE learner = ? AND lab = ? AND queued_at > ? AND counted = 1 "
+                "ORDER BY queued_at",
                 (learner, lab, since),
             )
         ]
@@ -227,34 +296,35 @@ class LiveQueue:
             return self._seed(db, learner, lab)
 
     def submissions_since(self, learner: str, lab: str, since: float) -> int:
-        """Attempts of ``learner`` at ``lab`` the server received at or after ``since`` (epoch seconds)."""
+        """Attempts of ``learner`` at ``lab`` the server received at or after ``since`` (epoch seconds)
+        that count (not those failed by the grading system)."""
         rows = self._read(
-            "SELECT COUNT(*) FROM attempts WHERE learner = ? AND lab = ? AND queued_at >= ?", (learner, lab, since)
+            "SELECT COUNT(*) FROM attempts WHERE learner = ? AND lab = ? AND queued_at >= ? AND counted = 1",
+            (learner, lab, since),
         )
         return rows[0][0]
 
     # ------------------------------------------------------------------ the workers
 
     def claim(self, worker_id: str, lease_s: float) -> Attempt | None:
-        """The oldest attempt free to grade (queued, or grading with its lease run out), now held by
-        ``worker_id`` for ``lease_s`` seconds; None when there is none. An attempt claimed
-        ``max_tries`` times already, each lease run out, is failed instead of handed out again."""
+        """An attempt free to grade (queued, or grading with its lease run out), now held by
+        ``worker_id`` for ``lease_s`` seconds; None when there is none. Only learners with no
+        attempt being graded are served, the one served least recently first, their oldest attempt
+        first. An attempt claimed ``max_tries`` times already, each lease run out, is failed (not
+        counted: the grading stopped, not the learner) instead of handed out again."""
         if lease_s <= 0:
             raise ValueError(f"claim: lease_s must be positive, got {lease_s}")
         now = self.clock()
         with self._transaction() as db:
+            self._seen(db, worker_id, None, now)
             while True:
-                row = db.execute(
-                    "SELECT * FROM attempts WHERE state = 'queued' OR (state = 'grading' AND lease_until < ?) "
-                    "ORDER BY id LIMIT 1",
-                    (now,),
-                ).fetchone()
+                row = db.execute(CLAIMABLE, {"now": now}).fetchone()
                 if row is None:
                     return None
                 if row["tries"] >= self.max_tries:
                     db.execute(
-                        "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ? "
-                        "WHERE id = ?",
+                        "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ?, "
+                        "counted = 0 WHERE id = ?",
                         (now, f"the grading stopped {row['tries']} times without a result (worker killed)", row["id"]),
                     )
                     continue
@@ -263,6 +333,12 @@ class LiveQueue:
                     "tries = tries + 1 WHERE id = ?",
                     (worker_id, now + lease_s, now, row["id"]),
                 )
+                self._seen(db, worker_id, row["id"], now)
+                db.execute(
+                    "INSERT INTO turns (learner, turn) VALUES (?, (SELECT COALESCE(MAX(turn), 0) + 1 FROM turns)) "
+                    "ON CONFLICT (learner) DO UPDATE SET turn = excluded.turn",
+                    (row["learner"],),
+                )
                 return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (row["id"],)).fetchone())
 
     def renew(self, attempt_id: int, worker_id: str, lease_s: float) -> None:
@@ -270,6 +346,7 @@ class LiveQueue:
         with self._transaction() as db:
             self._holding(db, attempt_id, worker_id)
             db.execute("UPDATE attempts SET lease_until = ? WHERE id = ?", (self.clock() + lease_s, attempt_id))
+            self._seen(db, worker_id, attempt_id, self.clock())
 
     def complete(self, attempt_id: int, worker_id: str, result: GradeResult) -> Attempt:
         """Record the grade of an attempt ``worker_id`` holds; the attempt, now ``graded``. LeaseLost
@@ -294,14 +371,17 @@ class LiveQueue:
             )
             return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
 
-    def fail(self, attempt_id: int, worker_id: str, error: str) -> Attempt:
+    def fail(self, attempt_id: int, worker_id: str, error: str, *, counted: bool = True) -> Attempt:
         """Record that the attempt ``worker_id`` holds could not be graded (``error`` says why, for the
-        learner and the instructor); LeaseLost if it no longer holds it."""
+        learner and the instructor); LeaseLost if it no longer holds it. ``counted=False``: the
+        grading system failed, not the learner's notebook: the attempt does not count against the
+        rate limit."""
         with self._transaction() as db:
             self._holding(db, attempt_id, worker_id)
             db.execute(
-                "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ? WHERE id = ?",
-                (self.clock(), str(error)[:2000], attempt_id),
+                "UPDATE attempts SET state = 'failed', finished_at = ?, lease_until = NULL, error = ?, counted = ? "
+                "WHERE id = ?",
+                (self.clock(), str(error)[:2000], int(counted), attempt_id),
             )
             return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone())
 
@@ -318,6 +398,14 @@ class LiveQueue:
                 "tries = MAX(0, tries - 1) WHERE id = ?",
                 (attempt_id,),
             )
+
+    @staticmethod
+    def _seen(db: sqlite3.Connection, worker_id: str, attempt_id: int | None, now: float) -> None:
+        db.execute(
+            "INSERT INTO workers (worker, seen_at, attempt_id) VALUES (?, ?, ?) "
+            "ON CONFLICT (worker) DO UPDATE SET seen_at = excluded.seen_at, attempt_id = excluded.attempt_id",
+            (worker_id, now, attempt_id),
+        )
 
     @staticmethod
     def _holding(db: sqlite3.Connection, attempt_id: int, worker_id: str) -> None:
@@ -360,6 +448,36 @@ class LiveQueue:
         """Attempts per state (every state named, 0 included)."""
         found = dict(self._read("SELECT state, COUNT(*) FROM attempts GROUP BY state"))
         return {state: found.get(state, 0) for state in STATES}
+
+    def room(self, alive_s: float = 60.0) -> dict:
+        """What the instructor's page shows of the queue: attempts waiting and being graded, the
+        longest wait, and each worker seen in the last hour with its last heartbeat (``alive``:
+        seen within ``alive_s``, or holding an attempt under a live lease: a grading worker
+        renews only every third of its lease) and the attempt it holds."""
+        now = self.clock()
+        queued, oldest = self._read("SELECT COUNT(*), MIN(queued_at) FROM attempts WHERE state = 'queued'")[0]
+        grading = self._read("SELECT COUNT(*) FROM attempts WHERE state = 'grading'")[0][0]
+        workers = [
+            {
+                "worker": row["worker"],
+                "seen_s": round(max(0.0, now - row["seen_at"]), 1),
+                "alive": now - row["seen_at"] <= alive_s or bool(row["leased"]),
+                "attempt": row["attempt_id"],
+            }
+            for row in self._read(
+                "SELECT w.worker, w.seen_at, w.attempt_id, (a.state = 'grading' AND a.worker = w.worker "
+                "AND a.lease_until >= ?) AS leased FROM workers w LEFT JOIN attempts a ON a.id = w.attempt_id "
+                "WHERE w.seen_at > ? ORDER BY w.worker",
+                (now, now - 3600),
+            )
+        ]
+        return {
+            "queued": queued,
+            "grading": grading,
+            "oldest_wait_s": round(now - oldest, 1) if oldest is not None else 0.0,
+            "workers": workers,
+            "alive_workers": sum(w["alive"] for w in workers),
+        }
 
     def seeds_summary(self, lab: str) -> dict:
         """``{"students": [{"student", "seed"}]}``: what ``rocmlab grade LAB --seeds FILE`` reads, so the

@@ -6,7 +6,14 @@ harness, the learner's kept seed), and records the result with ``complete``.
 While it grades, a thread renews the lease; a worker killed mid-grade stops renewing, its lease
 runs out and another worker regrades the attempt (once: the late result of the first is refused).
 SIGTERM or SIGINT stops it: the attempt under way is given back to the queue at once and the
-sandbox is removed. Several workers on one machine never share a grader user: each grading run
+sandbox is removed.
+
+A failure of the grading system never costs a learner an attempt: before it claims anything, the
+worker checks every lab it may be handed with ``rocmlab grade``'s own preflight (the model cache,
+lab 03's adapter, readable by the sandbox's users) and refuses to start, naming the lab and the
+fix; an attempt that fails for any reason but the learner's notebook is recorded ``not counted``
+(rocmlab.grading.live_queue). Each attempt has a hard time budget (``budget_s``, from its claim):
+past it the grading is stopped and the attempt failed (counted: the notebook used the time). Several workers on one machine never share a grader user: each grading run
 holds its ``rocmlab-grader-N`` users through their file locks (rocmlab.sandbox.grader_users.claim_users).
 """
 
@@ -16,6 +23,7 @@ import base64
 import io
 import json
 import shutil
+import signal
 import tarfile
 import tempfile
 import threading
@@ -27,17 +35,46 @@ from pathlib import Path
 
 from .. import processes
 from ..course.catalog import SMOKE, discover, select
-from ..errors import CommandFailed, InputError
+from ..errors import CommandFailed, InputError, LabError
+from ..sandbox.limits import is_root
 from .grader import grade_class
+from .live_attempted import untouched_in
 from .live_attempts import Attempt, CheckOutcome, GradeResult
 from .live_queue import LeaseLost, LiveQueue, new_worker_id
+from .preflight import check_adapter_cache, check_model_cache
 from .submissions import StudentResult, Submission
 
 RENEW_FRACTION = 3  # the lease is renewed every lease_s / RENEW_FRACTION seconds
+DEFAULT_BUDGET_S = 600.0  # the longest one attempt may hold a worker (issue 48: one held it 12 minutes)
 
 
-def grade_result(result: StudentResult) -> GradeResult:
-    """What the queue records of one learner's graded submission (the batch grader's own figures)."""
+class OverBudget(Exception):
+    """The attempt ran past its time budget."""
+
+
+def preflight(root: Path, lab_ids, profile: str = SMOKE) -> list[str]:
+    """The ids of the labs this worker may be handed, each checked as ``rocmlab grade`` checks it
+    before any learner code runs; CommandFailed naming the lab and the fix when one cannot be
+    graded here (so that no learner's attempt fails on it)."""
+    labs = select(discover(root), list(lab_ids)) if lab_ids else discover(root)
+    for lab in labs:
+        requirements = lab.profile(profile)
+        try:
+            check_model_cache(requirements.parameters, other_user=is_root())
+            check_adapter_cache(requirements.requires, other_user=is_root())
+        except CommandFailed as exc:
+            raise CommandFailed(
+                f"live worker: lab {lab.id} cannot be graded here, so the worker does not start: {exc}. "
+                "If the cache is there, the worker was started without it: `sudo` drops ROCMLAB_CACHE, so run "
+                "`sudo --preserve-env=ROCMLAB_CACHE rocmlab live worker ...` (or start the hub, which runs the "
+                "workers with the course's environment)"
+            ) from None
+    return [lab.id for lab in labs]
+
+
+def grade_result(result: StudentResult, untouched=frozenset()) -> GradeResult:
+    """What the queue records of one learner's graded submission (the batch grader's own figures);
+    ``untouched``: the exercises left as released (not attempted)."""
     checks = [
         CheckOutcome(
             grade_id=str(c["grade_id"]),
@@ -46,6 +83,7 @@ def grade_result(result: StudentResult) -> GradeResult:
             points=float(c["points"]),
             max_points=float(c["max_points"]),
             message=dict(c["rule"]),
+            attempted=str(c["grade_id"]) not in untouched,
         )
         for c in result.checks
     ]
@@ -77,7 +115,7 @@ def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str 
             seeds=seeds,
             extra_hidden=[Path(folder) for folder in hide],
         )
-    return grade_result(result)
+    return grade_result(result, untouched_in(root, attempt.lab, result.lang or attempt.lang, notebook))
 
 
 class HttpQueue:
@@ -128,8 +166,8 @@ class HttpQueue:
     def complete(self, attempt_id: int, worker_id: str, result: GradeResult) -> None:
         self._post(f"api/worker/attempts/{attempt_id}/complete", {"worker": worker_id, **asdict(result)})
 
-    def fail(self, attempt_id: int, worker_id: str, error: str) -> None:
-        self._post(f"api/worker/attempts/{attempt_id}/fail", {"worker": worker_id, "error": error})
+    def fail(self, attempt_id: int, worker_id: str, error: str, *, counted: bool = True) -> None:
+        self._post(f"api/worker/attempts/{attempt_id}/fail", {"worker": worker_id, "error": error, "counted": counted})
 
     def release(self, attempt_id: int, worker_id: str) -> None:
         self._post(f"api/worker/attempts/{attempt_id}/release", {"worker": worker_id})
@@ -179,6 +217,7 @@ class Worker:
         unsafe: bool = False,
         hide=(),
         log=None,
+        budget_s: float = DEFAULT_BUDGET_S,
     ):
         self.queue, self.root = queue, root
         # covered in every kernel: the queue's folder (every learner's spooled submissions and results)
@@ -187,6 +226,7 @@ class Worker:
         self.lease_s, self.poll_s, self.profile, self.unsafe = lease_s, poll_s, profile, unsafe
         self.log = log or (lambda message: print(message, flush=True))  # flushed: a SIGKILL loses no line
         self.stopping = threading.Event()
+        self.budget_s = budget_s
 
     def run(self, max_attempts: int | None = None, idle_exit_s: float | None = None) -> int:
         """Grade until stopped; the number of attempts this worker recorded."""
@@ -206,7 +246,7 @@ class Worker:
         """Grade one claimed attempt and record it; 1 if this worker's result was recorded."""
         started = time.monotonic()
         try:
-            with Renewer(self.queue, attempt.id, self.worker_id, self.lease_s):
+            with Renewer(self.queue, attempt.id, self.worker_id, self.lease_s), budget(self.budget_s):
                 result = grade_attempt(
                     self.root, attempt, Path(attempt.source), profile=self.profile, unsafe=self.unsafe, hide=self.hide
                 )
@@ -214,12 +254,7 @@ class Worker:
             self.queue.release(attempt.id, self.worker_id)
             raise
         except Exception as exc:  # noqa: BLE001 (one attempt that cannot be graded never stops the worker)
-            self.log(f"attempt {attempt.id} ({attempt.learner} {attempt.lab}) could not be graded: {exc}")
-            try:
-                self.queue.fail(attempt.id, self.worker_id, f"{type(exc).__name__}: {str(exc)[:500]}")
-            except LeaseLost:
-                return 0
-            return 1
+            return self.record_failure(attempt, exc)
         try:
             self.queue.complete(attempt.id, self.worker_id, result)
         except LeaseLost as exc:
@@ -230,6 +265,44 @@ class Worker:
             f"{result.score:g}/{result.max_score:g} ({time.monotonic() - started:.1f}s)"
         )
         return 1
+
+    def record_failure(self, attempt: Attempt, exc: Exception) -> int:
+        """Fail the attempt; counted only when the learner's notebook caused it (it ran past the
+        budget, or it is not a notebook that can be graded), never for the grading system's fault."""
+        # a lab this checkout lacks is ours, though a LabError is an InputError
+        learners = isinstance(exc, OverBudget) or (isinstance(exc, InputError) and not isinstance(exc, LabError))
+        why = f"{type(exc).__name__}: {str(exc)[:500]}"
+        if not learners:
+            why += " (a failure of the grading system: this attempt is not counted, submit again)"
+        self.log(f"attempt {attempt.id} ({attempt.learner} {attempt.lab}) could not be graded: {why}")
+        try:
+            self.queue.fail(attempt.id, self.worker_id, why, counted=learners)
+        except LeaseLost:
+            return 0
+        return 1
+
+
+class budget:
+    """Raise OverBudget in the main thread once ``seconds`` have passed (SIGALRM); nothing where
+    signals cannot be had (another thread: the tests' in-process workers)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.armed = threading.current_thread() is threading.main_thread() and seconds > 0
+
+    def _expired(self, _signum, _frame):
+        raise OverBudget(f"the grading ran past the time budget of {self.seconds:g} s per attempt")
+
+    def __enter__(self):
+        if self.armed:
+            self.previous = signal.signal(signal.SIGALRM, self._expired)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
 
 
 def open_queue(queue_path: str | None, service: str | None, token: str, scratch: Path):
@@ -242,13 +315,31 @@ def open_queue(queue_path: str | None, service: str | None, token: str, scratch:
     return HttpQueue(service, token, scratch)
 
 
-def worker_main(root: Path, *, queue_path, service, token, lease_s, poll_s, profile, unsafe, max_attempts, idle_exit_s):
+def worker_main(
+    root: Path,
+    *,
+    queue_path,
+    service,
+    token,
+    lease_s,
+    poll_s,
+    profile,
+    unsafe,
+    max_attempts,
+    idle_exit_s,
+    labs=(),
+    budget_s=DEFAULT_BUDGET_S,
+):
     """The CLI's ``rocmlab live worker``."""
+    checked = preflight(root, labs, profile)
+    print(f"live worker: {len(checked)} lab(s) can be graded here ({', '.join(checked)})", flush=True)
     processes.exit_on_sigterm()  # SIGTERM raises SystemExit: the attempt is given back, the sandbox removed
     with tempfile.TemporaryDirectory(prefix="rocmlab-live-worker-") as scratch:
         queue = open_queue(queue_path, service, token, Path(scratch))
         hide = [] if queue_path else [Path(scratch)]  # the queue's folder is hidden by Worker itself
-        worker = Worker(queue, root, lease_s=lease_s, poll_s=poll_s, profile=profile, unsafe=unsafe, hide=hide)
+        worker = Worker(
+            queue, root, lease_s=lease_s, poll_s=poll_s, profile=profile, unsafe=unsafe, hide=hide, budget_s=budget_s
+        )
         print(f"live worker {worker.worker_id}: grading from {queue_path or service}", flush=True)
         try:
             graded = worker.run(max_attempts=max_attempts, idle_exit_s=idle_exit_s)

@@ -12,11 +12,21 @@ by ``ROCMLAB_HUB_COMPLETION``)::
     lab = "01-rocm-setup"
     pass_fraction = 0.8                  # of the lab's points, in (0, 1]
 
-Why it cannot be forged: the service computes it on each request from the queue's graded
-attempts (``live_view.progress``), which only the service and its grading workers write, for
-the learner the hub's OAuth names (never from a parameter); the learner's browser sends nothing
-that counts. Each certificate carries an id, an HMAC-SHA256 over its content with a key only the
-service reads, which ``verify`` recomputes: a page edited after it was printed no longer matches.
+Issued once. The certificate is what held when the learner first met the rule (``first_earned``:
+the graded attempts replayed in the order they were graded), stored signed in
+``CertificateStore`` the first time it is asked for, and from then on read from there: it stays
+valid, and the same, when the learner improves or regresses, or the rule changes.
+
+Why it cannot be forged: it is computed from the queue's graded attempts (``live_view.progress``),
+which only the service and its grading workers write, for the learner the hub's OAuth names
+(never from a parameter). Its id is an HMAC-SHA256 over its content with a key only the service
+reads. Anyone (an employer, without a hub login) opens ``certificate/verify?id=...``: the page shows
+the stored name, course, date and result, and, given the fields printed on a copy, names any that
+was edited.
+
+The PDF is drawn by a PDF library (fpdf2) with the Noto CJK font of fonts-noto-cjk: no browser
+runs in the service (issue 48: the root chromium's profile in /tmp was a way to overwrite a
+root-only file). A learner's PDFs are cached by certificate and language (they never change).
 """
 
 from __future__ import annotations
@@ -25,21 +35,20 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
-import signal
-import subprocess
-import tempfile
+import sqlite3
 import time
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import CommandFailed, InputError
 from ..pages import render_page
 from .live_view import progress
+from .secret_file import persistent_secret
 
-PDF_TIMEOUT_S = 60
 KEY_FILE = "certificate.key"
+STORE_FILE = "certificates.sqlite"
+CJK_FONT = ("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc", 2)  # fonts-noto-cjk; face 2: SC
 
 
 @dataclass(frozen=True)
@@ -69,8 +78,23 @@ class Certificate:
     course: dict
     issuer: str
     labs: list  # of CertifiedLab
-    issued_on: str  # the day the last required lab was passed (so the page is the same on every visit)
+    issued_on: str  # the day the rule was first met (the last required lab passed)
     id: str = ""
+    name: str = ""  # the learner's name on the roster (their account's full name), else their login
+
+    @property
+    def shown_name(self) -> str:
+        return self.name or self.learner
+
+    @property
+    def result(self) -> str:
+        """The points of the certified labs, together: what the verify page shows."""
+        score = sum(lab.score for lab in self.labs)
+        return f"{score:g} / {sum(lab.max_score for lab in self.labs):g}"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Certificate:
+        return cls(**{**data, "labs": [CertifiedLab(**lab) for lab in data["labs"]]})
 
 
 def load_rule(path: Path) -> CompletionRule:
@@ -129,6 +153,41 @@ def earned(rule: CompletionRule, attempts, learner: str) -> Certificate | None:
     )
 
 
+def first_earned(rule: CompletionRule, attempts, learner: str) -> Certificate | None:
+    """The certificate as it stood when ``learner`` first met the rule: the graded attempts
+    replayed in the order they were graded, the first point at which ``earned`` holds."""
+    graded = sorted(
+        (a for a in attempts if a.learner == learner and a.state == "graded" and a.finished_at is not None),
+        key=lambda a: (a.finished_at, a.id),
+    )
+    for count in range(1, len(graded) + 1):
+        certificate = earned(rule, graded[:count], learner)
+        if certificate is not None:
+            return certificate
+    return None
+
+
+def unearnable(rule: CompletionRule, delivered) -> list[str]:
+    """The labs the rule needs that the hub does not deliver (``delivered``: empty means every lab)."""
+    return [need.lab for need in rule.labs if delivered and need.lab not in delivered]
+
+
+def rule_warning(root: Path, delivered, environ=None) -> str:
+    """What ``rocmlab hub`` says at start when the course's rule needs labs it does not deliver
+    (the service then offers no certificate); "" when the rule can be earned or there is none."""
+    env = os.environ if environ is None else environ
+    path = Path(env.get("ROCMLAB_HUB_COMPLETION") or Path(root) / "env" / "jupyterhub" / "completion.toml")
+    if not path.is_file():
+        return ""
+    lacking = unearnable(load_rule(path), tuple(delivered))
+    if not lacking:
+        return ""
+    return (
+        f"warning: no certificate is offered: its rule ({path}) needs {', '.join(lacking)}, which this hub does "
+        "not deliver; deliver them (--labs) or point ROCMLAB_HUB_COMPLETION at a rule for these labs"
+    )
+
+
 def missing(rule: CompletionRule, attempts, learner: str) -> list[Requirement]:
     """The requirements ``learner`` has not met yet (the learner's page lists them)."""
     labs = {lab.lab: lab for lab in progress(attempts, learner)}
@@ -144,23 +203,7 @@ def missing(rule: CompletionRule, attempts, learner: str) -> list[Requirement]:
 
 def signing_key(folder: Path) -> bytes:
     """The service's key, made once (owner-only) in ``folder``."""
-    path = Path(folder) / KEY_FILE
-    try:
-        return bytes.fromhex(path.read_text(encoding="ascii").strip())
-    except FileNotFoundError:
-        pass
-    key = secrets.token_bytes(32)
-    temp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(key.hex() + "\n")
-    try:
-        os.link(temp, path)  # never replaces a key another process made first
-    except FileExistsError:
-        return bytes.fromhex(path.read_text(encoding="ascii").strip())
-    finally:
-        os.unlink(temp)
-    return key
+    return persistent_secret(Path(folder) / KEY_FILE)
 
 
 def sign(certificate: Certificate, key: bytes) -> Certificate:
@@ -170,10 +213,96 @@ def sign(certificate: Certificate, key: bytes) -> Certificate:
     return certificate
 
 
-def verify(rule: CompletionRule, attempts, learner: str, certificate_id: str, key: bytes) -> bool:
-    """Whether ``certificate_id`` is the id of the certificate the queue gives ``learner`` now."""
-    certificate = earned(rule, attempts, learner)
-    return certificate is not None and hmac.compare_digest(sign(certificate, key).id, certificate_id)
+def is_signed(certificate: Certificate, key: bytes) -> bool:
+    """Whether the certificate's id is the HMAC of its content (nothing in it edited)."""
+    again = sign(replace(certificate, labs=[replace(lab) for lab in certificate.labs]), key)
+    return bool(certificate.id) and hmac.compare_digest(again.id, certificate.id)
+
+
+class CertificateStore:
+    """The certificates issued, one per learner, never changed once issued: an SQLite file beside
+    the queue, which only the service writes. A row whose id is not the HMAC of its content
+    (edited in the file) is not a certificate."""
+
+    def __init__(self, path: Path, key: bytes):
+        self.path, self.key = Path(path), key
+        db = self._connect()
+        try:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS certificates (id TEXT PRIMARY KEY, learner TEXT NOT NULL UNIQUE, "
+                "record TEXT NOT NULL, issued_at REAL NOT NULL)"
+            )
+        finally:
+            db.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def issue(self, certificate: Certificate) -> Certificate:
+        """Store ``certificate`` signed unless the learner has one already; the learner's certificate."""
+        sign(certificate, self.key)
+        db = self._connect()
+        try:
+            db.execute(
+                "INSERT OR IGNORE INTO certificates (id, learner, record, issued_at) VALUES (?, ?, ?, ?)",
+                (certificate.id, certificate.learner, json.dumps(asdict(certificate), ensure_ascii=False), time.time()),
+            )
+        finally:
+            db.close()
+        return self.of(certificate.learner)
+
+    def _one(self, column: str, value: str) -> Certificate | None:
+        db = self._connect()
+        try:
+            row = db.execute(f"SELECT record FROM certificates WHERE {column} = ?", (value,)).fetchone()
+        finally:
+            db.close()
+        if row is None:
+            return None
+        certificate = Certificate.from_dict(json.loads(row[0]))
+        return certificate if is_signed(certificate, self.key) else None
+
+    def of(self, learner: str) -> Certificate | None:
+        return self._one("learner", learner)
+
+    def get(self, certificate_id: str) -> Certificate | None:
+        return self._one("id", certificate_id)
+
+
+def issued(store: CertificateStore, rule: CompletionRule, attempts, learner: str, name: str = "") -> Certificate | None:
+    """The learner's certificate: the one stored, else issued now (under ``name``, the roster's)
+    if they ever met the rule."""
+    found = store.of(learner)
+    if found is not None:
+        return found
+    first = first_earned(rule, attempts, learner)
+    if first is None:
+        return None
+    first.name = name
+    return store.issue(first)
+
+
+CLAIMS = ("learner", "name", "issued_on", "result")  # the fields a printed copy shows, checked by ``verify``
+
+
+def verify(store: CertificateStore, certificate_id: str, claimed: dict) -> tuple[Certificate | None, list[str]]:
+    """(the stored certificate with this id, or None; the fields of ``claimed`` that differ from it:
+    ``learner``, ``name``, ``issued_on``, ``result``, ``course``, any language's title)."""
+    certificate = store.get(certificate_id) if certificate_id else None
+    if certificate is None:
+        return None, []
+    held = {
+        "learner": certificate.learner,
+        "name": certificate.shown_name,
+        "issued_on": certificate.issued_on,
+        "result": certificate.result,
+    }
+    edited = [name for name in CLAIMS if name in claimed and str(claimed[name]).strip() != held[name]]
+    if "course" in claimed and str(claimed["course"]).strip() not in certificate.course.values():
+        edited.append("course")
+    return certificate, edited
 
 
 # ------------------------------------------------------------------ the page and the PDF
@@ -183,46 +312,86 @@ def certificate_page(certificate: Certificate, lang: str, verify_url: str = "") 
     return render_page("certificate.html.j2", cert=certificate, lang=lang, verify_url=verify_url)
 
 
-def chromium_command() -> str:
-    found = os.environ.get("ROCMLAB_CHROMIUM") or "/usr/bin/chromium"
-    if not Path(found).is_file():
-        raise CommandFailed(f"chromium not found ({found}): apt-get install chromium, or set ROCMLAB_CHROMIUM")
-    return found
+PDF_TEXT = {
+    "en": {
+        "title": "Certificate of Completion",
+        "certifies": "This certifies that",
+        "completed": "has completed the course",
+        "head": ("Lab", "Score", "Graded on"),
+        "issued": "Issued {day}",
+        "id": "Certificate id {id}",
+        "verify": "Verify: {url}",
+    },
+    "zh": {
+        "title": "结业证书",
+        "certifies": "兹证明",
+        "completed": "已完成课程",
+        "head": ("实验", "得分", "评分日期"),
+        "issued": "颁发日期 {day}",
+        "id": "证书编号 {id}",
+        "verify": "验证：{url}",
+    },
+}
 
 
-def html_to_pdf(html: str, timeout_s: float = PDF_TIMEOUT_S) -> bytes:
-    """``html`` (self-contained) printed to PDF by headless chromium, offline, in a scratch folder."""
-    with tempfile.TemporaryDirectory(prefix="rocmlab-cert-") as scratch:
-        page, pdf = Path(scratch) / "certificate.html", Path(scratch) / "certificate.pdf"
-        page.write_text(html, encoding="utf-8")
-        command = [
-            chromium_command(),
-            "--headless",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--no-first-run",
-            "--no-pdf-header-footer",
-            f"--user-data-dir={Path(scratch) / 'profile'}",
-            f"--print-to-pdf={pdf}",
-            *(["--no-sandbox"] if os.geteuid() == 0 else []),
-            page.as_uri(),
-        ]
-        status, errors = _run_in_own_group(command, timeout_s)
-        if status != 0 or not pdf.is_file():
-            raise CommandFailed(f"chromium could not print the certificate (status {status}): {errors[-500:]}")
-        return pdf.read_bytes()
+def cjk_font() -> tuple[Path, int]:
+    """The font the PDF is drawn with (Chinese and Latin): ``ROCMLAB_CJK_FONT`` (a .ttf/.otf, or a
+    .ttc: its first face), else fonts-noto-cjk's Noto Sans CJK SC."""
+    given = os.environ.get("ROCMLAB_CJK_FONT")
+    path, face = (Path(given), 0) if given else (Path(CJK_FONT[0]), CJK_FONT[1])
+    if not path.is_file():
+        raise CommandFailed(
+            f"no font for the certificate's PDF ({path}): apt-get install fonts-noto-cjk, or set ROCMLAB_CJK_FONT"
+        )
+    return path, face
 
 
-def _run_in_own_group(command: list[str], timeout_s: float) -> tuple[int, str]:
-    """Run ``command`` in a session of its own; on timeout end the whole group (chromium's helpers too)."""
-    process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        _, errors = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise CommandFailed(f"chromium did not print the certificate within {timeout_s:g} s") from None
-    return process.returncode, errors.decode(errors="replace")
+def certificate_pdf(certificate: Certificate, lang: str, verify_url: str = "") -> bytes:
+    """The certificate as one A4 landscape PDF page, drawn by fpdf2 (no browser)."""
+    from fpdf import FPDF
+
+    text, (font, face) = PDF_TEXT[lang], cjk_font()
+    pdf = FPDF(orientation="L", unit="mm", format="A4")
+    pdf.set_auto_page_break(False)
+    pdf.set_creator("rocmlab")
+    pdf.set_title(f"{certificate.course[lang]}: {certificate.shown_name}")
+    pdf.add_font("cjk", fname=str(font), collection_font_number=face)
+    pdf.add_page()
+    pdf.set_draw_color(30, 58, 138)
+    pdf.set_line_width(6)
+    pdf.rect(3, 3, 291, 204)
+    width = 297 - 2 * 24
+    pdf.set_xy(24, 22)
+    for size, line, gap in (
+        (30, text["title"], 16),
+        (13, text["certifies"], 9),
+        (26, certificate.shown_name, 14),
+        (13, text["completed"], 9),
+        (18, certificate.course[lang], 14),
+    ):
+        pdf.set_font("cjk", size=size)
+        pdf.set_x(24)
+        pdf.cell(width, gap, line, align="C", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("cjk", size=12)
+    columns = (70, 40, 45)
+    left = (297 - sum(columns)) / 2
+    for row in (
+        text["head"],
+        *((lab.lab, f"{lab.score:g} / {lab.max_score:g}", lab.graded_on) for lab in certificate.labs),
+    ):
+        pdf.set_x(left)
+        for column, value in zip(columns, row, strict=True):
+            pdf.cell(column, 8, value, border="B", align="C")
+        pdf.ln(8)
+    pdf.ln(8)
+    pdf.set_font("cjk", size=10)
+    foot = [
+        text["issued"].format(day=certificate.issued_on) + (f" · {certificate.issuer}" if certificate.issuer else "")
+    ]
+    foot.append(text["id"].format(id=certificate.id))
+    if verify_url:
+        foot.append(text["verify"].format(url=verify_url))
+    for line in foot:
+        pdf.set_x(24)
+        pdf.cell(width, 6, line, align="C", new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from .. import processes
 from ..errors import ExitCode
+from .certificate import rule_warning
 from .labs import LANGUAGES, PROFILES
 from .language import missing_pack
 from .launch import log_tail
 from .local import LocalHub
+from .settings import HubGroups
 
 DEFAULT_SERVER_DATA = Path("/srv/rocmlab-hub")
 BANNER = """
@@ -112,6 +114,7 @@ def main(
     insecure_http: bool = False,
 ) -> int:
     """Start the hub and serve until Ctrl-C or SIGTERM (exit 0), or until jupyterhub exits (exit 1)."""
+    groups = HubGroups.from_environment()
     hub = LocalHub(
         data_folder(data_dir, demo),
         demo=demo,
@@ -128,11 +131,16 @@ def main(
         ssl_cert=ssl_cert,
         ssl_key=ssl_key,
         insecure_http=insecure_http,
+        learner_group=groups.learner,
+        instructor_group=groups.instructor,
     )
     if demo:
         print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
     elif not os.environ.get("ROCMLAB_CACHE"):
         print(CACHE_WARNING, file=sys.stderr)
+    certificate = rule_warning(hub.root, hub.labs)
+    if certificate:
+        print(certificate, file=sys.stderr)
     if missing_pack(lang):
         print(
             f"JupyterLab's menus stay in English: {missing_pack(lang)} is not installed (pip install -e '.[hub]')",

@@ -19,6 +19,7 @@ from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 
 from ..grading.live_queue import LiveQueue
+from .settings import HubGroups
 
 
 @dataclass
@@ -56,7 +57,7 @@ class LiveSettings:
             labs=tuple(n.strip() for n in env.get("ROCMLAB_HUB_LABS", "").split(",") if n.strip()),
             rate_limit=_positive(env, "ROCMLAB_LIVE_RATE_LIMIT", 5),
             rate_window_s=float(_positive(env, "ROCMLAB_LIVE_RATE_WINDOW_S", 3600)),
-            instructor_group=env.get("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors"),
+            instructor_group=HubGroups.from_environment(env).instructor,
             owner_is_account=env.get("ROCMLAB_HUB_MODE") == "server",
             worker_token=env.get("ROCMLAB_LIVE_WORKER_TOKEN", ""),
             lease_s=float(_positive(env, "ROCMLAB_LIVE_LEASE_S", 300)),

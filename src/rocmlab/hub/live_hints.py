@@ -4,8 +4,11 @@ Stored in two tables of the live queue's SQLite file (WAL, so the queue's worker
 up): ``live_hints`` (lab, grade_id, the text in zh and en, author, time) and
 ``live_hint_deliveries`` (which learner got which hint, when, or why not). Who gets a hint is
 decided when it is posted (``live_view.stuck_learners``: the learners whose latest graded attempt
-failed the exercise); each of them finds ``HINT-<lab>.md`` in their lab folder beside the
-notebook, holding every hint of that lab they were sent. Their notebook is never touched.
+failed the exercise); each of them finds ``HINT-<lab>.md`` beside the notebook they work on,
+holding every hint of that lab they were sent. Their notebook is never touched. A learner has
+the lab twice: the copy nbgrader's Assignment List fetched (``~/rocmlab/<lab>/``, the one they
+submit) and the hub's practice copy (``~/<lab>/``); the hint goes beside the one whose notebook
+was saved last.
 
 The file is written by a child process that has become the learner (``delivery.as_user``, so
 root never writes in a home), opening the lab folder with ``O_NOFOLLOW`` and replacing the file
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .delivery import as_user
+from .labs import COURSE_ID
 
 HINT_CHARS = 4000
 WRITE_TIMEOUT_S = 20
@@ -176,12 +180,36 @@ def write_in_lab_folder(lab: str, name: str, text: str) -> str:
     return f"{lab}/{name}"
 
 
+def lab_folders(lab: str) -> tuple[str, ...]:
+    """Where a learner's home holds the lab, relative to it: the fetched copy first."""
+    return (f"{COURSE_ID}/{lab}", lab)
+
+
+def newest_notebook_s(folder: str) -> float:
+    """When a notebook in ``folder`` (cwd-relative) was last saved; -1 when there is none or no folder."""
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".ipynb")]
+        return max((os.stat(os.path.join(folder, n), follow_symlinks=False).st_mtime for n in names), default=-1.0)
+    except OSError:
+        return -1.0
+
+
+def worked_in(lab: str) -> str:
+    """The learner's folder of ``lab`` (cwd: their home) whose notebook was saved last (a tie: the
+    fetched copy); the practice copy's place when neither is there (the write then says why)."""
+    there = [folder for folder in lab_folders(lab) if os.path.lexists(folder)]
+    return max(there, key=newest_notebook_s) if there else lab
+
+
 def deliver_hint_file(home: Path, owner: tuple[int, int], lab: str, hints: list[Hint]) -> str:
-    """Write ``HINT-<lab>.md`` with ``hints`` into ``home/<lab>/`` as ``owner``; its path in the home.
-    OSError when the folder is missing, a link, or the child does not answer in time."""
+    """Write ``HINT-<lab>.md`` with ``hints`` beside the notebook the learner works on (``worked_in``),
+    as ``owner``; its path in the home. OSError when the folder is missing, a link, or the child
+    does not answer in time."""
     text = hint_markdown(lab, hints)
     name = hint_file_name(lab)
-    return as_user(owner, home, lambda: write_in_lab_folder(lab, name, text), WRITE_TIMEOUT_S, f"writing {name}")
+    return as_user(
+        owner, home, lambda: write_in_lab_folder(worked_in(lab), name, text), WRITE_TIMEOUT_S, f"writing {name}"
+    )
 
 
 def send_hint(store: HintStore, hint: Hint, learners, home_of) -> dict[str, str]:

@@ -9,19 +9,23 @@ a plugin): the instructor's live page, hints, the learner's levels and certifica
 | ``me`` | anyone logged in | their labs, exercises passed, hints, certificate (HTML) |
 | ``me/api/state`` | anyone logged in | the same as JSON |
 | ``me/certificate`` | anyone logged in | their certificate, ``?format=pdf`` for the PDF; 404 until earned |
-| ``certificate/verify`` | anyone logged in | ``?learner=&id=``: does this certificate id hold? |
+| ``certificate/verify`` | anyone, no login | ``?id=`` (and the fields printed on a copy): the issued certificate, or why not |
 
 Instructors are the members of the hub group ``ROCMLAB_HUB_INSTRUCTOR_GROUP`` (``instructors``),
 the group the hub's ``rocmlab-instructor`` role is given to; anyone else gets 403 on their
 routes (``InstructorOnly.prepare``). Every learner route serves the user the hub's OAuth names:
-no route takes a learner's name from the request except ``verify``, which only says yes or no.
+no route takes a learner's name from the request. ``verify`` is public (an employer has no hub
+login): given a certificate id (96 random-looking bits, the HMAC of the certificate) it shows
+what was issued under it, and names each field of a copy that differs.
 The language is the hub's (``ROCMLAB_HUB_LANG``), or ``?lang=en|zh``. Scripts come only from the
 service itself (no CDN): the page works offline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import pwd
 import time
@@ -35,12 +39,16 @@ from tornado.ioloop import IOLoop
 from ..errors import InputError, RocmlabError
 from ..pages import render_page
 from . import certificate as cert
+from .exchange_layout import group_members
 from .live_handlers import LiveHandler
 from .live_hints import HintStore, send_hint
 from .live_view import exercise_rows, learner_rows, progress, stuck_learners
+from .settings import HubGroups
 
 LANGS = ("en", "zh")
 POLL_S = 5
+PDF_SLOTS = 2  # PDFs drawn at once, whoever asks (issue 48: 24 requests slowed a classmate's submit 400x)
+log = logging.getLogger("rocmlab.live")
 
 TEXT = {
     "en": {
@@ -81,6 +89,26 @@ TEXT = {
         "no_certificate": "This course gives no certificate.",
         "nothing_yet": "Nothing submitted yet.",
         "pdf": "PDF",
+        "room": "Room",
+        "queued": "waiting",
+        "grading": "being graded",
+        "oldest_wait": "longest wait",
+        "workers": "workers",
+        "no_worker": "No grading worker is running: submissions wait until one starts.",
+        "heartbeat": "last heartbeat",
+        "not_submitted": "not submitted",
+        "not_attempted": "not attempted",
+        "verify_title": "Certificate check",
+        "verify_valid": "This certificate was issued by the course's grading service.",
+        "verify_unknown": "No certificate was issued under this id.",
+        "verify_edited": "This copy does not match the certificate issued under its id: edited field(s):",
+        "name": "Name",
+        "account": "Account",
+        "course": "Course",
+        "issued_on": "Issued on",
+        "result": "Result",
+        "issuer": "Issuer",
+        "id": "Certificate id",
     },
     "zh": {
         "live_title": "实时课堂",
@@ -120,6 +148,26 @@ TEXT = {
         "no_certificate": "本课程不颁发证书。",
         "nothing_yet": "还没有提交。",
         "pdf": "PDF",
+        "room": "教室",
+        "queued": "等待中",
+        "grading": "评分中",
+        "oldest_wait": "最长等待",
+        "workers": "评分进程",
+        "no_worker": "没有评分进程在运行：提交会一直等待，直到有进程启动。",
+        "heartbeat": "最近心跳",
+        "not_submitted": "未提交",
+        "not_attempted": "未作答",
+        "verify_title": "证书验证",
+        "verify_valid": "此证书由本课程的评分服务颁发。",
+        "verify_unknown": "没有以此编号颁发的证书。",
+        "verify_edited": "此副本与以其编号颁发的证书不符，被改动的字段：",
+        "name": "姓名",
+        "account": "账号",
+        "course": "课程",
+        "issued_on": "颁发日期",
+        "result": "成绩",
+        "issuer": "颁发者",
+        "id": "证书编号",
     },
 }
 
@@ -135,6 +183,9 @@ class LiveContext:
     home_of: object  # learner -> (home, (uid, gid))
     lang: str = "en"
     clock: object = field(default=time.time)
+    store: cert.CertificateStore | None = None  # None: beside the queue (``PageHandler.certificates``)
+    roster: object = tuple  # () -> the learners of the workshop, submitted or not
+    name_of: object = lambda learner: ""
 
 
 def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
@@ -143,12 +194,19 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
     env = os.environ if environ is None else environ
     data = Path(env.get("ROCMLAB_HUB_DATA") or queue_path.parent.parent)
     demo = env.get("ROCMLAB_HUB_MODE") == "demo"
+    instructors = {name.strip() for name in env.get("ROCMLAB_HUB_INSTRUCTORS", "").split(",") if name.strip()}
+    key = cert.signing_key(queue_path.parent)
     return LiveContext(
         hints=HintStore(queue_path),
-        rule=completion_rule(env),
-        key=cert.signing_key(queue_path.parent),
+        rule=earnable_rule(completion_rule(env), env),
+        key=key,
+        store=cert.CertificateStore(queue_path.parent / cert.STORE_FILE, key),
         home_of=(lambda learner: demo_home(data, learner)) if demo else account_home,
         lang=env.get("ROCMLAB_HUB_LANG", "en"),
+        name_of=(lambda learner: "") if demo else account_name,
+        roster=(lambda: demo_roster(data, instructors))
+        if demo
+        else (lambda: account_roster(HubGroups.from_environment(env))),
     )
 
 
@@ -159,6 +217,43 @@ def completion_rule(env) -> cert.CompletionRule | None:
     if env.get("ROCMLAB_HUB_COMPLETION") and not rule_path.is_file():
         raise InputError(f"ROCMLAB_HUB_COMPLETION={rule_path}: no such file")
     return cert.load_rule(rule_path) if rule_path.is_file() else None
+
+
+def delivered_labs(env) -> tuple[str, ...]:
+    return tuple(name.strip() for name in env.get("ROCMLAB_HUB_LABS", "").split(",") if name.strip())
+
+
+def earnable_rule(rule: cert.CompletionRule | None, env) -> cert.CompletionRule | None:
+    """The rule, unless it needs a lab this hub does not deliver: then nobody could earn it, and it
+    is not offered (said in the service's log; ``rocmlab hub`` says it at start)."""
+    if rule is None:
+        return None
+    lacking = cert.unearnable(rule, delivered_labs(env))
+    if lacking:
+        log.warning("no certificate offered: its rule needs %s, which this hub does not deliver", ", ".join(lacking))
+        return None
+    return rule
+
+
+def account_roster(groups: HubGroups) -> list[str]:
+    """Server mode: the members of the learner group (those who may log in as learners)."""
+    return sorted(group_members(groups.learner))
+
+
+def account_name(learner: str) -> str:
+    """Server mode: the full name of the learner's account (the first field of its GECOS), if set."""
+    try:
+        return pwd.getpwnam(learner).pw_gecos.split(",")[0].strip()
+    except KeyError:
+        return ""
+
+
+def demo_roster(data: Path, instructors=()) -> list[str]:
+    """Demo mode: every user the hub made a home for, but the instructors."""
+    try:
+        return sorted(p.name for p in (data / "homes").iterdir() if p.is_dir() and p.name not in instructors)
+    except OSError:
+        return []
 
 
 def account_home(learner: str) -> tuple[Path, tuple[int, int]]:
@@ -184,7 +279,8 @@ def instructor_state(context: LiveContext, queue) -> dict:
     attempts = queue.attempts()
     return {
         "now": context.clock(),
-        "learners": [asdict(row) for row in learner_rows(attempts, context.clock())],
+        "room": queue.room(),
+        "learners": [asdict(row) for row in learner_rows(attempts, context.clock(), context.roster())],
         "exercises": [
             asdict(row) | {"pass_rate": row.pass_rate, "stuck": stuck_learners(attempts, row.lab, row.grade_id)}
             for row in exercise_rows(attempts)
@@ -195,18 +291,19 @@ def instructor_state(context: LiveContext, queue) -> dict:
     }
 
 
-def learner_state(context: LiveContext, queue, learner: str) -> dict:
+def learner_state(context: LiveContext, queue, learner: str, store: cert.CertificateStore) -> dict:
     attempts = queue.attempts(learner=learner)
     rule = context.rule
+    issued = cert.issued(store, rule, attempts, learner, context.name_of(learner)) if rule else None
     return {
         "learner": learner,
         "labs": [asdict(lab) for lab in progress(attempts, learner)],
         "hints": [asdict(hint) for hint in context.hints.hints_for(learner)],
         "certificate": {
             "offered": rule is not None,
-            "earned": bool(rule) and cert.earned(rule, attempts, learner) is not None,
+            "earned": issued is not None,
             "requirements": [asdict(need) for need in rule.labs] if rule else [],
-            "missing": [need.lab for need in cert.missing(rule, attempts, learner)] if rule else [],
+            "missing": [] if issued or not rule else [need.lab for need in cert.missing(rule, attempts, learner)],
         },
     }
 
@@ -224,6 +321,13 @@ class PageHandler(LiveHandler):
         if "live_page" not in self.settings:
             self.settings["live_page"] = context_from_environment(self.live.queue_path)
         return self.settings["live_page"]
+
+    @property
+    def certificates(self) -> cert.CertificateStore:
+        context = self.page_context
+        if context.store is None:
+            context.store = cert.CertificateStore(self.live.queue_path.parent / cert.STORE_FILE, context.key)
+        return context.store
 
     @property
     def lang(self) -> str:
@@ -293,14 +397,16 @@ class HintPost(InstructorOnly):
 class LearnerLevels(PageHandler):
     @web.authenticated
     def get(self):
-        self.page("learner.html.j2", state=learner_state(self.page_context, self.queue, self.learner))
+        self.page(
+            "learner.html.j2", state=learner_state(self.page_context, self.queue, self.learner, self.certificates)
+        )
 
 
 class LearnerState(PageHandler):
     def get(self):
         if not self.current_user:
             raise web.HTTPError(403, "log in through the hub")
-        self.write_json(learner_state(self.page_context, self.queue, self.learner))
+        self.write_json(learner_state(self.page_context, self.queue, self.learner, self.certificates))
 
 
 class CertificatePage(PageHandler):
@@ -309,37 +415,70 @@ class CertificatePage(PageHandler):
         rule = self.page_context.rule
         if rule is None:
             raise web.HTTPError(404, "this course gives no certificate")
-        earned = cert.earned(rule, self.queue.attempts(learner=self.learner), self.learner)
-        if earned is None:
+        context = self.page_context
+        attempts = self.queue.attempts(learner=self.learner)
+        issued = cert.issued(self.certificates, rule, attempts, self.learner, context.name_of(self.learner))
+        if issued is None:
             raise web.HTTPError(404, f"{self.learner} has not earned the certificate yet")
-        cert.sign(earned, self.page_context.key)
         base = self.request.full_url().split("me/certificate")[0]
-        html = cert.certificate_page(
-            earned, self.lang, f"{base}certificate/verify?learner={earned.learner}&id={earned.id}"
-        )
+        verify_url = f"{base}certificate/verify?id={issued.id}"
         if self.get_argument("format", "html") != "pdf":
             self.set_header("Content-Security-Policy", PAGE_POLICY)
-            self.finish(html)
+            self.finish(cert.certificate_page(issued, self.lang, verify_url))
             return
         try:
-            pdf = await IOLoop.current().run_in_executor(None, cert.html_to_pdf, html)
+            pdf = await self.cached_pdf(issued, verify_url)
         except RocmlabError as exc:
             raise web.HTTPError(503, str(exc)) from None
         self.set_header("Content-Type", "application/pdf")
-        self.set_header("Content-Disposition", f'inline; filename="certificate-{earned.learner}-{self.lang}.pdf"')
+        self.set_header("Content-Disposition", f'inline; filename="certificate-{issued.learner}-{self.lang}.pdf"')
         self.finish(pdf)
+
+    async def cached_pdf(self, issued: cert.Certificate, verify_url: str) -> bytes:
+        """The PDF, drawn once per certificate and language (it never changes), at most ``PDF_SLOTS``
+        at a time, one learner's requests one after another."""
+        folder = self.live.queue_path.parent / "certificate-pdfs"
+        path = folder / f"{issued.id}-{self.lang}.pdf"
+        locks = self.settings.setdefault("certificate_locks", {})
+        slots = self.settings.setdefault("certificate_slots", asyncio.Semaphore(PDF_SLOTS))
+        async with locks.setdefault(issued.learner, asyncio.Lock()):
+            if path.is_file():
+                return path.read_bytes()
+            async with slots:
+                pdf = await IOLoop.current().run_in_executor(None, cert.certificate_pdf, issued, self.lang, verify_url)
+            folder.mkdir(mode=0o700, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_bytes(pdf)
+            os.replace(partial, path)
+            return pdf
 
 
 class CertificateVerify(PageHandler):
+    """Public: no hub login (an employer checks a certificate)."""
+
     def get(self):
-        if not self.current_user:
-            raise web.HTTPError(403, "log in through the hub")
-        rule = self.page_context.rule
-        if rule is None:
-            raise web.HTTPError(404, "this course gives no certificate")
-        learner, given = self.get_argument("learner", ""), self.get_argument("id", "")
-        valid = cert.verify(rule, self.queue.attempts(learner=learner), learner, given, self.page_context.key)
-        self.write_json({"learner": learner, "id": given, "valid": valid})
+        given = self.get_argument("id", "").strip()
+        claimed = {name: self.get_argument(name) for name in (*cert.CLAIMS, "course") if self.get_argument(name, "")}
+        found, edited = cert.verify(self.certificates, given, claimed)
+        valid = found is not None and not edited
+        self.set_status(200 if valid else 404)
+        if self.get_argument("format", "html") == "json":
+            self.write_json(
+                {
+                    "id": given,
+                    "valid": valid,
+                    "edited": edited,
+                    "certificate": None
+                    if found is None
+                    else {
+                        **{k: getattr(found, k) for k in ("learner", "course", "issuer", "issued_on", "result")},
+                        "name": found.shown_name,
+                    },
+                },
+                200 if valid else 404,
+            )
+            return
+        self.page("verify.html.j2", cert=found, given=given, edited=edited, valid=valid)
 
 
 HANDLERS = {

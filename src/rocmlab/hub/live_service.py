@@ -33,7 +33,8 @@ import importlib
 import logging
 import os
 import time
-from urllib.parse import urlparse
+from pathlib import Path
+from urllib.parse import urlencode, urlparse
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 from tornado import ioloop, web
@@ -43,8 +44,11 @@ from ..grading.live_queue import LiveQueue, RateLimited
 from . import live_worker_api
 from .live_collect import NothingToCollect, collect
 from .live_handlers import ApiHandler, LiveHandler, LiveSettings
+from .live_recollect import file_sha256, recollect
+from .secret_file import persistent_secret
 
 SERVICE_NAME = "rocmlab-live"
+COOKIE_SECRET_FILE = "cookie_secret"
 PLUGINS = ("rocmlab.hub.live_page",)  # part of the course, added when present
 log = logging.getLogger("rocmlab.live")
 
@@ -79,6 +83,7 @@ async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
                 collected.submitted_at,
                 str(collected.notebook),
                 limit=(live.rate_limit, live.rate_window_s),
+                content_hash=file_sha256(collected.notebook),
             )
         except RateLimited as exc:
             handler.set_header("Retry-After", str(max(1, int(exc.retry_at - time.time()))))
@@ -86,6 +91,8 @@ async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
     return (200 if attempt.duplicate else 201), {
         "attempt": public_attempt(attempt),
         "duplicate": attempt.duplicate,
+        # the same bytes as the last attempt, submitted anew (not this submission sent again)
+        "same_notebook": attempt.duplicate and attempt.submitted_at != collected.submitted_at,
         "remaining": remaining(handler, lab),
         "limit": live.rate_limit,
         "window_s": live.rate_window_s,
@@ -136,17 +143,34 @@ def attempts_table(attempts: list[Attempt], lang: str) -> str:
     for attempt in reversed(attempts):
         score = "" if attempt.score is None else f"{attempt.score:g} / {attempt.max_score:g}"
         failed = "".join(
-            f"<li>{html.escape(c.message.get(attempt.lang) or c.message.get('en') or c.check)}</li>"
+            f"<li>{html.escape(c.message.get(lang) or c.message.get(attempt.lang) or c.message.get('en') or c.check)}</li>"
             for c in attempt.failed_checks
         )
         rows.append(
             f'<tr class="attempt {attempt.state}" data-id="{attempt.id}"><td>{html.escape(attempt.lab)}</td>'
             f"<td>{html.escape(attempt.submitted_at)}</td><td>{STATE_TEXT[lang][attempt.state]}</td>"
-            f'<td class="score">{score}</td><td><ul class="failed">{failed}</ul>{html.escape(attempt.error)}</td></tr>'
+            f'<td class="score">{score}</td><td><ul class="failed">{failed}</ul>{untouched(attempt, lang)}'
+            f"{html.escape(attempt.error)}"
+            f"{NOT_COUNTED[lang] if attempt.state == 'failed' and not attempt.counted else ''}</td></tr>"
         )
     cells = "".join(f"<th>{h}</th>" for h in head)
     return f'<table class="attempts"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
+
+UNTOUCHED = {"en": "not attempted yet: {ids}", "zh": "尚未作答：{ids}"}
+
+
+def untouched(attempt: Attempt, lang: str) -> str:
+    ids = attempt.not_attempted
+    text = UNTOUCHED[lang].format(ids=", ".join(ids))
+    return f'<p class="not-attempted">{html.escape(text)}</p>' if ids else ""
+
+
+NOT_COUNTED = {
+    "en": '<p class="not-counted">not counted against your submissions</p>',
+    "zh": '<p class="not-counted">不计入你的提交次数</p>',
+}
+REFRESH_S = 3  # the page reloads itself this often while an attempt waits or is graded
 
 PAGE_TEXT = {
     "en": {
@@ -179,7 +203,11 @@ class LearnerPage(LiveHandler):
     async def post(self) -> None:
         lang = self.page_lang()
         status, answer = await submit_lab(self, self.get_body_argument("lab", ""))
-        self.render_page(lang, answer.get("error", ""), status if status >= 400 else 200)
+        if status >= 400:
+            self.render_page(lang, answer.get("error", ""), status)
+            return
+        # to the page itself: it shows the attempt queued and reloads until it is graded
+        self.redirect(f"{self.request.path}?{urlencode({'lang': lang})}", status=303)
 
     def render_page(self, lang: str, message: str, status: int = 200) -> None:
         text = PAGE_TEXT[lang]
@@ -193,10 +221,13 @@ class LearnerPage(LiveHandler):
             for lab in labs
         )
         error = f'<p class="error">{html.escape(message)}</p>' if message else ""
+        waiting = any(a.state in ("queued", "grading") for a in attempts)
+        refresh = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if waiting and not message else ""
         self.set_status(status)
         self.set_header("Cache-Control", "no-store")
         self.finish(
-            f'<!doctype html><html lang="{lang}"><head><meta charset="utf-8"><title>{text["title"]}</title></head>'
+            f'<!doctype html><html lang="{lang}"><head><meta charset="utf-8">{refresh}<title>{text["title"]}</title>'
+            "</head>"
             f"<body><h1>{text['title']}: {html.escape(self.learner)}</h1>{error}<p>{text['hint']}</p>{forms}"
             f"{attempts_table(attempts, lang)}</body></html>"
         )
@@ -247,7 +278,8 @@ def make_app(settings: LiveSettings, extra_routes=(), prefix: str | None = None,
         live=settings,
         queue=LiveQueue(settings.queue_path),
         learner_locks={},
-        cookie_secret=os.urandom(32),
+        # kept across restarts: a page opened before one still posts (issue 49: it answered 403)
+        cookie_secret=persistent_secret(Path(settings.queue_path).parent / COOKIE_SECRET_FILE),
         xsrf_cookies=True,
         **tornado_settings,
     )
@@ -258,6 +290,7 @@ def main() -> None:
     settings = LiveSettings.from_environment()
     settings.spool.mkdir(parents=True, exist_ok=True, mode=0o700)
     app = make_app(settings)
+    recollect(settings, app.settings["queue"])  # submits whose request was lost while the service was away
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
     app.listen(url.port or 80, url.hostname or "127.0.0.1", xheaders=True)
     log.info("listening on %s, queue %s", url.geturl(), settings.queue_path)

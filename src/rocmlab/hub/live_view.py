@@ -8,8 +8,8 @@ them, so everything derived here (pass rates, levels, the certificate) rests on 
 service did, never on what a learner's browser says. "Latest" is the last received (the
 queue's id order), as ``LiveQueue.latest``.
 
-- the instructor's page: one row per learner (current lab, last attempt, time since), one per
-  exercise (pass rate over the learners' latest graded attempts, the most common failures);
+- the instructor's page: one row per learner (current lab, last attempt, time since; every
+  learner on the roster, ``not submitted`` for one with no attempt yet), one per exercise (pass rate over the learners' latest graded attempts, the most common failures);
 - hint targeting: the learners whose latest graded attempt of a lab failed an exercise;
 - levels: per learner and lab, the best score and the exercises passed.
 """
@@ -29,17 +29,27 @@ def last_activity(attempt) -> float:
     return max(t for t in (attempt.queued_at, attempt.started_at, attempt.finished_at) if t is not None)
 
 
+def attempted(check) -> bool:
+    """False for a check of an exercise left as released (rocmlab.grading.live_attempted)."""
+    return getattr(check, "attempted", True)
+
+
 def failed_exercises(attempt) -> list[str]:
-    """grade_ids with a failed check in a graded attempt, in the order of its checks."""
+    """grade_ids with a failed check in a graded attempt, in the order of its checks; an exercise
+    the learner did not attempt is not failed (it is ``not_attempted_exercises``)."""
     failed = []
     for check in attempt.checks or []:
-        if not check.passed and check.grade_id not in failed:
+        if not check.passed and attempted(check) and check.grade_id not in failed:
             failed.append(check.grade_id)
     return failed
 
 
+def not_attempted_exercises(attempt) -> list[str]:
+    return list(dict.fromkeys(c.grade_id for c in attempt.checks or [] if not attempted(c)))
+
+
 def passed_exercises(attempt) -> list[str]:
-    failed = set(failed_exercises(attempt))
+    failed = set(failed_exercises(attempt)) | set(not_attempted_exercises(attempt))
     seen = []
     for check in attempt.checks or []:
         if check.grade_id not in failed and check.grade_id not in seen:
@@ -67,15 +77,17 @@ class LearnerRow:
     score: float | None
     max_score: float | None
     failed: list[str]  # exercises failed in the latest graded attempt of that lab
-    idle_s: float  # since the latest submit, start or result
+    idle_s: float | None  # since the latest submit, start or result (None: never submitted)
+    not_attempted: list[str] = field(default_factory=list)  # exercises of that attempt left as released
 
 
 @dataclass
 class ExerciseRow:
     lab: str
     grade_id: str
-    graded: int = 0  # learners with a graded attempt of the lab that ran this exercise
+    graded: int = 0  # learners with a graded attempt of the lab who attempted this exercise
     passed: int = 0
+    not_attempted: int = 0  # learners whose latest graded attempt left it as released
     failures: list = field(default_factory=list)  # (message, learners), most common first
 
     @property
@@ -83,7 +95,11 @@ class ExerciseRow:
         return round(self.passed / self.graded, 3) if self.graded else 0.0
 
 
-def learner_rows(attempts, now: float) -> list[LearnerRow]:
+NOT_SUBMITTED = "not submitted"
+
+
+def learner_rows(attempts, now: float, roster=()) -> list[LearnerRow]:
+    """One row per learner who submitted, and per learner of ``roster`` who has not (yet)."""
     newest, graded = {}, latest_graded(attempts)
     for attempt in attempts:
         known = newest.get(attempt.learner)
@@ -102,9 +118,11 @@ def learner_rows(attempts, now: float) -> list[LearnerRow]:
                 max_score=shown.max_score if shown.state == GRADED else None,
                 failed=failed_exercises(last_graded) if last_graded else [],
                 idle_s=round(max(0.0, now - last_activity(attempt)), 1),
+                not_attempted=not_attempted_exercises(last_graded) if last_graded else [],
             )
         )
-    return rows
+    rows += [LearnerRow(name, "", NOT_SUBMITTED, None, None, [], None, []) for name in roster if name not in newest]
+    return sorted(rows, key=lambda row: row.learner)
 
 
 def exercise_rows(attempts) -> list[ExerciseRow]:
@@ -115,7 +133,12 @@ def exercise_rows(attempts) -> list[ExerciseRow]:
     for (_learner, lab), attempt in sorted(latest_graded(attempts).items()):
         outcome: dict[str, bool] = {}
         broken: dict[str, set] = {}
+        for grade_id in not_attempted_exercises(attempt):
+            rows.setdefault((lab, grade_id), ExerciseRow(lab, grade_id)).not_attempted += 1
+            messages.setdefault((lab, grade_id), Counter())
         for check in attempt.checks or []:
+            if not attempted(check):
+                continue
             outcome[check.grade_id] = outcome.get(check.grade_id, True) and bool(check.passed)
             if not check.passed:
                 broken.setdefault(check.grade_id, set()).add(rule_message(check.message) or NO_MESSAGE)

@@ -85,7 +85,9 @@ class WorkerResultHandler(WorkerHandler):
                 self.queue.release(int(attempt_id), worker)
                 self.write_json({"ok": True})
             else:
-                self.write_json(self.queue.fail(int(attempt_id), worker, str(body.get("error", ""))).to_json())
+                counted = body.get("counted", True) is not False  # only an explicit false spares the learner
+                failed = self.queue.fail(int(attempt_id), worker, str(body.get("error", "")), counted=counted)
+                self.write_json(failed.to_json())
         except LeaseLost as exc:
             self.write_json({"error": str(exc)}, 409)
         except (KeyError, TypeError, ValueError) as exc:

@@ -11,6 +11,7 @@ function el(tag, attrs, ...children) {
   return node;
 }
 function since(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
   const s = Math.round(seconds);
   if (s < 60) return s + " s";
   if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
@@ -24,9 +25,10 @@ function renderLearners(rows) {
   body.replaceChildren(...rows.map(row => el("tr", {"data-learner": row.learner},
     el("td", {}, row.learner),
     el("td", {}, el("code", {}, row.lab)),
-    el("td", {class: "state-" + row.state}, row.state),
+    el("td", {class: "state-" + row.state.replace(" ", "-")}, row.state === "not submitted" ? T.not_submitted : row.state),
     el("td", {class: "num"}, score(row)),
-    el("td", {class: "failing"}, ...row.failed.map(id => el("code", {}, id))),
+    el("td", {class: "failing"}, ...row.failed.map(id => el("code", {}, id)),
+      ...(row.not_attempted.length ? [el("span", {class: "muted"}, T.not_attempted + ": " + row.not_attempted.length)] : [])),
     el("td", {class: "num"}, since(row.idle_s)))));
   document.getElementById("learner-count").textContent = rows.length;
 }
@@ -74,7 +76,19 @@ function renderHints(hints) {
     recipients(hint.sent_to))));
 }
 
+function renderRoom(room) {
+  document.getElementById("queued").textContent = room.queued;
+  document.getElementById("grading").textContent = room.grading;
+  document.getElementById("oldest-wait").textContent = since(room.oldest_wait_s);
+  document.getElementById("alive-workers").textContent = room.alive_workers;
+  document.getElementById("no-worker").hidden = room.alive_workers > 0;
+  document.querySelector("#workers tbody").replaceChildren(...room.workers.map(w =>
+    el("tr", {class: w.alive ? "alive" : "dead"},
+      el("td", {}, w.worker), el("td", {class: "num"}, since(w.seen_s)), el("td", {}, w.attempt === null ? "–" : "#" + w.attempt))));
+}
+
 function render(state) {
+  renderRoom(state.room);
   renderLearners(state.learners);
   renderExercises(state.exercises);
   renderHints(state.hints);

@@ -1,0 +1,7 @@
+# The single-user servers' config, for both roles (found through JUPYTER_CONFIG_PATH, set by
+# rocmlab.hub.spawner). A terminal's login shell resets PATH: rocmlab.hub.terminal puts the
+# course's tools (rocmlab submit, nbgrader) back in front of it.
+from rocmlab.hub.terminal import shell_command
+
+c = get_config()  # noqa: F821  (injected by traitlets)
+c.ServerApp.terminado_settings = {"shell_command": shell_command()}

@@ -1,0 +1,35 @@
+"""The hub's settings that ``rocmlab hub`` (the CLI), the JupyterHub config
+(env/jupyterhub/jupyterhub_config.py) and the live service all read, from one place: each comes
+from its environment variable, else its default here. Before this, ``rocmlab hub`` used its own
+defaults and ignored ``ROCMLAB_HUB_LEARNER_GROUP``/``ROCMLAB_HUB_INSTRUCTOR_GROUP`` (issue 49).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+LEARNER_GROUP = ("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab")
+INSTRUCTOR_GROUP = ("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
+
+
+@dataclass(frozen=True)
+class HubGroups:
+    """The Unix (and hub) groups of the two roles."""
+
+    learner: str
+    instructor: str
+
+    @classmethod
+    def from_environment(cls, environ=None) -> HubGroups:
+        env = os.environ if environ is None else environ
+        return cls(learner=_text(env, *LEARNER_GROUP), instructor=_text(env, *INSTRUCTOR_GROUP))
+
+    def environment(self) -> dict:
+        """The variables that give these groups to a process started with them (the hub's config)."""
+        return {LEARNER_GROUP[0]: self.learner, INSTRUCTOR_GROUP[0]: self.instructor}
+
+
+def _text(env, name: str, default: str) -> str:
+    value = env.get(name, "").strip()
+    return value or default
