@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import processes
 from ..errors import CommandFailed
+from .loopback import free_privileged_port
 
 CONFIG = Path("env") / "jupyterhub" / "jupyterhub_config.py"
 LOCAL_PROXY = Path(".venv") / "hub-node" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -113,6 +114,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def service_port(demo: bool, used=()) -> int:
+    """A free loopback port for a root-side service: below 1024 on a workshop server, where no
+    learner may bind it while the service is down (rocmlab.hub.loopback)."""
+    return free_port() if demo else free_privileged_port(used)
+
+
 def hub_environment(
     root: Path,
     data: Path,
@@ -137,13 +144,14 @@ def hub_environment(
 ) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
+    internal_port = internal_port or service_port(demo)
     env.update(
         {
             "ROCMLAB_HUB_MODE": "demo" if demo else "server",
             "ROCMLAB_HUB_IP": "127.0.0.1" if demo else ip,
             "ROCMLAB_HUB_PORT": str(port),
-            "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),
-            "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port or (free_port() if demo else 8081)),
+            "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),  # server: a Unix socket
+            "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port),
             "ROCMLAB_HUB_DATA": str(data),
             "ROCMLAB_ROOT": str(root),
             "ROCMLAB_HUB_LANG": lang,
@@ -157,7 +165,7 @@ def hub_environment(
             "ROCMLAB_HUB_SSL_CERT": ssl_cert,
             "ROCMLAB_HUB_SSL_KEY": ssl_key,
             "ROCMLAB_HUB_INSECURE_HTTP": "1" if insecure_http else "",
-            "ROCMLAB_LIVE_PORT": str(live_port or (free_port() if demo else 10101)),
+            "ROCMLAB_LIVE_PORT": str(live_port or service_port(demo, [internal_port])),
         }
     )
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
