@@ -267,7 +267,8 @@ c.CourseSpawner.max_processes = _seconds("ROCMLAB_HUB_MAX_PROCESSES", 512)
 c.CourseSpawner.scope_memory_max = env("ROCMLAB_HUB_SCOPE_MEMORY", "8G")
 c.CourseSpawner.scope_cpu_percent = _seconds("ROCMLAB_HUB_SCOPE_CPU_PERCENT", 200)
 c.CourseSpawner.scope_tasks_max = _seconds("ROCMLAB_HUB_SCOPE_TASKS", 1024)
-c.CourseSpawner.tmpfs_max = env("ROCMLAB_HUB_TMPFS_SIZE", "0")
+if env("ROCMLAB_HUB_TMPFS_SIZE", "0") not in ("", "0"):
+    c.CourseSpawner.tmpfs_max = env("ROCMLAB_HUB_TMPFS_SIZE")
 c.DemoCourseSpawner.max_processes = 0
 
 # ------------------------------------------------------------------ services

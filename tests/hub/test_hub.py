@@ -54,6 +54,8 @@ def test_a_server_s_services_listen_where_no_learner_can_bind(monkeypatch, tmp_p
         str(tmp_path / "data" / "hub" / "proxy-api.sock"), safe=""
     )
     assert c.JupyterHub.hub_port == 881
+    assert "tmpfs_max" not in c.CourseSpawner  # a quarter of the memory ceiling (CourseSpawner.tmpfs_size)
+    assert hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_TMPFS_SIZE="64M").CourseSpawner.tmpfs_max == "64M"
     with pytest.raises(ValueError, match=r"ROCMLAB_LIVE_PORT=10101: any account may bind.*below 1024"):
         hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_PORT=10101)
     with pytest.raises(ValueError, match="ROCMLAB_HUB_INTERNAL_PORT=8081"):
