@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -67,6 +68,21 @@ def test_a_server_s_services_listen_where_no_learner_can_bind(monkeypatch, tmp_p
     ]
     demo = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_PASSWORD="s3cret-pw")
     assert demo.ConfigurableHTTPProxy.api_url.startswith("http://127.0.0.1:")  # one account: nothing to guard
+
+
+def test_a_proxy_older_than_5_is_refused_for_a_workshop_server(tmp_path):
+    """configurable-http-proxy 4 has no --api-socket: the hub would not start; say so up front."""
+    for version, refused in (("4.6.3", True), ("5.3.0", False)):
+        package = tmp_path / version / "configurable-http-proxy"
+        (package / "bin").mkdir(parents=True)
+        (package / "package.json").write_text(json.dumps({"name": "configurable-http-proxy", "version": version}))
+        (package / "bin" / "configurable-http-proxy").write_text("#!/bin/sh\n")
+        if refused:
+            with pytest.raises(hub.HubError, match="configurable-http-proxy 4.6.3 .* needs 5 or later"):
+                hub_launch.check_proxy_version(package / "bin" / "configurable-http-proxy")
+        else:
+            hub_launch.check_proxy_version(package / "bin" / "configurable-http-proxy")
+    hub_launch.check_proxy_version(tmp_path / "nowhere")  # unknown: not checked
 
 
 def test_a_set_up_that_weakens_isolation_is_refused_at_start(monkeypatch, tmp_path):
@@ -606,3 +622,28 @@ def test_a_shared_cache_others_may_write_stops_the_hub(tmp_path):
     (cache / "hub").chmod(0o1777)
     with pytest.raises(hub.HubError, match="others may write"):
         hub_launch.check_shared_caches({"HF_HOME": str(cache), "ROCMLAB_CACHE": ""})
+
+
+def test_nbgraders_own_autograde_is_refused_on_the_hub_before_any_cell_runs(monkeypatch, tmp_path):
+    """Issue 48: the formgrader's Autograde ran learners' code as the instructor. The hub's nbgrader
+    config makes RefuseAutograde its only step, which nbconvert runs (enabled) and which raises
+    saying how to grade; the real-account click is in test_hub_accounts.py."""
+    import nbformat
+    from nbconvert.exporters import NotebookExporter
+
+    from rocmlab.hub.formgrader import AutogradeRefused
+
+    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor", ROCMLAB_HUB_MODE="server")
+    assert (
+        c.Autograde.autograde_preprocessors
+        == c.Autograde.sanitize_preprocessors
+        == ["rocmlab.hub.formgrader.RefuseAutograde"]
+    )
+    ran = tmp_path / "ran"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"open({str(ran)!r}, 'w')")])
+    exporter = NotebookExporter()
+    for step in c.Autograde.autograde_preprocessors:
+        exporter.register_preprocessor(step)  # as nbgrader's Autograde does (enabled=False)
+    with pytest.raises(AutogradeRefused, match=r"ann's code as you.*rocmlab --root .* grade 01-lab"):
+        exporter.from_notebook_node(nb, resources={"nbgrader": {"student": "ann", "assignment": "01-lab"}})
+    assert not ran.exists()

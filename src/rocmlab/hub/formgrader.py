@@ -13,6 +13,7 @@ so it is not affected.
 from __future__ import annotations
 
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 
 HOW_TO_GRADE = (
     "nbgrader's autograde would run {student}'s code as you, outside any sandbox: on this hub it is "
@@ -27,6 +28,8 @@ class AutogradeRefused(RuntimeError):
 
 class RefuseAutograde(Preprocessor):
     """nbgrader's autograde step on the hub: refuses, before any cell of the notebook runs."""
+
+    enabled = Bool(True, help="always on: nbconvert skips a preprocessor that is not enabled")
 
     def preprocess(self, nb, resources):
         import os

@@ -8,6 +8,7 @@ the hub lost track of.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -45,6 +46,22 @@ def find_proxy(root: Path) -> Path:
         f"configurable-http-proxy not found (looked in {local} and on PATH): run `make hub-setup` "
         "(it installs it with npm into .venv/hub-node)"
     )
+
+
+def check_proxy_version(proxy: Path, needed: int = 5) -> None:
+    """A workshop server's proxy API is a Unix socket (rocmlab.hub.loopback), which
+    configurable-http-proxy serves from version 5 (``--api-socket``); HubError for an older one.
+    The version is its package.json's, beside the resolved executable (unknown: not checked)."""
+    try:
+        package = json.loads((Path(proxy).resolve().parent.parent / "package.json").read_text())
+        major = int(str(package["version"]).split(".")[0])
+    except (OSError, ValueError, KeyError):
+        return
+    if package.get("name") == "configurable-http-proxy" and major < needed:
+        raise HubError(
+            f"configurable-http-proxy {package['version']} at {proxy}: a workshop server needs {needed} or later "
+            "(its API on a Unix socket no learner can reach): run `make hub-setup`"
+        )
 
 
 def unshared_paths(paths) -> list[str]:

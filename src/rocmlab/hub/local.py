@@ -204,6 +204,7 @@ class LocalHub:
 
     def start(self) -> None:
         if not self.demo:
+            hub_process.check_proxy_version(hub_process.find_proxy(self.root))
             self.check_accounts()
             self.close_course()
         elif os.geteuid() == 0 and self.check_install:  # the demo's servers then run as an ordinary account
