@@ -115,17 +115,12 @@ def join(procs: list[str]) -> None:
             os.close(fd)
 
 
-def join_pid(pid: int, user: str, root: Path = ROOT) -> None:
-    """Move a running process into the learner's cgroup (what ``join`` does for the server)."""
-    for folder in folders(user, root):
-        _write(folder / "cgroup.procs", str(pid))
-
-
-def throttled(user: str, root: Path = ROOT) -> int:
-    """How many CPU periods the learner's cgroup was throttled in (its quota in force)."""
+def cpu_stat(user: str, root: Path = ROOT) -> dict[str, int]:
+    """The learner's cgroup's ``cpu.stat``: ``nr_periods`` counts only while a quota is in force
+    (CFS bandwidth control), ``nr_throttled`` the periods it held the cgroup back."""
     folder = folders(user, root)[0 if version(root) == 2 else 1]
-    stat = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines() if line.strip())
-    return int(stat.get("nr_throttled", 0))
+    lines = (folder / "cpu.stat").read_text().splitlines()
+    return {name: int(value) for name, value in (line.split() for line in lines if line.strip())}
 
 
 def members(user: str, root: Path = ROOT) -> set[int]:
