@@ -88,6 +88,7 @@ labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob(
 instructor_group = env("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
 venv_bin = Path(sys.executable).parent
 learner_group = env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab")
+LEARNERS_HUB_GROUP = "rocmlab-learners"  # the hub group of the learner group's members (server mode)
 
 if not demo:  # set-ups that would weaken the servers' isolation are refused (rocmlab.hub.setup_checks)
     import pwd as _pwd
@@ -316,6 +317,8 @@ roles.append(
         ],
     }
 )
+if not demo:  # a workshop server: instructors start and stop learners' servers, not each other's
+    roles[-1]["scopes"] = [f"servers!group={LEARNERS_HUB_GROUP}" if s == "servers" else s for s in roles[-1]["scopes"]]
 # The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
 # its queue (DATA/live/queue.sqlite), learners and instructors see the results. Every user may
 # open it (the `user` role, redefined with what it had), and each server's token may call it
@@ -366,5 +369,8 @@ if live:
     c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
 c.JupyterHub.load_roles = roles
 if not demo:  # the Unix group decides: its members are in the hub group at every start
-    c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}
+    c.JupyterHub.load_groups = {
+        instructor_group: {"users": sorted(group_members(instructor_group))},
+        LEARNERS_HUB_GROUP: {"users": sorted(group_members(learner_group))},  # whose servers instructors run
+    }
 c.JupyterHub.services = services

@@ -148,6 +148,8 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert instructor["groups"] == ["teachers"]
     assert "admin:users" not in instructor["scopes"] and "access:servers" not in instructor["scopes"]
     assert {"list:users", "read:servers", "admin-ui"} <= set(instructor["scopes"])
+    assert "servers!group=rocmlab-learners" in instructor["scopes"] and "servers" not in instructor["scopes"]
+    assert set(c.JupyterHub.load_groups) == {"teachers", "rocmlab-learners"}  # learners' servers only (issue 48)
     assert c.JupyterHub.spawner_class == "rocmlab.hub.spawner.CourseSpawner"
     assert c.CourseSpawner.max_processes == 512 and c.Spawner.mem_limit == "6G"
     assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]

@@ -319,6 +319,15 @@ def test_an_instructor_cannot_act_as_a_learner_through_the_hub(world, hub):
     assert status(f"{hub.url}/user/{names['ann']}/api/contents") in (403, 404)  # not ann's files
     user = call(f"{hub.url}/hub/", token, "GET", f"api/users/{names['teach']}")
     assert user["admin"] is False
+    # issue 48: learners' servers, not another instructor's (eve made a co-instructor in the hub only)
+    colleague = names["eve"]
+    hub.api("POST", f"/users/{colleague}")
+    hub.api("POST", f"/groups/{world['groups']['instructors']}/users", {"users": [colleague]})
+    try:
+        assert status(f"{hub.url}/hub/api/users/{colleague}/server", "DELETE") in (403, 404)
+        assert status(f"{hub.url}/hub/api/users/{names['bob']}/server", "POST") in (201, 202, 400)  # a learner's
+    finally:
+        hub.api("DELETE", f"/users/{colleague}")
 
 
 def test_each_server_has_its_own_tmp_and_caches_no_classmate_writes(world, hub):
