@@ -67,7 +67,7 @@ site: $(SITE_STAMP)
 HUB_PROXY := $(VENV)/hub-node/node_modules/.bin/configurable-http-proxy
 $(HUB_PROXY): | $(STAMP)
 	@command -v npm >/dev/null || { echo "make hub-setup needs npm (Node.js): e.g. apt-get install nodejs npm" >&2; exit 2; }
-	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-node configurable-http-proxy@4
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-node configurable-http-proxy@5
 
 hub-setup: $(HUB_PROXY)
 

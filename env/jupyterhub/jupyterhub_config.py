@@ -9,8 +9,9 @@
 # Everything comes from environment variables (set by `rocmlab hub`, or by hand):
 #   ROCMLAB_HUB_MODE         server | demo
 #   ROCMLAB_HUB_IP           public address (server: all interfaces; demo: always 127.0.0.1)
-#   ROCMLAB_HUB_PORT         public port of the proxy (8000); ROCMLAB_HUB_API_PORT the proxy's
-#                            API (8001); ROCMLAB_HUB_INTERNAL_PORT the hub itself (8081)
+#   ROCMLAB_HUB_PORT         public port of the proxy (8000); ROCMLAB_HUB_INTERNAL_PORT the hub
+#                            itself (server: 881, demo: 8081); ROCMLAB_HUB_API_PORT the proxy's API
+#                            (demo only, 8001; a server's is a Unix socket in DATA/hub/)
 #   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
 #   ROCMLAB_ROOT             the rocmlab checkout (labs/, solutions/, autograder/); default: the
 #                            checkout jupyterhub is started in (rocmlab.root.find_root)
@@ -51,7 +52,8 @@
 #   ROCMLAB_LIVE                    0: no live grading service (default 1: rocmlab.hub.live_service)
 #   ROCMLAB_LIVE_RATE_LIMIT, ROCMLAB_LIVE_RATE_WINDOW_S  submissions per learner and lab in a window
 #                            (5 per 3600 s); ROCMLAB_LIVE_WORKER_TOKEN opens the workers' HTTP API
-#                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port (10101)
+#                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port
+#                            (server: 1011, demo: 10101; a server's must be below 1024)
 #   ROCMLAB_HUB_COMPLETION   the completion certificate's rule (default env/jupyterhub/completion.toml)
 import os
 import sys
@@ -59,6 +61,7 @@ from pathlib import Path
 
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
+from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
 from rocmlab.hub.settings import HubGroups
 from rocmlab.root import find_root
 
@@ -92,6 +95,33 @@ labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob(
 groups = HubGroups.from_environment()  # the same object `rocmlab hub` reads them with
 instructor_group = groups.instructor
 venv_bin = Path(sys.executable).parent
+learner_group = groups.learner
+LEARNERS_HUB_GROUP = "rocmlab-learners"  # the hub group of the learner group's members (server mode)
+
+if not demo:  # set-ups that would weaken the servers' isolation are refused (rocmlab.hub.setup_checks)
+    import pwd as _pwd
+
+    from rocmlab.hub import setup_checks
+
+    _homes = {
+        f"the home of {name}": _pwd.getpwnam(name).pw_dir
+        for group in (learner_group, instructor_group)
+        for name in group_members(group)
+    }
+    _problems = setup_checks.problems(
+        {
+            "the course checkout (ROCMLAB_ROOT)": str(course_repo),
+            "the built labs (ROCMLAB_HUB_LABS_DIR)": str(built),
+            "the hub's data (ROCMLAB_HUB_DATA)": str(data),
+            "the interpreter": sys.executable,
+            "the course model cache (ROCMLAB_CACHE)": env("ROCMLAB_CACHE", ""),
+            "the Hugging Face cache (HF_HOME)": env("HF_HOME", ""),
+            **_homes,
+        },
+        {"ROCMLAB_HUB_LEARNER_GROUP": learner_group, "ROCMLAB_HUB_INSTRUCTOR_GROUP": instructor_group},
+    )
+    if _problems:
+        raise ValueError("this set-up would weaken the isolation of learners' servers:\n- " + "\n- ".join(_problems))
 
 # ------------------------------------------------------------------ state and the exchange
 state = data / "hub"
@@ -118,10 +148,9 @@ else:
 
     try:
         exchange_owners = ExchangeOwners(os.geteuid(), _grp.getgrnam(instructor_group).gr_gid)
-    except KeyError:  # `rocmlab hub` refuses this; started by hand, nobody but the hub may release
-        print(f"warning: Unix group {instructor_group!r} (instructors) does not exist", file=sys.stderr)
+    except KeyError:  # refused above (setup_checks); were that check off, nobody but the hub may release
         exchange_owners = ExchangeOwners(os.geteuid(), os.getegid())
-    exchange_learners = group_members(groups.learner)
+    exchange_learners = group_members(learner_group)
 exchange = prepare_exchange(data, COURSE_ID, exchange_owners, exchange_learners)
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
@@ -141,8 +170,26 @@ if ssl_cert:  # the proxy terminates TLS with these
 scheme = "https" if ssl_cert else "http"
 c.JupyterHub.bind_url = f"{scheme}://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = int(env("ROCMLAB_HUB_INTERNAL_PORT", "8081"))
-c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(env('ROCMLAB_HUB_API_PORT', '8001'))}"
+# Server mode: no learner can take over a root-side service's address while it is down
+# (rocmlab.hub.loopback): the proxy's API on a Unix socket in the state folder (root's, 700), the hub
+# and the live service on ports below net.ipv4.ip_unprivileged_port_start, which only root binds.
+internal_port = int(
+    env("ROCMLAB_HUB_INTERNAL_PORT", "8081" if demo else str(DEFAULT_PORTS["ROCMLAB_HUB_INTERNAL_PORT"]))
+)
+live_port = int(env("ROCMLAB_LIVE_PORT", "10101" if demo else str(DEFAULT_PORTS["ROCMLAB_LIVE_PORT"])))
+if not demo:
+    _open = open_ports(
+        {"ROCMLAB_HUB_INTERNAL_PORT": internal_port}
+        | ({"ROCMLAB_LIVE_PORT": live_port} if env("ROCMLAB_LIVE", "1") != "0" else {})
+    )
+    if _open:
+        raise ValueError("; ".join(_open))
+c.JupyterHub.hub_port = internal_port
+c.ConfigurableHTTPProxy.api_url = (
+    f"http://127.0.0.1:{int(env('ROCMLAB_HUB_API_PORT', '8001'))}"
+    if demo
+    else unix_socket_url(state / "proxy-api.sock")
+)
 c.ConfigurableHTTPProxy.command = [env("ROCMLAB_HUB_PROXY", "configurable-http-proxy")]
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
 
@@ -154,7 +201,7 @@ if demo:
     c.JupyterHub.load_groups = {instructor_group: {"users": _names(env("ROCMLAB_HUB_INSTRUCTORS", ""))}}
 else:
     c.JupyterHub.authenticator_class = "pam"
-    c.PAMAuthenticator.allowed_groups = {groups.learner, instructor_group}
+    c.PAMAuthenticator.allowed_groups = {learner_group, instructor_group}
     # Instructors are not hub admins (an admin can open any learner's server and act as them):
     # the role `rocmlab-instructor` below gives them what running a class needs.
     c.PAMAuthenticator.admin_groups = set()
@@ -236,12 +283,16 @@ if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.dev
     c.CourseSpawner.labs = labs
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
 c.CourseSpawner.max_processes = _seconds("ROCMLAB_HUB_MAX_PROCESSES", 512)
-# Where systemd runs the machine, each learner's server and all it starts share one ceiling
-# (rocmlab.hub.scopes): resident memory (unlike RLIMIT_AS, it works beside ROCm), CPU in percent
-# of one core, and tasks. ROCMLAB_HUB_SCOPE_MEMORY=0 (or CPU, TASKS) turns one off.
+# Each learner's server and all it starts share one ceiling: resident memory (unlike RLIMIT_AS, it
+# works beside ROCm), CPU in percent of one core, and tasks; in a systemd scope where systemd runs the
+# machine (rocmlab.hub.scopes), else in a cgroup the hub writes itself (rocmlab.hub.cgroups).
+# ROCMLAB_HUB_SCOPE_MEMORY=0 (or CPU, TASKS) turns one off. Each private tmpfs of a server holds at
+# most ROCMLAB_HUB_TMPFS_SIZE (default: a quarter of the memory ceiling; its pages count in it too).
 c.CourseSpawner.scope_memory_max = env("ROCMLAB_HUB_SCOPE_MEMORY", "8G")
 c.CourseSpawner.scope_cpu_percent = _seconds("ROCMLAB_HUB_SCOPE_CPU_PERCENT", 200)
 c.CourseSpawner.scope_tasks_max = _seconds("ROCMLAB_HUB_SCOPE_TASKS", 1024)
+if env("ROCMLAB_HUB_TMPFS_SIZE", "0") not in ("", "0"):
+    c.CourseSpawner.tmpfs_max = env("ROCMLAB_HUB_TMPFS_SIZE")
 c.DemoCourseSpawner.max_processes = 0
 
 # ------------------------------------------------------------------ services
@@ -289,13 +340,14 @@ roles.append(
         ],
     }
 )
+if not demo:  # a workshop server: instructors start and stop learners' servers, not each other's
+    roles[-1]["scopes"] = [f"servers!group={LEARNERS_HUB_GROUP}" if s == "servers" else s for s in roles[-1]["scopes"]]
 # The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
 # its queue (DATA/live/queue.sqlite), learners and instructors see the results. Every user may
 # open it (the `user` role, redefined with what it had), and each server's token may call it
 # (`rocmlab submit` in a JupyterLab terminal); what a learner sees there is their own only.
 live = env("ROCMLAB_LIVE", "1") != "0"
 if live:
-    live_port = int(env("ROCMLAB_LIVE_PORT", "10101"))
     live_data = data / "live"
     live_data.mkdir(exist_ok=True)
     os.chmod(live_data, 0o700)
@@ -357,5 +409,8 @@ if live:
         )
 c.JupyterHub.load_roles = roles
 if not demo:  # the Unix group decides: its members are in the hub group at every start
-    c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}
+    c.JupyterHub.load_groups = {
+        instructor_group: {"users": sorted(group_members(instructor_group))},
+        LEARNERS_HUB_GROUP: {"users": sorted(group_members(learner_group))},  # whose servers instructors run
+    }
 c.JupyterHub.services = services

@@ -30,6 +30,11 @@ c.LearnerFolderCollect.owner_is_account = os.environ.get("ROCMLAB_HUB_MODE") == 
 # Fetched assignments go to ~/<course id>/<lab>/, beside the delivered ~/<lab>/ folders.
 c.Exchange.path_includes_course = True
 
+# nbgrader's autograde (the formgrader's button, `nbgrader autograde`) would run learners' code as the
+# instructor, unsandboxed: refused, with how to grade instead (`rocmlab grade`; rocmlab.hub.formgrader).
+c.Autograde.sanitize_preprocessors = ["rocmlab.hub.formgrader.RefuseAutograde"]
+c.Autograde.autograde_preprocessors = ["rocmlab.hub.formgrader.RefuseAutograde"]
+
 if os.environ.get("ROCMLAB_HUB_ROLE") == "instructor" and os.environ.get("ROCMLAB_COURSE_ROOT"):
     c.CourseDirectory.root = os.environ["ROCMLAB_COURSE_ROOT"]
     c.CourseDirectory.db_url = "sqlite:///" + os.path.join(os.environ["ROCMLAB_COURSE_ROOT"], "gradebook.db")

@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import quote
 
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
@@ -17,7 +19,7 @@ from rocmlab import hub, processes
 from rocmlab.errors import InputError, LabError
 from rocmlab.hub import exchange as rocmlab_exchange
 from rocmlab.hub import launch as hub_launch
-from rocmlab.hub import server_child
+from rocmlab.hub import loopback, server_child, setup_checks
 from rocmlab.hub import spawner as rocmlab_spawner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +37,73 @@ def load(path: Path, monkeypatch, **variables):
     return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
 
 
-def hub_config(monkeypatch, tmp_path, **variables):
+def hub_config(monkeypatch, tmp_path, checked=False, **variables):
     variables.setdefault("ROCMLAB_HUB_IP", "127.0.0.1")  # beyond loopback needs TLS (test_hub_tls.py)
+    if not checked:  # these run in /tmp, without the Unix groups: the refusal has its own tests below
+        monkeypatch.setattr(setup_checks, "problems", lambda *_: [])
     return load(HUB_DIR / "jupyterhub_config.py", monkeypatch, ROCMLAB_HUB_DATA=tmp_path / "data", **variables)
 
 
 # ------------------------------------------------------------------ jupyterhub_config.py
+
+
+def test_a_server_s_services_listen_where_no_learner_can_bind(monkeypatch, tmp_path):
+    """Issue 48: the proxy's API on a Unix socket in root's state folder; the hub and the live
+    service on ports only root binds; a port any account could bind is refused, naming the fix."""
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_INTERNAL_PORT=881, ROCMLAB_LIVE_PORT=1011)
+    assert c.ConfigurableHTTPProxy.api_url == "http+unix://" + quote(
+        str(tmp_path / "data" / "hub" / "proxy-api.sock"), safe=""
+    )
+    assert c.JupyterHub.hub_port == 881
+    assert "tmpfs_max" not in c.CourseSpawner  # a quarter of the memory ceiling (CourseSpawner.tmpfs_size)
+    assert hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_TMPFS_SIZE="64M").CourseSpawner.tmpfs_max == "64M"
+    with pytest.raises(ValueError, match=r"ROCMLAB_LIVE_PORT=10101: any account may bind.*below 1024"):
+        hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_PORT=10101)
+    with pytest.raises(ValueError, match="ROCMLAB_HUB_INTERNAL_PORT=8081"):
+        hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_INTERNAL_PORT=8081)
+    assert loopback.open_ports({"X": 600}, start=0) == [
+        "X=600: any account may bind 127.0.0.1:600 while the service is down "
+        "(net.ipv4.ip_unprivileged_port_start=0); choose a port below 0 and "
+        "`sysctl net.ipv4.ip_unprivileged_port_start=1024`"
+    ]
+    demo = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_PASSWORD="s3cret-pw")
+    assert demo.ConfigurableHTTPProxy.api_url.startswith("http://127.0.0.1:")  # one account: nothing to guard
+
+
+def test_a_proxy_older_than_5_is_refused_for_a_workshop_server(tmp_path):
+    """configurable-http-proxy 4 has no --api-socket: the hub would not start; say so up front."""
+    for version, refused in (("4.6.3", True), ("5.3.0", False)):
+        package = tmp_path / version / "configurable-http-proxy"
+        (package / "bin").mkdir(parents=True)
+        (package / "package.json").write_text(json.dumps({"name": "configurable-http-proxy", "version": version}))
+        (package / "bin" / "configurable-http-proxy").write_text("#!/bin/sh\n")
+        if refused:
+            with pytest.raises(hub.HubError, match="configurable-http-proxy 4.6.3 .* needs 5 or later"):
+                hub_launch.check_proxy_version(package / "bin" / "configurable-http-proxy")
+        else:
+            hub_launch.check_proxy_version(package / "bin" / "configurable-http-proxy")
+    hub_launch.check_proxy_version(tmp_path / "nowhere")  # unknown: not checked
+
+
+def test_a_set_up_that_weakens_isolation_is_refused_at_start(monkeypatch, tmp_path):
+    """Issue 48: a cache (or the checkout, the data, a home) under /tmp would leave every server's
+    /tmp shared; a group that does not exist leaves the wrong people in charge. Both are refused,
+    each named with its fix."""
+    with pytest.raises(ValueError) as refused:
+        hub_config(
+            monkeypatch,
+            tmp_path,
+            checked=True,
+            ROCMLAB_CACHE="/tmp/rocmlab-cache",
+            ROCMLAB_HUB_LEARNER_GROUP="no-such-group-48",
+        )
+    message = str(refused.value)
+    assert "the course model cache (ROCMLAB_CACHE) /tmp/rocmlab-cache is under /tmp" in message
+    assert f"the hub's data (ROCMLAB_HUB_DATA) {tmp_path / 'data'} is under /tmp" in message
+    assert "ROCMLAB_HUB_LEARNER_GROUP='no-such-group-48': no such Unix group (`groupadd no-such-group-48`" in message
+    assert "Move it out of /tmp" in message
+    assert setup_checks.temp_problems({"a home": "/home/ann", "the data": "/srv/hub"}) == []
+    assert setup_checks.temp_problems({"a cache": "/dev/shm/x"})[0].startswith("a cache /dev/shm/x is under /dev/shm")
 
 
 def test_demo_mode_is_a_shared_password_on_loopback(monkeypatch, tmp_path):
@@ -85,6 +148,8 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert instructor["groups"] == ["teachers"]
     assert "admin:users" not in instructor["scopes"] and "access:servers" not in instructor["scopes"]
     assert {"list:users", "read:servers", "admin-ui"} <= set(instructor["scopes"])
+    assert "servers!group=rocmlab-learners" in instructor["scopes"] and "servers" not in instructor["scopes"]
+    assert set(c.JupyterHub.load_groups) == {"teachers", "rocmlab-learners"}  # learners' servers only (issue 48)
     assert c.JupyterHub.spawner_class == "rocmlab.hub.spawner.CourseSpawner"
     assert c.CourseSpawner.max_processes == 512 and c.Spawner.mem_limit == "6G"
     assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
@@ -135,16 +200,16 @@ def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
 
 
 def test_the_live_service_is_managed_and_open_to_every_user_and_server_token(monkeypatch, tmp_path):
-    c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_RATE_LIMIT=3, ROCMLAB_LIVE_PORT=10222)
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_RATE_LIMIT=3, ROCMLAB_LIVE_PORT=1022)
     (live,) = [s for s in c.JupyterHub.services if s["name"] == "rocmlab-live"]
-    assert live["url"] == "http://127.0.0.1:10222" and live["command"][1:] == ["-m", "rocmlab.hub.live_service"]
+    assert live["url"] == "http://127.0.0.1:1022" and live["command"][1:] == ["-m", "rocmlab.hub.live_service"]
     assert live["environment"]["ROCMLAB_LIVE_RATE_LIMIT"] == "3"
     assert live["environment"]["ROCMLAB_LIVE_DB"] == str(tmp_path / "data" / "live" / "queue.sqlite")
     assert (tmp_path / "data" / "live").stat().st_mode & 0o777 == 0o700  # learners never read the queue
     (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
     assert set(user["scopes"]) == {"self", "access:services!service=rocmlab-live"}
     assert "access:services!service=rocmlab-live" in c.Spawner.server_token_scopes
-    assert c.Spawner.environment["ROCMLAB_LIVE_URL"] == "http://127.0.0.1:10222/services/rocmlab-live/"
+    assert c.Spawner.environment["ROCMLAB_LIVE_URL"] == "http://127.0.0.1:1022/services/rocmlab-live/"
     off = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE=0)
     assert "rocmlab-live" not in [s["name"] for s in off.JupyterHub.services]
 
@@ -559,3 +624,28 @@ def test_a_shared_cache_others_may_write_stops_the_hub(tmp_path):
     (cache / "hub").chmod(0o1777)
     with pytest.raises(hub.HubError, match="others may write"):
         hub_launch.check_shared_caches({"HF_HOME": str(cache), "ROCMLAB_CACHE": ""})
+
+
+def test_nbgraders_own_autograde_is_refused_on_the_hub_before_any_cell_runs(monkeypatch, tmp_path):
+    """Issue 48: the formgrader's Autograde ran learners' code as the instructor. The hub's nbgrader
+    config makes RefuseAutograde its only step, which nbconvert runs (enabled) and which raises
+    saying how to grade; the real-account click is in test_hub_accounts.py."""
+    import nbformat
+    from nbconvert.exporters import NotebookExporter
+
+    from rocmlab.hub.formgrader import AutogradeRefused
+
+    c = load(HUB_DIR / "nbgrader_config.py", monkeypatch, ROCMLAB_HUB_ROLE="instructor", ROCMLAB_HUB_MODE="server")
+    assert (
+        c.Autograde.autograde_preprocessors
+        == c.Autograde.sanitize_preprocessors
+        == ["rocmlab.hub.formgrader.RefuseAutograde"]
+    )
+    ran = tmp_path / "ran"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"open({str(ran)!r}, 'w')")])
+    exporter = NotebookExporter()
+    for step in c.Autograde.autograde_preprocessors:
+        exporter.register_preprocessor(step)  # as nbgrader's Autograde does (enabled=False)
+    with pytest.raises(AutogradeRefused, match=r"ann's code as you.*rocmlab --root .* grade 01-lab"):
+        exporter.from_notebook_node(nb, resources={"nbgrader": {"student": "ann", "assignment": "01-lab"}})
+    assert not ran.exists()

@@ -213,14 +213,22 @@ def owner(path: Path) -> str:
     return pwd.getpwuid(path.stat().st_uid).pw_name
 
 
-def submit_as(hub: LocalHub, name: str, marker: str) -> None:
-    """``name`` fetches the lab, writes ``marker`` into it and submits it, through its server's APIs."""
+AUTOGRADE_ATTACK = (  # a learner's cell: proof it ran, left in the home of whoever ran it
+    "import getpass, pathlib; (pathlib.Path.home() / f'autograded-as-{getpass.getuser()}').write_text('x')"
+)
+
+
+def submit_as(hub: LocalHub, name: str, marker: str, code: str = "") -> None:
+    """``name`` fetches the lab, writes ``marker`` (and a cell of ``code``) into it and submits it,
+    through its server's APIs."""
     base, token = hub.start_server(name), hub.user_token(name)
     fetched = call(base, token, "POST", "assignments/fetch", form={"course_id": COURSE_ID, "assignment_id": LAB})
     assert [(a["assignment_id"], a["status"]) for a in fetched["value"]] == [(LAB, "fetched")], fetched
     path = f"{COURSE_ID}/{LAB}/{LAB}.ipynb"
     nb = nbformat.from_dict(call(base, token, "GET", f"api/contents/{path}?content=1")["content"])
     nb.cells.append(nbformat.v4.new_markdown_cell(marker))
+    if code:
+        nb.cells.append(nbformat.v4.new_code_cell(code))
     call(base, token, "PUT", f"api/contents/{path}", {"type": "notebook", "format": "json", "content": nb})
     submitted = call(base, token, "POST", "assignments/submit", form={"course_id": COURSE_ID, "assignment_id": LAB})
     assert submitted["success"], submitted
@@ -273,7 +281,7 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
     monkeypatch.setenv("ROCMLAB_HUB_MAX_PROCESSES", str(PROCESSES))
     monkeypatch.setenv("ROCMLAB_HUB_CULL_IDLE_S", "0")
     started = time.monotonic()
-    base = Path(tempfile.mkdtemp(prefix="rmlhub-"))
+    base = Path(tempfile.mkdtemp(prefix="rmlhub-", dir="/var/lib"))  # not /tmp: each server gets its own
     scratch = Path(tempfile.mkdtemp(prefix="rmlhub-mounts-"))  # root-only: the namespace's bind bookkeeping
     base.chmod(0o755)
     # GPU slices on a recorded MI300X node in CPX/NPS4, its render nodes made with mknod under base/dev
@@ -370,7 +378,7 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 released = hub.exchange / COURSE_ID / "outbound" / LAB / f"{LAB}.ipynb"
                 assert owner(released) == teach
                 mark = f"answer of ann {secrets.token_hex(4)}"
-                submit_as(hub, ann, mark)
+                submit_as(hub, ann, mark, code=AUTOGRADE_ATTACK)
                 inbound = list((hub.exchange / COURSE_ID / "inbound" / ann).glob(f"{ann}+{LAB}+*"))
                 assert [owner(p) for p in inbound] == [ann]
                 forge_submission(hub, bob, ann)
@@ -398,6 +406,12 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 text = (submitted / ann / LAB / f"{LAB}.ipynb").read_text()
                 assert mark in text and "FORGED" not in text
                 assert not any("BEGIN SOLUTION" in p.read_text() for p in submitted.rglob("*.ipynb"))
+
+                # issue 48: the formgrader's Autograde would run ann's cell as teach, unsandboxed
+                graded = call(teacher, token, "POST", f"formgrader/api/submission/{LAB}/{ann}/autograde")
+                assert not graded["success"], graded
+                assert "rocmlab" in graded.get("log", "") + graded.get("error", ""), graded  # how to grade
+                assert not list(hub.home(teach).glob("autograded-as-*")), "ann's code ran as teach"
             assert not _processes_of(uids), [_command_line(p) for p in _processes_of(uids)]
         for name in names.values():
             with pytest.raises(KeyError):

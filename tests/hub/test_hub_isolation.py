@@ -21,6 +21,7 @@ live under /var/lib (not /tmp, which each server gets empty and of its own).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -48,7 +49,8 @@ from test_hub_accounts import (
 )
 from test_hub_e2e import call
 
-from rocmlab.hub import COURSE_ID, HubError, LocalHub, exchange, safe_copy
+from rocmlab.grading.live_queue import LiveQueue
+from rocmlab.hub import COURSE_ID, HubError, LocalHub, cgroups, exchange, safe_copy
 from rocmlab.hub.exchange_layout import ExchangeOwners, ExchangeRefused, prepare_exchange
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
@@ -106,6 +108,9 @@ def hub(world):
             "ROCMLAB_HUB_CULL_IDLE_S": "0",
             "ROCMLAB_HUB_POLL_S": "2",
             "ROCMLAB_HUB_DELIVERY_TIMEOUT_S": "4",
+            "ROCMLAB_HUB_TMPFS_SIZE": "64M",  # each private tmpfs (issue 48: half the RAM each before)
+            "ROCMLAB_HUB_SCOPE_CPU_PERCENT": "50",
+            "ROCMLAB_HUB_SCOPE_MEMORY": "3G",
         }.items():
             patch.setenv(name, value)
         instance = make_hub(world, world["base"] / "hub", scratch, timeout_s=150, ip="")
@@ -314,6 +319,15 @@ def test_an_instructor_cannot_act_as_a_learner_through_the_hub(world, hub):
     assert status(f"{hub.url}/user/{names['ann']}/api/contents") in (403, 404)  # not ann's files
     user = call(f"{hub.url}/hub/", token, "GET", f"api/users/{names['teach']}")
     assert user["admin"] is False
+    # issue 48: learners' servers, not another instructor's (eve made a co-instructor in the hub only)
+    colleague = names["eve"]
+    hub.api("POST", f"/users/{colleague}")
+    hub.api("POST", f"/groups/{world['groups']['instructors']}/users", {"users": [colleague]})
+    try:
+        assert status(f"{hub.url}/hub/api/users/{colleague}/server", "DELETE") in (403, 404)
+        assert status(f"{hub.url}/hub/api/users/{names['bob']}/server", "POST") in (201, 202, 400)  # a learner's
+    finally:
+        hub.api("DELETE", f"/users/{colleague}")
 
 
 def test_each_server_has_its_own_tmp_and_caches_no_classmate_writes(world, hub):
@@ -393,3 +407,229 @@ def test_root_never_writes_where_the_instructor_points_course_source(world, hub)
     hub.start_server(teach)
     assert list(target.iterdir()) == []
     assert "course sources not written" in hub.log_path.read_text()
+
+
+# ------------------------------------------------------------------ issue 48: the services we added
+
+TAKE_OVER = """
+import socket, sys, time
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", int(sys.argv[1])))
+    except PermissionError as exc:
+        sys.exit(f"refused: {exc}")
+    except OSError:
+        sock.close()
+        time.sleep(0.05)
+        continue
+    sock.listen()
+    print("bound")
+    sys.exit(0)
+sys.exit("still in use")
+"""
+
+REACH = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+
+
+def live_service_process(hub):
+    import psutil
+
+    from rocmlab import processes
+
+    found = []
+    for process in processes.descendants(hub._process.pid):
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE and "rocmlab.hub.live_service" in process.cmdline():
+                found.append(process)
+    assert found, "the live service is not running"
+    return found[0]
+
+
+def live_answers(hub, token: str) -> bool:
+    request = urllib.request.Request(hub.live_url + "api/attempts", headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def test_a_learner_cannot_take_over_a_stopped_service_s_address(world, hub):
+    """Issue 48, high: the live service goes down and ann binds its address at once, to serve her
+    own page to an instructor. Its port is below 1024 (only root binds there), the hub's too, and
+    the proxy's API is a Unix socket in root's state folder that she cannot reach."""
+    ann = world["names"]["ann"]
+    live_service_process(hub).kill()
+    attack = as_user(ann, "/usr/bin/python3", "-c", TAKE_OVER, str(hub.live_port))
+    assert attack.returncode != 0 and "refused" in attack.stderr, attack.stdout + attack.stderr
+    for port in (hub.live_port, hub.internal_port):
+        assert port < int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    api_socket = hub.workdir / "hub" / "proxy-api.sock"
+    assert api_socket.is_socket()
+    assert as_user(ann, "/usr/bin/python3", "-c", REACH, str(api_socket)).returncode != 0
+    token, deadline = hub.user_token(ann), time.monotonic() + 90  # the hub restarts its service (its poll, 30 s)
+    while not live_answers(hub, token) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert live_answers(hub, token), "the hub did not get its service back"
+
+
+HUGE_NOTEBOOK = """
+import json, sys
+folder = sys.argv[1]
+import os
+os.makedirs(folder)
+lines = ["a"] * 6_000_000  # about 30 MB of JSON (under the 32 MiB limit): tiny strings, costly to parse
+output = {"output_type": "stream", "name": "stdout", "text": lines}
+cell = {"cell_type": "code", "source": "print()", "metadata": {}, "outputs": [output], "execution_count": 1}
+with open(os.path.join(folder, sys.argv[2]), "w") as out:
+    json.dump({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, out)
+"""
+
+
+def live_submit(hub, token: str) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        hub.live_url + "api/submit",
+        data=b'{"lab": "' + LAB.encode() + b'"}',
+        method="POST",
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def test_a_learners_notebook_is_parsed_by_a_child_with_a_ceiling_never_by_root(world, hub):
+    """Issue 48, high: ann files a 30 MB notebook built to cost gigabytes to parse (millions of tiny
+    strings; the 45 MB of the finding is over the 32 MiB limit) and asks the live service to grade it. A child of hers with a memory ceiling parses
+    it and it is refused, naming the limit; nothing is queued for a root worker to parse, and the
+    service's own peak memory stays small."""
+    ann = world["names"]["ann"]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    huge = hub.exchange / COURSE_ID / "inbound" / ann / f"{ann}+{LAB}+{stamp}+huge"
+    made = as_user(ann, "/usr/bin/python3", "-c", HUGE_NOTEBOOK, str(huge), f"{LAB}.ipynb")
+    assert made.returncode == 0, made.stderr
+    try:
+        service = live_service_process(hub)
+        status, answer = live_submit(hub, hub.user_token(ann))
+        assert status == 422 and "JSON values" in answer["error"], (status, answer)
+        assert peak_rss_kib(service.pid) < 400 * 1024, peak_rss_kib(service.pid)
+        assert not [a for a in LiveQueue(hub.live_queue).attempts(learner=ann)], "queued for a root worker"
+    finally:
+        can(ann, f'rm -rf "{huge}"')
+
+
+def test_a_learners_submits_do_not_fill_roots_spool(world, hub):
+    """Issue 48, medium: ann submits a small notebook beside a 64 MiB sparse file seven times (a
+    new submission each time; the rate limit is five). Only notebooks are copied into root's
+    spool, a refused request copies nothing, and copies no attempt waits for are pruned."""
+    ann = world["names"]["ann"]
+    folder = hub.exchange / COURSE_ID / "inbound" / ann / f"{ann}+{LAB}+{datetime.now(UTC):%Y-%m-%d %H:%M:%S.%f} UTC"
+    small = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    can(ann, f"mkdir '{folder}' && echo '{small}' > '{folder}/{LAB}.ipynb' && truncate -s 64M '{folder}/data.bin'")
+    token, statuses = hub.user_token(ann), []
+    for _ in range(7):
+        can(ann, f'touch "{folder}/{LAB}.ipynb"')  # a new ctime: a new submission
+        statuses.append(live_submit(hub, token)[0])
+        time.sleep(0.01)
+    assert statuses.count(429) >= 2, statuses
+    spool = hub.workdir / "live" / "spool" / ann
+    held = sum(p.stat().st_size for p in spool.rglob("*") if p.is_file())
+    assert held < 2**20, f"ann's submits hold {held} bytes of root's spool"
+
+
+def test_fifos_and_start_stop_cycles_leave_a_classmates_start_alone(world, hub):
+    """Issue 48, medium-high: bob leaves FIFOs where the delivery reads and writes, and starts and
+    stops his server in a loop. No delivery waits on a FIFO (opened without blocking: none runs
+    into its timeout), each user has at most one delivery in flight, in a pool of the hub's own,
+    and a stop kills the delivery under way; ann stops and starts meanwhile as usual."""
+    names = world["names"]
+    bob, ann = names["bob"], names["ann"]
+    with contextlib.suppress(HubError):
+        hub.stop_server(bob)
+    lab = hub.home(bob) / LAB
+    can(bob, f'rm -f "{lab}/.rocmlab-delivered.json" "{lab}/{LAB}.ipynb"')
+    can(bob, f'mkfifo "{lab}/.rocmlab-delivered.json" "{lab}/{LAB}.ipynb"')
+    log_before = len(hub.log_path.read_text())
+    for _ in range(3):  # each cycle costs a server start here (about 15 s in CI)
+        for method in ("POST", "DELETE"):
+            with contextlib.suppress(HubError):
+                hub.api(method, f"/users/{bob}/server")
+    started = time.monotonic()
+    hub.stop_server(ann)
+    hub.start_server(ann)
+    took = time.monotonic() - started
+    log = hub.log_path.read_text()[log_before:]
+    assert "no answer within" not in log, "a delivery waited on a FIFO until its timeout"
+    assert took < 4 * float(os.environ.get("ROCMLAB_HUB_DELIVERY_TIMEOUT_S", "4")), took
+    with contextlib.suppress(HubError):
+        hub.start_server(bob)
+
+
+def test_a_tmpfs_fill_and_a_cpu_storm_stay_within_the_learners_cgroup(world, hub):
+    """Issue 48, medium: without systemd, ann's server and what it starts (a kernel) are in a
+    cgroup of the hub's with her memory, CPU and process ceilings, bob's are not in it; filling
+    her /tmp stops at its size; a CPU storm in her cgroup runs under her quota."""
+    ann, bob = world["names"]["ann"], world["names"]["bob"]
+    if not cgroups.version():
+        pytest.skip("no cgroup hierarchy with memory, cpu and pids here")
+    entry = pwd.getpwnam(ann)
+    server = server_process(entry.pw_uid)
+    assert server.pid in cgroups.members(ann)
+    assert server_process(pwd.getpwnam(bob).pw_uid).pid not in cgroups.members(ann)
+    folders = cgroups.folders(ann)
+    if cgroups.version() == 2:
+        assert (folders[0] / "cpu.max").read_text().split() == ["50000", "100000"]
+        assert (folders[0] / "memory.max").read_text().strip() == str(3 * 2**30)
+    else:
+        assert (folders[1] / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        assert (folders[0] / "memory.limit_in_bytes").read_text().strip() == str(3 * 2**30)
+
+    base, token = hub.start_server(ann), hub.user_token(ann)
+    kernel = call(base, token, "POST", "api/kernels", {"name": "python3"})
+    try:
+        deadline = time.monotonic() + 60
+        kernels = []
+        while not kernels and time.monotonic() < deadline:
+            kernels = [p for p in server.children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
+            time.sleep(0.5)
+        assert kernels and kernels[0].pid in cgroups.members(ann)  # inherited: nothing of hers is outside
+    finally:
+        call(base, token, "DELETE", f"api/kernels/{kernel['id']}")
+
+    as_ann = ["nsenter", "-t", str(server.pid), "-m", "-S", str(entry.pw_uid), "-G", str(entry.pw_gid), "--"]
+    fill = subprocess.run(
+        [*as_ann, "dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M", "count=200"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert fill.returncode != 0 and "No space left" in fill.stderr, fill.stderr
+    subprocess.run([*as_ann, "rm", "-f", "/tmp/fill"], check=True, timeout=30)
+
+    procs = cgroups.procs_files(cgroups.folders(ann))
+    storm = subprocess.Popen(  # started in her cgroup, as her kernel's children are
+        [*as_ann, "/usr/bin/python3", "-c", "while True: pass"], preexec_fn=lambda: cgroups.join(procs)
+    )
+    try:
+        periods = cgroups.cpu_stat(ann).get("nr_periods", 0)
+        deadline = time.monotonic() + 30
+        while cgroups.cpu_stat(ann).get("nr_periods", 0) == periods and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert storm.poll() is None, "the storm did not run"
+        assert storm.pid in cgroups.members(ann)
+        # counted only under a quota (throttled too where the storm gets more than its half core;
+        # on a loaded test machine it may get less, so that count is not asserted)
+        assert cgroups.cpu_stat(ann)["nr_periods"] > periods, "her quota is not in force"
+    finally:
+        storm.kill()
+        storm.wait(timeout=10)

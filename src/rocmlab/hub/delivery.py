@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 MANIFEST = ".rocmlab-delivered.json"
 DELIVERY_TIMEOUT_S = 120
+CANCEL_POLL_S = 0.2  # how often a waiting delivery looks whether its start was cancelled
 IGNORED = ("__pycache__", ".ipynb_checkpoints")
 
 
@@ -47,16 +49,37 @@ class Delivery:
     note: str = ""  # the UPDATE file, relative to the lab folder
 
 
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of a regular file; None for anything else (a FIFO, a device, a folder, nothing).
+    Opened without blocking: a FIFO a learner put where a lab's file goes never stalls a delivery."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return file.read()
+
+
+def write_regular(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` without blocking: a FIFO there (no reader) fails at once (ENXIO)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        file.write(data)
+
+
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The digest of a regular file ('' for anything else: it matches no delivered file)."""
+    data = read_regular(path)
+    return "" if data is None else hashlib.sha256(data).hexdigest()
 
 
 def notebook_version(path: Path) -> str:
     """The ``rocmlab.version`` of a built notebook ('' when unreadable or absent)."""
-    try:
-        return str(json.loads(path.read_text(encoding="utf-8"))["metadata"]["rocmlab"]["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
+    return notebook_version_of(read_regular(path) or b"")
 
 
 def beside_name(relative: str, version: str) -> str:
@@ -99,8 +122,8 @@ def changelog_since(changelog: Path | str | None, previous: str, version: str) -
 
 def read_manifest(dest: Path) -> dict:
     try:
-        data = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular(dest / MANIFEST) or b"")
+    except ValueError:
         return {}
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else {}
 
@@ -189,13 +212,13 @@ def _put(data: bytes, dest: Path, owner) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     for folder in missing:
         _own(folder, owner)
-    dest.write_bytes(data)
+    write_regular(dest, data)
     _own(dest, owner)
     return dest
 
 
 def _write(path: Path, text: str, owner) -> None:
-    path.write_text(text, encoding="utf-8")
+    write_regular(path, text.encode("utf-8"))
     _own(path, owner)
 
 
@@ -215,12 +238,13 @@ def deliver_as_user(
     changelog: Path | None = None,
     lang: str = "",
     timeout_s: float = DELIVERY_TIMEOUT_S,
+    cancelled=None,
 ):
     """``deliver_lab`` (and, with ``lang``, JupyterLab's language setting) in a forked child that
     has dropped to ``owner`` (uid, gid) for good (``as_user``): a home is its user's to shape,
     symlinks included, so the hub (root) never writes in it. The CHANGELOG and the built files are
     read here, before the fork (learners may not read solutions/). A child that fails or takes
-    longer than ``timeout_s`` is an OSError."""
+    longer than ``timeout_s``, or whose ``cancelled`` event is set, is killed: an OSError."""
     from .language import set_lab_language
 
     text = changelog_text(changelog)
@@ -233,15 +257,16 @@ def deliver_as_user(
             set_lab_language(Path("."), lang)
         return asdict(deliver_files(src.name, built, Path(dest.name), changelog=text))
 
-    answer = as_user(owner, dest.parent, work, timeout_s, f"delivering {src.name} to {dest}")
+    answer = as_user(owner, dest.parent, work, timeout_s, f"delivering {src.name} to {dest}", cancelled)
     return Delivery(**answer)
 
 
-def as_user(owner: tuple[int, int], folder: Path, work, timeout_s: float, what: str):
+def as_user(owner: tuple[int, int], folder: Path, work, timeout_s: float, what: str, cancelled=None):
     """``work()`` in a forked child that has dropped to ``owner`` (uid, gid) for good, in ``folder``
     (opened here with O_NOFOLLOW: its ancestors need not be passable for the user); its result, a
-    JSON value. The caller waits at most ``timeout_s`` (then the child is killed): a FIFO or a hung
-    file system in a user's home costs that, never more. Failures are OSError naming ``what``."""
+    JSON value. The caller waits at most ``timeout_s``, and no longer than until ``cancelled`` (a
+    threading.Event) is set: then the child is killed. A hung file system in a user's home costs
+    that, never more. Failures are OSError naming ``what``."""
     import select
     import signal
     import time
@@ -275,10 +300,16 @@ def as_user(owner: tuple[int, int], folder: Path, work, timeout_s: float, what: 
     chunks, deadline = [], time.monotonic() + timeout_s
     try:
         while True:
-            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            wait = max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic()))
+            ready, _, _ = select.select([read_end], [], [], wait)
+            if cancelled is not None and cancelled.is_set():
+                os.kill(pid, signal.SIGKILL)
+                raise OSError(f"{what}: cancelled")
+            if not ready and time.monotonic() >= deadline:
                 os.kill(pid, signal.SIGKILL)
                 raise OSError(f"{what}: no answer within {timeout_s:g} s")
+            if not ready:
+                continue
             chunk = os.read(read_end, 65536)
             if not chunk:
                 break

@@ -8,6 +8,7 @@ the hub lost track of.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from .. import processes
 from ..errors import CommandFailed
+from .loopback import free_privileged_port
 
 CONFIG = Path("env") / "jupyterhub" / "jupyterhub_config.py"
 LOCAL_PROXY = Path(".venv") / "hub-node" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -44,6 +46,22 @@ def find_proxy(root: Path) -> Path:
         f"configurable-http-proxy not found (looked in {local} and on PATH): run `make hub-setup` "
         "(it installs it with npm into .venv/hub-node)"
     )
+
+
+def check_proxy_version(proxy: Path, needed: int = 5) -> None:
+    """A workshop server's proxy API is a Unix socket (rocmlab.hub.loopback), which
+    configurable-http-proxy serves from version 5 (``--api-socket``); HubError for an older one.
+    The version is its package.json's, beside the resolved executable (unknown: not checked)."""
+    try:
+        package = json.loads((Path(proxy).resolve().parent.parent / "package.json").read_text())
+        major = int(str(package["version"]).split(".")[0])
+    except (OSError, ValueError, KeyError):
+        return
+    if package.get("name") == "configurable-http-proxy" and major < needed:
+        raise HubError(
+            f"configurable-http-proxy {package['version']} at {proxy}: a workshop server needs {needed} or later "
+            "(its API on a Unix socket no learner can reach): run `make hub-setup`"
+        )
 
 
 def unshared_paths(paths) -> list[str]:
@@ -113,6 +131,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def service_port(demo: bool, used=()) -> int:
+    """A free loopback port for a root-side service: below 1024 on a workshop server, where no
+    learner may bind it while the service is down (rocmlab.hub.loopback)."""
+    return free_port() if demo else free_privileged_port(used)
+
+
 def hub_environment(
     root: Path,
     data: Path,
@@ -137,13 +161,14 @@ def hub_environment(
 ) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
+    internal_port = internal_port or service_port(demo)
     env.update(
         {
             "ROCMLAB_HUB_MODE": "demo" if demo else "server",
             "ROCMLAB_HUB_IP": "127.0.0.1" if demo else ip,
             "ROCMLAB_HUB_PORT": str(port),
-            "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),
-            "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port or (free_port() if demo else 8081)),
+            "ROCMLAB_HUB_API_PORT": str(api_port or (free_port() if demo else 8001)),  # server: a Unix socket
+            "ROCMLAB_HUB_INTERNAL_PORT": str(internal_port),
             "ROCMLAB_HUB_DATA": str(data),
             "ROCMLAB_ROOT": str(root),
             "ROCMLAB_HUB_LANG": lang,
@@ -157,7 +182,7 @@ def hub_environment(
             "ROCMLAB_HUB_SSL_CERT": ssl_cert,
             "ROCMLAB_HUB_SSL_KEY": ssl_key,
             "ROCMLAB_HUB_INSECURE_HTTP": "1" if insecure_http else "",
-            "ROCMLAB_LIVE_PORT": str(live_port or (free_port() if demo else 10101)),
+            "ROCMLAB_LIVE_PORT": str(live_port or service_port(demo, [internal_port])),
         }
     )
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])

@@ -42,7 +42,7 @@ from tornado import ioloop, web
 from ..grading.live_attempts import Attempt
 from ..grading.live_queue import LiveQueue, RateLimited
 from . import live_worker_api
-from .live_collect import NothingToCollect, collect
+from .live_collect import SPOOL_QUOTA_BYTES, NotebookRefused, NothingToCollect, copy_found, find_newest, prune_spool
 from .live_handlers import ApiHandler, LiveHandler, LiveSettings
 from .live_recollect import file_sha256, recollect
 from .secret_file import persistent_secret
@@ -67,13 +67,30 @@ async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
         return 404, {"error": f"{lab} is not a lab of this workshop ({', '.join(live.labs)})"}
     learner = handler.learner
     async with handler.settings["learner_locks"].setdefault(learner, asyncio.Lock()):
-        try:
-            collected = await ioloop.IOLoop.current().run_in_executor(
+        run = ioloop.IOLoop.current().run_in_executor
+        try:  # examined only: nothing is copied before the learner has a rate token for it
+            found = await run(
                 None,
-                lambda: collect(
-                    live.exchange, live.course_id, learner, lab, live.spool, owner_is_account=live.owner_is_account
+                lambda: find_newest(
+                    live.exchange, live.course_id, learner, lab, owner_is_account=live.owner_is_account
                 ),
             )
+        except NothingToCollect as exc:
+            return 404, {"error": str(exc)}
+        queued = next(
+            (a for a in queue.attempts(learner=learner, lab=lab) if a.submitted_at == found.submitted_at), None
+        )
+        if queued is None and remaining(handler, lab) <= 0:
+            return rate_limited(handler, lab)
+        waiting = [a.source for a in queue.attempts(learner=learner) if a.state in ("queued", "grading")]
+        if await run(None, lambda: prune_spool(live.spool, learner, waiting)) >= SPOOL_QUOTA_BYTES:
+            return 507, {
+                "error": f"your copies waiting to be graded hold {SPOOL_QUOTA_BYTES // 2**20} MiB: wait for them"
+            }
+        try:
+            collected = await run(None, lambda: copy_found(live.exchange, live.course_id, found, live.spool))
+        except NotebookRefused as exc:
+            return 422, {"error": str(exc)}
         except NothingToCollect as exc:
             return 404, {"error": str(exc)}
         try:
@@ -97,6 +114,23 @@ async def submit_lab(handler: LiveHandler, lab) -> tuple[int, dict]:
         "limit": live.rate_limit,
         "window_s": live.rate_window_s,
     }
+
+
+def rate_limited(handler: LiveHandler, lab: str) -> tuple[int, dict]:
+    """429: the learner has no submission of ``lab`` left in the window (and nothing was copied)."""
+    live, now = handler.live, time.time()
+    times = sorted(
+        a.queued_at
+        for a in handler.queue.attempts(learner=handler.learner, lab=lab)
+        if a.queued_at > now - live.rate_window_s
+    )
+    retry_at = times[len(times) - live.rate_limit] + live.rate_window_s if len(times) >= live.rate_limit else now
+    handler.set_header("Retry-After", str(max(1, int(retry_at - now))))
+    error = (
+        f"{handler.learner} submitted {lab} {len(times)} times in the last {live.rate_window_s / 60:g} minutes "
+        f"(at most {live.rate_limit}): next submission possible in {max(0, retry_at - now):.0f} s"
+    )
+    return 429, {"error": error, "remaining": 0, "retry_at": retry_at, "limit": live.rate_limit}
 
 
 def remaining(handler: LiveHandler, lab: str) -> int:

@@ -82,8 +82,8 @@ class LocalHub:
         self.labs_dir = self.root / "labs" / lang
         self.ip = "127.0.0.1" if demo else ip
         self.port = port or hub_process.free_port()
-        self.internal_port = hub_process.free_port()
-        self.live_port = hub_process.free_port()  # the live service (rocmlab.hub.live_service)
+        self.internal_port = hub_process.service_port(demo)  # privileged on a server (rocmlab.hub.loopback)
+        self.live_port = hub_process.service_port(demo, [self.internal_port])  # the live service
         self.tls_cert, self.tls_key = tls.choose(  # a self-signed pair is made at start (as root)
             self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo, create=False
         )
@@ -204,6 +204,7 @@ class LocalHub:
 
     def start(self) -> None:
         if not self.demo:
+            hub_process.check_proxy_version(hub_process.find_proxy(self.root))
             self.check_accounts()
             self.close_course()
         elif os.geteuid() == 0 and self.check_install:  # the demo's servers then run as an ordinary account

@@ -66,16 +66,23 @@ def private_paths(needed) -> list[str]:
     ]
 
 
-def private_tmp(paths=PRIVATE_TEMP) -> bool:
+def tmpfs_options(size_bytes: int = 0) -> bytes:
+    """The mount options of a server's private tmpfs: world-writable with the sticky bit, and at
+    most ``size_bytes`` (tmpfs's own default is half the RAM, each; 0 keeps that)."""
+    return b"mode=1777" + (f",size={size_bytes}".encode() if size_bytes > 0 else b"")
+
+
+def private_tmp(paths=PRIVATE_TEMP, options: bytes = b"mode=1777") -> bool:
     """In the child, as root, before it becomes the user: a mount namespace of its own with empty
-    tmpfs on ``paths`` (systemd's PrivateTmp). False when the kernel refuses."""
+    tmpfs on ``paths`` (systemd's PrivateTmp), mounted with ``options`` (``tmpfs_options``). False
+    when the kernel refuses."""
     if _unshare(CLONE_NEWNS) != 0:
         return False
     if _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # nothing propagates back
         return False
     for path in paths:
         if os.path.isdir(path):
-            if _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
+            if _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
                 return False
     return True
 

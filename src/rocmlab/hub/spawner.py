@@ -30,12 +30,15 @@ import grp
 import os
 import pwd
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from jupyterhub.traitlets import ByteSpecification
 from traitlets import Bool, Float, Integer, List, Unicode
 
+from . import cgroups
 from .delivery import as_user, deliver_as_user, deliver_lab
 from .exchange_layout import ExchangeOwners, ensure_learner
 from .labs import COURSE_ID
@@ -49,9 +52,13 @@ from .server_child import (
     own_log,
     private_paths,
     private_tmp,
+    tmpfs_options,
 )
 from .slices import SliceHolder
 
+# Deliveries run here, never in the event loop's default executor (which stopping servers and
+# ending their processes use): one learner's FIFOs and start/cancel cycles hold at most one thread.
+DELIVERY_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rocmlab-delivery")
 CONFIG_FOLDER = Path("env") / "jupyterhub"  # in the course repository: nbgrader_config.py, jupyter/<role>/
 ROLES = ("instructor", "learner")
 
@@ -147,7 +154,13 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
         config=True
     )
     scope_tasks_max = Integer(0, help="systemd: TasksMax of a learner's server (0: none)").tag(config=True)
+    tmpfs_max = ByteSpecification(
+        0,
+        help="size of each private tmpfs (/tmp, /var/tmp, /dev/shm, /run/lock) of a server (0: a quarter of the memory ceiling)",
+    ).tag(config=True)
     _cleaned = True  # False while a started server's account has not been cleaned up after
+    _delivering: dict = {}  # user -> threading.Event of their delivery in flight (set: cancelled)
+    _cancel_delivery = None
 
     def home(self) -> Path:
         return Path(pwd.getpwnam(self.user.name).pw_dir)
@@ -238,10 +251,15 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
                 "rocmlab: %s stay shared: the home, course or exchange is inside", ", ".join(sorted(shared))
             )
 
+        procs = cgroups.procs_files(self.make_cgroup())
+        options = tmpfs_options(self.tmpfs_size())
+
         def preexec():
             limit_resources(memory, processes)
+            if procs:  # into the learner's cgroup before anything of theirs runs
+                cgroups.join(procs)
             if paths:
-                private_tmp(paths)
+                private_tmp(paths, options)
             if switch_user:
                 switch_user()
             if own:
@@ -257,12 +275,20 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
             set_lab_language(home, self.lang)
         built = Path(self.labs_dir) if self.labs_dir else Path(self.course_repo) / "labs" / self.lang
         for index, lab_id in enumerate(self.labs):
+            if self._cancel_delivery is not None and self._cancel_delivery.is_set():
+                break  # the start was cancelled: deliver nothing more
             changelog = Path(self.course_repo) / "solutions" / lab_id / "CHANGELOG.md"
             if owner:  # a real account: written by the learner's own uid (hub.delivery)
                 lang = self.lang if index == 0 else ""
                 try:
                     done = deliver_as_user(
-                        owner, built / lab_id, home / lab_id, changelog, lang, timeout_s=self.delivery_timeout_s
+                        owner,
+                        built / lab_id,
+                        home / lab_id,
+                        changelog,
+                        lang,
+                        timeout_s=self.delivery_timeout_s,
+                        cancelled=self._cancel_delivery,
                     )
                 except OSError as exc:  # the learner's home refused it (a link, a full disk): their server still starts
                     self.log.warning("rocmlab: %s not delivered to %s: %s", lab_id, self.user.name, exc)
@@ -316,9 +342,45 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
             return made
 
         if owner:
-            as_user(owner, self.home(), work, self.delivery_timeout_s, f"the course sources of {self.user.name}")
+            as_user(
+                owner,
+                self.home(),
+                work,
+                self.delivery_timeout_s,
+                f"the course sources of {self.user.name}",
+                self._cancel_delivery,
+            )
         else:
             work(self.home())
+
+    def tmpfs_size(self) -> int:
+        """Each private tmpfs of a server: ``tmpfs_max``, and a quarter of the learner's memory
+        ceiling at most (the four of them fit within it)."""
+        ceiling = int(self.scope_memory_max or 0) // 4
+        size = int(self.tmpfs_max or 0)
+        return min(size, ceiling) if size and ceiling else size or ceiling
+
+    def cgroup_wanted(self) -> bool:
+        """A learner's server (not an instructor's) gets a cgroup of the hub's own: as root, with
+        limits set, where systemd does not run the machine (there a scope does it)."""
+        owner = self.owner()
+        return bool(
+            owner
+            and os.geteuid() == 0
+            and not self.is_instructor()
+            and self.account_is_the_learners_own
+            and self.scope_limits().properties()
+            and not systemd_runs_here()
+            and cgroups.version()
+        )
+
+    def make_cgroup(self) -> list:
+        if not self.cgroup_wanted():
+            return []
+        limits = self.scope_limits()
+        made = cgroups.create(self.user.name, cgroups.Limits(limits.memory_bytes, limits.cpu_percent, limits.tasks))
+        self.log.info("rocmlab: the server of %s runs in the cgroup %s (%s)", self.user.name, made[0], limits)
+        return made
 
     async def poll(self):
         status = await super().poll()
@@ -340,11 +402,17 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
         ):
             from ..processes import kill_user
 
-            await asyncio.get_running_loop().run_in_executor(None, kill_user, owner[0])
+            loop = asyncio.get_running_loop()
+            if cgroups.version() and not systemd_runs_here():  # the whole cgroup at once, then any stragglers
+                await loop.run_in_executor(None, cgroups.kill, self.user.name)
+            await loop.run_in_executor(None, kill_user, owner[0])
             self.log.info("rocmlab: ended the processes of %s with their server", self.user.name)
         self.give_back_slices()  # after its processes ended: an open render node stays open until then
 
     async def stop(self, now=False):
+        cancel = CourseSpawner._delivering.get(self.user.name)
+        if cancel is not None:  # a start still delivering: its child is killed
+            cancel.set()
         await super().stop(now=now)
         self._cleaned = False
         await self.clean_up()
@@ -357,8 +425,7 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
     async def start(self):
         self._instructor = None
         self._instructor = self.is_instructor()
-        loop = asyncio.get_running_loop()
-        delivered = await loop.run_in_executor(None, self.prepare)
+        delivered = await self.prepare_in_pool()
         if delivered:
             self.log.info("rocmlab: delivered %s to %s (%s)", ", ".join(delivered), self.user.name, self.role())
         if self.own_logs:
@@ -372,6 +439,22 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
         self._cleaned = False
         await self.confine_learner()
         return started
+
+    async def prepare_in_pool(self) -> list[str]:
+        """``prepare`` in the hub's delivery pool (``DELIVERY_POOL``, not the event loop's executor,
+        which stopping servers needs), at most one per user: a start while the user's previous one
+        is still delivering is refused. A cancelled start (or a stop) kills its delivery's child."""
+        name = self.user.name
+        if name in CourseSpawner._delivering:
+            raise RuntimeError(f"the previous start of {name} is still delivering the labs: try again in a moment")
+        cancel = self._cancel_delivery = CourseSpawner._delivering[name] = threading.Event()
+        future = asyncio.get_running_loop().run_in_executor(DELIVERY_POOL, self.prepare)
+        future.add_done_callback(lambda _: CourseSpawner._delivering.pop(name, None))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def scope_limits(self) -> ScopeLimits:
         return ScopeLimits(
