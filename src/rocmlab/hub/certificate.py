@@ -31,12 +31,13 @@ import subprocess
 import tempfile
 import time
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import CommandFailed, InputError
 from ..pages import render_page
 from .live_view import progress
+from .roster import display_name
 
 PDF_TIMEOUT_S = 60
 KEY_FILE = "certificate.key"
@@ -71,6 +72,7 @@ class Certificate:
     labs: list  # of CertifiedLab
     issued_on: str  # the day the last required lab was passed (so the page is the same on every visit)
     id: str = ""
+    names: dict = field(default_factory=dict)  # lang -> the learner's name on the roster (rocmlab.hub.roster)
 
 
 def load_rule(path: Path) -> CompletionRule:
@@ -126,6 +128,7 @@ def earned(rule: CompletionRule, attempts, learner: str) -> Certificate | None:
         issuer=rule.issuer,
         labs=certified,
         issued_on=max(lab.graded_on for lab in certified),
+        names={lang: display_name(learner, lang) for lang in ("en", "zh")},
     )
 
 
