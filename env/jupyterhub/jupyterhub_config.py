@@ -47,10 +47,14 @@
 #                            (5 per 3600 s); ROCMLAB_LIVE_WORKER_TOKEN opens the workers' HTTP API
 #                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port (10101)
 #   ROCMLAB_HUB_COMPLETION   the completion certificate's rule (default env/jupyterhub/completion.toml)
+#   ROCMLAB_HUB_AUTH         local (default) | oidc | ldap, with the ROCMLAB_OIDC_* or ROCMLAB_LDAP_*
+#                            block of rocmlab.hub.auth; DATA/roster.json (`rocmlab roster import`)
+#                            adds people and instructors to every mode
 import os
 import sys
 from pathlib import Path
 
+from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.root import find_root
@@ -139,14 +143,23 @@ c.ConfigurableHTTPProxy.command = [env("ROCMLAB_HUB_PROXY", "configurable-http-p
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
 
 # ------------------------------------------------------------------ who may log in
-if demo:
+# ROCMLAB_HUB_AUTH=oidc | ldap: single sign-on and the roster, one block of variables each
+# (rocmlab.hub.auth, docs/hub.md); local (default): the cases below, with the roster's people.
+sign_in = auth.configure(c, os.environ, instructor_group, data, server_mode=not demo)
+people = roster.load(data)
+roster_instructors = roster.logins(people, "instructor")
+if sign_in != "local":
+    pass
+elif demo:
     c.JupyterHub.authenticator_class = "shared-password"
     c.SharedPasswordAuthenticator.user_password = env("ROCMLAB_HUB_PASSWORD") or None
     c.Authenticator.allow_all = True
-    c.JupyterHub.load_groups = {instructor_group: {"users": _names(env("ROCMLAB_HUB_INSTRUCTORS", ""))}}
+    demo_instructors = set(_names(env("ROCMLAB_HUB_INSTRUCTORS", ""))) | roster_instructors
+    c.JupyterHub.load_groups = {instructor_group: {"users": sorted(demo_instructors)}}
 else:
     c.JupyterHub.authenticator_class = "pam"
     c.PAMAuthenticator.allowed_groups = {env("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab"), instructor_group}
+    c.PAMAuthenticator.allowed_users = roster.logins(people)
     # Instructors are not hub admins (an admin can open any learner's server and act as them):
     # the role `rocmlab-instructor` below gives them what running a class needs.
     c.PAMAuthenticator.admin_groups = set()
@@ -316,6 +329,8 @@ if live:
     ]
     c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
 c.JupyterHub.load_roles = roles
-if not demo:  # the Unix group decides: its members are in the hub group at every start
-    c.JupyterHub.load_groups = {instructor_group: {"users": sorted(group_members(instructor_group))}}
+if not demo and sign_in == "local":  # the Unix group (and the roster) decide, at every start
+    c.JupyterHub.load_groups = {
+        instructor_group: {"users": sorted(set(group_members(instructor_group)) | roster_instructors)}
+    }
 c.JupyterHub.services = services
