@@ -160,3 +160,18 @@ def test_a_bad_id_token_is_refused(keys, case, error):
     }[case]()
     with pytest.raises(error):
         auth.verify_id_token(bad, jwks, ISSUER, CLIENT)
+
+
+def test_on_the_workshop_server_a_name_without_a_unix_account_is_refused():
+    import logging
+
+    class Authenticator:
+        log = logging.getLogger("test")
+        unix_accounts = True
+
+    learner = {"rocmlab_role": "learner"}
+    assert auth.rule_allows(Authenticator(), "root", learner)  # an account that exists everywhere
+    assert not auth.rule_allows(Authenticator(), "no-such-account-rocmlab", learner)
+    Authenticator.unix_accounts = False  # the demo hub: one account runs every server
+    assert auth.rule_allows(Authenticator(), "no-such-account-rocmlab", learner)
+    assert not auth.rule_allows(Authenticator(), "root", {"rocmlab_role": None})
