@@ -179,6 +179,8 @@ def sync_gradebook(db_url: str, people: dict[str, Person]) -> int:
     from ..grading.nbgrader_compat import running_nbgrader
 
     learners = [person for person in people.values() if person.group == "learner"]
+    if db_url.startswith("sqlite:///"):  # a lab not graded yet: its course folder comes first
+        Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     with running_nbgrader(), Gradebook(db_url) as gradebook:
         for person in learners:
             gradebook.update_or_create_student(
