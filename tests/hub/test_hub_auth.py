@@ -91,7 +91,7 @@ def test_local_mode_configures_nothing(tmp_path):
 def people(tmp_path, rows):
     path = tmp_path / "roster.csv"
     path.write_text("login,name_zh,name_en,email,group\n" + rows, encoding="utf-8")
-    return roster.read_csv(path)
+    return roster.read_roster(path)
 
 
 @pytest.mark.parametrize(

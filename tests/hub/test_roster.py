@@ -114,7 +114,7 @@ def test_a_wrong_header_is_refused_and_the_command_says_where(tmp_path, capsys):
 def test_an_excel_csv_with_a_byte_order_mark_reads(tmp_path):
     path = tmp_path / "excel.csv"
     path.write_bytes(CLASS.encode("utf-8-sig"))
-    assert set(roster.read_csv(path)) == {"ada", "bo", "prof-li"}
+    assert set(roster.read_roster(path)) == {"ada", "bo", "prof-li"}
 
 
 def test_display_name_in_each_language_and_its_fallbacks(tmp_path):
@@ -173,3 +173,29 @@ def test_show_prints_the_roster(tmp_path, capsys):
     assert rocmlab(["roster", "show", "--data", str(data)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "login,name_zh,name_en,email,group"
     assert json.loads((data / "roster.json").read_text(encoding="utf-8"))["people"]["bo"]["name_en"] == "Bo Wang"
+
+
+def xlsx(tmp_path, rows, name="class.xlsx"):
+    openpyxl = pytest.importorskip("openpyxl", reason="openpyxl is not installed (hub extra)")
+    book = openpyxl.Workbook()
+    for row in rows:
+        book.active.append(row)
+    book.save(tmp_path / name)
+    return tmp_path / name
+
+
+def test_an_excel_workbook_imports_like_the_csv(tmp_path):
+    rows = [line.split(",") for line in CLASS.splitlines()]
+    rows[2][0] = 2023001  # a numeric login as Excel stores it
+    people = roster.read_roster(xlsx(tmp_path, rows))
+    assert set(people) == {"ada", "2023001", "prof-li"}
+    assert people["2023001"].name_zh == "王博" and people["ada"].email == "ada@uni.example.edu"
+
+
+def test_a_bad_excel_row_names_its_sheet_line(tmp_path):
+    rows = [line.split(",") for line in CLASS.splitlines()] + [["cy", "陈晨", "Chen", "", "student"]]
+    with pytest.raises(InputError, match=r"class.xlsx: line 5: field group: 'student'"):
+        roster.read_roster(xlsx(tmp_path, rows))
+    (tmp_path / "fake.xlsx").write_text("login,name_zh\n", encoding="utf-8")
+    with pytest.raises(InputError, match="fake.xlsx: not a readable XLSX workbook"):
+        roster.read_roster(tmp_path / "fake.xlsx")

@@ -1,4 +1,4 @@
-"""The class roster: one CSV file of ``login, name_zh, name_en, email, group`` (group: learner or
+"""The class roster: one CSV (or XLSX) file of ``login, name_zh, name_en, email, group`` (group: learner or
 instructor) that decides who may sign in to the hub, who is an instructor there, the students
 (with their names) of nbgrader's gradebooks, and the names printed on certificates.
 
@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,16 +59,12 @@ class Changes:
 # ------------------------------------------------------------------ reading a roster file
 
 
-def read_csv(path: Path) -> dict[str, Person]:
-    """The roster in the CSV file ``path``, login -> Person; InputError naming the file, line and
-    field of the first wrong row (so nothing is half-imported)."""
+def read_roster(path: Path) -> dict[str, Person]:
+    """The roster in ``path`` (CSV, or XLSX: its first sheet), login -> Person; InputError naming
+    the file, line and field of the first wrong row (so nothing is half-imported)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # Excel writes a byte-order mark
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a readable UTF-8 CSV file ({exc})") from None
-    reader = csv.DictReader(text.splitlines())
-    header = [name.strip() for name in reader.fieldnames or []]
+    header, rows = _xlsx_rows(path) if path.suffix.lower() == ".xlsx" else _csv_rows(path)
+    header = [name.strip() for name in header]
     missing = [name for name in COLUMNS if name not in header]
     unknown = [name for name in header if name not in COLUMNS]
     if missing or unknown:
@@ -77,18 +74,63 @@ def read_csv(path: Path) -> dict[str, Person]:
             + (f" (unknown {unknown})" if unknown else "")
         )
     people: dict[str, Person] = {}
-    for row in reader:
-        line = reader.line_num
-        if None in row:
+    for line, values in rows:
+        if len(values) > len(header):
             raise InputError(f"{path}: line {line}: more fields than the {len(header)} columns of the header")
-        values = {key.strip(): (value or "").strip() for key, value in row.items()}
-        person = check_row(path, line, values)
+        row = dict(zip(header, [value.strip() for value in values] + [""] * (len(header) - len(values))))
+        person = check_row(path, line, row)
         if person.login in people:
             raise InputError(f"{path}: line {line}: field login: {person.login!r} is listed twice")
         people[person.login] = person
     if not people:
         raise InputError(f"{path}: no rows: a roster lists at least one person")
     return people
+
+
+def _csv_rows(path: Path):
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # Excel writes a byte-order mark
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable UTF-8 CSV file ({exc})") from None
+    reader = csv.reader(text.splitlines())
+    header = next(reader, [])
+    return header, [(reader.line_num, values) for values in reader if any(value.strip() for value in values)]
+
+
+def _xlsx_rows(path: Path):
+    try:
+        import openpyxl
+    except ImportError:
+        raise InputError(f"{path}: reading XLSX needs openpyxl (the hub extra); or save the sheet as CSV") from None
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    try:
+        book = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, InvalidFileException) as exc:
+        raise InputError(f"{path}: not a readable XLSX workbook ({exc})") from None
+    try:
+        cells = [[_cell_text(cell) for cell in row] for row in book.worksheets[0].iter_rows(values_only=True)]
+    finally:
+        book.close()
+    while cells and cells[-1] and not any(cells[-1]):
+        cells.pop()
+    header = [value for value in (cells[0] if cells else []) if value]
+    rows = [(number, _trim(values)) for number, values in enumerate(cells[1:], start=2) if any(values)]
+    return header, rows
+
+
+def _cell_text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():  # a login typed as a number: 2023001, not 2023001.0
+        return str(int(value))
+    return str(value)
+
+
+def _trim(values: list) -> list:
+    while values and not values[-1]:
+        values = values[:-1]
+    return values
 
 
 def check_row(path: Path, line: int, row: dict) -> Person:
@@ -194,7 +236,7 @@ def sync_gradebook(db_url: str, people: dict[str, Person]) -> int:
 
 def import_roster(file: Path, data: Path | str | None = None, gradebooks=()) -> Changes:
     """Check ``file``, then make it the hub's roster and push it into ``gradebooks``."""
-    new = read_csv(file)
+    new = read_roster(file)
     changes = diff(load(data), new)
     for url in gradebooks:  # before the hub's roster: a gradebook that fails leaves that as it was
         sync_gradebook(url, new)
@@ -217,8 +259,10 @@ def describe(changes: Changes, people_count: int) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    imp = actions.add_parser("import", help="make a CSV file of login,name_zh,name_en,email,group the class roster")
-    imp.add_argument("file", metavar="FILE", type=Path, help="CSV file (UTF-8) with a header row")
+    imp = actions.add_parser(
+        "import", help="make a CSV or XLSX file of login,name_zh,name_en,email,group the class roster"
+    )
+    imp.add_argument("file", metavar="FILE", type=Path, help="CSV (UTF-8) or XLSX (first sheet) with a header row")
     imp.add_argument(
         "--data", metavar="DIR", help=f"the hub's data folder (default $ROCMLAB_HUB_DATA, else {DEFAULT_DATA})"
     )
