@@ -175,3 +175,26 @@ def test_on_the_workshop_server_a_name_without_a_unix_account_is_refused():
     Authenticator.unix_accounts = False  # the demo hub: one account runs every server
     assert auth.rule_allows(Authenticator(), "no-such-account-rocmlab", learner)
     assert not auth.rule_allows(Authenticator(), "root", {"rocmlab_role": None})
+
+
+# ------------------------------------------------------------------ jupyterhub_config.py reads them
+
+
+def test_the_roster_feeds_the_local_modes(monkeypatch, tmp_path):
+    from test_hub import hub_config
+
+    class_csv = tmp_path / "class.csv"
+    class_csv.write_text("login,name_zh,name_en,email,group\nada,,Ada,,learner\nli,,Li,,instructor\n", "utf-8")
+    roster.import_roster(class_csv, tmp_path / "data")
+    server = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="server")
+    assert server.PAMAuthenticator.allowed_users == {"ada", "li"}
+    assert "li" in server.JupyterHub.load_groups["instructors"]["users"]
+    demo = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_INSTRUCTORS="ann")
+    assert demo.JupyterHub.load_groups == {"instructors": {"users": ["ann", "li"]}}
+
+
+def test_a_half_configured_provider_stops_the_hub_config(monkeypatch, tmp_path):
+    from test_hub import hub_config
+
+    with pytest.raises(auth.AuthConfigError, match="set ROCMLAB_LDAP_BIND_DN_TEMPLATE"):
+        hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_AUTH="ldap", ROCMLAB_LDAP_URL="ldap://x")
