@@ -199,3 +199,20 @@ def test_a_bad_excel_row_names_its_sheet_line(tmp_path):
     (tmp_path / "fake.xlsx").write_text("login,name_zh\n", encoding="utf-8")
     with pytest.raises(InputError, match="fake.xlsx: not a readable XLSX workbook"):
         roster.read_roster(tmp_path / "fake.xlsx")
+
+
+def test_a_name_is_text_on_the_certificate_never_markup(tmp_path, monkeypatch):
+    data = tmp_path / "hub"
+    roster.import_roster(write(tmp_path, HEADER + 'ada,,"<img src=x onerror=alert(1)>",,learner\n'), data)
+    monkeypatch.setenv("ROCMLAB_HUB_DATA", str(data))
+    rule_file = write(
+        tmp_path,
+        '[certificate]\ncourse = { en = "GPU", zh = "GPU 课" }\n[[certificate.labs]]\n'
+        'lab = "01-rocm-setup"\npass_fraction = 1.0\n',
+        "completion.toml",
+    )
+    earned = cert.earned(
+        cert.load_rule(rule_file), [attempt("ada", "01-rocm-setup", DAY, checks=[check("a", True)])], "ada"
+    )
+    page = cert.certificate_page(earned, "en")
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
