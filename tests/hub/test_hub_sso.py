@@ -65,64 +65,74 @@ def sso_hub(tmp_path_factory):
                 yield hub, provider
 
 
-def sign_in(hub, login: str) -> tuple[str, str]:
-    """Sign ``login`` in through the provider's form in a fresh browser; (final URL, page text)."""
+@pytest.fixture(scope="module")
+def browser():
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=launch_args())
+        chromium = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=launch_args())
         try:
-            page = browser.new_page()
-            page.set_default_timeout(NAV_TIMEOUT_MS)
-            page.goto(f"{hub.url}/hub/oauth_login?next=/hub/home")
-            page.fill("#username", login)
-            page.fill("#password", USERS[login][0])
-            page.click("#sign-in")
-            page.wait_for_url(lambda url: "/hub/" in url and "oauth_login" not in url)
-            page.wait_for_load_state()
-            return page.url, page.inner_text("body")
+            yield chromium
         finally:
-            browser.close()
+            chromium.close()
+
+
+def sign_in(browser, hub, login: str) -> tuple[str, str]:
+    """Sign ``login`` in through the provider's form, in a fresh browser context (no cookies of
+    the others); (final URL, page text)."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(NAV_TIMEOUT_MS)
+        page.goto(f"{hub.url}/hub/oauth_login?next=/hub/home")
+        page.fill("#username", login)
+        page.fill("#password", USERS[login][0])
+        page.click("#sign-in")
+        page.wait_for_url(lambda url: "/hub/" in url and "oauth_login" not in url)
+        page.wait_for_load_state()
+        return page.url, page.inner_text("body")
+    finally:
+        context.close()
 
 
 def hub_user(hub, login: str) -> dict | None:
     return next((user for user in hub.api("GET", "/users") if user["name"] == login), None)
 
 
-def test_a_learner_signs_in_as_a_learner(sso_hub):
+def test_a_learner_signs_in_as_a_learner(sso_hub, browser):
     hub, provider = sso_hub
-    url, _ = sign_in(hub, "ada")
+    url, _ = sign_in(browser, hub, "ada")
     assert url.endswith("/hub/home")
     user = hub_user(hub, "ada")
     assert user["groups"] == [] and not user["admin"]
     assert provider.pkce_seen and set(provider.pkce_seen) == {"S256"}  # the hub used PKCE
 
 
-def test_an_instructor_signs_in_with_the_instructor_role(sso_hub):
+def test_an_instructor_signs_in_with_the_instructor_role(sso_hub, browser):
     hub, _ = sso_hub
-    url, _ = sign_in(hub, "li")
+    url, _ = sign_in(browser, hub, "li")
     assert url.endswith("/hub/home")
     user = hub_user(hub, "li")
     assert user["groups"] == ["instructors"] and not user["admin"]  # the rocmlab-instructor role, never admin
 
 
-def test_someone_on_the_roster_only_signs_in(sso_hub):
+def test_someone_on_the_roster_only_signs_in(sso_hub, browser):
     hub, _ = sso_hub
-    url, _ = sign_in(hub, "dee")
+    url, _ = sign_in(browser, hub, "dee")
     assert url.endswith("/hub/home") and hub_user(hub, "dee")["groups"] == []
 
 
-def test_someone_outside_the_allowed_groups_is_refused(sso_hub):
+def test_someone_outside_the_allowed_groups_is_refused(sso_hub, browser):
     hub, _ = sso_hub
-    url, text = sign_in(hub, "eve")
+    url, text = sign_in(browser, hub, "eve")
     assert "/hub/oauth_callback" in url and "403" in text
     assert hub_user(hub, "eve") is None
 
 
 @pytest.mark.parametrize(("sabotage", "login"), [("forged", "bo"), ("expired", "cy")])
-def test_a_forged_or_expired_id_token_is_refused(sso_hub, sabotage, login):
+def test_a_forged_or_expired_id_token_is_refused(sso_hub, browser, sabotage, login):
     hub, provider = sso_hub
     provider.sabotage = sabotage
     try:
-        url, text = sign_in(hub, login)
+        url, text = sign_in(browser, hub, login)
     finally:
         provider.sabotage = ""
     assert "/hub/oauth_callback" in url and "403" in text and "ID token refused" in text
