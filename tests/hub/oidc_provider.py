@@ -11,7 +11,8 @@
   "Group Membership" mapper or Casdoor's ``groups`` claim give them).
 
 ``sabotage`` makes the next ID tokens wrong the way an attacker or a broken clock would:
-``"forged"`` (signed by a key the JWKS does not hold, same ``kid``) or ``"expired"``.
+``"forged"`` (signed by a key the JWKS does not hold, under the real key's ``kid``) or
+``"expired"``; ``rotate_key`` replaces the signing key as a provider's key rotation does.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class Provider:
     def __init__(self, client_id: str, client_secret: str, redirect_uri: str, users: dict):
         self.client = Client(client_id, client_secret, redirect_uri)
         self.users = {login: User(login, password, claims) for login, (password, claims) in users.items()}
-        self.key = RSAKey.generate_key(2048, parameters={"kid": KID, "use": "sig", "alg": "RS256"})
-        self.rogue_key = RSAKey.generate_key(2048, parameters={"kid": KID, "use": "sig", "alg": "RS256"})
+        self.key = self._new_key(KID)
+        self.rogue_key = self._new_key(KID)
         self.codes: dict[str, Code] = {}
         self.tokens: dict[str, User] = {}
         self.sabotage = ""
@@ -119,6 +120,14 @@ class Provider:
         self._server = make_server("127.0.0.1", 0, self._app(), threaded=True)
         self.issuer = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @staticmethod
+    def _new_key(kid: str):
+        return RSAKey.generate_key(2048, parameters={"kid": kid, "use": "sig", "alg": "RS256"})
+
+    def rotate_key(self) -> None:
+        """A new signing key under a new kid, the old one gone from the JWKS (a provider's rotation)."""
+        self.key = self._new_key(f"{KID}-{secrets.token_hex(4)}")
 
     def __enter__(self):
         self._thread.start()
@@ -174,7 +183,7 @@ class Provider:
                 return "RS256"
 
             def get_encode_header(self, client):
-                return {"alg": "RS256", "kid": KID}
+                return {"alg": "RS256", "kid": provider.key.kid}
 
             def get_client_claims(self, client):
                 now = int(time.time())

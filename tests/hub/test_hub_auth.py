@@ -198,3 +198,18 @@ def test_a_half_configured_provider_stops_the_hub_config(monkeypatch, tmp_path):
 
     with pytest.raises(auth.AuthConfigError, match="set ROCMLAB_LDAP_BIND_DN_TEMPLATE"):
         hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_MODE="demo", ROCMLAB_HUB_AUTH="ldap", ROCMLAB_LDAP_URL="ldap://x")
+
+
+@pytest.mark.parametrize(
+    ("claims", "groups"),
+    [({"groups": ["a", "b"]}, ["a", "b"]), ({"groups": "a"}, ["a"]), ({}, []), ({"groups": {"a": 1}}, [])],
+)
+def test_the_groups_claim_is_read_as_a_list(claims, groups):
+    assert auth.claimed_groups(claims, "groups") == groups
+
+
+def test_a_token_under_an_unknown_kid_asks_for_the_keys_again(keys):
+    provider, _, jwks = keys
+    assert auth.holds_key(jwks, token(provider))
+    rotated = jwt.encode({"sub": "ada"}, provider, algorithm="RS256", headers={"kid": "k2"})
+    assert not auth.holds_key(jwks, rotated)

@@ -31,6 +31,7 @@ USERS = {  # login -> (password, claims): what a Keycloak realm with a groups ma
     "bo": ("bo-pass-1", {"preferred_username": "bo", "groups": [LEARNERS]}),
     "cy": ("cy-pass-1", {"preferred_username": "cy", "groups": [LEARNERS]}),
     "dee": ("dee-pass-1", {"preferred_username": "dee", "groups": []}),  # on the roster only
+    "fay": ("fay-pass-1", {"preferred_username": "fay", "groups": LEARNERS}),  # one group, as a string
 }
 
 
@@ -152,3 +153,11 @@ def test_the_hub_refuses_to_start_with_a_half_configured_provider(tmp_path, monk
             pass
     assert "half-configured: set ROCMLAB_OIDC_CLIENT_SECRET" in str(refused.value)
     assert "ROCMLAB_OIDC_CALLBACK_URL" in str(refused.value)
+
+
+def test_after_the_provider_rotates_its_key_sign_in_still_works(sso_hub, browser):
+    hub, provider = sso_hub
+    assert sign_in(browser, hub, "ada")[0].endswith("/hub/home")  # the hub has the JWKS now
+    provider.rotate_key()
+    assert sign_in(browser, hub, "fay")[0].endswith("/hub/home")  # a token under the new kid
+    assert hub_user(hub, "fay")["groups"] == []

@@ -144,6 +144,23 @@ def discover(issuer: str) -> dict:
     return metadata
 
 
+def claimed_groups(claims: dict, claim: str) -> list:
+    """The groups claim as a list (a provider may send one group as a string)."""
+    groups = claims.get(claim) or []
+    return [groups] if isinstance(groups, str) else list(groups) if isinstance(groups, list) else []
+
+
+def holds_key(jwks: dict, id_token: str) -> bool:
+    """Whether ``jwks`` has the key ``id_token`` names (else the provider may have rotated its keys)."""
+    import jwt
+
+    try:
+        kid = jwt.get_unverified_header(id_token).get("kid")
+    except jwt.InvalidTokenError:
+        return True  # verify_id_token refuses it, naming why
+    return not kid or any(key.get("kid") == kid for key in jwks.get("keys", []))
+
+
 def verify_id_token(id_token: str, jwks: dict, issuer: str, client_id: str) -> dict:
     """The claims of ``id_token`` if signed by a key of ``jwks`` for ``client_id`` by ``issuer`` and
     not expired (OpenID Connect Core 1.0, 3.1.3.7); jwt.InvalidTokenError otherwise."""
@@ -189,8 +206,11 @@ def oidc_authenticator_class():
             id_token = token_info.get("id_token")
             if not id_token:
                 raise web.HTTPError(403, "the provider returned no ID token")
+            jwks = await self._keys()
+            if not holds_key(jwks, id_token):  # fetched again once, after a key rotation
+                jwks = await self._keys(fresh=True)
             try:
-                claims = verify_id_token(id_token, await self._keys(), self.issuer, self.client_id)
+                claims = verify_id_token(id_token, jwks, self.issuer, self.client_id)
             except jwt.InvalidTokenError as exc:
                 self.log.warning("ID token refused: %s", exc)
                 raise web.HTTPError(403, f"ID token refused: {exc}") from None
@@ -201,24 +221,23 @@ def oidc_authenticator_class():
                 claims = {**userinfo, **claims}
             return claims
 
-        async def _keys(self) -> dict:
-            if not self._jwks:
+        async def _keys(self, fresh: bool = False) -> dict:
+            if fresh or not self._jwks:
                 self._jwks = await self.httpfetch(self.jwks_url, "Fetching the provider's JWKS...", method="GET")
             return self._jwks
 
         async def update_auth_model(self, auth_model):
             claims = auth_model["auth_state"][self.user_auth_state_key]
-            groups = claims.get(self.groups_claim) or []
-            role, hub_groups = role_and_hub_groups(self, auth_model["name"], groups if isinstance(groups, list) else [])
+            groups = claimed_groups(claims, self.groups_claim)
+            role, hub_groups = role_and_hub_groups(self, auth_model["name"], groups)
             auth_model["rocmlab_role"], auth_model["groups"] = role, hub_groups
             auth_model["admin"] = False
             return auth_model
 
         async def get_user_groups(self, auth_state):  # update_auth_model set them; keep them
             claims = auth_state[self.user_auth_state_key]
-            groups = claims.get(self.groups_claim) or []
             name = self.normalize_username(self.user_info_to_username(claims))
-            return set(role_and_hub_groups(self, name, groups if isinstance(groups, list) else [])[1])
+            return set(role_and_hub_groups(self, name, claimed_groups(claims, self.groups_claim))[1])
 
         async def check_allowed(self, username, auth_model):
             return rule_allows(self, username, auth_model)
