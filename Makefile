@@ -75,8 +75,10 @@ hub-setup: $(HUB_PROXY)
 # browser test) and shellcheck (ci/*.sh and the workflows' run: blocks, through actionlint).
 # Installed when missing, as root with apt-get; otherwise their tests skip, saying why.
 # fonts-noto-cjk: Chinese glyphs in the zh screenshots (site and hub browser tests);
-# bubblewrap: the grader's default sandbox and its forked kernels (tests/grading/, tests/sandbox/).
-SYSTEM_PACKAGES := redis-server chromium shellcheck
+# bubblewrap: the grader's default sandbox and its forked kernels (tests/grading/, tests/sandbox/);
+# slapd: the LDAP directory the sign-on test starts (tests/hub/test_hub_ldap.py; its own config,
+# the package's system instance is never used).
+SYSTEM_PACKAGES := redis-server chromium shellcheck slapd
 OTHER_PACKAGES := fonts-noto-cjk bubblewrap
 system-deps:
 	@missing=""; for pkg in $(SYSTEM_PACKAGES); do command -v $$pkg >/dev/null || missing="$$missing $$pkg"; done; \

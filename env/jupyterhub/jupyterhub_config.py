@@ -55,14 +55,18 @@
 #                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port
 #                            (server: 1011, demo: 10101; a server's must be below 1024)
 #   ROCMLAB_HUB_COMPLETION   the completion certificate's rule (default env/jupyterhub/completion.toml)
+#   ROCMLAB_HUB_AUTH         local (default) | oidc | ldap, with the ROCMLAB_OIDC_* or ROCMLAB_LDAP_*
+#                            block of rocmlab.hub.auth; DATA/roster.json (`rocmlab roster import`)
+#                            adds people and instructors to every mode
 import os
 import sys
 from pathlib import Path
 
+from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
-from rocmlab.hub.settings import HubGroups
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP, HubGroups
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -96,7 +100,6 @@ groups = HubGroups.from_environment()  # the same object `rocmlab hub` reads the
 instructor_group = groups.instructor
 venv_bin = Path(sys.executable).parent
 learner_group = groups.learner
-LEARNERS_HUB_GROUP = "rocmlab-learners"  # the hub group of the learner group's members (server mode)
 
 if not demo:  # set-ups that would weaken the servers' isolation are refused (rocmlab.hub.setup_checks)
     import pwd as _pwd
@@ -194,14 +197,21 @@ c.ConfigurableHTTPProxy.command = [env("ROCMLAB_HUB_PROXY", "configurable-http-p
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
 
 # ------------------------------------------------------------------ who may log in
-if demo:
+# ROCMLAB_HUB_AUTH=oidc | ldap: single sign-on and the roster, one block of variables each
+# (rocmlab.hub.auth, docs/hub.md); local (default): the cases below, with the roster's people.
+sign_in = auth.configure(c, os.environ, instructor_group, data, server_mode=not demo)
+people = roster.load(data)
+roster_instructors = roster.logins(people, "instructor")
+if sign_in == "local" and demo:
     c.JupyterHub.authenticator_class = "shared-password"
     c.SharedPasswordAuthenticator.user_password = env("ROCMLAB_HUB_PASSWORD") or None
     c.Authenticator.allow_all = True
-    c.JupyterHub.load_groups = {instructor_group: {"users": _names(env("ROCMLAB_HUB_INSTRUCTORS", ""))}}
-else:
+    demo_instructors = set(_names(env("ROCMLAB_HUB_INSTRUCTORS", ""))) | roster_instructors
+    c.JupyterHub.load_groups = {instructor_group: {"users": sorted(demo_instructors)}}
+elif sign_in == "local":
     c.JupyterHub.authenticator_class = "pam"
     c.PAMAuthenticator.allowed_groups = {learner_group, instructor_group}
+    c.PAMAuthenticator.allowed_users = roster.logins(people)
     # Instructors are not hub admins (an admin can open any learner's server and act as them):
     # the role `rocmlab-instructor` below gives them what running a class needs.
     c.PAMAuthenticator.admin_groups = set()
@@ -408,9 +418,10 @@ if live:
             }
         )
 c.JupyterHub.load_roles = roles
-if not demo:  # the Unix group decides: its members are in the hub group at every start
+if not demo and sign_in == "local":  # the Unix groups (and the roster) decide, at every start
+    learners = set(group_members(learner_group)) | roster.logins(people, "learner")
     c.JupyterHub.load_groups = {
-        instructor_group: {"users": sorted(group_members(instructor_group))},
-        LEARNERS_HUB_GROUP: {"users": sorted(group_members(learner_group))},  # whose servers instructors run
+        instructor_group: {"users": sorted(set(group_members(instructor_group)) | roster_instructors)},
+        LEARNERS_HUB_GROUP: {"users": sorted(learners)},  # whose servers instructors run
     }
 c.JupyterHub.services = services

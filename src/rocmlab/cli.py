@@ -40,6 +40,10 @@ COMMANDS = {
     "submit": ("rocmlab.hub.submit", "submit a lab from the workshop hub's JupyterLab and see its grade now"),
     "check": ("rocmlab.grading.self_check", "a learner's offline self-check of a notebook's visible tests"),
     "site": ("rocmlab.site", "the course website (static, bilingual, offline) with launch links to the hub"),
+    "roster": (
+        "rocmlab.hub.roster",
+        "the class roster (CSV): who signs in to the hub, instructors, gradebook students and certificate names",
+    ),
     "hub": (
         "rocmlab.hub",
         "the workshop JupyterHub of this machine (--demo: loopback, shared password, not secure)",

@@ -67,6 +67,7 @@ BAD_INPUT = {
     "live": (["live", "status", "--queue", "{tmp}/none.sqlite"], "none.sqlite: expected the live queue file"),
     "submit": (["submit", "{tmp}/nope.ipynb"], "nope.ipynb: no such notebook"),
     "site": (["site", "--hub-url", "hub.example.org"], "site.toml: missing (the hub URL of the launch links)"),
+    "roster": (["roster", "import", "{tmp}/class.csv", "--data", "{tmp}/hub"], "class.csv: not a readable UTF-8"),
 }
 
 

@@ -2,6 +2,7 @@
 only its learner. Graded in one run against a copy of the fixture course with the instructor's
 usual clutter planted in it: a git history, executed solution notebooks, an earlier grading."""
 
+import csv
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from rocmlab.errors import CommandFailed
 from rocmlab.grading import grader
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions
+from rocmlab.hub.roster import import_roster
 from rocmlab.sandbox.limits import bubblewrap_works, choose_backend, is_root
 
 pytestmark = pytest.mark.slow
@@ -79,6 +81,9 @@ def _grade(course, tmp_path_factory):
     classroom.write(classroom.answer(base), folder / "dotdot.ipynb")
     os.rename(folder / "dotdot.ipynb", folder / "...ipynb")  # flat layout: learner id ".."
     out = work / "out"
+    roster_csv = work / "roster.csv"  # the class roster names a learner in the gradebook (issue 52)
+    roster_csv.write_text("login,name_zh,name_en,email,group\ncorrect,高正,Zheng Gao,,learner\n", encoding="utf-8")
+    import_roster(roster_csv, work / "hub", [f"sqlite:///{out / 'course' / 'gradebook.db'}"])
     results = grade_class(course, lab, find_submissions(folder, lab.id), out, jobs=2, progress=lambda _m: None)
     return {r.student: r for r in results}, entries, out, marker
 
@@ -98,6 +103,8 @@ def test_good_learners_are_graded_despite_bad_ids_in_the_class(graded):
     assert summary["sandbox"]["forked_kernels"] == forked
     rows = (out / "grades.csv").read_text().splitlines()
     assert len(rows) == 1 + len(entries), rows  # no row for an invalid id, and no split row
+    named = {row["student_id"]: row for row in csv.DictReader(rows)}["correct"]
+    assert (named["first_name"], named["last_name"], float(named["score"])) == ("Zheng Gao", "高正", 5)
 
 
 def test_each_bad_id_costs_only_its_learner_with_a_reason(graded):

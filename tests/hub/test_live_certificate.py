@@ -199,7 +199,7 @@ def test_rocmlab_hub_says_at_start_when_the_courses_rule_cannot_be_earned(tmp_pa
 def test_the_name_comes_from_the_roster_and_is_signed(tmp_path):
     store = cert.CertificateStore(tmp_path / "certificates.sqlite", b"k" * 32)
     issued = cert.issued(store, rule(tmp_path), passing(), "ada", name="Ada Lovelace")
-    assert issued.shown_name == "Ada Lovelace" and cert.issued(store, rule(tmp_path), passing(), "ada") == issued
+    assert issued.name_in("en") == "Ada Lovelace" and cert.issued(store, rule(tmp_path), passing(), "ada") == issued
     assert cert.verify(store, issued.id, {"name": "Ada Lovelace", "learner": "ada"}) == (issued, [])
     assert cert.verify(store, issued.id, {"name": "Ada King"})[1] == ["name"]
     assert "Ada Lovelace" in cert.certificate_page(issued, "en") and "Ada Lovelace" in cert.certificate_page(

@@ -38,12 +38,13 @@ import os
 import sqlite3
 import time
 import tomllib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import CommandFailed, InputError
 from ..pages import render_page
 from .live_view import progress
+from .roster import display_name
 from .secret_file import persistent_secret
 
 KEY_FILE = "certificate.key"
@@ -80,11 +81,16 @@ class Certificate:
     labs: list  # of CertifiedLab
     issued_on: str  # the day the rule was first met (the last required lab passed)
     id: str = ""
-    name: str = ""  # the learner's name on the roster (their account's full name), else their login
+    name: str = ""  # the learner's account's full name, else empty
+    names: dict = field(default_factory=dict)  # lang -> the learner's name on the roster (rocmlab.hub.roster)
+
+    def name_in(self, lang: str) -> str:
+        """The name a copy in ``lang`` shows: the roster's, else the account's full name, else the login."""
+        return self.names.get(lang) or self.name or self.learner
 
     @property
-    def shown_name(self) -> str:
-        return self.name or self.learner
+    def shown_names(self) -> set[str]:
+        return {self.name_in(lang) for lang in ("en", "zh")}
 
     @property
     def result(self) -> str:
@@ -150,6 +156,7 @@ def earned(rule: CompletionRule, attempts, learner: str) -> Certificate | None:
         issuer=rule.issuer,
         labs=certified,
         issued_on=max(lab.graded_on for lab in certified),
+        names={lang: name for lang in ("en", "zh") if (name := display_name(learner, lang)) != learner},
     )
 
 
@@ -294,12 +301,12 @@ def verify(store: CertificateStore, certificate_id: str, claimed: dict) -> tuple
     if certificate is None:
         return None, []
     held = {
-        "learner": certificate.learner,
-        "name": certificate.shown_name,
-        "issued_on": certificate.issued_on,
-        "result": certificate.result,
+        "learner": {certificate.learner},
+        "name": certificate.shown_names,  # a copy in either language
+        "issued_on": {certificate.issued_on},
+        "result": {certificate.result},
     }
-    edited = [name for name in CLAIMS if name in claimed and str(claimed[name]).strip() != held[name]]
+    edited = [name for name in CLAIMS if name in claimed and str(claimed[name]).strip() not in held[name]]
     if "course" in claimed and str(claimed["course"]).strip() not in certificate.course.values():
         edited.append("course")
     return certificate, edited
@@ -354,7 +361,7 @@ def certificate_pdf(certificate: Certificate, lang: str, verify_url: str = "") -
     pdf = FPDF(orientation="L", unit="mm", format="A4")
     pdf.set_auto_page_break(False)
     pdf.set_creator("rocmlab")
-    pdf.set_title(f"{certificate.course[lang]}: {certificate.shown_name}")
+    pdf.set_title(f"{certificate.course[lang]}: {certificate.name_in(lang)}")
     pdf.add_font("cjk", fname=str(font), collection_font_number=face)
     pdf.add_page()
     pdf.set_draw_color(30, 58, 138)
@@ -365,7 +372,7 @@ def certificate_pdf(certificate: Certificate, lang: str, verify_url: str = "") -
     for size, line, gap in (
         (30, text["title"], 16),
         (13, text["certifies"], 9),
-        (26, certificate.shown_name, 14),
+        (26, certificate.name_in(lang), 14),
         (13, text["completed"], 9),
         (18, certificate.course[lang], 14),
     ):

@@ -472,7 +472,7 @@ class CertificateVerify(PageHandler):
                     if found is None
                     else {
                         **{k: getattr(found, k) for k in ("learner", "course", "issuer", "issued_on", "result")},
-                        "name": found.shown_name,
+                        "name": found.name_in(self.lang),
                     },
                 },
                 200 if valid else 404,

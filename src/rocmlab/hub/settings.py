@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 LEARNER_GROUP = ("ROCMLAB_HUB_LEARNER_GROUP", "rocmlab")
 INSTRUCTOR_GROUP = ("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
+# The hub group of every learner (server mode): the instructors' role starts and stops only its
+# members' servers. Filled from the Unix learner group at each start, or at sign-in by OIDC/LDAP.
+LEARNERS_HUB_GROUP = "rocmlab-learners"
 
 
 @dataclass(frozen=True)
