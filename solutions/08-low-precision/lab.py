@@ -851,6 +851,16 @@ assert _s2.shape == (3, 2) and _c2.shape == (3, 64)
 assert torch.equal(_s2.view(torch.float8_e8m0fnu).float(), torch.exp2(_s2.float() - 127)), "E8M0 bytes, bias 127"
 _rt = mxfp4_dequantize(_c2, _s2)
 assert relative_error(_x, _rt) < 0.2, f"MXFP4 round trip too far off: {relative_error(_x, _rt):.3f}"
+_c7, _s7 = mxfp4_quantize(torch.tensor([[7.0] + [0.0] * 31]))
+assert _s7.item() == 127 and _c7[0, 0].item() == 7, \
+    f"amax 7: floor(log2 7) − 2 = 0 → 字节 127（规范向下取整，不是 128）/ byte 127 (the spec rounds down, not 128), 7 饱和为 6 / saturates to 6 (code 7); got {_s7.item()}, {_c7[0, 0].item()}"
+_two = torch.cat([torch.full((1, 32), 1.0), torch.full((1, 32), 4.0)], dim=-1)
+assert mxfp4_quantize(_two)[1].tolist() == [[125, 127]], \
+    f"每 32 个元素一个 scale / one scale per block of 32: amax 1 → 125, amax 4 → 127; got {mxfp4_quantize(_two)[1].tolist()}"
+for _k in range(2):  # each block quantized alone equals the blocked result
+    _ck, _sk = mxfp4_quantize(_x[:, 32 * _k : 32 * (_k + 1)])
+    assert torch.equal(_sk[:, 0], _s2[:, _k]) and torch.equal(_ck, _c2[:, 32 * _k : 32 * (_k + 1)]), \
+        f"块 {_k} 单独量化与整体中不同 / block {_k} quantized alone differs from within x"
 _c3, _s3 = mxfp4_quantize(torch.zeros(2, 2, 32), block_size=16)
 assert _s3.shape == (2, 2, 2) and _s3.sum().item() == 0, f"沿最后一维分块；全零块 scale 字节为 0 / blocks along the last dim; an all-zero block has scale byte 0: {_s3.tolist()}"
 try:

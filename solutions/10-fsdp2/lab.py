@@ -1004,7 +1004,7 @@ print("公式与实测的通信量一致 / formula and measured traffic agree")
 #
 # 因为 `.metadata` 最后写，**有 `.metadata` 的目录才是完整的检查点**：一个 rank 在保存途中被杀，留下的目录没有它，恢复时必须跳过。
 #
-# **练习 6。** `save_checkpoint(model, optimizer, step, root)`：每个 rank 都调用；把 `{"model": ..., "optim": ...}`（来自 `get_state_dict`）用 `dcp.save` 写到 `root/step-{step:06d}`（例如 `step-000008`），返回这个路径。`load_latest_checkpoint(model, optimizer, root)`：在 `root` 下找步数最大的、含 `.metadata` 的 `step-*` 目录；没有时什么都不改，返回 0；有时先用 `get_state_dict` 取得形状正确的状态字典，`dcp.load` 就地读入，再 `set_state_dict` 放回模型和优化器，返回该步数。
+# **练习 6。** `save_checkpoint(model, optimizer, step, root)`：每个 rank 都调用；把 `{"model": ..., "optim": ...}`（来自 `get_state_dict`）用 `dcp.save` 写到 `root/step-{step:06d}`（例如 `step-000008`），返回这个路径（`Path` 或 `str`，相对或绝对都行：检查按路径比较）。`load_latest_checkpoint(model, optimizer, root)`：在 `root` 下找步数最大的、含 `.metadata` 的 `step-*` 目录；没有时什么都不改，返回 0；有时先用 `get_state_dict` 取得形状正确的状态字典，`dcp.load` 就地读入，再 `set_state_dict` 放回模型和优化器，返回该步数。
 
 # %% [markdown] tags=["en"]
 # ## 6 · Distributed checkpoints (DCP) and resuming
@@ -1013,7 +1013,7 @@ print("公式与实测的通信量一致 / formula and measured traffic agree")
 #
 # Since `.metadata` comes last, **a directory is a complete checkpoint only if it holds `.metadata`**: a rank killed in the middle of a save leaves a directory without it, which resuming must skip.
 #
-# **Exercise 6.** `save_checkpoint(model, optimizer, step, root)`: every rank calls it; write `{"model": ..., "optim": ...}` (from `get_state_dict`) with `dcp.save` to `root/step-{step:06d}` (e.g. `step-000008`) and return that path. `load_latest_checkpoint(model, optimizer, root)`: find the `step-*` directory under `root` with the highest step that holds `.metadata`; if there is none, change nothing and return 0; otherwise take correctly shaped state dicts from `get_state_dict`, read into them in place with `dcp.load`, put them back into the model and optimizer with `set_state_dict`, and return that step.
+# **Exercise 6.** `save_checkpoint(model, optimizer, step, root)`: every rank calls it; write `{"model": ..., "optim": ...}` (from `get_state_dict`) with `dcp.save` to `root/step-{step:06d}` (e.g. `step-000008`) and return that path (a `Path` or a `str`, relative or absolute: it is compared as a path). `load_latest_checkpoint(model, optimizer, root)`: find the `step-*` directory under `root` with the highest step that holds `.metadata`; if there is none, change nothing and return 0; otherwise take correctly shaped state dicts from `get_state_dict`, read into them in place with `dcp.load`, put them back into the model and optimizer with `set_state_dict`, and return that step.
 
 # %% tags=["solution"] grade_id="10-dcp-sol-1"
 def save_checkpoint(model, optimizer, step, root):

@@ -8,14 +8,14 @@ import pytest
 from test_hub_helm import SINGLEUSER, dockerfile_stages
 
 from rocmlab.build.assignments import drift
-from rocmlab.build.verify import verify_lab
+from rocmlab.build.verify import mistake_notebook, verify_lab
 from rocmlab.course import lab_table
 from rocmlab.course.catalog import discover
 from rocmlab.course.notebooks import solution_notebook
 from rocmlab.course.source import read_notebook
 from rocmlab.execution.run import local_target
 from rocmlab.grading.cells import cell_points
-from rocmlab.harness import lab_checks
+from rocmlab.harness import lab_checks, mistakes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = discover(ROOT)
@@ -66,6 +66,15 @@ def test_the_hub_image_holds_every_model_the_gpu_profiles_name():
 def test_every_test_cell_is_graded_by_checks_that_add_up_to_its_points(lab):
     checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, "en")))
     assert len({c.name for c in checks}) == len(checks), f"{lab.id}: two checks share a name"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
+def test_every_listed_mistake_redefines_an_answer_function(lab):
+    """What ``build --verify`` runs for each @mistake builds (the run itself is the slow test below)."""
+    checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, "en")))
+    for item in mistakes_of(checks):
+        assert item.rule["en"].strip() and item.rule["zh"].strip(), f"{lab.id}: {item.check}: a mistake needs zh and en"
+        mistake_notebook(lab, "zh", item)
 
 
 @pytest.mark.slow

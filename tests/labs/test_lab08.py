@@ -515,3 +515,53 @@ def test_checks_reject_a_known_mistake(ns, tokenizer, small_model, grade_id, nam
     namespace = graded_namespace(ns, tokenizer, small_model, **{name: mutant(ns)})
     results = run_checks_of(grade_id, namespace, seed=3)
     assert not all(r.passed for r in results), f"{mutant.__name__} passes every check of {grade_id}"
+
+
+def listed_mistakes():
+    """The @mistake entries of checks.py: (grade_id, check name, Mistake)."""
+    from rocmlab.harness import load_checks, mistakes_of
+
+    path = LAB / "checks.py"
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path))
+    grade_ids = {c.name: c.grade_id for c in checks}
+    return [(grade_ids[m.check], m.check, m) for m in mistakes_of(checks)]
+
+
+MISTAKES = listed_mistakes()
+
+
+def test_the_three_classic_mistakes_of_the_issue_are_listed():
+    assert sorted(name for _, name, _ in MISTAKES) == ["decode_finite", "mx_layout", "mx_scales"]
+
+
+def with_mistake(ns, item):
+    """The solution namespace with the mistake's code defining its functions in place of the right ones."""
+    namespace = dict(ns)
+    exec(compile(item.code, f"<mistake on {item.check}>", "exec"), namespace)  # noqa: S102 (the course's own code)
+    return namespace
+
+
+@pytest.mark.parametrize("grade_id,name,item", MISTAKES, ids=[m[1] for m in MISTAKES])
+def test_a_listed_mistake_fails_its_check_and_the_visible_test(ns, tokenizer, small_model, grade_id, name, item):
+    namespace = graded_namespace(ns, tokenizer, small_model, **{})
+    namespace = with_mistake(namespace, item)
+    results = {r.name: r for r in run_checks_of(grade_id, namespace, seed=5)}
+    assert not results[name].passed, f"{item.rule['en']}: passes {name}"
+    with pytest.raises(AssertionError):
+        run_test_cell(grade_id, namespace)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_exponent_slip_fails_the_exponent_rule_alone(ns, tokenizer, small_model, seed):
+    """The codes and layout rules are properties of the learner's own scales: ceil for floor breaks one rule."""
+    (item,) = [m for _, name, m in MISTAKES if name == "mx_scales"]
+    namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
+    failed = sorted(r.name for r in run_checks_of("08-mxfp4-1", namespace, seed) if not r.passed)
+    assert failed == ["mx_scales"]
+
+
+def test_one_scale_per_tensor_is_blamed_on_the_blocking_not_the_rounding(ns, tokenizer, small_model):
+    (item,) = [m for _, name, m in MISTAKES if name == "mx_layout"]
+    namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
+    failed = sorted(r.name for r in run_checks_of("08-mxfp4-1", namespace, seed=4) if not r.passed)
+    assert failed == ["mx_layout", "mx_scales"]
