@@ -13,6 +13,7 @@ visible test passed, 1 when one failed, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shutil
 import sys
@@ -109,10 +110,17 @@ def _hint(owner: str, message: str) -> str:
     )
 
 
-def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
-    """The first non-test cell that raised before the first failing test (None: the tests failed on their own)."""
+INJECTED = "injected-parameters"  # papermill's tag on the parameters cell it adds for a run
+
+
+def first_error(executed, course: dict[str, str] | None, injected_ids: frozenset = frozenset()) -> FirstError | None:
+    """The first non-test cell that raised before the first failing test (None: the tests failed on their own).
+    Its position counts the cells the learner has: not the ``injected_ids`` (or, without them, any
+    injected-parameters cell), which the run added."""
     position = 0
     for cell in executed.cells:
+        if _added_by_run(cell, injected_ids):
+            continue
         position += 1
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if not errors:
@@ -123,6 +131,33 @@ def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
         message = shown_message(str(errors[0].get("ename", "")), str(errors[0].get("evalue", "")))
         return FirstError(position, owner, message, _hint(owner, message))
     return None
+
+
+def _added_by_run(cell, injected_ids: frozenset) -> bool:
+    if INJECTED not in cell.get("metadata", {}).get("tags", []):
+        return False
+    return not injected_ids or cell.get("id") not in injected_ids
+
+
+def notebook_parameters(nb) -> dict:
+    """The literal values the notebook's parameters cell assigns (a downloaded notebook's own
+    profile), later injected ones overriding; a value that is not a literal is left out."""
+    values = {}
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type != "code" or not {"parameters", INJECTED} & set(tags):
+            continue
+        try:
+            body = ast.parse(cell.source).body
+        except SyntaxError:
+            continue
+        for node in body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    values[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+    return values
 
 
 def course_cells(lab: Lab | None, lang: str) -> dict[str, str] | None:
@@ -161,7 +196,7 @@ def find_lab(nb, root: str | None) -> Lab | None:
 
 
 def prepare(nb, keep_params: bool):
-    nb.cells = [c for c in nb.cells if keep_params or "injected-parameters" not in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if keep_params or INJECTED not in c.metadata.get("tags", [])]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -191,9 +226,11 @@ def run_check(
         if not keep_params:
             params, requires = smoke.parameters, smoke.requires
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
-    check_model_cache(params, other_user=is_root())
+    own = notebook_parameters(nb)  # what the notebook runs with where no profile's parameters replace them
+    check_model_cache({**own, **params}, other_user=is_root())
     check_adapter_cache(requires, other_user=is_root())
     prepared = prepare(nb, keep_params)
+    kept_injected = frozenset(c.get("id") for c in prepared.cells if INJECTED in c.metadata.get("tags", []))
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
     sandbox = _sandbox(root, keep_params)
     run = sandbox.new_run(0, cell_timeout_s)
@@ -215,7 +252,7 @@ def run_check(
         sandbox.close()
     mark_unrun_tests(executed)
     problem = outcome.reason if outcome.status in ("timeout", "crashed") else ""
-    return visible_results(executed), problem, first_error(executed, course_cells(lab, lang))
+    return visible_results(executed), problem, first_error(executed, course_cells(lab, lang), kept_injected)
 
 
 def visible_results(executed) -> list[VisibleTest]:
