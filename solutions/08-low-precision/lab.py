@@ -1313,23 +1313,32 @@ plt.show()
 for (_mname, _fmt), _v in _mem.items():
     print(f"Qwen2.5-{_mname:4s} {_fmt:12s} weights {_v['weights']:6.2f} GB | KV 32x4096: bf16 {_v['kv bf16']:6.2f} GB, fp8 {_v['kv fp8']:6.2f} GB")
 
+# %%
+# This run's reading: every number the text below compares comes from here, not from the author's run.
+_ppls = [row["perplexity"] for row in quality.values()]
+_int4 = f"int4 g{INT4_GROUP}"
+print(f"perplexity / 困惑度, five formats: {min(_ppls):.2f} – {max(_ppls):.2f} "
+      f"(spread {100 * (max(_ppls) / min(_ppls) - 1):.2f} %)")
+print(f"JSON validity / JSON 有效率: fp32 {quality['fp32']['json_valid']:.2f}, {_int4} {quality[_int4]['json_valid']:.2f} "
+      f"(one prompt is worth / 每个提示占 {1 / len(JSON_PROMPTS):.2f})")
+
 # %% [markdown] tags=["zh"]
-# **读数**：作者用 seed 0 跑 smoke（96 条描述、24 个 JSON 提示）：五种格式的困惑度都在 116 左右，相差不到 0.5%；
-# JSON 有效率 fp32 为 0.92，INT4 g64 降到 0.83（每个提示占 0.04，差一两个提示就在噪声范围内）。一个只有 4M 参数、
-# 本身就没学好的模型不是好裁判：它自身的误差远大于量化噪声。在真实规模的 LLM 上，4 位的就近舍入 (round-to-nearest)
-# 量化会带来可测的困惑度上升——这正是 GPTQ、AWQ 存在的原因（两篇论文都以它为对照）；用 gpu 配置在 Qwen2.5-0.5B 上看。
+# **读数**（数字见上一格，来自你这次运行）：比较五种格式困惑度的差别与模型本身的困惑度，比较 JSON 有效率的差别与一个
+# 提示的分量——差一两个提示就在噪声范围内。一个只有 4M 参数、本身就没学好的模型不是好裁判：它自身的误差远大于量化噪声。
+# 在真实规模的 LLM 上，4 位的就近舍入 (round-to-nearest) 量化会带来可测的困惑度上升——这正是 GPTQ、AWQ 存在的原因
+# （两篇论文都以它为对照）；用 gpu 配置在 Qwen2.5-0.5B 上看。
 # 显存上：7B 的权重从 bf16 到 4 位缩小约 2.7 倍（嵌入仍是 bf16）；而 32 条 4096 token 的 bf16 KV cache 已有 bf16 权重的一半——
 # 并发越高，KV cache 越是大头，这就是下一节。
 
 # %% [markdown] tags=["en"]
-# **Reading it**: the author's smoke run with seed 0 (96 descriptions, 24 JSON prompts): all five formats give a
-# perplexity near 116, within 0.5 % of each other; JSON validity is 0.92 in fp32 and 0.83 with INT4 g64 (each
-# prompt is worth 0.04, so one or two prompts are within the noise). A 4 M-parameter model that never learned
-# its data well is a poor judge: its own error dwarfs the quantization noise. On LLMs of real size, 4-bit
-# round-to-nearest quantization costs measurable perplexity, which is why GPTQ and AWQ exist (both papers
-# compare against it); run the gpu profile to see it on Qwen2.5-0.5B. On memory: 7B's weights shrink about 2.7×
-# from bf16 to 4 bits (the embeddings stay bf16), while the bf16 KV cache of 32 sequences of 4096 tokens is
-# already half the bf16 weights. The higher the concurrency, the more the KV cache dominates: the next section.
+# **Reading it** (the numbers are in the cell above, from your run): compare the spread of the five formats'
+# perplexities with the model's own perplexity, and the difference in JSON validity with what one prompt is
+# worth: one or two prompts are within the noise. A 4 M-parameter model that never learned its data well is a
+# poor judge: its own error dwarfs the quantization noise. On LLMs of real size, 4-bit round-to-nearest
+# quantization costs measurable perplexity, which is why GPTQ and AWQ exist (both papers compare against it); run
+# the gpu profile to see it on Qwen2.5-0.5B. On memory: 7B's weights shrink about 2.7× from bf16 to 4 bits (the
+# embeddings stay bf16), while the bf16 KV cache of 32 sequences of 4096 tokens is already half the bf16 weights.
+# The higher the concurrency, the more the KV cache dominates: the next section.
 
 # %% [markdown] tags=["zh"]
 # ## 7 · FP8 KV cache：能多容纳多少并发序列

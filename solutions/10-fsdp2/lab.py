@@ -83,7 +83,6 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from rocmlab import lab
-from rocmlab.lab import datasheets
 from rocmlab.lab.models import model_path
 
 # %% tags=["parameters"]
@@ -212,10 +211,10 @@ for _bad in [(10, 2, "zero4"), (10, 0, "ddp"), (-1, 2, "ddp")]:
 print("显存账正确 / memory bill correct")
 
 # %% [markdown] tags=["zh"]
-# 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)）。显存容量按二进制计：[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB，MI300X 向 rocm-smi 报告 205,822,885,888 字节（比 192 × 10⁹ 多）。下面和实验 08 一样取课程共享数据手册表 `rocmlab.lab.datasheets` 的 `memory_bytes` = 192 × 2³⁰ 字节，而且一个字节都不留给激活和框架，所以得到的是上限。
+# 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)）。显存容量按二进制计：[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB（显卡报告的字节数比 192 × 10⁹ 多）。但 192 × 2³⁰ = 206,158,430,208 字节也比显卡实际报告的多：一块 MI300X VF（云上的虚拟机）向 rocm-smi 报告 205,822,885,888 字节，裸机上的 MI300X 报告 206,141,652,992 字节（[ROCm/legacy-rocm-build#4750](https://github.com/ROCm/legacy-rocm-build/issues/4750) 中 rocm-smi 的输出），其余留作保留区。下面取前者 `MI300X_BYTES` = 205,822,885,888 字节，而且一个字节都不留给激活和框架，所以得到的是上限。
 
 # %% [markdown] tags=["en"]
-# Now the three models. Parameter counts come from building each model from its config on the `meta` device (no memory, nothing downloaded); the two Qwen configs are the published `config.json` values, and the model cards say 0.49B and 7.61B ([Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct), [Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)). MI300X has 192 GB of HBM3 ([AMD MI300X datasheet](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)). Memory capacity counts in binary units: the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list it as 192 GiB, and an MI300X reports 205,822,885,888 bytes to rocm-smi (more than 192 × 10⁹). As in lab 08, we take `memory_bytes` = 192 × 2³⁰ bytes from the course's shared datasheet table `rocmlab.lab.datasheets`, and leave nothing for activations or the framework, so the answers are upper bounds.
+# Now the three models. Parameter counts come from building each model from its config on the `meta` device (no memory, nothing downloaded); the two Qwen configs are the published `config.json` values, and the model cards say 0.49B and 7.61B ([Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct), [Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)). MI300X has 192 GB of HBM3 ([AMD MI300X datasheet](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)). Memory capacity counts in binary units: the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list it as 192 GiB (a board reports more than 192 × 10⁹ bytes). Yet 192 × 2³⁰ = 206,158,430,208 bytes is more than the board reports: an MI300X VF (a cloud VM) reports 205,822,885,888 bytes to rocm-smi, and a bare-metal MI300X 206,141,652,992 (rocm-smi's output in [ROCm/legacy-rocm-build#4750](https://github.com/ROCm/legacy-rocm-build/issues/4750)); the rest is reserved. We take the former, `MI300X_BYTES` = 205,822,885,888 bytes, and leave nothing for activations or the framework, so the answers are upper bounds.
 
 # %%
 QWEN_CONFIGS = {  # published config.json values (model pages above)
@@ -233,8 +232,7 @@ def count_parameters(config):
     return sum(p.numel() for p in model.parameters())
 
 
-MI300X = datasheets.by_key("MI300X")
-MI300X_BYTES = MI300X.memory_bytes   # 192 × 2**30: the shared table counts memory in binary units
+MI300X_BYTES = 205_822_885_888   # what an MI300X VF reports to rocm-smi: less than 192 × 2**30 (see above)
 base_config = AutoConfig.from_pretrained(model_path(MODEL))
 PARAM_COUNTS = {"tiny-qwen-zh" if MODEL == "tiny-qwen-zh" else MODEL: count_parameters(base_config)}
 PARAM_COUNTS.update({name: count_parameters(AutoConfig.for_model("qwen2", **kw)) for name, kw in QWEN_CONFIGS.items()})
@@ -247,10 +245,10 @@ _ = lab.plot_bars({s: state_bytes_per_rank(PARAM_COUNTS["Qwen2.5-7B"], 8, s)["to
                   title="Qwen2.5-7B, 8 ranks: training state per rank", ylabel="GiB", reference=MI300X_BYTES / 2**30)
 
 # %% [markdown] tags=["zh"]
-# 读这张表：DDP 下 7B 每张卡要 113 GiB，8 张 MI300X 最多只能训约 12.9B；ZeRO-1 约 37.5B，ZeRO-2 约 55B；ZeRO-3 / FSDP2 把 16 B/参数全部切成 8 份，上限升到约 103B（96 × 2³⁰ 个参数）。ZeRO-3 和 FSDP2 总量相同但构成不同：FSDP2 常驻的是 fp32 参数本身，没有单独的主权重副本，bf16 的完整参数只在计算时临时出现。真实训练还要留出激活（与 batch × 序列长度 × 层数成正比，激活检查点可以压缩）、一两层的 all-gather 缓冲和框架开销，所以实际能训的模型要小得多。multi-gpu 配置会把第 7 节微调时实测的每 rank 峰值显存和这里的预测放在一起。
+# 读这张表：DDP 下 7B 每张卡要 113 GiB，8 张 MI300X 最多只能训约 12.9B；ZeRO-1 约 37.4B，ZeRO-2 约 54.9B；ZeRO-3 / FSDP2 把 16 B/参数全部切成 8 份，上限升到约 102.9B。ZeRO-3 和 FSDP2 总量相同但构成不同：FSDP2 常驻的是 fp32 参数本身，没有单独的主权重副本，bf16 的完整参数只在计算时临时出现。真实训练还要留出激活（与 batch × 序列长度 × 层数成正比，激活检查点可以压缩）、一两层的 all-gather 缓冲和框架开销，所以实际能训的模型要小得多。multi-gpu 配置会把第 7 节微调时实测的每 rank 峰值显存和这里的预测放在一起。
 
 # %% [markdown] tags=["en"]
-# Reading the table: under DDP a 7B model needs 113 GiB per GPU, and 8 MI300X train at most about 12.9B; ZeRO-1 about 37.5B, ZeRO-2 about 55B; ZeRO-3 / FSDP2 split all 16 B per parameter eight ways and the ceiling rises to about 103B (96 × 2³⁰ parameters). ZeRO-3 and FSDP2 add up to the same total but differ in what they hold: FSDP2 keeps the fp32 parameters themselves, with no separate master copy, and full bf16 parameters appear only while computing. Real training must also hold activations (proportional to batch × sequence × layers; activation checkpointing cuts them), the all-gather buffers of a layer or two and framework overhead, so the model that really trains is much smaller. The multi-gpu profile puts the peak memory per rank measured during section 7's fine-tune next to this prediction.
+# Reading the table: under DDP a 7B model needs 113 GiB per GPU, and 8 MI300X train at most about 12.9B; ZeRO-1 about 37.4B, ZeRO-2 about 54.9B; ZeRO-3 / FSDP2 split all 16 B per parameter eight ways and the ceiling rises to about 102.9B. ZeRO-3 and FSDP2 add up to the same total but differ in what they hold: FSDP2 keeps the fp32 parameters themselves, with no separate master copy, and full bf16 parameters appear only while computing. Real training must also hold activations (proportional to batch × sequence × layers; activation checkpointing cuts them), the all-gather buffers of a layer or two and framework overhead, so the model that really trains is much smaller. The multi-gpu profile puts the peak memory per rank measured during section 7's fine-tune next to this prediction.
 
 # %% [markdown] tags=["zh"]
 # ## 准备：每个 rank 都要用到的代码

@@ -565,3 +565,17 @@ def test_one_scale_per_tensor_is_blamed_on_the_blocking_not_the_rounding(ns, tok
     namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
     failed = sorted(r.name for r in run_checks_of("08-mxfp4-1", namespace, seed=4) if not r.passed)
     assert failed == ["mx_layout", "mx_scales"]
+
+
+def test_the_memory_figures_the_prose_states(ns):
+    """Sections 6 and 7 state these (tests/labs/prose_numbers.toml lists them as asserted here): Qwen2.5-7B's
+    weights shrink about 2.7× from bf16 to int4, the bf16 KV cache of 32 × 4096 tokens is half its bf16 weights,
+    and FP8 weights free about 6.5 GB."""
+    cfg = ns["QWEN25_7B"]
+
+    def weights(fmt):
+        return ns["weight_bytes"](cfg, fmt)
+
+    assert round(weights("bf16") / weights("int4"), 1) == 2.7
+    assert round(ns["kv_cache_bytes"](cfg, 4096, batch=32) / weights("bf16"), 1) == 0.5
+    assert round((weights("bf16") - weights("fp8-channel")) / 1e9, 1) == 6.5

@@ -36,6 +36,7 @@ CONSTANTS = {
     "EXACT_FIELDS",
     "SCHEDULES",
     "TRAIN_CFG",
+    "MI300X_BYTES",
 }
 SOLUTION_IDS = ["memory", "shard", "prefetch", "loss", "comm", "dcp", "export"]
 
@@ -489,3 +490,22 @@ def test_each_dcp_check_judges_the_function_it_names(ns, notebook, tmp_path, mon
     wrong = dict(ns)
     exec(compile(item.code, "<mistake>", "exec"), wrong)  # noqa: S102 (the lab's own listed mistake)
     assert _dcp_failures(notebook, wrong) == ["dcp_in_process"]
+
+
+def test_the_memory_figures_the_prose_states(ns):
+    """Section 1's reading (tests/labs/prose_numbers.toml lists these as asserted here): the largest model 8
+    MI300X train under each strategy, with the bytes an MI300X reports, and tiny-qwen-zh's parameter counts."""
+    assert ns["MI300X_BYTES"] == 205_822_885_888 < 192 * 2**30
+    largest = {
+        s: round(ns["largest_model"](ns["MI300X_BYTES"], 8, s) / 1e9, 1) for s in ("ddp", "zero1", "zero2", "zero3")
+    }
+    assert largest == {"ddp": 12.9, "zero1": 37.4, "zero2": 54.9, "zero3": 102.9}
+
+
+def test_tiny_qwen_zh_parameter_counts_the_prose_states(quick_tiny_model):
+    """Section 2's "0.74M parameters per layer and 1.05M in the embedding" (asserted, prose_numbers.toml)."""
+    from rocmlab import lab
+
+    model, _ = lab.load_model("tiny-qwen-zh", device="cpu", dtype=torch.float32)
+    per_layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    assert (round(per_layer / 1e6, 2), round(model.model.embed_tokens.weight.numel() / 1e6, 2)) == (0.74, 1.05)
