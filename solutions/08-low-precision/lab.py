@@ -32,7 +32,8 @@
 # smoke 配置全部在 CPU 上用 `tiny-qwen-zh` 模拟；gpu 配置换成 `Qwen/Qwen2.5-0.5B-Instruct`，代码相同。
 #
 # **自查与提交。** 每个练习下面的测试单元是给你自查用的可见测试；在终端运行 `rocmlab check <笔记本>.ipynb` 会一次跑完它们。
-# 提交：在工作坊 Hub 的 nbgrader **Assignments** 标签页里提交本笔记本（或等讲师统一收取）。成绩来自隐藏检查：它们按练习说明
+# 提交：在工作坊 Hub 上，从 Jupyter 菜单 **Nbgrader › Assignment List** 提交，或在终端运行 `rocmlab submit <笔记本>.ipynb`（提交并立即评分，打印分数和未满足的规则）；讲师也可能统一收取。若你是从课程网站下载的笔记本，没有 Hub：`rocmlab check` 给出可见测试的结果，把笔记本按讲师说的方式交给讲师评分。
+# 成绩来自隐藏检查：它们按练习说明
 # 里写明的每一条规则，用针对你生成的其他输入（其他形状、数值、格式）逐条检查，每条规则单独计分；失败时你会看到违反了哪条
 # 规则。说明里没写的要求不会被检查。
 
@@ -60,11 +61,25 @@
 # `Qwen/Qwen2.5-0.5B-Instruct` with the same code.
 #
 # **Self-check and submit.** The test cell under each exercise holds visible tests for your own check;
-# `rocmlab check <notebook>.ipynb` in a terminal runs them all at once. To submit, use nbgrader's **Assignments**
-# tab on the workshop hub (or wait for the instructor's collect). Your grade comes from hidden checks: each rule
+# `rocmlab check <notebook>.ipynb` in a terminal runs them all at once.
+# To submit on the workshop hub, use Jupyter's **Nbgrader › Assignment List** (*Submit*), or run `rocmlab submit
+# <notebook>.ipynb` in a terminal (it submits and has it graded now, printing the score and each rule not met);
+# the instructor may also collect. If you downloaded the notebook from the course site, there is no hub: `rocmlab
+# check` gives the visible tests' results, and you hand the notebook to your instructor the way they ask.
+# Your grade comes from hidden checks: each rule
 # stated in an exercise's contract is checked on its own, with points of its own, on inputs generated for you
 # (other shapes, values and formats); a failed check names the rule you broke. Nothing the contract does not
 # state is checked.
+
+# %% [markdown] tags=["zh"]
+# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5
+# 分钟，之后从缓存读取。可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+
+# %% [markdown] tags=["en"]
+# **The course model.** The setup cell below prepares `MODEL`. `tiny-qwen-zh` is a small model built on this
+# machine from the course data (nothing is downloaded): the first time a lab needs it here, that cell builds it,
+# about 3–5 minutes on two CPU cores; later runs read the cache. Build it ahead of time with `rocmlab assets
+# build-model` in a terminal, or point `ROCMLAB_CACHE` at a folder that holds a built one.
 
 # %% tags=["parameters"]
 PROFILE = "smoke"
@@ -95,8 +110,10 @@ from transformers import GenerationConfig
 from rocmlab import lab
 from rocmlab.lab import datasheets
 from rocmlab.lab.env import gpu_arch
+from rocmlab.lab.models import model_path
 
 lab.seed_everything(SEED)
+print("course model:", model_path(MODEL))  # tiny-qwen-zh: built here the first time (about 3–5 min on 2 CPU cores)
 device = lab.pick_device(DEVICE)
 if device.type == "cpu":
     # One thread: the seeded numbers repeat, and graders running many notebooks do not oversubscribe.
@@ -1477,8 +1494,13 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # 稠密峰值和 FP8 峰值都取自共享表 `rocmlab.lab.datasheets`，按手册原样记录、每行注明出处（H100/H200 手册只印了含 2:4 稀疏的
 # 1979 和 3958，稠密是一半）：FP8 稠密峰值 MI300X / MI325X 2614.9 TFLOPS，MI355X 5033.2，MI350X 4613.7，H100 SXM / H200 1979。
 # 它们都等于 CU 数 × 每 CU 每时钟的 FP8 FLOPs × 峰值时钟：MI300X 304 × 4096 × 2.1 GHz，MI355X 256 × 8192 × 2.4 GHz。
-# MI355X / MI350X 两个数是按这个算式**推出来的**：AMD 的产品页和 CDNA 4 白皮书在这里打不开，没能对照原文核实；每 CU 8192 与
-# 2.4 / 2.2 GHz 来自对 AMD 在 ISSCC 2026、Hot Chips 2025 报告的报道（表中该行的来源与说明写明了这一点）。
+# MI355X / MI350X 两个数是按这个算式**推出来的**（表中该行的 `fp8_basis` 写明）。AMD 的 ROCm 博客“Matrix Core Programming on
+# AMD CDNA3 and CDNA4 architecture”（https://rocm.blogs.amd.com/software-tools-optimization/matrix-cores-cdna/README.html ）
+# 给出同一个算式：2·M·N·K × 矩阵核心数 × 峰值时钟 / 指令周期数。CDNA 4 的 FP8 指令 16×16×128 要 32 个周期，MI355X 有
+# 256 × 4 = 1024 个矩阵核心、2.4 GHz，得 5033.2；博客的表把它取整为 5 PF。同一张表里 MXFP4 / MXFP6 是 10 PF：同形状的
+# FP4/FP6 指令只要 16 个周期，所以它们的稠密峰值是 FP8 的 **2 倍**，不是 4 倍。bf16 也一样：共享表里 MI355X / MI350X 的
+# bf16 是厂商取整后的 2500 / 2300 TFLOPS，按同一算式（16×16×32 需 16 周期）是 2516.6 / 2306.9——FP8 是精确值，bf16 是取整值，
+# 两者之比因此略偏离 2。
 
 # %% [markdown] tags=["en"]
 # ## 8 · Real FP8 GEMMs (gpu profile)
@@ -1497,9 +1519,15 @@ print(f"perplexity: fp32 KV {quality['fp32']['perplexity']:.3f} -> emulated FP8 
 # sources (the H100/H200 sheets print only 1979 and 3958 "with sparsity", twice the dense figures): FP8 dense
 # peaks MI300X / MI325X 2614.9 TFLOPS, MI355X 5033.2, MI350X 4613.7, H100 SXM / H200 1979. Each is CUs × FP8
 # FLOPs per clock per CU × peak clock: MI300X 304 × 4096 × 2.1 GHz, MI355X 256 × 8192 × 2.4 GHz.
-# The MI355X / MI350X figures are **derived** from that product: AMD's product pages and the CDNA 4 white paper
-# could not be opened here to check them; 8192 per CU and 2.4 / 2.2 GHz are from reports of AMD's ISSCC 2026 and
-# Hot Chips 2025 talks (the table row's sources and its note say so).
+# The MI355X / MI350X figures are **derived** from that product (the table row's `fp8_basis` says so). AMD's ROCm
+# blog "Matrix Core Programming on AMD CDNA3 and CDNA4 architecture"
+# (https://rocm.blogs.amd.com/software-tools-optimization/matrix-cores-cdna/README.html) gives the same formula,
+# 2·M·N·K × matrix cores × peak clock / the instruction's cycles: CDNA 4's FP8 16×16×128 instruction takes 32
+# cycles, and an MI355X has 256 × 4 = 1024 matrix cores at 2.4 GHz, so 5033.2; the blog's table rounds it to 5 PF.
+# The same table gives MXFP4 / MXFP6 10 PF: the FP4/FP6 instruction of that shape takes 16 cycles, so their dense
+# peak is **twice** FP8's, not four times. The bf16 figures of the shared table for MI355X / MI350X are the
+# vendor's rounded 2500 / 2300 TFLOPS; the same formula (16×16×32 in 16 cycles) gives 2516.6 / 2306.9. FP8's are
+# exact and bf16's rounded, so their ratio is a little off 2.
 
 # %%
 def fp8_gemm_dtype(arch):
@@ -1566,13 +1594,16 @@ if device.type == "cpu":
     print("CPU: _scaled_mm ran for correctness only; these timings say nothing about a GPU")
 
 # %% [markdown] tags=["zh"]
-# **在 GPU 上读数**：大矩阵上 FP8 的 TFLOPS 接近 bf16 的两倍才说明矩阵核心真的在跑 FP8；小矩阵（2048）受发射开销和
-# 量化开销限制，加速比小。逐张量 scale 的 GEMM 和反量化后的 bf16 GEMM 的相对误差应在 10⁻² 量级以下（累加是 fp32）。
+# **在 GPU 上读数**：大矩阵上 FP8 的 TFLOPS 接近 bf16 的两倍才说明矩阵核心真的在跑 FP8；小矩阵（2048）每次调用的工作量
+# 不足以填满 GPU，发射等固定开销占比大，加速比小。量化不在计时范围内（计时前做一次）；真实的 W8A8 层每次调用都要量化激活，
+# 那部分开销要另算（见选做练习）。逐张量 scale 的 GEMM 和反量化后的 bf16 GEMM 的相对误差应在 10⁻² 量级以下（累加是 fp32）。
 # 在 MI300X 上若 `_scaled_mm` 报 dtype 错误，先检查张量是不是 fnuz——回到第 3 节。
 
 # %% [markdown] tags=["en"]
 # **Reading it on a GPU**: FP8 TFLOPS close to twice bf16 on the large sizes show the matrix cores really run
-# FP8; small sizes (2048) are bound by launch and quantization overhead and gain less. The per-tensor FP8 GEMM
+# FP8; small sizes (2048) have too little work per call to fill the GPU, so fixed costs such as the launch weigh
+# more and they gain less. The quantization is outside the timed region (done once before timing); a real W8A8
+# layer quantizes its activations on every call, a cost to add on top (the optional exercise). The per-tensor FP8 GEMM
 # should agree with the dequantized GEMM to well under 10⁻² (accumulation is fp32). If `_scaled_mm` raises a dtype
 # error on an MI300X, check that the tensors are fnuz: back to section 3.
 

@@ -47,10 +47,20 @@
 # The smoke profile: CPU, gloo, 2 ranks, tiny-qwen-zh. On GPUs the backend is nccl (RCCL on ROCm), with the same code.
 
 # %% [markdown] tags=["zh"]
-# **自测与提交。** 每个练习下面的测试单元格是可见的自测：随时运行它们，或在终端运行 `rocmlab check <本笔记本>.ipynb`（它执行所有可见测试）。做完后在 Jupyter 的 nbgrader **Assignments** 标签页提交（工作坊 hub 上由讲师统一收取）。成绩来自隐藏检查：它们逐条检查练习说明中写明的每条规则，输入由你自己的种子生成（其他尺寸、其他 world size、边界情况），不会检查说明之外的要求。可见测试全部通过、又满足说明中的每条规则，就能得到满分。
+# **自测与提交。** 每个练习下面的测试单元格是可见的自测：随时运行它们，或在终端运行 `rocmlab check <本笔记本>.ipynb`（它执行所有可见测试）。做完后提交：提交：在工作坊 Hub 上，从 Jupyter 菜单 **Nbgrader › Assignment List** 提交，或在终端运行 `rocmlab submit <笔记本>.ipynb`（提交并立即评分，打印分数和未满足的规则）；讲师也可能统一收取。若你是从课程网站下载的笔记本，没有 Hub：`rocmlab check` 给出可见测试的结果，把笔记本按讲师说的方式交给讲师评分。成绩来自隐藏检查：它们逐条检查练习说明中写明的每条规则，输入由你自己的种子生成（其他尺寸、其他 world size、边界情况），不会检查说明之外的要求。可见测试全部通过、又满足说明中的每条规则，就能得到满分。
 
 # %% [markdown] tags=["en"]
-# **Self-check and submit.** The test cell under each exercise is your visible self-check: run it any time, or run `rocmlab check <this notebook>.ipynb` in a terminal (it runs all visible tests). When done, submit from the nbgrader **Assignments** tab in Jupyter (on the workshop hub the instructor collects it). The grade comes from hidden checks that test each rule stated in an exercise's text, one by one, on inputs drawn from your own seed (other sizes, other world sizes, edge cases); they check nothing the text does not state. Pass the visible tests and follow every stated rule, and you get full marks.
+# **Self-check and submit.** The test cell under each exercise is your visible self-check: run it any time, or run `rocmlab check <this notebook>.ipynb` in a terminal (it runs all visible tests). When done, submit: to submit on the workshop hub, use Jupyter's **Nbgrader › Assignment List** (*Submit*), or run `rocmlab submit <notebook>.ipynb` in a terminal (it submits and has it graded now, printing the score and each rule not met); the instructor may also collect. If you downloaded the notebook from the course site, there is no hub: `rocmlab check` gives the visible tests' results, and you hand the notebook to your instructor the way they ask. The grade comes from hidden checks that test each rule stated in an exercise's text, one by one, on inputs drawn from your own seed (other sizes, other world sizes, edge cases); they check nothing the text does not state. Pass the visible tests and follow every stated rule, and you get full marks.
+
+# %% [markdown] tags=["zh"]
+# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5
+# 分钟，之后从缓存读取。可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+
+# %% [markdown] tags=["en"]
+# **The course model.** The setup cell below prepares `MODEL`. `tiny-qwen-zh` is a small model built on this
+# machine from the course data (nothing is downloaded): the first time a lab needs it here, that cell builds it,
+# about 3–5 minutes on two CPU cores; later runs read the cache. Build it ahead of time with `rocmlab assets
+# build-model` in a terminal, or point `ROCMLAB_CACHE` at a folder that holds a built one.
 
 # %%
 import copy
@@ -83,6 +93,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from rocmlab import lab
+from rocmlab.lab.launch import import_lines
 from rocmlab.lab.models import model_path
 
 # %% tags=["parameters"]
@@ -107,6 +118,7 @@ MAX_NEW_TOKENS = 96
 # %%
 lab.seed_everything(SEED)
 print(lab.describe_environment(PROFILE))
+print("course model:", model_path(MODEL))  # tiny-qwen-zh: built here the first time (about 3–5 min on 2 CPU cores)
 if CPU_THREADS:
     torch.set_num_threads(CPU_THREADS)
 hf_logging.disable_progress_bar()
@@ -253,7 +265,7 @@ _ = lab.plot_bars({s: state_bytes_per_rank(PARAM_COUNTS["Qwen2.5-7B"], 8, s)["to
 # %% [markdown] tags=["zh"]
 # ## 准备：每个 rank 都要用到的代码
 #
-# 和实验 05 一样，rank 是 torchrun 启动的独立进程，看不到笔记本里的变量。`write_rank_script` 把笔记本里写好的函数（`inspect.getsource`）拼成一个脚本，`launch` 用 `lab.run_torchrun` 启动它：有超时，结束时所有 rank 都被清理；每个 rank 把结果 `torch.save` 到 `rank{r}.pt`。
+# 和实验 05 一样，rank 是 torchrun 启动的独立进程，看不到笔记本里的变量。`write_rank_script` 把笔记本的 import（笔记本里绑定的每个模块和导入的名字，所以你在任何单元格里加的 `import re` 也会到达各 rank）和写好的函数（`inspect.getsource`）拼成一个脚本，`launch` 用 `lab.run_torchrun` 启动它：有超时，结束时所有 rank 都被清理；每个 rank 把结果 `torch.save` 到 `rank{r}.pt`。
 #
 # **干净退出。** 每个 rank 脚本在 `init_process_group` 之前 `import torch.distributed.nn`，所有模型、优化器都放在一个已经返回的函数里，最后在每个 rank 上调用 `lab.end_process_group()`：它先清掉 DTensor 持有 DeviceMesh（进而持有进程组）的缓存，再 `destroy_process_group()`，然后返回仍在运行的 gloo 线程名——干净时是空列表。否则 gloo 的工作线程会比进程组活得更久，进程退出时偶尔以 SIGABRT（"terminate called without an active exception"）结束。每个 rank 都把这个列表写进结果，最后一个单元会检查。
 #
@@ -262,7 +274,7 @@ _ = lab.plot_bars({s: state_bytes_per_rank(PARAM_COUNTS["Qwen2.5-7B"], 8, s)["to
 # %% [markdown] tags=["en"]
 # ## Setup: code every rank needs
 #
-# As in lab 05, ranks are separate processes started by torchrun and cannot see the notebook's variables. `write_rank_script` writes functions from the notebook (`inspect.getsource`) into a script; `launch` starts it with `lab.run_torchrun`, which has a timeout and cleans up every rank; each rank `torch.save`s its result to `rank{r}.pt`.
+# As in lab 05, ranks are separate processes started by torchrun and cannot see the notebook's variables. `write_rank_script` writes the notebook's imports (every module and imported name the notebook has bound, so an `import re` you add in any cell reaches the ranks too) and functions from the notebook (`inspect.getsource`) into a script; `launch` starts it with `lab.run_torchrun`, which has a timeout and cleans up every rank; each rank `torch.save`s its result to `rank{r}.pt`.
 #
 # **A clean exit.** Every rank script imports `torch.distributed.nn` before `init_process_group`, keeps every model and optimizer inside a function that has returned, and calls `lab.end_process_group()` on every rank at the end: it first clears DTensor's caches that hold a DeviceMesh (and with it the process group), then calls `destroy_process_group()`, and returns the names of gloo threads still running, an empty list when clean. Otherwise gloo's worker threads outlive the group, and the process sometimes dies with SIGABRT at exit ("terminate called without an active exception"). Every rank reports the list, and the last cell checks it.
 #
@@ -363,24 +375,7 @@ RANK_CODE = [qc_prompt_messages, qc_answer, encode_qc, pad_rows, global_batch, r
 
 # %%
 RANK_HEADER = f"""\
-import copy, json, os, signal, sys, time
-from pathlib import Path
-import torch
-import torch.distributed as dist
 import torch.distributed.nn  # before init_process_group: see "A clean exit" above
-import torch.distributed.checkpoint as dcp
-import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_state_dict)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils._python_dispatch import TorchDispatchMode
-from transformers.utils import logging as hf_logging
-
-from rocmlab import lab
-
 hf_logging.disable_progress_bar()
 REPORT_KEYS = {REPORT_KEYS!r}
 SYSTEM_PROMPT = {SYSTEM_PROMPT!r}
@@ -388,11 +383,13 @@ SYSTEM_PROMPT = {SYSTEM_PROMPT!r}
 
 
 def write_rank_script(name, work, functions):
-    """WORK/<name>.py: the rank code, `functions`, `work`, and a main that runs work on every rank."""
+    """WORK/<name>.py: the notebook's imports (every module and imported name it has bound, so an import
+    you add in any cell reaches the ranks too), the rank code, `functions`, `work`, and a main that runs
+    work on every rank."""
     sources = [textwrap.dedent(inspect.getsource(f)) for f in (*RANK_CODE, *functions, work)]
     footer = f"\nif __name__ == '__main__':\n    run_rank({work.__name__}, json.loads(sys.argv[1]))\n"
     path = WORK / f"{name}.py"
-    path.write_text(RANK_HEADER + "\n\n".join(sources) + footer, encoding="utf-8")
+    path.write_text(import_lines(globals()) + RANK_HEADER + "\n\n".join(sources) + footer, encoding="utf-8")
     return path
 
 
@@ -990,10 +987,10 @@ assert comm_bytes_per_step([5, 5], 1)["fsdp_total"] == 0.0, "N = 1: 不发送 / 
 print("公式与实测的通信量一致 / formula and measured traffic agree")
 
 # %% [markdown] tags=["zh"]
-# **读数。** 同为 fp32 时 FSDP/DDP 小于 1.5：根模块（这里是嵌入，占 tiny-qwen-zh 参数的四分之一）在反向不重新 all-gather。bf16 参数、fp32 归约时 all-gather 的字节数减半，FSDP 每步发送的字节数甚至少于 fp32 梯度的 DDP——比较时数据类型要对齐：DDP 用 bf16 梯度时同样减半。`reshard_after_forward=False` 把 FSDP 的通信降到 DDP 的水平，代价是每层完整参数常驻显存（像 ZeRO-2）。在 8 张 MI300X 上，按实验 04 的 xGMI 数字（每 GPU 约 336 GB/s 可用，见 FIELD-NOTES 引用的 AMD ROCm 博客），7B 模型 bf16 all-gather 一次完整参数约 15 GB × 7/8 ≈ 13 GB，约 40 ms：只要每层的计算比它的 all-gather 长，预取就能把通信藏起来。
+# **读数。** 同为 fp32 时 FSDP/DDP 小于 1.5：根模块（这里是嵌入，占 tiny-qwen-zh 参数的四分之一）在反向不重新 all-gather。bf16 参数、fp32 归约时 all-gather 的字节数减半，FSDP 每步发送的字节数甚至少于 fp32 梯度的 DDP——比较时数据类型要对齐：DDP 用 bf16 梯度时同样减半。`reshard_after_forward=False` 把 FSDP 的通信降到 DDP 的水平，代价是每层完整参数常驻显存（像 ZeRO-2）。在 8 张 MI300X 上，按实验 04 的 xGMI 数字（每 GPU 约 336 GB/s 可用，出自 AMD ROCm 博客 [Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X](https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html)），7B 模型 bf16 all-gather 一次完整参数约 15 GB × 7/8 ≈ 13 GB，约 40 ms：只要每层的计算比它的 all-gather 长，预取就能把通信藏起来。
 
 # %% [markdown] tags=["en"]
-# **Reading the numbers.** In fp32 FSDP/DDP comes out below 1.5: the root (here the embedding, a quarter of tiny-qwen-zh's parameters) is not all-gathered again in backward. With bf16 parameters and fp32 reduction the all-gathers halve, and FSDP sends fewer bytes per step than DDP with fp32 gradients: compare like with like, since DDP with bf16 gradients halves too. `reshard_after_forward=False` brings FSDP down to DDP's traffic at the price of keeping every layer's full parameters in memory (like ZeRO-2). On 8 MI300X, with lab 04's xGMI figures (about 336 GB/s usable per GPU, from the AMD ROCm blog cited in the field notes), all-gathering a 7B model's full bf16 parameters once is about 15 GB × 7/8 ≈ 13 GB, some 40 ms: as long as each layer computes longer than its all-gather takes, prefetching hides the traffic.
+# **Reading the numbers.** In fp32 FSDP/DDP comes out below 1.5: the root (here the embedding, a quarter of tiny-qwen-zh's parameters) is not all-gathered again in backward. With bf16 parameters and fp32 reduction the all-gathers halve, and FSDP sends fewer bytes per step than DDP with fp32 gradients: compare like with like, since DDP with bf16 gradients halves too. `reshard_after_forward=False` brings FSDP down to DDP's traffic at the price of keeping every layer's full parameters in memory (like ZeRO-2). On 8 MI300X, with lab 04's xGMI figures (about 336 GB/s usable per GPU, from the AMD ROCm blog [Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X](https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html)), all-gathering a 7B model's full bf16 parameters once is about 15 GB × 7/8 ≈ 13 GB, some 40 ms: as long as each layer computes longer than its all-gather takes, prefetching hides the traffic.
 
 # %% [markdown] tags=["zh"]
 # ## 6 · 分布式检查点（DCP）与恢复
@@ -1040,10 +1037,10 @@ def load_latest_checkpoint(model, optimizer, root):
 
 
 # %% [markdown] tags=["zh"]
-# 下面的 worker 就是第 7 节的分片微调：`FT_STEPS` 步，每 `CKPT_EVERY` 步保存一次检查点（rank 0 只保留最新的两个），rank 0 每步把损失追加到 `train_log.jsonl`。第一次运行（`TORCHELASTIC_RESTART_COUNT == 0`）时，最后一个 rank 在第 `CRASH_AT` 步之前用 `SIGKILL` 杀死自己——没有清理、没有异常处理，就像 OOM killer 或掉电。torchrun（`--max-restarts 1`）结束其他 rank 并重启整组；新进程从最后一个完整检查点恢复（和实验 05 一样设置 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`，见 pytorch/pytorch#135712）。恢复后的运行在第 `EQUIV_STEPS` 步取回完整参数：它必须与第 4 节那次不中断的启动**逐位相同**——两者是同样的代码在同样的 rank 上执行同样顺序的运算；同理，重放的那几步的损失与第一次运行完全相同，最后一个检查点（第 `FT_STEPS` 步）是完整的。在 GPU 上这要求确定性的内核：rank 在 GPU 上打开 `torch.use_deterministic_algorithms(True, warn_only=True)`，并且只用 math 注意力后端（ROCm 上融合注意力内核的反向可能不确定，或在确定性模式下直接报错）。`warn_only=True` 让没有确定性实现的算子只发警告、不报错，所以在 GPU 上不再保证逐位相同：那里的要求是第 `EQUIV_STEPS` 步参数的最大绝对差不超过 1e-3（第 4 节的容差），重放步的损失相差不超过 1e-4；在 CPU（gloo）上仍要求逐位相同。
+# 下面的 worker 就是第 7 节的分片微调：`FT_STEPS` 步，每 `CKPT_EVERY` 步保存一次检查点（rank 0 只保留最新的两个），rank 0 每步把损失追加到 `train_log.jsonl`。第一次运行（`TORCHELASTIC_RESTART_COUNT == 0`）时，最后一个 rank 在第 `CRASH_AT` 步之前用 `SIGKILL` 杀死自己——没有清理、没有异常处理，就像 OOM killer 或掉电。torchrun（`--max-restarts 1`）结束其他 rank 并重启整组；新进程从最后一个完整检查点恢复（和实验 05 一样设置 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`，每次重启用一个新的 rendezvous store：pytorch/pytorch#135712 报告共享的 store 让重启连到上一次的旧端口，已在 2024 年 9 月由 #135957 修复，本实验要求的 torch ≥ 2.6 已包含；但 #167288（2025 年 11 月起未关闭）又报告了 torchrun 重启后的 “Connection refused”，而新 store 在这里没有任何代价，所以保留）。恢复后的运行在第 `EQUIV_STEPS` 步取回完整参数：它必须与第 4 节那次不中断的启动**逐位相同**——两者是同样的代码在同样的 rank 上执行同样顺序的运算；同理，重放的那几步的损失与第一次运行完全相同，最后一个检查点（第 `FT_STEPS` 步）是完整的。在 GPU 上这要求确定性的内核：rank 在 GPU 上打开 `torch.use_deterministic_algorithms(True, warn_only=True)`，并且只用 math 注意力后端（ROCm 上融合注意力内核的反向可能不确定，或在确定性模式下直接报错）。`warn_only=True` 让没有确定性实现的算子只发警告、不报错，所以在 GPU 上不再保证逐位相同：那里的要求是第 `EQUIV_STEPS` 步参数的最大绝对差不超过 1e-3（第 4 节的容差），重放步的损失相差不超过 1e-4；在 CPU（gloo）上仍要求逐位相同。
 
 # %% [markdown] tags=["en"]
-# The worker below is section 7's sharded fine-tune: `FT_STEPS` steps, a checkpoint every `CKPT_EVERY` steps (rank 0 keeps the newest two), and rank 0 appends each step's loss to `train_log.jsonl`. On the first attempt (`TORCHELASTIC_RESTART_COUNT == 0`) the last rank kills itself with `SIGKILL` before step `CRASH_AT`: no cleanup, no exception handler, like the OOM killer or a power cut. torchrun (`--max-restarts 1`) ends the other ranks and restarts the group; the new processes resume from the last complete checkpoint (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` as in lab 05; see pytorch/pytorch#135712). After the resume the run gathers the full parameters at step `EQUIV_STEPS`: they must equal section 4's uninterrupted launch **bit for bit**, since both are the same code doing the same operations in the same order on the same ranks; likewise the replayed steps repeat the first attempt's losses exactly, and the last checkpoint (step `FT_STEPS`) is complete. On GPUs this takes deterministic kernels: the ranks switch on `torch.use_deterministic_algorithms(True, warn_only=True)` there and use only the math attention backend (on ROCm the fused attention kernels' backward may be non-deterministic, or raise in deterministic mode). With `warn_only=True` an operator without a deterministic implementation warns instead of raising, so bit equality is no longer guaranteed on GPUs: there the parameters at step `EQUIV_STEPS` must agree within 1e-3 in maximum absolute difference (section 4's tolerance) and the replayed steps' losses within 1e-4; on CPU (gloo) they must still be bit-identical.
+# The worker below is section 7's sharded fine-tune: `FT_STEPS` steps, a checkpoint every `CKPT_EVERY` steps (rank 0 keeps the newest two), and rank 0 appends each step's loss to `train_log.jsonl`. On the first attempt (`TORCHELASTIC_RESTART_COUNT == 0`) the last rank kills itself with `SIGKILL` before step `CRASH_AT`: no cleanup, no exception handler, like the OOM killer or a power cut. torchrun (`--max-restarts 1`) ends the other ranks and restarts the group; the new processes resume from the last complete checkpoint (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` as in lab 05: a fresh rendezvous store for every restart. pytorch/pytorch#135712, a shared store sending restarted ranks to the previous attempt's port, was closed with a fix in September 2024 (#135957), which the torch ≥ 2.6 this lab requires contains; #167288, open since November 2025, reports "Connection refused" after torchrun restarts again, and a fresh store costs nothing here, so the launch keeps it). After the resume the run gathers the full parameters at step `EQUIV_STEPS`: they must equal section 4's uninterrupted launch **bit for bit**, since both are the same code doing the same operations in the same order on the same ranks; likewise the replayed steps repeat the first attempt's losses exactly, and the last checkpoint (step `FT_STEPS`) is complete. On GPUs this takes deterministic kernels: the ranks switch on `torch.use_deterministic_algorithms(True, warn_only=True)` there and use only the math attention backend (on ROCm the fused attention kernels' backward may be non-deterministic, or raise in deterministic mode). With `warn_only=True` an operator without a deterministic implementation warns instead of raising, so bit equality is no longer guaranteed on GPUs: there the parameters at step `EQUIV_STEPS` must agree within 1e-3 in maximum absolute difference (section 4's tolerance) and the replayed steps' losses within 1e-4; on CPU (gloo) they must still be bit-identical.
 
 # %%
 def prune_checkpoints(root, keep):
@@ -1087,6 +1084,7 @@ def finetune_work(cfg, rank, world, device, mesh):
             "peak_bytes": peak, "n_params": sum(p.numel() for p in model.parameters())}
 
 
+shutil.rmtree(WORK / "finetune", ignore_errors=True)  # run again: a fresh folder, no stale checkpoint to resume
 FT_CKPT = WORK / "finetune" / "checkpoints"
 FT_CKPT.mkdir(parents=True)
 FT_CFG = dict(TRAIN_CFG, steps=FT_STEPS, every=CKPT_EVERY, crash_at=CRASH_AT, snapshot_at=EQUIV_STEPS, ckpt=str(FT_CKPT))

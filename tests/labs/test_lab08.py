@@ -579,3 +579,13 @@ def test_the_memory_figures_the_prose_states(ns):
     assert round(weights("bf16") / weights("int4"), 1) == 2.7
     assert round(ns["kv_cache_bytes"](cfg, 4096, batch=32) / weights("bf16"), 1) == 0.5
     assert round((weights("bf16") - weights("fp8-channel")) / 1e9, 1) == 6.5
+
+
+def test_fnuz_to_ocp_moves_exactly_the_sixteen_odd_multiples_of_2_to_the_minus_10(ns):
+    """CHANGELOG 1.3.0 once said 14; with PyTorch 2.13 the value route moves ±1, 3, …, 15 × 2⁻¹⁰ and nothing else."""
+    fnuz = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fnuz).reshape(256, 1)
+    q_fn, _ = ns["fnuz_to_ocp"](fnuz, torch.ones(256, 1))
+    before, after = fnuz.float().flatten(), q_fn.float().flatten()
+    finite = ~torch.isnan(before)
+    moved = sorted(before[finite & (after != before)].tolist())
+    assert moved == sorted(s * k * 2.0**-10 for s in (-1, 1) for k in range(1, 16, 2))

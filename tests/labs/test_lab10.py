@@ -509,3 +509,15 @@ def test_tiny_qwen_zh_parameter_counts_the_prose_states(quick_tiny_model):
     model, _ = lab.load_model("tiny-qwen-zh", device="cpu", dtype=torch.float32)
     per_layer = sum(p.numel() for p in model.model.layers[0].parameters())
     assert (round(per_layer / 1e6, 2), round(model.model.embed_tokens.weight.numel() / 1e6, 2)) == (0.74, 1.05)
+
+
+def test_a_rank_script_imports_what_the_notebook_imported(ns, tmp_path):
+    """Issue 53: a learner's `re.fullmatch` worked in the notebook and died in both ranks (NameError: name 're')."""
+    import re as learners_re
+
+    ns["re"] = learners_re
+    ns["WORK"] = tmp_path
+    path = ns["write_rank_script"]("probe", ns["run_rank"], [])
+    script = path.read_text(encoding="utf-8")
+    assert "import re\n" in script and "import torch.distributed.nn" in script
+    assert script.index("import torch.distributed.nn") < script.index("def run_rank")
