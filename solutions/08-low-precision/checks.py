@@ -84,7 +84,9 @@ def decode_finite(learner, variant):
     for fmt in FP8:
         for byte, got, want in _decoded(learner, fmt, order):
             if math.isfinite(want) and not (want == 0 and math.copysign(1, want) < 0):
-                assert type(got) is float and got == want, f"{fmt} 0x{byte:02X}: {got!r}, want {want!r}"
+                assert type(got) is float and got == want, (
+                    f"[[learner: format {fmt}]] 0x{byte:02X}: {got!r}, want {want!r}"
+                )
 
 
 @check(
@@ -100,11 +102,13 @@ def decode_specials(learner, variant):
         for byte, got, want in _decoded(learner, fmt, order):
             if math.isfinite(want) and not (want == 0 and math.copysign(1, want) < 0):
                 continue
-            assert type(got) is float, f"{fmt} 0x{byte:02X}: {type(got).__name__}"
+            assert type(got) is float, f"[[learner: format {fmt}, not a float]] 0x{byte:02X}: {type(got).__name__}"
             if math.isnan(want):
-                assert math.isnan(got), f"{fmt} 0x{byte:02X}: {got!r}, want nan"
+                assert math.isnan(got), f"[[learner: format {fmt}, a NaN byte]] 0x{byte:02X}: {got!r}, want nan"
             else:
-                assert got == want and math.copysign(1, got) == math.copysign(1, want), f"{fmt} 0x{byte:02X}: {got!r}"
+                assert got == want and math.copysign(1, got) == math.copysign(1, want), (
+                    f"[[learner: format {fmt}, ±inf or −0.0]] 0x{byte:02X}: {got!r}"
+                )
 
 
 @check(
@@ -158,9 +162,13 @@ def quant_scale(learner, variant):
             amax = w.abs().amax() if gran == "tensor" else w.abs().amax(1, keepdim=True)
             want = amax / torch.finfo(dtype).max
             _tensor(scale, "scale")
-            assert qdtype == dtype, f"{dtype} {gran}: q is {qdtype}"
-            assert scale.dtype == torch.float32 and tuple(scale.shape) == tuple(want.shape), f"{gran}: {scale.shape}"
-            assert torch.allclose(scale, want, rtol=1e-6, atol=0), f"{dtype} {gran}: scale is not amax / fmax"
+            assert qdtype == dtype, f"[[learner: {dtype}, per {gran}: q has another dtype]] q is {qdtype}"
+            assert scale.dtype == torch.float32 and tuple(scale.shape) == tuple(want.shape), (
+                f"[[learner: per {gran}: scale {scale.dtype} {tuple(scale.shape)}, want float32 {tuple(want.shape)}]]"
+            )
+            assert torch.allclose(scale, want, rtol=1e-6, atol=0), (
+                f"[[learner: {dtype}, per {gran}]] scale is not amax / fmax"
+            )
 
 
 @check(
@@ -449,6 +457,9 @@ def mxfp4_quantize(x, block_size=32):
     codes = (index | torch.where(v < 0, 8, 0)).to(torch.uint8).reshape(x.shape)
     return codes, (shared + 127).to(torch.uint8)
 """
+# The spec's rule (OCP Microscaling Formats v1.0, section 6.3): X = 2^(floor(log2(amax)) - emax_elem), emax_elem = 2
+# for E2M1. Its authors' reference code does the same: microsoft/microxcaling mx/mx_ops.py, `_shared_exponents` takes
+# floor(log2(amax)) and `_quantize_mx` subtracts emax. Rounding up instead ("fit amax into 6") is the mistake below.
 MX_CEIL = MX_SCALE_CODE.replace(
     "SHARED_EXPONENT",
     "torch.ceil(torch.log2(amax.clamp(min=1e-38) / 6))",  # "fit amax into 6": ceil, not floor − 2
@@ -474,7 +485,7 @@ def mx_scales(learner, variant):
         _, scales = _mx(learner, x, block)
         want = _mx_ref(x, block)[1]
         assert scales.dtype == torch.uint8 and tuple(scales.shape) == tuple(want.shape), (
-            f"scales: {scales.dtype} {tuple(scales.shape)}, want uint8 {tuple(want.shape)}"
+            f"[[learner: scales {scales.dtype} {tuple(scales.shape)}, want uint8 {tuple(want.shape)}]]"
         )
         assert torch.equal(scales, want), f"shape {tuple(x.shape)} block {block}: scale bytes differ"
 
@@ -490,7 +501,7 @@ def mx_codes(learner, variant):
     for x, block in _mx_inputs(variant):
         codes, scales = _mx(learner, x, block)
         assert codes.dtype == torch.uint8 and tuple(codes.shape) == tuple(x.shape), (
-            f"codes: {codes.dtype} {tuple(codes.shape)}, want uint8 {tuple(x.shape)}"
+            f"[[learner: codes {codes.dtype} {tuple(codes.shape)}, want uint8 {tuple(x.shape)}]]"
         )
         want_scales = _mx_ref(x, block)[1]
         if scales.dtype != torch.uint8 or tuple(scales.shape) != tuple(want_scales.shape):

@@ -774,7 +774,7 @@ for _name, _convert in (("bits + scale / 2", bits_as_fn), ("bits + scale / 2, cl
 # 没有零（torch dtype `float8_e8m0fnu`）。MXFP4 的元素是 **FP4 E2M1**：1 位符号、2 位指数（偏置 1）、1 位尾数，
 # 没有 inf 和 NaN，8 个非负值为 0, 0.5, 1, 1.5, 2, 3, 4, 6。每个元素平均 4 + 8/32 = 4.25 位。
 #
-# 规范第 6.3 节的 scale 取法：`X = 2^(floor(log2(amax)) − emax_elem)`，E2M1 的最大 2 的幂是 4，即 emax_elem = 2。
+# 规范第 6.3 节的 scale 取法：`X = 2^(floor(log2(amax)) − emax_elem)`，E2M1 的最大 2 的幂是 4，即 emax_elem = 2（规范作者的参考实现 microsoft/microxcaling 的 `mx/mx_ops.py` 也是先 floor(log2) 再减 emax：是**向下**取整）。
 # 于是块内最大值除以 X 落在 [4, 8)，超过 6 的部分饱和到 6。
 #
 # **谁能原生计算**：ROCm 的精度支持表中，FP4/FP6 的矩阵核心支持只在 CDNA4（MI350X/MI355X，gfx950）上；CDNA3
@@ -791,7 +791,8 @@ for _name, _convert in (("bits + scale / 2", bits_as_fn), ("bits + scale / 2, cl
 # 1.5, 2, 3, 4, 6. On average 4 + 8/32 = 4.25 bits per element.
 #
 # Section 6.3 of the spec chooses the scale as `X = 2^(floor(log2(amax)) − emax_elem)`; E2M1's largest power of
-# two is 4, so emax_elem = 2. The block maximum divided by X then lies in [4, 8), and whatever exceeds 6
+# two is 4, so emax_elem = 2 (the spec authors' reference code, microsoft/microxcaling `mx/mx_ops.py`, also takes
+# floor(log2) and then subtracts emax: the exponent rounds **down**). The block maximum divided by X then lies in [4, 8), and whatever exceeds 6
 # saturates to 6.
 #
 # **Who computes it natively**: in ROCm's precision-support tables, matrix-core support for FP4/FP6 exists only

@@ -589,3 +589,12 @@ def test_fnuz_to_ocp_moves_exactly_the_sixteen_odd_multiples_of_2_to_the_minus_1
     finite = ~torch.isnan(before)
     moved = sorted(before[finite & (after != before)].tolist())
     assert moved == sorted(s * k * 2.0**-10 for s in (-1, 1) for k in range(1, 16, 2))
+
+
+def test_the_fn_bias_mistake_s_feedback_names_the_format_and_nothing_else(ns, tokenizer, small_model):
+    from rocmlab.grading.feedback import learner_detail
+
+    (item,) = [m for _, name, m in MISTAKES if name == "decode_finite"]
+    namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
+    (result,) = [r for r in run_checks_of("08-fp8bits-1", namespace, seed=2) if r.name == "decode_finite"]
+    assert learner_detail(result.detail) in ("format e4m3fnuz", "format e5m2fnuz")
