@@ -845,7 +845,7 @@ _y = fp8_linear(x, _qw, _sw)
 
 
 @check(
-    "08-w8a8-1",
+    "08-stretch-w8a8-1",
     points=1,
     en="fp8_linear returns a float32 [M, N] within 1e-2 of the product of both dequantized operands (per-token activations)",
     zh="fp8_linear 返回 float32 的 [M, N]，与两个反量化操作数（激活逐 token 量化）的乘积相差 1e-2 以内",

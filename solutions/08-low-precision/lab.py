@@ -1609,7 +1609,7 @@ if device.type == "cpu":
 # error on an MI300X, check that the tensors are fnuz: back to section 3.
 
 # %% [markdown] tags=["zh"]
-# ## 选做 · W8A8 线性层（1 分，后面不依赖它）
+# ## 选做 · W8A8 线性层（1 分，与核心分开计分，后面不依赖它）
 #
 # FP8 推理通常权重和激活都是 FP8（W8A8）：权重逐通道静态量化，激活按 token（每行）动态量化，一次 `_scaled_mm`
 # 完成乘法和两组 scale（vLLM 的 `apply_fp8_linear` 的做法）。
@@ -1622,7 +1622,7 @@ if device.type == "cpu":
 # 的 float32 矩阵乘相差在 bf16 的舍入范围内（相对 1e-2）。
 
 # %% [markdown] tags=["en"]
-# ## Optional stretch · a W8A8 linear layer (1 point; nothing later needs it)
+# ## Optional stretch · a W8A8 linear layer (1 point, scored apart from the core; nothing later needs it)
 #
 # FP8 inference usually puts both weights and activations in FP8 (W8A8): weights quantized statically per
 # channel, activations dynamically per token (per row), and one `_scaled_mm` does the product and both sets of
@@ -1636,7 +1636,7 @@ if device.type == "cpu":
 # every profile (PyTorch's CPU `_scaled_mm` takes both FP8 variants): within bf16 rounding (1e-2 relative) of the
 # float32 product of both dequantized operands.
 
-# %% tags=["solution"] grade_id="08-w8a8-sol-1"
+# %% tags=["solution"] grade_id="08-stretch-w8a8-sol-1"
 def fp8_linear(x, q_weight, weight_scale):
     """W8A8: per-token FP8 activations times per-channel FP8 weights with one torch._scaled_mm (bf16 out), as float32."""
     ### BEGIN SOLUTION
@@ -1645,7 +1645,7 @@ def fp8_linear(x, q_weight, weight_scale):
     ### END SOLUTION
 
 
-# %% tags=["test"] grade_id="08-w8a8-1" points=1
+# %% tags=["test"] grade_id="08-stretch-w8a8-1" points=1
 _layer = LINEARS[next(k for k in LINEARS if k.endswith("gate_proj"))]
 _wq, _ws = quantize_fp8(_layer.weight.detach().cpu(), FP8, granularity="channel")  # checked on CPU in every profile
 _xin = torch.randn(16, _layer.in_features, generator=torch.Generator().manual_seed(3))

@@ -475,7 +475,7 @@ def comm_check(learner, variant, keys):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.5,
     en="forward: every group is all-gathered once, (N-1)/N of its bytes sent",
     zh="前向：每个组 all-gather 一次，发送其字节数的 (N-1)/N",
@@ -485,7 +485,7 @@ def comm_forward(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.75,
     en="backward: every group but the root is all-gathered again only when reshard_after_forward is True",
     zh="反向：仅当 reshard_after_forward 为 True 时，根以外的每个组再 all-gather 一次",
@@ -495,7 +495,7 @@ def comm_backward(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.5,
     en="every group's gradients are reduce-scattered once in reduce_bytes; fsdp_total is the sum of the three",
     zh="每个组的梯度以 reduce_bytes reduce-scatter 一次；fsdp_total 是三项之和",
@@ -505,7 +505,7 @@ def comm_reduce_scatter(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.5,
     en="DDP all-reduces all gradients once: 2(N-1)/N of their bytes",
     zh="DDP 对所有梯度 all-reduce 一次：发送 2(N-1)/N 的字节",
@@ -515,7 +515,7 @@ def comm_ddp(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.75,
     en="the formula agrees with the traffic measured in the launch",
     zh="公式与启动中实测的通信量一致",

@@ -375,6 +375,7 @@ RANK_CODE = [qc_prompt_messages, qc_answer, encode_qc, pad_rows, global_batch, r
 
 # %%
 RANK_HEADER = f"""\
+import sys  # the script's main reads its configuration from argv
 import torch.distributed.nn  # before init_process_group: see "A clean exit" above
 hf_logging.disable_progress_bar()
 REPORT_KEYS = {REPORT_KEYS!r}
@@ -909,7 +910,7 @@ print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1
 #
 # 环形算法下，一次涉及完整大小 B 字节缓冲区的 all-gather 或 reduce-scatter，每个 rank 发送 (N−1)/N · B；一次 all-reduce（= reduce-scatter + all-gather）发送 2(N−1)/N · B（nccl-tests 的 [PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md) 里 busbw 因子的来历）。DDP 每步对全部梯度 all-reduce 一次；FSDP 每步前向 all-gather 全部参数、反向再 all-gather 一次、梯度 reduce-scatter 一次。同样的数据类型下是 3(N−1)/N 对 2(N−1)/N，即常说的"约 1.5 倍 DDP"。
 #
-# **练习 5（选做，3 分；后面不依赖它，时长里不计入）。** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`：`group_numels` 是每个 FSDP 组的参数个数，根模块在第一个。返回每个 rank 每步**发送**的字节数 `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}`（float）：
+# **练习 5（选做，3 分，与核心分开计分：grade_id 为 `10-stretch-comm-1`；后面不依赖它，时长里不计入）。** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`：`group_numels` 是每个 FSDP 组的参数个数，根模块在第一个。返回每个 rank 每步**发送**的字节数 `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}`（float）：
 # - 前向：每个组 all-gather 一次，每个元素 `param_bytes` 字节；
 # - 反向：`reshard_after_forward=True` 时除根模块外的每个组再 all-gather 一次（`param_bytes`），为 False 时没有；根模块从不在反向重新 all-gather；
 # - 每个组的梯度 reduce-scatter 一次，每个元素 `reduce_bytes` 字节；`fsdp_total` 是这三项之和；
@@ -921,14 +922,14 @@ print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1
 #
 # With ring algorithms, an all-gather or reduce-scatter over a full buffer of B bytes makes each rank send (N−1)/N · B; an all-reduce (= reduce-scatter + all-gather) sends 2(N−1)/N · B (where the busbw factors in nccl-tests' [PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md) come from). DDP all-reduces all gradients once per step; FSDP all-gathers all parameters in forward, again in backward, and reduce-scatters the gradients once. In the same dtype that is 3(N−1)/N against 2(N−1)/N: the often-quoted "about 1.5× DDP".
 #
-# **Exercise 5 (optional stretch, 3 points; nothing later needs it, and the lab's time does not count it).** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`: `group_numels` holds the parameter count of each FSDP group, the root first. Return the bytes each rank **sends** per step, `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}` (floats):
+# **Exercise 5 (optional stretch, 3 points scored apart from the core: its grade_id is `10-stretch-comm-1`; nothing later needs it, and the lab's time does not count it).** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`: `group_numels` holds the parameter count of each FSDP group, the root first. Return the bytes each rank **sends** per step, `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}` (floats):
 # - forward: every group is all-gathered once, `param_bytes` per element;
 # - backward: with `reshard_after_forward=True` every group except the root is all-gathered again (`param_bytes`), with False none is; the root is never re-gathered in backward;
 # - every group's gradients are reduce-scattered once, `reduce_bytes` per element; `fsdp_total` is the sum of these three;
 # - DDP: one all-reduce of all gradients, `reduce_bytes` per element;
 # - an all-gather / reduce-scatter over a full B-byte buffer sends (N−1)/N · B, an all-reduce 2(N−1)/N · B; with N = 1 everything is 0. Shard padding is ignored.
 
-# %% tags=["solution"] grade_id="10-comm-sol-1"
+# %% tags=["solution"] grade_id="10-stretch-comm-sol-1"
 def comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True):
     """Bytes each rank sends in one FSDP2 training step, and in one DDP step, with ring algorithms."""
     ### BEGIN SOLUTION
@@ -966,7 +967,7 @@ if fsdp_result.ok:
         print(f"{_name:>12}: measured " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in _m.items())
               + f" | FSDP / DDP = {_m['fsdp_total'] / _ddp:.2f}")
 
-# %% tags=["test"] grade_id="10-comm-1" points=3
+# %% tags=["test"] grade_id="10-stretch-comm-1" points=3
 check_launch(fsdp_result, fsdp_ranks, "fsdp")
 _numels = fsdp_ranks[0]["schedules"]["default"]["group_numels"]
 _pred = comm_bytes_per_step(_numels, WORLD_SIZE)

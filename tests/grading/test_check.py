@@ -154,3 +154,18 @@ def test_check_on_a_downloaded_lab_08_notebook_gives_the_grader_s_preflight_mess
     assert main(["check", "08-low-precision.ipynb"]) == 1
     err = capsys.readouterr().err
     assert str(grader.value) in err and "rocmlab assets build-model" in err
+
+
+def test_an_optional_exercise_is_labelled_and_scored_apart_from_the_core(capsys, monkeypatch):
+    """Issue 53: lab 10's "optional" exercise 5 was 3 of 26 points of the one visible score."""
+    from rocmlab.grading import self_check
+
+    tests = [
+        self_check.VisibleTest("10-memory-1", 3, True, ""),
+        self_check.VisibleTest("10-stretch-comm-1", 3, False, "AssertionError: x"),
+    ]
+    monkeypatch.setattr(self_check, "run_check", lambda *a, **k: (tests, "", None))
+    assert self_check.main(notebook="lab.ipynb") == 1
+    out = capsys.readouterr().out
+    assert "FAIL  10-stretch-comm-1                3 pts (optional)" in out
+    assert "visible score: 3 / 3, optional exercises 0 / 3 (scored apart from the core)" in out

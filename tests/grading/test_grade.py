@@ -393,3 +393,10 @@ def test_feedback_shows_a_rule_s_learner_safe_detail_and_marks_a_rule_not_counte
     assert "format e4m3fnuz" in page and "480" not in page and "240" not in page and "full marks" not in page
     assert "– raises ValueError for a bad byte (0/1) · <i>not counted yet" in page
     assert page.count("✗") == 2
+
+
+def test_feedback_labels_optional_exercises_and_scores_the_core_apart(lab):
+    result = StudentResult("ann", "ann.ipynb", lang="en", score=3, max_score=6)
+    result.tests = [GradedTest("01-grade-sum", 3, 3, True), GradedTest("01-stretch-x-1", 3, 0, False)]
+    page = feedback_html(lab, result)
+    assert "<code>01-stretch-x-1</code> (optional)" in page and "(core 3 / 3; optional 0 / 3)" in page

@@ -326,7 +326,7 @@ GRADED = [
     "08-int4-1",
     "08-ppl-1",
     "08-memory-1",
-    "08-w8a8-1",
+    "08-stretch-w8a8-1",
 ]
 
 
@@ -469,7 +469,7 @@ MUTANTS = [
     ("08-int4-1", "int4_group_quantize", _int4_without_zero_in_range),
     ("08-ppl-1", "perplexity", _perplexity_mean_of_texts),
     ("08-memory-1", "weight_bytes", _weight_bytes_without_biases),
-    ("08-w8a8-1", "fp8_linear", _w8a8_without_activation_scale),
+    ("08-stretch-w8a8-1", "fp8_linear", _w8a8_without_activation_scale),
 ]
 
 

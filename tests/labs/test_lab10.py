@@ -51,6 +51,11 @@ def cells():
     return SOURCE.graded
 
 
+def topic(grade_id: str) -> str:
+    """The exercise a grade_id names: 10-memory-1 and 10-stretch-comm-1 give memory and comm."""
+    return grade_id.removeprefix("10-").removeprefix("stretch-").split("-")[0]
+
+
 def definitions(source: str) -> str:
     """Imports, function and class definitions, and the module constants of a cell; no launches."""
     return cell_definitions(source, constants=lambda node: all(t.id in CONSTANTS for t in node.targets))
@@ -75,7 +80,7 @@ def lab_namespace(notebook, work: Path, *, student_ids=()):
         else:
             source = cell.source
             grade_id = cell.metadata.get("grade_id", "")
-            if "solution" in tags and grade_id.split("-")[1] in student_ids:
+            if "solution" in tags and topic(grade_id) in student_ids:
                 source = student(source)
             run_cell(definitions(source), grade_id or "cell", namespace)
     return namespace
@@ -105,8 +110,8 @@ def test_lab_toml_is_valid_and_every_profile_parameter_is_assigned():
 def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
     ids = [c.metadata["grade_id"] for c in notebook.cells if c.metadata.get("grade_id")]
     assert len(ids) == len(set(ids)) and all(g.startswith("10-") for g in ids)
-    with_solution = {g.split("-")[1] for g in ids if "-sol-" in g}
-    tested = {g.split("-")[1] for g in ids if "-sol-" not in g}
+    with_solution = {topic(g) for g in ids if "-sol-" in g}
+    tested = {topic(g) for g in ids if "-sol-" not in g}
     assert with_solution == set(SOLUTION_IDS)
     assert tested == with_solution | {"equiv", "finetune"}
     for cell in notebook.cells:
@@ -521,3 +526,26 @@ def test_a_rank_script_imports_what_the_notebook_imported(ns, tmp_path):
     script = path.read_text(encoding="utf-8")
     assert "import re\n" in script and "import torch.distributed.nn" in script
     assert script.index("import torch.distributed.nn") < script.index("def run_rank")
+
+
+def test_every_name_of_the_lab_s_rank_scripts_is_defined(ns, tmp_path):
+    """A name the rank code uses and the script does not bind dies in every rank (NameError), after the launch
+    started: ruff's undefined-name rule (F821) reads each script the lab writes, as the launches write them."""
+    ns["WORK"] = tmp_path
+    launches = {}  # each launch(...) call of the lab: name -> (work, functions), read from the source
+    for cell in SOURCE.code_cells:
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "launch" and len(node.args) >= 3:
+                name, work, functions = node.args[:3]
+                launches[name.value] = (ns[work.id], [ns[f.id] for f in functions.elts])
+    assert set(launches) == {"fsdp", "finetune"}
+    ruff = Path(sys.executable).with_name("ruff")
+    for name, (work, functions) in launches.items():
+        path = ns["write_rank_script"](name, work, functions)
+        found = subprocess.run(
+            [str(ruff), "check", "--no-cache", "--select", "F821", "--output-format", "concise", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert found.returncode == 0, f"{name}: {found.stdout[-2000:]}"

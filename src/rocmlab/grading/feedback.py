@@ -16,6 +16,7 @@ from pathlib import Path
 from ..course.catalog import Lab
 from ..harness import ERRORS_ALONE
 from ..pages import render_page
+from .self_check import is_optional
 from .submissions import StudentResult
 
 TEXT = {
@@ -32,6 +33,8 @@ TEXT = {
         "how": "Each rule was checked on inputs drawn for you. A rule about an error raised counts once "
         "the exercise also returns right answers on valid inputs.",
         "pending": "not counted yet: it counts once the exercise returns right answers on valid inputs",
+        "optional": "optional",
+        "core": "core",
         "notes": "Notes from the grader",
         "invalid": "This submission could not be graded.",
         "flags": {
@@ -58,6 +61,8 @@ TEXT = {
         "rules": "检查的规则",
         "how": "每条规则都用为你单独生成的输入检查。关于抛出错误的规则，只有在该练习对有效输入也返回正确结果时才计分。",
         "pending": "暂不计分：该练习对有效输入返回正确结果后才计分",
+        "optional": "选做",
+        "core": "核心",
         "notes": "评分说明",
         "invalid": "该提交无法评分。",
         "flags": {
@@ -95,12 +100,26 @@ def _rule_row(rule: dict, lang: str) -> dict:
     }
 
 
+def _split(result: StudentResult) -> dict | None:
+    """The core's and the optional exercises' points, when the lab has optional (stretch) exercises."""
+    optional = [t for t in result.tests if is_optional(t.grade_id)]
+    if not optional:
+        return None
+    core = [t for t in result.tests if not is_optional(t.grade_id)]
+
+    def score(tests):
+        return f"{sum(t.points for t in tests):g} / {sum(t.max_points for t in tests):g}"
+
+    return {"core": score(core), "optional": score(optional)}
+
+
 def feedback_html(lab: Lab, result: StudentResult) -> str:
     """The learner's page, from ``templates/feedback.html.j2``."""
     t = TEXT[result.lang]
     rows = [
         {
             "grade_id": test.grade_id,
+            "optional": is_optional(test.grade_id),
             "passed": test.passed,
             "points": f"{test.points:g}",
             "max_points": f"{test.max_points:g}",
@@ -117,6 +136,7 @@ def feedback_html(lab: Lab, result: StudentResult) -> str:
         version=lab.version,
         student=result.student,
         score=f"{result.score:g}",
+        split=_split(result),
         max_score=f"{result.max_score:g}",
         invalid=result.status == "invalid",
         rows=rows,

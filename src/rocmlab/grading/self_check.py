@@ -35,12 +35,24 @@ DEFAULT_TIMEOUT_S = 1800
 COURSE_CELL_ID = re.compile(r"cell-\d+")  # the ids rocmlab build gives the lab's own cells
 
 
+OPTIONAL = "-stretch-"  # in a test cell's grade_id: an optional exercise, scored apart from the core
+
+
+def is_optional(grade_id: str) -> bool:
+    """An optional (stretch) exercise's test cell: labelled optional and scored apart from the core."""
+    return OPTIONAL in grade_id
+
+
 @dataclass
 class VisibleTest:
     grade_id: str
     points: float
     passed: bool
     message: str
+
+    @property
+    def optional(self) -> bool:
+        return is_optional(self.grade_id)
 
 
 @dataclass
@@ -288,6 +300,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _score(tests: list[VisibleTest]) -> str:
+    return f"{sum(t.points for t in tests if t.passed):g} / {sum(t.points for t in tests):g}"
+
+
 def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -> int:
     """Exit 0 when every visible test passed, 1 when one failed (2, raised: bad input)."""
     path = Path(notebook).absolute()  # not resolved: a symbolic link is refused, as grading does
@@ -296,16 +312,19 @@ def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -
         verdict = "PASS" if test.passed else "FAIL"
         print(
             f"{verdict}  {test.grade_id:<32} {test.points:g} pt{'s' if test.points != 1 else ''}"
+            + (" (optional)" if test.optional else "")
             + (f"\n      {test.message}" if test.message else "")
         )
-    earned = sum(t.points for t in tests if t.passed)
-    total = sum(t.points for t in tests)
+    core = [t for t in tests if not t.optional]
+    optional = [t for t in tests if t.optional]
     if first is not None and not all(t.passed for t in tests):
         print(first.describe())
     if problem:
         print(f"note: {problem}", file=sys.stderr)
     print(
-        f"visible score: {earned:g} / {total:g} (the grade comes from the hidden checks, run when the lab is "
-        "graded: each rule the text states, on inputs of your own)"
+        f"visible score: {_score(core)}"
+        + (f", optional exercises {_score(optional)} (scored apart from the core)" if optional else "")
+        + " (the grade comes from the hidden checks, run when the lab is graded: each rule the text states, "
+        "on inputs of your own)"
     )
     return ExitCode.OK if tests and all(t.passed for t in tests) else ExitCode.FAILED
