@@ -549,3 +549,21 @@ def test_every_name_of_the_lab_s_rank_scripts_is_defined(ns, tmp_path):
             timeout=120,
         )
         assert found.returncode == 0, f"{name}: {found.stdout[-2000:]}"
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_listed_dcp_mistake_fails_the_visible_test_in_process(ns, notebook, tmp_path, monkeypatch):
+    """What `rocmlab build --verify` proves by a full run, here in one process: the visible test's in-process part
+    (the torn save) fails on the listed mistake, and passes on the solution."""
+    from rocmlab.harness import mistakes_of
+
+    monkeypatch.chdir(tmp_path)
+    source = SOURCE.graded["10-dcp-1"]
+    in_process = source[source.index("# In this process") : source.index("print(")]
+    (item,) = mistakes_of(_dcp_checks(notebook))
+    right = dict(ns, WORK=tmp_path)
+    SOURCE.run(in_process, namespace=right, name="10-dcp-1 in process")
+    wrong = dict(right)
+    exec(compile(item.code, "<mistake>", "exec"), wrong)  # noqa: S102 (the lab's own listed mistake)
+    with pytest.raises(BaseException):  # noqa: B017 (DCP raises CheckpointException, a BaseException)
+        SOURCE.run(in_process, namespace=wrong, name="10-dcp-1 in process")
