@@ -72,8 +72,9 @@
 # state is checked.
 
 # %% [markdown] tags=["zh"]
-# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5
-# 分钟，之后从缓存读取。可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：
+# 这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5 分钟，之后从缓存读取。
+# 可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
 
 # %% [markdown] tags=["en"]
 # **The course model.** The setup cell below prepares `MODEL`. `tiny-qwen-zh` is a small model built on this

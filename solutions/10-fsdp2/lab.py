@@ -53,8 +53,9 @@
 # **Self-check and submit.** The test cell under each exercise is your visible self-check: run it any time, or run `rocmlab check <this notebook>.ipynb` in a terminal (it runs all visible tests). When done, submit: to submit on the workshop hub, use Jupyter's **Nbgrader › Assignment List** (*Submit*), or run `rocmlab submit <notebook>.ipynb` in a terminal (it submits and has it graded now, printing the score and each rule not met); the instructor may also collect. If you downloaded the notebook from the course site, there is no hub: `rocmlab check` gives the visible tests' results, and you hand the notebook to your instructor the way they ask. The grade comes from hidden checks that test each rule stated in an exercise's text, one by one, on inputs drawn from your own seed (other sizes, other world sizes, edge cases); they check nothing the text does not state. Pass the visible tests and follow every stated rule, and you get full marks.
 
 # %% [markdown] tags=["zh"]
-# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5
-# 分钟，之后从缓存读取。可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：
+# 这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5 分钟，之后从缓存读取。
+# 可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
 
 # %% [markdown] tags=["en"]
 # **The course model.** The setup cell below prepares `MODEL`. `tiny-qwen-zh` is a small model built on this

@@ -64,6 +64,17 @@ def test_the_hub_image_holds_every_model_the_gpu_profiles_name():
     assert 'rocmlab assets fetch "$model"' in learner and "HF_HUB_OFFLINE=1" in learner
 
 
+@pytest.mark.parametrize("lab", [lab for lab in LABS if lab.profile("smoke").requires.course_model], ids=lambda lab: lab.id)
+def test_every_lab_that_needs_the_course_model_says_how_long_it_waits_for_it(lab):
+    """Issue 53: a learner without a built model waited minutes on a cell whose text did not say so."""
+    for lang in ("zh", "en"):
+        markdown = (c.source for c in solution_notebook(lab, lang).cells if c.cell_type == "markdown")
+        prose = " ".join(" ".join(markdown).split())  # a wrapped line is a space
+        assert "rocmlab assets build-model" in prose and "ROCMLAB_CACHE" in prose, f"{lab.id} [{lang}]"
+        took = r"3–5\s*minutes" if lang == "en" else r"3–5\s*分钟"  # the text may wrap between them
+        assert re.search(took, prose), f"{lab.id} [{lang}]: how long the build takes"
+
+
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_every_test_cell_is_graded_by_checks_that_add_up_to_its_points(lab):
     checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, "en")))
