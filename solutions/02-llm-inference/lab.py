@@ -71,6 +71,17 @@
 # make the function hold to the contract, not just to the visible tests. A failed check tells you which rule it
 # checks.
 
+# %% [markdown] tags=["zh"]
+# **课程模型。** 下面用到 `MODEL` 的第一个单元格会准备它。`tiny-qwen-zh` 是用课程数据在本机构建的小模型
+# （不下载）：这台机器上第一次用到它时，那个单元格要构建它，两个 CPU 核上大约 3–5 分钟，之后从缓存读取。
+# 可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+
+# %% [markdown] tags=["en"]
+# **The course model.** The first cell below that uses `MODEL` prepares it. `tiny-qwen-zh` is a small model built
+# on this machine from the course data (nothing is downloaded): the first time a lab needs it here, that cell
+# builds it, about 3–5 minutes on two CPU cores; later runs read the cache. Build it ahead of time with `rocmlab
+# assets build-model` in a terminal, or point `ROCMLAB_CACHE` at a folder that holds a built one.
+
 # %% tags=["parameters"]
 PROFILE = "smoke"
 DEVICE = "auto"

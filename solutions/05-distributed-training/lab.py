@@ -13,7 +13,7 @@
 # %% [markdown] tags=["zh"]
 # # 实验 05 · 分布式训练与容错
 #
-# `05-distributed-training` · 版本 1.3.0 · 核心部分约 100 分钟，另有约 25 分钟的选做（optional stretch）练习
+# `05-distributed-training` · 版本 1.3.1 · 核心部分约 100 分钟，另有约 25 分钟的选做（optional stretch）练习
 #
 # 上一个实验我们手写了集合通信（collectives）。这一次把它们用到训练上。核心部分：
 #
@@ -34,7 +34,7 @@
 # %% [markdown] tags=["en"]
 # # Lab 05 · Distributed training and fault tolerance
 #
-# `05-distributed-training` · version 1.3.0 · about 100 minutes for the core, plus about 25 minutes of optional
+# `05-distributed-training` · version 1.3.1 · about 100 minutes for the core, plus about 25 minutes of optional
 # stretch exercises
 #
 # In lab 04 we wrote collectives by hand. Now we put them to work in training. The core:
@@ -91,6 +91,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from rocmlab import lab
+
+# %% [markdown] tags=["zh"]
+# **课程模型。** 下面用到 `MODEL` 的第一个单元格会准备它。`tiny-qwen-zh` 是用课程数据在本机构建的小模型
+# （不下载）：这台机器上第一次用到它时，那个单元格要构建它，两个 CPU 核上大约 3–5 分钟，之后从缓存读取。
+# 可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+
+# %% [markdown] tags=["en"]
+# **The course model.** The first cell below that uses `MODEL` prepares it. `tiny-qwen-zh` is a small model built
+# on this machine from the course data (nothing is downloaded): the first time a lab needs it here, that cell
+# builds it, about 3–5 minutes on two CPU cores; later runs read the cache. Build it ahead of time with `rocmlab
+# assets build-model` in a terminal, or point `ROCMLAB_CACHE` at a folder that holds a built one.
 
 # %% tags=["parameters"]
 PROFILE = "smoke"

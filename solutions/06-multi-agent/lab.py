@@ -71,6 +71,17 @@
 # notebook has run, they call your functions from outside your kernel on inputs generated for you, one check with its
 # own points for each rule stated in the text; a check you fail names its rule.
 
+# %% [markdown] tags=["zh"]
+# **课程模型。** 下面用到 `MODEL` 的第一个单元格会准备它。`tiny-qwen-zh` 是用课程数据在本机构建的小模型
+# （不下载）：这台机器上第一次用到它时，那个单元格要构建它，两个 CPU 核上大约 3–5 分钟，之后从缓存读取。
+# 可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+
+# %% [markdown] tags=["en"]
+# **The course model.** The first cell below that uses `MODEL` prepares it. `tiny-qwen-zh` is a small model built
+# on this machine from the course data (nothing is downloaded): the first time a lab needs it here, that cell
+# builds it, about 3–5 minutes on two CPU cores; later runs read the cache. Build it ahead of time with `rocmlab
+# assets build-model` in a terminal, or point `ROCMLAB_CACHE` at a folder that holds a built one.
+
 # %% tags=["parameters"]
 PROFILE = "smoke"
 DEVICE = "auto"
@@ -1662,7 +1673,7 @@ plt.show()
 # %% [markdown] tags=["zh"]
 # **读图。** 在相同并发下，单体（`C` 个 worker）与流水线的延迟和吞吐相同（同样的设备、同样的消息，数字逐位一致）：吞吐
 # 的提升来自**并发**，不是来自“拆成智能体”。两者都沿着 C/ΣD 上升，在拐点 C* = 4 附近碰到上限（服务时间有浮动，实测的
-# 平台略低于 1/D_max），之后吞吐持平、延迟随 C 线性增长：C = 12 时约 12 ms，吞吐约为单条串行的 3.6 倍。
+# 平台略低于 1/D_max），之后吞吐持平、延迟随 C 线性增长（C = 12 时的延迟与吞吐倍数见上表）。
 #
 # 现在读那组数字：12 ms × 3 倍吞吐（3 × 250 = 750 条/秒）按利特尔定律意味着约 9 条消息在途，而四个设备同时只能服务 4
 # 条——另外 5 条在队列里等。“4 ms → 12 ms、吞吐 ×3”是**越过拐点后的排队**，不是流水线的代价。下面两个实验说明怎么拿回
@@ -1673,7 +1684,7 @@ plt.show()
 # throughput (the same devices and messages; the figures agree to the digit): the gain in throughput comes from
 # **concurrency**, not from splitting into agents. Both climb along C/ΣD and flatten near the knee C* = 4 (with
 # varying service times the plateau sits a little below 1/D_max); past it throughput stays flat and latency grows
-# linearly with C: about 12 ms at C = 12, at about 3.6 times the one-at-a-time throughput.
+# linearly with C (the table above gives the latency and the throughput multiple at C = 12).
 #
 # Now the seed's figures: 12 ms at 3× throughput (3 × 250 = 750 messages/s) means, by Little's law, about 9 messages in
 # flight, while the four devices can serve only 4 at once: the other 5 wait in queues. "4 ms → 12 ms, throughput ×3"

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 FP8 = {
     "e4m3fn": torch.float8_e4m3fn,
@@ -42,6 +42,36 @@ def _decoded(learner, fmt, order):
     return zip(order, got, ref)
 
 
+FN_BIAS_ON_FNUZ = """
+def decode_fp8(byte, fmt):
+    if fmt not in FP8_FIELDS:
+        raise ValueError(fmt)
+    if isinstance(byte, bool) or not isinstance(byte, int) or not 0 <= byte <= 255:
+        raise ValueError(byte)
+    exp_bits, man_bits = FP8_FIELDS[fmt]
+    bias = 2 ** (exp_bits - 1) - 1  # the IEEE-style bias: right for fn and e5m2, one too small for fnuz
+    sign = -1.0 if byte & 0x80 else 1.0
+    exponent = (byte >> man_bits) & ((1 << exp_bits) - 1)
+    mantissa = byte & ((1 << man_bits) - 1)
+    if fmt.endswith("fnuz"):
+        if byte == 0x80:
+            return math.nan
+    elif fmt == "e4m3fn":
+        if exponent == 0b1111 and mantissa == 0b111:
+            return math.nan
+    elif exponent == 0b11111:
+        return sign * math.inf if mantissa == 0 else math.nan
+    if exponent == 0:
+        return sign * (mantissa / 2**man_bits) * 2.0 ** (1 - bias)
+    return sign * (1 + mantissa / 2**man_bits) * 2.0 ** (exponent - bias)
+"""
+
+
+@mistake(
+    en="the OCP bias (7, 15) used on fnuz bytes, whose bias is one larger (8, 16): every fnuz value doubles",
+    zh="对 fnuz 字节用了 OCP 的偏置（7、15），而 fnuz 的偏置大 1（8、16）：每个 fnuz 值都翻倍",
+    code=FN_BIAS_ON_FNUZ,
+)
 @check(
     "08-fp8bits-1",
     points=1.5,
@@ -54,7 +84,9 @@ def decode_finite(learner, variant):
     for fmt in FP8:
         for byte, got, want in _decoded(learner, fmt, order):
             if math.isfinite(want) and not (want == 0 and math.copysign(1, want) < 0):
-                assert type(got) is float and got == want, f"{fmt} 0x{byte:02X}: {got!r}, want {want!r}"
+                assert type(got) is float and got == want, (
+                    f"[[learner: format {fmt}]] 0x{byte:02X}: {got!r}, want {want!r}"
+                )
 
 
 @check(
@@ -70,11 +102,13 @@ def decode_specials(learner, variant):
         for byte, got, want in _decoded(learner, fmt, order):
             if math.isfinite(want) and not (want == 0 and math.copysign(1, want) < 0):
                 continue
-            assert type(got) is float, f"{fmt} 0x{byte:02X}: {type(got).__name__}"
+            assert type(got) is float, f"[[learner: format {fmt}, not a float]] 0x{byte:02X}: {type(got).__name__}"
             if math.isnan(want):
-                assert math.isnan(got), f"{fmt} 0x{byte:02X}: {got!r}, want nan"
+                assert math.isnan(got), f"[[learner: format {fmt}, a NaN byte]] 0x{byte:02X}: {got!r}, want nan"
             else:
-                assert got == want and math.copysign(1, got) == math.copysign(1, want), f"{fmt} 0x{byte:02X}: {got!r}"
+                assert got == want and math.copysign(1, got) == math.copysign(1, want), (
+                    f"[[learner: format {fmt}, ±inf or −0.0]] 0x{byte:02X}: {got!r}"
+                )
 
 
 @check(
@@ -128,9 +162,13 @@ def quant_scale(learner, variant):
             amax = w.abs().amax() if gran == "tensor" else w.abs().amax(1, keepdim=True)
             want = amax / torch.finfo(dtype).max
             _tensor(scale, "scale")
-            assert qdtype == dtype, f"{dtype} {gran}: q is {qdtype}"
-            assert scale.dtype == torch.float32 and tuple(scale.shape) == tuple(want.shape), f"{gran}: {scale.shape}"
-            assert torch.allclose(scale, want, rtol=1e-6, atol=0), f"{dtype} {gran}: scale is not amax / fmax"
+            assert qdtype == dtype, f"[[learner: {dtype}, per {gran}: q has another dtype]] q is {qdtype}"
+            assert scale.dtype == torch.float32 and tuple(scale.shape) == tuple(want.shape), (
+                f"[[learner: per {gran}: scale {scale.dtype} {tuple(scale.shape)}, want float32 {tuple(want.shape)}]]"
+            )
+            assert torch.allclose(scale, want, rtol=1e-6, atol=0), (
+                f"[[learner: {dtype}, per {gran}]] scale is not amax / fmax"
+            )
 
 
 @check(
@@ -315,7 +353,9 @@ def ocp_values(learner, variant):
     order, scale, (bits, dtype, new_scale, _, _) = _ocp(learner, variant)
     assert dtype == torch.float8_e4m3fn, f"dtype {dtype}"
     _tensor(new_scale, "scale_fn")
-    assert tuple(new_scale.shape) == tuple(scale.shape) and torch.equal(new_scale.float(), scale), "the scale must not change"
+    assert tuple(new_scale.shape) == tuple(scale.shape) and torch.equal(new_scale.float(), scale), (
+        "the scale must not change"
+    )
     got = _tensor(bits, "q_fn").flatten().view(torch.float8_e4m3fn).float()
     want = _fnuz_values(order)
     for byte, g, w in zip(order, got.tolist(), want.tolist()):
@@ -368,12 +408,8 @@ def _mx_ref(x, block):
     amax = blocks.abs().amax(-1)
     flat = [(-127 if a == 0 else math.floor(math.log2(a)) - 2) for a in amax.flatten().tolist()]
     e = torch.tensor(flat, dtype=torch.int64).reshape(amax.shape).clamp(-127, 127)
-    v = blocks / torch.exp2(e.double()).unsqueeze(-1)
-    dist = (v.abs().clamp(max=6.0).unsqueeze(-1) - E2M1.double()).abs()
-    best = dist.min(-1, keepdim=True).values
-    idx = ((dist > best) * 100 + (torch.arange(8) % 2)).argmin(-1)  # among the nearest, the even code
-    codes = (idx | torch.where(v < 0, 8, 0)).to(torch.uint8).reshape(x.shape)
-    return codes, (e + 127).to(torch.uint8)
+    scales = (e + 127).to(torch.uint8)
+    return _nearest_codes(x, scales, block), scales
 
 
 def _mx_inputs(variant):
@@ -395,6 +431,49 @@ def _mx(learner, x, block):
     return _tensor(codes, "codes"), _tensor(scales, "scales")
 
 
+def _nearest_codes(x, scales, block):
+    """The codes rule on its own: each element's nearest E2M1 code of x / 2^(scale byte − 127), for
+    whatever scale bytes were chosen (the exponent rule is checked apart)."""
+    blocks = x.double().reshape(*x.shape[:-1], -1, block)
+    v = blocks / torch.exp2(scales.double() - 127).unsqueeze(-1)
+    dist = (v.abs().clamp(max=6.0).unsqueeze(-1) - E2M1.double()).abs()
+    best = dist.min(-1, keepdim=True).values
+    idx = ((dist > best) * 100 + (torch.arange(8) % 2)).argmin(-1)  # among the nearest, the even code
+    return (idx | torch.where(v < 0, 8, 0)).to(torch.uint8).reshape(x.shape)
+
+
+MX_SCALE_CODE = """
+def mxfp4_quantize(x, block_size=32):
+    if x.shape[-1] % block_size:
+        raise ValueError(block_size)
+    blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // block_size, block_size)
+    amax = blocks.abs().amax(dim=-1)
+    shared = torch.where(amax > 0, SHARED_EXPONENT, torch.full_like(amax, -127)).clamp(-127, 127)
+    v = blocks / torch.exp2(shared).unsqueeze(-1)
+    magnitude = v.abs().clamp(max=6.0)
+    step = torch.where(magnitude < 2, 0.5, torch.where(magnitude < 4, 1.0, 2.0))
+    rounded = torch.round(magnitude / step) * step
+    index = torch.bucketize(rounded, FP4_E2M1_VALUES.to(rounded.device))
+    codes = (index | torch.where(v < 0, 8, 0)).to(torch.uint8).reshape(x.shape)
+    return codes, (shared + 127).to(torch.uint8)
+"""
+# The spec's rule (OCP Microscaling Formats v1.0, section 6.3): X = 2^(floor(log2(amax)) - emax_elem), emax_elem = 2
+# for E2M1. Its authors' reference code does the same: microsoft/microxcaling mx/mx_ops.py, `_shared_exponents` takes
+# floor(log2(amax)) and `_quantize_mx` subtracts emax. Rounding up instead ("fit amax into 6") is the mistake below.
+MX_CEIL = MX_SCALE_CODE.replace(
+    "SHARED_EXPONENT",
+    "torch.ceil(torch.log2(amax.clamp(min=1e-38) / 6))",  # "fit amax into 6": ceil, not floor − 2
+)
+MX_PER_TENSOR = MX_SCALE_CODE.replace(
+    "amax = blocks.abs().amax(dim=-1)", "amax = blocks.abs().amax().expand(blocks.shape[:-1])  # one amax for all"
+).replace("SHARED_EXPONENT", "torch.floor(torch.log2(amax.clamp(min=1e-38))) - 2")
+
+
+@mistake(
+    en="the shared exponent rounded up, ceil(log2(amax / 6)), instead of the spec's floor(log2 amax) − 2",
+    zh="共享指数向上取整 ceil(log2(amax / 6))，而规范是 floor(log2 amax) − 2",
+    code=MX_CEIL,
+)
 @check(
     "08-mxfp4-1",
     points=1,
@@ -406,7 +485,7 @@ def mx_scales(learner, variant):
         _, scales = _mx(learner, x, block)
         want = _mx_ref(x, block)[1]
         assert scales.dtype == torch.uint8 and tuple(scales.shape) == tuple(want.shape), (
-            f"{scales.dtype} {scales.shape}"
+            f"[[learner: scales {scales.dtype} {tuple(scales.shape)}, want uint8 {tuple(want.shape)}]]"
         )
         assert torch.equal(scales, want), f"shape {tuple(x.shape)} block {block}: scale bytes differ"
 
@@ -414,22 +493,35 @@ def mx_scales(learner, variant):
 @check(
     "08-mxfp4-1",
     points=1,
-    en="each code is the nearest E2M1 value of x / 2^e (ties to the even code, |v| saturating at 6) with the sign in bit 3",
-    zh="每个编码是 x / 2^e 最近的 E2M1 值（平局取偶数编码，|v| 在 6 饱和），符号在第 3 位",
+    en="each code is the nearest E2M1 value of x / 2^e, e from its block's scale byte (ties to the even code, "
+    "|v| saturating at 6) with the sign in bit 3",
+    zh="每个编码是 x / 2^e 最近的 E2M1 值，e 取自所在块的 scale 字节（平局取偶数编码，|v| 在 6 饱和），符号在第 3 位",
 )
 def mx_codes(learner, variant):
     for x, block in _mx_inputs(variant):
-        codes, _ = _mx(learner, x, block)
-        want = _mx_ref(x, block)[0]
-        assert codes.dtype == torch.uint8 and tuple(codes.shape) == tuple(x.shape), f"{codes.dtype} {codes.shape}"
-        assert torch.equal(codes, want), f"shape {tuple(x.shape)} block {block}: codes differ"
+        codes, scales = _mx(learner, x, block)
+        assert codes.dtype == torch.uint8 and tuple(codes.shape) == tuple(x.shape), (
+            f"[[learner: codes {codes.dtype} {tuple(codes.shape)}, want uint8 {tuple(x.shape)}]]"
+        )
+        want_scales = _mx_ref(x, block)[1]
+        if scales.dtype != torch.uint8 or tuple(scales.shape) != tuple(want_scales.shape):
+            scales = want_scales  # the scale rule fails on its own: judge the rounding against the spec's scale
+        assert torch.equal(codes, _nearest_codes(x, scales, block)), (
+            f"shape {tuple(x.shape)} block {block}: codes differ"
+        )
 
 
+@mistake(
+    en="one scale for the whole tensor (its amax) instead of one per block of the last dimension",
+    zh="整个张量只用一个 scale（全局 amax），而不是沿最后一维每块一个",
+    code=MX_PER_TENSOR,
+)
 @check(
     "08-mxfp4-1",
     points=0.5,
-    en="mxfp4_quantize forms blocks along the last dimension, for any leading shape and block_size",
-    zh="mxfp4_quantize 沿最后一维分块，前导维与 block_size 任意",
+    en="mxfp4_quantize forms blocks along the last dimension, for any leading shape and block_size: "
+    "each block quantized alone gives the same codes and scale byte as within x",
+    zh="mxfp4_quantize 沿最后一维分块，前导维与 block_size 任意：每块单独量化的编码与 scale 字节与在 x 中相同",
 )
 def mx_layout(learner, variant):
     rnd = variant.random
@@ -437,9 +529,23 @@ def mx_layout(learner, variant):
     x = torch.randn(2, 3, 4 * block, generator=variant.torch())
     x[1, 2, :block] *= 1000  # one loud block: it must not change its neighbours' scales
     codes, scales = _mx(learner, x, block)
-    want_codes, want_scales = _mx_ref(x, block)
-    assert tuple(scales.shape) == (2, 3, 4) and torch.equal(scales, want_scales), "scales per block of the last dim"
-    assert torch.equal(codes, want_codes), "codes per block of the last dim"
+    assert tuple(scales.shape) == (2, 3, 4) and tuple(codes.shape) == tuple(x.shape), (
+        f"scales {tuple(scales.shape)}, codes {tuple(codes.shape)} for x {tuple(x.shape)}, block_size {block}"
+    )
+    alone = learner.eval(
+        "[mxfp4_quantize(b.reshape(1, -1), block_size=n) for b in bs]",
+        bs=list(x.reshape(-1, block)),
+        n=block,
+    )
+    assert isinstance(alone, list) and len(alone) == 24, "one result per block"
+    for k, (block_codes, block_scale) in enumerate(alone):
+        i, j, b = k // 12, k // 4 % 3, k % 4
+        assert torch.equal(_tensor(block_scale, "scales").flatten(), scales[i, j, b : b + 1]), (
+            f"block {(i, j, b)}: its scale byte alone differs from within x"
+        )
+        assert torch.equal(_tensor(block_codes, "codes").flatten(), codes[i, j, b * block : (b + 1) * block]), (
+            f"block {(i, j, b)}: its codes alone differ from within x"
+        )
 
 
 @check(
@@ -739,7 +845,7 @@ _y = fp8_linear(x, _qw, _sw)
 
 
 @check(
-    "08-w8a8-1",
+    "08-stretch-w8a8-1",
     points=1,
     en="fp8_linear returns a float32 [M, N] within 1e-2 of the product of both dequantized operands (per-token activations)",
     zh="fp8_linear 返回 float32 的 [M, N]，与两个反量化操作数（激活逐 token 量化）的乘积相差 1e-2 以内",

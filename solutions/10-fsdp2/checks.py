@@ -14,7 +14,7 @@ from fractions import Fraction
 import torch
 import torch.nn.functional as F
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 # ---------------------------------------------------------------- exercise 1: the memory bill
 
@@ -475,7 +475,7 @@ def comm_check(learner, variant, keys):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.5,
     en="forward: every group is all-gathered once, (N-1)/N of its bytes sent",
     zh="前向：每个组 all-gather 一次，发送其字节数的 (N-1)/N",
@@ -485,7 +485,7 @@ def comm_forward(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.75,
     en="backward: every group but the root is all-gathered again only when reshard_after_forward is True",
     zh="反向：仅当 reshard_after_forward 为 True 时，根以外的每个组再 all-gather 一次",
@@ -495,7 +495,7 @@ def comm_backward(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.5,
     en="every group's gradients are reduce-scattered once in reduce_bytes; fsdp_total is the sum of the three",
     zh="每个组的梯度以 reduce_bytes reduce-scatter 一次；fsdp_total 是三项之和",
@@ -505,7 +505,7 @@ def comm_reduce_scatter(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.5,
     en="DDP all-reduces all gradients once: 2(N-1)/N of their bytes",
     zh="DDP 对所有梯度 all-reduce 一次：发送 2(N-1)/N 的字节",
@@ -515,7 +515,7 @@ def comm_ddp(learner, variant):
 
 
 @check(
-    "10-comm-1",
+    "10-stretch-comm-1",
     points=0.75,
     en="the formula agrees with the traffic measured in the launch",
     zh="公式与启动中实测的通信量一致",
@@ -599,22 +599,43 @@ def dcp_replay(learner, variant):
         assert e["loss"] == first[e["step"]] or (on_gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
 
 
-DCP_SETUP = """
+DCP_NETS = """
 import tempfile as _tf
 from pathlib import Path as _P
-_root = _P(_tf.mkdtemp(prefix="lab10-check-", dir="."))
+_root = _P(_tf.mkdtemp(prefix="lab10-check-", dir="."))  # relative, as a learner may pass it
 torch.manual_seed(seed)
 def _net():
     return torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
 _src = _net()
 _opt = torch.optim.AdamW(_src.parameters(), lr=0.1)
-_empty = load_latest_checkpoint(_src, _opt, _root)
-_empty_state = len(_opt.state)
-_paths = []
-for _step in steps:
+def _train_step():
     _src(torch.randn(4, 5)).sum().backward()
     _opt.step()
-    _paths.append(str(save_checkpoint(_src, _opt, _step, _root)))
+"""
+
+DCP_SAVE_SETUP = (
+    DCP_NETS
+    + """
+_returned, _complete = [], []
+for _step in steps:
+    _train_step()
+    _returned.append(str(save_checkpoint(_src, _opt, _step, root_form(_root))))
+    _complete.append((_root / f"step-{_step:06d}" / ".metadata").is_file())
+_result = ([str(_P(p).resolve()) for p in _returned], str(_root.resolve()), _complete)
+__import__("shutil").rmtree(_root, ignore_errors=True)
+"""
+)
+
+# the checkpoints are written by the harness's own dcp.save: this check judges load_latest_checkpoint alone
+DCP_LOAD_SETUP = (
+    DCP_NETS
+    + """
+_empty = load_latest_checkpoint(_src, _opt, _root)
+_empty_state = len(_opt.state)
+for _step in steps:
+    _train_step()
+    _ms, _os = get_state_dict(_src, _opt)
+    dcp.save({"model": _ms, "optim": _os}, checkpoint_id=str(_root / f"step-{_step:06d}"))
 _want = {k: v.clone() for k, v in _src.state_dict().items()}
 _want_m = _opt.state_dict()["state"][0]["exp_avg"].clone()
 (_root / f"step-{torn:06d}").mkdir()
@@ -622,15 +643,55 @@ _want_m = _opt.state_dict()["state"][0]["exp_avg"].clone()
 _dst = _net()
 _dst_opt = torch.optim.AdamW(_dst.parameters(), lr=0.1)
 _loaded = load_latest_checkpoint(_dst, _dst_opt, _root)
-_result = (str(_root), _empty, _empty_state, _paths, _loaded, _want, dict(_dst.state_dict()), _want_m,
+_result = (_empty, _empty_state, _loaded, _want, dict(_dst.state_dict()), _want_m,
            _dst_opt.state_dict()["state"][0]["exp_avg"].clone())
 __import__("shutil").rmtree(_root, ignore_errors=True)
 """
+)
+ROOT_FORMS = {"Path": "lambda p: p", "str": "str", "absolute str": "lambda p: str(p.resolve())"}
 
 
 @check(
     "10-dcp-1",
-    points=1,
+    points=0.25,
+    en="save_checkpoint writes a complete checkpoint to root/step-{step:06d} and returns that path "
+    "(compared as a path: str or Path, relative or absolute)",
+    zh="save_checkpoint 把完整的检查点写到 root/step-{step:06d} 并返回这个路径（按路径比较：str 或 Path、相对或绝对均可）",
+)
+def dcp_save_path(learner, variant):
+    rng = variant.random
+    steps = sorted(rng.sample(range(1, 50), 2))
+    form = rng.choice(sorted(ROOT_FORMS))
+    returned, root, complete = learner.eval(
+        "_result", setup=f"root_form = {ROOT_FORMS[form]}\n" + DCP_SAVE_SETUP, seed=rng.randint(0, 10**6), steps=steps
+    )
+    assert complete == [True] * len(steps), f"root given as {form}: no .metadata in root/step-{{step:06d}}: {complete}"
+    want = [f"{root}/step-{s:06d}" for s in steps]
+    assert returned == want, f"root given as {form}: save_checkpoint returned paths that are not root/step-{{step:06d}}"
+
+
+LOAD_NEWEST_ANY = """
+def load_latest_checkpoint(model, optimizer, root):
+    found = list(Path(root).glob("step-*"))  # every step folder, a torn one without .metadata included
+    if not found:
+        return 0
+    latest = max(found, key=lambda p: int(p.name.split("-")[1]))
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(latest))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return int(latest.name.split("-")[1])
+"""
+
+
+@mistake(
+    en="the newest step-* folder loaded without looking for .metadata: a save torn by a crash is taken for complete",
+    zh="直接加载最新的 step-* 目录而不检查 .metadata：把崩溃中断的保存当成完整检查点",
+    code=LOAD_NEWEST_ANY,
+)
+@check(
+    "10-dcp-1",
+    points=0.75,
     en="load_latest_checkpoint restores the newest complete checkpoint (skipping one without .metadata), "
     "or returns 0 and changes nothing",
     zh="load_latest_checkpoint 恢复最新的完整检查点（跳过没有 .metadata 的目录），没有时返回 0 且不改变任何东西",
@@ -639,11 +700,10 @@ def dcp_in_process(learner, variant):
     rng = variant.random
     steps = sorted(rng.sample(range(1, 50), 2))
     torn = steps[-1] + rng.randint(1, 20)
-    root, empty, empty_state, paths, loaded, want, got, want_m, got_m = learner.eval(
-        "_result", setup=DCP_SETUP, seed=rng.randint(0, 10**6), steps=steps, torn=torn
+    empty, empty_state, loaded, want, got, want_m, got_m = learner.eval(
+        "_result", setup=DCP_LOAD_SETUP, seed=rng.randint(0, 10**6), steps=steps, torn=torn
     )
     assert empty == 0 and empty_state == 0, "no checkpoint: return 0 and change nothing"
-    assert paths == [f"{root}/step-{s:06d}" for s in steps], f"save_checkpoint returned {paths}"
     assert loaded == steps[-1], f"loaded step {loaded}, the newest complete one is {steps[-1]}"
     assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want), "model not restored"
     assert torch.equal(got_m, want_m), "optimizer state not restored"

@@ -47,10 +47,21 @@
 # The smoke profile: CPU, gloo, 2 ranks, tiny-qwen-zh. On GPUs the backend is nccl (RCCL on ROCm), with the same code.
 
 # %% [markdown] tags=["zh"]
-# **自测与提交。** 每个练习下面的测试单元格是可见的自测：随时运行它们，或在终端运行 `rocmlab check <本笔记本>.ipynb`（它执行所有可见测试）。做完后在 Jupyter 的 nbgrader **Assignments** 标签页提交（工作坊 hub 上由讲师统一收取）。成绩来自隐藏检查：它们逐条检查练习说明中写明的每条规则，输入由你自己的种子生成（其他尺寸、其他 world size、边界情况），不会检查说明之外的要求。可见测试全部通过、又满足说明中的每条规则，就能得到满分。
+# **自测与提交。** 每个练习下面的测试单元格是可见的自测：随时运行它们，或在终端运行 `rocmlab check <本笔记本>.ipynb`（它执行所有可见测试）。做完后提交：提交：在工作坊 Hub 上，从 Jupyter 菜单 **Nbgrader › Assignment List** 提交，或在终端运行 `rocmlab submit <笔记本>.ipynb`（提交并立即评分，打印分数和未满足的规则）；讲师也可能统一收取。若你是从课程网站下载的笔记本，没有 Hub：`rocmlab check` 给出可见测试的结果，把笔记本按讲师说的方式交给讲师评分。成绩来自隐藏检查：它们逐条检查练习说明中写明的每条规则，输入由你自己的种子生成（其他尺寸、其他 world size、边界情况），不会检查说明之外的要求。可见测试全部通过、又满足说明中的每条规则，就能得到满分。
 
 # %% [markdown] tags=["en"]
-# **Self-check and submit.** The test cell under each exercise is your visible self-check: run it any time, or run `rocmlab check <this notebook>.ipynb` in a terminal (it runs all visible tests). When done, submit from the nbgrader **Assignments** tab in Jupyter (on the workshop hub the instructor collects it). The grade comes from hidden checks that test each rule stated in an exercise's text, one by one, on inputs drawn from your own seed (other sizes, other world sizes, edge cases); they check nothing the text does not state. Pass the visible tests and follow every stated rule, and you get full marks.
+# **Self-check and submit.** The test cell under each exercise is your visible self-check: run it any time, or run `rocmlab check <this notebook>.ipynb` in a terminal (it runs all visible tests). When done, submit: to submit on the workshop hub, use Jupyter's **Nbgrader › Assignment List** (*Submit*), or run `rocmlab submit <notebook>.ipynb` in a terminal (it submits and has it graded now, printing the score and each rule not met); the instructor may also collect. If you downloaded the notebook from the course site, there is no hub: `rocmlab check` gives the visible tests' results, and you hand the notebook to your instructor the way they ask. The grade comes from hidden checks that test each rule stated in an exercise's text, one by one, on inputs drawn from your own seed (other sizes, other world sizes, edge cases); they check nothing the text does not state. Pass the visible tests and follow every stated rule, and you get full marks.
+
+# %% [markdown] tags=["zh"]
+# **课程模型。** 下面的设置单元格会准备 `MODEL`。`tiny-qwen-zh` 是用课程数据在本机构建的小模型（不下载）：
+# 这台机器上第一次用到它时，该单元格要构建它，两个 CPU 核上大约 3–5 分钟，之后从缓存读取。
+# 可以提前在终端运行 `rocmlab assets build-model`，或把 `ROCMLAB_CACHE` 指向已有构建好的模型的文件夹。
+
+# %% [markdown] tags=["en"]
+# **The course model.** The setup cell below prepares `MODEL`. `tiny-qwen-zh` is a small model built on this
+# machine from the course data (nothing is downloaded): the first time a lab needs it here, that cell builds it,
+# about 3–5 minutes on two CPU cores; later runs read the cache. Build it ahead of time with `rocmlab assets
+# build-model` in a terminal, or point `ROCMLAB_CACHE` at a folder that holds a built one.
 
 # %%
 import copy
@@ -83,7 +94,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from rocmlab import lab
-from rocmlab.lab import datasheets
+from rocmlab.lab.launch import import_lines
 from rocmlab.lab.models import model_path
 
 # %% tags=["parameters"]
@@ -108,6 +119,7 @@ MAX_NEW_TOKENS = 96
 # %%
 lab.seed_everything(SEED)
 print(lab.describe_environment(PROFILE))
+print("course model:", model_path(MODEL))  # tiny-qwen-zh: built here the first time (about 3–5 min on 2 CPU cores)
 if CPU_THREADS:
     torch.set_num_threads(CPU_THREADS)
 hf_logging.disable_progress_bar()
@@ -212,10 +224,10 @@ for _bad in [(10, 2, "zero4"), (10, 0, "ddp"), (-1, 2, "ddp")]:
 print("显存账正确 / memory bill correct")
 
 # %% [markdown] tags=["zh"]
-# 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)）。显存容量按二进制计：[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB，MI300X 向 rocm-smi 报告 205,822,885,888 字节（比 192 × 10⁹ 多）。下面和实验 08 一样取课程共享数据手册表 `rocmlab.lab.datasheets` 的 `memory_bytes` = 192 × 2³⁰ 字节，而且一个字节都不留给激活和框架，所以得到的是上限。
+# 把它用在三个模型上。参数量从模型配置在 `meta` 设备上构建模型后数出来（不占内存，也不下载任何东西）；两个 Qwen 配置取自模型卡页面上公布的 `config.json`，模型卡写的是 0.49B 与 7.61B（[Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct)、[Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)）。MI300X 有 192 GB HBM3（[AMD MI300X 数据手册](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)）。显存容量按二进制计：[ROCm GPU 规格表](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) 写作 192 GiB（显卡报告的字节数比 192 × 10⁹ 多）。但 192 × 2³⁰ = 206,158,430,208 字节也比显卡实际报告的多：一块 MI300X VF（云上的虚拟机）向 rocm-smi 报告 205,822,885,888 字节，裸机上的 MI300X 报告 206,141,652,992 字节（[ROCm/legacy-rocm-build#4750](https://github.com/ROCm/legacy-rocm-build/issues/4750) 中 rocm-smi 的输出），其余留作保留区。下面取前者 `MI300X_BYTES` = 205,822,885,888 字节，而且一个字节都不留给激活和框架，所以得到的是上限。
 
 # %% [markdown] tags=["en"]
-# Now the three models. Parameter counts come from building each model from its config on the `meta` device (no memory, nothing downloaded); the two Qwen configs are the published `config.json` values, and the model cards say 0.49B and 7.61B ([Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct), [Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)). MI300X has 192 GB of HBM3 ([AMD MI300X datasheet](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)). Memory capacity counts in binary units: the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list it as 192 GiB, and an MI300X reports 205,822,885,888 bytes to rocm-smi (more than 192 × 10⁹). As in lab 08, we take `memory_bytes` = 192 × 2³⁰ bytes from the course's shared datasheet table `rocmlab.lab.datasheets`, and leave nothing for activations or the framework, so the answers are upper bounds.
+# Now the three models. Parameter counts come from building each model from its config on the `meta` device (no memory, nothing downloaded); the two Qwen configs are the published `config.json` values, and the model cards say 0.49B and 7.61B ([Qwen2.5-0.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct), [Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)). MI300X has 192 GB of HBM3 ([AMD MI300X datasheet](https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf)). Memory capacity counts in binary units: the [ROCm GPU specifications](https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html) list it as 192 GiB (a board reports more than 192 × 10⁹ bytes). Yet 192 × 2³⁰ = 206,158,430,208 bytes is more than the board reports: an MI300X VF (a cloud VM) reports 205,822,885,888 bytes to rocm-smi, and a bare-metal MI300X 206,141,652,992 (rocm-smi's output in [ROCm/legacy-rocm-build#4750](https://github.com/ROCm/legacy-rocm-build/issues/4750)); the rest is reserved. We take the former, `MI300X_BYTES` = 205,822,885,888 bytes, and leave nothing for activations or the framework, so the answers are upper bounds.
 
 # %%
 QWEN_CONFIGS = {  # published config.json values (model pages above)
@@ -233,8 +245,7 @@ def count_parameters(config):
     return sum(p.numel() for p in model.parameters())
 
 
-MI300X = datasheets.by_key("MI300X")
-MI300X_BYTES = MI300X.memory_bytes   # 192 × 2**30: the shared table counts memory in binary units
+MI300X_BYTES = 205_822_885_888   # what an MI300X VF reports to rocm-smi: less than 192 × 2**30 (see above)
 base_config = AutoConfig.from_pretrained(model_path(MODEL))
 PARAM_COUNTS = {"tiny-qwen-zh" if MODEL == "tiny-qwen-zh" else MODEL: count_parameters(base_config)}
 PARAM_COUNTS.update({name: count_parameters(AutoConfig.for_model("qwen2", **kw)) for name, kw in QWEN_CONFIGS.items()})
@@ -247,15 +258,15 @@ _ = lab.plot_bars({s: state_bytes_per_rank(PARAM_COUNTS["Qwen2.5-7B"], 8, s)["to
                   title="Qwen2.5-7B, 8 ranks: training state per rank", ylabel="GiB", reference=MI300X_BYTES / 2**30)
 
 # %% [markdown] tags=["zh"]
-# 读这张表：DDP 下 7B 每张卡要 113 GiB，8 张 MI300X 最多只能训约 12.9B；ZeRO-1 约 37.5B，ZeRO-2 约 55B；ZeRO-3 / FSDP2 把 16 B/参数全部切成 8 份，上限升到约 103B（96 × 2³⁰ 个参数）。ZeRO-3 和 FSDP2 总量相同但构成不同：FSDP2 常驻的是 fp32 参数本身，没有单独的主权重副本，bf16 的完整参数只在计算时临时出现。真实训练还要留出激活（与 batch × 序列长度 × 层数成正比，激活检查点可以压缩）、一两层的 all-gather 缓冲和框架开销，所以实际能训的模型要小得多。multi-gpu 配置会把第 7 节微调时实测的每 rank 峰值显存和这里的预测放在一起。
+# 读这张表：DDP 下 7B 每张卡要 113 GiB，8 张 MI300X 最多只能训约 12.9B；ZeRO-1 约 37.4B，ZeRO-2 约 54.9B；ZeRO-3 / FSDP2 把 16 B/参数全部切成 8 份，上限升到约 102.9B。ZeRO-3 和 FSDP2 总量相同但构成不同：FSDP2 常驻的是 fp32 参数本身，没有单独的主权重副本，bf16 的完整参数只在计算时临时出现。真实训练还要留出激活（与 batch × 序列长度 × 层数成正比，激活检查点可以压缩）、一两层的 all-gather 缓冲和框架开销，所以实际能训的模型要小得多。multi-gpu 配置会把第 7 节微调时实测的每 rank 峰值显存和这里的预测放在一起。
 
 # %% [markdown] tags=["en"]
-# Reading the table: under DDP a 7B model needs 113 GiB per GPU, and 8 MI300X train at most about 12.9B; ZeRO-1 about 37.5B, ZeRO-2 about 55B; ZeRO-3 / FSDP2 split all 16 B per parameter eight ways and the ceiling rises to about 103B (96 × 2³⁰ parameters). ZeRO-3 and FSDP2 add up to the same total but differ in what they hold: FSDP2 keeps the fp32 parameters themselves, with no separate master copy, and full bf16 parameters appear only while computing. Real training must also hold activations (proportional to batch × sequence × layers; activation checkpointing cuts them), the all-gather buffers of a layer or two and framework overhead, so the model that really trains is much smaller. The multi-gpu profile puts the peak memory per rank measured during section 7's fine-tune next to this prediction.
+# Reading the table: under DDP a 7B model needs 113 GiB per GPU, and 8 MI300X train at most about 12.9B; ZeRO-1 about 37.4B, ZeRO-2 about 54.9B; ZeRO-3 / FSDP2 split all 16 B per parameter eight ways and the ceiling rises to about 102.9B. ZeRO-3 and FSDP2 add up to the same total but differ in what they hold: FSDP2 keeps the fp32 parameters themselves, with no separate master copy, and full bf16 parameters appear only while computing. Real training must also hold activations (proportional to batch × sequence × layers; activation checkpointing cuts them), the all-gather buffers of a layer or two and framework overhead, so the model that really trains is much smaller. The multi-gpu profile puts the peak memory per rank measured during section 7's fine-tune next to this prediction.
 
 # %% [markdown] tags=["zh"]
 # ## 准备：每个 rank 都要用到的代码
 #
-# 和实验 05 一样，rank 是 torchrun 启动的独立进程，看不到笔记本里的变量。`write_rank_script` 把笔记本里写好的函数（`inspect.getsource`）拼成一个脚本，`launch` 用 `lab.run_torchrun` 启动它：有超时，结束时所有 rank 都被清理；每个 rank 把结果 `torch.save` 到 `rank{r}.pt`。
+# 和实验 05 一样，rank 是 torchrun 启动的独立进程，看不到笔记本里的变量。`write_rank_script` 把笔记本的 import（笔记本里绑定的每个模块和导入的名字，所以你在任何单元格里加的 `import re` 也会到达各 rank）和写好的函数（`inspect.getsource`）拼成一个脚本，`launch` 用 `lab.run_torchrun` 启动它：有超时，结束时所有 rank 都被清理；每个 rank 把结果 `torch.save` 到 `rank{r}.pt`。
 #
 # **干净退出。** 每个 rank 脚本在 `init_process_group` 之前 `import torch.distributed.nn`，所有模型、优化器都放在一个已经返回的函数里，最后在每个 rank 上调用 `lab.end_process_group()`：它先清掉 DTensor 持有 DeviceMesh（进而持有进程组）的缓存，再 `destroy_process_group()`，然后返回仍在运行的 gloo 线程名——干净时是空列表。否则 gloo 的工作线程会比进程组活得更久，进程退出时偶尔以 SIGABRT（"terminate called without an active exception"）结束。每个 rank 都把这个列表写进结果，最后一个单元会检查。
 #
@@ -264,7 +275,7 @@ _ = lab.plot_bars({s: state_bytes_per_rank(PARAM_COUNTS["Qwen2.5-7B"], 8, s)["to
 # %% [markdown] tags=["en"]
 # ## Setup: code every rank needs
 #
-# As in lab 05, ranks are separate processes started by torchrun and cannot see the notebook's variables. `write_rank_script` writes functions from the notebook (`inspect.getsource`) into a script; `launch` starts it with `lab.run_torchrun`, which has a timeout and cleans up every rank; each rank `torch.save`s its result to `rank{r}.pt`.
+# As in lab 05, ranks are separate processes started by torchrun and cannot see the notebook's variables. `write_rank_script` writes the notebook's imports (every module and imported name the notebook has bound, so an `import re` you add in any cell reaches the ranks too) and functions from the notebook (`inspect.getsource`) into a script; `launch` starts it with `lab.run_torchrun`, which has a timeout and cleans up every rank; each rank `torch.save`s its result to `rank{r}.pt`.
 #
 # **A clean exit.** Every rank script imports `torch.distributed.nn` before `init_process_group`, keeps every model and optimizer inside a function that has returned, and calls `lab.end_process_group()` on every rank at the end: it first clears DTensor's caches that hold a DeviceMesh (and with it the process group), then calls `destroy_process_group()`, and returns the names of gloo threads still running, an empty list when clean. Otherwise gloo's worker threads outlive the group, and the process sometimes dies with SIGABRT at exit ("terminate called without an active exception"). Every rank reports the list, and the last cell checks it.
 #
@@ -365,24 +376,8 @@ RANK_CODE = [qc_prompt_messages, qc_answer, encode_qc, pad_rows, global_batch, r
 
 # %%
 RANK_HEADER = f"""\
-import copy, json, os, signal, sys, time
-from pathlib import Path
-import torch
-import torch.distributed as dist
+import sys  # the script's main reads its configuration from argv
 import torch.distributed.nn  # before init_process_group: see "A clean exit" above
-import torch.distributed.checkpoint as dcp
-import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_state_dict)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils._python_dispatch import TorchDispatchMode
-from transformers.utils import logging as hf_logging
-
-from rocmlab import lab
-
 hf_logging.disable_progress_bar()
 REPORT_KEYS = {REPORT_KEYS!r}
 SYSTEM_PROMPT = {SYSTEM_PROMPT!r}
@@ -390,11 +385,13 @@ SYSTEM_PROMPT = {SYSTEM_PROMPT!r}
 
 
 def write_rank_script(name, work, functions):
-    """WORK/<name>.py: the rank code, `functions`, `work`, and a main that runs work on every rank."""
+    """WORK/<name>.py: the notebook's imports (every module and imported name it has bound, so an import
+    you add in any cell reaches the ranks too), the rank code, `functions`, `work`, and a main that runs
+    work on every rank."""
     sources = [textwrap.dedent(inspect.getsource(f)) for f in (*RANK_CODE, *functions, work)]
     footer = f"\nif __name__ == '__main__':\n    run_rank({work.__name__}, json.loads(sys.argv[1]))\n"
     path = WORK / f"{name}.py"
-    path.write_text(RANK_HEADER + "\n\n".join(sources) + footer, encoding="utf-8")
+    path.write_text(import_lines(globals()) + RANK_HEADER + "\n\n".join(sources) + footer, encoding="utf-8")
     return path
 
 
@@ -914,7 +911,7 @@ print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1
 #
 # 环形算法下，一次涉及完整大小 B 字节缓冲区的 all-gather 或 reduce-scatter，每个 rank 发送 (N−1)/N · B；一次 all-reduce（= reduce-scatter + all-gather）发送 2(N−1)/N · B（nccl-tests 的 [PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md) 里 busbw 因子的来历）。DDP 每步对全部梯度 all-reduce 一次；FSDP 每步前向 all-gather 全部参数、反向再 all-gather 一次、梯度 reduce-scatter 一次。同样的数据类型下是 3(N−1)/N 对 2(N−1)/N，即常说的"约 1.5 倍 DDP"。
 #
-# **练习 5（选做，3 分；后面不依赖它，时长里不计入）。** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`：`group_numels` 是每个 FSDP 组的参数个数，根模块在第一个。返回每个 rank 每步**发送**的字节数 `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}`（float）：
+# **练习 5（选做，3 分，与核心分开计分：grade_id 为 `10-stretch-comm-1`；后面不依赖它，时长里不计入）。** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`：`group_numels` 是每个 FSDP 组的参数个数，根模块在第一个。返回每个 rank 每步**发送**的字节数 `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}`（float）：
 # - 前向：每个组 all-gather 一次，每个元素 `param_bytes` 字节；
 # - 反向：`reshard_after_forward=True` 时除根模块外的每个组再 all-gather 一次（`param_bytes`），为 False 时没有；根模块从不在反向重新 all-gather；
 # - 每个组的梯度 reduce-scatter 一次，每个元素 `reduce_bytes` 字节；`fsdp_total` 是这三项之和；
@@ -926,14 +923,14 @@ print(f"FSDP 与单进程一致：损失差 {_dloss:.1e}，参数差 {_dparam:.1
 #
 # With ring algorithms, an all-gather or reduce-scatter over a full buffer of B bytes makes each rank send (N−1)/N · B; an all-reduce (= reduce-scatter + all-gather) sends 2(N−1)/N · B (where the busbw factors in nccl-tests' [PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md) come from). DDP all-reduces all gradients once per step; FSDP all-gathers all parameters in forward, again in backward, and reduce-scatters the gradients once. In the same dtype that is 3(N−1)/N against 2(N−1)/N: the often-quoted "about 1.5× DDP".
 #
-# **Exercise 5 (optional stretch, 3 points; nothing later needs it, and the lab's time does not count it).** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`: `group_numels` holds the parameter count of each FSDP group, the root first. Return the bytes each rank **sends** per step, `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}` (floats):
+# **Exercise 5 (optional stretch, 3 points scored apart from the core: its grade_id is `10-stretch-comm-1`; nothing later needs it, and the lab's time does not count it).** `comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True)`: `group_numels` holds the parameter count of each FSDP group, the root first. Return the bytes each rank **sends** per step, `{"all_gather_forward", "all_gather_backward", "reduce_scatter", "fsdp_total", "ddp_all_reduce"}` (floats):
 # - forward: every group is all-gathered once, `param_bytes` per element;
 # - backward: with `reshard_after_forward=True` every group except the root is all-gathered again (`param_bytes`), with False none is; the root is never re-gathered in backward;
 # - every group's gradients are reduce-scattered once, `reduce_bytes` per element; `fsdp_total` is the sum of these three;
 # - DDP: one all-reduce of all gradients, `reduce_bytes` per element;
 # - an all-gather / reduce-scatter over a full B-byte buffer sends (N−1)/N · B, an all-reduce 2(N−1)/N · B; with N = 1 everything is 0. Shard padding is ignored.
 
-# %% tags=["solution"] grade_id="10-comm-sol-1"
+# %% tags=["solution"] grade_id="10-stretch-comm-sol-1"
 def comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True):
     """Bytes each rank sends in one FSDP2 training step, and in one DDP step, with ring algorithms."""
     ### BEGIN SOLUTION
@@ -971,7 +968,7 @@ if fsdp_result.ok:
         print(f"{_name:>12}: measured " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in _m.items())
               + f" | FSDP / DDP = {_m['fsdp_total'] / _ddp:.2f}")
 
-# %% tags=["test"] grade_id="10-comm-1" points=3
+# %% tags=["test"] grade_id="10-stretch-comm-1" points=3
 check_launch(fsdp_result, fsdp_ranks, "fsdp")
 _numels = fsdp_ranks[0]["schedules"]["default"]["group_numels"]
 _pred = comm_bytes_per_step(_numels, WORLD_SIZE)
@@ -992,10 +989,10 @@ assert comm_bytes_per_step([5, 5], 1)["fsdp_total"] == 0.0, "N = 1: 不发送 / 
 print("公式与实测的通信量一致 / formula and measured traffic agree")
 
 # %% [markdown] tags=["zh"]
-# **读数。** 同为 fp32 时 FSDP/DDP 小于 1.5：根模块（这里是嵌入，占 tiny-qwen-zh 参数的四分之一）在反向不重新 all-gather。bf16 参数、fp32 归约时 all-gather 的字节数减半，FSDP 每步发送的字节数甚至少于 fp32 梯度的 DDP——比较时数据类型要对齐：DDP 用 bf16 梯度时同样减半。`reshard_after_forward=False` 把 FSDP 的通信降到 DDP 的水平，代价是每层完整参数常驻显存（像 ZeRO-2）。在 8 张 MI300X 上，按实验 04 的 xGMI 数字（每 GPU 约 336 GB/s 可用，见 FIELD-NOTES 引用的 AMD ROCm 博客），7B 模型 bf16 all-gather 一次完整参数约 15 GB × 7/8 ≈ 13 GB，约 40 ms：只要每层的计算比它的 all-gather 长，预取就能把通信藏起来。
+# **读数。** 同为 fp32 时 FSDP/DDP 小于 1.5：根模块（这里是嵌入，占 tiny-qwen-zh 参数的四分之一）在反向不重新 all-gather。bf16 参数、fp32 归约时 all-gather 的字节数减半，FSDP 每步发送的字节数甚至少于 fp32 梯度的 DDP——比较时数据类型要对齐：DDP 用 bf16 梯度时同样减半。`reshard_after_forward=False` 把 FSDP 的通信降到 DDP 的水平，代价是每层完整参数常驻显存（像 ZeRO-2）。在 8 张 MI300X 上，按实验 04 的 xGMI 数字（每 GPU 约 336 GB/s 可用，出自 AMD ROCm 博客 [Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X](https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html)），7B 模型 bf16 all-gather 一次完整参数约 15 GB × 7/8 ≈ 13 GB，约 40 ms：只要每层的计算比它的 all-gather 长，预取就能把通信藏起来。
 
 # %% [markdown] tags=["en"]
-# **Reading the numbers.** In fp32 FSDP/DDP comes out below 1.5: the root (here the embedding, a quarter of tiny-qwen-zh's parameters) is not all-gathered again in backward. With bf16 parameters and fp32 reduction the all-gathers halve, and FSDP sends fewer bytes per step than DDP with fp32 gradients: compare like with like, since DDP with bf16 gradients halves too. `reshard_after_forward=False` brings FSDP down to DDP's traffic at the price of keeping every layer's full parameters in memory (like ZeRO-2). On 8 MI300X, with lab 04's xGMI figures (about 336 GB/s usable per GPU, from the AMD ROCm blog cited in the field notes), all-gathering a 7B model's full bf16 parameters once is about 15 GB × 7/8 ≈ 13 GB, some 40 ms: as long as each layer computes longer than its all-gather takes, prefetching hides the traffic.
+# **Reading the numbers.** In fp32 FSDP/DDP comes out below 1.5: the root (here the embedding, a quarter of tiny-qwen-zh's parameters) is not all-gathered again in backward. With bf16 parameters and fp32 reduction the all-gathers halve, and FSDP sends fewer bytes per step than DDP with fp32 gradients: compare like with like, since DDP with bf16 gradients halves too. `reshard_after_forward=False` brings FSDP down to DDP's traffic at the price of keeping every layer's full parameters in memory (like ZeRO-2). On 8 MI300X, with lab 04's xGMI figures (about 336 GB/s usable per GPU, from the AMD ROCm blog [Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X](https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html)), all-gathering a 7B model's full bf16 parameters once is about 15 GB × 7/8 ≈ 13 GB, some 40 ms: as long as each layer computes longer than its all-gather takes, prefetching hides the traffic.
 
 # %% [markdown] tags=["zh"]
 # ## 6 · 分布式检查点（DCP）与恢复
@@ -1004,7 +1001,7 @@ print("公式与实测的通信量一致 / formula and measured traffic agree")
 #
 # 因为 `.metadata` 最后写，**有 `.metadata` 的目录才是完整的检查点**：一个 rank 在保存途中被杀，留下的目录没有它，恢复时必须跳过。
 #
-# **练习 6。** `save_checkpoint(model, optimizer, step, root)`：每个 rank 都调用；把 `{"model": ..., "optim": ...}`（来自 `get_state_dict`）用 `dcp.save` 写到 `root/step-{step:06d}`（例如 `step-000008`），返回这个路径。`load_latest_checkpoint(model, optimizer, root)`：在 `root` 下找步数最大的、含 `.metadata` 的 `step-*` 目录；没有时什么都不改，返回 0；有时先用 `get_state_dict` 取得形状正确的状态字典，`dcp.load` 就地读入，再 `set_state_dict` 放回模型和优化器，返回该步数。
+# **练习 6。** `save_checkpoint(model, optimizer, step, root)`：每个 rank 都调用；把 `{"model": ..., "optim": ...}`（来自 `get_state_dict`）用 `dcp.save` 写到 `root/step-{step:06d}`（例如 `step-000008`），返回这个路径（`Path` 或 `str`，相对或绝对都行：检查按路径比较）。`load_latest_checkpoint(model, optimizer, root)`：在 `root` 下找步数最大的、含 `.metadata` 的 `step-*` 目录；没有时什么都不改，返回 0；有时先用 `get_state_dict` 取得形状正确的状态字典，`dcp.load` 就地读入，再 `set_state_dict` 放回模型和优化器，返回该步数。
 
 # %% [markdown] tags=["en"]
 # ## 6 · Distributed checkpoints (DCP) and resuming
@@ -1013,7 +1010,7 @@ print("公式与实测的通信量一致 / formula and measured traffic agree")
 #
 # Since `.metadata` comes last, **a directory is a complete checkpoint only if it holds `.metadata`**: a rank killed in the middle of a save leaves a directory without it, which resuming must skip.
 #
-# **Exercise 6.** `save_checkpoint(model, optimizer, step, root)`: every rank calls it; write `{"model": ..., "optim": ...}` (from `get_state_dict`) with `dcp.save` to `root/step-{step:06d}` (e.g. `step-000008`) and return that path. `load_latest_checkpoint(model, optimizer, root)`: find the `step-*` directory under `root` with the highest step that holds `.metadata`; if there is none, change nothing and return 0; otherwise take correctly shaped state dicts from `get_state_dict`, read into them in place with `dcp.load`, put them back into the model and optimizer with `set_state_dict`, and return that step.
+# **Exercise 6.** `save_checkpoint(model, optimizer, step, root)`: every rank calls it; write `{"model": ..., "optim": ...}` (from `get_state_dict`) with `dcp.save` to `root/step-{step:06d}` (e.g. `step-000008`) and return that path (a `Path` or a `str`, relative or absolute: it is compared as a path). `load_latest_checkpoint(model, optimizer, root)`: find the `step-*` directory under `root` with the highest step that holds `.metadata`; if there is none, change nothing and return 0; otherwise take correctly shaped state dicts from `get_state_dict`, read into them in place with `dcp.load`, put them back into the model and optimizer with `set_state_dict`, and return that step.
 
 # %% tags=["solution"] grade_id="10-dcp-sol-1"
 def save_checkpoint(model, optimizer, step, root):
@@ -1042,10 +1039,10 @@ def load_latest_checkpoint(model, optimizer, root):
 
 
 # %% [markdown] tags=["zh"]
-# 下面的 worker 就是第 7 节的分片微调：`FT_STEPS` 步，每 `CKPT_EVERY` 步保存一次检查点（rank 0 只保留最新的两个），rank 0 每步把损失追加到 `train_log.jsonl`。第一次运行（`TORCHELASTIC_RESTART_COUNT == 0`）时，最后一个 rank 在第 `CRASH_AT` 步之前用 `SIGKILL` 杀死自己——没有清理、没有异常处理，就像 OOM killer 或掉电。torchrun（`--max-restarts 1`）结束其他 rank 并重启整组；新进程从最后一个完整检查点恢复（和实验 05 一样设置 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`，见 pytorch/pytorch#135712）。恢复后的运行在第 `EQUIV_STEPS` 步取回完整参数：它必须与第 4 节那次不中断的启动**逐位相同**——两者是同样的代码在同样的 rank 上执行同样顺序的运算；同理，重放的那几步的损失与第一次运行完全相同，最后一个检查点（第 `FT_STEPS` 步）是完整的。在 GPU 上这要求确定性的内核：rank 在 GPU 上打开 `torch.use_deterministic_algorithms(True, warn_only=True)`，并且只用 math 注意力后端（ROCm 上融合注意力内核的反向可能不确定，或在确定性模式下直接报错）。`warn_only=True` 让没有确定性实现的算子只发警告、不报错，所以在 GPU 上不再保证逐位相同：那里的要求是第 `EQUIV_STEPS` 步参数的最大绝对差不超过 1e-3（第 4 节的容差），重放步的损失相差不超过 1e-4；在 CPU（gloo）上仍要求逐位相同。
+# 下面的 worker 就是第 7 节的分片微调：`FT_STEPS` 步，每 `CKPT_EVERY` 步保存一次检查点（rank 0 只保留最新的两个），rank 0 每步把损失追加到 `train_log.jsonl`。第一次运行（`TORCHELASTIC_RESTART_COUNT == 0`）时，最后一个 rank 在第 `CRASH_AT` 步之前用 `SIGKILL` 杀死自己——没有清理、没有异常处理，就像 OOM killer 或掉电。torchrun（`--max-restarts 1`）结束其他 rank 并重启整组；新进程从最后一个完整检查点恢复（和实验 05 一样设置 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`，每次重启用一个新的 rendezvous store：pytorch/pytorch#135712 报告共享的 store 让重启连到上一次的旧端口，已在 2024 年 9 月由 #135957 修复，本实验要求的 torch ≥ 2.6 已包含；但 #167288（2025 年 11 月起未关闭）又报告了 torchrun 重启后的 “Connection refused”，而新 store 在这里没有任何代价，所以保留）。恢复后的运行在第 `EQUIV_STEPS` 步取回完整参数：它必须与第 4 节那次不中断的启动**逐位相同**——两者是同样的代码在同样的 rank 上执行同样顺序的运算；同理，重放的那几步的损失与第一次运行完全相同，最后一个检查点（第 `FT_STEPS` 步）是完整的。在 GPU 上这要求确定性的内核：rank 在 GPU 上打开 `torch.use_deterministic_algorithms(True, warn_only=True)`，并且只用 math 注意力后端（ROCm 上融合注意力内核的反向可能不确定，或在确定性模式下直接报错）。`warn_only=True` 让没有确定性实现的算子只发警告、不报错，所以在 GPU 上不再保证逐位相同：那里的要求是第 `EQUIV_STEPS` 步参数的最大绝对差不超过 1e-3（第 4 节的容差），重放步的损失相差不超过 1e-4；在 CPU（gloo）上仍要求逐位相同。
 
 # %% [markdown] tags=["en"]
-# The worker below is section 7's sharded fine-tune: `FT_STEPS` steps, a checkpoint every `CKPT_EVERY` steps (rank 0 keeps the newest two), and rank 0 appends each step's loss to `train_log.jsonl`. On the first attempt (`TORCHELASTIC_RESTART_COUNT == 0`) the last rank kills itself with `SIGKILL` before step `CRASH_AT`: no cleanup, no exception handler, like the OOM killer or a power cut. torchrun (`--max-restarts 1`) ends the other ranks and restarts the group; the new processes resume from the last complete checkpoint (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` as in lab 05; see pytorch/pytorch#135712). After the resume the run gathers the full parameters at step `EQUIV_STEPS`: they must equal section 4's uninterrupted launch **bit for bit**, since both are the same code doing the same operations in the same order on the same ranks; likewise the replayed steps repeat the first attempt's losses exactly, and the last checkpoint (step `FT_STEPS`) is complete. On GPUs this takes deterministic kernels: the ranks switch on `torch.use_deterministic_algorithms(True, warn_only=True)` there and use only the math attention backend (on ROCm the fused attention kernels' backward may be non-deterministic, or raise in deterministic mode). With `warn_only=True` an operator without a deterministic implementation warns instead of raising, so bit equality is no longer guaranteed on GPUs: there the parameters at step `EQUIV_STEPS` must agree within 1e-3 in maximum absolute difference (section 4's tolerance) and the replayed steps' losses within 1e-4; on CPU (gloo) they must still be bit-identical.
+# The worker below is section 7's sharded fine-tune: `FT_STEPS` steps, a checkpoint every `CKPT_EVERY` steps (rank 0 keeps the newest two), and rank 0 appends each step's loss to `train_log.jsonl`. On the first attempt (`TORCHELASTIC_RESTART_COUNT == 0`) the last rank kills itself with `SIGKILL` before step `CRASH_AT`: no cleanup, no exception handler, like the OOM killer or a power cut. torchrun (`--max-restarts 1`) ends the other ranks and restarts the group; the new processes resume from the last complete checkpoint (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` as in lab 05: a fresh rendezvous store for every restart. pytorch/pytorch#135712, a shared store sending restarted ranks to the previous attempt's port, was closed with a fix in September 2024 (#135957), which the torch ≥ 2.6 this lab requires contains; #167288, open since November 2025, reports "Connection refused" after torchrun restarts again, and a fresh store costs nothing here, so the launch keeps it). After the resume the run gathers the full parameters at step `EQUIV_STEPS`: they must equal section 4's uninterrupted launch **bit for bit**, since both are the same code doing the same operations in the same order on the same ranks; likewise the replayed steps repeat the first attempt's losses exactly, and the last checkpoint (step `FT_STEPS`) is complete. On GPUs this takes deterministic kernels: the ranks switch on `torch.use_deterministic_algorithms(True, warn_only=True)` there and use only the math attention backend (on ROCm the fused attention kernels' backward may be non-deterministic, or raise in deterministic mode). With `warn_only=True` an operator without a deterministic implementation warns instead of raising, so bit equality is no longer guaranteed on GPUs: there the parameters at step `EQUIV_STEPS` must agree within 1e-3 in maximum absolute difference (section 4's tolerance) and the replayed steps' losses within 1e-4; on CPU (gloo) they must still be bit-identical.
 
 # %%
 def prune_checkpoints(root, keep):
@@ -1089,6 +1086,7 @@ def finetune_work(cfg, rank, world, device, mesh):
             "peak_bytes": peak, "n_params": sum(p.numel() for p in model.parameters())}
 
 
+shutil.rmtree(WORK / "finetune", ignore_errors=True)  # run again: a fresh folder, no stale checkpoint to resume
 FT_CKPT = WORK / "finetune" / "checkpoints"
 FT_CKPT.mkdir(parents=True)
 FT_CFG = dict(TRAIN_CFG, steps=FT_STEPS, every=CKPT_EVERY, crash_at=CRASH_AT, snapshot_at=EQUIV_STEPS, ckpt=str(FT_CKPT))

@@ -61,6 +61,38 @@ def check(grade_id: str, *, points: float, en: str, zh: str):
     return mark
 
 
+@dataclass
+class Mistake:
+    """A classic mistake a check exists to catch: ``code`` redefines one or more of the learner's
+    answer functions the wrong way. ``rocmlab build --verify`` proves that it fails the check it
+    is listed on and at least one visible test of the student notebook."""
+
+    check: str  # the name of the check it is listed on
+    rule: dict  # {"en": ..., "zh": ...}: what the mistake is
+    code: str
+
+
+def mistake(*, en: str, zh: str, code: str):
+    """List, on a ``@check`` (write it above), a classic mistake that the check must fail."""
+
+    def mark(function):
+        if not hasattr(function, "rocmlab_check"):
+            raise TypeError(f"@mistake goes above @check on {function.__name__}")
+        name = function.rocmlab_check.name
+        function.rocmlab_mistakes = [
+            Mistake(name, {"en": en, "zh": zh}, code),
+            *getattr(function, "rocmlab_mistakes", []),
+        ]
+        return function
+
+    return mark
+
+
+def mistakes_of(checks: list[Check]) -> list[Mistake]:
+    """The mistakes listed on ``checks``, in the checks' order."""
+    return [m for c in checks for m in getattr(c.function, "rocmlab_mistakes", [])]
+
+
 class NoAnswer(Exception):
     """The kernel gave no usable answer (timed out, died, or sent something unreadable)."""
 

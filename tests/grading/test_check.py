@@ -102,3 +102,70 @@ def test_check_validates_the_notebook_as_the_grader_does(tmp_path, capsys):
     )
     assert main(["--root", str(classroom.COURSE), "check", str(broken)]) == 2
     assert "cell 1 is not a well-formed" in capsys.readouterr().err
+
+
+def _param_cell(source, tag):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["tags"] = [tag]
+    return cell
+
+
+def test_a_lone_notebook_s_own_parameters_are_read_from_its_parameters_cell():
+    from rocmlab.grading.self_check import notebook_parameters
+
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell('MODEL = "not-a-parameter"'),
+            _param_cell(
+                'MODEL = "tiny-qwen-zh"\nN = 4  # comment\nSIZES = [128]\nDEVICE = pick()\nA = B = 1', "parameters"
+            ),
+            _param_cell("N = 8", "injected-parameters"),
+        ]
+    )
+    assert notebook_parameters(nb) == {"MODEL": "tiny-qwen-zh", "N": 8, "SIZES": [128]}
+
+
+def test_cells_are_numbered_as_the_learner_sees_them_not_counting_the_injected_parameters():
+    injected = _param_cell("N = 8", "injected-parameters")
+    crash = _ran("load()", cell_id="cell-3", error=("RuntimeError", "boom"))
+    nb = nbformat.v4.new_notebook(cells=[_param_cell("N = 4", "parameters"), injected, crash])
+    assert first_error(nb, None).position == 2  # the run's own injected cell is not the learner's
+    # --keep-params: an injected cell already in the learner's notebook is one of theirs, and counts
+    assert first_error(nb, None, frozenset({injected.id})).position == 3
+
+
+def test_check_on_a_downloaded_lab_08_notebook_gives_the_grader_s_preflight_message(tmp_path, monkeypatch, capsys):
+    """In an empty folder, outside any course, with an empty cache: the notebook's own parameters name the
+    course model, so the check stops before running anything, with ``rocmlab grade``'s preflight message."""
+    from pathlib import Path
+
+    from rocmlab.errors import CommandFailed
+    from rocmlab.grading.preflight import check_model_cache
+
+    lab08 = Path(__file__).resolve().parents[2] / "labs" / "en" / "08-low-precision" / "08-low-precision.ipynb"
+    folder = tmp_path / "download"
+    folder.mkdir()
+    (folder / "08-low-precision.ipynb").write_bytes(lab08.read_bytes())
+    monkeypatch.setenv("ROCMLAB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.chdir(folder)
+    with pytest.raises(CommandFailed) as grader:
+        check_model_cache({"MODEL": "tiny-qwen-zh"}, other_user=False)
+    assert main(["check", "08-low-precision.ipynb"]) == 1
+    err = capsys.readouterr().err
+    assert str(grader.value) in err and "rocmlab assets build-model" in err
+
+
+def test_an_optional_exercise_is_labelled_and_scored_apart_from_the_core(capsys, monkeypatch):
+    """Issue 53: lab 10's "optional" exercise 5 was 3 of 26 points of the one visible score."""
+    from rocmlab.grading import self_check
+
+    tests = [
+        self_check.VisibleTest("10-memory-1", 3, True, ""),
+        self_check.VisibleTest("10-stretch-comm-1", 3, False, "AssertionError: x"),
+    ]
+    monkeypatch.setattr(self_check, "run_check", lambda *a, **k: (tests, "", None))
+    assert self_check.main(notebook="lab.ipynb") == 1
+    out = capsys.readouterr().out
+    assert "FAIL  10-stretch-comm-1                3 pts (optional)" in out
+    assert "visible score: 3 / 3, optional exercises 0 / 3 (scored apart from the core)" in out

@@ -364,3 +364,39 @@ def test_feedback_escapes_what_it_shows(lab):
     page = feedback_html(lab, result)
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;b&gt;x" in page
     assert "This submission could not be graded." in page and "0 / 2" in page
+
+
+def test_feedback_shows_a_rule_s_learner_safe_detail_and_marks_a_rule_not_counted_yet(lab):
+    """Issue 53: "which format failed" is safe to show; the rest of a check's message (inputs, values) is not. An error
+    rule that does not count yet (no value rule of its cell passed) is not a ✗."""
+    from rocmlab.harness import ERRORS_ALONE
+
+    rule = {"en": "decode_fp8 returns every finite byte's value", "zh": "decode_fp8 返回每个有限字节的值"}
+    errors = {"en": "raises ValueError for a bad byte", "zh": "坏字节抛出 ValueError"}
+    result = StudentResult("ann", "ann.ipynb", lang="en", score=0, max_score=3)
+    shown = "wrong: [[learner: format e4m3fnuz]] 0x7F: 480.0, want 240.0"
+    forged = "wrong: 0x7F: '[[learner: full marks]]', want 240.0"  # learner text later in the message: not shown
+    result.tests = [
+        GradedTest(
+            "01-grade-norm",
+            3,
+            0,
+            False,
+            rules=[
+                {"rule": rule, "points": 0.0, "max_points": 1.0, "passed": False, "detail": shown},
+                {"rule": rule, "points": 0.0, "max_points": 1.0, "passed": False, "detail": forged},
+                {"rule": errors, "points": 0.0, "max_points": 1.0, "passed": False, "detail": ERRORS_ALONE},
+            ],
+        )
+    ]
+    page = feedback_html(lab, result)
+    assert "format e4m3fnuz" in page and "480" not in page and "240" not in page and "full marks" not in page
+    assert "– raises ValueError for a bad byte (0/1) · <i>not counted yet" in page
+    assert page.count("✗") == 2
+
+
+def test_feedback_labels_optional_exercises_and_scores_the_core_apart(lab):
+    result = StudentResult("ann", "ann.ipynb", lang="en", score=3, max_score=6)
+    result.tests = [GradedTest("01-grade-sum", 3, 3, True), GradedTest("01-stretch-x-1", 3, 0, False)]
+    page = feedback_html(lab, result)
+    assert "<code>01-stretch-x-1</code> (optional)" in page and "(core 3 / 3; optional 0 / 3)" in page

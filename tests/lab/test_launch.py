@@ -244,3 +244,37 @@ def test_max_restarts_reruns_and_keeps_the_last_attempt(tmp_path):
     for rank in (0, 1):
         assert result.rank(rank).output.strip() == "attempt 1"
         assert result.rank(rank).returncode == 0
+
+
+def test_import_lines_bind_the_notebook_s_imports_in_a_fresh_interpreter():
+    """A rank script sees only its own imports: these lines rebuild each imported name of a notebook (a
+    learner's `import re` in an answer cell once died in both ranks with NameError)."""
+    import json
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path as P
+
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from rocmlab.lab.launch import import_lines
+
+    def mine():
+        return 1
+
+    namespace = {
+        "re": re,
+        "json": json,
+        "F": F,
+        "P": P,
+        "DDP": DDP,
+        "mine": mine,
+        "x": 3,
+        "_hidden": re,
+        "device": object(),
+    }
+    lines = import_lines(namespace)
+    assert "mine" not in lines and "x" not in lines and "_hidden" not in lines and "device" not in lines
+    probe = "assert re.fullmatch('a+', 'aa') and F.relu and P('a').name == 'a' and DDP.__name__ == 'DistributedDataParallel'"
+    subprocess.run([sys.executable, "-c", lines + probe + "\nprint(json.dumps(1))"], check=True, timeout=120)

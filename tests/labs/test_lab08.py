@@ -326,7 +326,7 @@ GRADED = [
     "08-int4-1",
     "08-ppl-1",
     "08-memory-1",
-    "08-w8a8-1",
+    "08-stretch-w8a8-1",
 ]
 
 
@@ -469,7 +469,7 @@ MUTANTS = [
     ("08-int4-1", "int4_group_quantize", _int4_without_zero_in_range),
     ("08-ppl-1", "perplexity", _perplexity_mean_of_texts),
     ("08-memory-1", "weight_bytes", _weight_bytes_without_biases),
-    ("08-w8a8-1", "fp8_linear", _w8a8_without_activation_scale),
+    ("08-stretch-w8a8-1", "fp8_linear", _w8a8_without_activation_scale),
 ]
 
 
@@ -515,3 +515,86 @@ def test_checks_reject_a_known_mistake(ns, tokenizer, small_model, grade_id, nam
     namespace = graded_namespace(ns, tokenizer, small_model, **{name: mutant(ns)})
     results = run_checks_of(grade_id, namespace, seed=3)
     assert not all(r.passed for r in results), f"{mutant.__name__} passes every check of {grade_id}"
+
+
+def listed_mistakes():
+    """The @mistake entries of checks.py: (grade_id, check name, Mistake)."""
+    from rocmlab.harness import load_checks, mistakes_of
+
+    path = LAB / "checks.py"
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path))
+    grade_ids = {c.name: c.grade_id for c in checks}
+    return [(grade_ids[m.check], m.check, m) for m in mistakes_of(checks)]
+
+
+MISTAKES = listed_mistakes()
+
+
+def test_the_three_classic_mistakes_of_the_issue_are_listed():
+    assert sorted(name for _, name, _ in MISTAKES) == ["decode_finite", "mx_layout", "mx_scales"]
+
+
+def with_mistake(ns, item):
+    """The solution namespace with the mistake's code defining its functions in place of the right ones."""
+    namespace = dict(ns)
+    exec(compile(item.code, f"<mistake on {item.check}>", "exec"), namespace)  # noqa: S102 (the course's own code)
+    return namespace
+
+
+@pytest.mark.parametrize("grade_id,name,item", MISTAKES, ids=[m[1] for m in MISTAKES])
+def test_a_listed_mistake_fails_its_check_and_the_visible_test(ns, tokenizer, small_model, grade_id, name, item):
+    namespace = graded_namespace(ns, tokenizer, small_model, **{})
+    namespace = with_mistake(namespace, item)
+    results = {r.name: r for r in run_checks_of(grade_id, namespace, seed=5)}
+    assert not results[name].passed, f"{item.rule['en']}: passes {name}"
+    with pytest.raises(AssertionError):
+        run_test_cell(grade_id, namespace)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_exponent_slip_fails_the_exponent_rule_alone(ns, tokenizer, small_model, seed):
+    """The codes and layout rules are properties of the learner's own scales: ceil for floor breaks one rule."""
+    (item,) = [m for _, name, m in MISTAKES if name == "mx_scales"]
+    namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
+    failed = sorted(r.name for r in run_checks_of("08-mxfp4-1", namespace, seed) if not r.passed)
+    assert failed == ["mx_scales"]
+
+
+def test_one_scale_per_tensor_is_blamed_on_the_blocking_not_the_rounding(ns, tokenizer, small_model):
+    (item,) = [m for _, name, m in MISTAKES if name == "mx_layout"]
+    namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
+    failed = sorted(r.name for r in run_checks_of("08-mxfp4-1", namespace, seed=4) if not r.passed)
+    assert failed == ["mx_layout", "mx_scales"]
+
+
+def test_the_memory_figures_the_prose_states(ns):
+    """Sections 6 and 7 state these (tests/labs/prose_numbers.toml lists them as asserted here): Qwen2.5-7B's
+    weights shrink about 2.7× from bf16 to int4, the bf16 KV cache of 32 × 4096 tokens is half its bf16 weights,
+    and FP8 weights free about 6.5 GB."""
+    cfg = ns["QWEN25_7B"]
+
+    def weights(fmt):
+        return ns["weight_bytes"](cfg, fmt)
+
+    assert round(weights("bf16") / weights("int4"), 1) == 2.7
+    assert round(ns["kv_cache_bytes"](cfg, 4096, batch=32) / weights("bf16"), 1) == 0.5
+    assert round((weights("bf16") - weights("fp8-channel")) / 1e9, 1) == 6.5
+
+
+def test_fnuz_to_ocp_moves_exactly_the_sixteen_odd_multiples_of_2_to_the_minus_10(ns):
+    """CHANGELOG 1.3.0 once said 14; with PyTorch 2.13 the value route moves ±1, 3, …, 15 × 2⁻¹⁰ and nothing else."""
+    fnuz = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fnuz).reshape(256, 1)
+    q_fn, _ = ns["fnuz_to_ocp"](fnuz, torch.ones(256, 1))
+    before, after = fnuz.float().flatten(), q_fn.float().flatten()
+    finite = ~torch.isnan(before)
+    moved = sorted(before[finite & (after != before)].tolist())
+    assert moved == sorted(s * k * 2.0**-10 for s in (-1, 1) for k in range(1, 16, 2))
+
+
+def test_the_fn_bias_mistake_s_feedback_names_the_format_and_nothing_else(ns, tokenizer, small_model):
+    from rocmlab.grading.feedback import learner_detail
+
+    (item,) = [m for _, name, m in MISTAKES if name == "decode_finite"]
+    namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
+    (result,) = [r for r in run_checks_of("08-fp8bits-1", namespace, seed=2) if r.name == "decode_finite"]
+    assert learner_detail(result.detail) in ("format e4m3fnuz", "format e5m2fnuz")

@@ -1,12 +1,22 @@
-"""A learner's feedback page, and staging it for nbgrader's release_feedback."""
+"""A learner's feedback page, and staging it for nbgrader's release_feedback.
+
+A rule shows its text in the learner's language and, when its check said so, a learner-safe
+detail: the part of a failed check's message that a check writes first as ``[[learner: ...]]``
+(a format, a shape, a dtype: never an input; the rest of the message stays the instructor's).
+A rule about an error raised that does not count yet, because no value rule of its cell passed,
+is marked as not counted rather than as failed.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 from ..course.catalog import Lab
+from ..harness import ERRORS_ALONE
 from ..pages import render_page
+from .self_check import is_optional
 from .submissions import StudentResult
 
 TEXT = {
@@ -22,6 +32,9 @@ TEXT = {
         "rules": "Rules checked",
         "how": "Each rule was checked on inputs drawn for you. A rule about an error raised counts once "
         "the exercise also returns right answers on valid inputs.",
+        "pending": "not counted yet: it counts once the exercise returns right answers on valid inputs",
+        "optional": "optional",
+        "core": "core",
         "notes": "Notes from the grader",
         "invalid": "This submission could not be graded.",
         "flags": {
@@ -47,6 +60,9 @@ TEXT = {
         "fail": "未通过",
         "rules": "检查的规则",
         "how": "每条规则都用为你单独生成的输入检查。关于抛出错误的规则，只有在该练习对有效输入也返回正确结果时才计分。",
+        "pending": "暂不计分：该练习对有效输入返回正确结果后才计分",
+        "optional": "选做",
+        "core": "核心",
         "notes": "评分说明",
         "invalid": "该提交无法评分。",
         "flags": {
@@ -64,23 +80,50 @@ TEXT = {
 }
 
 
+LEARNER_DETAIL = re.compile(r"wrong: \[\[learner: ([^\[\]\n]{1,120})\]\]")
+
+
+def learner_detail(detail: str) -> str:
+    """The learner-safe part of a check's detail (what it wrote first as ``[[learner: ...]]``), or ""."""
+    match = LEARNER_DETAIL.match(detail or "")
+    return match.group(1).strip() if match else ""
+
+
+def _rule_row(rule: dict, lang: str) -> dict:
+    detail = rule.get("detail", "")
+    return {
+        "passed": rule["passed"],
+        "pending": not rule["passed"] and detail == ERRORS_ALONE,
+        "text": rule["rule"][lang],
+        "shown": "" if rule["passed"] else learner_detail(detail),
+        "points": f"{rule['points']:g}/{rule['max_points']:g}",
+    }
+
+
+def _split(result: StudentResult) -> dict | None:
+    """The core's and the optional exercises' points, when the lab has optional (stretch) exercises."""
+    optional = [t for t in result.tests if is_optional(t.grade_id)]
+    if not optional:
+        return None
+    core = [t for t in result.tests if not is_optional(t.grade_id)]
+
+    def score(tests):
+        return f"{sum(t.points for t in tests):g} / {sum(t.max_points for t in tests):g}"
+
+    return {"core": score(core), "optional": score(optional)}
+
+
 def feedback_html(lab: Lab, result: StudentResult) -> str:
     """The learner's page, from ``templates/feedback.html.j2``."""
     t = TEXT[result.lang]
     rows = [
         {
             "grade_id": test.grade_id,
+            "optional": is_optional(test.grade_id),
             "passed": test.passed,
             "points": f"{test.points:g}",
             "max_points": f"{test.max_points:g}",
-            "rules": [
-                {
-                    "passed": r["passed"],
-                    "text": r["rule"][result.lang],
-                    "points": f"{r['points']:g}/{r['max_points']:g}",
-                }
-                for r in test.rules
-            ],
+            "rules": [_rule_row(r, result.lang) for r in test.rules],
         }
         for test in result.tests
     ]
@@ -93,6 +136,7 @@ def feedback_html(lab: Lab, result: StudentResult) -> str:
         version=lab.version,
         student=result.student,
         score=f"{result.score:g}",
+        split=_split(result),
         max_score=f"{result.max_score:g}",
         invalid=result.status == "invalid",
         rows=rows,

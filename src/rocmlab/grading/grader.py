@@ -113,7 +113,7 @@ def fill_tests(plan: Plan, result: StudentResult, grades: dict) -> None:
         test = GradedTest(grade_id, float(max_points), float(points or 0.0))
         test.passed = test.points >= test.max_points
         test.rules = [
-            {k: r[k] for k in ("name", "rule", "points", "max_points", "passed")}
+            {**{k: r[k] for k in ("name", "rule", "points", "max_points", "passed")}, "detail": r.get("detail", "")}
             for r in result.checks
             if r["grade_id"] == grade_id
         ]

@@ -13,6 +13,7 @@ visible test passed, 1 when one failed, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shutil
 import sys
@@ -34,12 +35,24 @@ DEFAULT_TIMEOUT_S = 1800
 COURSE_CELL_ID = re.compile(r"cell-\d+")  # the ids rocmlab build gives the lab's own cells
 
 
+OPTIONAL = "-stretch-"  # in a test cell's grade_id: an optional exercise, scored apart from the core
+
+
+def is_optional(grade_id: str) -> bool:
+    """An optional (stretch) exercise's test cell: labelled optional and scored apart from the core."""
+    return OPTIONAL in grade_id
+
+
 @dataclass
 class VisibleTest:
     grade_id: str
     points: float
     passed: bool
     message: str
+
+    @property
+    def optional(self) -> bool:
+        return is_optional(self.grade_id)
 
 
 @dataclass
@@ -109,10 +122,17 @@ def _hint(owner: str, message: str) -> str:
     )
 
 
-def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
-    """The first non-test cell that raised before the first failing test (None: the tests failed on their own)."""
+INJECTED = "injected-parameters"  # papermill's tag on the parameters cell it adds for a run
+
+
+def first_error(executed, course: dict[str, str] | None, injected_ids: frozenset = frozenset()) -> FirstError | None:
+    """The first non-test cell that raised before the first failing test (None: the tests failed on their own).
+    Its position counts the cells the learner has: not the ``injected_ids`` (or, without them, any
+    injected-parameters cell), which the run added."""
     position = 0
     for cell in executed.cells:
+        if _added_by_run(cell, injected_ids):
+            continue
         position += 1
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if not errors:
@@ -123,6 +143,33 @@ def first_error(executed, course: dict[str, str] | None) -> FirstError | None:
         message = shown_message(str(errors[0].get("ename", "")), str(errors[0].get("evalue", "")))
         return FirstError(position, owner, message, _hint(owner, message))
     return None
+
+
+def _added_by_run(cell, injected_ids: frozenset) -> bool:
+    if INJECTED not in cell.get("metadata", {}).get("tags", []):
+        return False
+    return not injected_ids or cell.get("id") not in injected_ids
+
+
+def notebook_parameters(nb) -> dict:
+    """The literal values the notebook's parameters cell assigns (a downloaded notebook's own
+    profile), later injected ones overriding; a value that is not a literal is left out."""
+    values = {}
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type != "code" or not {"parameters", INJECTED} & set(tags):
+            continue
+        try:
+            body = ast.parse(cell.source).body
+        except SyntaxError:
+            continue
+        for node in body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    values[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+    return values
 
 
 def course_cells(lab: Lab | None, lang: str) -> dict[str, str] | None:
@@ -161,7 +208,7 @@ def find_lab(nb, root: str | None) -> Lab | None:
 
 
 def prepare(nb, keep_params: bool):
-    nb.cells = [c for c in nb.cells if keep_params or "injected-parameters" not in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if keep_params or INJECTED not in c.metadata.get("tags", [])]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -191,9 +238,11 @@ def run_check(
         if not keep_params:
             params, requires = smoke.parameters, smoke.requires
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
-    check_model_cache(params, other_user=is_root())
+    own = notebook_parameters(nb)  # what the notebook runs with where no profile's parameters replace them
+    check_model_cache({**own, **params}, other_user=is_root())
     check_adapter_cache(requires, other_user=is_root())
     prepared = prepare(nb, keep_params)
+    kept_injected = frozenset(c.get("id") for c in prepared.cells if INJECTED in c.metadata.get("tags", []))
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
     sandbox = _sandbox(root, keep_params)
     run = sandbox.new_run(0, cell_timeout_s)
@@ -215,7 +264,7 @@ def run_check(
         sandbox.close()
     mark_unrun_tests(executed)
     problem = outcome.reason if outcome.status in ("timeout", "crashed") else ""
-    return visible_results(executed), problem, first_error(executed, course_cells(lab, lang))
+    return visible_results(executed), problem, first_error(executed, course_cells(lab, lang), kept_injected)
 
 
 def visible_results(executed) -> list[VisibleTest]:
@@ -251,6 +300,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _score(tests: list[VisibleTest]) -> str:
+    return f"{sum(t.points for t in tests if t.passed):g} / {sum(t.points for t in tests):g}"
+
+
 def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -> int:
     """Exit 0 when every visible test passed, 1 when one failed (2, raised: bad input)."""
     path = Path(notebook).absolute()  # not resolved: a symbolic link is refused, as grading does
@@ -259,16 +312,19 @@ def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -
         verdict = "PASS" if test.passed else "FAIL"
         print(
             f"{verdict}  {test.grade_id:<32} {test.points:g} pt{'s' if test.points != 1 else ''}"
+            + (" (optional)" if test.optional else "")
             + (f"\n      {test.message}" if test.message else "")
         )
-    earned = sum(t.points for t in tests if t.passed)
-    total = sum(t.points for t in tests)
+    core = [t for t in tests if not t.optional]
+    optional = [t for t in tests if t.optional]
     if first is not None and not all(t.passed for t in tests):
         print(first.describe())
     if problem:
         print(f"note: {problem}", file=sys.stderr)
     print(
-        f"visible score: {earned:g} / {total:g} (the grade comes from the hidden checks, run when the lab is "
-        "graded: each rule the text states, on inputs of your own)"
+        f"visible score: {_score(core)}"
+        + (f", optional exercises {_score(optional)} (scored apart from the core)" if optional else "")
+        + " (the grade comes from the hidden checks, run when the lab is graded: each rule the text states, "
+        "on inputs of your own)"
     )
     return ExitCode.OK if tests and all(t.passed for t in tests) else ExitCode.FAILED

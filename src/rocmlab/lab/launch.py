@@ -10,6 +10,11 @@ by ``rocmlab.processes``: SIGTERM, a short grace period, then SIGKILL.
 
 torchrun starts each worker in a new session of its own, so killing torchrun's process
 group does not reach the ranks; the launcher tracks every descendant while it runs.
+
+A rank script written from a notebook's functions sees only what the script imports:
+``import_lines(namespace)`` writes an import for every module and importable object the
+notebook has bound to a name (``import re``, ``from pathlib import Path``, ``import numpy as
+np``), so that a learner's ``import re`` in any cell reaches the ranks too.
 """
 
 from __future__ import annotations
@@ -24,11 +29,45 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 GRACE_S = 3.0
 POLL_S = 0.25
 _LOG_NAME = re.compile(r"^rank(\d+)\.attempt(\d+)\.log$")
 _LAUNCHED: dict = {}  # every process any launch from this interpreter started, by pid
+
+
+def import_lines(namespace: dict) -> str:
+    """Import statements that bind, in a fresh interpreter, each name of ``namespace`` bound to a
+    module or to a class or function that its module exports under that qualified name (the
+    notebook's own definitions, instances and private names are left out)."""
+    lines = []
+    for name, value in namespace.items():
+        if name.startswith("_"):
+            continue
+        line = _import_of(name, value)
+        if line:
+            lines.append(line)
+    return "\n".join(sorted(set(lines), key=lambda line: (line.startswith("from"), line))) + "\n"
+
+
+def _import_of(name: str, value) -> str:
+    if isinstance(value, ModuleType):
+        module = value.__name__
+        if module == "__main__" or sys.modules.get(module) is not value:
+            return ""
+        if "." in module and module.rsplit(".", 1)[1] == name:
+            return f"from {module.rsplit('.', 1)[0]} import {name}"
+        return f"import {module}" if module == name else f"import {module} as {name}"
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not (isinstance(module, str) and isinstance(qualname, str)) or "." in qualname or module == "__main__":
+        return ""
+    if (
+        not (isinstance(value, type) or callable(value))
+        or getattr(sys.modules.get(module), qualname, None) is not value
+    ):
+        return ""
+    return f"from {module} import {qualname}" + ("" if qualname == name else f" as {name}")
 
 
 @dataclass
