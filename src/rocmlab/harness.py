@@ -23,6 +23,7 @@ sum of the passed ones as the cell's autograded score (``grading.cells.score_tes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -122,7 +123,7 @@ class Variant:
     """A check's random inputs, from the run's seed and the check's name (the same on a regrade)."""
 
     def __init__(self, seed: int, name: str):
-        self.seed = seed
+        self.seed, self.name = seed, name
         self.key = [seed, zlib.crc32(name.encode())]
         self.random = random.Random(f"{seed}/{name}")
 
@@ -134,7 +135,15 @@ class Variant:
     def torch(self):
         import torch
 
-        return torch.Generator().manual_seed(self.key[0] * 2**32 + self.key[1])
+        return torch.Generator().manual_seed(self.torch_seed)
+
+    @property
+    def torch_seed(self) -> int:
+        """63 bits hashed from the seed and the check's name together: torch's CPU generator
+        starts its stream from the seed's low 32 bits only, so each of them must depend on both
+        (``seed * 2**32 + crc32(name)`` gave every learner the same tensors)."""
+        digest = hashlib.blake2b(f"{self.seed}/{self.name}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") >> 1
 
 
 # ---------------------------------------------------------------- the channel to a kernel
