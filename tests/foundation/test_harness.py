@@ -70,9 +70,62 @@ def test_npy_payloads_never_unpickle():
     buffer = io.BytesIO()
     np.save(buffer, np.array([{"x": 1}], dtype=object), allow_pickle=True)
     forged = {"$rocmlab": "ndarray", "npy": base64.b64encode(buffer.getvalue()).decode()}
-    with pytest.raises(ValueError, match="pickle"):
+    with pytest.raises(ValueError, match="dtype"):  # refused by the dtype table before numpy reads it
         decode(forged)
     assert isinstance(roundtrip(np.array([{"x": 1}], dtype=object)), Opaque)
+
+
+def npy(header: dict, payload: bytes = b"") -> str:
+    """A ``.npy`` buffer with this header (descr, fortran_order, shape) and payload, base64."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return base64.b64encode(buffer.getvalue() + payload).decode()
+
+
+@pytest.mark.parametrize(
+    "descr, shape, payload",
+    [
+        ("|V0", (2**40,), b""),  # 2^40 zero-byte elements: nothing to read, and a huge count
+        ([("a", "<f4")], (1,), b"\0" * 4),  # a record
+        ("<f8", (2**40,), b""),  # a header that claims more than the bytes hold
+        ("<f8", (2,), b"\0" * 24),  # bytes beyond the elements
+        ("<M8[s]", (1,), b"\0" * 8),  # a datetime: not plain data of a lab
+    ],
+)
+def test_arrays_carry_plain_dtypes_whose_bytes_cover_their_elements(descr, shape, payload):
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    for tag in ("ndarray", "scalar"):
+        with pytest.raises(ValueError):
+            decode({"$rocmlab": tag, "npy": npy(header, payload)})
+    with pytest.raises(ValueError):
+        decode({"$rocmlab": "tensor", "dtype": "float64", "npy": npy(header, payload)})
+    assert decode({"$rocmlab": "ndarray", "npy": npy({"descr": "<f8", "fortran_order": False, "shape": (2,)}, b"\0" * 16)}).shape == (2,)
+
+
+def test_an_array_past_the_size_cap_is_refused(monkeypatch):
+    import rocmlab.lab.answers as answers
+
+    monkeypatch.setattr(answers, "MAX_ARRAY_BYTES", 1024)
+    assert decode(encode(np.zeros(128))).shape == (128,)
+    with pytest.raises(ValueError):
+        decode(encode(np.zeros(129)))
+
+
+def test_dtype_names_come_from_a_table_never_from_torchs_attributes(monkeypatch):
+    monkeypatch.setattr(torch, "planted", torch.float32, raising=False)  # a dtype, under a name not in the table
+    lazily_loaded = []  # torch loads submodules (torch._dynamo: 1.7 s) in its module __getattr__
+    monkeypatch.setattr(torch, "__getattr__", lambda name: lazily_loaded.append(name), raising=False)
+    tensor = encode(torch.ones(2))
+    for name in ("_dynamo", "planted", "load", "Tensor", "float32.__class__", "nn", 7, None):
+        with pytest.raises(ValueError, match="dtype"):
+            decode({"$rocmlab": "torch.dtype", "v": name})
+        with pytest.raises(ValueError, match="dtype"):
+            decode({**tensor, "dtype": name})
+    assert lazily_loaded == []
+    assert decode({"$rocmlab": "torch.dtype", "v": "bfloat16"}) is torch.bfloat16
 
 
 def nested(depth):
