@@ -17,6 +17,7 @@ import base64
 import io
 import json
 import math
+from collections.abc import Mapping
 
 ANSWER_MIME = "application/x-rocmlab-answer+json"
 TAG = "$rocmlab"
@@ -60,10 +61,26 @@ def encode(value, depth: int = 0):
         return _pairs(value, depth)
     if kind is bytes:
         return {TAG: "bytes", "b64": base64.b64encode(value).decode()}
+    plain = _plain_container(value)
+    if plain is not None:  # an OrderedDict, a namedtuple, a list subclass: compared by value
+        return encode(plain, depth + 1)
     for base in (str, int, float):  # a subclass (torch's TorchVersion, an enum) travels as its value
         if isinstance(value, base) and base in kind.__mro__:
             return encode(base.__new__(base, value), depth + 1)
     return _encode_array(value) or {TAG: "object", "type": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _plain_container(value):
+    """The plain dict, tuple or list a mapping, tuple subclass or list subclass holds (None for
+    anything else). The lab's text asks for a dict or a tuple, and an ``OrderedDict`` or a
+    ``namedtuple`` is one; a check that needs the exact type asks for ``type(x).__name__``."""
+    if isinstance(value, Mapping):
+        return {k: value[k] for k in value}
+    if isinstance(value, tuple):
+        return tuple(value)
+    if isinstance(value, list):
+        return list(value)
+    return None
 
 
 def _pairs(value: dict, depth: int) -> dict:
