@@ -30,6 +30,7 @@ import random
 import re
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,23 @@ class NoAnswer(Exception):
     """The kernel gave no usable answer (timed out, died, or sent something unreadable)."""
 
 
+class GradingError(Exception):
+    """The check itself failed (its setup, its reference, its temp folder): a fault of the
+    grader, reported to the instructor, never a broken rule of the learner's."""
+
+
+@contextmanager
+def own_work(what: str):
+    """Code a check runs for itself, after the learner answered (a reference, a temp folder):
+    whatever it raises is a ``GradingError``."""
+    try:
+        yield
+    except GradingError:
+        raise
+    except Exception as exc:
+        raise GradingError(f"{what}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+
+
 class LearnerRaised(AssertionError):
     """The learner's code raised where the check expected a value."""
 
@@ -80,6 +98,7 @@ class Learner:
     def __init__(self, channel):
         self._channel = channel
         self.requests = 0
+        self.answers = 0  # answers that came back, values or exceptions
         self.values = 0  # answers that were values, not exceptions
 
     def eval(self, expr: str, setup: str = "", **values):
@@ -114,7 +133,9 @@ class Learner:
     def _ask(self, expr: str, setup: str, values: dict):
         self.requests += 1
         request = {"expr": expr, "setup": setup, "values": {k: encode(v) for k, v in values.items()}}
-        answer = decode(self._channel.ask(request))
+        reply = self._channel.ask(request)
+        self.answers += 1
+        answer = decode(reply)
         self.values += not isinstance(answer, Raised)
         return answer
 
@@ -274,36 +295,52 @@ class CheckResult:
     max_points: float
     rule: dict
     detail: str = ""  # for the instructor: why it failed (never shown to the learner)
+    error: str = ""  # a grading error: the check itself failed, not the learner (``GradingError``)
 
     @property
     def passed(self) -> bool:
-        return self.points >= self.max_points
+        return self.points >= self.max_points and not self.error
 
 
 def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) -> list[CheckResult]:
     results, returned = [], {}  # check name -> whether the learner's code returned a value in it
     for item in checks:
-        detail, values_before = "", learner.values
-        try:
-            item.function(learner, Variant(seed, item.name))
-        except NoAnswer as exc:
-            detail = f"no answer: {exc}"
-        except LearnerRaised as exc:
-            detail = f"your code raised {exc.raised.type}"
-        except AssertionError as exc:
-            detail = f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"
-        except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
-            detail = f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}"
+        values_before = learner.values
+        detail, error = _verdict(item, learner, seed)
         returned[item.name] = learner.values > values_before
-        results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail))
+        results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail, error))
         if progress:
-            progress(item, not detail)
+            progress(item, not (detail or error))
     for result in results:
-        if result.detail:
+        if result.detail or result.error:
             result.points = 0.0
         elif not returned[result.name] and not _works(result.grade_id, results, returned):
             result.points, result.detail = 0.0, ERRORS_ALONE
     return results
+
+
+def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
+    """(why the learner's answer broke the rule, why the check itself failed); both empty: passed.
+    Only what the learner's kernel answered can break a rule: an exception before any answer of
+    this check came (its setup), or inside ``own_work``, is a grading error."""
+    answers_before = learner.answers
+    try:
+        item.function(learner, Variant(seed, item.name))
+    except NoAnswer as exc:
+        return f"no answer: {exc}", ""
+    except LearnerRaised as exc:
+        return f"your code raised {exc.raised.type}", ""
+    except GradingError as exc:
+        return "", f"check {item.name}: {str(exc)[:300]}"
+    except AssertionError as exc:
+        if learner.answers == answers_before:
+            return "", f"check {item.name}: its setup failed an assertion: {str(exc)[:200]}"
+        return (f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"), ""
+    except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
+        if learner.answers == answers_before:
+            return "", f"check {item.name}: its setup raised {type(exc).__name__}: {str(exc)[:200]}"
+        return f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}", ""
+    return "", ""
 
 
 ERRORS_ALONE = "an error rule counts once the exercise returns right answers on valid inputs"
@@ -312,7 +349,7 @@ ERRORS_ALONE = "an error rule counts once the exercise returns right answers on 
 def _works(grade_id: str, results: list[CheckResult], returned: dict) -> bool:
     """Some check of the cell passed on values the learner's code returned: a stub that always
     raises does not earn the cell's error rules."""
-    return any(r.grade_id == grade_id and not r.detail and returned[r.name] for r in results)
+    return any(r.grade_id == grade_id and not (r.detail or r.error) and returned[r.name] for r in results)
 
 
 def run_harness(client, manager, config: dict) -> dict:

@@ -102,7 +102,9 @@ def test_arrays_carry_plain_dtypes_whose_bytes_cover_their_elements(descr, shape
             decode({"$rocmlab": tag, "npy": npy(header, payload)})
     with pytest.raises(ValueError):
         decode({"$rocmlab": "tensor", "dtype": "float64", "npy": npy(header, payload)})
-    assert decode({"$rocmlab": "ndarray", "npy": npy({"descr": "<f8", "fortran_order": False, "shape": (2,)}, b"\0" * 16)}).shape == (2,)
+    assert decode(
+        {"$rocmlab": "ndarray", "npy": npy({"descr": "<f8", "fortran_order": False, "shape": (2,)}, b"\0" * 16)}
+    ).shape == (2,)
 
 
 def test_an_array_past_the_size_cap_is_refused(monkeypatch):
@@ -240,3 +242,42 @@ def test_a_forged_answer_is_only_an_answer(kernel):
         assert Learner(KernelChannel(kc, km, timeout_s=5)).call("double", 2) == "forged"
     finally:
         kc.execute_interactive("_a.serve = _real", timeout=30)
+
+
+OWN_FAILURES = """
+from rocmlab.harness import check, own_work
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    assert learner.call("double", 4) == 8
+
+@check("t-1", points=1, en="setup", zh="准备")
+def setup_raises(learner, variant):
+    reference = HIDDEN_FILES["missing.json"]  # the check's own data is missing: before any question
+    assert learner.call("double", 1) == reference
+
+@check("t-1", points=1, en="reference", zh="参考")
+def reference_raises(learner, variant):
+    got = learner.call("double", 2)
+    with own_work("the reference"):
+        want = 1 / 0
+    assert got == want
+
+@check("t-1", points=1, en="usable", zh="可用")
+def arithmetic_on_the_answer(learner, variant):
+    assert learner.call("double", 3) + 1 == 7
+"""
+
+
+def test_a_check_that_fails_itself_is_a_grading_error_not_a_broken_rule():
+    checks = load_checks(OWN_FAILURES, "checks.py")
+    right = {r.name: r for r in run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3)}
+    assert right["doubles"].passed and right["arithmetic_on_the_answer"].passed
+    for name, why in (("setup_raises", "its setup raised KeyError"), ("reference_raises", "the reference: Zero")):
+        result = right[name]
+        assert result.error.startswith(f"check {name}: ") and why in result.error, result.error
+        assert result.detail == "" and not result.passed and result.points == 0.0
+    # the learner's own answer that the check cannot use is still the learner's
+    opaque = {r.name: r for r in run_checks(checks, Learner(InProcess({"double": lambda x: object()})), seed=3)}
+    assert opaque["arithmetic_on_the_answer"].detail.startswith("unusable answer: TypeError")
+    assert opaque["arithmetic_on_the_answer"].error == "" and opaque["setup_raises"].error

@@ -49,7 +49,9 @@ def test_the_torch_stream_depends_on_the_whole_seed():
     for seeds in ((1, 2), (0, 2**32), (7, 7 + 2**31)):
         a, b = (torch.rand(64, generator=Variant(s, "check").torch()) for s in seeds)
         assert not torch.equal(a, b), seeds
-    assert torch.equal(torch.rand(8, generator=Variant(9, "c").torch()), torch.rand(8, generator=Variant(9, "c").torch()))
+    assert torch.equal(
+        torch.rand(8, generator=Variant(9, "c").torch()), torch.rand(8, generator=Variant(9, "c").torch())
+    )
     assert 0 <= Variant(2**31 - 1, "x" * 300).torch_seed < 2**63
 
 
@@ -61,7 +63,9 @@ def test_two_seeds_give_two_sets_of_tensors_in_every_check_that_draws_them(path)
     for name in names:
         for first, second in ((11, 12), (123456, 654321), (0, 2**31 - 1)):
             a, b = (torch.randn(256, generator=Variant(seed, name).torch()) for seed in (first, second))
-            assert not torch.equal(a, b), f"{path.parent.name}: {name} draws the same tensors for seeds {first}, {second}"
+            assert not torch.equal(a, b), (
+                f"{path.parent.name}: {name} draws the same tensors for seeds {first}, {second}"
+            )
 
 
 def test_the_labs_that_draw_tensors_are_found():

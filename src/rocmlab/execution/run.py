@@ -232,7 +232,7 @@ def judge_checks(outcome: Outcome) -> None:
     record = outcome.harness or {"error": "the checks did not run"}
     failed = [c for c in record.get("checks", []) if not c["passed"]]
     if record.get("error") or failed:
-        why = record.get("error") or "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
+        why = record.get("error") or "; ".join(f"{c['name']}: {c.get('error') or c['detail']}" for c in failed[:3])
         outcome.status = "failed"
         outcome.reason = f"hidden checks (seed {record.get('seed')}): {why}"[:1000]
 

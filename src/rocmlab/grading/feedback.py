@@ -24,6 +24,7 @@ TEXT = {
         "the exercise also returns right answers on valid inputs.",
         "notes": "Notes from the grader",
         "invalid": "This submission could not be graded.",
+        "not_graded": "not graded: the grader failed on this rule, not your code; your instructor will regrade",
         "flags": {
             "invalid": "not a gradable notebook of this lab",
             "wrong_lab": "a notebook of another lab",
@@ -49,6 +50,7 @@ TEXT = {
         "how": "每条规则都用为你单独生成的输入检查。关于抛出错误的规则，只有在该练习对有效输入也返回正确结果时才计分。",
         "notes": "评分说明",
         "invalid": "该提交无法评分。",
+        "not_graded": "未评分：出错的是评分程序而不是你的代码，老师会重新评分",
         "flags": {
             "invalid": "不是本实验可评分的笔记本",
             "wrong_lab": "是另一个实验的笔记本",
@@ -76,6 +78,7 @@ def feedback_html(lab: Lab, result: StudentResult) -> str:
             "rules": [
                 {
                     "passed": r["passed"],
+                    "not_graded": bool(r.get("grading_error")),
                     "text": r["rule"][result.lang],
                     "points": f"{r['points']:g}/{r['max_points']:g}",
                 }

@@ -212,7 +212,7 @@ def _torch_dtype(name):
     return getattr(torch, name)
 
 
-def _load_npy(text) -> "np.ndarray":  # noqa: F821 (numpy is imported when an array arrives)
+def _load_npy(text):
     """A ``.npy`` payload as an array, read only if its header names a plain dtype of
     ``NUMPY_KINDS`` and its bytes hold every element it claims (at most ``MAX_ARRAY_BYTES``)."""
     import numpy as np
