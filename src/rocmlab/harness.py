@@ -39,6 +39,10 @@ from .lab.answers import ANSWER_MIME, Raised, decode, encode
 PROBE_TIMEOUT_S = 60
 RECOVER_S = 10  # after an interrupt, for the kernel to finish the request and serve again
 CHECK_ALLOWANCE_S = 10  # of the harness's time budget per check
+# a learner's kernel has this much time for all its answers together (a floor, or so much per
+# check): a slow kernel cannot hold a grading slot for minutes; past it, the remaining checks fail
+ANSWER_FLOOR_S = 120
+ANSWER_PER_CHECK_S = 4
 MAX_ANSWER_CHARS = 64 * 2**20
 NAME = re.compile(r"[A-Za-z_][\w.]*")
 NOTHING = object()  # no answer came (an answer of None is JSON null)
@@ -65,6 +69,10 @@ def check(grade_id: str, *, points: float, en: str, zh: str):
 
 class NoAnswer(Exception):
     """The kernel gave no usable answer (timed out, died, or sent something unreadable)."""
+
+
+class AnswerTimeExhausted(NoAnswer):
+    """The kernel used up the time it had for all its answers (``answer_budget_s``)."""
 
 
 class GradingError(Exception):
@@ -100,6 +108,7 @@ class Learner:
         self.requests = 0
         self.answers = 0  # answers that came back, values or exceptions
         self.values = 0  # answers that were values, not exceptions
+        self.unanswered: list[NoAnswer] = []  # requests that got no answer (even if a check caught it)
 
     def eval(self, expr: str, setup: str = "", **values):
         """``expr`` evaluated in the kernel over a copy of the learner's names plus ``values``
@@ -133,7 +142,11 @@ class Learner:
     def _ask(self, expr: str, setup: str, values: dict):
         self.requests += 1
         request = {"expr": expr, "setup": setup, "values": {k: encode(v) for k, v in values.items()}}
-        reply = self._channel.ask(request)
+        try:
+            reply = self._channel.ask(request)
+        except NoAnswer as exc:
+            self.unanswered.append(exc)
+            raise
         self.answers += 1
         answer = decode(reply)
         self.values += not isinstance(answer, Raised)
@@ -175,22 +188,38 @@ class KernelChannel:
     answer is the first ``ANSWER_MIME`` display for that request. Any client (blocking or async)
     works; a kernel that stops answering is given up on, and every later request fails at once."""
 
-    def __init__(self, client, manager=None, timeout_s: float = PROBE_TIMEOUT_S):
+    def __init__(self, client, manager=None, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = math.inf):
         self.client, self.manager, self.timeout_s = client, manager, timeout_s
+        self.budget_s, self.spent_s = budget_s, 0.0  # the kernel's time for all its answers, and used
         self.broken = ""
 
     def ask(self, request: dict):
         if self.broken:
             raise NoAnswer(self.broken)
+        left = self.budget_s - self.spent_s
+        if left <= 0:
+            raise AnswerTimeExhausted(self._exhausted())
+        started = time.monotonic()
+        try:
+            return self._ask(request, min(self.timeout_s, left))
+        finally:
+            self.spent_s += time.monotonic() - started
+
+    def _exhausted(self) -> str:
+        return f"answer time exhausted: the kernel used the {self.budget_s:g} s it has for all its answers"
+
+    def _ask(self, request: dict, timeout_s: float):
         code = f'__import__("rocmlab.lab.answers", fromlist=["serve"]).serve({json.dumps(request)!r})'
         msg_id = self.client.execute(code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False)
-        answer, done = self._collect(msg_id, time.monotonic() + self.timeout_s)
+        answer, done = self._collect(msg_id, time.monotonic() + timeout_s)
         if not done:
-            why = self.broken or f"no answer within {self.timeout_s:g} s (interrupted)"
+            why = self.broken or f"no answer within {timeout_s:g} s (interrupted)"
             if not self.broken:  # interrupted: the kernel may serve the next checks again
                 self._interrupt()
                 if not self._collect(msg_id, time.monotonic() + RECOVER_S)[1]:
-                    self.broken = self.broken or f"the kernel did not answer within {self.timeout_s:g} s"
+                    self.broken = self.broken or f"the kernel did not answer within {timeout_s:g} s"
+            if not self.broken and timeout_s < self.timeout_s:
+                raise AnswerTimeExhausted(self._exhausted())
             raise NoAnswer(why)
         if answer is NOTHING:
             raise NoAnswer("the kernel finished the request without an answer")
@@ -323,9 +352,11 @@ def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
     """(why the learner's answer broke the rule, why the check itself failed); both empty: passed.
     Only what the learner's kernel answered can break a rule: an exception before any answer of
     this check came (its setup), or inside ``own_work``, is a grading error."""
-    answers_before = learner.answers
+    answers_before, unanswered_before = learner.answers, len(learner.unanswered)
     try:
         item.function(learner, Variant(seed, item.name))
+    except AnswerTimeExhausted as exc:
+        return str(exc), ""
     except NoAnswer as exc:
         return f"no answer: {exc}", ""
     except LearnerRaised as exc:
@@ -340,6 +371,9 @@ def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
         if learner.answers == answers_before:
             return "", f"check {item.name}: its setup raised {type(exc).__name__}: {str(exc)[:200]}"
         return f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}", ""
+    if len(learner.unanswered) > unanswered_before:  # the check caught it; a rule unasked is not kept
+        exc = learner.unanswered[-1]
+        return (str(exc) if isinstance(exc, AnswerTimeExhausted) else f"no answer: {exc}"), ""
     return "", ""
 
 
@@ -360,10 +394,26 @@ def run_harness(client, manager, config: dict) -> dict:
         checks = load_checks(config["source"], config.get("filename", "checks.py"), config.get("files"))
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
-    channel = KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)))
+    channel = KernelChannel(
+        client,
+        manager,
+        float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)),
+        float(config.get("answer_budget_s", answer_budget_s(len(checks)))),
+    )
     learner = Learner(channel)
     results = run_checks(checks, learner, seed)
-    return {"seed": seed, "requests": learner.requests, "checks": [_as_dict(r) for r in results]}
+    return {
+        "seed": seed,
+        "requests": learner.requests,
+        "answer_s": round(channel.spent_s, 2),
+        "answer_budget_s": channel.budget_s,
+        "checks": [_as_dict(r) for r in results],
+    }
+
+
+def answer_budget_s(checks: int) -> float:
+    """The time a learner's kernel has for all the answers to a lab's ``checks``."""
+    return float(max(ANSWER_FLOOR_S, ANSWER_PER_CHECK_S * checks))
 
 
 def _as_dict(result: CheckResult) -> dict:
@@ -390,6 +440,8 @@ def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: flo
     checks travel as text, as the worker may not see the course."""
     source = checks_file.read_text(encoding="utf-8")
     probe_timeout_s = min(PROBE_TIMEOUT_S, float(cell_timeout_s))  # a request waits no longer than a cell
+    checks = source.count("@check(")
+    answers_s = answer_budget_s(checks)
     return {
         "source": source,
         "files": hidden_files(checks_file),
@@ -397,8 +449,10 @@ def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: flo
         "seed": int(seed),
         "out": str(Path(out).absolute()),  # the worker runs papermill in the notebook's folder
         "probe_timeout_s": float(probe_timeout_s),
-        # beyond the notebook's own limit: a hung request, and a few seconds per check
-        "budget_s": 2 * float(probe_timeout_s) + 30 + CHECK_ALLOWANCE_S * source.count("@check("),
+        "answer_budget_s": answers_s,
+        # beyond the notebook's own limit: every answer, a last interrupted request, and the
+        # harness's own work per check; past it the worker ends the run and no check counts
+        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks,
     }
 
 

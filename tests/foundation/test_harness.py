@@ -10,6 +10,7 @@ import torch
 
 from rocmlab.harness import (
     ERRORS_ALONE,
+    AnswerTimeExhausted,
     KernelChannel,
     Learner,
     LearnerRaised,
@@ -281,3 +282,48 @@ def test_a_check_that_fails_itself_is_a_grading_error_not_a_broken_rule():
     opaque = {r.name: r for r in run_checks(checks, Learner(InProcess({"double": lambda x: object()})), seed=3)}
     assert opaque["arithmetic_on_the_answer"].detail.startswith("unusable answer: TypeError")
     assert opaque["arithmetic_on_the_answer"].error == "" and opaque["setup_raises"].error
+
+
+def test_a_kernel_has_one_answer_time_budget_for_all_its_answers(kernel):
+    km, kc = kernel
+    channel = KernelChannel(kc, km, timeout_s=30, budget_s=2)
+    learner = Learner(channel)
+    with pytest.raises(AnswerTimeExhausted, match="answer time exhausted"):
+        learner.call("slow")  # cut at the budget left, not at the request's own limit
+    spent = channel.spent_s
+    with pytest.raises(AnswerTimeExhausted):
+        learner.call("double", 2)  # refused without asking
+    assert channel.spent_s == spent and learner.answers == 0
+    assert Learner(KernelChannel(kc, km, timeout_s=5)).call("double", 2) == 4  # the kernel serves again
+
+
+class Budgeted(InProcess):
+    """Answers ``left`` requests, then its answer time is exhausted."""
+
+    def __init__(self, names, left):
+        super().__init__(names)
+        self.left = left
+
+    def ask(self, request):
+        self.left -= 1
+        if self.left < 0:
+            raise AnswerTimeExhausted("answer time exhausted: the kernel used the 1 s it has for all its answers")
+        return super().ask(request)
+
+
+def test_past_the_answer_budget_the_remaining_checks_fail_also_when_a_check_catches_it():
+    swallowing = (
+        CHECKS
+        + """
+@check("t-1", points=1, en="swallows", zh="吞掉")
+def swallows(learner, variant):
+    try:
+        learner.call("double", 1)
+    except Exception:
+        pass
+"""
+    )
+    checks = load_checks(swallowing, "checks.py")
+    results = run_checks(checks, Learner(Budgeted({"double": lambda x: 2 * x}, left=1)), seed=3)
+    assert [r.passed for r in results] == [True, False, False]
+    assert all(r.detail.startswith("answer time exhausted") and not r.error for r in results[1:])
