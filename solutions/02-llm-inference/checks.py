@@ -988,12 +988,13 @@ def params_untied(learner, variant):
     points=0.5,
     en="the formula matches the loaded model's real parameter count",
     zh="公式与已加载模型的真实参数量一致",
+    counts_with="params_llama",
 )
 def params_real_model(learner, variant):
     got, real = learner.eval(
         "(param_count(ref_model.config.to_dict()), sum(__p.numel() for __p in ref_model.parameters()))"
     )
-    assert type(real) is int and got == real, f"the model has {real} parameters, the formula gives {got!r}"
+    assert type(real) is int and real > 0 and got == real, f"the model has {real} parameters, the formula gives {got!r}"
 
 
 # ---------------------------------------------------------------- 02-stretch-little-1 (2 points)

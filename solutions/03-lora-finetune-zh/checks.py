@@ -592,6 +592,7 @@ def metrics_rouge(learner, variant):
     rng = variant.random
     pairs = [(han(rng, 1, 8), han(rng, 1, 8)) for _ in range(12)] + [("", han(rng, 1, 4)), ("气泡", "划痕")]
     got = learner.eval("[rouge_l_f1(a, b) for a, b in p]", p=pairs)
+    assert isinstance(got, list) and len(got) == len(pairs), "one value per pair"
     for (a, b), value in zip(pairs, got):
         assert type(value) is float and math.isclose(value, rouge_reference(a, b), abs_tol=1e-12), (a, b, value)
 
@@ -617,6 +618,7 @@ def metrics_parse(learner, variant):
         ('"' + han(rng, 1, 4) + '"', None),
     ]
     got = learner.eval("[parse_report(t) for t in c]", c=[t for t, _ in cases])
+    assert isinstance(got, list) and len(got) == len(cases), "one value per text"
     for (text_in, want), value in zip(cases, got):
         assert value == want and (want is None) == (value is None), f"{text_in!r}: {value!r}"
 
@@ -932,6 +934,7 @@ def memory_lora(learner, variant):
     points=0.5,
     en="training_memory_gib returns a float (0.0 for no parameters)",
     zh="training_memory_gib 返回 float（没有参数时为 0.0）",
+    counts_with="memory_full",
 )
 def memory_float(learner, variant):
     rng = variant.random

@@ -23,6 +23,7 @@ sum of the passed ones as the cell's autograded score (``grading.cells.score_tes
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -55,13 +56,19 @@ class Check:
     points: float
     rule: dict  # {"en": ..., "zh": ...}
     function: object = field(repr=False, compare=False, default=None)
+    counts_with: tuple = ()  # the checks whose rule this one qualifies: it counts only if they pass
 
 
-def check(grade_id: str, *, points: float, en: str, zh: str):
-    """Mark a function of ``checks.py`` as one graded rule of the test cell ``grade_id``."""
+def check(grade_id: str, *, points: float, en: str, zh: str, counts_with: str | tuple = ()):
+    """Mark a function of ``checks.py`` as one graded rule of the test cell ``grade_id``.
+    ``counts_with``: the check (or checks) whose rule this one qualifies, e.g. "an empty table
+    gives {}" qualifies "{gpu: TFLOPS / watts}": on empty evidence a rule about absence holds for
+    any code that does nothing, so it counts only together with the rule it qualifies."""
+    with_ = (counts_with,) if isinstance(counts_with, str) else tuple(counts_with)
 
     def mark(function):
-        function.rocmlab_check = Check(grade_id, function.__name__, float(points), {"en": en, "zh": zh}, function)
+        rule = {"en": en, "zh": zh}
+        function.rocmlab_check = Check(grade_id, function.__name__, float(points), rule, function, with_)
         return function
 
     return mark
@@ -288,19 +295,28 @@ def _answer_of(content: dict):
 # ---------------------------------------------------------------- loading and running checks
 
 
-def load_checks(source: str, filename: str, files: dict | None = None) -> list[Check]:
+def load_checks(source: str, filename: str, files: dict | None = None, parameters: dict | None = None) -> list[Check]:
     """The checks a ``checks.py`` defines, in order. ``files``: the lab's hidden data (name ->
-    text), which the checks read as ``HIDDEN_FILES``."""
-    namespace = {"__name__": "rocmlab_checks", "__file__": filename, "HIDDEN_FILES": dict(files or {})}
+    text), which the checks read as ``HIDDEN_FILES``; ``parameters``: the run's parameters
+    (``lab_parameters``), read as ``PARAMETERS``, never from the learner's namespace."""
+    namespace = {
+        "__name__": "rocmlab_checks",
+        "__file__": filename,
+        "HIDDEN_FILES": dict(files or {}),
+        "PARAMETERS": dict(parameters or {}),
+    }
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
     return [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
 
 
 def problems(checks: list[Check], cell_points: dict[str, float]) -> list[str]:
     """What is wrong between a lab's checks and its test cells (``grade_id`` -> points)."""
-    found, by_cell = [], {}
+    found, by_cell, names = [], {}, {c.name for c in checks}
     for item in checks:
         by_cell.setdefault(item.grade_id, []).append(item)
+        for other in item.counts_with:
+            if other not in names or other == item.name:
+                found.append(f"check {item.name}: counts_with names {other!r}, not another check of the file")
         if item.grade_id not in cell_points:
             found.append(f"check {item.name}: no test cell has grade_id {item.grade_id!r}")
         if not (item.rule.get("en", "").strip() and item.rule.get("zh", "").strip()):
@@ -345,7 +361,24 @@ def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) 
             result.points = 0.0
         elif not returned[result.name] and not _works(result.grade_id, results, returned):
             result.points, result.detail = 0.0, ERRORS_ALONE
+    _count_qualifiers(checks, results)
     return results
+
+
+ERRORS_ALONE = "an error rule counts once the exercise returns right answers on valid inputs"
+
+
+def _count_qualifiers(checks: list[Check], results: list[CheckResult]) -> None:
+    """A rule that qualifies others (``counts_with``) keeps its points only while they pass."""
+    by_name = {r.name: r for r in results}
+    changed = True
+    while changed:
+        changed = False
+        for item, result in zip(checks, results, strict=True):
+            broken = [n for n in item.counts_with if n in by_name and not by_name[n].passed]
+            if result.passed and broken:
+                result.points, result.detail = 0.0, f"counts together with {', '.join(broken)}, which did not pass"
+                changed = True
 
 
 def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
@@ -377,9 +410,6 @@ def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
     return "", ""
 
 
-ERRORS_ALONE = "an error rule counts once the exercise returns right answers on valid inputs"
-
-
 def _works(grade_id: str, results: list[CheckResult], returned: dict) -> bool:
     """Some check of the cell passed on values the learner's code returned: a stub that always
     raises does not earn the cell's error rules."""
@@ -391,7 +421,9 @@ def run_harness(client, manager, config: dict) -> dict:
     the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``)."""
     seed = int(config["seed"])
     try:
-        checks = load_checks(config["source"], config.get("filename", "checks.py"), config.get("files"))
+        checks = load_checks(
+            config["source"], config.get("filename", "checks.py"), config.get("files"), config.get("parameters")
+        )
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
     channel = KernelChannel(
@@ -435,9 +467,37 @@ def hidden_files(checks_file: Path) -> dict[str, str]:
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((checks_file.parent / "data").glob(HIDDEN_DATA))}
 
 
-def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: float) -> dict:
+PARAMETERS_CELL = re.compile(r"^# %%[^\n]*\btags=\[[^\]]*[\"']parameters[\"'][^\n]*\n(.*?)(?=^# %%|\Z)", re.M | re.S)
+
+
+def lab_parameters(checks_file: Path, overrides: dict | None = None) -> dict:
+    """The parameters a run of the lab sets: the literal values of its ``lab.py`` parameters
+    cell, then ``overrides`` (the profile's ``parameters``, as papermill injects them). The
+    checks read them here: any later cell of the learner's may rebind the kernel's."""
+    from .errors import LabError
+
+    lab_py = checks_file.parent / "lab.py"
+    try:
+        match = PARAMETERS_CELL.search(lab_py.read_text(encoding="utf-8"))
+        body = ast.parse(match.group(1)).body if match else []
+    except (OSError, SyntaxError) as exc:
+        raise LabError(f"{lab_py}: cannot read the parameters cell: {exc}") from exc
+    values = {}
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue  # not a literal: the checks cannot rely on it
+    return {**values, **dict(overrides or {})}
+
+
+def harness_options(
+    checks_file: Path, seed: int, out: Path, cell_timeout_s: float, parameters: dict | None = None
+) -> dict:
     """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
-    checks travel as text, as the worker may not see the course."""
+    checks travel as text, as the worker may not see the course. ``parameters``: the profile's
+    (``Profile.parameters``), over the parameters cell's own values."""
     source = checks_file.read_text(encoding="utf-8")
     probe_timeout_s = min(PROBE_TIMEOUT_S, float(cell_timeout_s))  # a request waits no longer than a cell
     checks = source.count("@check(")
@@ -445,6 +505,7 @@ def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: flo
     return {
         "source": source,
         "files": hidden_files(checks_file),
+        "parameters": lab_parameters(checks_file, parameters),
         "filename": str(checks_file),
         "seed": int(seed),
         "out": str(Path(out).absolute()),  # the worker runs papermill in the notebook's folder
@@ -456,12 +517,16 @@ def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: flo
     }
 
 
-def lab_checks(checks_file: Path, cell_points: dict[str, float]) -> list[Check]:
-    """A lab's checks, loaded and matched to its test cells; LabError naming the file otherwise."""
+def lab_checks(checks_file: Path, cell_points: dict[str, float], parameters: dict | None = None) -> list[Check]:
+    """A lab's checks, loaded and matched to its test cells; LabError naming the file otherwise.
+    ``parameters``: a profile's, over the parameters cell's (``lab_parameters``)."""
     from .errors import LabError
 
     try:
-        checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file), hidden_files(checks_file))
+        source = checks_file.read_text(encoding="utf-8")
+        checks = load_checks(
+            source, str(checks_file), hidden_files(checks_file), lab_parameters(checks_file, parameters)
+        )
     except OSError as exc:
         raise LabError(f"{checks_file}: cannot read the lab's checks: {exc}") from exc
     except Exception as exc:

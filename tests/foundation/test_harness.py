@@ -327,3 +327,46 @@ def swallows(learner, variant):
     results = run_checks(checks, Learner(Budgeted({"double": lambda x: 2 * x}, left=1)), seed=3)
     assert [r.passed for r in results] == [True, False, False]
     assert all(r.detail.startswith("answer time exhausted") and not r.error for r in results[1:])
+
+
+QUALIFIED = """
+from rocmlab.harness import check
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    assert learner.call("double", 4) == 8
+
+@check("t-1", points=1, en="nothing gives 0", zh="没有时为 0", counts_with="doubles")
+def nothing(learner, variant):
+    assert learner.call("double", 0) == 0
+"""
+
+
+def test_a_rule_about_absence_counts_only_with_the_rule_it_qualifies():
+    checks = load_checks(QUALIFIED, "checks.py")
+    right = run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3)
+    assert [r.points for r in right] == [1.0, 1.0]
+    zero = run_checks(checks, Learner(InProcess({"double": lambda x: 0})), seed=3)
+    assert [r.points for r in zero] == [0.0, 0.0]
+    assert zero[1].detail == "counts together with doubles, which did not pass"
+    from rocmlab.harness import problems
+
+    broken = load_checks(QUALIFIED.replace('counts_with="doubles"', 'counts_with="nothing"'), "checks.py")
+    assert problems(broken, {"t-1": 2.0}) == [
+        "check nothing: counts_with names 'nothing', not another check of the file"
+    ]
+
+
+def test_the_checks_read_the_runs_parameters_from_the_lab_not_from_the_kernel(tmp_path):
+    from rocmlab.harness import harness_options, lab_parameters
+
+    (tmp_path / "lab.py").write_text(
+        '# %%\nimport os\n\n# %% tags=["parameters"]\nSEED = 0\nSIZES = [1, 2]  # sizes\nPATH = os.sep\n\n# %%\nSEED = 5\n'
+    )
+    (tmp_path / "checks.py").write_text("from rocmlab.harness import check\n")
+    assert lab_parameters(tmp_path / "checks.py") == {"SEED": 0, "SIZES": [1, 2]}  # PATH: not a literal
+    options = harness_options(tmp_path / "checks.py", 1, tmp_path / "out.json", 30, {"SEED": 7, "PROFILE": "smoke"})
+    assert options["parameters"] == {"SEED": 7, "SIZES": [1, 2], "PROFILE": "smoke"}
+    source = "from rocmlab.harness import check\n@check('t-1', points=1, en='e', zh='z')\ndef seed(learner, variant):\n    assert learner.get('SEED') == PARAMETERS['SEED']\n"
+    (result,) = run_checks(load_checks(source, "checks.py", parameters={"SEED": 7}), Learner(InProcess({"SEED": 5})), 1)
+    assert not result.passed  # the kernel rebound SEED: the harness's own value decides

@@ -214,7 +214,9 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
     if lab.checks.is_file():
         checks_out = env_dir / f".{lab.id}.checks.json"
         seed = secrets.randbelow(2**31)
-        spec.engine_options["harness"] = harness_options(lab.checks, seed, checks_out, profile.cell_timeout_s)
+        spec.engine_options["harness"] = harness_options(
+            lab.checks, seed, checks_out, profile.cell_timeout_s, profile.parameters
+        )
     outcome = run_notebook(spec)
     if lab.checks.is_file() and not student:
         judge_checks(outcome)

@@ -76,7 +76,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
             profile.cell_timeout_s,
             profile.timeout_s,
             harness=harness_options(
-                lab.checks, result.seed, output.with_suffix(".checks.json"), profile.cell_timeout_s
+                lab.checks, result.seed, output.with_suffix(".checks.json"), profile.cell_timeout_s, profile.parameters
             ),
         )
         executed = executed or prepared
