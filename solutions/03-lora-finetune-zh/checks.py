@@ -234,10 +234,10 @@ def lora_targets(learner, variant):
 )
 def lora_matches_peft(learner, variant):
     cfg = learner.eval("peft_model.base_model.model.config.to_dict()")
-    r = learner.get("LORA_R")
+    r = PARAMETERS["LORA_R"]  # noqa: F821 (the run's, from the harness)
     trainable = learner.eval("peft_model.get_nb_trainable_parameters()[0]")
     assert lora_reference(cfg, r) == trainable, "the notebook's peft model is not LoRA on the seven projections"
-    got = learner.eval("lora_param_count(peft_model.base_model.model.config, LORA_R)")
+    got = learner.eval("lora_param_count(peft_model.base_model.model.config, __r)", __r=r)
     assert type(got) is int and got == trainable, f"{got} vs peft {trainable}"
 
 
@@ -666,11 +666,10 @@ def trained_state(learner):
             "tuned_scores",
             "base_dev_loss",
             "tuned_dev_loss",
-            "MAX_STEPS",
             "STEPS_HERE",
-            "N_EVAL",
         )
     }
+    state.update({name: PARAMETERS[name] for name in ("MAX_STEPS", "N_EVAL")})  # noqa: F821 (the run's)
     losses = state["losses"]
     assert type(losses) is list and losses and all(type(x) is float for x in losses), "losses"
     return state
@@ -683,7 +682,7 @@ def mean_exact(scores):
 def recomputed_scores(learner):
     """base and tuned scores recomputed here from the notebook's predictions and references."""
     references = learner.get("EVAL_REFERENCES")
-    n = learner.get("N_EVAL")
+    n = PARAMETERS["N_EVAL"]  # noqa: F821 (the run's, from the harness)
     assert type(references) is list and 0 < len(references) <= n, "EVAL_REFERENCES"
     assert all(type(r) is dict and set(KEYS) <= set(r) for r in references), "EVAL_REFERENCES"
     out = {}
@@ -713,7 +712,7 @@ def trained_loss_falls(learner, variant):
     state = trained_state(learner)
     losses = state["losses"]
     assert all(math.isfinite(x) for x in losses), "a loss is not finite"
-    if learner.get("TRAINER") == "loop":
+    if PARAMETERS["TRAINER"] == "loop":  # noqa: F821 (the run's, from the harness)
         assert len(losses) == state["STEPS_HERE"], f"{len(losses)} losses for {state['STEPS_HERE']} steps"
     assert np.mean(losses[-5:]) < losses[0], f"{losses[0]} -> {np.mean(losses[-5:])}"
     metrics = json.loads(learner.file("metrics.json"))
@@ -741,7 +740,7 @@ def trained_is_the_recipe(learner, variant):
     losses, build = state["losses"], learner.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
     if build is None:
         assert state["STEPS_HERE"] == state["MAX_STEPS"], "no course build, yet not every step ran here"
-        assert learner.get("TRAINER") != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
+        assert PARAMETERS["TRAINER"] != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
         return
     manifest = json.loads(learner.file(build + "/rocmlab-adapter.json"))
     theirs = manifest["losses"]
@@ -893,9 +892,11 @@ def saved_adapter(learner, variant):
     payload = sum(math.prod(v["shape"]) * itemsize[v["dtype"]] for v in tensors.values())
     assert learner.eval("__import__('os').path.getsize(p)", p=path) == 8 + size + payload, "file size"
     cfg = learner.eval("fresh_base.config.to_dict()")
-    want = lora_reference(cfg, learner.get("LORA_R"))
+    want = lora_reference(cfg, PARAMETERS["LORA_R"])  # noqa: F821 (the run's, from the harness)
     assert saved == want == learner.eval("peft_model.get_nb_trainable_parameters()[0]"), f"{saved} vs {want}"
-    assert learner.eval("lora_param_count(fresh_base.config, LORA_R)") == want, "lora_param_count"
+    assert learner.eval("lora_param_count(fresh_base.config, __r)", __r=PARAMETERS["LORA_R"]) == want, (  # noqa: F821
+        "lora_param_count"
+    )
 
 
 # ---------------------------------------------------------------- 03-memory-1: training_memory_gib

@@ -621,10 +621,17 @@ def template_report(p, taxonomy):
 
 
 def e2e(learner):
-    return learner.eval(
+    """The end-to-end run's reports, dead letters and leftover tasks from the kernel; the signal
+    ids, their count and the taxonomy as the lab makes them, here (the kernel may rebind them)."""
+    from rocmlab.assets.loaders import qc_signals, qc_taxonomy
+
+    reports, dead, leftover = learner.eval(
         f"({{i: {{k: p[k] for k in {E2E_FIELDS}}} for i, p in E2E.value.reports.items()}},"
-        " E2E.value.dead_letters, E2E.leftover_tasks, [s['id'] for s in SIGNALS], N_SIGNALS, TAXONOMY)"
+        " E2E.value.dead_letters, E2E.leftover_tasks)"
     )
+    n, seed = PARAMETERS["N_SIGNALS"], PARAMETERS["SEED"]  # noqa: F821 (the run's, from the harness)
+    ids = [s["id"] for s in qc_signals(n, seed=seed, kind="trace")]
+    return reports, dead, leftover, ids, n, qc_taxonomy()
 
 
 @check(
