@@ -477,6 +477,8 @@ def lab_parameters(checks_file: Path, overrides: dict | None = None) -> dict:
     from .errors import LabError
 
     lab_py = checks_file.parent / "lab.py"
+    if not lab_py.exists():  # checks without a lab (a test's): only what the caller gives
+        return dict(overrides or {})
     try:
         match = PARAMETERS_CELL.search(lab_py.read_text(encoding="utf-8"))
         body = ast.parse(match.group(1)).body if match else []
@@ -524,11 +526,11 @@ def lab_checks(checks_file: Path, cell_points: dict[str, float], parameters: dic
 
     try:
         source = checks_file.read_text(encoding="utf-8")
-        checks = load_checks(
-            source, str(checks_file), hidden_files(checks_file), lab_parameters(checks_file, parameters)
-        )
     except OSError as exc:
         raise LabError(f"{checks_file}: cannot read the lab's checks: {exc}") from exc
+    run_parameters = lab_parameters(checks_file, parameters)
+    try:
+        checks = load_checks(source, str(checks_file), hidden_files(checks_file), run_parameters)
     except Exception as exc:
         raise LabError(f"{checks_file}: the checks do not load: {type(exc).__name__}: {exc}") from exc
     found = problems(checks, cell_points)
