@@ -75,9 +75,9 @@ def test_lab07_counts_a_forward_restored_by_reassigning_the_bound_method_as_rest
     source = LabSource("07-triton-kernels").folder / "checks.py"
     namespace = {"HIDDEN_FILES": hidden_files(source)}
     exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), namespace)  # noqa: S102
-    (definition,) = re.findall(r"^def _swapped\(m\):.*?(?=^\S)", namespace["MODEL_SETUP"], re.S | re.M)
+    (definition,) = re.findall(r"^def _not_restored\(m\):.*?(?=^\S)", namespace["MODEL_SETUP"], re.S | re.M)
     exec(definition, namespace)  # noqa: S102
-    swapped = namespace["_swapped"]
+    swapped = namespace["_not_restored"]
     kept, restored, replaced, borrowed = (torch.nn.Linear(2, 2) for _ in range(4))
     saved = restored.forward
     restored.forward = lambda x: x
