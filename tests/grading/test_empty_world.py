@@ -91,3 +91,32 @@ def test_lab06_ranks_retrieval_with_the_labs_own_tokenizer_and_knowledge_base():
     assert kb == names["KB"] and kb_tokens == [names["tokenize_zh"](names["kb_text"](d)) for d in names["KB"]]
     query = "焊缝有气孔，怎么返工？"
     assert namespace["tokenize_zh"](query) == names["tokenize_zh"](query)
+
+
+def test_lab06_retrieval_is_not_taken_from_a_redefined_retrieve():
+    """A learner who redefines the course's ``retrieve`` to name the relevant documents, with a
+    BM25 that scores nothing, does not pass "the relevant document ranks in the top 3"."""
+    import json
+
+    from rocmlab.lab.answers import evaluate
+
+    path = SOLUTIONS / "06-multi-agent" / "checks.py"
+    files = hidden_files(path)
+    relevant = [q["relevant"] for q in json.loads(files["retrieval_queries_hidden.json"])]
+
+    class FlatBM25:
+        def __init__(self, docs, k1=1.5, b=0.75):
+            self.n = len(docs)
+
+        def scores(self, query):
+            return [0.0] * self.n
+
+    names = {"BM25": FlatBM25, "KB_TOKENS": [], "retrieve": lambda index, query, k=3: relevant}
+
+    class Forger:
+        def ask(self, request):
+            return evaluate(request, names)
+
+    checks = [c for c in load_checks(path.read_text(encoding="utf-8"), str(path), files) if c.name == "bm25_retrieval"]
+    (result,) = run_checks(checks, Learner(Forger()), 47)
+    assert not result.passed and result.detail.startswith("wrong"), result.detail
