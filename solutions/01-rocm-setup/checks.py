@@ -248,6 +248,7 @@ def rocminfo_skip_cpu(learner, variant):
     points=0.5,
     en="empty text gives []",
     zh="空文本返回 []",
+    counts_with="rocminfo_agents",
 )
 def rocminfo_empty(learner, variant):
     got = learner.call("parse_rocminfo", "")
@@ -388,7 +389,7 @@ def wheel_base_target(learner, variant):
     ]
     for _ in range(3):
         arch_list = rng.sample(targets, rng.randint(2, 6))
-        device = rng.choice(targets)
+        device = rng.choice(arch_list)  # in the list, then not: both answers are asked
         _wheel(learner, device, arch_list)
         _wheel(learner, device, [t for t in arch_list if t != device])
         _wheel(learner, device, [device[:-1], device + "0", "x" + device])
@@ -415,6 +416,7 @@ def wheel_conflict(learner, variant):
     points=0.5,
     en="a feature named on one side only does not matter",
     zh="只有一边写明的特性不影响兼容",
+    counts_with="wheel_base_target",
 )
 def wheel_one_side(learner, variant):
     rng = variant.random
@@ -430,6 +432,7 @@ def wheel_one_side(learner, variant):
     points=0.5,
     en="an empty arch list gives False",
     zh="空列表返回 False",
+    counts_with="wheel_base_target",
 )
 def wheel_empty(learner, variant):
     got = learner.call("wheel_supports", variant.random.choice(["gfx942", "gfx1100:xnack-"]), [])
@@ -528,6 +531,7 @@ def visible_rocr_stop(learner, variant):
     points=0.25,
     en="ROCR_VISIBLE_DEVICES set to the empty string leaves no GPU",
     zh="ROCR_VISIBLE_DEVICES 设为空字符串时一个也不可见",
+    counts_with="visible_rocr_select",
 )
 def visible_rocr_empty(learner, variant):
     rng = variant.random
@@ -872,6 +876,7 @@ def watt_dense(learner, variant):
     points=0.5,
     en="an empty table gives {}",
     zh="空表返回 {}",
+    counts_with="watt_dense",
 )
 def watt_empty(learner, variant):
     got = learner.call("tflops_per_watt", [])
@@ -971,6 +976,7 @@ def triage_zh(learner, variant):
     points=0.5,
     en="nothing to act on gives []",
     zh="没有 fail / warn 时返回 []",
+    counts_with="triage_order",
 )
 def triage_nothing(learner, variant):
     rng = variant.random

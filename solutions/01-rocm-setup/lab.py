@@ -325,7 +325,7 @@ for _t in ("gfx942", "gfx90a:sramecc+:xnack-", "gfx1100", "gfx906"):
 # %% tags=["test"] grade_id="01-arch-1" points=2
 assert arch_family("gfx942") == ("CDNA", 64), f"MI300X (gfx942) 是 CDNA wave64 / is CDNA wave64, got {arch_family('gfx942')}"
 assert arch_family("gfx1100") == ("RDNA", 32), f"RX 7900 XTX (gfx1100) 是 RDNA wave32 / is RDNA wave32, got {arch_family('gfx1100')}"
-assert type(arch_family("gfx906")) is tuple and arch_family("gfx906") == ("GCN", 64), \
+assert isinstance(arch_family("gfx906"), tuple) and arch_family("gfx906") == ("GCN", 64), \
     f"gfx906 是 GCN wave64，返回元组 / gfx906 is GCN wave64, as a tuple: got {arch_family('gfx906')!r}"
 assert arch_family("gfx90a:sramecc+:xnack-") == ("CDNA", 64), "先去掉特性后缀 / drop the feature suffixes first"
 try:

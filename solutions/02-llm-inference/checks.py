@@ -988,12 +988,13 @@ def params_untied(learner, variant):
     points=0.5,
     en="the formula matches the loaded model's real parameter count",
     zh="公式与已加载模型的真实参数量一致",
+    counts_with="params_llama",
 )
 def params_real_model(learner, variant):
     got, real = learner.eval(
         "(param_count(ref_model.config.to_dict()), sum(__p.numel() for __p in ref_model.parameters()))"
     )
-    assert type(real) is int and got == real, f"the model has {real} parameters, the formula gives {got!r}"
+    assert type(real) is int and real > 0 and got == real, f"the model has {real} parameters, the formula gives {got!r}"
 
 
 # ---------------------------------------------------------------- 02-stretch-little-1 (2 points)
@@ -1117,7 +1118,7 @@ def results_serving(learner, variant):
 )
 def results_fields(learner, variant):
     _, _, roofline, fingerprint, got = _results(learner, variant.random)
-    want = ("02-llm-inference", learner.get("PROFILE"), learner.get("MODEL"), learner.get("DTYPE"))
+    want = ("02-llm-inference", *(PARAMETERS[k] for k in ("PROFILE", "MODEL", "DTYPE")))  # noqa: F821 (the run's)
     assert (got.get("lab"), got.get("profile"), got.get("model"), got.get("dtype")) == want, f"expected {want}"
     assert got.get("environment") == fingerprint, f"environment {got.get('environment')!r}"
     roof = got.get("roofline")
@@ -1166,7 +1167,7 @@ def results_fingerprint(learner, variant):
 def results_file(learner, variant):
     record = json.loads(learner.file("lab02_results.json").decode("utf-8"))
     traces, duration = learner.get("traces"), learner.get("replay_duration")
-    assert isinstance(traces, list) and len(traces) == learner.get("N_REQUESTS"), "the notebook's replayed traces"
+    assert isinstance(traces, list) and len(traces) == PARAMETERS["N_REQUESTS"], "the notebook's replayed traces"  # noqa: F821
     requests, serving = record["requests"], record["serving"]
     assert len(requests) == len(traces), f"{len(traces)} requests, the file has {len(requests)}"
     ok = [r for r in requests if r["success"]]

@@ -234,10 +234,10 @@ def lora_targets(learner, variant):
 )
 def lora_matches_peft(learner, variant):
     cfg = learner.eval("peft_model.base_model.model.config.to_dict()")
-    r = learner.get("LORA_R")
+    r = PARAMETERS["LORA_R"]  # noqa: F821 (the run's, from the harness)
     trainable = learner.eval("peft_model.get_nb_trainable_parameters()[0]")
     assert lora_reference(cfg, r) == trainable, "the notebook's peft model is not LoRA on the seven projections"
-    got = learner.eval("lora_param_count(peft_model.base_model.model.config, LORA_R)")
+    got = learner.eval("lora_param_count(peft_model.base_model.model.config, __r)", __r=r)
     assert type(got) is int and got == trainable, f"{got} vs peft {trainable}"
 
 
@@ -592,6 +592,7 @@ def metrics_rouge(learner, variant):
     rng = variant.random
     pairs = [(han(rng, 1, 8), han(rng, 1, 8)) for _ in range(12)] + [("", han(rng, 1, 4)), ("气泡", "划痕")]
     got = learner.eval("[rouge_l_f1(a, b) for a, b in p]", p=pairs)
+    assert isinstance(got, list) and len(got) == len(pairs), "one value per pair"
     for (a, b), value in zip(pairs, got):
         assert type(value) is float and math.isclose(value, rouge_reference(a, b), abs_tol=1e-12), (a, b, value)
 
@@ -617,6 +618,7 @@ def metrics_parse(learner, variant):
         ('"' + han(rng, 1, 4) + '"', None),
     ]
     got = learner.eval("[parse_report(t) for t in c]", c=[t for t, _ in cases])
+    assert isinstance(got, list) and len(got) == len(cases), "one value per text"
     for (text_in, want), value in zip(cases, got):
         assert value == want and (want is None) == (value is None), f"{text_in!r}: {value!r}"
 
@@ -664,11 +666,10 @@ def trained_state(learner):
             "tuned_scores",
             "base_dev_loss",
             "tuned_dev_loss",
-            "MAX_STEPS",
             "STEPS_HERE",
-            "N_EVAL",
         )
     }
+    state.update({name: PARAMETERS[name] for name in ("MAX_STEPS", "N_EVAL")})  # noqa: F821 (the run's)
     losses = state["losses"]
     assert type(losses) is list and losses and all(type(x) is float for x in losses), "losses"
     return state
@@ -681,7 +682,7 @@ def mean_exact(scores):
 def recomputed_scores(learner):
     """base and tuned scores recomputed here from the notebook's predictions and references."""
     references = learner.get("EVAL_REFERENCES")
-    n = learner.get("N_EVAL")
+    n = PARAMETERS["N_EVAL"]  # noqa: F821 (the run's, from the harness)
     assert type(references) is list and 0 < len(references) <= n, "EVAL_REFERENCES"
     assert all(type(r) is dict and set(KEYS) <= set(r) for r in references), "EVAL_REFERENCES"
     out = {}
@@ -711,7 +712,7 @@ def trained_loss_falls(learner, variant):
     state = trained_state(learner)
     losses = state["losses"]
     assert all(math.isfinite(x) for x in losses), "a loss is not finite"
-    if learner.get("TRAINER") == "loop":
+    if PARAMETERS["TRAINER"] == "loop":  # noqa: F821 (the run's, from the harness)
         assert len(losses) == state["STEPS_HERE"], f"{len(losses)} losses for {state['STEPS_HERE']} steps"
     assert np.mean(losses[-5:]) < losses[0], f"{losses[0]} -> {np.mean(losses[-5:])}"
     metrics = json.loads(learner.file("metrics.json"))
@@ -739,7 +740,7 @@ def trained_is_the_recipe(learner, variant):
     losses, build = state["losses"], learner.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
     if build is None:
         assert state["STEPS_HERE"] == state["MAX_STEPS"], "no course build, yet not every step ran here"
-        assert learner.get("TRAINER") != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
+        assert PARAMETERS["TRAINER"] != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
         return
     manifest = json.loads(learner.file(build + "/rocmlab-adapter.json"))
     theirs = manifest["losses"]
@@ -891,9 +892,11 @@ def saved_adapter(learner, variant):
     payload = sum(math.prod(v["shape"]) * itemsize[v["dtype"]] for v in tensors.values())
     assert learner.eval("__import__('os').path.getsize(p)", p=path) == 8 + size + payload, "file size"
     cfg = learner.eval("fresh_base.config.to_dict()")
-    want = lora_reference(cfg, learner.get("LORA_R"))
+    want = lora_reference(cfg, PARAMETERS["LORA_R"])  # noqa: F821 (the run's, from the harness)
     assert saved == want == learner.eval("peft_model.get_nb_trainable_parameters()[0]"), f"{saved} vs {want}"
-    assert learner.eval("lora_param_count(fresh_base.config, LORA_R)") == want, "lora_param_count"
+    assert learner.eval("lora_param_count(fresh_base.config, __r)", __r=PARAMETERS["LORA_R"]) == want, (  # noqa: F821
+        "lora_param_count"
+    )
 
 
 # ---------------------------------------------------------------- 03-memory-1: training_memory_gib
@@ -932,6 +935,7 @@ def memory_lora(learner, variant):
     points=0.5,
     en="training_memory_gib returns a float (0.0 for no parameters)",
     zh="training_memory_gib 返回 float（没有参数时为 0.0）",
+    counts_with="memory_full",
 )
 def memory_float(learner, variant):
     rng = variant.random

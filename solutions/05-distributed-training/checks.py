@@ -845,7 +845,8 @@ def qc_truncation(learner, variant):
     zh="SCALING_RANKS 中每次运行的每个 rank 都记录了每步一个有限的损失",
 )
 def finetune_losses(learner, variant):
-    runs, scaling, steps = learner.eval("({n: ranks for n, (_, ranks) in ft_runs.items()}, SCALING_RANKS, FT_STEPS)")
+    scaling, steps = PARAMETERS["SCALING_RANKS"], PARAMETERS["FT_STEPS"]  # noqa: F821 (the run's, from the harness)
+    runs = learner.eval("{n: ranks for n, (_, ranks) in ft_runs.items()}")
     assert isinstance(runs, dict) and sorted(runs) == sorted(scaling) and steps >= 2, f"runs for {sorted(runs)}"
     for n, ranks in runs.items():
         assert isinstance(ranks, list) and len(ranks) == n, f"{n} ranks: results"
@@ -863,9 +864,9 @@ def finetune_losses(learner, variant):
     zh="每个 rank 统计热身步之后的 token 数与时间；吞吐 = token 总数 / 最慢 rank 的时间",
 )
 def finetune_throughput(learner, variant):
-    runs, throughput, steps, batch, max_len = learner.eval(
-        "({n: ranks for n, (_, ranks) in ft_runs.items()}, throughput, FT_STEPS, FT_BATCH, FT_MAX_LEN)"
-    )
+    runs, throughput = learner.eval("({n: ranks for n, (_, ranks) in ft_runs.items()}, throughput)")
+    steps, batch, max_len = (PARAMETERS[k] for k in ("FT_STEPS", "FT_BATCH", "FT_MAX_LEN"))  # noqa: F821
+    assert isinstance(runs, dict) and sorted(runs) == sorted(PARAMETERS["SCALING_RANKS"]), "a run per rank count"  # noqa: F821
     assert isinstance(throughput, dict) and sorted(throughput) == sorted(runs), "throughput for every run"
     for n, ranks in runs.items():
         for r, got in enumerate(ranks):
@@ -953,6 +954,7 @@ def bucket_mean(learner, variant):
     grads, _, world, others, _, _, _, after = bucket_run(learner, variant)
     flat = (torch.cat([g.reshape(-1).double() for g in grads]) + others) / world
     offset = 0
+    assert isinstance(after, list) and len(after) == len(grads), "the gradients afterwards"
     for g, a in zip(grads, after):
         assert isinstance(a, torch.Tensor) and a.shape == g.shape and a.dtype == g.dtype, "shape or dtype changed"
         want = flat[offset : offset + g.numel()].view(g.shape)

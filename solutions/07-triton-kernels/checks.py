@@ -454,7 +454,10 @@ try:
         _swapped = _logits()
 finally:
     _ns["rmsnorm"], _ns["swiglu"] = _real
-_left_after = sum("forward" in vars(m) for m in model.modules())
+def _not_restored(m):  # an instance forward other than the class's own, bound to m: restored by value counts
+    f = vars(m).get("forward")
+    return f is not None and not (getattr(f, "__func__", None) is type(m).forward and getattr(f, "__self__", None) is m)
+_left_after = sum(_not_restored(m) for m in model.modules())
 _after = _logits()
 _raised_inside = False
 try:
@@ -462,7 +465,7 @@ try:
         raise KeyError("check")
 except KeyError:
     _raised_inside = True
-_left_after_raise = sum("forward" in vars(m) for m in model.modules())
+_left_after_raise = sum(_not_restored(m) for m in model.modules())
 _after_raise = _logits()
 """
 MODEL_RESULT = "(_kinds, _counts, dict(_calls), _stock, _swapped, _left_after, _after, _raised_inside, _left_after_raise, _after_raise)"

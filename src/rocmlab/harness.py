@@ -23,12 +23,15 @@ sum of the passed ones as the cell's autograded score (``grading.cells.score_tes
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import math
 import random
 import re
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,10 @@ from .lab.answers import ANSWER_MIME, Raised, decode, encode
 PROBE_TIMEOUT_S = 60
 RECOVER_S = 10  # after an interrupt, for the kernel to finish the request and serve again
 CHECK_ALLOWANCE_S = 10  # of the harness's time budget per check
+# a learner's kernel has this much time for all its answers together (a floor, or so much per
+# check): a slow kernel cannot hold a grading slot for minutes; past it, the remaining checks fail
+ANSWER_FLOOR_S = 120
+ANSWER_PER_CHECK_S = 4
 MAX_ANSWER_CHARS = 64 * 2**20
 NAME = re.compile(r"[A-Za-z_][\w.]*")
 NOTHING = object()  # no answer came (an answer of None is JSON null)
@@ -49,13 +56,19 @@ class Check:
     points: float
     rule: dict  # {"en": ..., "zh": ...}
     function: object = field(repr=False, compare=False, default=None)
+    counts_with: tuple = ()  # the checks whose rule this one qualifies: it counts only if they pass
 
 
-def check(grade_id: str, *, points: float, en: str, zh: str):
-    """Mark a function of ``checks.py`` as one graded rule of the test cell ``grade_id``."""
+def check(grade_id: str, *, points: float, en: str, zh: str, counts_with: str | tuple = ()):
+    """Mark a function of ``checks.py`` as one graded rule of the test cell ``grade_id``.
+    ``counts_with``: the check (or checks) whose rule this one qualifies, e.g. "an empty table
+    gives {}" qualifies "{gpu: TFLOPS / watts}": on empty evidence a rule about absence holds for
+    any code that does nothing, so it counts only together with the rule it qualifies."""
+    with_ = (counts_with,) if isinstance(counts_with, str) else tuple(counts_with)
 
     def mark(function):
-        function.rocmlab_check = Check(grade_id, function.__name__, float(points), {"en": en, "zh": zh}, function)
+        rule = {"en": en, "zh": zh}
+        function.rocmlab_check = Check(grade_id, function.__name__, float(points), rule, function, with_)
         return function
 
     return mark
@@ -97,6 +110,27 @@ class NoAnswer(Exception):
     """The kernel gave no usable answer (timed out, died, or sent something unreadable)."""
 
 
+class AnswerTimeExhausted(NoAnswer):
+    """The kernel used up the time it had for all its answers (``answer_budget_s``)."""
+
+
+class GradingError(Exception):
+    """The check itself failed (its setup, its reference, its temp folder): a fault of the
+    grader, reported to the instructor, never a broken rule of the learner's."""
+
+
+@contextmanager
+def own_work(what: str):
+    """Code a check runs for itself, after the learner answered (a reference, a temp folder):
+    whatever it raises is a ``GradingError``."""
+    try:
+        yield
+    except GradingError:
+        raise
+    except Exception as exc:
+        raise GradingError(f"{what}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+
+
 class LearnerRaised(AssertionError):
     """The learner's code raised where the check expected a value."""
 
@@ -111,7 +145,9 @@ class Learner:
     def __init__(self, channel):
         self._channel = channel
         self.requests = 0
+        self.answers = 0  # answers that came back, values or exceptions
         self.values = 0  # answers that were values, not exceptions
+        self.unanswered: list[NoAnswer] = []  # requests that got no answer (even if a check caught it)
 
     def eval(self, expr: str, setup: str = "", **values):
         """``expr`` evaluated in the kernel over a copy of the learner's names plus ``values``
@@ -145,7 +181,13 @@ class Learner:
     def _ask(self, expr: str, setup: str, values: dict):
         self.requests += 1
         request = {"expr": expr, "setup": setup, "values": {k: encode(v) for k, v in values.items()}}
-        answer = decode(self._channel.ask(request))
+        try:
+            reply = self._channel.ask(request)
+        except NoAnswer as exc:
+            self.unanswered.append(exc)
+            raise
+        self.answers += 1
+        answer = decode(reply)
         self.values += not isinstance(answer, Raised)
         return answer
 
@@ -154,7 +196,7 @@ class Variant:
     """A check's random inputs, from the run's seed and the check's name (the same on a regrade)."""
 
     def __init__(self, seed: int, name: str):
-        self.seed = seed
+        self.seed, self.name = seed, name
         self.key = [seed, zlib.crc32(name.encode())]
         self.random = random.Random(f"{seed}/{name}")
 
@@ -166,7 +208,15 @@ class Variant:
     def torch(self):
         import torch
 
-        return torch.Generator().manual_seed(self.key[0] * 2**32 + self.key[1])
+        return torch.Generator().manual_seed(self.torch_seed)
+
+    @property
+    def torch_seed(self) -> int:
+        """63 bits hashed from the seed and the check's name together: torch's CPU generator
+        starts its stream from the seed's low 32 bits only, so each of them must depend on both
+        (``seed * 2**32 + crc32(name)`` gave every learner the same tensors)."""
+        digest = hashlib.blake2b(f"{self.seed}/{self.name}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") >> 1
 
 
 # ---------------------------------------------------------------- the channel to a kernel
@@ -177,22 +227,38 @@ class KernelChannel:
     answer is the first ``ANSWER_MIME`` display for that request. Any client (blocking or async)
     works; a kernel that stops answering is given up on, and every later request fails at once."""
 
-    def __init__(self, client, manager=None, timeout_s: float = PROBE_TIMEOUT_S):
+    def __init__(self, client, manager=None, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = math.inf):
         self.client, self.manager, self.timeout_s = client, manager, timeout_s
+        self.budget_s, self.spent_s = budget_s, 0.0  # the kernel's time for all its answers, and used
         self.broken = ""
 
     def ask(self, request: dict):
         if self.broken:
             raise NoAnswer(self.broken)
+        left = self.budget_s - self.spent_s
+        if left <= 0:
+            raise AnswerTimeExhausted(self._exhausted())
+        started = time.monotonic()
+        try:
+            return self._ask(request, min(self.timeout_s, left))
+        finally:
+            self.spent_s += time.monotonic() - started
+
+    def _exhausted(self) -> str:
+        return f"answer time exhausted: the kernel used the {self.budget_s:g} s it has for all its answers"
+
+    def _ask(self, request: dict, timeout_s: float):
         code = f'__import__("rocmlab.lab.answers", fromlist=["serve"]).serve({json.dumps(request)!r})'
         msg_id = self.client.execute(code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False)
-        answer, done = self._collect(msg_id, time.monotonic() + self.timeout_s)
+        answer, done = self._collect(msg_id, time.monotonic() + timeout_s)
         if not done:
-            why = self.broken or f"no answer within {self.timeout_s:g} s (interrupted)"
+            why = self.broken or f"no answer within {timeout_s:g} s (interrupted)"
             if not self.broken:  # interrupted: the kernel may serve the next checks again
                 self._interrupt()
                 if not self._collect(msg_id, time.monotonic() + RECOVER_S)[1]:
-                    self.broken = self.broken or f"the kernel did not answer within {self.timeout_s:g} s"
+                    self.broken = self.broken or f"the kernel did not answer within {timeout_s:g} s"
+            if not self.broken and timeout_s < self.timeout_s:
+                raise AnswerTimeExhausted(self._exhausted())
             raise NoAnswer(why)
         if answer is NOTHING:
             raise NoAnswer("the kernel finished the request without an answer")
@@ -261,19 +327,28 @@ def _answer_of(content: dict):
 # ---------------------------------------------------------------- loading and running checks
 
 
-def load_checks(source: str, filename: str, files: dict | None = None) -> list[Check]:
+def load_checks(source: str, filename: str, files: dict | None = None, parameters: dict | None = None) -> list[Check]:
     """The checks a ``checks.py`` defines, in order. ``files``: the lab's hidden data (name ->
-    text), which the checks read as ``HIDDEN_FILES``."""
-    namespace = {"__name__": "rocmlab_checks", "__file__": filename, "HIDDEN_FILES": dict(files or {})}
+    text), which the checks read as ``HIDDEN_FILES``; ``parameters``: the run's parameters
+    (``lab_parameters``), read as ``PARAMETERS``, never from the learner's namespace."""
+    namespace = {
+        "__name__": "rocmlab_checks",
+        "__file__": filename,
+        "HIDDEN_FILES": dict(files or {}),
+        "PARAMETERS": dict(parameters or {}),
+    }
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
     return [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
 
 
 def problems(checks: list[Check], cell_points: dict[str, float]) -> list[str]:
     """What is wrong between a lab's checks and its test cells (``grade_id`` -> points)."""
-    found, by_cell = [], {}
+    found, by_cell, names = [], {}, {c.name for c in checks}
     for item in checks:
         by_cell.setdefault(item.grade_id, []).append(item)
+        for other in item.counts_with:
+            if other not in names or other == item.name:
+                found.append(f"check {item.name}: counts_with names {other!r}, not another check of the file")
         if item.grade_id not in cell_points:
             found.append(f"check {item.name}: no test cell has grade_id {item.grade_id!r}")
         if not (item.rule.get("en", "").strip() and item.rule.get("zh", "").strip()):
@@ -297,45 +372,80 @@ class CheckResult:
     max_points: float
     rule: dict
     detail: str = ""  # for the instructor: why it failed (never shown to the learner)
+    error: str = ""  # a grading error: the check itself failed, not the learner (``GradingError``)
 
     @property
     def passed(self) -> bool:
-        return self.points >= self.max_points
+        return self.points >= self.max_points and not self.error
 
 
 def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) -> list[CheckResult]:
     results, returned = [], {}  # check name -> whether the learner's code returned a value in it
     for item in checks:
-        detail, values_before = "", learner.values
-        try:
-            item.function(learner, Variant(seed, item.name))
-        except NoAnswer as exc:
-            detail = f"no answer: {exc}"
-        except LearnerRaised as exc:
-            detail = f"your code raised {exc.raised.type}"
-        except AssertionError as exc:
-            detail = f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"
-        except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
-            detail = f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}"
+        values_before = learner.values
+        detail, error = _verdict(item, learner, seed)
         returned[item.name] = learner.values > values_before
-        results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail))
+        results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail, error))
         if progress:
-            progress(item, not detail)
+            progress(item, not (detail or error))
     for result in results:
-        if result.detail:
+        if result.detail or result.error:
             result.points = 0.0
         elif not returned[result.name] and not _works(result.grade_id, results, returned):
             result.points, result.detail = 0.0, ERRORS_ALONE
+    _count_qualifiers(checks, results)
     return results
 
 
 ERRORS_ALONE = "an error rule counts once the exercise returns right answers on valid inputs"
 
 
+def _count_qualifiers(checks: list[Check], results: list[CheckResult]) -> None:
+    """A rule that qualifies others (``counts_with``) keeps its points only while they pass."""
+    by_name = {r.name: r for r in results}
+    changed = True
+    while changed:
+        changed = False
+        for item, result in zip(checks, results, strict=True):
+            broken = [n for n in item.counts_with if n in by_name and not by_name[n].passed]
+            if result.passed and broken:
+                result.points, result.detail = 0.0, f"counts together with {', '.join(broken)}, which did not pass"
+                changed = True
+
+
+def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
+    """(why the learner's answer broke the rule, why the check itself failed); both empty: passed.
+    Only what the learner's kernel answered can break a rule: an exception before any answer of
+    this check came (its setup), or inside ``own_work``, is a grading error."""
+    answers_before, unanswered_before = learner.answers, len(learner.unanswered)
+    try:
+        item.function(learner, Variant(seed, item.name))
+    except AnswerTimeExhausted as exc:
+        return str(exc), ""
+    except NoAnswer as exc:
+        return f"no answer: {exc}", ""
+    except LearnerRaised as exc:
+        return f"your code raised {exc.raised.type}", ""
+    except GradingError as exc:
+        return "", f"check {item.name}: {str(exc)[:300]}"
+    except AssertionError as exc:
+        if learner.answers == answers_before:
+            return "", f"check {item.name}: its setup failed an assertion: {str(exc)[:200]}"
+        return (f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"), ""
+    except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
+        if learner.answers == answers_before:
+            return "", f"check {item.name}: its setup raised {type(exc).__name__}: {str(exc)[:200]}"
+        return f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}", ""
+    if len(learner.unanswered) > unanswered_before:  # the check caught it; a rule unasked is not kept
+        exc = learner.unanswered[-1]
+        return (str(exc) if isinstance(exc, AnswerTimeExhausted) else f"no answer: {exc}"), ""
+    return "", ""
+
+
 def _works(grade_id: str, results: list[CheckResult], returned: dict) -> bool:
     """Some check of the cell passed on values the learner's code returned: a stub that always
     raises does not earn the cell's error rules."""
-    return any(r.grade_id == grade_id and not r.detail and returned[r.name] for r in results)
+    return any(r.grade_id == grade_id and not (r.detail or r.error) and returned[r.name] for r in results)
 
 
 def run_harness(client, manager, config: dict) -> dict:
@@ -343,13 +453,31 @@ def run_harness(client, manager, config: dict) -> dict:
     the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``)."""
     seed = int(config["seed"])
     try:
-        checks = load_checks(config["source"], config.get("filename", "checks.py"), config.get("files"))
+        checks = load_checks(
+            config["source"], config.get("filename", "checks.py"), config.get("files"), config.get("parameters")
+        )
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
-    channel = KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)))
+    channel = KernelChannel(
+        client,
+        manager,
+        float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)),
+        float(config.get("answer_budget_s", answer_budget_s(len(checks)))),
+    )
     learner = Learner(channel)
     results = run_checks(checks, learner, seed)
-    return {"seed": seed, "requests": learner.requests, "checks": [_as_dict(r) for r in results]}
+    return {
+        "seed": seed,
+        "requests": learner.requests,
+        "answer_s": round(channel.spent_s, 2),
+        "answer_budget_s": channel.budget_s,
+        "checks": [_as_dict(r) for r in results],
+    }
+
+
+def answer_budget_s(checks: int) -> float:
+    """The time a learner's kernel has for all the answers to a lab's ``checks``."""
+    return float(max(ANSWER_FLOOR_S, ANSWER_PER_CHECK_S * checks))
 
 
 def _as_dict(result: CheckResult) -> dict:
@@ -371,31 +499,70 @@ def hidden_files(checks_file: Path) -> dict[str, str]:
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((checks_file.parent / "data").glob(HIDDEN_DATA))}
 
 
-def harness_options(checks_file: Path, seed: int, out: Path, cell_timeout_s: float) -> dict:
+PARAMETERS_CELL = re.compile(r"^# %%[^\n]*\btags=\[[^\]]*[\"']parameters[\"'][^\n]*\n(.*?)(?=^# %%|\Z)", re.M | re.S)
+
+
+def lab_parameters(checks_file: Path, overrides: dict | None = None) -> dict:
+    """The parameters a run of the lab sets: the literal values of its ``lab.py`` parameters
+    cell, then ``overrides`` (the profile's ``parameters``, as papermill injects them). The
+    checks read them here: any later cell of the learner's may rebind the kernel's."""
+    from .errors import LabError
+
+    lab_py = checks_file.parent / "lab.py"
+    if not lab_py.exists():  # checks without a lab (a test's): only what the caller gives
+        return dict(overrides or {})
+    try:
+        match = PARAMETERS_CELL.search(lab_py.read_text(encoding="utf-8"))
+        body = ast.parse(match.group(1)).body if match else []
+    except (OSError, SyntaxError) as exc:
+        raise LabError(f"{lab_py}: cannot read the parameters cell: {exc}") from exc
+    values = {}
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue  # not a literal: the checks cannot rely on it
+    return {**values, **dict(overrides or {})}
+
+
+def harness_options(
+    checks_file: Path, seed: int, out: Path, cell_timeout_s: float, parameters: dict | None = None
+) -> dict:
     """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
-    checks travel as text, as the worker may not see the course."""
+    checks travel as text, as the worker may not see the course. ``parameters``: the profile's
+    (``Profile.parameters``), over the parameters cell's own values."""
     source = checks_file.read_text(encoding="utf-8")
     probe_timeout_s = min(PROBE_TIMEOUT_S, float(cell_timeout_s))  # a request waits no longer than a cell
+    checks = source.count("@check(")
+    answers_s = answer_budget_s(checks)
     return {
         "source": source,
         "files": hidden_files(checks_file),
+        "parameters": lab_parameters(checks_file, parameters),
         "filename": str(checks_file),
         "seed": int(seed),
         "out": str(Path(out).absolute()),  # the worker runs papermill in the notebook's folder
         "probe_timeout_s": float(probe_timeout_s),
-        # beyond the notebook's own limit: a hung request, and a few seconds per check
-        "budget_s": 2 * float(probe_timeout_s) + 30 + CHECK_ALLOWANCE_S * source.count("@check("),
+        "answer_budget_s": answers_s,
+        # beyond the notebook's own limit: every answer, a last interrupted request, and the
+        # harness's own work per check; past it the worker ends the run and no check counts
+        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks,
     }
 
 
-def lab_checks(checks_file: Path, cell_points: dict[str, float]) -> list[Check]:
-    """A lab's checks, loaded and matched to its test cells; LabError naming the file otherwise."""
+def lab_checks(checks_file: Path, cell_points: dict[str, float], parameters: dict | None = None) -> list[Check]:
+    """A lab's checks, loaded and matched to its test cells; LabError naming the file otherwise.
+    ``parameters``: a profile's, over the parameters cell's (``lab_parameters``)."""
     from .errors import LabError
 
     try:
-        checks = load_checks(checks_file.read_text(encoding="utf-8"), str(checks_file), hidden_files(checks_file))
+        source = checks_file.read_text(encoding="utf-8")
     except OSError as exc:
         raise LabError(f"{checks_file}: cannot read the lab's checks: {exc}") from exc
+    run_parameters = lab_parameters(checks_file, parameters)
+    try:
+        checks = load_checks(source, str(checks_file), hidden_files(checks_file), run_parameters)
     except Exception as exc:
         raise LabError(f"{checks_file}: the checks do not load: {type(exc).__name__}: {exc}") from exc
     found = problems(checks, cell_points)

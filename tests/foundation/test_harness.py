@@ -10,6 +10,7 @@ import torch
 
 from rocmlab.harness import (
     ERRORS_ALONE,
+    AnswerTimeExhausted,
     KernelChannel,
     Learner,
     LearnerRaised,
@@ -70,9 +71,64 @@ def test_npy_payloads_never_unpickle():
     buffer = io.BytesIO()
     np.save(buffer, np.array([{"x": 1}], dtype=object), allow_pickle=True)
     forged = {"$rocmlab": "ndarray", "npy": base64.b64encode(buffer.getvalue()).decode()}
-    with pytest.raises(ValueError, match="pickle"):
+    with pytest.raises(ValueError, match="dtype"):  # refused by the dtype table before numpy reads it
         decode(forged)
     assert isinstance(roundtrip(np.array([{"x": 1}], dtype=object)), Opaque)
+
+
+def npy(header: dict, payload: bytes = b"") -> str:
+    """A ``.npy`` buffer with this header (descr, fortran_order, shape) and payload, base64."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return base64.b64encode(buffer.getvalue() + payload).decode()
+
+
+@pytest.mark.parametrize(
+    "descr, shape, payload",
+    [
+        ("|V0", (2**40,), b""),  # 2^40 zero-byte elements: nothing to read, and a huge count
+        ([("a", "<f4")], (1,), b"\0" * 4),  # a record
+        ("<f8", (2**40,), b""),  # a header that claims more than the bytes hold
+        ("<f8", (2,), b"\0" * 24),  # bytes beyond the elements
+        ("<M8[s]", (1,), b"\0" * 8),  # a datetime: not plain data of a lab
+    ],
+)
+def test_arrays_carry_plain_dtypes_whose_bytes_cover_their_elements(descr, shape, payload):
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    for tag in ("ndarray", "scalar"):
+        with pytest.raises(ValueError):
+            decode({"$rocmlab": tag, "npy": npy(header, payload)})
+    with pytest.raises(ValueError):
+        decode({"$rocmlab": "tensor", "dtype": "float64", "npy": npy(header, payload)})
+    assert decode(
+        {"$rocmlab": "ndarray", "npy": npy({"descr": "<f8", "fortran_order": False, "shape": (2,)}, b"\0" * 16)}
+    ).shape == (2,)
+
+
+def test_an_array_past_the_size_cap_is_refused(monkeypatch):
+    import rocmlab.lab.answers as answers
+
+    monkeypatch.setattr(answers, "MAX_ARRAY_BYTES", 1024)
+    assert decode(encode(np.zeros(128))).shape == (128,)
+    with pytest.raises(ValueError):
+        decode(encode(np.zeros(129)))
+
+
+def test_dtype_names_come_from_a_table_never_from_torchs_attributes(monkeypatch):
+    monkeypatch.setattr(torch, "planted", torch.float32, raising=False)  # a dtype, under a name not in the table
+    lazily_loaded = []  # torch loads submodules (torch._dynamo: 1.7 s) in its module __getattr__
+    monkeypatch.setattr(torch, "__getattr__", lambda name: lazily_loaded.append(name), raising=False)
+    tensor = encode(torch.ones(2))
+    for name in ("_dynamo", "planted", "load", "Tensor", "float32.__class__", "nn", 7, None):
+        with pytest.raises(ValueError, match="dtype"):
+            decode({"$rocmlab": "torch.dtype", "v": name})
+        with pytest.raises(ValueError, match="dtype"):
+            decode({**tensor, "dtype": name})
+    assert lazily_loaded == []
+    assert decode({"$rocmlab": "torch.dtype", "v": "bfloat16"}) is torch.bfloat16
 
 
 def nested(depth):
@@ -187,3 +243,130 @@ def test_a_forged_answer_is_only_an_answer(kernel):
         assert Learner(KernelChannel(kc, km, timeout_s=5)).call("double", 2) == "forged"
     finally:
         kc.execute_interactive("_a.serve = _real", timeout=30)
+
+
+OWN_FAILURES = """
+from rocmlab.harness import check, own_work
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    assert learner.call("double", 4) == 8
+
+@check("t-1", points=1, en="setup", zh="准备")
+def setup_raises(learner, variant):
+    reference = HIDDEN_FILES["missing.json"]  # the check's own data is missing: before any question
+    assert learner.call("double", 1) == reference
+
+@check("t-1", points=1, en="reference", zh="参考")
+def reference_raises(learner, variant):
+    got = learner.call("double", 2)
+    with own_work("the reference"):
+        want = 1 / 0
+    assert got == want
+
+@check("t-1", points=1, en="usable", zh="可用")
+def arithmetic_on_the_answer(learner, variant):
+    assert learner.call("double", 3) + 1 == 7
+"""
+
+
+def test_a_check_that_fails_itself_is_a_grading_error_not_a_broken_rule():
+    checks = load_checks(OWN_FAILURES, "checks.py")
+    right = {r.name: r for r in run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3)}
+    assert right["doubles"].passed and right["arithmetic_on_the_answer"].passed
+    for name, why in (("setup_raises", "its setup raised KeyError"), ("reference_raises", "the reference: Zero")):
+        result = right[name]
+        assert result.error.startswith(f"check {name}: ") and why in result.error, result.error
+        assert result.detail == "" and not result.passed and result.points == 0.0
+    # the learner's own answer that the check cannot use is still the learner's
+    opaque = {r.name: r for r in run_checks(checks, Learner(InProcess({"double": lambda x: object()})), seed=3)}
+    assert opaque["arithmetic_on_the_answer"].detail.startswith("unusable answer: TypeError")
+    assert opaque["arithmetic_on_the_answer"].error == "" and opaque["setup_raises"].error
+
+
+def test_a_kernel_has_one_answer_time_budget_for_all_its_answers(kernel):
+    km, kc = kernel
+    channel = KernelChannel(kc, km, timeout_s=30, budget_s=2)
+    learner = Learner(channel)
+    with pytest.raises(AnswerTimeExhausted, match="answer time exhausted"):
+        learner.call("slow")  # cut at the budget left, not at the request's own limit
+    spent = channel.spent_s
+    with pytest.raises(AnswerTimeExhausted):
+        learner.call("double", 2)  # refused without asking
+    assert channel.spent_s == spent and learner.answers == 0
+    assert Learner(KernelChannel(kc, km, timeout_s=5)).call("double", 2) == 4  # the kernel serves again
+
+
+class Budgeted(InProcess):
+    """Answers ``left`` requests, then its answer time is exhausted."""
+
+    def __init__(self, names, left):
+        super().__init__(names)
+        self.left = left
+
+    def ask(self, request):
+        self.left -= 1
+        if self.left < 0:
+            raise AnswerTimeExhausted("answer time exhausted: the kernel used the 1 s it has for all its answers")
+        return super().ask(request)
+
+
+def test_past_the_answer_budget_the_remaining_checks_fail_also_when_a_check_catches_it():
+    swallowing = (
+        CHECKS
+        + """
+@check("t-1", points=1, en="swallows", zh="吞掉")
+def swallows(learner, variant):
+    try:
+        learner.call("double", 1)
+    except Exception:
+        pass
+"""
+    )
+    checks = load_checks(swallowing, "checks.py")
+    results = run_checks(checks, Learner(Budgeted({"double": lambda x: 2 * x}, left=1)), seed=3)
+    assert [r.passed for r in results] == [True, False, False]
+    assert all(r.detail.startswith("answer time exhausted") and not r.error for r in results[1:])
+
+
+QUALIFIED = """
+from rocmlab.harness import check
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    assert learner.call("double", 4) == 8
+
+@check("t-1", points=1, en="nothing gives 0", zh="没有时为 0", counts_with="doubles")
+def nothing(learner, variant):
+    assert learner.call("double", 0) == 0
+"""
+
+
+def test_a_rule_about_absence_counts_only_with_the_rule_it_qualifies():
+    checks = load_checks(QUALIFIED, "checks.py")
+    right = run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3)
+    assert [r.points for r in right] == [1.0, 1.0]
+    zero = run_checks(checks, Learner(InProcess({"double": lambda x: 0})), seed=3)
+    assert [r.points for r in zero] == [0.0, 0.0]
+    assert zero[1].detail == "counts together with doubles, which did not pass"
+    from rocmlab.harness import problems
+
+    broken = load_checks(QUALIFIED.replace('counts_with="doubles"', 'counts_with="nothing"'), "checks.py")
+    assert problems(broken, {"t-1": 2.0}) == [
+        "check nothing: counts_with names 'nothing', not another check of the file"
+    ]
+
+
+def test_the_checks_read_the_runs_parameters_from_the_lab_not_from_the_kernel(tmp_path):
+    from rocmlab.harness import harness_options, lab_parameters
+
+    (tmp_path / "lab.py").write_text(
+        '# %%\nimport os\n\n# %% tags=["parameters"]\nSEED = 0\nSIZES = [1, 2]  # sizes\nPATH = os.sep\n\n# %%\nSEED = 5\n'
+    )
+    (tmp_path / "checks.py").write_text("from rocmlab.harness import check\n")
+    assert lab_parameters(tmp_path / "checks.py") == {"SEED": 0, "SIZES": [1, 2]}  # PATH: not a literal
+    options = harness_options(tmp_path / "checks.py", 1, tmp_path / "out.json", 30, {"SEED": 7, "PROFILE": "smoke"})
+    assert options["parameters"] == {"SEED": 7, "SIZES": [1, 2], "PROFILE": "smoke"}
+    source = "from rocmlab.harness import check\n@check('t-1', points=1, en='e', zh='z')\ndef seed(learner, variant):\n    assert learner.get('SEED') == PARAMETERS['SEED']\n"
+    (result,) = run_checks(load_checks(source, "checks.py", parameters={"SEED": 7}), Learner(InProcess({"SEED": 5})), 1)
+    assert not result.passed  # the kernel rebound SEED: the harness's own value decides

@@ -269,10 +269,13 @@ def test_partial_credit_per_rule(lab, source):
 
 def test_when_the_checks_never_ran_every_rule_fails_with_the_reason(lab, source):
     checks = lab_checks(lab.checks, cell_points(source))
-    for record in (None, {"error": "broken", "checks": []}, {"checks": []}):
+    for record in (None, {"checks": []}):
         results = check_results(record, checks, "no check ran: timeout")
         assert [r["passed"] for r in results] == [False, False]
-        assert results[0]["detail"] in ("no check ran: timeout", "broken")
+        assert results[0]["detail"] == "no check ran: timeout" and not results[0]["error"]
+    broken = check_results({"error": "checks.py: SyntaxError", "checks": []}, checks, "x")  # the grader's fault
+    assert [r["passed"] for r in broken] == [False, False] and broken[0]["detail"] == ""
+    assert broken[0]["error"] == f"check {checks[0].name}: checks.py: SyntaxError"
     ran = {"checks": [{"passed": True}, {"passed": True}]}
     assert check_results(ran, checks, "x") == ran["checks"]
 
@@ -400,3 +403,41 @@ def test_feedback_labels_optional_exercises_and_scores_the_core_apart(lab):
     result.tests = [GradedTest("01-grade-sum", 3, 3, True), GradedTest("01-stretch-x-1", 3, 0, False)]
     page = feedback_html(lab, result)
     assert "<code>01-stretch-x-1</code> (optional)" in page and "(core 3 / 3; optional 0 / 3)" in page
+
+
+def test_a_check_whose_setup_raises_is_a_grading_error_for_the_instructor_and_no_broken_rule(lab, source):
+    """Issue 47: an exception in a check's own setup is the grader's failure, never a ✗ rule."""
+    from rocmlab.grading import grader
+    from rocmlab.harness import Learner, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class Channel:
+        def ask(self, request):
+            return evaluate(request, {"scaled_sum": lambda xs, scale: sum(xs) * scale})
+
+    text = lab.checks.read_text(encoding="utf-8")
+    name = lab_checks(lab.checks, cell_points(source))[0].name
+    text = text.replace(
+        f"def {name}(learner, variant):\n", f"def {name}(learner, variant):\n    open('/nonexistent/ref')\n"
+    )
+    records = run_checks(load_checks(text, str(lab.checks)), Learner(Channel()), seed=1)
+    checks = [{**vars(r), "passed": r.passed} for r in records]
+    assert checks[0]["error"].startswith(f"check {name}: its setup raised FileNotFoundError")
+
+    executed = copy.deepcopy(source)
+    score_tests(executed, checks, "en")
+    shown = cell(executed, checks[0]["grade_id"]).outputs[0]["data"]["text/plain"]
+    assert shown.startswith("⚠ ") and "✗" not in shown.splitlines()[0]
+
+    result = StudentResult("ann", "ann.ipynb", lang="en", score=0, max_score=5)
+    result.checks = checks
+    plan = grader.Plan(None, lab, None, None, {"en": source}, [])
+    grader.fill_tests(plan, result, {})
+    page = feedback_html(lab, result)
+    rule = checks[0]["rule"]["en"]
+    assert f"✗ {rule}" not in page and f"⚠ {rule}" in page and "not graded" in page
+    assert "FileNotFoundError" not in page and "nonexistent" not in page
+    assert rule not in next(t for t in result.tests if t.grade_id == checks[0]["grade_id"]).message
+    assert grader.grading_errors([result]) == [
+        {"student": "ann", "grade_id": checks[0]["grade_id"], "check": name, "error": checks[0]["error"]}
+    ]

@@ -7,7 +7,7 @@ import html
 import sys
 
 import pytest
-from class_outputs import DIRECTION, HOSTILE, LAB, SCALES, write_outputs
+from class_outputs import DIRECTION, HOSTILE, LAB, SCALES, demo_class, graded_test, learner, write_outputs
 
 from rocmlab.errors import InputError
 from rocmlab.grading import analytics
@@ -112,3 +112,19 @@ def test_an_output_folder_without_summary_is_bad_input(tmp_path):
     (tmp_path / "summary.json").write_text('{"students": 3}', encoding="utf-8")
     with pytest.raises(InputError, match="field students"):
         write_class_page(tmp_path)
+
+
+def test_grading_errors_are_counted_apart_from_the_rules_learners_broke(tmp_path):
+    broken = graded_test("norm", 0, 3, DIRECTION)
+    broken["rules"][0]["grading_error"] = True  # the check failed itself: not the learner's rule
+    fay = learner("fay", [graded_test("sum", 2, 2), broken])
+    fay["checks"] = [{"grade_id": "norm", "name": "direction", "error": "check direction: its setup raised OSError"}]
+    out = write_outputs(tmp_path, demo_class() + [fay])
+    view = class_view(out)
+    assert view.grading_errors == [
+        {"student": "fay", "grade_id": "norm", "error": "check direction: its setup raised OSError"}
+    ]
+    norm = next(e for e in view.exercises if e.grade_id == "norm")
+    assert dict(norm.failures)[rule_message(DIRECTION)] == 2  # as without fay
+    page = write_class_page(out).read_text(encoding="utf-8")
+    assert '<b data-fact="grading-errors">1</b>' in page and "its setup raised OSError" in page

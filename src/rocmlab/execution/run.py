@@ -214,7 +214,9 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
     if lab.checks.is_file():
         checks_out = env_dir / f".{lab.id}.checks.json"
         seed = secrets.randbelow(2**31)
-        spec.engine_options["harness"] = harness_options(lab.checks, seed, checks_out, profile.cell_timeout_s)
+        spec.engine_options["harness"] = harness_options(
+            lab.checks, seed, checks_out, profile.cell_timeout_s, profile.parameters
+        )
     outcome = run_notebook(spec)
     if lab.checks.is_file() and not student:
         judge_checks(outcome)
@@ -232,7 +234,7 @@ def judge_checks(outcome: Outcome) -> None:
     record = outcome.harness or {"error": "the checks did not run"}
     failed = [c for c in record.get("checks", []) if not c["passed"]]
     if record.get("error") or failed:
-        why = record.get("error") or "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
+        why = record.get("error") or "; ".join(f"{c['name']}: {c.get('error') or c['detail']}" for c in failed[:3])
         outcome.status = "failed"
         outcome.reason = f"hidden checks (seed {record.get('seed')}): {why}"[:1000]
 

@@ -80,6 +80,7 @@ class ClassView:
     exercises: list
     versions: list  # (lab version, learners), most common first
     warnings: list
+    grading_errors: list = field(default_factory=list)  # checks that failed themselves, not the learner
 
     @property
     def graded(self) -> list:
@@ -160,7 +161,19 @@ def class_view(out: Path) -> ClassView:
         exercises=exercise_stats(summary["students"]),
         versions=Counter(learner.version for learner in learners).most_common(),
         warnings=warnings,
+        grading_errors=grading_errors(summary["students"]),
     )
+
+
+def grading_errors(students: list[dict]) -> list[dict]:
+    """Each check that failed itself (``harness.GradingError``), per learner, from the harness's
+    record: counted apart from the rules learners broke."""
+    return [
+        {"student": str(entry.get("student", "")), "grade_id": str(c.get("grade_id", "")), "error": str(c["error"])}
+        for entry in students
+        for c in entry.get("checks") or []
+        if isinstance(c, dict) and c.get("error")
+    ]
 
 
 def rule_message(rule) -> str:
@@ -185,7 +198,10 @@ def exercise_stats(students: list[dict]) -> list[Exercise]:
             if test.get("passed"):
                 exercise.passed += 1
                 continue
-            broken = [r for r in test.get("rules", []) if not r.get("passed")]
+            rules = test.get("rules", [])
+            broken = [r for r in rules if not r.get("passed") and not r.get("grading_error")]
+            if not broken and any(r.get("grading_error") for r in rules):
+                continue  # only the grader failed here: counted in the grading errors
             for rule in broken or [{}]:
                 message = rule_message(rule.get("rule")) or NO_MESSAGE
                 messages.setdefault(grade_id, Counter())[message] += 1

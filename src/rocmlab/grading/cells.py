@@ -174,7 +174,7 @@ def check_results(record: dict | None, checks: list, reason: str) -> list[dict]:
     """The harness's result per check, or every check failed with ``reason`` when it never ran."""
     if record and not record.get("error") and len(record.get("checks", [])) == len(checks):
         return record["checks"]
-    why = (record or {}).get("error") or reason
+    error = (record or {}).get("error")  # the checks did not load: the grader's fault
     return [
         {
             "grade_id": c.grade_id,
@@ -183,7 +183,8 @@ def check_results(record: dict | None, checks: list, reason: str) -> list[dict]:
             "max_points": c.points,
             "rule": c.rule,
             "passed": False,
-            "detail": why,
+            "detail": "" if error else reason,
+            "error": f"check {c.name}: {error}" if error else "",
         }
         for c in checks
     ]
@@ -200,11 +201,14 @@ def score_tests(nb, results: list[dict], lang: str) -> None:
         if not grading(cell).get("grade") or cell.cell_type != "code":
             continue
         rules = by_cell.get(grade_id, [])
-        lines = [
-            f"{'✓' if r['passed'] else '✗'} {r['rule'][lang]} ({r['points']:g}/{r['max_points']:g})" for r in rules
-        ]
+        lines = [f"{_mark(r)} {r['rule'][lang]} ({r['points']:g}/{r['max_points']:g})" for r in rules]
         score = sum(r["points"] for r in rules)
         cell.outputs = [
             nbformat.v4.new_output("display_data", data={"text/plain": "\n".join(lines)}),
             nbformat.v4.new_output("execute_result", data={"text/plain": f"{score:g}"}, execution_count=None),
         ]
+
+
+def _mark(result: dict) -> str:
+    """✓ passed, ✗ broken by the learner's answer, ⚠ not graded (the check itself failed)."""
+    return "⚠" if result.get("error") else "✓" if result["passed"] else "✗"

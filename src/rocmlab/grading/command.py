@@ -14,7 +14,7 @@ from ..root import find_root
 from ..sandbox.runs import Limits
 from . import analytics, shards
 from .feedback import stage_feedback
-from .grader import grade_class
+from .grader import grade_class, grading_errors
 from .submissions import find_submissions
 
 
@@ -165,6 +165,14 @@ def main(
         f"graded {len(results)} submission(s) of {lab.id} {lab.version}: {out / 'grades.csv'}, "
         f"{out / 'summary.json'}, {out / analytics.PAGE}, feedback in {out / 'feedback'}"
     )
+    errors = grading_errors(results)
+    if errors:
+        print(
+            f"{len(errors)} grading error(s): checks that failed themselves, not the learners' "
+            f"(points withheld, shown as not graded; fix the check and regrade with --seeds {out / 'summary.json'}):"
+        )
+        for error in errors:
+            print(f"  grading error {error['student']}: {error['error']}")
     if feedback_to:
         course_root = Path(feedback_to).resolve()
         staged = stage_feedback(course_root, lab.id, out)

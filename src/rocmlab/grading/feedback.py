@@ -31,12 +31,14 @@ TEXT = {
         "fail": "failed",
         "rules": "Rules checked",
         "how": "Each rule was checked on inputs drawn for you. A rule about an error raised counts once "
-        "the exercise also returns right answers on valid inputs.",
+        "the exercise also returns right answers on valid inputs, and a rule about an empty case "
+        "(nothing left, an empty input) once the rule it qualifies holds.",
         "pending": "not counted yet: it counts once the exercise returns right answers on valid inputs",
         "optional": "optional",
         "core": "core",
         "notes": "Notes from the grader",
         "invalid": "This submission could not be graded.",
+        "not_graded": "not graded: the grader failed on this rule, not your code; your instructor will regrade",
         "flags": {
             "invalid": "not a gradable notebook of this lab",
             "wrong_lab": "a notebook of another lab",
@@ -59,12 +61,14 @@ TEXT = {
         "pass": "通过",
         "fail": "未通过",
         "rules": "检查的规则",
-        "how": "每条规则都用为你单独生成的输入检查。关于抛出错误的规则，只有在该练习对有效输入也返回正确结果时才计分。",
+        "how": "每条规则都用为你单独生成的输入检查。关于抛出错误的规则，只有在该练习对有效输入也返回正确结果时才计分；"
+        "关于空情形的规则（不留任务、空输入），只有在它所限定的规则成立时才计分。",
         "pending": "暂不计分：该练习对有效输入返回正确结果后才计分",
         "optional": "选做",
         "core": "核心",
         "notes": "评分说明",
         "invalid": "该提交无法评分。",
+        "not_graded": "未评分：出错的是评分程序而不是你的代码，老师会重新评分",
         "flags": {
             "invalid": "不是本实验可评分的笔记本",
             "wrong_lab": "是另一个实验的笔记本",
@@ -93,6 +97,7 @@ def _rule_row(rule: dict, lang: str) -> dict:
     detail = rule.get("detail", "")
     return {
         "passed": rule["passed"],
+        "not_graded": bool(rule.get("grading_error")),
         "pending": not rule["passed"] and detail == ERRORS_ALONE,
         "text": rule["rule"][lang],
         "shown": "" if rule["passed"] else learner_detail(detail),

@@ -76,7 +76,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
             profile.cell_timeout_s,
             profile.timeout_s,
             harness=harness_options(
-                lab.checks, result.seed, output.with_suffix(".checks.json"), profile.cell_timeout_s
+                lab.checks, result.seed, output.with_suffix(".checks.json"), profile.cell_timeout_s, profile.parameters
             ),
         )
         executed = executed or prepared
@@ -113,11 +113,17 @@ def fill_tests(plan: Plan, result: StudentResult, grades: dict) -> None:
         test = GradedTest(grade_id, float(max_points), float(points or 0.0))
         test.passed = test.points >= test.max_points
         test.rules = [
-            {**{k: r[k] for k in ("name", "rule", "points", "max_points", "passed")}, "detail": r.get("detail", "")}
+            {
+                **{k: r[k] for k in ("name", "rule", "points", "max_points", "passed")},
+                "detail": r.get("detail", ""),
+                "grading_error": bool(r.get("error")),
+            }
             for r in result.checks
             if r["grade_id"] == grade_id
         ]
-        test.message = "; ".join(r["rule"][result.lang] for r in test.rules if not r["passed"])
+        test.message = "; ".join(
+            r["rule"][result.lang] for r in test.rules if not r["passed"] and not r["grading_error"]
+        )
         result.tests.append(test)
 
 
@@ -238,11 +244,24 @@ def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: in
                 f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "
                 f"{','.join(result.flags)} ({result.duration_s:.1f}s)"
             )
+            for error in grading_errors([result]):
+                progress(f"grading error {error['student']}: {error['error']}")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         sandbox.close()  # ends the kernels of runs still going, so their workers return at once
         pool.shutdown(wait=True)
     return sorted(results, key=lambda r: r.student)
+
+
+def grading_errors(results: list[StudentResult]) -> list[dict]:
+    """The checks that failed themselves (``harness.GradingError``), per learner: the grader's
+    faults, for the instructor to fix and regrade; no learner lost a rule to them."""
+    return [
+        {"student": r.student, "grade_id": c["grade_id"], "check": c["name"], "error": c["error"]}
+        for r in results
+        for c in r.checks
+        if c.get("error")
+    ]
 
 
 def write_outputs(
@@ -264,5 +283,6 @@ def write_outputs(
         "sandbox": isolation,
         "students": [asdict(r) for r in results],
         "flag_counts": {f: sum(f in r.flags for r in results) for f in FLAGS},
+        "grading_errors": grading_errors(results),
     }
     write_json_atomic(out / "summary.json", summary)

@@ -17,11 +17,21 @@ import base64
 import io
 import json
 import math
+from collections.abc import Mapping
 
 ANSWER_MIME = "application/x-rocmlab-answer+json"
 TAG = "$rocmlab"
 MAX_DEPTH = 24
 TORCH_VIA_FLOAT32 = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+# the dtypes an answer's tensor may name (the name travels; the dtype is looked up here, never on torch)
+TORCH_DTYPES = (
+    *("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64"),
+    *("float16", "float32", "float64", "complex64", "complex128", *TORCH_VIA_FLOAT32),
+)
+# the numpy dtypes an array may hold: a kind (bool, signed, unsigned, float, complex, bytes, text)
+# and a positive item size, so that an array's bytes cover its elements
+NUMPY_KINDS = "biufcSU"
+MAX_ARRAY_BYTES = 64 * 2**20
 
 
 # ---------------------------------------------------------------- encode (either side)
@@ -51,10 +61,26 @@ def encode(value, depth: int = 0):
         return _pairs(value, depth)
     if kind is bytes:
         return {TAG: "bytes", "b64": base64.b64encode(value).decode()}
+    plain = _plain_container(value)
+    if plain is not None:  # an OrderedDict, a namedtuple, a list subclass: compared by value
+        return encode(plain, depth + 1)
     for base in (str, int, float):  # a subclass (torch's TorchVersion, an enum) travels as its value
         if isinstance(value, base) and base in kind.__mro__:
             return encode(base.__new__(base, value), depth + 1)
     return _encode_array(value) or {TAG: "object", "type": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _plain_container(value):
+    """The plain dict, tuple or list a mapping, tuple subclass or list subclass holds (None for
+    anything else). The lab's text asks for a dict or a tuple, and an ``OrderedDict`` or a
+    ``namedtuple`` is one; a check that needs the exact type asks for ``type(x).__name__``."""
+    if isinstance(value, Mapping):
+        return {k: value[k] for k in value}
+    if isinstance(value, tuple):
+        return tuple(value)
+    if isinstance(value, list):
+        return list(value)
+    return None
 
 
 def _pairs(value: dict, depth: int) -> dict:
@@ -167,9 +193,7 @@ def decode(data, depth: int = 0):
     if tag == "tensor":
         return _tensor(data)
     if tag == "torch.dtype":
-        import torch
-
-        return getattr(torch, str(data["v"]))
+        return _torch_dtype(data.get("v"))
     if tag == "raised":
         return Raised(data)
     return Opaque(str(data.get("type", "object")))
@@ -179,18 +203,43 @@ def _hashable(value):
     return Opaque(type(value).__name__) if isinstance(value, (list, dict, set)) else value
 
 
-def _load_npy(text: str):
+def _torch_dtype(name):
+    """The torch dtype ``name`` stands for, from ``TORCH_DTYPES`` only (ValueError otherwise)."""
+    import torch
+
+    if name not in TORCH_DTYPES or not isinstance(getattr(torch, name, None), torch.dtype):
+        raise ValueError(f"not a dtype an answer may hold: {str(name)[:40]!r}")
+    return getattr(torch, name)
+
+
+def _load_npy(text):
+    """A ``.npy`` payload as an array, read only if its header names a plain dtype of
+    ``NUMPY_KINDS`` and its bytes hold every element it claims (at most ``MAX_ARRAY_BYTES``)."""
     import numpy as np
 
-    return np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
+    if not isinstance(text, str) or len(text) > 2 * MAX_ARRAY_BYTES:
+        raise ValueError("array payload missing or too large")
+    raw = base64.b64decode(text, validate=True)
+    buffer = io.BytesIO(raw)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    reader = readers.get(np.lib.format.read_magic(buffer))
+    if reader is None:
+        raise ValueError("not a .npy version an answer may use")
+    shape, _, dtype = reader(buffer, max_header_size=10_000)
+    if dtype.kind not in NUMPY_KINDS or dtype.fields is not None or dtype.subdtype is not None or dtype.itemsize <= 0:
+        raise ValueError(f"not a dtype an answer may hold: {dtype.str}")
+    count = math.prod(shape)
+    if count * dtype.itemsize > MAX_ARRAY_BYTES or len(raw) - buffer.tell() != count * dtype.itemsize:
+        raise ValueError(f"array of {count} elements of {dtype.itemsize} bytes does not match its {len(raw)} bytes")
+    return np.load(io.BytesIO(raw), allow_pickle=False)
 
 
 def _tensor(data: dict):
     import torch
 
+    dtype = _torch_dtype(data.get("dtype"))
     tensor = torch.from_numpy(_load_npy(data["npy"]).copy())
-    dtype = getattr(torch, str(data.get("dtype")), None)
-    if isinstance(dtype, torch.dtype) and dtype != tensor.dtype:
+    if dtype != tensor.dtype:
         tensor = tensor.to(dtype)
     tensor.rocmlab_layout = {k: data.get(k) for k in ("stride", "contiguous", "device")}
     return tensor
