@@ -26,6 +26,8 @@ from traitlets.config import Config
 pytestmark = [pytest.mark.slow]
 pytest.importorskip("ldapauthenticator", reason="ldapauthenticator is not installed (hub extra)")
 
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP  # noqa: E402
+
 SUFFIX = "dc=uni,dc=example,dc=edu"
 LEARNERS, STAFF = f"cn=gpu-course,ou=groups,{SUFFIX}", f"cn=gpu-course-staff,ou=groups,{SUFFIX}"
 PASSWORDS = {"ada": "ada-pass-1", "li": "li-pass-1", "eve": "eve-pass-1", "dee": "dee-pass-1"}
@@ -146,7 +148,7 @@ def sign_in(authenticator, login: str, password: str | None = None):
 
 def test_a_learner_signs_in_as_a_learner(authenticator):
     model = sign_in(authenticator, "ada")
-    assert model["name"] == "ada" and model["groups"] == [] and model["admin"] is False
+    assert model["name"] == "ada" and model["groups"] == [LEARNERS_HUB_GROUP] and model["admin"] is False
     assert model["auth_state"]["ldap_groups"] == [LEARNERS]
 
 
@@ -165,4 +167,4 @@ def test_a_wrong_password_is_refused(authenticator):
 
 def test_the_roster_lets_its_people_in(authenticator):
     model = sign_in(authenticator, "dee")  # in no course group, listed as a learner
-    assert model["name"] == "dee" and model["groups"] == []
+    assert model["name"] == "dee" and model["groups"] == [LEARNERS_HUB_GROUP]

@@ -22,6 +22,8 @@ pytest.importorskip("authlib", reason="authlib is not installed (dev extra)")
 from oidc_provider import Provider  # noqa: E402
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, launch_args  # noqa: E402
 
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP  # noqa: E402
+
 CLIENT_ID = "rocmlab-hub"
 LEARNERS, INSTRUCTORS = "course-gpu-2026", "course-gpu-2026-staff"  # the provider's group names
 USERS = {  # login -> (password, claims): what a Keycloak realm with a groups mapper gives
@@ -103,7 +105,7 @@ def test_a_learner_signs_in_as_a_learner(sso_hub, browser):
     url, _ = sign_in(browser, hub, "ada")
     assert url.endswith("/hub/home")
     user = hub_user(hub, "ada")
-    assert user["groups"] == [] and not user["admin"]
+    assert user["groups"] == [LEARNERS_HUB_GROUP] and not user["admin"]
     assert provider.pkce_seen and set(provider.pkce_seen) == {"S256"}  # the hub used PKCE
 
 
@@ -118,7 +120,7 @@ def test_an_instructor_signs_in_with_the_instructor_role(sso_hub, browser):
 def test_someone_on_the_roster_only_signs_in(sso_hub, browser):
     hub, _ = sso_hub
     url, _ = sign_in(browser, hub, "dee")
-    assert url.endswith("/hub/home") and hub_user(hub, "dee")["groups"] == []
+    assert url.endswith("/hub/home") and hub_user(hub, "dee")["groups"] == [LEARNERS_HUB_GROUP]
 
 
 def test_someone_outside_the_allowed_groups_is_refused(sso_hub, browser):
@@ -160,4 +162,4 @@ def test_after_the_provider_rotates_its_key_sign_in_still_works(sso_hub, browser
     assert sign_in(browser, hub, "ada")[0].endswith("/hub/home")  # the hub has the JWKS now
     provider.rotate_key()
     assert sign_in(browser, hub, "fay")[0].endswith("/hub/home")  # a token under the new kid
-    assert hub_user(hub, "fay")["groups"] == []
+    assert hub_user(hub, "fay")["groups"] == [LEARNERS_HUB_GROUP]
