@@ -206,9 +206,10 @@ def detach_output() -> None:
     os.close(devnull)
 
 
-def kernel_entry(policy: dict, connection_file: str) -> int:
-    """Limits, then the grader user, then ipykernel. A forked kernel (``policy["forked"]``) is PID
-    1 of its own namespaces: it also gets its own /proc, and the sandbox's folder is covered."""
+def kernel_entry(policy: dict, connection_file: str, cwd: str = "") -> int:
+    """Limits, then the grader user, then ipykernel, in ``cwd`` (else the folder it started in),
+    with only the environment the policy allows. A forked kernel (``policy["forked"]``) is PID 1
+    of its own namespaces: it also gets its own /proc, and the sandbox's folder is covered."""
     uid, gid = policy["uid"], policy["gid"]
     home = policy["home"]
     if uid is not None:  # the runtime folder is root-only: hand the kernel its own copy
@@ -218,11 +219,15 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         copy.chmod(0o600)
         connection_file = str(copy)
     forked = policy.get("forked", {})
+    cwd = cwd or os.getcwd()
     if (policy["isolate"] or forked) and home:
         private_temp_folders(home, policy.get("expose", []), forked.get("cover", []), forked.get("keep", []))
     if forked:
         mount_own_proc()
         bring_loopback_up()
+    # after the last mount: entered before, the folder would be the covered one, another mount
+    # than its own absolute path (a rename from one spelling to the other fails with EXDEV)
+    os.chdir(cwd)
     apply_limits(policy["limits"], uid)
     detach_output()
     if uid is not None:
@@ -233,10 +238,21 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         die_with_parent(signal.SIGKILL)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
+    keep_only_allowed_environment(policy.get("environment"))
     if policy.get("landlock"):
         restrict_with_landlock(policy["landlock"], connection_file)
     load_kernel(policy.get("preimport", []))
     return start_ipykernel(connection_file)
+
+
+def keep_only_allowed_environment(allowed: list[str] | None) -> None:
+    """The kernel's environment becomes the variables ``allowed`` names (``runs.Policy.environment``):
+    the grader's own (its PWD, tokens, paths of its checkouts) never reach learner code. None: a
+    policy written before the list existed, kept as it is."""
+    if allowed is None:
+        return
+    for name in set(os.environ) - set(allowed):
+        del os.environ[name]
 
 
 def restrict_with_landlock(view: dict, connection_file: str) -> None:

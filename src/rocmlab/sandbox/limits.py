@@ -63,7 +63,7 @@ from .paths import (
     split_hidden,
     under_private_temp,
 )
-from .runs import KERNEL_NAME, Limits, Policy, Run
+from .runs import KERNEL_NAME, Limits, Policy, Run, kernel_variables
 
 if TYPE_CHECKING:
     from ..execution.worker import Worker
@@ -264,7 +264,9 @@ class Sandbox:
         if uid is not None:
             os.chown(work, uid, gid)
             os.chown(ipc, uid, gid)
+        env = self._run_env(work, private)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
+        policy.environment = kernel_variables(env)
         policy.preimport = self.preimport
         policy.expose = [str(p) for p in self.expose]
         policy_path = private / "policy.json"
@@ -278,9 +280,17 @@ class Sandbox:
         elif self.backend == "landlock":
             policy.landlock = self._landlock_view(work, ipc)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
-        jupyter = self._write_kernelspec(private, policy_path, asdict(policy), slot)
-        env = {
-            "JUPYTER_PATH": str(jupyter),
+        self._write_kernelspec(private, policy_path, asdict(policy), slot)
+        options = self.limits.engine_options()
+        if self.backend in ("bubblewrap", "landlock") or policy.forked:  # no network shared with the worker
+            options["ipc_path"] = str(folder / "ipc" / "k")  # Unix sockets in the run's folder
+        return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
+
+    def _run_env(self, work: Path, private: Path) -> dict:
+        """What a run's worker and kernel are told: its folders, offline model hubs, thread pools,
+        the lab's variables (``env``)."""
+        return {
+            "JUPYTER_PATH": str(private / "jupyter"),
             "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
             "HOME": str(work),
             "IPYTHONDIR": str(work / ".ipython"),
@@ -294,10 +304,6 @@ class Sandbox:
             **self.threads,
             **self.env,
         }
-        options = self.limits.engine_options()
-        if self.backend in ("bubblewrap", "landlock") or policy.forked:  # no network shared with the worker
-            options["ipc_path"] = str(folder / "ipc" / "k")  # Unix sockets in the run's folder
-        return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
     def _forks(self, slot: int) -> bool:
         """Whether the slot's kernels are forked: not once its zygote has ended (then, as without

@@ -58,6 +58,42 @@ class Policy:
     preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
     forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
     landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
+    environment: list | None = None  # the variables the kernel keeps (``kernel_variables``); None: all
+
+
+# What a kernel keeps of the environment it is started with, besides what its run sets
+# (``kernel_variables``): the system's (search path, locale, libraries), the course's Python
+# environment, and which GPUs and model caches this machine's kernels use.
+SYSTEM_VARIABLES = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_NUMERIC",
+    "LC_MESSAGES",
+    "TZ",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "ROCM_PATH",
+    "HIP_PATH",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+)
+
+
+def kernel_variables(run_env: dict) -> list[str]:
+    """The allow-list of a run's kernel environment: ``SYSTEM_VARIABLES``, what the run sets
+    (``run_env``: its HOME, TMPDIR, thread pools, the lab's variables) and what the worker sets
+    for every kernel (``execution.worker.KERNEL_VARIABLES``)."""
+    from ..execution.worker import KERNEL_VARIABLES
+
+    return sorted({*SYSTEM_VARIABLES, *run_env, *KERNEL_VARIABLES})
 
 
 @dataclass
