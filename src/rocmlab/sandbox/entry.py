@@ -18,6 +18,7 @@ import fcntl
 import importlib
 import json
 import os
+import platform
 import resource
 import signal
 import socket
@@ -25,7 +26,7 @@ import struct
 import sys
 from pathlib import Path
 
-from .paths import PRIVATE_TEMP, closed_ways, under_private_temp
+from .paths import DEVICES, GPU_DEVICES, PRIVATE_TEMP, allowed_view, closed_ways, under_private_temp
 
 # Loaded before the learner's code only if the lab imports them (the top-level name), each as what
 # it imports ahead: libraries without display side effects at import. matplotlib's font list, built
@@ -117,12 +118,94 @@ def drop_privileges(uid: int, gid: int) -> None:
 
 
 def enter_slot_view(policy: dict) -> None:
-    """The namespace fallback's view of a slot (this process's own mount namespace): the hidden
-    paths covered, the exposed ones reachable by the grader users. Its worker and its zygote take it."""
-    os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
+    """The namespace fallback's view of a slot (this process's own mount namespace): the allow-list
+    of the machine that bubblewrap gives its kernels, with the sandbox's folder writable, and the
+    hidden paths covered where they lie in it. Its worker and its zygote take it."""
+    scratch = Path(policy["scratch"])
+    enter_allowed_view(policy["expose"], [str(scratch.parent)], scratch)
+    os.chdir(scratch)
     hide_paths(policy["hide"])
-    if policy["uid"] is not None:
-        expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    enc = lambda v: None if v is None else v.encode()  # noqa: E731
+    if libc.mount(enc(source), target.encode(), enc(fstype), flags, enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"cannot mount {source or fstype} on {target}")
+
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+
+
+def _shown(root: str, path: str) -> str:
+    return root + path
+
+
+def _bind_into(root: str, source: str, path: str, *, writable: bool = False) -> None:
+    target = root + path
+    if os.path.isdir(source):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        Path(target).touch()
+    _mount(source, target, None, MS_BIND | MS_REC)
+    if not writable:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _minimal_dev(root: str) -> None:
+    """/dev with the usual device files (and the GPU's), its links, and an empty /dev/shm."""
+    dev = root + "/dev"
+    os.makedirs(dev, mode=0o755, exist_ok=True)
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=0755,size=64k")
+    for device in (*DEVICES, *GPU_DEVICES):
+        if os.path.exists(device):
+            _bind_into(root, device, device, writable=True)
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, f"{dev}/{name}")
+    os.makedirs(f"{dev}/shm")
+    _mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=16m")  # each kernel gets its own
+
+
+def enter_allowed_view(expose: list[str], writable: list[str], scratch: Path) -> None:
+    """This mount namespace's root becomes an allow-list of the machine (``paths.allowed_view``,
+    as bubblewrap builds it): a tmpfs holding the system's folders and ``expose`` read-only, a
+    minimal /dev, /proc, empty temp folders and ``writable`` (the sandbox's folder)."""
+    root = str(scratch / "view")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    _minimal_dev(root)
+    _bind_into(root, "/proc", "/proc", writable=True)
+    for tmp in filter(os.path.isdir, PRIVATE_TEMP):
+        if not os.path.isdir(root + tmp):
+            os.makedirs(root + tmp, mode=0o755)
+        os.chmod(root + tmp, 0o1777)
+    for kind, source, path in allowed_view(expose):
+        if kind == "symlink":
+            os.makedirs(os.path.dirname(root + path), mode=0o755, exist_ok=True)
+            os.symlink(source, root + path)
+        else:
+            _bind_into(root, source, path)
+    for path in writable:
+        _bind_into(root, path, path, writable=True)
+    _pivot_root(root)
+
+
+def _pivot_root(root: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    MNT_DETACH = 2
+    os.chdir(root)
+    if libc.syscall(SYS_PIVOT_ROOT[platform.machine()], b".", b".") != 0:
+        raise OSError(ctypes.get_errno(), f"cannot make {root} the root")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "cannot leave the machine's root")
+    os.chdir("/")
 
 
 def worker_entry(policy: dict) -> int:

@@ -145,7 +145,9 @@ class Sandbox:
                 self.problems.append(f"kernels run as this user: {exc}")
                 self.switch_user = False
         self.users = [(user.uid, user.gid) for user in self.grader_users]
-        self.expose = [*interpreter_paths(), *(expose or [])]
+        hidden = [Path(p).resolve() for p in (hide or [])]
+        caches = [c for c in model_caches() if not any(h == c.resolve() or h in c.resolve().parents for h in hidden)]
+        self.expose = [*interpreter_paths(), *(expose or []), *caches]
         self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
@@ -326,8 +328,7 @@ class Sandbox:
             return [h for h in hidden if h == path or path in h.parents]
 
         read = [p for p in SYSTEM_READ if not holds_hidden(Path(p))]
-        caches = [Path(os.environ[name]) for name in MODEL_CACHE_VARIABLES if os.environ.get(name)]
-        read += [str(p) for p in caches if not holds_hidden(p) and not any(h in p.parents for h in hidden)]
+        read += [str(p) for p in model_caches() if not holds_hidden(p) and not any(h in p.parents for h in hidden)]
         for path in self.expose:
             for inside in holds_hidden(Path(path)):
                 problem = f"landlock: {inside} is below {path}, which the kernel needs: it stays readable"
@@ -337,10 +338,7 @@ class Sandbox:
         return {"read": read, "write": [str(work), str(ipc)], "devices": list(GPU_DEVICES)}
 
     def _bwrap_view(self, own_pids: bool = True) -> list[str]:
-        own_user = not is_root()
-        return bubblewrap.view_argv(
-            self.expose, self.hide, switch_user=self.switch_user, own_user=own_user, own_pids=own_pids
-        )
+        return bubblewrap.view_argv(self.expose, self.hide, own_user=not is_root(), own_pids=own_pids)
 
     def _write_kernelspec(self, private: Path, policy_path: Path, policy: dict, slot: int) -> Path:
         jupyter = private / "jupyter"
@@ -384,6 +382,12 @@ def fork_server_applies(backend: str, switch_user: bool) -> bool:
     grader user. Elsewhere (an instructor without root, Landlock, one learner's check) each kernel
     is a process of its own."""
     return backend in ("bubblewrap", "namespaces") and switch_user and is_root()
+
+
+def model_caches() -> list[Path]:
+    """The model caches the grader's environment names (``MODEL_CACHE_VARIABLES``), which its
+    kernels read as the grader would, unless hidden."""
+    return [Path(os.environ[name]) for name in MODEL_CACHE_VARIABLES if os.environ.get(name)]
 
 
 def thread_budget(slots: int) -> dict:
