@@ -22,10 +22,13 @@ def bubblewrap_works() -> bool:
     )
 
 
-def view_argv(expose: list, hide: list[str], *, own_user: bool, own_pids: bool = True) -> list[str]:
+def view_argv(
+    expose: list, hide: list[str], *, own_user: bool, own_pids: bool = True, temp: dict | None = None, size_mb: int = 0
+) -> list[str]:
     """``bwrap`` and its options for a kernel's view, an allow-list (``paths.allowed_view``): the
     system's folders and ``expose`` read-only, a minimal /dev (and the GPU's device files), private
-    temp folders, ``hide`` covered where it lies in the view; nothing else of the machine.
+    temp folders (``temp``'s folders in the run's own space, else tmpfs of ``size_mb`` each), ``hide``
+    covered where it lies in the view; nothing else of the machine.
     ``own_user``: a user namespace (not root); ``own_pids`` False: a zygote's, which sees the
     workers that ask it for kernels."""
     argv = [shutil.which("bwrap") or "bwrap", *(["--unshare-user"] if own_user else [])]
@@ -34,7 +37,11 @@ def view_argv(expose: list, hide: list[str], *, own_user: bool, own_pids: bool =
     for device in GPU_DEVICES:
         argv += ["--dev-bind-try", device, device]
     for tmp in filter(os.path.isdir, PRIVATE_TEMP):
-        argv += ["--perms", "1777", "--tmpfs", tmp]
+        argv += [arg for step in ways_down(tmp, []) for arg in ("--perms", "0755", "--dir", step)]  # /var, /run
+        if tmp in (temp or {}):
+            argv += ["--bind", temp[tmp], tmp]
+        else:
+            argv += ["--perms", "1777", *(["--size", str(size_mb * 2**20)] if size_mb else []), "--tmpfs", tmp]
     bound = []
     for kind, source, path in allowed_view(expose):
         if kind == "symlink":
@@ -54,7 +61,7 @@ def view_argv(expose: list, hide: list[str], *, own_user: bool, own_pids: bool =
 def run_argv(view: list[str], base: Path, private: Path, work: Path, ipc: Path, policy_path: Path) -> list[str]:
     """``view`` around one run's kernel: its work and socket folders writable, its policy readable."""
     argv = list(view)
-    for folder in (base, work.parent, private):  # bwrap would make them root-only
+    for folder in (base, private.parent, work.parent, private):  # bwrap would make them root-only
         argv += ["--perms", "0711", "--dir", str(folder)]
     argv += ["--bind", str(work), str(work), "--bind", str(ipc), str(ipc)]
     argv += ["--ro-bind", str(policy_path), str(policy_path), "--chdir", str(work)]

@@ -221,19 +221,28 @@ def worker_entry(policy: dict) -> int:
     return serve()
 
 
-def private_temp_folders(work: str, expose: list[str], cover: list[str] = (), keep: list[str] = ()) -> None:
+def private_temp_folders(
+    work: str, expose: list[str], cover: list[str] = (), keep: list[str] = (), temp: dict | None = None
+) -> None:
     """This kernel's own mount namespace with empty /tmp, /var/tmp, /dev/shm and /run/lock (the namespace
     fallback and forked kernels; bubblewrap does this itself); its work folder, which lives under
     /tmp, and the exposed paths below them (a checkout in /tmp) are put back. ``cover``: more
-    folders emptied the same way; ``keep``: more folders put back."""
+    folders emptied the same way; ``keep``: more folders put back. ``temp``: a temp folder's own
+    folder in the run's space, bound there instead of a new tmpfs (what the kernel writes there
+    counts against its space)."""
     libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
     if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
     kept = {path: os.open(path, os.O_PATH) for path in [work, *keep, *(p for _, p in under_private_temp(expose))]}
+    spaces = {tmp: os.open(folder, os.O_PATH) for tmp, folder in (temp or {}).items() if os.path.isdir(tmp)}
     try:
         for tmp in [*PRIVATE_TEMP, *cover]:
-            if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
+            if tmp in spaces:
+                _bind(f"/proc/self/fd/{spaces[tmp]}", tmp)
+            elif os.path.isdir(tmp) and libc.mount(
+                b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"
+            ):
                 raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
         for path, fd in kept.items():
             if os.path.isdir(f"/proc/self/fd/{fd}"):
@@ -243,7 +252,7 @@ def private_temp_folders(work: str, expose: list[str], cover: list[str] = (), ke
                 Path(path).touch()
             _bind(f"/proc/self/fd/{fd}", path)
     finally:
-        for fd in kept.values():
+        for fd in [*kept.values(), *spaces.values()]:
             os.close(fd)
 
 
@@ -304,7 +313,8 @@ def kernel_entry(policy: dict, connection_file: str, cwd: str = "") -> int:
     forked = policy.get("forked", {})
     cwd = cwd or os.getcwd()
     if (policy["isolate"] or forked) and home:
-        private_temp_folders(home, policy.get("expose", []), forked.get("cover", []), forked.get("keep", []))
+        cover, keep = forked.get("cover", []), forked.get("keep", [])
+        private_temp_folders(home, policy.get("expose", []), cover, keep, policy.get("temp"))
     if forked:
         mount_own_proc()
         bring_loopback_up()

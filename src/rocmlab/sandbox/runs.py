@@ -26,6 +26,9 @@ class Limits:
     memory_mb: int = 4096  # RLIMIT_AS of the kernel and each process it starts; 0: none
     max_processes: int = 256  # RLIMIT_NPROC for the grader user (threads count too)
     max_file_mb: int = 256  # RLIMIT_FSIZE: largest file the kernel may write
+    # What the kernel may write in all (work folder, temp folders, /dev/shm): as root one tmpfs of
+    # this size per run, whose pages are memory besides RLIMIT_AS's; elsewhere each temp folder's size
+    disk_mb: int = 2048
     max_cell_output_kb: int = 1024  # stream/display output kept per cell
     max_output_kb: int = 8192  # output kept per notebook
 
@@ -59,6 +62,7 @@ class Policy:
     forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
     landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
     environment: list | None = None  # the variables the kernel keeps (``kernel_variables``); None: all
+    temp: dict = field(default_factory=dict)  # each private temp folder -> its folder in the run's own space
 
 
 # What a kernel keeps of the environment it is started with, besides what its run sets
@@ -109,6 +113,7 @@ class Run:
     engine_options: dict
     cell_timeout_s: int = 0
     upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
+    space: Path | None = None  # the run's own size-limited tmpfs (as root), unmounted after it
 
     def kernel_spec(self):
         """What the worker needs to start this run's kernel ahead of its notebook."""
@@ -158,4 +163,8 @@ class Run:
     def cleanup(self) -> None:
         if self.uid is not None:
             processes.kill_user(self.uid)
+        if self.space is not None:
+            from .mounts import unmount
+
+            unmount(self.space)
         shutil.rmtree(self.folder, ignore_errors=True)
