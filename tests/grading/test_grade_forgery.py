@@ -35,11 +35,17 @@ READER = (
 NEEDLES = [n[::-1].encode() for n in BACKWARDS]
 found = []
 def look(path):
+    # without blocking: a pipe (the kernel's own stdout, which ipykernel captures) may hold nothing
     try:
-        with open(path, 'rb') as fh:
-            text = fh.read(4_000_000)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return
+    try:
+        text = os.read(fd, 4_000_000)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
     for needle in NEEDLES:
         if needle in text:
             found.append((path, needle.decode()))

@@ -36,7 +36,7 @@ print(json.dumps({
     "uid": os.getuid(),
     "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()),
     "interfaces": [name for _, name in socket.if_nameindex()],
-    "sandbox": os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))),
+    "sandbox": os.listdir(BASE),
     "socket_seen": os.path.exists(SOCKET),
     "random": numpy.random.rand(),
 }))
@@ -99,7 +99,7 @@ def test_each_forked_kernel_is_alone_in_its_namespaces_as_its_runs_user(backend)
         zygote_socket = str(sandbox.fork_servers[0].socket_path)
         seen = []
         for _ in range(2):
-            run, executed, outcome = _run(sandbox, f"SOCKET = {zygote_socket!r}\n{PROBE}")
+            run, executed, outcome = _run(sandbox, f"SOCKET = {zygote_socket!r}\nBASE = {str(sandbox.base)!r}\n{PROBE}")
             assert outcome.status == "passed", outcome.reason
             spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
             assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "rocmlab-fork"

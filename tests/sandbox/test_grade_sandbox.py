@@ -7,6 +7,7 @@ import os
 import queue
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -140,12 +141,18 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
         argv = policy["bwrap"]
         for option in ("--unshare-net", "--unshare-pid", "--die-with-parent"):
             assert option in argv
-        assert ["--ro-bind", "/", "/"] == argv[argv.index("--ro-bind") : argv.index("--ro-bind") + 3]
-        covered = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
-        assert {"/tmp", "/var/tmp", "/dev/shm", str((tmp_path / "course" / "solutions").resolve())} <= set(covered)
+        assert "/" not in argv  # an allow-list: no bind of the whole file system
+        binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
+        assert "/usr" in binds and os.path.realpath(sys.prefix) in binds
+        assert not any(b in ("/home", "/srv", "/opt", "/root", "/work", "/mnt") for b in binds), binds
+        private = {argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"}  # without root: a tmpfs each
+        private |= {
+            argv[i + 2] for i, a in enumerate(argv) if a == "--bind" and argv[i + 1].startswith(str(run.folder))
+        }
+        assert {"/tmp", "/var/tmp", "/dev/shm"} <= private  # as root: folders of the run's own space
+        assert str((tmp_path / "course" / "solutions").resolve()) not in argv  # not in the view at all
         keep = str((tmp_path / "course" / "keep.toml").resolve())
-        assert keep not in covered
-        # below /tmp, which each kernel gets empty: put back read-only, the way down listable by the grader user
+        # below /tmp, which each kernel gets empty: shown read-only, the way down listable by the grader user
         at = argv.index(keep)
         assert argv[at - 1 : at + 2] == ["--ro-bind", keep, keep]
         assert argv[at - 5 : at - 1] == ["--perms", "0755", "--dir", str(Path(keep).parent)]
@@ -319,7 +326,8 @@ def test_without_root_bubblewrap_gets_its_own_user_namespace(monkeypatch):
         run = box.new_run(0, 5)
         argv = json.loads((run.private / "policy.json").read_text())["bwrap"]
         assert argv[1] == "--unshare-user" and "--unshare-net" in argv
-        assert ["--perms", "1777", "--tmpfs", "/tmp"] == argv[argv.index("/tmp") - 3 : argv.index("/tmp") + 1]
+        at = argv.index("/tmp")  # its own, of the size a kernel may write
+        assert ["--perms", "1777", "--size", str(2048 * 2**20), "--tmpfs", "/tmp"] == argv[at - 5 : at + 1]
         assert run.uid is None and "--bind" in argv and str(run.work) in argv
     finally:
         box.close()

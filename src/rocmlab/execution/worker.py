@@ -39,6 +39,9 @@ RUN_TAG = "ROCMLAB_RUN_TAG"
 UNUSED_IN_CLI = ("rfc3987_syntax",)
 UNUSED_IN_WORKER = (*UNUSED_IN_CLI, "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 KILL_GRACE_S = 5
+# What ``kernel_environment`` sets for every kernel (a sandboxed kernel keeps these of the
+# grader's environment, and what its run sets: ``rocmlab.sandbox.runs.kernel_variables``).
+KERNEL_VARIABLES = (RUN_TAG, "PYTHONWARNINGS", "PYDEVD_DISABLE_FILE_VALIDATION", "HF_HUB_OFFLINE")
 
 
 @dataclass

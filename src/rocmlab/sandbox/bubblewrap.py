@@ -1,5 +1,5 @@
 """bubblewrap (``bwrap``) command lines for the grading sandbox: what a kernel sees of this
-machine, and one run's folders in that view. ``rocmlab.sandbox.limits`` decides who gets which."""
+machine (an allow-list), and one run's folders in that view. ``rocmlab.sandbox.limits`` decides who gets which."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from ..processes import is_root, succeeds
-from .paths import PRIVATE_TEMP, closed_ways, is_under, under_private_temp
+from .paths import GPU_DEVICES, PRIVATE_TEMP, allowed_view, is_under, ways_down
 
 
 def bubblewrap_works() -> bool:
@@ -22,44 +22,47 @@ def bubblewrap_works() -> bool:
     )
 
 
-def view_argv(expose: list, hide: list[str], *, switch_user: bool, own_user: bool, own_pids: bool = True) -> list[str]:
-    """``bwrap`` and its options for a kernel's view: the whole file system read-only, private
-    temp folders, ``hide`` covered, ``expose`` kept below closed folders (``switch_user``: for the
-    grader user) and below the temp folders. ``own_user``: a user namespace (not root);
-    ``own_pids`` False: a zygote's, which sees the workers that ask it for kernels."""
+def view_argv(
+    expose: list, hide: list[str], *, own_user: bool, own_pids: bool = True, temp: dict | None = None, size_mb: int = 0
+) -> list[str]:
+    """``bwrap`` and its options for a kernel's view, an allow-list (``paths.allowed_view``): the
+    system's folders and ``expose`` read-only, a minimal /dev (and the GPU's device files), private
+    temp folders (``temp``'s folders in the run's own space, else tmpfs of ``size_mb`` each), ``hide``
+    covered where it lies in the view; nothing else of the machine.
+    ``own_user``: a user namespace (not root); ``own_pids`` False: a zygote's, which sees the
+    workers that ask it for kernels."""
     argv = [shutil.which("bwrap") or "bwrap", *(["--unshare-user"] if own_user else [])]
     argv += ["--unshare-net", *(["--unshare-pid"] if own_pids else []), "--unshare-ipc", "--unshare-uts"]
-    argv += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv += ["--die-with-parent", "--new-session", "--dev", "/dev", "--proc", "/proc"]
+    for device in GPU_DEVICES:
+        argv += ["--dev-bind-try", device, device]
     for tmp in filter(os.path.isdir, PRIVATE_TEMP):
-        argv += ["--perms", "1777", "--tmpfs", tmp]
-    for tmp, path in under_private_temp(expose):  # a checkout in /tmp: its interpreter and package
-        # listable on the way down: a checkout's src/ is on sys.path, and Python lists its entries
-        argv += put_back(tmp, path, mode="0755")
-    covered = closed_ways(expose) if switch_user else {}
-    for folder, paths in covered.items():  # /root holding pyenv or the cache: only the way down stays
-        argv += ["--perms", "0711", "--tmpfs", folder]
-        for path in paths:
-            argv += put_back(folder, path)
-    for path in hide:
-        if any(is_under(path, f) and not any(is_under(path, e) for e in es) for f, es in covered.items()):
+        argv += [arg for step in ways_down(tmp, []) for arg in ("--perms", "0755", "--dir", step)]  # /var, /run
+        if tmp in (temp or {}):
+            argv += ["--bind", temp[tmp], tmp]
+        else:
+            argv += ["--perms", "1777", *(["--size", str(size_mb * 2**20)] if size_mb else []), "--tmpfs", tmp]
+    bound = []
+    for kind, source, path in allowed_view(expose):
+        if kind == "symlink":
+            argv += ["--symlink", source, path]
             continue
-        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        # listable on the way down: a checkout's src/ is on sys.path, and Python lists its entries;
+        # they hold only what is shown
+        argv += [arg for step in ways_down(path, bound) for arg in ("--perms", "0755", "--dir", step)]
+        argv += ["--ro-bind", source, path]
+        bound.append(path)
+    for path in hide:
+        if any(is_under(path, b) for b in bound):
+            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     return argv
 
 
 def run_argv(view: list[str], base: Path, private: Path, work: Path, ipc: Path, policy_path: Path) -> list[str]:
     """``view`` around one run's kernel: its work and socket folders writable, its policy readable."""
     argv = list(view)
-    for folder in (base, work.parent, private):  # bwrap would make them root-only
+    for folder in (base, private.parent, work.parent, private):  # bwrap would make them root-only
         argv += ["--perms", "0711", "--dir", str(folder)]
     argv += ["--bind", str(work), str(work), "--bind", str(ipc), str(ipc)]
     argv += ["--ro-bind", str(policy_path), str(policy_path), "--chdir", str(work)]
     return argv
-
-
-def put_back(folder: str, path: str, mode: str = "0711") -> list[str]:
-    """bwrap options that make ``path`` reachable again below ``folder``, covered by a tmpfs: the
-    folders on the way down (which bwrap would make root-only; they hold only what is put back),
-    then ``path`` itself, read-only."""
-    steps = [str(step) for step in reversed(Path(path).parents) if is_under(str(step), folder) and str(step) != folder]
-    return [*(arg for step in steps for arg in ("--perms", mode, "--dir", step)), "--ro-bind", path, path]

@@ -18,6 +18,7 @@ import fcntl
 import importlib
 import json
 import os
+import platform
 import resource
 import signal
 import socket
@@ -25,7 +26,7 @@ import struct
 import sys
 from pathlib import Path
 
-from .paths import PRIVATE_TEMP, closed_ways, under_private_temp
+from .paths import DEVICES, GPU_DEVICES, PRIVATE_TEMP, allowed_view, closed_ways, under_private_temp
 
 # Loaded before the learner's code only if the lab imports them (the top-level name), each as what
 # it imports ahead: libraries without display side effects at import. matplotlib's font list, built
@@ -117,12 +118,94 @@ def drop_privileges(uid: int, gid: int) -> None:
 
 
 def enter_slot_view(policy: dict) -> None:
-    """The namespace fallback's view of a slot (this process's own mount namespace): the hidden
-    paths covered, the exposed ones reachable by the grader users. Its worker and its zygote take it."""
-    os.chdir(policy["scratch"])  # the parent's folder may be one of the hidden ones
+    """The namespace fallback's view of a slot (this process's own mount namespace): the allow-list
+    of the machine that bubblewrap gives its kernels, with the sandbox's folder writable, and the
+    hidden paths covered where they lie in it. Its worker and its zygote take it."""
+    scratch = Path(policy["scratch"])
+    enter_allowed_view(policy["expose"], [str(scratch.parent)], scratch)
+    os.chdir(scratch)
     hide_paths(policy["hide"])
-    if policy["uid"] is not None:
-        expose_paths([Path(p) for p in policy["expose"]], Path(policy["scratch"]))
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    enc = lambda v: None if v is None else v.encode()  # noqa: E731
+    if libc.mount(enc(source), target.encode(), enc(fstype), flags, enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"cannot mount {source or fstype} on {target}")
+
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+
+
+def _shown(root: str, path: str) -> str:
+    return root + path
+
+
+def _bind_into(root: str, source: str, path: str, *, writable: bool = False) -> None:
+    target = root + path
+    if os.path.isdir(source):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        Path(target).touch()
+    _mount(source, target, None, MS_BIND | MS_REC)
+    if not writable:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _minimal_dev(root: str) -> None:
+    """/dev with the usual device files (and the GPU's), its links, and an empty /dev/shm."""
+    dev = root + "/dev"
+    os.makedirs(dev, mode=0o755, exist_ok=True)
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=0755,size=64k")
+    for device in (*DEVICES, *GPU_DEVICES):
+        if os.path.exists(device):
+            _bind_into(root, device, device, writable=True)
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, f"{dev}/{name}")
+    os.makedirs(f"{dev}/shm")
+    _mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=16m")  # each kernel gets its own
+
+
+def enter_allowed_view(expose: list[str], writable: list[str], scratch: Path) -> None:
+    """This mount namespace's root becomes an allow-list of the machine (``paths.allowed_view``,
+    as bubblewrap builds it): a tmpfs holding the system's folders and ``expose`` read-only, a
+    minimal /dev, /proc, empty temp folders and ``writable`` (the sandbox's folder)."""
+    root = str(scratch / "view")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    _minimal_dev(root)
+    _bind_into(root, "/proc", "/proc", writable=True)
+    for tmp in filter(os.path.isdir, PRIVATE_TEMP):
+        if not os.path.isdir(root + tmp):
+            os.makedirs(root + tmp, mode=0o755)
+        os.chmod(root + tmp, 0o1777)
+    for kind, source, path in allowed_view(expose):
+        if kind == "symlink":
+            os.makedirs(os.path.dirname(root + path), mode=0o755, exist_ok=True)
+            os.symlink(source, root + path)
+        else:
+            _bind_into(root, source, path)
+    for path in writable:
+        _bind_into(root, path, path, writable=True)
+    _pivot_root(root)
+
+
+def _pivot_root(root: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    MNT_DETACH = 2
+    os.chdir(root)
+    if libc.syscall(SYS_PIVOT_ROOT[platform.machine()], b".", b".") != 0:
+        raise OSError(ctypes.get_errno(), f"cannot make {root} the root")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "cannot leave the machine's root")
+    os.chdir("/")
 
 
 def worker_entry(policy: dict) -> int:
@@ -138,19 +221,28 @@ def worker_entry(policy: dict) -> int:
     return serve()
 
 
-def private_temp_folders(work: str, expose: list[str], cover: list[str] = (), keep: list[str] = ()) -> None:
+def private_temp_folders(
+    work: str, expose: list[str], cover: list[str] = (), keep: list[str] = (), temp: dict | None = None
+) -> None:
     """This kernel's own mount namespace with empty /tmp, /var/tmp, /dev/shm and /run/lock (the namespace
     fallback and forked kernels; bubblewrap does this itself); its work folder, which lives under
     /tmp, and the exposed paths below them (a checkout in /tmp) are put back. ``cover``: more
-    folders emptied the same way; ``keep``: more folders put back."""
+    folders emptied the same way; ``keep``: more folders put back. ``temp``: a temp folder's own
+    folder in the run's space, bound there instead of a new tmpfs (what the kernel writes there
+    counts against its space)."""
     libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x00020000, 16384, 1 << 18, 2, 4
     if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "cannot make a private mount namespace for the kernel")
     kept = {path: os.open(path, os.O_PATH) for path in [work, *keep, *(p for _, p in under_private_temp(expose))]}
+    spaces = {tmp: os.open(folder, os.O_PATH) for tmp, folder in (temp or {}).items() if os.path.isdir(tmp)}
     try:
         for tmp in [*PRIVATE_TEMP, *cover]:
-            if os.path.isdir(tmp) and libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"):
+            if tmp in spaces:
+                _bind(f"/proc/self/fd/{spaces[tmp]}", tmp)
+            elif os.path.isdir(tmp) and libc.mount(
+                b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"
+            ):
                 raise OSError(ctypes.get_errno(), f"cannot give the kernel a private {tmp}")
         for path, fd in kept.items():
             if os.path.isdir(f"/proc/self/fd/{fd}"):
@@ -160,7 +252,7 @@ def private_temp_folders(work: str, expose: list[str], cover: list[str] = (), ke
                 Path(path).touch()
             _bind(f"/proc/self/fd/{fd}", path)
     finally:
-        for fd in kept.values():
+        for fd in [*kept.values(), *spaces.values()]:
             os.close(fd)
 
 
@@ -206,9 +298,10 @@ def detach_output() -> None:
     os.close(devnull)
 
 
-def kernel_entry(policy: dict, connection_file: str) -> int:
-    """Limits, then the grader user, then ipykernel. A forked kernel (``policy["forked"]``) is PID
-    1 of its own namespaces: it also gets its own /proc, and the sandbox's folder is covered."""
+def kernel_entry(policy: dict, connection_file: str, cwd: str = "") -> int:
+    """Limits, then the grader user, then ipykernel, in ``cwd`` (else the folder it started in),
+    with only the environment the policy allows. A forked kernel (``policy["forked"]``) is PID 1
+    of its own namespaces: it also gets its own /proc, and the sandbox's folder is covered."""
     uid, gid = policy["uid"], policy["gid"]
     home = policy["home"]
     if uid is not None:  # the runtime folder is root-only: hand the kernel its own copy
@@ -218,11 +311,16 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         copy.chmod(0o600)
         connection_file = str(copy)
     forked = policy.get("forked", {})
+    cwd = cwd or os.getcwd()
     if (policy["isolate"] or forked) and home:
-        private_temp_folders(home, policy.get("expose", []), forked.get("cover", []), forked.get("keep", []))
+        cover, keep = forked.get("cover", []), forked.get("keep", [])
+        private_temp_folders(home, policy.get("expose", []), cover, keep, policy.get("temp"))
     if forked:
         mount_own_proc()
         bring_loopback_up()
+    # after the last mount: entered before, the folder would be the covered one, another mount
+    # than its own absolute path (a rename from one spelling to the other fails with EXDEV)
+    os.chdir(cwd)
     apply_limits(policy["limits"], uid)
     detach_output()
     if uid is not None:
@@ -233,10 +331,21 @@ def kernel_entry(policy: dict, connection_file: str) -> int:
         die_with_parent(signal.SIGKILL)
     if home:
         os.environ.update({"HOME": home, "TMPDIR": home})
+    keep_only_allowed_environment(policy.get("environment"))
     if policy.get("landlock"):
         restrict_with_landlock(policy["landlock"], connection_file)
     load_kernel(policy.get("preimport", []))
     return start_ipykernel(connection_file)
+
+
+def keep_only_allowed_environment(allowed: list[str] | None) -> None:
+    """The kernel's environment becomes the variables ``allowed`` names (``runs.Policy.environment``):
+    the grader's own (its PWD, tokens, paths of its checkouts) never reach learner code. None: a
+    policy written before the list existed, kept as it is."""
+    if allowed is None:
+        return
+    for name in set(os.environ) - set(allowed):
+        del os.environ[name]
 
 
 def restrict_with_landlock(view: dict, connection_file: str) -> None:

@@ -279,8 +279,7 @@ def forked_kernel(request: dict, worker: int, conn: socket.socket) -> int:
     _reseed()
     os.environ.clear()
     os.environ.update(request["env"])
-    os.chdir(request["cwd"])
-    return kernel_entry(policy, request["connection_file"])
+    return kernel_entry(policy, request["connection_file"], cwd=request["cwd"])
 
 
 def _watch(kernel: int, pidfd: int, worker: int, control: socket.socket) -> int:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 from .. import processes
 from ..errors import InputError
 from ..processes import is_root
-from . import bubblewrap, landlock
+from . import bubblewrap, landlock, mounts
 from .bubblewrap import bubblewrap_works
 from .entry import PREIMPORTABLE, kernel_argv
 from .grader_users import UnsafeLockFolder, claim_users, release_users
@@ -63,7 +63,7 @@ from .paths import (
     split_hidden,
     under_private_temp,
 )
-from .runs import KERNEL_NAME, Limits, Policy, Run
+from .runs import KERNEL_NAME, Limits, Policy, Run, kernel_variables
 
 if TYPE_CHECKING:
     from ..execution.worker import Worker
@@ -145,7 +145,14 @@ class Sandbox:
                 self.problems.append(f"kernels run as this user: {exc}")
                 self.switch_user = False
         self.users = [(user.uid, user.gid) for user in self.grader_users]
-        self.expose = [*interpreter_paths(), *(expose or [])]
+        # as root each run gets its own tmpfs, which kernels started before it must see
+        self.own_space = is_root() and self.backend in ("bubblewrap", "namespaces")
+        if self.own_space:
+            mounts.sweep(str(self.base.parent / "rocmlab-sandbox-"))  # left by a grader that was killed
+            mounts.share(self.base)
+        hidden = [Path(p).resolve() for p in (hide or [])]
+        caches = [c for c in model_caches() if not any(h == c.resolve() or h in c.resolve().parents for h in hidden)]
+        self.expose = [*interpreter_paths(), *(expose or []), *caches]
         self.threads = thread_budget(max(1, slots))
         self.hide = [str(p) for p in split_hidden([Path(p) for p in (hide or [])], self.expose)]
         self.workers = [self._new_worker(slot) for slot in range(max(1, slots))]
@@ -203,7 +210,8 @@ class Sandbox:
             encoding="utf-8",
         )
         launcher = folder / "python"
-        prefix = "exec unshare --net --pid --fork --mount-proc --kill-child -- " if self.isolate else "exec "
+        isolated = "exec unshare --net --pid --fork --mount-proc --kill-child --propagation slave -- "
+        prefix = isolated if self.isolate else "exec "
         launcher.write_text(
             f"#!/bin/sh\n{prefix}{sys.executable} -m rocmlab.sandbox.entry worker {policy}\n", encoding="utf-8"
         )
@@ -221,7 +229,7 @@ class Sandbox:
         socket_path = folder / "zygote.sock"
         zygote = [sys.executable, "-P", "-m", "rocmlab.sandbox.forkserver"]
         if self.isolate:
-            view = ["unshare", "--mount", "--propagation", "private", "--", *zygote]
+            view = ["unshare", "--mount", "--propagation", "slave", "--", *zygote]
             view += ["--slot-view", str(folder / "policy.json"), "--parent", str(os.getpid())]
         else:
             view = [*self._bwrap_view(own_pids=False), "--perms", "0711", "--dir", str(self.base)]
@@ -256,15 +264,23 @@ class Sandbox:
         os.chmod(folder, 0o711)
         private = folder / "private"
         private.mkdir(mode=0o700)
-        work = folder / "work"
+        space = folder / "space"  # all the kernel may write: apart from the grader's files in private
+        if self.own_space:
+            mounts.own_space(space, self.limits.disk_mb)
+        else:
+            space.mkdir(mode=0o711)
+        work = space / "work"
         work.mkdir(mode=0o700)
         uid, gid = self._uid_gid(slot, turn)
-        ipc = folder / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
+        ipc = space / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
         ipc.mkdir(mode=0o700)
         if uid is not None:
             os.chown(work, uid, gid)
             os.chown(ipc, uid, gid)
+        env = self._run_env(work, private)
         policy = Policy(asdict(self.limits), uid, gid, str(work), self.isolate, self.hide, cell_timeout_s, str(private))
+        policy.environment = kernel_variables(env)
+        policy.temp = mounts.temp_folders(space) if self.own_space else {}
         policy.preimport = self.preimport
         policy.expose = [str(p) for p in self.expose]
         policy_path = private / "policy.json"
@@ -274,13 +290,24 @@ class Sandbox:
                 "keep": [str(ipc)],
             }
         elif self.backend == "bubblewrap":
-            policy.bwrap = bubblewrap.run_argv(self._bwrap_view(), self.base, private, work, ipc, policy_path)
+            view = self._bwrap_view(temp=policy.temp)
+            policy.bwrap = bubblewrap.run_argv(view, self.base, private, work, ipc, policy_path)
         elif self.backend == "landlock":
             policy.landlock = self._landlock_view(work, ipc)
         policy_path.write_text(json.dumps(asdict(policy)), encoding="utf-8")
-        jupyter = self._write_kernelspec(private, policy_path, asdict(policy), slot)
-        env = {
-            "JUPYTER_PATH": str(jupyter),
+        self._write_kernelspec(private, policy_path, asdict(policy), slot)
+        options = self.limits.engine_options()
+        if self.backend in ("bubblewrap", "landlock") or policy.forked:  # no network shared with the worker
+            options["ipc_path"] = str(ipc / "k")  # Unix sockets in the run's folder
+        run = Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
+        run.space = space if self.own_space else None
+        return run
+
+    def _run_env(self, work: Path, private: Path) -> dict:
+        """What a run's worker and kernel are told: its folders, offline model hubs, thread pools,
+        the lab's variables (``env``)."""
+        return {
+            "JUPYTER_PATH": str(private / "jupyter"),
             "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
             "HOME": str(work),
             "IPYTHONDIR": str(work / ".ipython"),
@@ -294,10 +321,6 @@ class Sandbox:
             **self.threads,
             **self.env,
         }
-        options = self.limits.engine_options()
-        if self.backend in ("bubblewrap", "landlock") or policy.forked:  # no network shared with the worker
-            options["ipc_path"] = str(folder / "ipc" / "k")  # Unix sockets in the run's folder
-        return Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
 
     def _forks(self, slot: int) -> bool:
         """Whether the slot's kernels are forked: not once its zygote has ended (then, as without
@@ -320,8 +343,7 @@ class Sandbox:
             return [h for h in hidden if h == path or path in h.parents]
 
         read = [p for p in SYSTEM_READ if not holds_hidden(Path(p))]
-        caches = [Path(os.environ[name]) for name in MODEL_CACHE_VARIABLES if os.environ.get(name)]
-        read += [str(p) for p in caches if not holds_hidden(p) and not any(h in p.parents for h in hidden)]
+        read += [str(p) for p in model_caches() if not holds_hidden(p) and not any(h in p.parents for h in hidden)]
         for path in self.expose:
             for inside in holds_hidden(Path(path)):
                 problem = f"landlock: {inside} is below {path}, which the kernel needs: it stays readable"
@@ -330,10 +352,9 @@ class Sandbox:
         read += [str(p) for p in self.expose]
         return {"read": read, "write": [str(work), str(ipc)], "devices": list(GPU_DEVICES)}
 
-    def _bwrap_view(self, own_pids: bool = True) -> list[str]:
-        own_user = not is_root()
+    def _bwrap_view(self, own_pids: bool = True, temp: dict | None = None) -> list[str]:
         return bubblewrap.view_argv(
-            self.expose, self.hide, switch_user=self.switch_user, own_user=own_user, own_pids=own_pids
+            self.expose, self.hide, own_user=not is_root(), own_pids=own_pids, temp=temp, size_mb=self.limits.disk_mb
         )
 
     def _write_kernelspec(self, private: Path, policy_path: Path, policy: dict, slot: int) -> Path:
@@ -368,7 +389,12 @@ class Sandbox:
             processes.kill_user(uid)
         for server in self.fork_servers:
             server.close()
+        for run in self._pending.values():  # made ahead for a learner who never came
+            if run.space is not None:
+                mounts.unmount(run.space)
         release_users(self.grader_users)  # sweeps again: only then may another run have them
+        if self.own_space:
+            mounts.unmount(self.base)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -378,6 +404,12 @@ def fork_server_applies(backend: str, switch_user: bool) -> bool:
     grader user. Elsewhere (an instructor without root, Landlock, one learner's check) each kernel
     is a process of its own."""
     return backend in ("bubblewrap", "namespaces") and switch_user and is_root()
+
+
+def model_caches() -> list[Path]:
+    """The model caches the grader's environment names (``MODEL_CACHE_VARIABLES``), which its
+    kernels read as the grader would, unless hidden."""
+    return [Path(os.environ[name]) for name in MODEL_CACHE_VARIABLES if os.environ.get(name)]
 
 
 def thread_budget(slots: int) -> dict:

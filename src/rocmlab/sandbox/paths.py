@@ -1,4 +1,5 @@
-"""Which paths a sandboxed kernel sees: the folders covered (``split_hidden``) and, below folders
+"""Which paths a sandboxed kernel sees: an allow-list of the machine (``allowed_view``), the
+folders covered in it (``split_hidden``) and, below folders
 other users cannot enter (``/root`` holding the interpreter or the model cache), the ways put
 back for the grader user (``closed_ancestor``, ``closed_ways``), and those below the temp folders
 each kernel gets empty (``under_private_temp``). ``rocmlab.sandbox.limits`` plans with them;
@@ -7,6 +8,7 @@ each kernel gets empty (``under_private_temp``). ``rocmlab.sandbox.limits`` plan
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -76,3 +78,45 @@ def closed_ways(paths: list[Path]) -> dict[str, list[str]]:
         if found is not None:
             ways.setdefault(str(found[0]), []).append(str(Path(path).resolve()))
     return ways
+
+
+# What a kernel sees of the machine, read-only, where it exists: the system's programs, libraries
+# and settings, what the system says of its devices, and ROCm. Nothing else of the machine is in
+# its view but what the sandbox exposes (the course's Python environment, the model caches) and
+# its run's own folders: no home, no other checkout or backup, whatever their permissions.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys", "/opt/rocm")
+# The device files of a kernel's /dev: the usual ones, and the GPU's where this machine has one.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+GPU_DEVICES = ("/dev/kfd", "/dev/dri")
+
+
+def allowed_view(expose: list) -> list[tuple[str, str, str]]:
+    """The allow-list view of this machine, in the order to build it: ``("bind", path, path)``
+    for a folder or file shown read-only, ``("symlink", target, path)`` for a link (``/bin`` to
+    ``usr/bin``; an exposed path named through a link). ``SYSTEM_FOLDERS``, then ``expose``;
+    none below another one."""
+    entries: list[tuple[str, str, str]] = []
+    bound: list[str] = []
+
+    def show(path: str) -> None:
+        real = os.path.realpath(path)
+        if not os.path.exists(real):
+            return
+        if real != path and not any(is_under(path, b) for b in bound):
+            entries.append(("symlink", os.readlink(path) if os.path.islink(path) else real, path))
+        if not any(is_under(real, b) for b in bound):
+            bound.append(real)
+            entries.append(("bind", real, real))
+
+    for folder in SYSTEM_FOLDERS:
+        show(folder)
+    for path in sorted({os.path.abspath(p) for p in expose}):
+        show(path)
+    return entries
+
+
+def ways_down(path: str, bound: list[str]) -> list[str]:
+    """The folders to make on the way down to ``path`` in a view: those above it that are neither
+    the root, a private temp folder, nor below a folder ``bound`` there; top first."""
+    steps = [str(p) for p in reversed(Path(path).parents) if str(p) != "/" and str(p) not in PRIVATE_TEMP]
+    return [step for step in steps if not any(is_under(step, b) for b in bound)]

@@ -26,6 +26,9 @@ class Limits:
     memory_mb: int = 4096  # RLIMIT_AS of the kernel and each process it starts; 0: none
     max_processes: int = 256  # RLIMIT_NPROC for the grader user (threads count too)
     max_file_mb: int = 256  # RLIMIT_FSIZE: largest file the kernel may write
+    # What the kernel may write in all (work folder, temp folders, /dev/shm): as root one tmpfs of
+    # this size per run, whose pages are memory besides RLIMIT_AS's; elsewhere each temp folder's size
+    disk_mb: int = 2048
     max_cell_output_kb: int = 1024  # stream/display output kept per cell
     max_output_kb: int = 8192  # output kept per notebook
 
@@ -58,6 +61,43 @@ class Policy:
     preimport: list = field(default_factory=list)  # modules the kernel imports before ipykernel starts
     forked: dict = field(default_factory=dict)  # a forked kernel's private view: folders to "cover" and "keep"
     landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
+    environment: list | None = None  # the variables the kernel keeps (``kernel_variables``); None: all
+    temp: dict = field(default_factory=dict)  # each private temp folder -> its folder in the run's own space
+
+
+# What a kernel keeps of the environment it is started with, besides what its run sets
+# (``kernel_variables``): the system's (search path, locale, libraries), the course's Python
+# environment, and which GPUs and model caches this machine's kernels use.
+SYSTEM_VARIABLES = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_NUMERIC",
+    "LC_MESSAGES",
+    "TZ",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "ROCM_PATH",
+    "HIP_PATH",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+)
+
+
+def kernel_variables(run_env: dict) -> list[str]:
+    """The allow-list of a run's kernel environment: ``SYSTEM_VARIABLES``, what the run sets
+    (``run_env``: its HOME, TMPDIR, thread pools, the lab's variables) and what the worker sets
+    for every kernel (``execution.worker.KERNEL_VARIABLES``)."""
+    from ..execution.worker import KERNEL_VARIABLES
+
+    return sorted({*SYSTEM_VARIABLES, *run_env, *KERNEL_VARIABLES})
 
 
 @dataclass
@@ -73,6 +113,7 @@ class Run:
     engine_options: dict
     cell_timeout_s: int = 0
     upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
+    space: Path | None = None  # the run's own size-limited tmpfs (as root), unmounted after it
 
     def kernel_spec(self):
         """What the worker needs to start this run's kernel ahead of its notebook."""
@@ -122,4 +163,8 @@ class Run:
     def cleanup(self) -> None:
         if self.uid is not None:
             processes.kill_user(self.uid)
+        if self.space is not None:
+            from .mounts import unmount
+
+            unmount(self.space)
         shutil.rmtree(self.folder, ignore_errors=True)
