@@ -265,6 +265,22 @@ def test_an_attempt_failed_by_the_grading_system_is_not_counted_and_regraded_on_
         queue.submit("ana", "00-test", "t3", "/s3", content_hash="h9", limit=(1, 3600))
 
 
+def test_a_check_that_failed_itself_is_no_broken_rule_and_its_attempt_is_not_counted(tmp_path):
+    """Issue 47 with 49: a grading error (the check's own setup raised) withholds its points but is
+    never shown as the learner's broken rule, and the attempt costs no submission: the same
+    notebook sent again is graded anew, not answered with the faulty result."""
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    queue.submit("ana", "00-test", "t1", "/s1", content_hash="h1", limit=(1, 3600))
+    broken_check = CheckOutcome("t-2", "export", False, 0.0, 1.0, {"en": "export writes files"}, graded=False)
+    faulty = GradeResult(score=0.0, max_score=2.0, checks=[*result().checks, broken_check])
+    done = queue.complete(queue.claim("w", 60).id, "w", faulty)
+    assert [c.check for c in done.failed_checks] == ["scales"] and not done.counted
+    assert queue.submissions_since("ana", "00-test", 0) == 0
+    again = queue.submit("ana", "00-test", "t2", "/s2", content_hash="h1", limit=(1, 3600))
+    assert not again.duplicate and again.state == "queued"
+    assert CheckOutcome.from_dict({**vars(broken_check)}).graded is False
+
+
 def test_an_older_queue_file_gains_the_new_columns(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)

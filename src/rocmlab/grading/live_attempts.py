@@ -28,6 +28,7 @@ class CheckOutcome:
     max_points: float
     message: dict[str, str] = field(default_factory=dict)  # lang -> the rule, as the learner reads it
     attempted: bool = True  # False: its answer cells are as released (rocmlab.grading.live_attempted)
+    graded: bool = True  # False: the check itself failed (a grading error): never the learner's broken rule
 
     @classmethod
     def from_dict(cls, data: dict) -> CheckOutcome:
@@ -39,6 +40,7 @@ class CheckOutcome:
             max_points=float(data["max_points"]),
             message={str(k): str(v) for k, v in dict(data.get("message") or {}).items()},
             attempted=data.get("attempted", True) is not False,
+            graded=data.get("graded", True) is not False,
         )
 
 
@@ -53,6 +55,11 @@ class GradeResult:
     seed: int | None = None
     lang: str | None = None  # the language the submitted notebook is in (None: keep the submit's)
     notes: list[str] = field(default_factory=list)  # why a flag was raised (the notebook was edited, ...)
+
+    @property
+    def counted(self) -> bool:
+        """False when a check failed itself: the grading system's failure costs the learner no attempt."""
+        return all(c.graded for c in self.checks)
 
 
 @dataclass
@@ -83,8 +90,8 @@ class Attempt:
 
     @property
     def failed_checks(self) -> list[CheckOutcome]:
-        """The checks failed in exercises the learner attempted."""
-        return [c for c in self.checks if not c.passed and c.attempted]
+        """The checks failed in exercises the learner attempted (a grading error is no failure of theirs)."""
+        return [c for c in self.checks if not c.passed and c.attempted and c.graded]
 
     @property
     def not_attempted(self) -> list[str]:

@@ -349,14 +349,15 @@ class LiveQueue:
             self._seen(db, worker_id, attempt_id, self.clock())
 
     def complete(self, attempt_id: int, worker_id: str, result: GradeResult) -> Attempt:
-        """Record the grade of an attempt ``worker_id`` holds; the attempt, now ``graded``. LeaseLost
-        (nothing written) if it no longer holds it."""
+        """Record the grade of an attempt ``worker_id`` holds; the attempt, now ``graded``, not counted
+        when a check failed itself (``GradeResult.counted``). LeaseLost (nothing written) if it no
+        longer holds it."""
         with self._transaction() as db:
             self._holding(db, attempt_id, worker_id)
             db.execute(
                 "UPDATE attempts SET state = 'graded', finished_at = ?, lease_until = NULL, score = ?, "
                 "max_score = ?, checks = ?, flags = ?, notes = ?, seed = COALESCE(?, seed), lang = COALESCE(?, lang), "
-                "error = '' WHERE id = ?",
+                "error = '', counted = ? WHERE id = ?",
                 (
                     self.clock(),
                     float(result.score),
@@ -366,6 +367,7 @@ class LiveQueue:
                     json.dumps(list(result.notes), ensure_ascii=False),
                     result.seed,
                     result.lang,
+                    int(result.counted),
                     attempt_id,
                 ),
             )

@@ -84,6 +84,7 @@ def grade_result(result: StudentResult, untouched=frozenset()) -> GradeResult:
             max_points=float(c["max_points"]),
             message=dict(c["rule"]),
             attempted=str(c["grade_id"]) not in untouched,
+            graded=not c.get("error"),
         )
         for c in result.checks
     ]
