@@ -281,7 +281,9 @@ def test_the_report_job_stamps_writes_its_outputs_and_routes(routed_course, fake
     wrapper = tmp_path / "bin" / "rocmlab"
     wrapper.write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = releases ]; then set -- "$@" --fixtures "{ROOT}/tests/fixtures/upstream"; fi\n'
+        # the recorded upstream for the commands that read it (not `releases exit-codes`)
+        f'case "$1 $2" in "releases check"|"releases verify-pins") '
+        f'set -- "$@" --fixtures "{ROOT}/tests/fixtures/upstream";; esac\n'
         f'exec "{sys.executable}" -m rocmlab.cli --root "{root}" "$@"\n'
     )
     wrapper.chmod(0o755)
