@@ -49,8 +49,35 @@ def look(path):
     for needle in NEEDLES:
         if needle in text:
             found.append((path, needle.decode()))
+def parent(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as fh:
+            return int(fh.read().rsplit(')', 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+def lineage(pid):
+    chain = []
+    while pid > 1:
+        chain.append(pid)
+        pid = parent(pid)
+    return chain
+def named(pid, word):
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as fh:
+            return word in fh.read()
+    except OSError:
+        return False
+# This class's processes: everything below its grader (the parent of the slot's papermill worker)
+# where the kernel can see more (Landlock: no PID namespace of its own); another test's processes
+# on the machine are no part of this class. In a PID namespace of its own the kernel sees only that.
+WORKER = next((p for p in lineage(os.getpid()) if named(p, b'entry\\x00worker') or named(p, b'execution.worker')), None)
+GRADER = parent(WORKER) if WORKER else None
+def ours(pid):
+    return GRADER is None or GRADER in lineage(pid)
 for path in glob.glob('/proc/*/fd/*') + glob.glob('/proc/*/cmdline') + glob.glob('/proc/*/environ'):
-    look(path)
+    pid = path.split('/')[2]
+    if not pid.isdigit() or ours(int(pid)):
+        look(path)
 # the interpreter's installation, rocmlab's own package and the course model's cache are public:
 # a course cloned (or a cache put) under /tmp would put them in the walk, and they name what the
 # needles name (a model's manifest records its seed, quoted as a JSON key)
