@@ -82,6 +82,8 @@ class LivePagesTest(AsyncHTTPTestCase):
         body = json.dumps({"lab": LAB, "grade_id": "grid", "text_en": "x"})
         assert self.call("instructor/api/hints", "cy", "POST", body).code == 403
         assert self.context.hints.hints() == []
+        assert self.call("instructor/api/regrade", "cy", "POST", json.dumps({"lab": LAB})).code == 403
+        assert len(LiveQueue(self.settings.queue_path).attempts()) == 3  # nothing requeued
 
     def test_nobody_logged_in_is_sent_to_the_hub_or_refused(self):
         assert self.call("instructor").code == 302
@@ -118,6 +120,20 @@ class LivePagesTest(AsyncHTTPTestCase):
         assert [h["text"]["zh"] for h in json.loads(self.call("me/api/state", "cy").body)["hints"]] == ["向上取整"]
         assert json.loads(self.call("me/api/state", "ada").body)["hints"] == []
         assert "ceil(n / block) blocks" in self.call("me?lang=en", "dee").body.decode()
+
+    def test_the_instructor_regrades_a_lab_and_sees_its_progress(self):
+        answer = self.call("instructor/api/regrade", "teacher", "POST", json.dumps({"lab": LAB}))
+        assert answer.code == 200, answer.body
+        regrade = json.loads(answer.body)["regrade"]
+        # the fixture's copies (/srv/copies/...) are not on this machine: each learner is skipped, with why
+        assert [item["learner"] for item in regrade["items"]] == ["ada", "cy", "dee"]
+        assert regrade["progress"]["skipped"] == 3 and "spool" in regrade["items"][0]["skipped"]
+        state = json.loads(self.call("instructor/api/state", "teacher").body)
+        assert state["labs"] == [LAB] and [r["id"] for r in state["regrades"]] == [regrade["id"]]
+        assert state["regrades"][0]["items"][1]["old_score"] == 1.0
+        refused = self.call("instructor/api/regrade", "teacher", "POST", json.dumps({"lab": "03-none"}))
+        assert refused.code == 400 and "nobody has submitted 03-none" in json.loads(refused.body)["error"]
+        assert self.call("instructor/api/regrade", "teacher", "POST", "[1]").code == 400
 
     def test_a_bad_hint_is_refused_with_the_field(self):
         body = json.dumps({"lab": LAB, "grade_id": "grid", "text_en": " "})
@@ -165,7 +181,7 @@ def test_a_wrong_completion_rule_stops_the_service_at_start(tmp_path, monkeypatc
         routes(PREFIX)
     monkeypatch.delenv("ROCMLAB_HUB_COMPLETION")
     monkeypatch.setenv("ROCMLAB_ROOT", str(tmp_path / "a-course-without-a-rule"))
-    assert len(routes(PREFIX)) == 8
+    assert len(routes(PREFIX)) == 9
 
 
 def test_homes_for_hints_are_never_roots_nor_outside_the_demo_homes(tmp_path):

@@ -86,6 +86,7 @@ class Attempt:
     seed: int | None = None
     content_hash: str = ""  # sha256 of the submitted notebook
     counted: bool = True  # False: failed by the grading system, not counted against the rate limit
+    regrade_of: int | None = None  # the attempt this one grades again (an instructor's regrade): never counted
     duplicate: bool = False  # set by ``submit`` when this (learner, lab, submitted_at) was already there
 
     @property
@@ -132,4 +133,5 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         seed=row["seed"],
         content_hash=row["content_hash"],
         counted=bool(row["counted"]),
+        regrade_of=row["regrade_of"],
     )

@@ -25,6 +25,8 @@ processes sharing the file):
 - **Same notebook, same answer.** A submit whose notebook is byte-identical (``content_hash``) to the
   learner's last attempt at the lab is answered with that attempt (``duplicate``): not graded, not
   counted again. (Unless that attempt was ``failed`` and not counted: then it is graded anew.)
+- **Regrades cost no attempt.** ``requeue`` grades a finished attempt's copy again (the instructor
+  fixed a check) as a new attempt with ``regrade_of`` set, which the rate limit never counts.
 - **Our failures cost no attempt.** An attempt that failed for a reason of the grading system (a
   worker killed ``max_tries`` times, missing assets, a crash: ``fail(..., counted=False)``) is
   ``counted = 0``: the rate limit counts only attempts that were graded or that the learner's own
@@ -86,6 +88,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     error TEXT NOT NULL DEFAULT '',
     content_hash TEXT NOT NULL DEFAULT '',
     counted INTEGER NOT NULL DEFAULT 1,
+    regrade_of INTEGER,
     UNIQUE (learner, lab, submitted_at)
 );
 CREATE INDEX IF NOT EXISTS attempts_state ON attempts (state, lease_until, id);
@@ -111,6 +114,7 @@ CREATE TABLE IF NOT EXISTS seeds (
 MIGRATIONS = (
     ("content_hash", "TEXT NOT NULL DEFAULT ''"),
     ("counted", "INTEGER NOT NULL DEFAULT 1"),
+    ("regrade_of", "INTEGER"),
 )
 
 
@@ -264,12 +268,49 @@ class LiveQueue:
             )
             return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (cursor.lastrowid,)).fetchone())
 
+    def requeue(self, attempt_id: int, tag: str) -> Attempt:
+        """Grade the copy of a finished attempt again (a check was fixed): a new attempt of the same
+        learner, lab, copy, hash and seed, queued now, ``regrade_of`` the old one: never counted
+        against the rate limit. Requeueing the same attempt under the same ``tag`` (the regrade's
+        name) returns the attempt already there (``duplicate``)."""
+        with self._transaction() as db:
+            old = db.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+            if old is None or old["state"] not in ("graded", "failed"):
+                state = old["state"] if old else "missing"
+                raise QueueError(f"attempt {attempt_id} is {state}: only a finished one is regraded")
+            submitted_at = f"{old['submitted_at']} {tag}"  # sorts after the original (live_recollect compares)
+            row = db.execute(
+                "SELECT * FROM attempts WHERE learner = ? AND lab = ? AND submitted_at = ?",
+                (old["learner"], old["lab"], submitted_at),
+            ).fetchone()
+            if row is not None:
+                attempt = attempt_from_row(row)
+                attempt.duplicate = True
+                return attempt
+            cursor = db.execute(
+                "INSERT INTO attempts (learner, lab, submitted_at, source, lang, queued_at, seed, content_hash, "
+                "regrade_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    old["learner"],
+                    old["lab"],
+                    submitted_at,
+                    old["source"],
+                    old["lang"],
+                    self.clock(),
+                    old["seed"],
+                    old["content_hash"],
+                    attempt_id,
+                ),
+            )
+            return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (cursor.lastrowid,)).fetchone())
+
     def _check_limit(self, db: sqlite3.Connection, learner: str, lab: str, count: int, window_s: float) -> None:
         since = self.clock() - window_s
         times = [
             row[0]
             for row in db.execute(
                 "SELECT queued_at FROM attempts WHERE learner = ? AND lab = ? AND queued_at > ? AND counted = 1 "
+                "AND regrade_of IS NULL "
                 "ORDER BY queued_at",
                 (learner, lab, since),
             )
@@ -299,7 +340,8 @@ class LiveQueue:
         """Attempts of ``learner`` at ``lab`` the server received at or after ``since`` (epoch seconds)
         that count (not those failed by the grading system)."""
         rows = self._read(
-            "SELECT COUNT(*) FROM attempts WHERE learner = ? AND lab = ? AND queued_at >= ? AND counted = 1",
+            "SELECT COUNT(*) FROM attempts WHERE learner = ? AND lab = ? AND queued_at >= ? AND counted = 1 "
+            "AND regrade_of IS NULL",
             (learner, lab, since),
         )
         return rows[0][0]

@@ -6,6 +6,7 @@ a plugin): the instructor's live page, hints, the learner's levels and certifica
 | ``instructor`` | instructors | the live page (HTML; ``instructor/live.js`` polls the next route) |
 | ``instructor/api/state`` | instructors | learners, exercises and hints as JSON |
 | ``instructor/api/hints`` | instructors | POST a hint: stored, sent to the stuck learners |
+| ``instructor/api/regrade`` | instructors | POST ``{"lab"}``: every learner's last attempt at it graded again |
 | ``me`` | anyone logged in | their labs, exercises passed, hints, certificate (HTML) |
 | ``me/api/state`` | anyone logged in | the same as JSON |
 | ``me/certificate`` | anyone logged in | their certificate, ``?format=pdf`` for the PDF; 404 until earned |
@@ -42,6 +43,7 @@ from . import certificate as cert
 from .exchange_layout import group_members
 from .live_handlers import LiveHandler
 from .live_hints import HintStore, send_hint
+from .live_regrade import RegradeStore
 from .live_view import exercise_rows, learner_rows, progress, stuck_learners
 from .settings import HubGroups
 
@@ -98,6 +100,12 @@ TEXT = {
         "heartbeat": "last heartbeat",
         "not_submitted": "not submitted",
         "not_attempted": "not attempted",
+        "regrades": "Regrades",
+        "regrade": "Regrade everyone's last attempt",
+        "regrade_confirm": "Grade every learner's last attempt at {lab} again? It costs them no submission.",
+        "before": "before",
+        "after": "after",
+        "skipped": "skipped",
         "verify_title": "Certificate check",
         "verify_valid": "This certificate was issued by the course's grading service.",
         "verify_unknown": "No certificate was issued under this id.",
@@ -157,6 +165,12 @@ TEXT = {
         "heartbeat": "最近心跳",
         "not_submitted": "未提交",
         "not_attempted": "未作答",
+        "regrades": "重新评分",
+        "regrade": "重新评分所有人的最近一次提交",
+        "regrade_confirm": "重新评分每位学员在 {lab} 的最近一次提交？这不占用他们的提交次数。",
+        "before": "之前",
+        "after": "之后",
+        "skipped": "跳过",
         "verify_title": "证书验证",
         "verify_valid": "此证书由本课程的评分服务颁发。",
         "verify_unknown": "没有以此编号颁发的证书。",
@@ -186,6 +200,7 @@ class LiveContext:
     store: cert.CertificateStore | None = None  # None: beside the queue (``PageHandler.certificates``)
     roster: object = tuple  # () -> the learners of the workshop, submitted or not
     name_of: object = lambda learner: ""
+    regrades: RegradeStore | None = None  # None: beside the queue (``PageHandler.regrades``)
 
 
 def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
@@ -198,6 +213,7 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
     key = cert.signing_key(queue_path.parent)
     return LiveContext(
         hints=HintStore(queue_path),
+        regrades=RegradeStore(queue_path),
         rule=earnable_rule(completion_rule(env), env),
         key=key,
         store=cert.CertificateStore(queue_path.parent / cert.STORE_FILE, key),
@@ -275,7 +291,7 @@ def demo_home(data: Path, learner: str) -> tuple[Path, tuple[int, int]]:
 # ------------------------------------------------------------------ data of the pages
 
 
-def instructor_state(context: LiveContext, queue) -> dict:
+def instructor_state(context: LiveContext, queue, regrades: RegradeStore) -> dict:
     attempts = queue.attempts()
     return {
         "now": context.clock(),
@@ -288,6 +304,8 @@ def instructor_state(context: LiveContext, queue) -> dict:
         "hints": [
             asdict(hint) | {"sent_to": context.hints.deliveries(hint.id)} for hint in reversed(context.hints.hints())
         ],
+        "labs": sorted({attempt.lab for attempt in attempts}),
+        "regrades": [asdict(regrade) | {"progress": regrade.progress} for regrade in regrades.regrades(queue)],
     }
 
 
@@ -323,6 +341,13 @@ class PageHandler(LiveHandler):
         return self.settings["live_page"]
 
     @property
+    def regrades(self) -> RegradeStore:
+        context = self.page_context
+        if context.regrades is None:
+            context.regrades = RegradeStore(self.live.queue_path)
+        return context.regrades
+
+    @property
     def certificates(self) -> cert.CertificateStore:
         context = self.page_context
         if context.store is None:
@@ -356,7 +381,7 @@ class InstructorPage(InstructorOnly):
         token = self.xsrf_token
         self.page(
             "live.html.j2",
-            state=instructor_state(self.page_context, self.queue),
+            state=instructor_state(self.page_context, self.queue, self.regrades),
             poll_ms=POLL_S * 1000,
             xsrf=token.decode() if isinstance(token, bytes) else token,
         )
@@ -371,7 +396,7 @@ class InstructorScript(InstructorOnly):
 
 class InstructorState(InstructorOnly):
     def get(self):
-        self.write_json(instructor_state(self.page_context, self.queue))
+        self.write_json(instructor_state(self.page_context, self.queue, self.regrades))
 
 
 class HintPost(InstructorOnly):
@@ -392,6 +417,27 @@ class HintPost(InstructorOnly):
         context = self.page_context
         sent = await IOLoop.current().run_in_executor(None, send_hint, context.hints, hint, stuck, context.home_of)
         self.write_json({"hint": asdict(hint), "sent_to": sent})
+
+
+class RegradePost(InstructorOnly):
+    """Every learner's last attempt at the lab graded again; not counted against their limit."""
+
+    def post(self):
+        try:
+            lab = json.loads(self.request.body or b"{}").get("lab", "")
+        except (ValueError, AttributeError):
+            self.write_json({"error": 'expected a JSON object {"lab": "<lab id>"}'}, 400)
+            return
+        if self.live.labs and lab not in self.live.labs:
+            self.write_json({"error": f"regrade field lab: {lab!r} is not a lab of this workshop"}, 400)
+            return
+        try:
+            regrade = self.regrades.start(self.queue, str(lab), author=self.learner)
+        except InputError as exc:
+            self.write_json({"error": str(exc)}, 400)
+            return
+        log.info("%s regrades %s: %s", self.learner, regrade.lab, regrade.progress)
+        self.write_json({"regrade": asdict(regrade) | {"progress": regrade.progress}})
 
 
 class LearnerLevels(PageHandler):
@@ -486,6 +532,7 @@ HANDLERS = {
     "instructor/live.js": InstructorScript,
     "instructor/api/state": InstructorState,
     "instructor/api/hints": HintPost,
+    "instructor/api/regrade": RegradePost,
     "me": LearnerLevels,
     "me/api/state": LearnerState,
     "me/certificate": CertificatePage,

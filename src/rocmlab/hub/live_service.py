@@ -122,7 +122,7 @@ def rate_limited(handler: LiveHandler, lab: str) -> tuple[int, dict]:
     times = sorted(
         a.queued_at
         for a in handler.queue.attempts(learner=handler.learner, lab=lab)
-        if a.queued_at > now - live.rate_window_s
+        if a.queued_at > now - live.rate_window_s and a.counted and a.regrade_of is None
     )
     retry_at = times[len(times) - live.rate_limit] + live.rate_window_s if len(times) >= live.rate_limit else now
     handler.set_header("Retry-After", str(max(1, int(retry_at - now))))
@@ -185,7 +185,8 @@ def attempts_table(attempts: list[Attempt], lang: str) -> str:
             f"<td>{html.escape(attempt.submitted_at)}</td><td>{STATE_TEXT[lang][attempt.state]}</td>"
             f'<td class="score">{score}</td><td><ul class="failed">{failed}</ul>{untouched(attempt, lang)}'
             f"{html.escape(attempt.error)}"
-            f"{NOT_COUNTED[lang] if attempt.state == 'failed' and not attempt.counted else ''}</td></tr>"
+            f"{NOT_COUNTED[lang] if attempt.state == 'failed' and not attempt.counted else ''}"
+            f"{REGRADED[lang] if attempt.regrade_of else ''}</td></tr>"
         )
     cells = "".join(f"<th>{h}</th>" for h in head)
     return f'<table class="attempts"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -203,6 +204,10 @@ def untouched(attempt: Attempt, lang: str) -> str:
 NOT_COUNTED = {
     "en": '<p class="not-counted">not counted against your submissions</p>',
     "zh": '<p class="not-counted">不计入你的提交次数</p>',
+}
+REGRADED = {
+    "en": '<p class="regraded">graded again after your instructor fixed a check; not counted against your submissions</p>',
+    "zh": '<p class="regraded">老师修正评分检查后重新评分；不计入你的提交次数</p>',
 }
 REFRESH_S = 3  # the page reloads itself this often while an attempt waits or is graded
 

@@ -87,11 +87,56 @@ function renderRoom(room) {
       el("td", {}, w.worker), el("td", {class: "num"}, since(w.seen_s)), el("td", {}, w.attempt === null ? "–" : "#" + w.attempt))));
 }
 
+function points(value, max) { return value === null ? "–" : value + (max === null ? "" : " / " + max); }
+
+function renderRegradeLabs(labs) {
+  const select = document.querySelector("#regrade-form select");
+  const chosen = select.value;
+  select.replaceChildren(...labs.map(lab => el("option", {value: lab}, lab)));
+  if (labs.includes(chosen)) select.value = chosen;
+}
+
+function regradeRow(item) {
+  const change = item.new_score === null || item.old_score === null ? ""
+    : item.new_score > item.old_score ? "regrade-up" : item.new_score < item.old_score ? "regrade-down" : "";
+  return el("tr", {"data-learner": item.learner, class: change},
+    el("td", {}, item.learner),
+    el("td", {class: "num before"}, points(item.old_score, item.max_score)),
+    el("td", {class: "num after"}, points(item.new_score, item.max_score)),
+    el("td", {class: "state-" + item.new_state}, item.skipped ? T.skipped + ": " + item.skipped : item.new_state));
+}
+
+function renderRegrades(regrades) {
+  document.getElementById("regrades").replaceChildren(...regrades.map(regrade => {
+    const p = regrade.progress, made = regrade.items.length - p.skipped;
+    return el("details", {class: "regrade", "data-regrade": regrade.id, open: ""},
+      el("summary", {}, el("code", {}, regrade.lab), " · " + new Date(regrade.created_at * 1000).toLocaleTimeString() +
+        " · " + (p.graded + p.failed) + " / " + made + " · " + T.queued + " " + p.queued + " · " + T.grading + " " +
+        p.grading + (p.skipped ? " · " + T.skipped + " " + p.skipped : "")),
+      el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, T.learner), el("th", {}, T.before),
+        el("th", {}, T.after), el("th", {}, T.state))), el("tbody", {}, ...regrade.items.map(regradeRow))));
+  }));
+}
+
+async function regradeLab(form) {
+  const lab = form.lab.value, result = form.querySelector(".result");
+  if (!lab || !window.confirm(T.regrade_confirm.replace("{lab}", lab))) return;
+  const response = await fetch("instructor/api/regrade", {
+    method: "POST", credentials: "same-origin",
+    headers: {"Content-Type": "application/json", "X-XSRFToken": XSRF}, body: JSON.stringify({lab}),
+  });
+  const answer = await response.json().catch(() => ({error: response.statusText}));
+  result.textContent = response.ok ? "" : answer.error || response.status;
+  poll();
+}
+
 function render(state) {
   renderRoom(state.room);
   renderLearners(state.learners);
   renderExercises(state.exercises);
   renderHints(state.hints);
+  renderRegradeLabs(state.labs);
+  renderRegrades(state.regrades);
   document.getElementById("updated").textContent = new Date(state.now * 1000).toLocaleTimeString();
 }
 
@@ -118,5 +163,8 @@ async function poll() {
   } catch (error) { /* the next poll tries again */ }
 }
 
+document.getElementById("regrade-form").addEventListener("submit", event => {
+  event.preventDefault(); regradeLab(event.target);
+});
 render(JSON.parse(document.getElementById("initial-state").textContent));
 setInterval(poll, POLL_MS);
