@@ -5,3 +5,6 @@ from rocmlab.hub.terminal import shell_command
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 c.ServerApp.terminado_settings = {"shell_command": shell_command()}
+# JupyterLab's update check, on each load, shows the learner's newest hint from the instructor as a
+# notification instead (rocmlab.hub.live_notify); no request leaves the server for PyPI.
+c.LabApp.check_for_updates_class = "rocmlab.hub.live_notify.HintNotice"
