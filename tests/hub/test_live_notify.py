@@ -80,6 +80,10 @@ def test_the_servers_config_names_the_notice_and_jupyterlab_accepts_it(tmp_path,
     )
     app = LabApp(config=config)
     assert app.check_for_updates_class is HintNotice
+    from jupyterlab_server.settings_utils import _get_overrides
+
+    overrides, error = _get_overrides(app.app_settings_dir)  # what JupyterLab's settings API applies
+    assert not error and overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
     write_hints(tmp_path / LAB, LAB, [hint(1, "01-arch-1", "ceil")], mtime=1000)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", PREFIX)
