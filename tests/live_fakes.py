@@ -38,11 +38,12 @@ def attempt(learner: str, lab: str, at: float, state: str = "graded", checks=(),
     )
 
 
-def graded_in(queue: LiveQueue, learner: str, lab: str, checks, at: float) -> None:
+def graded_in(queue: LiveQueue, learner: str, lab: str, checks, at: float, source: str = "") -> None:
     """Submit, claim and complete an attempt in a real queue, as the service and a worker do, with
-    the queue's clock at ``at`` (received, started and graded then)."""
+    the queue's clock at ``at`` (received, started and graded then); ``source``: the service's copy
+    (default: a path that does not exist)."""
     queue = LiveQueue(queue.path, clock=lambda: at)
-    queue.submit(learner, lab, iso(at), f"/srv/copies/{learner}-{at}")
+    queue.submit(learner, lab, iso(at), source or f"/srv/copies/{learner}-{at}")
     claimed = queue.claim("worker-test", lease_s=60)
     assert claimed is not None and claimed.learner == learner
     score = sum(c.points for c in checks)

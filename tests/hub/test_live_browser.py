@@ -4,8 +4,10 @@ A demo hub runs the live service; the queue holds graded attempts of six learner
 grading workers leave them). In chromium the instructor sees each learner's lab, last result and
 failing exercises, and each exercise's pass rate and most common broken rule; writes a hint for
 one exercise from the page; it reaches the two learners stuck on it (their HINT file beside the
-notebook, their page) and no one else. A learner gets 403 on the instructor's page and finds
-their levels and certificate on their own. Screenshots go to ``<tmp_path>/output/``
+notebook, their page) and no one else. The room shows the queue, the worker's heartbeat and a
+learner who never submitted. A regrade of the lab requeues the last attempts whose copies the
+service still holds, shows its progress and the new scores beside the old as a worker grades them.
+A learner gets 403 on the instructor's page and finds their levels and certificate on their own. Screenshots go to ``<tmp_path>/output/``
 (docs/images/live-page.png is one of them).
 """
 
@@ -24,6 +26,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 LAB = "01-rocm-setup"
 WITH_HOMES = ("ada", "cy", "dee")  # homes with the lab, as a server's start leaves them: hints go there
+NEVER_SUBMITTED = "gus"  # on the roster (a home), no attempt
 QUEUE_ONLY = ("bo", "eve", "fu")
 TEACHER = "teacher"
 BACKEND = (
@@ -54,14 +57,18 @@ def checks(backend=True, rocminfo=True, arch=True):
     ]
 
 
-def fill_queue(queue_path, now: float) -> None:
-    """What the workers would have left: graded attempts, one grading, one queued."""
+def fill_queue(queue_path, now: float, copies) -> None:
+    """What the workers would have left: graded attempts, one grading, one queued. ada's and cy's
+    copies are still in the service's spool (``copies``), the others' are gone."""
     from rocmlab.grading.live_queue import LiveQueue
 
     queue = LiveQueue(queue_path)
-    graded_in(queue, "ada", LAB, checks(), at=now - 300)
+    copies.mkdir()
+    for learner in ("ada", "cy"):
+        (copies / f"{learner}.ipynb").write_text("{}", encoding="utf-8")
+    graded_in(queue, "ada", LAB, checks(), at=now - 300, source=str(copies / "ada.ipynb"))
     graded_in(queue, "bo", LAB, checks(rocminfo=False), at=now - 240)
-    graded_in(queue, "cy", LAB, checks(rocminfo=False, arch=False), at=now - 200)
+    graded_in(queue, "cy", LAB, checks(rocminfo=False, arch=False), at=now - 200, source=str(copies / "cy.ipynb"))
     graded_in(queue, "dee", LAB, checks(backend=False), at=now - 190)
     graded_in(queue, "dee", LAB, checks(arch=False), at=now - 120)  # fixed backend, now stuck on arch
     graded_in(queue, "eve", LAB, checks(rocminfo=False), at=now - 400)
@@ -108,8 +115,14 @@ def send_hint(page) -> None:
 
 
 def check_instructor_page(page) -> None:
+    sync_api.expect(page.locator("#queued")).to_have_text("1")  # fu's
+    sync_api.expect(page.locator("#grading")).to_have_text("1")  # eve's, by worker-1
+    sync_api.expect(page.locator("#alive-workers")).to_have_text("1")
+    sync_api.expect(page.locator("#workers tr.alive")).to_contain_text("worker-1")
+    sync_api.expect(page.locator("#no-worker")).to_be_hidden()
     learners = page.locator("#learners tbody tr")
-    sync_api.expect(learners).to_have_count(6)
+    sync_api.expect(learners).to_have_count(7)
+    sync_api.expect(page.locator(f"#learners tr[data-learner={NEVER_SUBMITTED}]")).to_contain_text("not submitted")
     cy = page.locator("#learners tr[data-learner=cy]")
     sync_api.expect(cy).to_contain_text("2 / 7")
     sync_api.expect(cy.locator(".failing code")).to_have_text(["01-rocminfo-1", "01-arch-1"])
@@ -118,6 +131,30 @@ def check_instructor_page(page) -> None:
     rocminfo = page.locator("#exercises tr[data-exercise='01-rocm-setup/01-rocminfo-1']")
     sync_api.expect(rocminfo.locator("[data-rate]")).to_have_text("40%")  # ada, dee of 5 graded learners
     sync_api.expect(rocminfo.locator("ul.failures li")).to_have_text([f"3× {ROCMINFO[0]} / {ROCMINFO[1]}"])
+
+
+def regrade_everyone(page, queue_path) -> None:
+    """The instructor regrades the lab; a worker grades what was requeued (and fu's waiting attempt)."""
+    from rocmlab.grading.live_attempts import GradeResult
+    from rocmlab.grading.live_queue import LiveQueue
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#regrade-form button").click()
+    regrade = page.locator("#regrades details.regrade")
+    sync_api.expect(regrade).to_have_count(1)
+    sync_api.expect(regrade.locator("summary")).to_contain_text("0 / 2")
+    sync_api.expect(regrade.locator("tr[data-learner=cy] .before")).to_have_text("2 / 7")
+    sync_api.expect(regrade.locator("tr[data-learner=cy] .after")).to_have_text("–")
+    sync_api.expect(regrade.locator("tr[data-learner=dee]")).to_contain_text("no longer in the service's spool")
+    sync_api.expect(regrade.locator("tr[data-learner=eve]")).to_contain_text("graded with the fixed check anyway")
+    sync_api.expect(page.locator("#queued")).to_have_text("3")
+    queue = LiveQueue(queue_path)
+    for _ in range(3):
+        claimed = queue.claim("worker-2", lease_s=60)
+        queue.complete(claimed.id, "worker-2", GradeResult(7.0, 7.0, checks()))
+    sync_api.expect(regrade.locator("tr[data-learner=cy] .after")).to_have_text("7 / 7")
+    sync_api.expect(regrade.locator("summary")).to_contain_text("2 / 2")
+    assert queue.submissions_since("cy", LAB, 0) == 1  # the regrade cost cy no submission
 
 
 def test_the_instructor_sees_the_room_and_a_hint_reaches_only_the_stuck(tmp_path, demo_hub_options, monkeypatch):
@@ -132,15 +169,15 @@ def test_the_instructor_sees_the_room_and_a_hint_reaches_only_the_stuck(tmp_path
     monkeypatch.setenv("ROCMLAB_HUB_COMPLETION", str(tmp_path / "completion.toml"))
     with DemoHub(
         tmp_path / "hub",
-        learners=WITH_HOMES + QUEUE_ONLY,
+        learners=(*WITH_HOMES, NEVER_SUBMITTED, *QUEUE_ONLY),
         instructors=(TEACHER,),
         labs=(LAB,),
         timeout_s=180,
         **demo_hub_options,
     ) as hub:
-        for learner in WITH_HOMES:
+        for learner in (*WITH_HOMES, NEVER_SUBMITTED):
             give_home(hub, learner)
-        fill_queue(hub.live_queue, time.time())
+        fill_queue(hub.live_queue, time.time(), tmp_path / "copies")
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=executable, headless=True, args=launch_args())
             try:
@@ -153,6 +190,10 @@ def test_the_instructor_sees_the_room_and_a_hint_reaches_only_the_stuck(tmp_path
                     send_hint(teacher)
                 finally:
                     teacher.screenshot(path=str(shots / "live-page.png"), full_page=True)
+                try:
+                    regrade_everyone(teacher, hub.live_queue)
+                finally:
+                    teacher.screenshot(path=str(shots / "live-regrade.png"), full_page=True)
                 learner = browser.new_context(viewport={"width": 1100, "height": 700}).new_page()
                 learner.set_default_timeout(NAV_TIMEOUT_MS)
                 log_in(learner, hub, "ada", "/services/rocmlab-live/me?lang=zh")

@@ -140,9 +140,9 @@ class RegradeStore:
 
 def why_not_regraded(attempt) -> str:
     if attempt.state not in FINISHED:
-        return f"its last attempt is {attempt.state}: graded with the fixed check anyway"
+        return f"their last attempt is {attempt.state}: graded with the fixed check anyway"
     if not Path(attempt.source).exists():
-        return "the copy of its last attempt is no longer in the service's spool"
+        return "the copy of their last attempt is no longer in the service's spool"
     return ""
 
 

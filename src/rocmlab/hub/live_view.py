@@ -171,7 +171,7 @@ class LabProgress:
     max_score: float
     passed: list[str]  # exercises passed in at least one graded attempt
     failed: list[str]  # exercises failed in the latest graded attempt and never passed
-    attempts: int
+    attempts: int  # the learner's own (an instructor's regrade is not one)
     graded_at: float | None  # when the best attempt was graded
 
     @property
@@ -199,7 +199,7 @@ def progress(attempts, learner: str) -> list[LabProgress]:
                 max_score=float(best.max_score or 0.0) if best else 0.0,
                 passed=passed,
                 failed=[g for g in failed_exercises(last) if g not in passed] if last else [],
-                attempts=len(tries),
+                attempts=sum(1 for a in tries if not getattr(a, "regrade_of", None)),  # the learner's own
                 graded_at=best.finished_at if best else None,
             )
         )

@@ -114,7 +114,7 @@ function renderRegrades(regrades) {
         " · " + (p.graded + p.failed) + " / " + made + " · " + T.queued + " " + p.queued + " · " + T.grading + " " +
         p.grading + (p.skipped ? " · " + T.skipped + " " + p.skipped : "")),
       el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, T.learner), el("th", {}, T.before),
-        el("th", {}, T.after), el("th", {}, T.state))), el("tbody", {}, ...regrade.items.map(regradeRow))));
+        el("th", {}, T.after), el("th", {}, T.regrade_state))), el("tbody", {}, ...regrade.items.map(regradeRow))));
   }));
 }
 
