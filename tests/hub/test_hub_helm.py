@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 import types
 from pathlib import Path
