@@ -39,6 +39,8 @@
 #   ROCMLAB_HUB_PROFILE      the lab profile whose `requires` the slices admit labs by (gpu)
 #   ROCMLAB_HUB_MACHINE      slices policy: a recorded machine folder standing for this node (tests)
 #   ROCMLAB_HUB_DEV_ROOT     slices policy: a folder standing for / holding dev/dri/renderD* (tests)
+#   ROCMLAB_HUB_KFD_GROUP    slices policy: the group /dev/kfd is closed to (rocmlab-gpu; no account
+#                            may be in it), which only a slice holder's server gets
 #   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
 #   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
 #   ROCMLAB_HUB_SSL_CERT, ROCMLAB_HUB_SSL_KEY  PEM files the proxy serves HTTPS with; without
@@ -282,6 +284,18 @@ if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.dev
 
     c.CourseSpawner.gpu_slices = _seconds("ROCMLAB_HUB_GPU_SLICES", 1)
     c.CourseSpawner.slice_dev_root = env("ROCMLAB_HUB_DEV_ROOT", "")
+    kfd_gid = None
+    if c.CourseSpawner.slice_dev_root or not env("ROCMLAB_HUB_MACHINE", ""):  # this node's (or a test's) devices
+        # /dev/kfd closed to a group no account is in; a slice holder's server alone gets it
+        import grp as _grp
+
+        from rocmlab.hub.devices import KFD_GROUP, kfd_group_problem
+
+        kfd_group = env(*KFD_GROUP)
+        _problem = kfd_group_problem(kfd_group)
+        if _problem:
+            raise ValueError(_problem)
+        c.CourseSpawner.kfd_gid = kfd_gid = _grp.getgrnam(kfd_group).gr_gid
     SliceHolder.book, labs = book_of_this_node(
         env("ROCMLAB_HUB_MACHINE", ""),
         course_repo,
@@ -289,6 +303,7 @@ if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.dev
         env("ROCMLAB_HUB_PROFILE", "gpu"),
         c.CourseSpawner.gpu_slices,
         c.CourseSpawner.slice_dev_root,
+        kfd_gid,
     )
     c.CourseSpawner.labs = labs
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
