@@ -9,7 +9,7 @@
 # Everything comes from environment variables (set by `rocmlab hub`, or by hand):
 #   ROCMLAB_HUB_MODE         server | demo
 #   ROCMLAB_HUB_IP           public address (server: all interfaces; demo: always 127.0.0.1)
-#   ROCMLAB_HUB_PORT         public port of the proxy (8000); ROCMLAB_HUB_INTERNAL_PORT the hub
+#   ROCMLAB_HUB_PORT         public port of the proxy (443; demo 8000; server mode: below 1024); ROCMLAB_HUB_INTERNAL_PORT the hub
 #                            itself (server: 881, demo: 8081); ROCMLAB_HUB_API_PORT the proxy's API
 #                            (demo only, 8001; a server's is a Unix socket in DATA/hub/)
 #   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
@@ -173,18 +173,20 @@ if not ssl_cert and ip not in ("127.0.0.1", "::1", "localhost") and env("ROCMLAB
 if ssl_cert:  # the proxy terminates TLS with these
     c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = ssl_cert, ssl_key
 scheme = "https" if ssl_cert else "http"
-c.JupyterHub.bind_url = f"{scheme}://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
+public_port = int(env("ROCMLAB_HUB_PORT", "8000" if demo else "443"))
+c.JupyterHub.bind_url = f"{scheme}://{ip}:{public_port}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 # Server mode: no learner can take over a root-side service's address while it is down
-# (rocmlab.hub.loopback): the proxy's API on a Unix socket in the state folder (root's, 700), the hub
-# and the live service on ports below net.ipv4.ip_unprivileged_port_start, which only root binds.
+# (rocmlab.hub.loopback): the proxy's API on a Unix socket in the state folder (root's, 700), the
+# proxy's public port, the hub and the live service on ports below
+# net.ipv4.ip_unprivileged_port_start, which only root binds.
 internal_port = int(
     env("ROCMLAB_HUB_INTERNAL_PORT", "8081" if demo else str(DEFAULT_PORTS["ROCMLAB_HUB_INTERNAL_PORT"]))
 )
 live_port = int(env("ROCMLAB_LIVE_PORT", "10101" if demo else str(DEFAULT_PORTS["ROCMLAB_LIVE_PORT"])))
 if not demo:
     _open = open_ports(
-        {"ROCMLAB_HUB_INTERNAL_PORT": internal_port}
+        {"ROCMLAB_HUB_PORT": public_port, "ROCMLAB_HUB_INTERNAL_PORT": internal_port}
         | ({"ROCMLAB_LIVE_PORT": live_port} if env("ROCMLAB_LIVE", "1") != "0" else {})
     )
     if _open:
