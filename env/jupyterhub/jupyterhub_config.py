@@ -68,7 +68,7 @@ from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
-from rocmlab.hub.settings import LEARNERS_HUB_GROUP, HubGroups
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, HubGroups
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -364,9 +364,14 @@ roles.append(
             "servers",
             "read:groups",
             "list:groups",
+            "custom:rocmlab-live:instruct",
         ],
     }
 )
+# the live service's instructor routes: a browser session of an instructor holds it, no API token
+c.JupyterHub.custom_scopes = {
+    LIVE_INSTRUCT_SCOPE: {"description": "Use the live workshop's instructor pages (a browser session)"}
+}
 if not demo:  # a workshop server: instructors start and stop learners' servers, not each other's
     roles[-1]["scopes"] = [f"servers!group={LEARNERS_HUB_GROUP}" if s == "servers" else s for s in roles[-1]["scopes"]]
 # The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
@@ -384,6 +389,7 @@ if live:
             "url": f"http://127.0.0.1:{live_port}",
             "command": [sys.executable, "-m", "rocmlab.hub.live_service"],
             "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": [LIVE_INSTRUCT_SCOPE],  # an instructor's session gets it
             "environment": {
                 "ROCMLAB_LIVE_DB": str(live_data / "queue.sqlite"),
                 "ROCMLAB_LIVE_SPOOL": str(live_data / "spool"),

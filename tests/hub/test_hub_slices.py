@@ -5,6 +5,7 @@ device nodes made with mknod), and listed in the systemd scope's device allow-li
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -379,3 +380,43 @@ def test_only_a_slice_holders_server_opens_kfd(dev_root):
     finally:
         SliceHolder.book = None
         subprocess.run(["groupdel", group], capture_output=True, timeout=60, check=False)
+
+
+SEES = """
+import json, os, sys
+from rocmlab.hub.server_child import private_tmp, show_only
+folder, nodes = sys.argv[1], json.loads(sys.argv[2])
+assert private_tmp([]), "no mount namespace"
+shown = show_only(nodes, folder)
+opened = []
+for name in sorted(os.listdir(folder)):
+    os.close(os.open(os.path.join(folder, name), os.O_RDWR))
+    opened.append(name)
+print(json.dumps({"shown": shown, "listed": opened}))
+"""
+
+
+@pytest.mark.machine_wide
+def test_a_learners_server_sees_only_its_own_render_nodes(dev_root, tmp_path):
+    """The server's own mount namespace (what CourseSpawner's child does after its private /tmp):
+    /dev/dri lists and opens the learner's render nodes only; the machine's /dev/dri is untouched."""
+    book = devices.Assignments([s for s in node() if int(s.render_node.rsplit("D", 1)[1]) < 136])
+    learner = learner_spawner("nobody", book, dev_root, uid=pwd.getpwnam("nobody").pw_uid)
+    try:
+        pair = book.assign("nobody", 2)
+        nodes, folder = learner.render_folder_view()
+        assert folder == str(dev_root / "dev" / "dri")
+        assert nodes == [str(dev_root / s.render_node.lstrip("/")) for s in pair]
+        done = subprocess.run(
+            [sys.executable, "-c", SEES, folder, json.dumps(nodes)], capture_output=True, text=True, timeout=60
+        )
+        if "no mount namespace" in done.stderr:
+            pytest.skip("this machine gives no mount namespace")
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        assert seen == {"shown": True, "listed": sorted(Path(n).name for n in nodes)}
+        assert len(os.listdir(folder)) == 8, "the machine's /dev/dri still holds every node"
+        teacher = learner_spawner("daemon", book, dev_root, groups=("instructors",), uid=1)
+        assert teacher.render_folder_view() == ([], "")
+    finally:
+        SliceHolder.book = None

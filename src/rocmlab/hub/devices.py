@@ -186,14 +186,15 @@ def render_group() -> int:
         return 0
 
 
-def _on_root(path: str, dev_root: Path | None) -> Path:
+def on_root(path: str, dev_root: Path | None) -> Path:
+    """``path`` under ``dev_root``, the folder that stands for / in tests (None: / itself)."""
     return Path(path) if dev_root is None else dev_root / path.lstrip("/")
 
 
 def hand_over(slices: list[Slice], uid: int, dev_root: Path | None = None) -> None:
     """Make the slices' render nodes ``uid``'s alone (needs root). ``dev_root`` stands for ``/`` in tests."""
     for s in slices:
-        path = _on_root(s.render_node, dev_root)
+        path = on_root(s.render_node, dev_root)
         os.chown(path, uid, 0, follow_symlinks=False)
         os.chmod(path, OWNED_MODE, follow_symlinks=False)
 
@@ -202,7 +203,7 @@ def take_back(slices: list[Slice], dev_root: Path | None = None) -> None:
     """Close the slices' render nodes again (root only, mode 0600): a free slice is no learner's,
     and the render group opens none while the hub hands them out."""
     for s in slices:
-        path = _on_root(s.render_node, dev_root)
+        path = on_root(s.render_node, dev_root)
         if os.path.lexists(path):
             os.chown(path, 0, 0, follow_symlinks=False)
             os.chmod(path, OWNED_MODE, follow_symlinks=False)
@@ -212,7 +213,7 @@ def reopen(slices: list[Slice], dev_root: Path | None = None, gid: int | None = 
     """When the hub stops: the render nodes back to root and the render group (mode 0660), as udev sets them."""
     gid = render_group() if gid is None else gid
     for s in slices:
-        path = _on_root(s.render_node, dev_root)
+        path = on_root(s.render_node, dev_root)
         if os.path.lexists(path):
             os.chown(path, 0, gid, follow_symlinks=False)
             os.chmod(path, FREED_MODE, follow_symlinks=False)
@@ -239,7 +240,7 @@ def kfd_group_problem(name: str) -> str | None:
 def close_kfd(gid: int, dev_root: Path | None = None) -> None:
     """/dev/kfd for root and ``gid`` only (mode 0660, its ACL dropped): the group a slice holder's
     server gets. Nothing when the node has no /dev/kfd."""
-    path = _on_root(KFD, dev_root)
+    path = on_root(KFD, dev_root)
     if not os.path.lexists(path):
         return
     os.chown(path, 0, gid, follow_symlinks=False)
@@ -258,7 +259,7 @@ def holders(slices: list[Slice], dev_root: Path | None = None) -> dict[str, list
     held: dict[str, list[Slice]] = {}
     for s in slices:
         try:
-            uid = os.lstat(_on_root(s.render_node, dev_root)).st_uid
+            uid = os.lstat(on_root(s.render_node, dev_root)).st_uid
             name = pwd.getpwuid(uid).pw_name if uid else ""
         except (OSError, KeyError):
             continue

@@ -62,6 +62,15 @@ class SliceHolder(LoggingConfigurable):
             return ()
         return tuple(devices.allow_list(SliceHolder.book.held.get(self.user.name, [])))
 
+    def render_folder_view(self) -> tuple[list[str], str]:
+        """What this learner's server shows of /dev/dri (on the dev root): their render nodes, and
+        the folder; nothing to change when they hold no slice."""
+        if not self.holds_slices() or SliceHolder.book is None:
+            return [], ""
+        held = SliceHolder.book.held.get(self.user.name, [])
+        nodes = [str(devices.on_root(s.render_node, self._dev_root())) for s in held]
+        return nodes, str(devices.on_root("/dev/dri", self._dev_root())) if nodes else ""
+
     def give_back_slices(self) -> None:
         if SliceHolder.book is not None:
             devices.take_back(SliceHolder.book.release(self.user.name), self._dev_root())

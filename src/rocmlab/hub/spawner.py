@@ -53,6 +53,7 @@ from .server_child import (
     own_log,
     private_paths,
     private_tmp,
+    show_only,
     tmpfs_options,
 )
 from .slices import SliceHolder
@@ -254,13 +255,14 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
 
         procs = cgroups.procs_files(self.make_cgroup())
         options = tmpfs_options(self.tmpfs_size())
+        render_nodes, render_folder = self.render_folder_view() if paths else ([], "")
 
         def preexec():
             limit_resources(memory, processes)
             if procs:  # into the learner's cgroup before anything of theirs runs
                 cgroups.join(procs)
-            if paths:
-                private_tmp(paths, options)
+            if paths and private_tmp(paths, options) and render_nodes:
+                show_only(render_nodes, render_folder)  # /dev/dri: their slice's nodes only
             if switch_user:
                 switch_user()
             if own:
