@@ -60,6 +60,7 @@ def test_the_socket_tables_name_who_listens_where():
         port = sock.getsockname()[1]
         assert loopback.listening_uids("127.0.0.1", port) == {os.geteuid()}
         assert loopback.listening_uids("127.0.0.2", port) == set()  # another address: not reached
+        assert loopback.listening_uids("localhost", port) == {os.geteuid()}
     with socket.socket(socket.AF_INET6) as sock:  # every address, IPv4 too
         sock.bind(("::", 0))
         sock.listen()

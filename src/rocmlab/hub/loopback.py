@@ -92,7 +92,11 @@ def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 def listening_uids(ip: str, port: int, tables=SOCKET_TABLES) -> set[int]:
     """The uids of the sockets listening on ``ip``:``port``, or on every address at that port (what a
     connection to ``ip``:``port`` may reach), read from the kernel's socket tables."""
-    wanted, uids = ipaddress.ip_address(ip), set()
+    try:
+        wanted = ipaddress.ip_address(ip)
+    except ValueError:  # a name (localhost)
+        wanted = ipaddress.ip_address(socket.gethostbyname(ip))
+    uids: set[int] = set()
     for table in tables:
         try:
             lines = table.read_text().splitlines()[1:]
