@@ -95,16 +95,15 @@ def show_only(nodes: list[str], folder: str) -> bool:
     and opens its own render nodes only. False when the kernel refuses (their owners still decide)."""
     try:
         held = [(os.path.basename(node), os.open(node, os.O_PATH | os.O_CLOEXEC)) for node in nodes]
+        if _mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NOEXEC, b"mode=755") != 0:
+            return False
+        for name, fd in held:
+            target = os.path.join(folder, name)
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            if _mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND, None) != 0:
+                return False
     except OSError:
         return False
-    if _mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NOEXEC, b"mode=755") != 0:
-        return False
-    for name, fd in held:
-        target = os.path.join(folder, name)
-        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-        if _mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND, None) != 0:
-            return False
-        os.close(fd)
     return True
 
 
