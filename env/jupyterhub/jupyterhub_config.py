@@ -9,7 +9,7 @@
 # Everything comes from environment variables (set by `rocmlab hub`, or by hand):
 #   ROCMLAB_HUB_MODE         server | demo
 #   ROCMLAB_HUB_IP           public address (server: all interfaces; demo: always 127.0.0.1)
-#   ROCMLAB_HUB_PORT         public port of the proxy (8000); ROCMLAB_HUB_INTERNAL_PORT the hub
+#   ROCMLAB_HUB_PORT         public port of the proxy (443; demo 8000; server mode: below 1024); ROCMLAB_HUB_INTERNAL_PORT the hub
 #                            itself (server: 881, demo: 8081); ROCMLAB_HUB_API_PORT the proxy's API
 #                            (demo only, 8001; a server's is a Unix socket in DATA/hub/)
 #   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
@@ -39,6 +39,8 @@
 #   ROCMLAB_HUB_PROFILE      the lab profile whose `requires` the slices admit labs by (gpu)
 #   ROCMLAB_HUB_MACHINE      slices policy: a recorded machine folder standing for this node (tests)
 #   ROCMLAB_HUB_DEV_ROOT     slices policy: a folder standing for / holding dev/dri/renderD* (tests)
+#   ROCMLAB_HUB_KFD_GROUP    slices policy: the group /dev/kfd is closed to (rocmlab-gpu; no account
+#                            may be in it), which only a slice holder's server gets
 #   ROCMLAB_HUB_CULL_IDLE_S  stop servers idle this long (3600; 0: never)
 #   ROCMLAB_HUB_KERNEL_IDLE_S  shut down kernels idle this long (1800; 0: never)
 #   ROCMLAB_HUB_SSL_CERT, ROCMLAB_HUB_SSL_KEY  PEM files the proxy serves HTTPS with; without
@@ -66,7 +68,7 @@ from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
-from rocmlab.hub.settings import LEARNERS_HUB_GROUP, HubGroups
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, HubGroups
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -171,18 +173,20 @@ if not ssl_cert and ip not in ("127.0.0.1", "::1", "localhost") and env("ROCMLAB
 if ssl_cert:  # the proxy terminates TLS with these
     c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = ssl_cert, ssl_key
 scheme = "https" if ssl_cert else "http"
-c.JupyterHub.bind_url = f"{scheme}://{ip}:{int(env('ROCMLAB_HUB_PORT', '8000'))}"
+public_port = int(env("ROCMLAB_HUB_PORT", "8000" if demo else "443"))
+c.JupyterHub.bind_url = f"{scheme}://{ip}:{public_port}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 # Server mode: no learner can take over a root-side service's address while it is down
-# (rocmlab.hub.loopback): the proxy's API on a Unix socket in the state folder (root's, 700), the hub
-# and the live service on ports below net.ipv4.ip_unprivileged_port_start, which only root binds.
+# (rocmlab.hub.loopback): the proxy's API on a Unix socket in the state folder (root's, 700), the
+# proxy's public port, the hub and the live service on ports below
+# net.ipv4.ip_unprivileged_port_start, which only root binds.
 internal_port = int(
     env("ROCMLAB_HUB_INTERNAL_PORT", "8081" if demo else str(DEFAULT_PORTS["ROCMLAB_HUB_INTERNAL_PORT"]))
 )
 live_port = int(env("ROCMLAB_LIVE_PORT", "10101" if demo else str(DEFAULT_PORTS["ROCMLAB_LIVE_PORT"])))
 if not demo:
     _open = open_ports(
-        {"ROCMLAB_HUB_INTERNAL_PORT": internal_port}
+        {"ROCMLAB_HUB_PORT": public_port, "ROCMLAB_HUB_INTERNAL_PORT": internal_port}
         | ({"ROCMLAB_LIVE_PORT": live_port} if env("ROCMLAB_LIVE", "1") != "0" else {})
     )
     if _open:
@@ -282,6 +286,18 @@ if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.dev
 
     c.CourseSpawner.gpu_slices = _seconds("ROCMLAB_HUB_GPU_SLICES", 1)
     c.CourseSpawner.slice_dev_root = env("ROCMLAB_HUB_DEV_ROOT", "")
+    kfd_gid = None
+    if c.CourseSpawner.slice_dev_root or not env("ROCMLAB_HUB_MACHINE", ""):  # this node's (or a test's) devices
+        # /dev/kfd closed to a group no account is in; a slice holder's server alone gets it
+        import grp as _grp
+
+        from rocmlab.hub.devices import KFD_GROUP, kfd_group_problem
+
+        kfd_group = env(*KFD_GROUP)
+        _problem = kfd_group_problem(kfd_group)
+        if _problem:
+            raise ValueError(_problem)
+        c.CourseSpawner.kfd_gid = kfd_gid = _grp.getgrnam(kfd_group).gr_gid
     SliceHolder.book, labs = book_of_this_node(
         env("ROCMLAB_HUB_MACHINE", ""),
         course_repo,
@@ -289,6 +305,7 @@ if gpu_policy == "slices":  # a slice per learner, theirs alone (rocmlab.hub.dev
         env("ROCMLAB_HUB_PROFILE", "gpu"),
         c.CourseSpawner.gpu_slices,
         c.CourseSpawner.slice_dev_root,
+        kfd_gid,
     )
     c.CourseSpawner.labs = labs
 # RLIMIT_NPROC counts every process of a Unix user: only meaningful where each learner has one.
@@ -347,9 +364,14 @@ roles.append(
             "servers",
             "read:groups",
             "list:groups",
+            "custom:rocmlab-live:instruct",
         ],
     }
 )
+# the live service's instructor routes: a browser session of an instructor holds it, no API token
+c.JupyterHub.custom_scopes = {
+    LIVE_INSTRUCT_SCOPE: {"description": "Use the live workshop's instructor pages (a browser session)"}
+}
 if not demo:  # a workshop server: instructors start and stop learners' servers, not each other's
     roles[-1]["scopes"] = [f"servers!group={LEARNERS_HUB_GROUP}" if s == "servers" else s for s in roles[-1]["scopes"]]
 # The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
@@ -367,6 +389,7 @@ if live:
             "url": f"http://127.0.0.1:{live_port}",
             "command": [sys.executable, "-m", "rocmlab.hub.live_service"],
             "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": [LIVE_INSTRUCT_SCOPE],  # an instructor's session gets it
             "environment": {
                 "ROCMLAB_LIVE_DB": str(live_data / "queue.sqlite"),
                 "ROCMLAB_LIVE_SPOOL": str(live_data / "spool"),

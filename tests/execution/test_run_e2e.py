@@ -221,3 +221,26 @@ def test_a_run_stopped_from_outside_leaves_no_kernel_behind(make_course, tmp_pat
     while tagged(work) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert tagged(work) == []
+
+
+def test_sigterm_stops_a_repeated_run_before_its_next_run(make_course, tmp_path):
+    """SIGTERM while run 1 of 3 waits on its worker: the run stops, with 143, instead of starting run 2
+    in a new worker (whose 120 s sleep it then waited for), and leaves no kernel behind."""
+    root = make_course({"01-sleeper": (SLEEPER_TOML, SLEEPER)})
+    out, work = tmp_path / "results", "rocmlab-01-sleeper-"
+    argv = [sys.executable, "-m", "rocmlab.cli", "--root", str(root), "run", "--repeat", "3", "--out", str(out)]
+    cli = subprocess.Popen(argv)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("ipykernel" in " ".join(p.cmdline()) for p in tagged(work)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert tagged(work), "the kernel never started"
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(timeout=60) == 143  # run 2 would sleep 120 s
+    finally:
+        cli.kill()
+        cli.wait()
+    deadline = time.monotonic() + 30
+    while tagged(work) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert tagged(work) == []

@@ -61,6 +61,9 @@ def test_a_server_s_services_listen_where_no_learner_can_bind(monkeypatch, tmp_p
         hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_PORT=10101)
     with pytest.raises(ValueError, match="ROCMLAB_HUB_INTERNAL_PORT=8081"):
         hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_INTERNAL_PORT=8081)
+    assert c.JupyterHub.bind_url.endswith(":443")  # the proxy's public port: only root binds it either
+    with pytest.raises(ValueError, match="ROCMLAB_HUB_PORT=8000: any account may bind"):
+        hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_PORT=8000)
     assert loopback.open_ports({"X": 600}, start=0) == [
         "X=600: any account may bind 127.0.0.1:600 while the service is down "
         "(net.ipv4.ip_unprivileged_port_start=0); choose a port below 0 and "
@@ -140,7 +143,7 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
         ROCMLAB_HUB_INSTRUCTOR_GROUP="teachers",
         ROCMLAB_HUB_LEARNER_GROUP="class",
     )
-    assert c.JupyterHub.bind_url == "http://10.0.0.5:8000"
+    assert c.JupyterHub.bind_url == "http://10.0.0.5:443"
     assert c.JupyterHub.authenticator_class == "pam"
     assert c.PAMAuthenticator.allowed_groups == {"class", "teachers"}
     assert not c.PAMAuthenticator.admin_groups  # instructors are not hub admins: a role of their own
@@ -481,7 +484,7 @@ def test_arguments():
     args = parse("--demo", "--port", "0", "--labs", "01", "02", "--lang", "zh", "--profile", "gpu")
     assert args.demo and args.port == 0 and args.labs == ["01", "02"] and args.lang == "zh"
     assert args.profile == "gpu"
-    assert parse().port == 8000 and not parse().demo and parse().labs == [] and parse().profile == "smoke"
+    assert parse().port is None and not parse().demo and parse().labs == [] and parse().profile == "smoke"
 
 
 def test_the_gpu_profile_is_rendered_into_the_data_folder(make_course, tmp_path):

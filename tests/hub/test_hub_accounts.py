@@ -99,7 +99,8 @@ def accounts(base: Path):
     under ``base/homes`` and one password; removed with their homes, groups and processes on exit."""
     tag = secrets.token_hex(3)
     names = {role: f"rmlhub-{tag}-{role}" for role in ("teach", "ann", "bob", "eve")}
-    groups = {"learners": f"rmlhub-{tag}-learn", "instructors": f"rmlhub-{tag}-inst"}
+    # kfd: the group /dev/kfd is closed to under the slices policy, which no account is in
+    groups = {"learners": f"rmlhub-{tag}-learn", "instructors": f"rmlhub-{tag}-inst", "kfd": f"rmlhub-{tag}-kfd"}
     password = secrets.token_urlsafe(12)
     homes = base / "homes"
     homes.mkdir(mode=0o755)
@@ -187,6 +188,11 @@ def device_nodes(base: Path) -> list[Path]:
         node.chmod(0o666)  # open to all until the hub closes them: the test then shows it did
         nodes.append(node)
     return nodes
+
+
+def supplementary_groups(pid: int) -> set[int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return {int(g) for g in next(line for line in status.splitlines() if line.startswith("Groups:")).split()[1:]}
 
 
 def opens(name: str, path: Path) -> bool:
@@ -295,6 +301,8 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
         with accounts(base) as (names, groups, password):
             teach, ann, bob, eve = (names[role] for role in ("teach", "ann", "bob", "eve"))
             uids = {pwd.getpwnam(name).pw_uid for name in names.values()}
+            monkeypatch.setenv("ROCMLAB_HUB_KFD_GROUP", groups["kfd"])
+            kfd_gid = grp.getgrnam(groups["kfd"]).gr_gid
             launcher = [
                 "unshare",
                 "--mount",
@@ -361,8 +369,12 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 assert (free.stat().st_uid, free.stat().st_mode & 0o777) == (0, 0o600)
                 assert not [n for n in render_nodes if n.stat().st_uid == pwd.getpwnam(teach).pw_uid]
                 for name, other in ((ann, bob), (bob, ann)):
-                    assert opens(name, held[name][0]) and opens(name, base / "dev" / "kfd")
-                    assert not opens(name, held[other][0]) and not opens(name, free)
+                    assert opens(name, held[name][0]) and not opens(name, free)
+                    assert not opens(name, held[other][0])
+                    # /dev/kfd: her server's (its group), not her login's
+                    assert not opens(name, base / "dev" / "kfd")
+                    assert kfd_gid in supplementary_groups(server_process(pwd.getpwnam(name).pw_uid).pid)
+                assert kfd_gid not in supplementary_groups(server_process(pwd.getpwnam(teach).pw_uid).pid)
                 for secret in (f"solutions/{LAB}/lab.py", ".git/objects/ab/cdef", "results/local/lab.ipynb"):
                     assert as_user(ann, "cat", str(course / secret)).returncode != 0, secret
                     assert as_user(teach, "cat", str(course / secret)).returncode == 0, secret  # graders read it

@@ -634,3 +634,64 @@ def test_a_tmpfs_fill_and_a_cpu_storm_stay_within_the_learners_cgroup(world, hub
     finally:
         storm.kill()
         storm.wait(timeout=10)
+
+
+DIRECT = """
+import json, sys, urllib.error, urllib.request
+base, token = sys.argv[1], sys.argv[2]
+answers = {}
+for method, path in json.loads(sys.argv[3]):
+    body = json.dumps({"lab": "x", "grade_id": "y", "text_en": "forged", "text_zh": "forged"}).encode()
+    request = urllib.request.Request(base + path, method=method, data=body if method == "POST" else None,
+                                     headers={"Authorization": "token " + token, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answers[path] = [response.status, response.read().decode()]
+    except urllib.error.HTTPError as exc:
+        answers[path] = [exc.code, exc.read().decode()]
+print(json.dumps(answers))
+"""
+ROUTES = [
+    ("GET", "api/attempts"),
+    ("GET", "me/api/state"),
+    ("GET", "instructor/api/state"),
+    ("POST", "instructor/api/hints"),
+    ("POST", "api/worker/claim"),
+]
+
+
+def server_token(name: str) -> str:
+    """The API token in the environment of ``name``'s server (what code run in that JupyterLab reads)."""
+    environ = Path(f"/proc/{server_process(pwd.getpwnam(name).pw_uid).pid}/environ").read_bytes()
+    return next(v.split(b"=", 1)[1].decode() for v in environ.split(b"\0") if v.startswith(b"JUPYTERHUB_API_TOKEN="))
+
+
+def direct(name: str, hub, token: str) -> dict:
+    """``name`` calls the live service's own port (not the hub's proxy) on each of ``ROUTES``."""
+    base = f"http://127.0.0.1:{hub.live_port}/services/rocmlab-live/"
+    done = as_user(name, "/usr/bin/python3", "-c", DIRECT, base, token, json.dumps(ROUTES))
+    assert done.returncode == 0, done.stderr
+    return {path: (status, text) for path, (status, text) in json.loads(done.stdout).items()}
+
+
+def test_the_live_services_own_port_gives_a_learners_token_her_own_data_only(world, hub):
+    """ann reaches the live service's port directly, bypassing the proxy: with her server's token she
+    reads her own attempts and page state, nothing of the instructor's pages or the workers' API;
+    with the instructor's server token (learner code an instructor ran in their JupyterLab) she
+    neither reads the room nor sends a hint: the instructor's routes want the scope only an
+    instructor's browser session holds."""
+    names = world["names"]
+    ann, teach = names["ann"], names["teach"]
+    hub.start_server(teach)
+    hub.start_server(ann)
+    own = direct(ann, hub, server_token(ann))
+    assert own["api/attempts"][0] == 200 and json.loads(own["api/attempts"][1])["learner"] == ann
+    assert own["me/api/state"][0] == 200
+    for path in ("instructor/api/state", "instructor/api/hints", "api/worker/claim"):
+        assert own[path][0] == 403, (path, own[path])
+    stolen = direct(ann, hub, server_token(teach))
+    assert json.loads(stolen["api/attempts"][1])["learner"] == teach  # the hub knows the token as teach's
+    for path in ("instructor/api/state", "instructor/api/hints", "api/worker/claim"):
+        assert stolen[path][0] == 403, (path, stolen[path])
+    # refused by the scope rule (the service's log names it), not for want of a login
+    assert "open in a browser logged in to the hub, not with an API token" in hub.log_path.read_text(errors="replace")

@@ -5,6 +5,7 @@ device nodes made with mknod), and listed in the systemd scope's device allow-li
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -285,3 +286,137 @@ def test_a_restarted_hub_keeps_the_slices_of_running_servers(dev_root):
     assert book.assign("nobody") == book.held["nobody"], "the learner's server keeps its slice"
     others = [dev_root / s.render_node.lstrip("/") for s in slices if s.index != 3]
     assert {(p.stat().st_uid, stat.S_IMODE(p.stat().st_mode)) for p in others} == {(0, 0o600)}
+
+
+# ---- /dev/kfd: only a slice holder's server opens it ----------------------------------------
+
+
+def test_a_kfd_group_with_an_account_in_it_or_none_at_all_is_refused():
+    missing = devices.kfd_group_problem("rocmlab-no-such-group")
+    assert missing and "groupadd --system rocmlab-no-such-group" in missing
+    taken = devices.kfd_group_problem("root")  # root's own group: root is in it
+    assert taken and "root belong to it" in taken
+
+
+def acl_for(uid: int) -> bytes:
+    """A POSIX ACL (acl(5), the system.posix_acl_access layout of the kernel's
+    include/uapi/linux/posix_acl_xattr.h: version 2, then tag, permissions, id per entry) that
+    gives ``uid`` read-write, as an ACL left by an administrator or logind's uaccess would."""
+    import struct
+
+    entries = [
+        (0x01, 6, 0xFFFFFFFF),
+        (0x02, 6, uid),
+        (0x04, 6, 0xFFFFFFFF),
+        (0x10, 6, 0xFFFFFFFF),
+        (0x20, 0, 0xFFFFFFFF),
+    ]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+
+
+def opens(preexec, path: Path) -> bool:
+    """Whether a process started with ``preexec`` (as root, it becomes an account) opens ``path`` read-write."""
+    done = subprocess.run(
+        ["/bin/sh", "-c", f': <> "{path}"'], preexec_fn=preexec, env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=30
+    )
+    return done.returncode == 0
+
+
+def session_of(uid: int, gid: int, groups: list[int]):
+    """An account's login outside the hub: its own groups (here the render group's stand-in)."""
+
+    def preexec():
+        os.setgid(gid)
+        os.setgroups(groups)
+        os.setuid(uid)
+
+    return preexec
+
+
+@pytest.mark.machine_wide
+def test_only_a_slice_holders_server_opens_kfd(dev_root):
+    """/dev/kfd (a fixture node, open to the render group and, by an ACL, to one account) is closed to
+    a group of its own at hub start; the learner's server holding a slice gets it and opens kfd and
+    its render node; the same account in a session of its own (in the render group), and an
+    instructor's server, open neither kfd nor that render node."""
+    import grp
+    import secrets
+
+    ann, tia = pwd.getpwnam("nobody"), pwd.getpwnam("daemon")
+    kfd = dev_root / "dev" / "kfd"
+    try:
+        os.setxattr(kfd, devices.ACL_XATTR, acl_for(ann.pw_uid))
+        planted_acl = True
+    except OSError:
+        planted_acl = False  # a file system without ACLs: the group alone is checked
+    group = f"rmlkfd-{secrets.token_hex(3)}"
+    subprocess.run(["groupadd", group], check=True, capture_output=True, timeout=60)
+    try:
+        gid = grp.getgrnam(group).gr_gid
+        assert devices.kfd_group_problem(group) is None
+        ann_session = session_of(ann.pw_uid, ann.pw_gid, [RENDER_GID])
+        if planted_acl:
+            assert opens(session_of(ann.pw_uid, ann.pw_gid, []), kfd), "the planted ACL opens kfd"
+        elif not opens(ann_session, kfd):
+            pytest.skip("device nodes cannot be opened here (a nodev mount)")
+        slices = [s for s in node() if int(s.render_node.rsplit("D", 1)[1]) < 136]
+        devices.book_of_this_node(str(MACHINES / "mi300x-cpx-nps4"), REPO, [], "gpu", 1, str(dev_root), gid)
+        book = devices.Assignments(slices)  # the fixture's render nodes only
+        assert (kfd.stat().st_uid, kfd.stat().st_gid, stat.S_IMODE(kfd.stat().st_mode)) == (0, gid, 0o660)
+        learner = learner_spawner(ann.pw_name, book, dev_root, uid=ann.pw_uid)
+        learner.kfd_gid = gid
+        (held,) = learner.take_slices()
+        render = dev_root / held.render_node.lstrip("/")
+        server = SliceHolder.make_preexec_fn(learner, ann.pw_name)
+        assert opens(server, kfd) and opens(server, render)
+        assert not opens(ann_session, kfd), "kfd outside the learner's server"
+        assert not opens(session_of(ann.pw_uid, ann.pw_gid, []), kfd), "the ACL was dropped"
+        instructor = learner_spawner(tia.pw_name, book, dev_root, groups=("instructors",), uid=tia.pw_uid)
+        instructor.kfd_gid = gid
+        assert instructor.take_slices() == []
+        assert not opens(SliceHolder.make_preexec_fn(instructor, tia.pw_name), kfd)
+        learner.give_back_slices()
+        assert not opens(server, render)
+    finally:
+        SliceHolder.book = None
+        subprocess.run(["groupdel", group], capture_output=True, timeout=60, check=False)
+
+
+SEES = """
+import json, os, sys
+from rocmlab.hub.server_child import private_tmp, show_only
+folder, nodes = sys.argv[1], json.loads(sys.argv[2])
+assert private_tmp([]), "no mount namespace"
+shown = show_only(nodes, folder)
+opened = []
+for name in sorted(os.listdir(folder)):
+    os.close(os.open(os.path.join(folder, name), os.O_RDWR))
+    opened.append(name)
+print(json.dumps({"shown": shown, "listed": opened}))
+"""
+
+
+@pytest.mark.machine_wide
+def test_a_learners_server_sees_only_its_own_render_nodes(dev_root, tmp_path):
+    """The server's own mount namespace (what CourseSpawner's child does after its private /tmp):
+    /dev/dri lists and opens the learner's render nodes only; the machine's /dev/dri is untouched."""
+    book = devices.Assignments([s for s in node() if int(s.render_node.rsplit("D", 1)[1]) < 136])
+    learner = learner_spawner("nobody", book, dev_root, uid=pwd.getpwnam("nobody").pw_uid)
+    try:
+        pair = book.assign("nobody", 2)
+        nodes, folder = learner.render_folder_view()
+        assert folder == str(dev_root / "dev" / "dri")
+        assert nodes == [str(dev_root / s.render_node.lstrip("/")) for s in pair]
+        done = subprocess.run(
+            [sys.executable, "-c", SEES, folder, json.dumps(nodes)], capture_output=True, text=True, timeout=60
+        )
+        if "no mount namespace" in done.stderr:
+            pytest.skip("this machine gives no mount namespace")
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        assert seen == {"shown": True, "listed": sorted(Path(n).name for n in nodes)}
+        assert len(os.listdir(folder)) == 8, "the machine's /dev/dri still holds every node"
+        teacher = learner_spawner("daemon", book, dev_root, groups=("instructors",), uid=1)
+        assert teacher.render_folder_view() == ([], "")
+    finally:
+        SliceHolder.book = None

@@ -57,13 +57,13 @@ def test_the_config_refuses_plain_http_beyond_loopback(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="reaches beyond this machine"):
         hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_IP="")
     c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_IP="", ROCMLAB_HUB_INSECURE_HTTP=1)
-    assert c.JupyterHub.bind_url == "http://:8000"
+    assert c.JupyterHub.bind_url == "http://:443"
 
 
 def test_the_config_serves_https_with_the_pair(monkeypatch, tmp_path):
     cert, key = tls.self_signed(tmp_path / "tls")
     c = hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_IP="", ROCMLAB_HUB_SSL_CERT=cert, ROCMLAB_HUB_SSL_KEY=key)
-    assert c.JupyterHub.bind_url == "https://:8000"
+    assert c.JupyterHub.bind_url == "https://:443"
     assert (c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key) == (cert, key)
     with pytest.raises(ValueError, match="go together"):
         hub_config(monkeypatch, tmp_path, ROCMLAB_HUB_SSL_CERT=cert, ROCMLAB_HUB_SSL_KEY="")

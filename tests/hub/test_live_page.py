@@ -21,6 +21,7 @@ from rocmlab.hub import certificate as cert
 from rocmlab.hub.live_hints import HintStore
 from rocmlab.hub.live_page import LiveContext
 from rocmlab.hub.live_service import LiveSettings, make_app
+from rocmlab.hub.settings import LIVE_INSTRUCT_SCOPE
 
 LAB = "02-hip-kernels"
 PREFIX = "/services/rocmlab-live/"
@@ -33,7 +34,12 @@ lab = "02-hip-kernels"
 pass_fraction = 1.0
 """
 USERS = {name: {"kind": "user", "name": name, "groups": [], "scopes": [SCOPE]} for name in ("ada", "cy", "dee")}
-USERS["teacher"] = {"kind": "user", "name": "teacher", "groups": ["instructors"], "scopes": [SCOPE]}
+USERS["teacher"] = {
+    "kind": "user",
+    "name": "teacher",
+    "groups": ["instructors"],
+    "scopes": [SCOPE, LIVE_INSTRUCT_SCOPE],
+}
 
 
 def token_user(self, handler, *, sync=True):

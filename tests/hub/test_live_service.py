@@ -18,13 +18,19 @@ from rocmlab.grading.live_attempts import CheckOutcome, GradeResult
 from rocmlab.grading.live_queue import LiveQueue
 from rocmlab.hub.exchange_layout import ExchangeOwners, prepare_exchange
 from rocmlab.hub.live_service import LiveSettings, make_app
+from rocmlab.hub.settings import LIVE_INSTRUCT_SCOPE
 
 PREFIX = "/services/rocmlab-live/"
 SCOPE = "access:services!service=rocmlab-live"
 USERS = {
     "ana-token": {"kind": "user", "name": "ana", "groups": [], "scopes": [SCOPE]},
     "bo-token": {"kind": "user", "name": "bo", "groups": [], "scopes": [SCOPE]},
-    "teacher-token": {"kind": "user", "name": "teacher", "groups": ["instructors"], "scopes": [SCOPE]},
+    "teacher-token": {
+        "kind": "user",
+        "name": "teacher",
+        "groups": ["instructors"],
+        "scopes": [SCOPE, LIVE_INSTRUCT_SCOPE],
+    },
     "stranger-token": {"kind": "user", "name": "cy", "groups": [], "scopes": ["self"]},
 }
 

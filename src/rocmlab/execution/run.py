@@ -323,9 +323,14 @@ def run_labs(
     that needs them starts the moment the last one it needs is ready.
     """
     progress = Progress(len(labs) * repeat, stream)
+    if builds is None:
+        builds = asset_builds(target.python, progress.note)
+    stopping = Stopping(builds)
 
     def one(lab: Lab) -> Record:
         def on_run(k: int, outcome: Outcome | None) -> None:
+            if outcome is None:
+                stopping.refuse_new_runs()
             key = lab.id if repeat == 1 else f"{lab.id} run {k}/{repeat}"
             if outcome is None:
                 progress.start(key)
@@ -356,8 +361,6 @@ def run_labs(
         progress.finish(lab.id, "failed", 0.0, runs=repeat)
         return record
 
-    if builds is None:
-        builds = asset_builds(target.python, progress.note)
     order = longest_first(labs, profile, out / target.name)  # a lab that waits for no build starts in this order
     try:
         records = run_by_need(
@@ -367,9 +370,10 @@ def run_labs(
             needs=lambda lab: stages_needed(lab, profile, target, builds),
             stages=[partial(_prepare, key, build, progress) for key, build in builds.items()],
             unmet=unmet,
-            stop=lambda: _stop_everything(builds),
+            stop=stopping.start,
         )
     finally:
+        stopping.done.set()
         progress.close()
     by_lab = {record.lab: record for record in records}
     return [by_lab[lab.id] for lab in labs]
@@ -401,7 +405,34 @@ def _prepare(key: str, build, progress: Progress) -> None:
     progress.finish(key, "ready", time.monotonic() - started, runs=0)
 
 
-def _stop_everything(builds: dict) -> None:
-    for build in builds.values():
-        build.stop()
-    close_all_workers()
+class RunStopped(Exception):
+    """A lab's next run was not started: the whole run is being stopped (Ctrl-C, SIGTERM)."""
+
+
+class Stopping:
+    """How an interrupted ``run_labs`` stops (``start``, from ``run_by_need``): the asset builds are
+    stopped, no lab starts another run (``refuse_new_runs``), and every worker is ended, again and
+    again until the labs' threads are done (``done``): a thread past the refusal may still start
+    one, which would otherwise run its whole lab while the interrupted process waits for it."""
+
+    REAP_EVERY_S = 0.2
+
+    def __init__(self, builds: dict):
+        self.builds = builds
+        self.requested = threading.Event()
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        self.requested.set()
+        for build in self.builds.values():
+            build.stop()
+        close_all_workers()
+        threading.Thread(target=self._reap, name="rocmlab-run-stop", daemon=True).start()
+
+    def _reap(self) -> None:
+        while not self.done.wait(self.REAP_EVERY_S):
+            close_all_workers()
+
+    def refuse_new_runs(self) -> None:
+        if self.requested.is_set():
+            raise RunStopped("the run is being stopped")

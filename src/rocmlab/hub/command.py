@@ -42,7 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--demo", action="store_true", help="NOT SECURE: shared password, every server as this user, loopback only"
     )
-    parser.add_argument("--port", type=int, default=8000, metavar="N", help="public port (0: a free one)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="public port (default 443, below 1024 so that no learner can bind it; --demo: 8000; 0: a free one)",
+    )
     parser.add_argument(
         "--ip", default="", metavar="ADDRESS", help="public address (default: all; --demo: always 127.0.0.1)"
     )
@@ -100,7 +106,7 @@ def data_folder(data_dir: str | None, demo: bool) -> Path:
 def main(
     *,
     demo: bool = False,
-    port: int = 8000,
+    port: int | None = None,
     ip: str = "",
     lang: str = "en",
     labs=(),
@@ -122,7 +128,7 @@ def main(
         lang=lang,
         labs=labs,
         ip=ip,
-        port=port or None,
+        port=(8000 if demo else 443) if port is None else (port or None),
         password=os.environ.get("ROCMLAB_HUB_PASSWORD") or None,
         timeout_s=timeout,
         root=root,

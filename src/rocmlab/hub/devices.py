@@ -14,10 +14,19 @@ render nodes the ``render`` group may open. Here the hub (root) makes the slice'
 learner's own (owner the learner, mode 0600, no group) while their server runs, and closes it again (root only)
 when it stops; a free slice is nobody's; KFD serves a GPU only to a process that opened its render node
 (``AMDKFD_IOC_ACQUIRE_VM`` takes the render node's descriptor, and ROCm's thunk skips a node whose
-render device it cannot open), so ``/dev/kfd`` stays open to all. Where systemd runs the machine, the
-learner's scope also gets a device allow-list (``DevicePolicy=closed``, ``DeviceAllow=`` for
-``/dev/kfd`` and the slice's render nodes, systemd.resource-control(5)), enforced by the kernel's
-cgroup device filter for every process in the scope whatever its user and files say.
+render device it cannot open). ``/dev/kfd``, "the main compute interface shared by all GPUs" (AMD,
+https://rocm.docs.amd.com/en/docs-5.3.3/deploy/docker.html), which ROCm's packages leave open to the
+``render`` group or to all (ROCT's README, https://github.com/ROCm/ROCT-Thunk-Interface), is closed
+to a group of its own while the hub runs (``KFD_GROUP``: root and that group, mode 0660, any ACL
+dropped), a group no account belongs to: the hub adds it to the supplementary groups of a slice
+holder's server only (``rocmlab.hub.slices``), as AMD's containers get the devices they are given
+(``docker run --device /dev/kfd --device /dev/dri/renderD<N>``, the group added with
+``--group-add``; https://rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/docker.html).
+A learner's SSH session, an instructor's server and a server that holds no slice cannot open it.
+Where systemd runs the machine, the learner's scope also gets a device allow-list
+(``DevicePolicy=closed``, ``DeviceAllow=`` for ``/dev/kfd`` and the slice's render nodes,
+systemd.resource-control(5)), enforced by the kernel's cgroup device filter for every process in
+the scope whatever its user and files say.
 
 **Admission.** A lab's ``requires`` (ranks and ``gpu_mem_gb`` per rank) is compared with the slice:
 one that does not fit is refused with a message naming the lab, its need and the slice.
@@ -35,6 +44,8 @@ from .. import probes
 from ..lab import peaks
 
 KFD = "/dev/kfd"
+KFD_GROUP = ("ROCMLAB_HUB_KFD_GROUP", "rocmlab-gpu")  # the variable naming it, and its default
+ACL_XATTR = "system.posix_acl_access"  # acl(5): an ACL could open /dev/kfd to named users
 FREED_MODE = 0o660  # a free render node: root and the render group, as udev leaves it
 OWNED_MODE = 0o600
 
@@ -175,14 +186,15 @@ def render_group() -> int:
         return 0
 
 
-def _on_root(path: str, dev_root: Path | None) -> Path:
+def on_root(path: str, dev_root: Path | None) -> Path:
+    """``path`` under ``dev_root``, the folder that stands for / in tests (None: / itself)."""
     return Path(path) if dev_root is None else dev_root / path.lstrip("/")
 
 
 def hand_over(slices: list[Slice], uid: int, dev_root: Path | None = None) -> None:
     """Make the slices' render nodes ``uid``'s alone (needs root). ``dev_root`` stands for ``/`` in tests."""
     for s in slices:
-        path = _on_root(s.render_node, dev_root)
+        path = on_root(s.render_node, dev_root)
         os.chown(path, uid, 0, follow_symlinks=False)
         os.chmod(path, OWNED_MODE, follow_symlinks=False)
 
@@ -191,7 +203,7 @@ def take_back(slices: list[Slice], dev_root: Path | None = None) -> None:
     """Close the slices' render nodes again (root only, mode 0600): a free slice is no learner's,
     and the render group opens none while the hub hands them out."""
     for s in slices:
-        path = _on_root(s.render_node, dev_root)
+        path = on_root(s.render_node, dev_root)
         if os.path.lexists(path):
             os.chown(path, 0, 0, follow_symlinks=False)
             os.chmod(path, OWNED_MODE, follow_symlinks=False)
@@ -201,10 +213,42 @@ def reopen(slices: list[Slice], dev_root: Path | None = None, gid: int | None = 
     """When the hub stops: the render nodes back to root and the render group (mode 0660), as udev sets them."""
     gid = render_group() if gid is None else gid
     for s in slices:
-        path = _on_root(s.render_node, dev_root)
+        path = on_root(s.render_node, dev_root)
         if os.path.lexists(path):
             os.chown(path, 0, gid, follow_symlinks=False)
             os.chmod(path, FREED_MODE, follow_symlinks=False)
+
+
+def kfd_group_problem(name: str) -> str | None:
+    """Why the group ``name`` cannot guard /dev/kfd (it is missing, or an account is in it, whose
+    every process could then open it); None when it can."""
+    import pwd
+
+    try:
+        group = grp.getgrnam(name)
+    except KeyError:
+        return f"{KFD_GROUP[0]}={name}: no such group; make it with `groupadd --system {name}` (no account in it)"
+    members = sorted(set(group.gr_mem) | {p.pw_name for p in pwd.getpwall() if p.pw_gid == group.gr_gid})
+    if members:
+        return (
+            f"{KFD_GROUP[0]}={name}: {', '.join(members)} belong to it, and could open /dev/kfd without a slice; "
+            "choose a group no account is in"
+        )
+    return None
+
+
+def close_kfd(gid: int, dev_root: Path | None = None) -> None:
+    """/dev/kfd for root and ``gid`` only (mode 0660, its ACL dropped): the group a slice holder's
+    server gets. Nothing when the node has no /dev/kfd."""
+    path = on_root(KFD, dev_root)
+    if not os.path.lexists(path):
+        return
+    os.chown(path, 0, gid, follow_symlinks=False)
+    os.chmod(path, FREED_MODE, follow_symlinks=False)
+    try:
+        os.removexattr(path, ACL_XATTR, follow_symlinks=False)
+    except OSError:  # none set, or a file system without ACLs
+        pass
 
 
 def holders(slices: list[Slice], dev_root: Path | None = None) -> dict[str, list[Slice]]:
@@ -215,7 +259,7 @@ def holders(slices: list[Slice], dev_root: Path | None = None) -> dict[str, list
     held: dict[str, list[Slice]] = {}
     for s in slices:
         try:
-            uid = os.lstat(_on_root(s.render_node, dev_root)).st_uid
+            uid = os.lstat(on_root(s.render_node, dev_root)).st_uid
             name = pwd.getpwuid(uid).pw_name if uid else ""
         except (OSError, KeyError):
             continue
@@ -225,13 +269,20 @@ def holders(slices: list[Slice], dev_root: Path | None = None) -> dict[str, list
 
 
 def book_of_this_node(
-    machine_folder: str, course_repo, lab_ids: list[str], profile: str, per_learner: int, dev_root: str = ""
+    machine_folder: str,
+    course_repo,
+    lab_ids: list[str],
+    profile: str,
+    per_learner: int,
+    dev_root: str = "",
+    kfd_gid: int | None = None,
 ):
     """At hub start (slices policy): the node's slice book, every render node closed until handed
     over, and the labs that fit a learner's slices (each refused one logged with its reason).
     ``machine_folder`` replays a recorded machine instead of this one and ``dev_root`` stands for
     ``/`` (tests: a recorded node's render nodes are closed only there); ValueError when the
-    node has no GPU device or fewer than ``per_learner`` of one GPU."""
+    node has no GPU device or fewer than ``per_learner`` of one GPU. ``kfd_gid``: the group that
+    /dev/kfd is closed to (``close_kfd``), None to leave it as it is."""
     import logging
 
     from ..course.catalog import discover, select
@@ -250,6 +301,8 @@ def book_of_this_node(
         book.held = holders(slices, root)  # servers that outlived a hub restart keep their slices
         held = {s.index for owned in book.held.values() for s in owned}
         take_back([s for s in slices if s.index not in held], root)  # the rest closed until handed over
+        if kfd_gid is not None:
+            close_kfd(kfd_gid, root)
     sample = book.assign("(sizing)", per_learner)
     book.release("(sizing)")
     labs = select(discover(Path(course_repo)), list(lab_ids)) if lab_ids else []

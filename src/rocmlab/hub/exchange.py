@@ -29,8 +29,8 @@ root). The instructor's steps are rocmlab's:
   a folder whose name nbgrader cannot parse is named in the log and skipped, never fatal;
 - ``LearnerFolderReleaseFeedback``: feedback written into each learner's own folder, through a
   descriptor of it, never following a link the learner put there;
-- ``CourseReleaseAssignment``: releases into the prepared ``outbound/``, open to the other
-  instructors, without touching the root's mode.
+- ``CourseReleaseAssignment``: releases into the prepared ``outbound/`` without touching the
+  root's mode; a release is its instructor's, whom no co-instructor can replace.
 """
 
 from __future__ import annotations
@@ -98,8 +98,14 @@ class CourseFetchFeedback(ClosedRoot, ExchangeFetchFeedback):
 
 
 class CourseReleaseAssignment(ClosedRoot, ExchangeReleaseAssignment):
-    """A release into the prepared ``<course>/outbound/`` (instructors' group may write it); the
-    course folder and the learners' folders are not the instructor's to make."""
+    """A release into the prepared ``<course>/outbound/`` (instructors' group may add to it); the
+    course folder and the learners' folders are not the instructor's to make.
+
+    A release is its instructor's: only they (and root) replace it. ``outbound/`` has the sticky bit
+    (rocmlab.hub.exchange_layout), so the kernel lets no one else rename or remove a release
+    (unlink(2), rename(2): EPERM in a sticky folder for a file one does not own); its files and
+    folders are writable by its owner only; and a co-instructor's ``--force`` is refused here,
+    naming the owner, before anything is removed."""
 
     def init_dest(self):
         if self.coursedir.course_id == "":
@@ -114,8 +120,27 @@ class CourseReleaseAssignment(ClosedRoot, ExchangeReleaseAssignment):
             self.fail(f"You may not release into {self.outbound_path} (not in the instructors' group?)")
 
     def copy_files(self):
+        self.refuse_anothers_release()
         super().copy_files()
-        self.set_perms(self.dest_path, fileperms=0o664, dirperms=0o2775)  # the other instructors may replace it
+        self.set_perms(self.dest_path, fileperms=0o644, dirperms=0o2755)  # read by all, changed by its instructor
+
+    def refuse_anothers_release(self) -> None:
+        try:
+            owner = os.lstat(self.dest_path).st_uid
+        except FileNotFoundError:
+            return
+        if os.geteuid() not in (0, owner):
+            self.fail(
+                f"{self.dest_path} was released by {account_name(owner)}: only they (or root) may replace it. "
+                "Ask them to release it again, or root to hand it over (chown -R)"
+            )
+
+
+def account_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 # ------------------------------------------------------------------ the instructor's collect

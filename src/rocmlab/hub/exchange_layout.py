@@ -4,7 +4,9 @@ writable by more than one learner, and no learner can make a folder the others u
 ```
 <data>/exchange/                     hub (root) 0755
   <course>/                          hub 0755       (no learner can make it first: no squatting)
-    outbound/                        hub:instructors 2775   released labs; everyone reads
+    outbound/                        hub:instructors 3775   released labs; everyone reads; sticky:
+                                                            a release is removed or renamed by
+                                                            its instructor (or root) only
     inbound/                         hub:instructors 0751   nobody but the hub adds a folder here
       <learner>/                     learner:instructors 2750   that learner's submissions
     feedback/                        hub:instructors 0751
@@ -106,7 +108,7 @@ def prepare_exchange(data: Path, course_id: str, owners: ExchangeOwners, learner
     with _closing(_open_root(data, "exchange", owners)) as root:
         with _closing(_ensure(root, course_id, owners.uid, owners.gid, 0o755, data / "exchange" / course_id)) as course:
             where = data / "exchange" / course_id
-            for name, mode in (("outbound", 0o2775), ("inbound", 0o751), ("feedback", 0o751)):
+            for name, mode in (("outbound", 0o3775), ("inbound", 0o751), ("feedback", 0o751)):
                 os.close(_ensure(course, name, owners.uid, owners.gid, mode, where / name))
     for name, uid in sorted(learners.items()):
         ensure_learner(data, course_id, owners, name, uid)

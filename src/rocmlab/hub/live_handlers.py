@@ -19,7 +19,7 @@ from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 
 from ..grading.live_queue import LiveQueue
-from .settings import HubGroups
+from .settings import LIVE_INSTRUCT_SCOPE, HubGroups
 
 
 @dataclass
@@ -88,7 +88,15 @@ class LiveHandler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def is_instructor(self) -> bool:
-        return self.live.instructor_group in (self.current_user or {}).get("groups", [])
+        """In the instructor group, and the request's token holds the instructors' scope of this
+        service (settings.LIVE_INSTRUCT_SCOPE: a browser session's, never a server's API token)."""
+        user = self.current_user or {}
+        return self.live.instructor_group in user.get("groups", []) and LIVE_INSTRUCT_SCOPE in user.get("scopes", [])
+
+    def not_instructor_reason(self) -> str:
+        if self.live.instructor_group not in (self.current_user or {}).get("groups", []):
+            return f"{self.learner} is not in the group {self.live.instructor_group}"
+        return "the instructor's pages open in a browser logged in to the hub, not with an API token"
 
     def write_json(self, data, status: int = 200) -> None:
         self.set_status(status)

@@ -374,7 +374,7 @@ class InstructorOnly(PageHandler):
                 return  # @web.authenticated sends the browser to the hub's login
             raise web.HTTPError(403, "log in through the hub")
         if not self.is_instructor:
-            raise web.HTTPError(403, f"{self.learner} is not in the group {self.live.instructor_group}")
+            raise web.HTTPError(403, self.not_instructor_reason())
 
 
 class InstructorPage(InstructorOnly):

@@ -10,11 +10,17 @@ learner's listener, which serves same-origin pages to an instructor (issue 48). 
 - the hub itself and the live service listen on loopback ports below the kernel's
   ``net.ipv4.ip_unprivileged_port_start``, which only root may bind (``ip(7)``: "binding to a port
   number below 1024 requires CAP_NET_BIND_SERVICE" unless that sysctl lowers the bound);
-- the hub refuses to start when one of those ports could be bound by anyone, naming the fix.
+- the hub refuses to start when one of those ports could be bound by anyone, naming the fix; so
+  is the proxy's public port on a workshop server (a learner would serve the login page while the
+  proxy restarts);
+- a learner's own server listens on a port any account may bind (it runs as the learner): before
+  the hub routes to it, the spawner reads who listens there from the kernel's socket tables
+  (``listening_uids``), and refuses a port another account took first.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import random
 import socket
@@ -66,3 +72,46 @@ def free_privileged_port(used=()) -> int:
 def unix_socket_url(path: Path) -> str:
     """JupyterHub's URL of a Unix socket (``http+unix://`` and the path, %-encoded)."""
     return "http+unix://" + quote(str(path), safe="")
+
+
+# proc(5), /proc/net/tcp: "sl local_address rem_address st ... uid timeout inode", addresses as hex
+# (IPv4 one little-endian word; IPv6 four), st 0A = TCP_LISTEN (include/net/tcp_states.h)
+SOCKET_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+TCP_LISTEN = "0A"
+WILDCARDS = {ipaddress.ip_address("0.0.0.0"), ipaddress.ip_address("::")}
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # each word in host order
+    address = ipaddress.ip_address(words)
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped or address
+
+
+def listening_uids(ip: str, port: int, tables=SOCKET_TABLES) -> set[int]:
+    """The uids of the sockets listening on ``ip``:``port``, or on every address at that port (what a
+    connection to ``ip``:``port`` may reach), read from the kernel's socket tables."""
+    try:
+        wanted = ipaddress.ip_address(ip)
+    except ValueError:  # a name (localhost)
+        wanted = ipaddress.ip_address(socket.gethostbyname(ip))
+    uids: set[int] = set()
+    for table in tables:
+        try:
+            lines = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 8 or fields[3] != TCP_LISTEN:
+                continue
+            address, _, hex_port = fields[1].partition(":")
+            if int(hex_port, 16) == port and _address(address) in WILDCARDS | {wanted}:
+                uids.add(int(fields[7]))
+    return uids
+
+
+def others_listening(ip: str, port: int, uid: int) -> set[int]:
+    """The uids other than ``uid`` listening where ``ip``:``port`` leads (a squatter)."""
+    return listening_uids(ip, port) - {uid}

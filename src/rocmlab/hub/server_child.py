@@ -5,6 +5,7 @@ files go: the spawners (rocmlab.hub.spawner) run these in the child they start.
   every kernel the server starts;
 - ``private_tmp``: as root, before the switch to the user, a mount namespace of its own with empty
   ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` (``private_paths``: those that hold nothing the server needs);
+- ``show_only``: in that namespace, a GPU slice holder's ``/dev/dri`` holding their render nodes only;
 - ``own_log``: as the user, the server's output into ``~/.rocmlab-server.log``, never the hub's log;
 - ``cache_environment``: ``TMPDIR`` and the compile caches in the user's home, where no classmate writes.
 
@@ -24,6 +25,7 @@ from ..sandbox.paths import PRIVATE_TEMP
 SERVER_LOG = ".rocmlab-server.log"  # in the home: each server's own log, owned by its user
 TMP_FOLDER = ".tmp"  # in the home: TMPDIR, where /tmp cannot be made private
 CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 16384, 1 << 18
+MS_BIND, MS_NOEXEC = 4096, 8
 
 
 def cache_environment(home: Path) -> dict[str, str]:
@@ -84,6 +86,24 @@ def private_tmp(paths=PRIVATE_TEMP, options: bytes = b"mode=1777") -> bool:
         if os.path.isdir(path):
             if _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
                 return False
+    return True
+
+
+def show_only(nodes: list[str], folder: str) -> bool:
+    """In the child's own mount namespace (after ``private_tmp``), as root: an empty tmpfs on
+    ``folder`` (/dev/dri) with each of ``nodes`` (paths in it) bind-mounted back, so the server lists
+    and opens its own render nodes only. False when the kernel refuses (their owners still decide)."""
+    try:
+        held = [(os.path.basename(node), os.open(node, os.O_PATH | os.O_CLOEXEC)) for node in nodes]
+        if _mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NOEXEC, b"mode=755") != 0:
+            return False
+        for name, fd in held:
+            target = os.path.join(folder, name)
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            if _mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND, None) != 0:
+                return False
+    except OSError:
+        return False
     return True
 
 

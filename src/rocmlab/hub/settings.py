@@ -14,6 +14,11 @@ INSTRUCTOR_GROUP = ("ROCMLAB_HUB_INSTRUCTOR_GROUP", "instructors")
 # The hub group of every learner (server mode): the instructors' role starts and stops only its
 # members' servers. Filled from the Unix learner group at each start, or at sign-in by OIDC/LDAP.
 LEARNERS_HUB_GROUP = "rocmlab-learners"
+# The live service's instructor routes ask for this scope in the request's token, beside the group:
+# the hub grants it to the instructors' role and to the service's OAuth client only, so an
+# instructor's browser session carries it and no server's API token does (issue 48: learner code
+# an instructor runs in their JupyterLab reads that token, and reaches the service's port directly).
+LIVE_INSTRUCT_SCOPE = "custom:rocmlab-live:instruct"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import os
 import pwd
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from jupyterhub.traitlets import ByteSpecification
 from traitlets import Bool, Float, Integer, List, Unicode
 
-from . import cgroups
+from . import cgroups, loopback
 from .delivery import as_user, deliver_as_user, deliver_lab
 from .exchange_layout import ExchangeOwners, ensure_learner
 from .labs import COURSE_ID
@@ -52,6 +53,7 @@ from .server_child import (
     own_log,
     private_paths,
     private_tmp,
+    show_only,
     tmpfs_options,
 )
 from .slices import SliceHolder
@@ -253,13 +255,14 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
 
         procs = cgroups.procs_files(self.make_cgroup())
         options = tmpfs_options(self.tmpfs_size())
+        render_nodes, render_folder = self.render_folder_view() if paths else ([], "")
 
         def preexec():
             limit_resources(memory, processes)
             if procs:  # into the learner's cgroup before anything of theirs runs
                 cgroups.join(procs)
-            if paths:
-                private_tmp(paths, options)
+            if paths and private_tmp(paths, options) and render_nodes:
+                show_only(render_nodes, render_folder)  # /dev/dri: their slice's nodes only
             if switch_user:
                 switch_user()
             if own:
@@ -438,7 +441,29 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
             raise
         self._cleaned = False
         await self.confine_learner()
+        await self.refuse_a_squatted_port(started)
         return started
+
+    async def refuse_a_squatted_port(self, started) -> None:
+        """Before the hub routes to a server of its own account: wait (up to ``http_timeout``) until
+        its port listens, and stop the start when another account listens there, who took the port
+        first (issue 48: a learner's listener would get a classmate's cookies and pages)."""
+        owner = self.owner()
+        if not (isinstance(started, tuple) and owner and self.account_is_the_learners_own):
+            return
+        ip, port = started
+        deadline = time.monotonic() + self.http_timeout
+        while time.monotonic() < deadline:
+            squatters = loopback.others_listening(ip or "127.0.0.1", port, owner[0])
+            if squatters:
+                await self.stop(now=True)
+                raise RuntimeError(
+                    f"the server of {self.user.name} could not have its port {port}: uid "
+                    f"{', '.join(map(str, sorted(squatters)))} listens there; start it again (it gets another port)"
+                )
+            if loopback.listening_uids(ip or "127.0.0.1", port) or await self.poll() is not None:
+                return
+            await asyncio.sleep(0.2)
 
     async def prepare_in_pool(self) -> list[str]:
         """``prepare`` in the hub's delivery pool (``DELIVERY_POOL``, not the event loop's executor,
