@@ -22,7 +22,10 @@ def test_the_lab_source_and_its_notebook_give_the_same_parameters(lab):
 
 
 def test_only_literal_assignments_count():
-    assert literal_assignments("A = 1\nB = [1, 'x']\nC = len('ab')\nD, E = 1, 2\nF: int = 3\n") == {"A": 1, "B": [1, "x"]}
+    assert literal_assignments("A = 1\nB = [1, 'x']\nC = len('ab')\nD, E = 1, 2\nF: int = 3\n") == {
+        "A": 1,
+        "B": [1, "x"],
+    }
 
 
 def test_an_unreadable_parameters_cell_names_the_file(tmp_path):

@@ -211,4 +211,7 @@ def test_a_notebook_s_cache_needs_ignore_what_the_course_does_not_build():
     nb = nbformat.v4.new_notebook(metadata={"rocmlab": {"cache_needs": ["qc_adapter", "gpus", {"x": 1}]}})
     needs = notebook_cache_needs(nb)
     assert needs.qc_adapter and not needs.course_model and needs.gpus == 0
-    assert notebook_cache_needs(nbformat.v4.new_notebook(metadata={"rocmlab": {"cache_needs": "qc_adapter"}})).qc_adapter is False
+    assert (
+        notebook_cache_needs(nbformat.v4.new_notebook(metadata={"rocmlab": {"cache_needs": "qc_adapter"}})).qc_adapter
+        is False
+    )

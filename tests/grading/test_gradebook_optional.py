@@ -4,12 +4,12 @@ work is graded separately or not at all), in the learner's total and in the grad
 import copy
 import csv
 
+from conftest import GOOD_CHECKS, GOOD_PY
+
 from rocmlab.course.catalog import parse_lab
 from rocmlab.course.notebooks import solution_notebook
 from rocmlab.grading.cells import score_tests
 from rocmlab.grading.gradebook import Course
-
-from conftest import GOOD_CHECKS, GOOD_PY
 
 STRETCH_PY = (
     GOOD_PY

@@ -26,8 +26,8 @@ from .cells import cell_points, check_results, grading, read_flags, restore_cell
 from .feedback import feedback_html
 from .gradebook import Course, safe_url
 from .nbgrader_compat import shared_gradebook_engines
-from .self_check import is_optional
 from .preflight import check_adapter_cache, check_model_cache, course_view, sandbox_env
+from .self_check import is_optional
 from .submissions import (
     FLAGS,
     GradedTest,
