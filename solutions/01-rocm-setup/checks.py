@@ -6,7 +6,7 @@ the learner's seed (``variant``), beside a few fixed edge cases.
 
 import math
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 FAKE_TORCH = "__SN(version=__SN(**__version), cuda=__SN(get_device_capability=lambda i=0: __cap))"
 SN = "from types import SimpleNamespace as __SN"
@@ -74,6 +74,18 @@ def backend_missing(learner, variant):
     assert type(got) is str and got == "cpu", f"got {got!r}"
 
 
+@mistake(
+    en="`version.hip is not None` taken for ROCm: an empty string (and a missing attribute) passes as a version",
+    zh="把 `version.hip is not None` 当作 ROCm：空字符串（以及缺少的属性）被当成了版本",
+    code="""
+def backend_of(torch_module):
+    if torch_module.version.hip is not None:
+        return "rocm"
+    if torch_module.version.cuda is not None:
+        return "cuda"
+    return "cpu"
+""",
+)
 @check(
     "01-backend-1",
     points=0.5,
@@ -213,6 +225,34 @@ def rocminfo_types(learner, variant):
     assert _same(learner.call("parse_rocminfo", text), want)
 
 
+@mistake(
+    en="every `Name:` line of a block kept, so the ISA Info's amdgcn-amd-amdhsa--gfx… name overwrites the agent's",
+    zh="块里每一行 `Name:` 都照收，于是 ISA Info 的 amdgcn-amd-amdhsa--gfx… 覆盖了代理自己的名字",
+    code="""
+def parse_rocminfo(text):
+    agents, current = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("Agent ") and line[6:].isdigit():
+            current = {}
+            agents.append(current)
+            continue
+        if current is None or ":" not in line:
+            continue
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "Name":
+            current["gfx"] = value
+        elif key == "Marketing Name":
+            current["name"] = value
+        elif key == "Device Type":
+            current["type"] = value
+        elif key in ("Compute Unit", "Wavefront Size"):
+            field = "compute_units" if key == "Compute Unit" else "wavefront_size"
+            current[field] = int(value.split("(")[0])
+    return [{k: a.get(k) for k in ("name", "gfx", "compute_units", "wavefront_size")}
+            for a in agents if a.get("type") == "GPU"]
+""",
+)
 @check(
     "01-rocminfo-1",
     points=0.5,
@@ -364,6 +404,15 @@ def _wheel(learner, device, arch_list):
     assert got is want, f"{device} vs {arch_list}: expected {want}, got {got!r}"
 
 
+@mistake(
+    en="a substring test (`entry in device_arch`): gfx110 is taken for gfx1100",
+    zh="用子串判断（`entry in device_arch`）：把 gfx110 当成了 gfx1100",
+    code="""
+def wheel_supports(device_arch, arch_list):
+    base = device_arch.split(":")[0]
+    return any(entry.split(":")[0] in base for entry in arch_list)
+""",
+)
 @check(
     "01-wheel-1",
     points=0.5,

@@ -12,7 +12,7 @@ import socket
 
 import numpy as np
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 
 def _close(a, b, rel=1e-9, abs_=1e-9):
@@ -126,6 +126,24 @@ def metrics_counts(learner, variant):
         _metrics_case(learner, rng, lambda ps: ["completed", "failed", "total_input", "total_output"])
 
 
+@mistake(
+    en="TPOT divided by output_len (the first token counted twice) and taken for one-token requests too",
+    zh="TPOT 除以 output_len（第一个 token 算了两次），一个 token 的请求也算进去",
+    code="""
+_right_compute_metrics = compute_metrics
+
+
+def compute_metrics(traces, duration_s, *, percentiles=(50, 90, 99), slo_ms=None, tokenize=None):
+    out = _right_compute_metrics(traces, duration_s, percentiles=percentiles, slo_ms=slo_ms, tokenize=tokenize)
+    ok = [t for t in traces if t["success"]]
+    lens = [t["output_len"] or len(tokenize(t.get("text") or "")) for t in ok]
+    ms = np.asarray([(t["latency"] - t["ttft"]) / n for t, n in zip(ok, lens)] or [0.0]) * 1000
+    out |= {"mean_tpot_ms": float(ms.mean()), "median_tpot_ms": float(np.median(ms)), "std_tpot_ms": float(ms.std())}
+    for p in percentiles:
+        out[f"p{int(p) if int(p) == p else p}_tpot_ms"] = float(np.percentile(ms, p))
+    return out
+""",
+)
 @check(
     "02-metrics-1",
     points=0.5,
@@ -473,6 +491,27 @@ def _kv_bytes(learner, config, n, batch, elem):
     assert type(got) is int and got == want, f"{config}, n={n}, batch={batch}, {elem} B: expected {want}, got {got!r}"
 
 
+@mistake(
+    en="the attention heads counted for a GQA model's cache instead of num_key_value_heads",
+    zh="GQA 模型的缓存按注意力头数算，而不是 num_key_value_heads",
+    code="""
+def kv_cache_bytes(config, n_tokens, *, batch=1, bytes_per_elem=2):
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return 2 * config["num_hidden_layers"] * heads * head_dim * bytes_per_elem * n_tokens * batch
+""",
+)
+@mistake(
+    en="only the keys counted: the factor 2 for K and V left out",
+    zh="只算了 K：漏掉了 K 与 V 的系数 2",
+    code="""
+def kv_cache_bytes(config, n_tokens, *, batch=1, bytes_per_elem=2):
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return config["num_hidden_layers"] * kv_heads * head_dim * bytes_per_elem * n_tokens * batch
+""",
+)
 @check(
     "02-kvmem-1",
     points=0.75,

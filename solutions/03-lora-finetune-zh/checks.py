@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 EXACT = ("defect_type", "severity", "disposition")
@@ -398,6 +398,17 @@ def collate_padding(learner, variant):
         assert got["labels"].tolist() == want["labels"], "labels"
 
 
+@mistake(
+    en="attention_mask taken as input_ids != pad_id: where the pad id is also a real token's id, real tokens are masked",
+    zh="把 attention_mask 取为 input_ids != pad_id：填充 id 同时也是真实 token 的 id 时，真实 token 被遮住",
+    code="""
+def collate(samples, pad_id):
+    longest = max(len(s["input_ids"]) for s in samples)
+    ids = torch.tensor([list(s["input_ids"]) + [pad_id] * (longest - len(s["input_ids"])) for s in samples])
+    labels = torch.tensor([list(s["labels"]) + [-100] * (longest - len(s["labels"])) for s in samples])
+    return {"input_ids": ids, "labels": labels, "attention_mask": (ids != pad_id).long()}
+""",
+)
 @check(
     "03-collate-1",
     points=0.75,
@@ -456,6 +467,14 @@ def scalar(got):
     return float(got)
 
 
+@mistake(
+    en="logits and labels compared at the same position, without the shift: the model is scored on copying its input",
+    zh="logits 与标签在同一位置比较、没有移位：模型被按“照抄输入”计分",
+    code="""
+def causal_lm_loss(logits, labels):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=-100)
+""",
+)
 @check(
     "03-loss-1",
     points=1,

@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -289,6 +289,35 @@ def bandwidth_algbw(learner, variant):
         assert math.isclose(got[0], size / seconds / 1e9, rel_tol=1e-9), f"{op}, S={size}, t={seconds}: {got[0]}"
 
 
+@mistake(
+    en="busbw reported as algbw: the bus factor of the collective left out",
+    zh="把 algbw 当作 busbw 报告：漏掉了集合通信的总线因子",
+    code="""
+def bandwidth(op, size_bytes, seconds, world_size):
+    if op not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"):
+        raise ValueError(f"unknown collective {op!r}")
+    if seconds <= 0:
+        raise ValueError(f"time must be positive, got {seconds}")
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw
+""",
+)
+@mistake(
+    en="all_reduce's factor 2(n-1)/n used for all_gather, reduce_scatter and all_to_all, whose factor is (n-1)/n",
+    zh="把 all_reduce 的因子 2(n-1)/n 用在 all_gather、reduce_scatter 和 all_to_all 上，它们的因子是 (n-1)/n",
+    code="""
+def bandwidth(op, size_bytes, seconds, world_size):
+    ring = 2 * (world_size - 1) / world_size
+    factors = {"all_reduce": ring, "reduce_scatter": ring, "all_gather": ring, "all_to_all": ring,
+               "broadcast": 1.0, "reduce": 1.0}
+    if op not in factors:
+        raise ValueError(f"unknown collective {op!r}")
+    if seconds <= 0:
+        raise ValueError(f"time must be positive, got {seconds}")
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * factors[op]
+""",
+)
 @check(
     "04-busbw-1",
     points=1,

@@ -130,7 +130,7 @@ print(f"ranks: {N_RANKS}, runs folder: {RUNS}")
 # `WORLD_SIZE`、`LOCAL_RANK`、`LOCAL_WORLD_SIZE`、`MASTER_ADDR`/`MASTER_PORT`。在 ROCm 版 PyTorch 上
 # `backend="nccl"` 调用的就是 **RCCL**（`torch.version.hip` 非 None），device 沿用 `torch.cuda` API。两个 rank 共用
 # 一块 GPU 时 NCCL/RCCL 会报错，所以 GPU 不够时退回 CPU 上的 gloo。一定要传 `timeout`：默认超时很长（NCCL 为
-# 10 分钟，gloo 为 30 分钟），卡死时会白等。
+# 10 分钟，gloo 为 30 分钟：pytorch/pytorch PR #110947），卡死时会白等。
 #
 # `init_plan` 只做决定（便于用模拟的环境测试），下面给出的 `portable_init` 照着执行。
 
@@ -141,7 +141,8 @@ print(f"ranks: {N_RANKS}, runs folder: {RUNS}")
 # `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE` and `MASTER_ADDR`/`MASTER_PORT` for each rank. On a
 # ROCm build of PyTorch `backend="nccl"` is **RCCL** (`torch.version.hip` is not None), and devices keep the
 # `torch.cuda` API. Two ranks on one GPU make NCCL/RCCL fail, so too few GPUs means gloo on the CPU. Always
-# pass a `timeout`: the defaults are long (10 minutes for NCCL, 30 for gloo), and a hang just waits.
+# pass a `timeout`: the defaults are long (10 minutes for NCCL, 30 for gloo: pytorch/pytorch PR #110947), and a
+# hang just waits.
 #
 # `init_plan` only decides (so it can be tested with mocked environments); the given `portable_init` below
 # carries it out.
@@ -525,6 +526,9 @@ assert math.isclose(_alg, 10.0) and math.isclose(_bus, 17.5), \
 _alg, _bus = bandwidth("broadcast", 4e9, 2.0, 4)
 assert math.isclose(_alg, 2.0) and math.isclose(_bus, 2.0), \
     f"规则 2：broadcast 的因子为 1 / rule 2: broadcast has factor 1, got {(_alg, _bus)}"
+_alg, _bus = bandwidth("all_gather", 1e9, 0.1, 8)
+assert math.isclose(_bus, 8.75), \
+    f"规则 2：all_gather 的因子为 (n-1)/n，不是 all_reduce 的 2(n-1)/n / rule 2: all_gather's factor is (n-1)/n, not all_reduce's 2(n-1)/n; expected busbw 8.75, got {_bus}"
 assert type(_alg) is float and type(_bus) is float, f"规则 1：返回 float / rule 1: floats, got {(_alg, _bus)}"
 for _bad in [("allreduce", 1, 1, 2), ("all_reduce", 1, 0, 2)]:
     try:

@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 import torch
 import torch.nn.functional as F
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 # ---------------------------------------------------------------- kernel-side scaffolding
 
@@ -252,6 +252,16 @@ def scratch_broadcast(learner, variant):
         assert_state(got[r], states[src], f"rank {r} after broadcast from {src}", atol=0.0)
 
 
+@mistake(
+    en="the gradients all-reduced with SUM and never divided by the world size: the step is world_size times too large",
+    zh="梯度用 SUM 做 all-reduce 后没有除以 world size：每步大了 world_size 倍",
+    code="""
+def average_gradients(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+""",
+)
 @check(
     "05-scratch-1",
     points=0.75,
@@ -430,6 +440,26 @@ def ddp_train(learner, variant, epochs):
     return got, orders, (state, x, y, per_rank, lr)
 
 
+@mistake(
+    en="set_epoch never called: every epoch repeats the first epoch's shuffle",
+    zh="从不调用 set_epoch：每个 epoch 都重复第一个 epoch 的打乱顺序",
+    code="""
+def train_ddp_epochs(model, loader, epochs, lr, device):
+    ddp = DDP(model, device_ids=device_ids_for(device))
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    seen = []
+    for epoch in range(epochs):
+        order = []
+        for idx, xb, yb in loader:
+            loss = F.mse_loss(ddp(xb.to(device)), yb.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            order += idx.tolist()
+        seen.append(order)
+    return ddp, seen
+""",
+)
 @check(
     "05-ddp-1",
     points=1,

@@ -9,7 +9,7 @@ import json
 import math
 import random
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 from rocmlab.lab.agents import explain_trace_difference
 
 STAGES = ("detect", "localize", "retrieve", "report")
@@ -128,6 +128,15 @@ def backoff(seed, base_s, jitter, msg_id, attempt):
     return base_s * 2 ** (attempt - 1) * (1 + jitter * u)
 
 
+@mistake(
+    en="the exponent counted from the attempt itself, base·2^k: the first backoff is already twice the base",
+    zh="指数直接用尝试次数，base·2^k：第一次退避就已是 base 的两倍",
+    code="""
+def backoff_delay(policy, msg_id, attempt):
+    u = random.Random(f"{policy.seed}:{msg_id}:{attempt}").random()
+    return policy.base_s * 2**attempt * (1 + policy.jitter * u)
+""",
+)
 @check(
     "06-retry-1",
     points=1,
@@ -201,6 +210,29 @@ def expected_outcome(outcomes, max_attempts):
     return max_attempts, "timeout" if last == "hang" else "error: " + last[len("error:") :]
 
 
+@mistake(
+    en="max_attempts read as the number of retries: one attempt more than the policy allows",
+    zh="把 max_attempts 当成重试次数：比策略允许的多尝试一次",
+    code="""
+async def call_with_retries(fn, payload, msg_id, stage, policy, trace):
+    reason = "no attempt"
+    for attempt in range(1, policy.max_attempts + 2):
+        trace.record("start", msg_id, stage, attempt)
+        try:
+            result = await asyncio.wait_for(fn(payload), policy.timeout_s)
+        except asyncio.TimeoutError:
+            reason = "timeout"
+        except Exception as exc:
+            reason = f"error: {exc}"
+        else:
+            trace.record("end", msg_id, stage, attempt)
+            return result
+        trace.record("fail", msg_id, stage, attempt, reason)
+        if attempt <= policy.max_attempts:
+            await asyncio.sleep(backoff_delay(policy, msg_id, attempt))
+    raise DeadLetter(reason, policy.max_attempts + 1)
+""",
+)
 @check(
     "06-retry-1",
     points=1,

@@ -8,7 +8,7 @@ every reference is computed here, in float64, with this interpreter's own torch.
 import torch
 import torch.nn.functional as F
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 HALF_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 MATMUL_TOL = {torch.float32: 2e-3, torch.float16: 6e-4, torch.bfloat16: 5e-3}
@@ -148,6 +148,21 @@ def softmax_strides(learner, variant):
         _close(got, _softmax_ref(view), 1e-5, expr)
 
 
+@mistake(
+    en="exp of the raw row, without subtracting the row max: exp overflows to inf at |x| = 1e4",
+    zh="直接对原始行求 exp、没有先减去行最大值：|x| = 1e4 时 exp 溢出为 inf",
+    code="""
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, stride_xr, stride_xc, stride_or, stride_oc, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xr + cols * stride_xc, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x)
+    y = e / tl.sum(e, axis=0)
+    tl.store(out_ptr + row * stride_or + cols * stride_oc, y.to(out_ptr.dtype.element_ty), mask=mask)
+""",
+)
 @check(
     "07-softmax-1",
     points=1,
@@ -534,6 +549,19 @@ def model_restored(learner, variant):
 # ---------------------------------------------------------------- 5 · lanes, wave32, configs
 
 
+@mistake(
+    en="a CUDA warp of 32 lanes assumed on every target: CDNA (gfx9) runs wave64",
+    zh="按 CUDA 的习惯在所有目标上都假设 32 个 lane 的 warp：CDNA（gfx9）是 wave64",
+    code="""
+def lanes_per_program(num_warps, arch):
+    if not isinstance(num_warps, int) or num_warps < 1 or num_warps & (num_warps - 1):
+        raise ValueError(f"num_warps must be a positive power of two, got {num_warps!r}")
+    base = str(arch).split(":", 1)[0].strip().lower()
+    if not (base.startswith("sm_") or base.startswith("gfx")):
+        raise ValueError(f"unknown GPU target {arch!r}")
+    return num_warps * 32
+""",
+)
 @check(
     "07-lanes-1",
     points=0.5,

@@ -9,7 +9,7 @@ import math
 import re
 import statistics
 
-from rocmlab.harness import check
+from rocmlab.harness import check, mistake
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -236,6 +236,20 @@ def random_intervals(rng, n, lo, hi):
     return [(a, a + rng.randint(1, 15)) for a in (rng.randint(lo, hi) for _ in range(n))]
 
 
+@mistake(
+    en="busy as the sum of the interval lengths: overlapping work (concurrent kernels, nested operators) is counted twice",
+    zh="把区间长度直接相加当作 busy：重叠的工作（并发的 kernel、嵌套的算子）被算了两次",
+    code="""
+def busy_and_idle(intervals, start, end):
+    if not end > start:
+        raise ValueError(f"the window must have end > start, got [{start}, {end}]")
+    clipped = sorted((max(a, start), min(b, end)) for a, b in intervals if b > a and b > start and a < end)
+    busy = sum(b - a for a, b in clipped)
+    gaps = [b - a for (_, a), (b, _) in zip([(start, start), *clipped], [*clipped, (end, end)])]
+    idle = (end - start) - busy
+    return {"busy": busy, "idle": idle, "idle_fraction": idle / (end - start), "largest_gap": max(gaps)}
+""",
+)
 @check(
     "09-idle-1",
     points=1,
@@ -322,6 +336,21 @@ def noise_medians(learner, variant):
             assert close(got[key], want[key]), f"{key}: got {got[key]}, expected {want[key]}"
 
 
+@mistake(
+    en="noise as max - min: one outlier sample hides any difference",
+    zh="把噪声取为最大值减最小值：一个离群样本就会掩盖任何差异",
+    code="""
+def compare_runs(baseline, lever):
+    for name, samples in (("baseline", baseline), ("lever", lever)):
+        if len(samples) < 3:
+            raise ValueError(f"{name} needs at least 3 samples, got {len(samples)}")
+    base, new = statistics.median(baseline), statistics.median(lever)
+    noise = max(max(baseline) - min(baseline), max(lever) - min(lever))
+    verdict = "faster" if base - new > noise else ("slower" if new - base > noise else "no difference")
+    return {"baseline_median_s": base, "lever_median_s": new, "speedup": base / new, "noise_s": noise,
+            "verdict": verdict}
+""",
+)
 @check(
     "09-noise-1",
     points=1,

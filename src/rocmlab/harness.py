@@ -23,7 +23,6 @@ sum of the passed ones as the cell's autograded score (``grading.cells.score_tes
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -499,31 +498,16 @@ def hidden_files(checks_file: Path) -> dict[str, str]:
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((checks_file.parent / "data").glob(HIDDEN_DATA))}
 
 
-PARAMETERS_CELL = re.compile(r"^# %%[^\n]*\btags=\[[^\]]*[\"']parameters[\"'][^\n]*\n(.*?)(?=^# %%|\Z)", re.M | re.S)
-
-
 def lab_parameters(checks_file: Path, overrides: dict | None = None) -> dict:
     """The parameters a run of the lab sets: the literal values of its ``lab.py`` parameters
-    cell, then ``overrides`` (the profile's ``parameters``, as papermill injects them). The
-    checks read them here: any later cell of the learner's may rebind the kernel's."""
-    from .errors import LabError
+    cell (``course.parameters``), then ``overrides`` (the profile's ``parameters``, as papermill
+    injects them). The checks read them here: any later cell of the learner's may rebind the kernel's."""
+    from .course.parameters import lab_py_parameters
 
     lab_py = checks_file.parent / "lab.py"
     if not lab_py.exists():  # checks without a lab (a test's): only what the caller gives
         return dict(overrides or {})
-    try:
-        match = PARAMETERS_CELL.search(lab_py.read_text(encoding="utf-8"))
-        body = ast.parse(match.group(1)).body if match else []
-    except (OSError, SyntaxError) as exc:
-        raise LabError(f"{lab_py}: cannot read the parameters cell: {exc}") from exc
-    values = {}
-    for node in body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                values[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue  # not a literal: the checks cannot rely on it
-    return {**values, **dict(overrides or {})}
+    return {**lab_py_parameters(lab_py), **dict(overrides or {})}
 
 
 def harness_options(

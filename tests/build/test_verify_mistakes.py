@@ -92,3 +92,10 @@ def test_verify_runs_each_mistake_and_names_the_one_the_visible_tests_miss(make_
         "mistake 'off by one': passes every visible test, so a learner's self-check says all passed and the grade "
         "takes points: add a visible case that it fails"
     ]
+
+
+def test_a_mistake_may_redefine_a_coroutine_function():
+    """Lab 06's answers are ``async def``: a mistake in one is a mistake like any other."""
+    from rocmlab.build.verify import defined_functions
+
+    assert defined_functions("async def call(fn):\n    return await fn()\n\ndef g():\n    pass\n") == ["call", "g"]

@@ -111,7 +111,7 @@ def _param_cell(source, tag):
 
 
 def test_a_lone_notebook_s_own_parameters_are_read_from_its_parameters_cell():
-    from rocmlab.grading.self_check import notebook_parameters
+    from rocmlab.course.parameters import notebook_parameters
 
     nb = nbformat.v4.new_notebook(
         cells=[
@@ -169,3 +169,49 @@ def test_an_optional_exercise_is_labelled_and_scored_apart_from_the_core(capsys,
     out = capsys.readouterr().out
     assert "FAIL  10-stretch-comm-1                3 pts (optional)" in out
     assert "visible score: 3 / 3, optional exercises 0 / 3 (scored apart from the core)" in out
+
+
+def test_check_on_a_downloaded_lab_03_notebook_says_the_adapter_is_missing_and_how_to_build_it(
+    tmp_path, monkeypatch, capsys
+):
+    """A learner who downloaded lab 03 alone into an empty folder: the notebook's metadata (``cache_needs``,
+    from lab.toml's smoke profile) names lab 03's adapter, so the check stops before running anything with
+    ``rocmlab grade``'s preflight message and the command that builds it. The model's preflight, which runs
+    first, is the lab 08 test's; here it is told the model is there, as on a machine that built only the model."""
+    from pathlib import Path
+
+    from rocmlab.errors import CommandFailed
+    from rocmlab.grading import self_check
+    from rocmlab.grading.preflight import check_adapter_cache
+    from rocmlab.grading.self_check import notebook_cache_needs, read_learner_notebook
+
+    lab03 = Path(__file__).resolve().parents[2] / "labs" / "en" / "03-lora-finetune-zh" / "03-lora-finetune-zh.ipynb"
+    folder = tmp_path / "download"
+    folder.mkdir()
+    (folder / lab03.name).write_bytes(lab03.read_bytes())
+    monkeypatch.setenv("ROCMLAB_CACHE", str(tmp_path / "cache-without-adapter"))
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.chdir(folder)
+    model_checked = []
+    monkeypatch.setattr(self_check, "check_model_cache", lambda params, other_user: model_checked.append(params))
+    needs = notebook_cache_needs(read_learner_notebook(folder / lab03.name))
+    assert needs.course_model and needs.qc_adapter
+    with pytest.raises(CommandFailed) as grader:
+        check_adapter_cache(needs, other_user=False)
+    assert main(["check", lab03.name]) == 1
+    err = capsys.readouterr().err
+    assert str(grader.value) in err
+    assert "lab 03's QC adapter is not in the cache" in err and "python -m rocmlab.lab.qc_adapter" in err
+    assert model_checked and model_checked[0]["MODEL"] == "tiny-qwen-zh"
+
+
+def test_a_notebook_s_cache_needs_ignore_what_the_course_does_not_build():
+    from rocmlab.grading.self_check import notebook_cache_needs
+
+    nb = nbformat.v4.new_notebook(metadata={"rocmlab": {"cache_needs": ["qc_adapter", "gpus", {"x": 1}]}})
+    needs = notebook_cache_needs(nb)
+    assert needs.qc_adapter and not needs.course_model and needs.gpus == 0
+    assert (
+        notebook_cache_needs(nbformat.v4.new_notebook(metadata={"rocmlab": {"cache_needs": "qc_adapter"}})).qc_adapter
+        is False
+    )

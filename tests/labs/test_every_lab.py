@@ -154,6 +154,15 @@ def test_prose_numbers_reads_what_a_stale_sentence_would_state():
     """Lab 08 1.3.0's stale sentences, and what is not a prose number."""
     assert prose_numbers("all five formats give a perplexity near 116, within 0.5 % of each other") == ["0.5", "116"]
     assert prose_numbers("JSON 有效率 fp32 为 0.92，困惑度都在 116 左右，约 336 GB/s") == ["0.92", "116", "336"]
-    assert prose_numbers("about 12 ms at C = 12; 4 ms → 12 ms") == ["12"]
+    assert prose_numbers("about 12 ms at C = 12; 4 ms → 12 ms") == ["12", "4"]
     not_numbers = "`x = 0.5`, [spec](https://a.b/1.0), arXiv:2206.02915, Qwen2.5-0.5B, torch 2.13.0, {{version}}"
     assert prose_numbers(not_numbers) == []
+
+
+def test_prose_numbers_reads_a_whole_number_with_a_unit_and_no_bare_count():
+    """A measured figure has a unit (283 s, 60 %, 192 GB, 4×, 5 分钟); a section number, a year, a count of
+    things or a model size has none and floods nothing."""
+    measured = "the build took 283 s, 60 % busy, 192 GB, 336 GB/s, 16 B per parameter, 4× faster, 等了 5 分钟，占 30%的时间"
+    assert prose_numbers(measured) == ["283", "60", "192", "336", "16", "4", "5", "30"]
+    counts = "section 6, in 2024, 8 GPUs, a 7B model, 3 UTF-8 bytes, 7 links, exercise 5, 4 × 256 slots, step 400"
+    assert prose_numbers(counts) == []

@@ -372,3 +372,51 @@ def test_the_stretch_display_cell_runs_without_the_stretch():
     with contextlib.redirect_stdout(printed):
         SOURCE.run(display, namespace=out)
     assert "stretch S1 not done" in printed.getvalue()
+
+
+# -- the classic mistakes checks.py lists (@mistake), proven in process ----------------------
+# `rocmlab build --verify` runs each in a whole notebook; here, as CI can afford: the listed check fails
+# and the visible test cell of the same exercise raises (lab 03's whole run with a mistaken loss or mask would
+# train all 320 steps on the CPU, its losses no longer matching the course's cached build).
+
+
+class LocalChannel:
+    """The harness's requests answered by rocmlab.lab.answers in this process, over a namespace (no kernel)."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def ask(self, request):
+        from rocmlab.lab.answers import evaluate
+
+        return evaluate(json.loads(json.dumps(request)), self.names)
+
+
+def listed_mistakes():
+    from rocmlab.harness import load_checks, mistakes_of
+
+    path = LAB / "checks.py"
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path))
+    return [(c, m) for c in checks for m in mistakes_of([c])]
+
+
+MISTAKES = listed_mistakes()
+
+
+def test_the_two_classic_mistakes_are_listed():
+    assert sorted(c.name for c, _ in MISTAKES) == ["collate_mask", "loss_random_batch"]
+
+
+@pytest.mark.parametrize("listed,item", MISTAKES, ids=[c.name for c, _ in MISTAKES])
+def test_a_listed_mistake_fails_its_check_and_the_visible_test(ns, listed, item):
+    from rocmlab.harness import Learner, run_checks
+
+    namespace = dict(ns)
+    exec(compile(item.code, f"<mistake on {listed.name}>", "exec"), namespace)  # noqa: S102 (the course's own code)
+    (result,) = run_checks([listed], Learner(LocalChannel(namespace)), seed=3)
+    assert not result.passed, f"{item.rule['en']}: passes {listed.name}"
+    right = run_checks([listed], Learner(LocalChannel(dict(ns))), seed=3)[0]
+    assert right.passed, f"{listed.name} fails on the solution: {right.detail}"
+    with pytest.raises(AssertionError):
+        SOURCE.run(SOURCE.graded[listed.grade_id], namespace=dict(namespace), name=listed.grade_id)
+    SOURCE.run(SOURCE.graded[listed.grade_id], namespace=dict(ns), name=listed.grade_id)  # the right one passes

@@ -505,6 +505,7 @@ def test_the_memory_figures_the_prose_states(ns):
         s: round(ns["largest_model"](ns["MI300X_BYTES"], 8, s) / 1e9, 1) for s in ("ddp", "zero1", "zero2", "zero3")
     }
     assert largest == {"ddp": 12.9, "zero1": 37.4, "zero2": 54.9, "zero3": 102.9}
+    assert round(ns["state_bytes_per_rank"](7.61e9, 8, "ddp")["total"] / 2**30) == 113  # "a 7B model needs 113 GiB per GPU"
 
 
 def test_tiny_qwen_zh_parameter_counts_the_prose_states(quick_tiny_model):

@@ -95,7 +95,7 @@ def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: 
 
 def defined_functions(code: str) -> list[str]:
     """The functions a mistake's ``code`` defines at its top level."""
-    return [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+    return [n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def mistake_notebook(lab: Lab, lang: str, item: Mistake):

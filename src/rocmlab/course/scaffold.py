@@ -17,7 +17,7 @@ from ..root import find_root
 from ..schemas import schema
 from .catalog import parse_lab
 
-TEMPLATES = ("lab.toml", "lab.py", "checks.py", "CHANGELOG.md")
+TEMPLATES = ("lab.toml", "lab.py", "checks.py", "CHANGELOG.md", "CHANGELOG.zh.md")
 
 
 def add_arguments(parser) -> None:

@@ -15,7 +15,7 @@ import re
 import jupytext
 import nbformat
 
-from .catalog import LANGUAGES, Lab, LabError
+from .catalog import LANGUAGES, SMOKE, Lab, LabError
 
 KNOWN_TAGS = {"zh", "en", "parameters", "solution", "test"}
 GRADE_ID = re.compile(r"^[A-Za-z0-9_-]{1,60}$")
@@ -208,6 +208,17 @@ def nbgrader_metadata(cell) -> dict | None:
     return meta
 
 
+CACHED_ASSETS = ("course_model", "qc_adapter")  # the fields of ``Requires`` that name a built asset of the cache
+
+
+def cache_needs(lab: Lab) -> list[str]:
+    """What the lab's smoke run needs built in the model cache: written into each notebook's
+    ``metadata.rocmlab``, so that ``rocmlab check`` on a downloaded notebook, with no ``lab.toml``
+    at hand, runs the grader's preflight for it."""
+    requires = lab.profiles[SMOKE].requires if SMOKE in lab.profiles else None
+    return [name for name in CACHED_ASSETS if requires is not None and getattr(requires, name)]
+
+
 def for_language(lab: Lab, nb, lang: str) -> nbformat.NotebookNode:
     """The notebook in one language, with nbgrader cell metadata and stable cell ids."""
     if lang not in LANGUAGES:
@@ -219,6 +230,8 @@ def for_language(lab: Lab, nb, lang: str) -> nbformat.NotebookNode:
         "language_info": {"name": "python"},
         "rocmlab": {"id": lab.id, "version": lab.version, "lang": lang, "source_sha256": source_hash(lab)},
     }
+    if needs := cache_needs(lab):
+        out.metadata["rocmlab"]["cache_needs"] = needs
     for index, cell in enumerate(nb.cells):
         tags = cell.metadata.get("tags", [])
         if other & set(tags):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from ..course.catalog import Lab
 from ..course.notebooks import write_notebook
 from ..errors import LabError
 from .nbgrader_compat import nbgrader_config, running_nbgrader
+from .self_check import is_optional
 
 
 class Course:
@@ -104,20 +106,85 @@ class Course:
             gb.db.commit()
 
     def scores(self, student: str) -> tuple[float, float, dict]:
+        """The core's score and max score (optional ``-stretch-`` cells excluded: docs/lab-guide.md,
+        optional work is graded apart) and every cell's (score, max score), optional ones included."""
         from nbgrader.api import Gradebook
 
         with running_nbgrader(), Gradebook(self.db_url) as gb:
             submission = gb.find_submission(self.lab.id, student)
             grades = {g.name: (g.score, g.max_score) for nb in submission.notebooks for g in nb.grades}
-            return submission.score, submission.max_score, grades
+        score, max_score = core_total(grades)
+        return score, max_score, grades
 
     def export_csv(self, path: Path) -> None:
-        from nbgrader.api import Gradebook
-        from nbgrader.plugins import CsvExportPlugin
+        """nbgrader's CSV export's columns, with ``score``/``max_score`` the core's and the optional
+        cells' points in two more columns (nbgrader's own export sums every cell into one score)."""
+        from nbgrader.api import Gradebook, MissingEntry
 
-        plugin = CsvExportPlugin(to=str(path), assignment=[self.lab.id])
-        with running_nbgrader(), Gradebook(self.db_url) as gb:
-            plugin.export(gb)
+        with running_nbgrader(), Gradebook(self.db_url) as gb, path.open("w", encoding="utf-8", newline="") as fh:
+            assignment = gb.find_assignment(self.lab.id)
+            max_grades = {c.name: c.max_score for nb in assignment.notebooks for c in nb.grade_cells}
+            writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+            writer.writeheader()
+            for student in gb.students:
+                row = {
+                    "assignment": assignment.name,
+                    "duedate": assignment.duedate or "",
+                    "student_id": student.id,
+                    "last_name": student.last_name or "",
+                    "first_name": student.first_name or "",
+                    "email": student.email or "",
+                }
+                try:
+                    submission = gb.find_submission(self.lab.id, student.id)
+                except MissingEntry:
+                    grades, penalty, row["timestamp"] = {k: (0.0, v) for k, v in max_grades.items()}, 0.0, ""
+                else:
+                    grades = {g.name: (g.score, g.max_score) for nb in submission.notebooks for g in nb.grades}
+                    penalty, row["timestamp"] = submission.late_submission_penalty or 0.0, submission.timestamp
+                raw, max_score = core_total(grades)
+                optional, optional_max = optional_total(grades)
+                row |= {
+                    "raw_score": raw,
+                    "late_submission_penalty": penalty,
+                    "score": max(0.0, raw - penalty),
+                    "max_score": max_score,
+                    "optional_score": optional,
+                    "optional_max_score": optional_max,
+                }
+                writer.writerow(row)
+
+
+CSV_COLUMNS = [
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+    "optional_score",
+    "optional_max_score",
+]
+
+
+def _total(grades: dict, optional: bool) -> tuple[float, float]:
+    cells = [v for k, v in grades.items() if is_optional(k) == optional]
+    return float(sum(s or 0.0 for s, _ in cells)), float(sum(m or 0.0 for _, m in cells))
+
+
+def core_total(grades: dict) -> tuple[float, float]:
+    """(score, max score) of the graded core: every cell but the optional (``-stretch-``) ones."""
+    return _total(grades, optional=False)
+
+
+def optional_total(grades: dict) -> tuple[float, float]:
+    """(score, max score) of the optional (``-stretch-``) cells, graded apart from the core."""
+    return _total(grades, optional=True)
 
 
 def safe_url(url: str) -> str:

@@ -27,6 +27,7 @@ from .feedback import feedback_html
 from .gradebook import Course, safe_url
 from .nbgrader_compat import shared_gradebook_engines
 from .preflight import check_adapter_cache, check_model_cache, course_view, sandbox_env
+from .self_check import is_optional
 from .submissions import (
     FLAGS,
     GradedTest,
@@ -237,7 +238,7 @@ def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: in
                 result.score, result.max_score, grades = course.scores(result.student)
             else:
                 grades = {}
-                result.max_score = sum(cell_points(sources["en"]).values())
+                result.max_score = sum(p for g, p in cell_points(sources["en"]).items() if not is_optional(g))
             fill_tests(plan, result, grades)
             results.append(result)
             progress(

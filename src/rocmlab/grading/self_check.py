@@ -13,7 +13,6 @@ visible test passed, 1 when one failed, 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 import shutil
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 
 from ..course.catalog import LANGUAGES, SMOKE, Lab, Requires, discover
 from ..course.notebooks import solution_notebook, write_notebook
+from ..course.parameters import INJECTED, notebook_parameters
+from ..course.source import CACHED_ASSETS
 from ..errors import ExitCode, InputError
 from ..execution.papermill_engine import TIMEOUT_ENAME
 from ..root import find_root
@@ -122,9 +123,6 @@ def _hint(owner: str, message: str) -> str:
     )
 
 
-INJECTED = "injected-parameters"  # papermill's tag on the parameters cell it adds for a run
-
-
 def first_error(executed, course: dict[str, str] | None, injected_ids: frozenset = frozenset()) -> FirstError | None:
     """The first non-test cell that raised before the first failing test (None: the tests failed on their own).
     Its position counts the cells the learner has: not the ``injected_ids`` (or, without them, any
@@ -151,25 +149,12 @@ def _added_by_run(cell, injected_ids: frozenset) -> bool:
     return not injected_ids or cell.get("id") not in injected_ids
 
 
-def notebook_parameters(nb) -> dict:
-    """The literal values the notebook's parameters cell assigns (a downloaded notebook's own
-    profile), later injected ones overriding; a value that is not a literal is left out."""
-    values = {}
-    for cell in nb.cells:
-        tags = cell.get("metadata", {}).get("tags", [])
-        if cell.cell_type != "code" or not {"parameters", INJECTED} & set(tags):
-            continue
-        try:
-            body = ast.parse(cell.source).body
-        except SyntaxError:
-            continue
-        for node in body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                try:
-                    values[node.targets[0].id] = ast.literal_eval(node.value)
-                except ValueError:
-                    continue
-    return values
+def notebook_cache_needs(nb) -> Requires:
+    """A downloaded notebook's smoke run's cached assets (``metadata.rocmlab.cache_needs``, written
+    by ``rocmlab build``), for the preflight where no ``lab.toml`` is at hand; unknown names are ignored."""
+    needs = nb.metadata.get("rocmlab", {}).get("cache_needs", [])
+    names = {n for n in needs if isinstance(n, str) and n in CACHED_ASSETS} if isinstance(needs, list) else set()
+    return Requires(**dict.fromkeys(names, True))
 
 
 def course_cells(lab: Lab | None, lang: str) -> dict[str, str] | None:
@@ -237,6 +222,8 @@ def run_check(
         timeout_s, cell_timeout_s = smoke.timeout_s, smoke.cell_timeout_s
         if not keep_params:
             params, requires = smoke.parameters, smoke.requires
+    elif not keep_params:
+        requires = notebook_cache_needs(nb)
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
     own = notebook_parameters(nb)  # what the notebook runs with where no profile's parameters replace them
     check_model_cache({**own, **params}, other_user=is_root())

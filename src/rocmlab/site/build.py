@@ -140,10 +140,17 @@ def markdown_html(text: str) -> str:
     return markdown2html_mistune(text)
 
 
-def changelog_html(lab: Lab) -> str:
-    """The lab's CHANGELOG (its newest entries first, as written), without its title line."""
-    path = lab.folder / "CHANGELOG.md"
+CHANGELOG = {"en": "CHANGELOG.md", "zh": "CHANGELOG.zh.md"}  # a lab's changelog, per language of its page
+
+
+def changelog_html(lab: Lab, lang: str) -> str:
+    """The lab's changelog in ``lang`` (its newest entries first, as written), without its title line;
+    "" for a lab with no changelog. A lab with an English one and no Chinese one is an InputError: the
+    zh page would otherwise show English developer text."""
+    path = lab.folder / CHANGELOG[lang]
     if not path.is_file():
+        if (lab.folder / CHANGELOG["en"]).is_file():
+            raise InputError(f"{path}: missing (the zh page's changelog; {CHANGELOG['en']} has no zh rendering)")
         return ""
     text = re.sub(r"\A#[^\n]*\n", "", path.read_text(encoding="utf-8"))
     return markdown_html(re.sub(r"^## ", "### ", text, flags=re.MULTILINE))
@@ -208,7 +215,7 @@ def _render(root: Path, staging: Path, labs: list[Lab], verdicts: dict, launch: 
             notebook = student_notebook(root, lang, lab)
             verdict, last_pass = verdicts.get(lab.id, ("unknown", ""))
             page = LabPage(
-                lab, lang, lab.title[lang], verdict, last_pass, launch.url(lang, lab.id), changelog_html(lab)
+                lab, lang, lab.title[lang], verdict, last_pass, launch.url(lang, lab.id), changelog_html(lab, lang)
             )
             page.body_html = notebook_html(notebook)
             built = root / "labs" / lang / lab.id
