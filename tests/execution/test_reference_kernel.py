@@ -1,5 +1,5 @@
 """The reference kernel (rocmlab.execution.reference_kernel): started once, it runs the solution's
-code (not its graded tests), takes the run's parameters, answers the harness's requests, and is
+code cells (its visible tests too), takes the run's parameters, answers the harness's requests, and is
 kept for every later run with the same key; one that failed is reported, never started again."""
 
 import os
@@ -23,8 +23,8 @@ def _notebook(*cells):
 SOLUTION = _notebook(
     ("import os\nSCALE = 1", {"tags": ["parameters"]}),
     ("def scaled(x):\n    return x * SCALE", {"nbgrader": {"solution": True, "grade": False}}),
-    ("assert False, 'a graded test cell is not run'", {"nbgrader": {"grade": True, "solution": False}}),
-    ("READY = True", {}),
+    ("_checked = scaled(2)", {"nbgrader": {"grade": True, "solution": False}}),
+    ("READY = _checked > 0  # a later cell uses what a test cell defined (lab 07 does)", {}),
 )
 
 
@@ -47,9 +47,10 @@ def _start(spec, env):
     return _start_kernel(Spec(**spec), env)
 
 
-def test_solution_cells_leave_out_graded_tests_and_set_parameters_after_the_parameters_cell():
+def test_solution_cells_are_every_code_cell_with_the_parameters_after_the_parameters_cell():
     cells = solution_cells(SOLUTION, {"SCALE": 3})
-    assert cells == ["import os\nSCALE = 1", "SCALE = 3", SOLUTION.cells[2].source, "READY = True"]
+    code = [c.source for c in SOLUTION.cells if c.cell_type == "code"]
+    assert cells == [code[0], "SCALE = 3", *code[1:]]
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ checking. The kernel runs only the solution's code (the course's ``solutions/``,
 sees) and the checks' requests; it never sees learner code.
 
 Its cost is paid once per worker, not per learner: the worker starts it on the first run whose
-harness names it (``reference_options``), runs the solution's code cells in it (its graded test
-cells left out, the profile's parameters set after the parameters cell), and keeps it for every
+harness names it (``reference_options``), runs the solution's code cells in it (the profile's
+parameters set after the parameters cell), and keeps it for every
 later run with the same key. It starts through the same kernelspec as a learner's kernel (the
 sandbox's run made for it: the same view, limits and fork server, its own grader user), in its own
 work folder with the lab's data. It ends with its worker (the sandbox's close), or when a run
@@ -54,14 +54,12 @@ def reference_options(run, notebook, parameters: dict, cell_timeout_s: int, time
 
 
 def solution_cells(nb, parameters: dict) -> list[str]:
-    """The code the reference kernel runs: the notebook's code cells but its graded tests, with
-    the ``parameters`` assigned right after the cell tagged ``parameters`` (as papermill does)."""
+    """The code the reference kernel runs: every code cell of the notebook, as a run of it runs
+    them (its visible tests too: a later cell may use what one defines), with the
+    ``parameters`` assigned right after the cell tagged ``parameters`` (as papermill does)."""
     cells = []
     for cell in nb.cells:
         if cell.cell_type != "code":
-            continue
-        grading = cell.get("metadata", {}).get("nbgrader") or {}
-        if grading.get("grade") and not grading.get("solution"):
             continue
         cells.append(cell.source)
         if "parameters" in cell.get("metadata", {}).get("tags", []) and parameters:
