@@ -415,3 +415,27 @@ def test_without_a_reference_kernel_its_checks_are_grading_errors_not_broken_rul
     raising = Reference(InProcess({}))  # the reference's own code raised: the grader's fault too
     first, _ = run_checks(checks, Learner(InProcess(learner)), seed=3, reference=raising)
     assert "the reference kernel raised NameError" in first.error and first.detail == ""
+
+
+def test_the_course_s_own_notebook_is_its_own_reference_and_a_learner_s_is_not():
+    """``rocmlab run`` / ``build --verify`` (``OWN_KERNEL``): the run's kernel answers as the
+    reference too; a run whose harness names no reference kernel grades those checks as errors."""
+    from jupyter_client.manager import start_new_kernel
+
+    from rocmlab.harness import OWN_KERNEL, run_harness
+
+    km, kc = start_new_kernel()
+    try:
+        kc.execute_interactive(
+            "values = [1.0, 2.0]\ndef scaled(v, s):\n    return [x * s for x in v]\ndef double(x):\n    return 2 * x\n",
+            timeout=60,
+        )
+        config = {"source": DIFFERENTIAL, "seed": 3, "probe_timeout_s": 30}
+        own = run_harness(kc, km, {**config, "reference": OWN_KERNEL})
+        assert [c["passed"] for c in own["checks"]] == [True, True]
+        graded = run_harness(kc, km, config, reference="it did not run the solution: KeyError: 'model'")
+        first, second = graded["checks"]
+        assert "the reference kernel: it did not run the solution" in first["error"] and second["passed"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
