@@ -509,16 +509,16 @@ def loss_bf16(learner, variant):
     en="causal_lm_loss on a real batch of the lab's model equals the cross-entropy of its logits",
     zh="causal_lm_loss 在本实验模型的真实批次上等于其 logits 的交叉熵",
 )
-def loss_real_batch(learner, variant):
+def loss_real_batch(learner, variant, reference):
     rng = variant.random
-    n = learner.eval("len(fit_samples)")
+    n = reference.eval("len(fit_samples)")
     # windows from the ends of two real samples (the answer part), the second one shorter and padded: the
     # logits of a large vocabulary stay small enough to send back
     samples = []
     for length in (rng.randint(16, 24), rng.randint(6, 15)):
-        sample = learner.eval("fit_samples[i]", i=rng.randrange(n))
+        sample = reference.eval("fit_samples[i]", i=rng.randrange(n))
         samples.append({"input_ids": sample["input_ids"][-length:], "labels": sample["labels"][-length:]})
-    batch = collate_reference(samples, learner.get("PAD_ID"))
+    batch = collate_reference(samples, reference.get("PAD_ID"))
     ids, mask = torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"])
     labels = torch.tensor(batch["labels"])
     setup = (
@@ -526,15 +526,11 @@ def loss_real_batch(learner, variant):
         "with __t.no_grad():\n"
         "    __logits = peft_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits\n"
     )
-    logits, got = learner.eval(
-        "(__logits.float().cpu(), causal_lm_loss(__logits, labels.to(device)).cpu())",
-        setup=setup,
-        ids=ids,
-        mask=mask,
-        labels=labels,
-    )
-    tol = 1e-5 if learner.eval("str(DTYPE)") == "torch.float32" else 1e-3
-    want = loss_reference(logits, labels)
+    # the lab's model runs in the reference kernel; the learner's loss gets its logits as they are
+    logits = reference.eval("__logits.cpu()", setup=setup, ids=ids, mask=mask)
+    got = learner.eval("causal_lm_loss(l.to(device), labels.to(device)).cpu()", l=logits, labels=labels)
+    tol = 1e-5 if reference.eval("str(DTYPE)") == "torch.float32" else 1e-3
+    want = loss_reference(logits.float(), labels)
     assert math.isclose(scalar(got), want, rel_tol=tol, abs_tol=tol), f"{float(got)} vs {want}"
 
 
@@ -698,9 +694,10 @@ def mean_exact(scores):
     return sum(scores["exact_match"][k] for k in EXACT) / len(EXACT)
 
 
-def recomputed_scores(learner):
-    """base and tuned scores recomputed here from the notebook's predictions and references."""
-    references = learner.get("EVAL_REFERENCES")
+def recomputed_scores(learner, reference):
+    """base and tuned scores recomputed here from the notebook's predictions and the lab's
+    references (the reference kernel's: any later cell of the learner's may rebind theirs)."""
+    references = reference.get("EVAL_REFERENCES")
     n = PARAMETERS["N_EVAL"]  # noqa: F821 (the run's, from the harness)
     assert type(references) is list and 0 < len(references) <= n, "EVAL_REFERENCES"
     assert all(type(r) is dict and set(KEYS) <= set(r) for r in references), "EVAL_REFERENCES"
@@ -742,6 +739,17 @@ ADAPTER_SETUP = """
 from peft import get_peft_model_state_dict as __state
 from safetensors.torch import load_file as __load
 """
+# in the reference kernel: the dev loss of the learner's adapter weights ``w``, its own restored after
+LEARNER_ADAPTER_LOSS = """
+from peft import get_peft_model_state_dict as __state, set_peft_model_state_dict as __set
+__own = {k: v.detach().clone() for k, v in __state(peft_model).items()}
+try:
+    assert set(w) == set(__own), "the adapter's tensors are not the lab's"
+    __set(peft_model, {k: v.to(__own[k].device, __own[k].dtype) for k, v in w.items()})
+    __tuned = mean_loss(peft_model, dev_samples)
+finally:
+    __set(peft_model, __own)
+"""
 SAME_WEIGHTS = (
     "all(__t.equal(v.cpu(), __b[k]) for k, v in __state(peft_model).items()) and set(__state(peft_model)) == set(__b)"
 )
@@ -754,14 +762,15 @@ SAME_WEIGHTS = (
     "whose weights are loaded, or all MAX_STEPS run here",
     zh="微调后的适配器来自这个配方：你的循环的损失与课程构建相对差不超过 1e-3 且加载了构建的权重，或者在这里跑完全部 MAX_STEPS 步",
 )
-def trained_is_the_recipe(learner, variant):
+def trained_is_the_recipe(learner, variant, reference):
     state = trained_state(learner)
-    losses, build = state["losses"], learner.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
+    # the course's build as the solution finds it: a learner's COURSE_BUILD may name a folder of its own
+    losses, build = state["losses"], reference.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
     if build is None:
         assert state["STEPS_HERE"] == state["MAX_STEPS"], "no course build, yet not every step ran here"
         assert PARAMETERS["TRAINER"] != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
         return
-    manifest = json.loads(learner.file(build + "/rocmlab-adapter.json"))
+    manifest = json.loads(reference.eval("open(p, encoding='utf-8').read()", p=build + "/rocmlab-adapter.json"))
     theirs = manifest["losses"]
     assert manifest["steps"] == state["MAX_STEPS"] == len(theirs) and len(losses) <= len(theirs), "the build's steps"
     for step, (mine, ref) in enumerate(zip(losses, theirs), 1):
@@ -777,11 +786,18 @@ def trained_is_the_recipe(learner, variant):
     en="training: the dev loss after tuning is below the base model's",
     zh="训练：微调后的 dev 损失低于基座模型",
 )
-def trained_dev_loss(learner, variant):
+def trained_dev_loss(learner, variant, reference):
     state = trained_state(learner)
     base, tuned = state["base_dev_loss"], state["tuned_dev_loss"]
     assert type(base) is float and type(tuned) is float and math.isfinite(tuned), "dev losses"
-    assert tuned < base, f"dev loss {base} -> {tuned}"
+    # both measured by the reference kernel on the lab's dev set: the base model, and the
+    # learner's own adapter weights loaded into the reference's model for that one measure
+    weights = learner.eval("{k: v.detach().cpu() for k, v in __state(peft_model).items()}", setup=ADAPTER_SETUP)
+    assert isinstance(weights, dict) and weights, "no adapter weights"
+    want_base, want_tuned = reference.eval("(base_dev_loss, __tuned)", setup=LEARNER_ADAPTER_LOSS, w=weights)
+    assert math.isclose(base, want_base, rel_tol=1e-3), f"base dev loss {base}, the lab's model gives {want_base}"
+    assert math.isclose(tuned, want_tuned, rel_tol=1e-3), f"tuned dev loss {tuned}, your adapter gives {want_tuned}"
+    assert want_tuned < want_base, f"dev loss {want_base} -> {want_tuned}"
     metrics = json.loads(learner.file("metrics.json"))
     assert metrics["dev_loss"] == {"base": base, "tuned": tuned}, "metrics.json disagrees"
 
@@ -792,8 +808,8 @@ def trained_dev_loss(learner, variant):
     en="tuned valid-JSON rate >= max(0.75, base + 0.5)",
     zh="微调后的 JSON 有效率 >= max(0.75, 基座 + 0.5)",
 )
-def tuned_valid_json(learner, variant):
-    scores = recomputed_scores(learner)
+def tuned_valid_json(learner, variant, reference):
+    scores = recomputed_scores(learner, reference)
     assert scores["tuned"]["valid_json"] >= max(0.75, scores["base"]["valid_json"] + 0.5), scores
 
 
@@ -803,8 +819,8 @@ def tuned_valid_json(learner, variant):
     en="tuned defect_type exact match >= 0.5 and mean exact match >= base + 0.2",
     zh="微调后 defect_type 精确匹配 >= 0.5，且平均精确匹配 >= 基座 + 0.2",
 )
-def tuned_exact_match(learner, variant):
-    scores = recomputed_scores(learner)
+def tuned_exact_match(learner, variant, reference):
+    scores = recomputed_scores(learner, reference)
     assert scores["tuned"]["exact_match"]["defect_type"] >= 0.5, scores["tuned"]
     assert mean_exact(scores["tuned"]) >= mean_exact(scores["base"]) + 0.2, scores
 
@@ -815,8 +831,8 @@ def tuned_exact_match(learner, variant):
     en="tuned ROUGE-L >= base + 0.05",
     zh="微调后的 ROUGE-L >= 基座 + 0.05",
 )
-def tuned_rouge(learner, variant):
-    scores = recomputed_scores(learner)
+def tuned_rouge(learner, variant, reference):
+    scores = recomputed_scores(learner, reference)
     assert scores["tuned"]["rouge_l"] >= scores["base"]["rouge_l"] + 0.05, scores
 
 
@@ -826,11 +842,11 @@ def tuned_rouge(learner, variant):
     en="the reported scores are the metrics of the predictions, and score_predictions called again gives the same",
     zh="报告的分数就是这些预测的指标，再调用一次 score_predictions 结果相同",
 )
-def scores_are_pure(learner, variant):
-    state, scores = trained_state(learner), recomputed_scores(learner)
+def scores_are_pure(learner, variant, reference):
+    state, scores = trained_state(learner), recomputed_scores(learner, reference)
     consistent(state["base_scores"], scores["base"])
     consistent(state["tuned_scores"], scores["tuned"])
-    again = learner.eval("score_predictions(tuned_predictions, EVAL_REFERENCES)")
+    again = learner.eval("score_predictions(tuned_predictions, r)", r=reference.get("EVAL_REFERENCES"))
     assert again == state["tuned_scores"], "a second call differs"
     metrics = json.loads(learner.file("metrics.json"))
     assert metrics["tuned"] == state["tuned_scores"] and metrics["base"] == state["base_scores"], "metrics.json"

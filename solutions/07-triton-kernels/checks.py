@@ -385,20 +385,19 @@ def rmsnorm_strides(learner, variant):
     en="rmsnorm agrees with the model's own RMSNorm modules",
     zh="rmsnorm 与模型自带的 RMSNorm 模块一致",
 )
-def rmsnorm_model(learner, variant):
+def rmsnorm_model(learner, variant, reference):
     setup = (
         "_mods = [m for m in model.modules() if type(m).__name__.endswith('RMSNorm')]\n"
         "_m = _mods[i % len(_mods)]\n"
         "_h = h.to(device)\n"
-        "with torch.no_grad():\n"
-        "    _pair = (rmsnorm(_h, _m.weight, _m.variance_epsilon), _m(_h))\n"
     )
-    hidden = learner.eval("int(model.config.hidden_size)")
+    mine = setup + "with torch.no_grad():\n    _out = rmsnorm(_h, _m.weight, _m.variance_epsilon)\n"
+    stock = setup + "with torch.no_grad():\n    _out = _m(_h).float().cpu()\n"
+    hidden = reference.eval("int(model.config.hidden_size)")
     for i in (0, variant.random.randint(1, 100)):
         h = torch.randn(3, hidden, generator=variant.torch())
-        got, stock = learner.eval("_pair", setup=setup, h=h, i=i)
-        _tensor(got, "rmsnorm")
-        _close(got, _tensor(stock, "module").to(got.dtype), 1e-5, f"module {i}")
+        got = _tensor(learner.eval("_out", setup=mine, h=h, i=i), "rmsnorm")
+        _close(got, _tensor(reference.eval("_out", setup=stock, h=h, i=i), "module").to(got.dtype), 1e-5, f"module {i}")
 
 
 @check(
@@ -455,8 +454,6 @@ def _counting_rmsnorm(x, weight, eps):
 def _counting_swiglu(gate, up):
     _calls["swiglu"] += 1
     return _real[1](gate, up)
-_kinds = {"rmsnorm": sum(type(m).__name__.endswith("RMSNorm") for m in model.modules()),
-          "mlp": sum(type(m).__name__.endswith("MLP") for m in model.modules())}
 def _logits():
     batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS).to(device)
     with torch.no_grad():
@@ -483,18 +480,41 @@ except KeyError:
 _left_after_raise = sum(_not_restored(m) for m in model.modules())
 _after_raise = _logits()
 """
-MODEL_RESULT = "(_kinds, _counts, dict(_calls), _stock, _swapped, _left_after, _after, _raised_inside, _left_after_raise, _after_raise)"
+MODEL_RESULT = (
+    "(_counts, dict(_calls), _stock, _swapped, _left_after, _after, _raised_inside, _left_after_raise, _after_raise)"
+)
 
 
-def _model_run(learner, variant):
-    reports = learner.eval("[r['description'] for r in lab.load_qc_reports('eval')]")
-    assert isinstance(reports, list) and reports, "no qc_reports eval descriptions"
+# the stock model's side, asked of the reference kernel (the solution's model, never the
+# learner's names): what a learner's kernel computes for itself is no reference
+STOCK_SETUP = """
+_kinds = {"rmsnorm": sum(type(m).__name__.endswith("RMSNorm") for m in model.modules()),
+          "mlp": sum(type(m).__name__.endswith("MLP") for m in model.modules())}
+_batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS).to(device)
+with torch.no_grad():
+    _stock = model(**_batch).logits.float().cpu()
+"""
+STOCK_TOL = 1e-5  # the learner's stock model against the reference's: the same weights and code
+
+
+def _model_run(learner, variant, reference):
+    """The learner's run of the swap, and the reference kernel's stock model on the same prompts."""
+    reports = reference.eval("[r['description'] for r in lab.load_qc_reports('eval')]")
     picked = variant.random.choice([str(r) for r in reports])
     prompts = [
         "复检：" + picked,
         "来料检验：外壳" + variant.random.choice(["划伤", "变形", "色差"]),
     ]  # the second is padded
-    return learner.eval(MODEL_RESULT, setup=MODEL_SETUP, prompts=prompts)
+    kinds, stock = reference.eval("(_kinds, _stock)", setup=STOCK_SETUP, prompts=prompts)
+    names = ("counts", "calls", "stock", "swapped", "left", "after", "raised_inside", "left_raise", "after_raise")
+    got = learner.eval(MODEL_RESULT, setup=MODEL_SETUP, prompts=prompts)
+    assert isinstance(got, tuple) and len(got) == len(names), "the swap's results"
+    return {"kinds": kinds, "reference": stock, **dict(zip(names, got, strict=True))}
+
+
+def _near(got, stock, tol, what):
+    diff = (_tensor(got, what).double() - stock.double()).abs().max().item()
+    assert diff <= tol * (1 + stock.abs().max().item()), f"{what}: max |diff| {diff:.3g}"
 
 
 @check(
@@ -503,9 +523,9 @@ def _model_run(learner, variant):
     en="triton_kernels_in yields the numbers of RMSNorm and MLP modules swapped",
     zh="triton_kernels_in 给出换掉的 RMSNorm 与 MLP 模块数",
 )
-def model_counts(learner, variant):
-    kinds, counts = _model_run(learner, variant)[:2]
-    assert counts == kinds, f"counts {counts}, modules {kinds}"
+def model_counts(learner, variant, reference):
+    run = _model_run(learner, variant, reference)
+    assert run["counts"] == run["kinds"], f"counts {run['counts']}, modules {run['kinds']}"
 
 
 @check(
@@ -515,9 +535,12 @@ def model_counts(learner, variant):
     "per forward, looked up when called",
     zh="块内每次前向中每个 RMSNorm、MLP 模块在调用时按名字各调用一次 rmsnorm / swiglu",
 )
-def model_calls(learner, variant):
-    kinds, _, calls = _model_run(learner, variant)[:3]
-    assert calls == {"rmsnorm": kinds["rmsnorm"], "swiglu": kinds["mlp"]}, f"calls {calls}, modules {kinds}"
+def model_calls(learner, variant, reference):
+    run = _model_run(learner, variant, reference)
+    kinds = run["kinds"]
+    assert run["calls"] == {"rmsnorm": kinds["rmsnorm"], "swiglu": kinds["mlp"]}, (
+        f"calls {run['calls']}, modules {kinds}"
+    )
 
 
 @check(
@@ -526,10 +549,9 @@ def model_calls(learner, variant):
     en="logits inside the block match the stock model within 1e-3 × (1 + max |stock logit|)",
     zh="块内的 logits 与原模型相差不超过 1e-3 × (1 + 原 logits 最大绝对值)",
 )
-def model_logits(learner, variant):
-    stock, swapped = _model_run(learner, variant)[3:5]
-    diff = (_tensor(swapped, "logits").double() - stock.double()).abs().max().item()
-    assert diff <= 1e-3 * (1 + stock.abs().max().item()), f"max |diff| {diff:.3g}"
+def model_logits(learner, variant, reference):
+    run = _model_run(learner, variant, reference)
+    _near(run["swapped"], run["reference"], 1e-3, "logits")
 
 
 @check(
@@ -538,12 +560,13 @@ def model_logits(learner, variant):
     en="every module is restored on leaving the block, also when the block raises",
     zh="离开 with 块时（包括块内抛出异常时）每个模块都恢复原样",
 )
-def model_restored(learner, variant):
-    _, _, _, stock, _, left, after, raised_inside, left_raise, after_raise = _model_run(learner, variant)
-    assert left == 0 and torch.equal(_tensor(after, "logits"), stock), "not restored after the block"
-    assert raised_inside and left_raise == 0 and torch.equal(_tensor(after_raise, "logits"), stock), (
-        "not restored after a raise"
-    )
+def model_restored(learner, variant, reference):
+    run = _model_run(learner, variant, reference)
+    stock = _tensor(run["stock"], "logits")
+    _near(stock, run["reference"], STOCK_TOL, "the notebook's model before the block")
+    assert run["left"] == 0 and torch.equal(_tensor(run["after"], "logits"), stock), "not restored after the block"
+    assert run["raised_inside"] and run["left_raise"] == 0, "not restored after a raise"
+    assert torch.equal(_tensor(run["after_raise"], "logits"), stock), "not restored after a raise"
 
 
 # ---------------------------------------------------------------- 5 · lanes, wave32, configs

@@ -19,11 +19,18 @@ random inputs from a seed drawn per learner and run, recorded for regrades.
 
 The points of a test cell's checks add up to the cell's points; nbgrader's gradebook gets the
 sum of the passed ones as the cell's autograded score (``grading.cells.score_tests``).
+
+A check that needs the lab's model or runtime for its reference (the stock model's logits, the
+course's own data as the solution loads it) takes a third argument, ``reference``: the same
+channel to a second, trusted kernel that ran the lab's solution (``rocmlab.execution.reference_kernel``)
+and never sees learner code. It asks both the same question on the same inputs and compares the
+answers here: differential checking. Anything the reference fails to answer is a ``GradingError``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import random
@@ -56,6 +63,7 @@ class Check:
     rule: dict  # {"en": ..., "zh": ...}
     function: object = field(repr=False, compare=False, default=None)
     counts_with: tuple = ()  # the checks whose rule this one qualifies: it counts only if they pass
+    wants_reference: bool = False  # the function takes ``reference`` (the trusted reference kernel)
 
 
 def check(grade_id: str, *, points: float, en: str, zh: str, counts_with: str | tuple = ()):
@@ -67,7 +75,8 @@ def check(grade_id: str, *, points: float, en: str, zh: str, counts_with: str | 
 
     def mark(function):
         rule = {"en": en, "zh": zh}
-        function.rocmlab_check = Check(grade_id, function.__name__, float(points), rule, function, with_)
+        wants = "reference" in inspect.signature(function).parameters
+        function.rocmlab_check = Check(grade_id, function.__name__, float(points), rule, function, with_, wants)
         return function
 
     return mark
@@ -189,6 +198,37 @@ class Learner:
         answer = decode(reply)
         self.values += not isinstance(answer, Raised)
         return answer
+
+
+class Reference:
+    """The check's view of the trusted reference kernel: the lab's solution, run once per worker
+    and asked the same questions as the learner's kernel. It answers with plain data like the
+    learner's; anything it does not answer (it raised, timed out, never started) is the grader's
+    fault: a ``GradingError``, never a broken rule."""
+
+    def __init__(self, channel=None, unavailable: str = ""):
+        self._asked = Learner(channel) if channel is not None else None
+        self.unavailable = unavailable or ("" if channel is not None else "no reference kernel for this run")
+
+    def eval(self, expr: str, setup: str = "", **values):
+        if self._asked is None:
+            raise GradingError(f"the reference kernel: {self.unavailable}")
+        try:
+            return self._asked.eval(expr, setup, **values)
+        except LearnerRaised as exc:
+            raise GradingError(f"the reference kernel raised {exc.raised.type} on {expr[:80]!r}") from exc
+        except NoAnswer as exc:
+            raise GradingError(f"the reference kernel gave no answer to {expr[:80]!r}: {exc}") from exc
+
+    def call(self, function: str, *args, **kwargs):
+        if not NAME.fullmatch(function):
+            raise ValueError(f"not a function name: {function!r}")
+        return self.eval(f"{function}(*__args, **__kwargs)", __args=tuple(args), __kwargs=dict(kwargs))
+
+    def get(self, name: str):
+        if not NAME.fullmatch(name):
+            raise ValueError(f"not a variable name: {name!r}")
+        return self.eval(name)
 
 
 class Variant:
@@ -378,11 +418,16 @@ class CheckResult:
         return self.points >= self.max_points and not self.error
 
 
-def run_checks(checks: list[Check], learner: Learner, seed: int, progress=None) -> list[CheckResult]:
+def run_checks(
+    checks: list[Check], learner: Learner, seed: int, progress=None, reference: Reference | None = None
+) -> list[CheckResult]:
+    """Each check's verdict on the learner's answers; ``reference``: the trusted reference kernel
+    the checks that take one are given (none: those checks are grading errors)."""
     results, returned = [], {}  # check name -> whether the learner's code returned a value in it
+    reference = reference or Reference()
     for item in checks:
         values_before = learner.values
-        detail, error = _verdict(item, learner, seed)
+        detail, error = _verdict(item, learner, seed, reference)
         returned[item.name] = learner.values > values_before
         results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail, error))
         if progress:
@@ -412,13 +457,13 @@ def _count_qualifiers(checks: list[Check], results: list[CheckResult]) -> None:
                 changed = True
 
 
-def _verdict(item: Check, learner: Learner, seed: int) -> tuple[str, str]:
+def _verdict(item: Check, learner: Learner, seed: int, reference: Reference) -> tuple[str, str]:
     """(why the learner's answer broke the rule, why the check itself failed); both empty: passed.
     Only what the learner's kernel answered can break a rule: an exception before any answer of
     this check came (its setup), or inside ``own_work``, is a grading error."""
     answers_before, unanswered_before = learner.answers, len(learner.unanswered)
     try:
-        item.function(learner, Variant(seed, item.name))
+        item.function(learner, Variant(seed, item.name), *([reference] if item.wants_reference else []))
     except AnswerTimeExhausted as exc:
         return str(exc), ""
     except NoAnswer as exc:
@@ -447,9 +492,15 @@ def _works(grade_id: str, results: list[CheckResult], returned: dict) -> bool:
     return any(r.grade_id == grade_id and not (r.detail or r.error) and returned[r.name] for r in results)
 
 
-def run_harness(client, manager, config: dict) -> dict:
+OWN_KERNEL = "own kernel"  # ``harness_options(reference=...)``: the run's notebook is the course's own
+
+
+def run_harness(client, manager, config: dict, reference=None) -> dict:
     """The worker's entry: load the checks sent with the run, ask the kernel, return the record
-    the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``)."""
+    the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``). ``reference``: a channel
+    to the worker's reference kernel, or why there is none (``rocmlab.execution.reference_kernel``);
+    with ``config["reference"]`` ``OWN_KERNEL`` (``rocmlab run``, ``build --verify``: the
+    course's own notebooks) the run's kernel is its own reference."""
     seed = int(config["seed"])
     try:
         checks = load_checks(
@@ -464,7 +515,7 @@ def run_harness(client, manager, config: dict) -> dict:
         float(config.get("answer_budget_s", answer_budget_s(len(checks)))),
     )
     learner = Learner(channel)
-    results = run_checks(checks, learner, seed)
+    results = run_checks(checks, learner, seed, reference=_reference(client, manager, config, reference))
     return {
         "seed": seed,
         "requests": learner.requests,
@@ -472,6 +523,14 @@ def run_harness(client, manager, config: dict) -> dict:
         "answer_budget_s": channel.budget_s,
         "checks": [_as_dict(r) for r in results],
     }
+
+
+def _reference(client, manager, config: dict, given) -> Reference:
+    if config.get("reference") == OWN_KERNEL:
+        return Reference(KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S))))
+    if isinstance(given, str) or given is None:
+        return Reference(unavailable=given or "")
+    return Reference(given)
 
 
 def answer_budget_s(checks: int) -> float:
@@ -511,15 +570,22 @@ def lab_parameters(checks_file: Path, overrides: dict | None = None) -> dict:
 
 
 def harness_options(
-    checks_file: Path, seed: int, out: Path, cell_timeout_s: float, parameters: dict | None = None
+    checks_file: Path,
+    seed: int,
+    out: Path,
+    cell_timeout_s: float,
+    parameters: dict | None = None,
+    reference: dict | str | None = None,
 ) -> dict:
     """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
     checks travel as text, as the worker may not see the course. ``parameters``: the profile's
-    (``Profile.parameters``), over the parameters cell's own values."""
+    (``Profile.parameters``), over the parameters cell's own values. ``reference``: the worker's
+    reference kernel (``rocmlab.execution.reference_kernel.reference_options``), or ``OWN_KERNEL``."""
     source = checks_file.read_text(encoding="utf-8")
     probe_timeout_s = min(PROBE_TIMEOUT_S, float(cell_timeout_s))  # a request waits no longer than a cell
     checks = source.count("@check(")
     answers_s = answer_budget_s(checks)
+    starting_s = float(reference.get("timeout_s", 0)) if isinstance(reference, dict) else 0.0
     return {
         "source": source,
         "files": hidden_files(checks_file),
@@ -531,7 +597,9 @@ def harness_options(
         "answer_budget_s": answers_s,
         # beyond the notebook's own limit: every answer, a last interrupted request, and the
         # harness's own work per check; past it the worker ends the run and no check counts
-        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks,
+        # and, the first time, the reference kernel's run of the solution
+        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks + starting_s,
+        **({"reference": reference} if reference else {}),
     }
 
 

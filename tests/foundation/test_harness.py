@@ -370,3 +370,72 @@ def test_the_checks_read_the_runs_parameters_from_the_lab_not_from_the_kernel(tm
     source = "from rocmlab.harness import check\n@check('t-1', points=1, en='e', zh='z')\ndef seed(learner, variant):\n    assert learner.get('SEED') == PARAMETERS['SEED']\n"
     (result,) = run_checks(load_checks(source, "checks.py", parameters={"SEED": 7}), Learner(InProcess({"SEED": 5})), 1)
     assert not result.passed  # the kernel rebound SEED: the harness's own value decides
+
+
+DIFFERENTIAL = """
+from rocmlab.harness import check
+
+@check("t-1", points=1, en="scales the lab's values", zh="缩放本实验的数据")
+def scales_values(learner, variant, reference):
+    s = variant.random.randint(2, 9)
+    assert learner.eval("scaled(values, s)", s=s) == reference.eval("scaled(values, s)", s=s)
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    assert learner.call("double", 4) == 8
+"""
+
+
+def test_a_check_that_takes_reference_compares_the_learner_with_the_reference_kernel():
+    """The same expression on the same inputs, asked of both: a learner who rebinds the lab's data
+    (``values``) so that its own computation agrees with itself no longer agrees with the reference."""
+    from rocmlab.harness import Reference
+
+    checks = load_checks(DIFFERENTIAL, "checks.py")
+    assert [c.wants_reference for c in checks] == [True, False]
+    solution = {"values": [1.0, 2.0], "scaled": lambda v, s: [x * s for x in v], "double": lambda x: 2 * x}
+    reference = Reference(InProcess(dict(solution)))
+    honest = run_checks(checks, Learner(InProcess(dict(solution))), seed=3, reference=reference)
+    assert [r.passed for r in honest] == [True, True]
+    forger = {**solution, "values": [], "scaled": lambda v, s: []}  # agrees with a reference taken in its kernel
+    assert run_checks(checks, Learner(InProcess(forger)), seed=3, reference=Reference(InProcess(forger)))[0].passed
+    forged = run_checks(checks, Learner(InProcess(forger)), seed=3, reference=reference)
+    assert not forged[0].passed and forged[0].detail.startswith("wrong") and forged[0].error == ""
+
+
+def test_without_a_reference_kernel_its_checks_are_grading_errors_not_broken_rules():
+    from rocmlab.harness import Reference
+
+    checks = load_checks(DIFFERENTIAL, "checks.py")
+    learner = {"values": [1.0], "scaled": lambda v, s: v, "double": lambda x: 2 * x}
+    for reference in (None, Reference(unavailable="it did not run the solution: KeyError: 'model'")):
+        first, second = run_checks(checks, Learner(InProcess(learner)), seed=3, reference=reference)
+        assert first.error.startswith("check scales_values: the reference kernel: ") and first.detail == ""
+        assert second.passed
+    raising = Reference(InProcess({}))  # the reference's own code raised: the grader's fault too
+    first, _ = run_checks(checks, Learner(InProcess(learner)), seed=3, reference=raising)
+    assert "the reference kernel raised NameError" in first.error and first.detail == ""
+
+
+def test_the_course_s_own_notebook_is_its_own_reference_and_a_learner_s_is_not():
+    """``rocmlab run`` / ``build --verify`` (``OWN_KERNEL``): the run's kernel answers as the
+    reference too; a run whose harness names no reference kernel grades those checks as errors."""
+    from jupyter_client.manager import start_new_kernel
+
+    from rocmlab.harness import OWN_KERNEL, run_harness
+
+    km, kc = start_new_kernel()
+    try:
+        kc.execute_interactive(
+            "values = [1.0, 2.0]\ndef scaled(v, s):\n    return [x * s for x in v]\ndef double(x):\n    return 2 * x\n",
+            timeout=60,
+        )
+        config = {"source": DIFFERENTIAL, "seed": 3, "probe_timeout_s": 30}
+        own = run_harness(kc, km, {**config, "reference": OWN_KERNEL})
+        assert [c["passed"] for c in own["checks"]] == [True, True]
+        graded = run_harness(kc, km, config, reference="it did not run the solution: KeyError: 'model'")
+        first, second = graded["checks"]
+        assert "the reference kernel: it did not run the solution" in first["error"] and second["passed"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

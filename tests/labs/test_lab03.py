@@ -420,3 +420,72 @@ def test_a_listed_mistake_fails_its_check_and_the_visible_test(ns, listed, item)
     with pytest.raises(AssertionError):
         SOURCE.run(SOURCE.graded[listed.grade_id], namespace=dict(namespace), name=listed.grade_id)
     SOURCE.run(SOURCE.graded[listed.grade_id], namespace=dict(ns), name=listed.grade_id)  # the right one passes
+
+
+# -- the reference kernel (issue 47) -------------------------------------------------------
+def lab_checks_named(*names):
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import hidden_files, lab_parameters, load_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path), parameters)
+    return [c for c in checks if c.name in names]
+
+
+def graded(checks, learner, reference):
+    from rocmlab.harness import Learner, Reference, run_checks
+
+    results = run_checks(checks, Learner(LocalChannel(learner)), seed=47, reference=Reference(LocalChannel(reference)))
+    return {r.name: r for r in results}
+
+
+def test_the_real_batch_loss_is_scored_on_the_logits_of_the_reference_kernels_model(ns):
+    """A learner whose kernel's model gives uniform logits, and whose loss is the constant that
+    uniform logits give, agreed with itself; the reference kernel's model gives other logits."""
+    gen = torch.Generator().manual_seed(3)
+    samples = [{"input_ids": torch.randint(0, 300, (30,), generator=gen).tolist()} for _ in range(5)]
+    samples = [{**s, "labels": [-100] * 10 + s["input_ids"][10:]} for s in samples]
+    reference = {"peft_model": tiny_model(), "fit_samples": samples, "PAD_ID": 0, "DTYPE": torch.float32}
+    reference["device"] = torch.device("cpu")
+    checks = lab_checks_named("loss_real_batch")
+    assert checks[0].wants_reference
+    honest = {"causal_lm_loss": ns["causal_lm_loss"], "device": torch.device("cpu")}
+    assert graded(checks, honest, reference)["loss_real_batch"].passed
+
+    class Uniform(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return type("Out", (), {"logits": torch.zeros(*input_ids.shape, 300)})()
+
+    constant = {**honest, "causal_lm_loss": lambda logits, labels: torch.tensor(math.log(300))}
+    its_own = {**reference, **constant, "peft_model": Uniform()}
+    assert graded(checks, its_own, its_own)["loss_real_batch"].passed  # a reference taken in its kernel
+    forged = graded(checks, constant, reference)["loss_real_batch"]
+    assert not forged.passed and forged.detail.startswith("wrong") and not forged.error
+
+
+def test_the_scores_are_recomputed_against_the_reference_kernels_eval_references():
+    """A learner who rebinds EVAL_REFERENCES to what its model says scores itself perfect; the
+    scores are recomputed against the lab's references, which come from the reference kernel."""
+    keys = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
+    kinds = ["划痕", "气泡", "裂纹", "虚焊", "崩边", "变形"]
+    truth = [
+        {k: f"{kinds[i % 6]}{k[:2]}{i}" if k not in ("defect_type",) else kinds[i % 6] for k in keys} for i in range(12)
+    ]
+    checks = lab_checks_named("tuned_valid_json", "tuned_exact_match", "tuned_rouge")
+    assert all(c.wants_reference for c in checks)
+    reference = {"EVAL_REFERENCES": truth}
+    honest = {
+        "base_predictions": ["不是 JSON"] * 12,
+        "tuned_predictions": [json.dumps(r, ensure_ascii=False) for r in truth],
+    }
+    assert all(r.passed for r in graded(checks, honest, reference).values())
+    guess = dict.fromkeys(keys, "划痕")
+    forger = {
+        "base_predictions": ["不是 JSON"] * 12,
+        "tuned_predictions": [json.dumps(guess, ensure_ascii=False)] * 12,
+        "EVAL_REFERENCES": [guess] * 12,
+    }
+    assert all(r.passed for r in graded(checks, forger, forger).values())  # its own references
+    against_the_lab = graded(checks, forger, reference)
+    assert not against_the_lab["tuned_exact_match"].passed and not against_the_lab["tuned_exact_match"].error

@@ -385,3 +385,47 @@ def test_the_fair_benchmark_holds_what_its_prose_states(runtime_ns, code_cells):
     assert ns["CAPPED"][4]["in_pipeline_ms"] < ns["CAPPED"][None]["in_pipeline_ms"]
     seed = ns["PIPE"][9]
     assert seed["throughput"] > 3 * ns["MONO"][1]["throughput"] and seed["latency_ms"] > 2 * ns["WORK_MS"]
+
+
+def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefinition(runtime_ns):
+    """A learner whose run_pipeline runs one worker per stage, and who rebinds the course's
+    run_async to report no virtual time, made "the workers of one stage work in parallel" hold.
+    The checks bind run_async and Trace from the course package in each request: it fails."""
+    import dataclasses
+
+    from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path))
+    checks = [c for c in checks if c.name in ("pipeline_complete", "pipeline_parallel")]
+    assert all(r.passed for r in run_checks(checks, Learner(InProcess(dict(runtime_ns))), seed=47))
+
+    real_pipeline, real_async = runtime_ns["run_pipeline"], runtime_ns["run_async"]
+
+    async def one_worker_each(items, stages, queue_size=2, trace=None):
+        return await real_pipeline(
+            items, [dataclasses.replace(s, workers=1) for s in stages], queue_size=queue_size, trace=trace
+        )
+
+    def no_time(main, **options):
+        return dataclasses.replace(real_async(main, **options), elapsed_s=0.0)
+
+    forger = {**runtime_ns, "run_pipeline": one_worker_each, "run_async": no_time}
+    source = path.read_text(encoding="utf-8")
+    old_design = source.replace(
+        'COURSE_HELPERS = "from rocmlab.lab.agents import Trace, run_async\\n"', 'COURSE_HELPERS = ""'
+    )
+    assert old_design != source
+    (parallel,) = [c for c in load_checks(old_design, str(path), hidden_files(path)) if c.name == "pipeline_parallel"]
+    assert run_checks([parallel], Learner(InProcess(forger)), seed=47)[0].passed  # the learner's own clock
+    results = {r.name: r for r in run_checks(checks, Learner(InProcess(forger)), seed=47)}
+    assert results["pipeline_complete"].passed  # every message still gets through, one at a time
+    assert not results["pipeline_parallel"].passed and "virtual time" in results["pipeline_parallel"].detail

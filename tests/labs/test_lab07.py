@@ -349,3 +349,94 @@ def test_kernels_swapped_into_tiny_qwen_zh_pass_their_graded_cells(notebook, cel
     for topic in ("rmsnorm", "swiglu", "model"):
         run_cell(cells[f"07-{topic}-1"], "07-{topic}-1", ns)
     assert not any("forward" in vars(m) for m in model.modules()), "the model is left as it was"
+
+
+# ---------------------------------------------------------------- the reference kernel (slow)
+
+# a learner who replaces the lab's model by one of its own: a module with no RMSNorm or MLP whose
+# logits are all zero; its swap counts nothing and changes nothing, so every value its kernel
+# computes agrees with every other (issue 47: "a reference computed in the kernel with the lab's model")
+FAKE_MODEL = """
+class _Zero(torch.nn.Module):
+    config = model.config
+    def forward(self, input_ids=None, attention_mask=None, **kw):
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, 8))
+model = _Zero()
+"""
+TORCH_KERNELS = """
+def rmsnorm(x, weight, eps):
+    x32 = x.float()
+    return (weight.float() * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
+def swiglu(gate, up):
+    return torch.nn.functional.silu(gate) * up
+"""
+
+
+@pytest.fixture(scope="module")
+def model_names(notebook, cells):
+    """A namespace with the course model, the lab's data helpers and the solution's swap, on
+    torch's own rmsnorm / swiglu (the Triton kernels have their own fast tests): the notebook as
+    the reference kernel and an honest learner's kernel hold it after their runs."""
+    from rocmlab import lab
+
+    def names(solution: bool = True):
+        model, tokenizer = lab.load_model("tiny-qwen-zh", device="cpu", dtype="float32")
+        ns = {"torch": torch, "SimpleNamespace": SimpleNamespace, "lab": lab, "device": torch.device("cpu")}
+        ns.update(model=model, tokenizer=tokenizer, MAX_TOKENS=16)
+        ns["get_ipython"] = lambda: SimpleNamespace(user_ns=ns)
+        run_cell("import contextlib\n" + TORCH_KERNELS, "torch kernels", ns)
+        if solution:
+            run_cell(definitions(cells["07-model-sol-1"]), "07-model-sol-1", ns)
+        return ns
+
+    return names
+
+
+def _graded(names, reference_names, checks):
+    from rocmlab.harness import Learner, Reference, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, ns):
+            self.ns = ns
+
+        def ask(self, request):
+            return evaluate(request, self.ns)
+
+    return {
+        r.name: r
+        for r in run_checks(checks, Learner(InProcess(names)), seed=47, reference=Reference(InProcess(reference_names)))
+    }
+
+
+@pytest.mark.slow
+def test_model_checks_take_the_stock_model_from_the_reference_kernel(cells, model_names):
+    """Cost: one course-model load per namespace (three), no lab run. The honest learner passes
+    every model rule against the reference; the learner whose kernel holds a model of its own
+    passed them all while the stock model was computed in its kernel, and now passes none."""
+    from rocmlab.harness import lab_checks
+
+    points = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in SOURCE.notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    checks = [
+        c for c in lab_checks(LAB / "checks.py", points) if c.grade_id == "07-model-1" or c.name == "rmsnorm_model"
+    ]
+    assert all(c.wants_reference for c in checks)
+    reference, honest = model_names(), model_names()
+    assert all(r.passed for r in _graded(honest, reference, checks).values())
+
+    forger = model_names(solution=False)
+    run_cell(FAKE_MODEL, "the learner's own model", forger)
+    run_cell(
+        "@contextlib.contextmanager\ndef triton_kernels_in(model):\n    yield {'rmsnorm': 0, 'mlp': 0}\n",
+        "a swap of nothing",
+        forger,
+    )
+    in_its_kernel = _graded(forger, forger, checks)  # the old design: the reference in the learner's kernel
+    assert {n for n, r in in_its_kernel.items() if r.passed} >= {"model_counts", "model_calls", "model_logits"}
+    against_reference = _graded(forger, reference, checks)
+    assert [n for n, r in against_reference.items() if r.passed] == []
+    assert all(r.error == "" for r in against_reference.values())

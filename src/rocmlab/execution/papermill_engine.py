@@ -19,7 +19,9 @@ engine is papermill's nbclient engine with one client class instead of papermill
 - ``interrupt_on_timeout`` (nbclient's own option): a cell past its time limit is interrupted and
   the notebook goes on; the cell gets an error output named ``TIMEOUT_ENAME`` that says so;
 - ``harness``: after the last cell, while the kernel still runs, the trusted harness asks it the
-  lab's checks (``rocmlab.harness.run_harness``) and writes its record to ``harness["out"]``.
+  lab's checks (``rocmlab.harness.run_harness``) and writes its record to ``harness["out"]``;
+  ``reference``: the worker's reference kernel for those checks, or why there is none
+  (``rocmlab.execution.reference_kernel``).
 
 papermill saves the notebook at each cell's start and end, so that a run stopped from outside
 (its whole-lab limit, a crash) leaves each cell's state on disk. Those saves are compact JSON
@@ -112,7 +114,8 @@ class LimitedNotebookClient(PapermillNotebookClient):
             from ..harness import run_harness
             from .results import write_json_atomic
 
-            write_json_atomic(Path(self.harness["out"]), run_harness(self.kc, self.km, self.harness))
+            record = run_harness(self.kc, self.km, self.harness, getattr(self, "reference", None))
+            write_json_atomic(Path(self.harness["out"]), record)
 
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
@@ -302,6 +305,7 @@ class LimitedEngine(NBClientEngine):
         if ipc_path:
             options["config"] = ipc_config(ipc_path)
         kernel = options.pop("km", None)  # started ahead for this run (rocmlab.execution.worker): this run's alone
+        reference = options.pop("reference", None)  # the worker's, kept across runs: never this client's
         client = LimitedNotebookClient(
             nb_man,
             km=kernel,
@@ -315,6 +319,7 @@ class LimitedEngine(NBClientEngine):
             **options,
         )
         client.owns_km = True  # so that the client ends that kernel after the run, as one it started
+        client.reference = reference
         return client.execute()
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..course.catalog import GPU, HIDDEN_DATA, MULTI_GPU, SMOKE, Lab, Profile
 from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed, InputError, LabError
-from ..harness import harness_options
+from ..harness import OWN_KERNEL, harness_options
 from .course_assets import asset_builds, needed_assets
 from .outcome import Outcome
 from .results import Record, RecordError, fingerprint, read_record, write_record
@@ -214,8 +214,10 @@ def _run_once(root, lab, profile, target, env_dir, lang, student, allow_errors, 
     if lab.checks.is_file():
         checks_out = env_dir / f".{lab.id}.checks.json"
         seed = secrets.randbelow(2**31)
+        # the course's own notebook (solution, student version, a listed mistake): its kernel is
+        # its own reference; a learner's is graded against a reference kernel (rocmlab grade)
         spec.engine_options["harness"] = harness_options(
-            lab.checks, seed, checks_out, profile.cell_timeout_s, profile.parameters
+            lab.checks, seed, checks_out, profile.cell_timeout_s, profile.parameters, OWN_KERNEL
         )
     outcome = run_notebook(spec)
     if lab.checks.is_file() and not student:

@@ -299,7 +299,16 @@ def _kill_kernel(manager) -> None:
             process.kill()
 
 
-def _execute(spec: Spec, kernel=None) -> dict:
+def _reference(spec: Spec, kept) -> dict:
+    """The engine option ``reference`` of a run whose harness names a reference kernel: the one
+    the worker keeps (``kept``), started as a prestarted kernel is when it is not yet there."""
+    options = (spec.engine_options.get("harness") or {}).get("reference")
+    if kept is None or not isinstance(options, dict):
+        return {}
+    return {"reference": kept.channel_for(options, lambda s, env: _start_kernel(Spec(**s), env))}
+
+
+def _execute(spec: Spec, kernel=None, kept=None) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -320,6 +329,7 @@ def _execute(spec: Spec, kernel=None) -> dict:
             start_timeout=120,
             **({"km": kernel} if kernel is not None else {}),
             **spec.engine_options,
+            **_reference(spec, kept),
         )
         return {"status": "passed"}
     except PapermillExecutionError as exc:
@@ -363,7 +373,10 @@ def serve() -> int:
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything printed (papermill, a kernel) goes to the log, not into the answers
     processes.exit_on_sigterm()
+    from .reference_kernel import Kept
+
     warm: dict = {}  # a coming run's folder -> its kernel, started ahead (Worker.run's prestart)
+    reference = Kept()  # the reference kernel, kept across runs (rocmlab.execution.reference_kernel)
     for line in sys.stdin:
         request = json.loads(Path(line.strip()).read_text(encoding="utf-8"))
         os.environ.clear()
@@ -379,16 +392,17 @@ def serve() -> int:
                 coming = Spec(**request["prestart"]["spec"])
                 with contextlib.suppress(Exception):  # then that run starts its kernel itself
                     warm[coming.cwd] = _start_kernel(coming, request["prestart"]["env"])
-            result = _execute(spec, kernel)
+            result = _execute(spec, kernel, reference)
         finally:
             leftovers = processes.descendants(os.getpid(), include_self=False)
             if leftovers:  # a forked kernel started ahead is no descendant: nothing to walk then
-                kept = set().union(*(_kernel_pids(k) for k in warm.values()))
+                kept = set().union(reference.pids, *(_kernel_pids(k) for k in warm.values()))
                 leftovers = [p for p in leftovers if p.pid not in kept]
             processes.end(leftovers, KILL_GRACE_S)
         write_json_atomic(Path(request["outcome"]), result)
         answer.write("done\n")
         answer.flush()
+    reference.close()
     return 0
 
 

@@ -27,6 +27,7 @@ from .feedback import feedback_html
 from .gradebook import Course, safe_url
 from .nbgrader_compat import shared_gradebook_engines
 from .preflight import check_adapter_cache, check_model_cache, course_view, sandbox_env
+from .reference import needs_reference, slot_reference
 from .self_check import is_optional
 from .submissions import (
     FLAGS,
@@ -50,6 +51,7 @@ class Plan:
     checks: list  # the lab's hidden checks (rocmlab.harness.Check), in the trusted harness
     seeds: dict = field(default_factory=dict)  # learner -> the seed of an earlier grading (a regrade)
     unstarted: int = 0  # submissions no job has begun yet: kernels are started ahead for them only
+    references: dict = field(default_factory=dict)  # slot -> its reference kernel's options (.reference)
 
 
 def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
@@ -77,7 +79,12 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
             profile.cell_timeout_s,
             profile.timeout_s,
             harness=harness_options(
-                lab.checks, result.seed, output.with_suffix(".checks.json"), profile.cell_timeout_s, profile.parameters
+                lab.checks,
+                result.seed,
+                output.with_suffix(".checks.json"),
+                profile.cell_timeout_s,
+                profile.parameters,
+                slot_reference(plan, slot),
             ),
         )
         executed = executed or prepared
@@ -175,6 +182,7 @@ def _grade_class(
         env=sandbox_env(root),
         prestart=True,
         preimport=lab_imports(sources["en"]),
+        reference=needs_reference(checks),
     )
     try:  # the sandbox's workers start meanwhile
         course = Course(root, lab, out / "course", db_url)

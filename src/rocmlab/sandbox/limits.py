@@ -108,6 +108,7 @@ class Sandbox:
         env: dict | None = None,
         prestart: bool = False,
         preimport: list[str] = (),
+        reference: bool = False,
     ):
         """``hide``: paths the kernel must not see, except ``expose`` (and the interpreter) below
         them; ``isolate``: False for none; ``backend``: one of ``BACKENDS``, else the best here;
@@ -117,7 +118,9 @@ class Sandbox:
         With ``prestart`` two kernels of a slot live at once, so each slot alternates between two
         grader users: a running learner's kernel never shares its uid with the next learner's.
         ``preimport``: modules of ``PREIMPORTABLE`` each kernel imports before ipykernel starts (in
-        the sandbox, as the grader user), so that a prestarted kernel has the lab's heavy imports done."""
+        the sandbox, as the grader user), so that a prestarted kernel has the lab's heavy imports done.
+        ``reference``: each slot gets one more grader user, for its reference kernel
+        (``reference_run``): no learner's kernel shares a uid with it, so none can signal it."""
         self.limits = limits or Limits()
         self.env = dict(env or {})
         self.base = Path(tempfile.mkdtemp(prefix="rocmlab-sandbox-"))
@@ -132,12 +135,14 @@ class Sandbox:
         self.prestart = prestart
         self.preimport = [m for m in preimport if m in PREIMPORTABLE]
         self._turns = 2 if prestart else 1
+        self._stride = self._turns + bool(reference)  # grader users per slot
+        self._references: dict[int, Run] = {}
         self._pending: dict[int, Run] = {}
         self._runs_started: dict[int, int] = {}
         self.grader_users = []
         if self.switch_user:
             try:
-                self.grader_users = claim_users(max(1, slots) * self._turns)
+                self.grader_users = claim_users(max(1, slots) * self._stride)
             except UnsafeLockFolder:
                 shutil.rmtree(self.base, ignore_errors=True)
                 raise
@@ -181,7 +186,7 @@ class Sandbox:
         }
 
     def _uid_gid(self, slot: int, turn: int = 0) -> tuple[int | None, int | None]:
-        return self.users[slot * self._turns + turn] if self.switch_user else (None, None)
+        return self.users[slot * self._stride + turn] if self.switch_user else (None, None)
 
     def _new_worker(self, slot: int) -> Worker:
         """The slot's worker: started on its first run, through a launcher in a root-only folder."""
@@ -257,9 +262,21 @@ class Sandbox:
             run.upcoming = self._pending[slot] = self._make_run(slot, cell_timeout_s)
         return run
 
-    def _make_run(self, slot: int, cell_timeout_s: int) -> Run:
-        turn = self._runs_started.get(slot, 0) % self._turns
-        self._runs_started[slot] = self._runs_started.get(slot, 0) + 1
+    def reference_run(self, slot: int, cell_timeout_s: int) -> tuple[Run, bool]:
+        """The slot's run for its reference kernel (``rocmlab.execution.reference_kernel``), made
+        once, under the slot's own reference user, kept until the sandbox closes; whether it is new."""
+        if self._stride == self._turns:
+            raise ValueError("this sandbox was made without reference=True")
+        run = self._references.get(slot)
+        if run is not None:
+            return run, False
+        run = self._references[slot] = self._make_run(slot, cell_timeout_s, turn=self._turns)
+        return run, True
+
+    def _make_run(self, slot: int, cell_timeout_s: int, turn: int | None = None) -> Run:
+        if turn is None:
+            turn = self._runs_started.get(slot, 0) % self._turns
+            self._runs_started[slot] = self._runs_started.get(slot, 0) + 1
         folder = Path(tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.base))
         os.chmod(folder, 0o711)
         private = folder / "private"
@@ -389,7 +406,7 @@ class Sandbox:
             processes.kill_user(uid)
         for server in self.fork_servers:
             server.close()
-        for run in self._pending.values():  # made ahead for a learner who never came
+        for run in [*self._pending.values(), *self._references.values()]:  # made ahead, or a reference's
             if run.space is not None:
                 mounts.unmount(run.space)
         release_users(self.grader_users)  # sweeps again: only then may another run have them
