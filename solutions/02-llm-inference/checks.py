@@ -805,7 +805,6 @@ def stream_timing(learner, variant):
     points=0.25,
     en="without a usage event output_len is None",
     zh="没有 usage 事件时 output_len 为 None",
-    counts_with="stream_text_usage",
 )
 def stream_no_usage(learner, variant):
     pieces, counts = _script(variant.random)

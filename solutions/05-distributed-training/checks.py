@@ -286,7 +286,6 @@ def scratch_average(learner, variant):
     points=0.25,
     en="average_gradients skips parameters whose .grad is None (frozen ones)",
     zh="average_gradients 跳过 .grad 为 None 的参数（冻结的）",
-    counts_with="scratch_average",
 )
 def scratch_skip_frozen(learner, variant):
     gen = variant.torch()

@@ -296,7 +296,6 @@ def idle_gap(learner, variant):
     points=0.5,
     en="an empty interval (end <= start) holds no work",
     zh="长度为 0 的区间（结束 <= 开始）不含工作",
-    counts_with="idle_union",
 )
 def idle_empty(learner, variant):
     a = variant.random.randint(10, 40)
@@ -672,7 +671,6 @@ def memory_order(learner, variant):
     points=0.5,
     en="only [memory] events of the requested device type count",
     zh="只计入所要求设备类型的 [memory] 事件",
-    counts_with="memory_values",
 )
 def memory_device(learner, variant):
     rng = variant.random

@@ -77,10 +77,7 @@ class InProcess:
 
 
 def _lab_params():
-    return [
-        pytest.param(lab, id=lab[:2])
-        for lab in LABS
-    ]
+    return [pytest.param(lab, id=lab[:2]) for lab in LABS]
 
 
 def _score(lab, names):
