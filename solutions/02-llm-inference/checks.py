@@ -882,7 +882,14 @@ def _batch(learner, rng, n, eos, ref_eos=None, rows=None):
 
 def _batch_answer(learner, prompts, n, eos, ref_eos):
     pad = course_data.pad_id(_model())
-    return learner.eval("(__got, __refs)", setup=BATCH, __ps=prompts, __n=n, __eos=eos, __ref_eos=ref_eos, __pad=pad)
+    got, refs = learner.eval(
+        "(__got, __refs)", setup=BATCH, __ps=prompts, __n=n, __eos=eos, __ref_eos=ref_eos, __pad=pad
+    )
+    decoded = type(refs) is list and len(refs) == len(prompts)
+    assert decoded and all(type(r) is list and 0 < len(r) <= n and all(type(t) is int for t in r) for r in refs), (
+        f"the reference greedy decoding of {len(prompts)} prompts: {refs!r}"
+    )
+    return got, refs
 
 
 @check(
