@@ -36,6 +36,7 @@ def eval_records():
     """The notebook's ``eval_records``: the first N_EVAL reports of the course's eval split."""
     return load_qc_reports("eval")[: param("N_EVAL")]
 
+
 # ---------------------------------------------------------------- exercise 1: the memory bill
 
 TABLE = {  # bytes per parameter: (params, grads, optimizer), each either per rank or divided by N
