@@ -12,6 +12,7 @@ import socket
 
 import numpy as np
 
+from rocmlab import course_data
 from rocmlab.harness import check, mistake
 
 
@@ -196,6 +197,7 @@ def metrics_statistics(learner, variant):
     points=0.25,
     en="an empty list counts as [0] (no request with output_len > 1, no gaps)",
     zh="空列表按 [0] 计算（没有 output_len > 1 的请求、没有间隔）",
+    counts_with="metrics_statistics",
 )
 def metrics_empty(learner, variant):
     rng = variant.random
@@ -299,6 +301,7 @@ def arrivals_gamma(learner, variant):
     points=0.5,
     en="rate = inf gives all zeros (and one request is [0.0])",
     zh="rate 为 inf 时全为 0（一个请求时为 [0.0]）",
+    counts_with="arrivals_gamma",
 )
 def arrivals_edges(learner, variant):
     n = variant.random.randint(2, 50)
@@ -340,7 +343,7 @@ def __greedy(prompt, n, eos):
     with __torch.no_grad():
         out = ref_model.generate(ids, attention_mask=__torch.ones_like(ids), max_new_tokens=n, min_new_tokens=0,
                                  do_sample=False, repetition_penalty=1.0, num_beams=1, eos_token_id=eos,
-                                 pad_token_id=PAD)
+                                 pad_token_id=__pad)
     return out[0, len(prompt):].tolist()
 """
 
@@ -371,16 +374,24 @@ KV_ANSWER = (
 )
 
 
-def _prompt(learner, rng, *, low=4, high=40):
-    prompts = learner.get("PROMPTS")
-    assert isinstance(prompts, list) and prompts, "the notebook's PROMPTS"
-    prompt = rng.choice(prompts)
-    assert isinstance(prompt, list) and all(type(t) is int for t in prompt)
+def _model():
+    return PARAMETERS["MODEL"]  # noqa: F821 (the run's, from the harness)
+
+
+def _eos():
+    """The notebook's ``EOS``, from the run's model on the harness's side (the kernel's may be rebound)."""
+    return course_data.eos_id(_model())
+
+
+def _prompt(rng, *, low=4, high=40):
+    """A prefix of one of the notebook's ``PROMPTS``, tokenized here from the course's data."""
+    prompt = list(rng.choice(course_data.qc_prompts(_model())))
     return prompt[: rng.randint(min(low, len(prompt)), min(high, len(prompt)))]
 
 
 def _kv_run(learner, prompt, n, eos):
-    got, calls, ref, keys = learner.eval(KV_ANSWER, setup=KV_LOOP, __p=prompt, __n=n, __eos=eos)
+    pad = course_data.pad_id(_model())
+    got, calls, ref, keys = learner.eval(KV_ANSWER, setup=KV_LOOP, __p=prompt, __n=n, __eos=eos, __pad=pad)
     return got, calls, ref, keys
 
 
@@ -392,9 +403,9 @@ def _kv_run(learner, prompt, n, eos):
 )
 def kvloop_greedy(learner, variant):
     rng = variant.random
-    eos = learner.get("EOS")
+    eos = _eos()
     for _ in range(2):
-        prompt = _prompt(learner, rng)
+        prompt = _prompt(rng)
         got, _, ref, _ = _kv_run(learner, prompt, rng.randint(4, 12), eos)
         assert got.get("tokens") == ref, f"expected {ref}, got {got.get('tokens')!r}"
 
@@ -407,8 +418,8 @@ def kvloop_greedy(learner, variant):
 )
 def kvloop_shapes(learner, variant):
     rng = variant.random
-    prompt = _prompt(learner, rng)
-    got, calls, _, _ = _kv_run(learner, prompt, rng.randint(4, 10), learner.get("EOS"))
+    prompt = _prompt(rng)
+    got, calls, _, _ = _kv_run(learner, prompt, rng.randint(4, 10), _eos())
     tokens = got.get("tokens") or []
     want = [(1, len(prompt))] + [(1, 1)] * (len(tokens) - 1)
     assert calls == want, f"forward inputs: expected {want}, got {calls}"
@@ -422,8 +433,8 @@ def kvloop_shapes(learner, variant):
 )
 def kvloop_eos(learner, variant):
     rng = variant.random
-    prompt, n = _prompt(learner, rng), 12
-    _, _, free, _ = _kv_run(learner, prompt, n, learner.get("EOS"))
+    prompt, n = _prompt(rng), 12
+    _, _, free, _ = _kv_run(learner, prompt, n, _eos())
     candidates = [i for i, t in enumerate(free) if i >= 1 and free.index(t) == i]
     assert free, "the reference generated nothing"
     stop = free[rng.choice(candidates)] if candidates else free[0]
@@ -440,8 +451,8 @@ def kvloop_eos(learner, variant):
 )
 def kvloop_record(learner, variant):
     rng = variant.random
-    prompt = _prompt(learner, rng)
-    got, _, _, keys = _kv_run(learner, prompt, rng.randint(3, 9), learner.get("EOS"))
+    prompt = _prompt(rng)
+    got, _, _, keys = _kv_run(learner, prompt, rng.randint(3, 9), _eos())
     assert keys is not None and {"tokens", "prompt_len", "prefill_s", "decode_s", "cache"} <= set(keys), f"keys {keys}"
     tokens, decode = got["tokens"], got["decode_s"]
     assert got["prompt_len"] == len(prompt), f"prompt_len {got['prompt_len']!r}, prompt of {len(prompt)}"
@@ -457,8 +468,8 @@ def kvloop_record(learner, variant):
     zh="max_new_tokens = 1 时只有一个 token、没有 decode 步",
 )
 def kvloop_one(learner, variant):
-    prompt = _prompt(learner, variant.random)
-    got, calls, ref, _ = _kv_run(learner, prompt, 1, learner.get("EOS"))
+    prompt = _prompt(variant.random)
+    got, calls, ref, _ = _kv_run(learner, prompt, 1, _eos())
     assert got.get("tokens") == ref and len(ref) == 1, f"expected {ref}, got {got.get('tokens')!r}"
     assert got.get("decode_s") == [] and calls == [(1, len(prompt))], f"calls {calls}, decode_s {got.get('decode_s')!r}"
 
@@ -575,7 +586,7 @@ __elem = next(ref_model.parameters()).element_size()
     zh="公式与已加载模型的真实 KV cache 字节数一致",
 )
 def kvmem_real_cache(learner, variant):
-    prompt = _prompt(learner, variant.random, low=3, high=60)
+    prompt = _prompt(variant.random, low=3, high=60)
     real, got = learner.eval(
         "(__real, kv_cache_bytes(ref_model.config.to_dict(), len(__p), bytes_per_elem=__elem))",
         setup=REAL_CACHE,
@@ -859,6 +870,7 @@ def stream_chat(learner, variant):
     points=0.5,
     en="a refused connection or an HTTP error is a failed trace with an error, not an exception",
     zh="连接被拒绝或 HTTP 错误时返回失败的轨迹并写明 error，不抛出异常",
+    counts_with="stream_text_usage",
 )
 def stream_failures(learner, variant):
     with socket.socket() as sock:  # a port nobody listens on: bound here, then closed
@@ -890,7 +902,7 @@ def stream_failures(learner, variant):
 BATCH = (
     GREEDY
     + """
-__got = generate_static_batch(ref_model, __ps, __n, pad_token_id=PAD, eos_token_id=__eos)
+__got = generate_static_batch(ref_model, __ps, __n, pad_token_id=__pad, eos_token_id=__eos)
 __refs = [__greedy(p, __n, __ref_eos) for p in __ps]
 """
 )
@@ -900,13 +912,23 @@ def _batch(learner, rng, n, eos, ref_eos=None, rows=None):
     rows = rows or rng.randint(2, 4)
     prompts = []
     while len(prompts) < rows:
-        p = _prompt(learner, rng, low=3, high=30)
+        p = _prompt(rng, low=3, high=30)
         if len(p) not in {len(q) for q in prompts}:
             prompts.append(p)
-    got, refs = learner.eval(
-        "(__got, __refs)", setup=BATCH, __ps=prompts, __n=n, __eos=eos, __ref_eos=eos if ref_eos is None else ref_eos
-    )
+    got, refs = _batch_answer(learner, prompts, n, eos, eos if ref_eos is None else ref_eos)
     return prompts, got, refs
+
+
+def _batch_answer(learner, prompts, n, eos, ref_eos):
+    pad = course_data.pad_id(_model())
+    got, refs = learner.eval(
+        "(__got, __refs)", setup=BATCH, __ps=prompts, __n=n, __eos=eos, __ref_eos=ref_eos, __pad=pad
+    )
+    decoded = type(refs) is list and len(refs) == len(prompts)
+    assert decoded and all(type(r) is list and 0 < len(r) <= n and all(type(t) is int for t in r) for r in refs), (
+        f"the reference greedy decoding of {len(prompts)} prompts: {refs!r}"
+    )
+    return got, refs
 
 
 @check(
@@ -917,7 +939,7 @@ def _batch(learner, rng, n, eos, ref_eos=None, rows=None):
 )
 def batch_equal(learner, variant):
     rng = variant.random
-    _, got, refs = _batch(learner, rng, rng.randint(4, 8), learner.get("EOS"))
+    _, got, refs = _batch(learner, rng, rng.randint(4, 8), _eos())
     assert got == refs, f"expected {refs}, got {got!r}"
 
 
@@ -929,11 +951,11 @@ def batch_equal(learner, variant):
 )
 def batch_eos(learner, variant):
     rng = variant.random
-    prompts, _, free = _batch(learner, rng, 10, learner.get("EOS"), rows=3)
+    prompts, _, free = _batch(learner, rng, 10, _eos(), rows=3)
     row = free[0]
     candidates = [i for i, t in enumerate(row) if i >= 1 and row.index(t) == i]
     stop = row[rng.choice(candidates)] if candidates else row[0]
-    got, refs = learner.eval("(__got, __refs)", setup=BATCH, __ps=prompts, __n=10, __eos=stop, __ref_eos=stop)
+    got, refs = _batch_answer(learner, prompts, 10, stop, stop)
     assert refs[0][-1] == stop
     assert got == refs, f"eos {stop}: expected {refs}, got {got!r}"
 
@@ -947,7 +969,7 @@ def batch_eos(learner, variant):
 def batch_max_tokens(learner, variant):
     rng = variant.random
     n = rng.randint(3, 7)
-    _, got, refs = _batch(learner, rng, n, None, ref_eos=learner.get("EOS"))
+    _, got, refs = _batch(learner, rng, n, None, ref_eos=_eos())
     assert isinstance(got, list) and len(got) == len(refs), f"one list per prompt: {got!r}"
     for row, ref in zip(got, refs):
         assert isinstance(row, list) and len(row) == n and row[: len(ref)] == ref, f"expected {n} tokens from {ref}"
@@ -1178,7 +1200,7 @@ if isinstance(__fp, dict):  # torch.__version__ is a str subclass (TorchVersion)
     __fp = {k: str(v) if isinstance(v, str) else v for k, v in __fp.items()}
 __facts = {"torch": str(__torch.__version__), "hip": getattr(__torch.version, "hip", None),
            "cuda": getattr(__torch.version, "cuda", None), "device": str(device), "type": device.type,
-           "line": __lab.describe_environment(PROFILE, device)}
+           "line": __lab.describe_environment(__profile, device)}
 """
 
 
@@ -1189,7 +1211,7 @@ __facts = {"torch": str(__torch.__version__), "hip": getattr(__torch.version, "h
     zh="指纹含全部键；torch、hip、cuda、device 与 line 取自本内核；CPU 上 gpu_arch 为 None",
 )
 def results_fingerprint(learner, variant):
-    fp, facts = learner.eval("(__fp, __facts)", setup=FINGERPRINT)
+    fp, facts = learner.eval("(__fp, __facts)", setup=FINGERPRINT, __profile=PARAMETERS["PROFILE"])  # noqa: F821
     keys = {"python", "torch", "hip", "cuda", "transformers", "device", "device_name", "gpu_arch", "os", "line"}
     assert isinstance(fp, dict) and keys <= set(fp), f"keys {sorted(fp) if isinstance(fp, dict) else fp!r}"
     for key in ("torch", "hip", "cuda", "device", "line"):

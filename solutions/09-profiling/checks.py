@@ -11,6 +11,20 @@ import statistics
 
 from rocmlab.harness import check, mistake
 
+# The notebook's course data, here on the harness's side (a later cell may rebind the kernel's);
+# tests/labs/test_course_data.py keeps each equal to lab.py's.
+CATEGORIES = {
+    "matmul": ["aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"],
+    "attention": ["attention"],
+    "norm": ["aten::pow", "aten::mean", "aten::rsqrt"],
+    "elementwise": ["aten::mul", "aten::add", "aten::silu", "aten::neg", "aten::sub", "aten::div"],
+    "data movement": ["aten::copy_", "aten::cat", "aten::_to_copy", "aten::to", "aten::contiguous", "aten::index"],
+}
+LEVER_CHOICES = ("batching", "graphs", "torch.compile", "TunableOp", "data loader workers",
+                 "activation checkpointing", "chunked loss")  # fmt: skip
+METRIC_CHOICES = ("idle_fraction", "kernel_count", "busy_us", "gemm_share", "peak_above_start_mib",
+                  "largest_alloc_mib")  # fmt: skip
+
 # ---------------------------------------------------------------- references (instructor only)
 
 
@@ -107,7 +121,9 @@ def shares_values(learner, variant):
     rng = variant.random
     categories = {"matmul": ["mm"], "elementwise": ["aten::mul", "aten::silu"], "data": ["copy_", "cat"]}
     cases = [(random_rows(rng, rng.randint(4, 15)), categories)]
-    cases.append((learner.get("PROFILE_ROWS"), learner.get("CATEGORIES")))  # the notebook's own profile
+    rows = learner.get("PROFILE_ROWS")  # the notebook's own profile: evidence of its run, sorted here by CATEGORIES
+    assert type(rows) is list and len(rows) >= 5, f"the notebook's profile has {len(rows) if type(rows) is list else rows!r} rows"
+    cases.append((rows, CATEGORIES))
     for rows, cats in cases:
         got, want = learner.call("self_time_shares", rows, cats), ref_shares(rows, cats)
         assert type(got) is dict and set(got) == set(want), f"keys {sorted(got) if type(got) is dict else got}"
@@ -134,6 +150,7 @@ def shares_first_match(learner, variant):
     points=0.5,
     en="every category and 'other' is a key, 0.0 when it has no operator",
     zh="每个类别和 'other' 都是键，没有算子时为 0.0",
+    counts_with="shares_values",
 )
 def shares_keys(learner, variant):
     rng = variant.random
@@ -609,6 +626,7 @@ def counters_lds(learner, variant):
     points=0.5,
     en="a metric whose counters are missing is None",
     zh="缺少所需计数器的指标为 None",
+    counts_with="counters_duration",
 )
 def counters_missing(learner, variant):
     rng = variant.random
@@ -732,7 +750,7 @@ def judgement(learner, case):
 )
 def judge_choices(learner, variant):
     answers = learner.get("JUDGEMENTS")
-    levers, metrics = learner.get("LEVER_CHOICES"), learner.get("METRIC_CHOICES")
+    levers, metrics = LEVER_CHOICES, METRIC_CHOICES
     assert type(answers) is dict and sorted(answers) == ["A", "B", "C"], f"keys {answers}"
     for case, answer in answers.items():
         assert type(answer) is dict and answer.get("lever") in levers and answer.get("metric") in metrics, case

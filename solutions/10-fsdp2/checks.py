@@ -14,7 +14,28 @@ from fractions import Fraction
 import torch
 import torch.nn.functional as F
 
+from rocmlab.assets.loaders import load_qc_reports
 from rocmlab.harness import check, mistake
+
+
+def param(name):
+    """The run's parameter ``name`` (the parameters cell and the profile), from the harness: never
+    the kernel's, which any later cell may rebind."""
+    return PARAMETERS[name]  # noqa: F821 (given by the harness)
+
+
+def on_gpu(learner):
+    """The notebook's ``backend_for(WORLD_SIZE) == "nccl"``, decided here from the run's BACKEND and
+    WORLD_SIZE; only the kernel's GPU count is asked, by the check's own code."""
+    if param("BACKEND") != "auto":
+        return param("BACKEND") == "nccl"
+    return learner.eval("__import__('torch').cuda.device_count()") >= param("WORLD_SIZE")
+
+
+def eval_records():
+    """The notebook's ``eval_records``: the first N_EVAL reports of the course's eval split."""
+    return load_qc_reports("eval")[: param("N_EVAL")]
+
 
 # ---------------------------------------------------------------- exercise 1: the memory bill
 
@@ -257,6 +278,7 @@ def loss_dtype(learner, variant):
     points=0.5,
     en="a rank with no labelled token contributes 0",
     zh="没有计入 token 的 rank 贡献为 0",
+    counts_with="loss_value",
 )
 def loss_empty_rank(learner, variant):
     logits, labels = synthetic(variant, 2, variant.random.randint(3, 9), 5)
@@ -277,7 +299,7 @@ ALL_PARAMS = "[{n: dict(p) for n, p in r['params'].items()} for r in fsdp_ranks]
     zh="每个参数都是在所有 rank 上按 Shard(0) 放置的 DTensor",
 )
 def shard_placements(learner, variant):
-    world = learner.get("WORLD_SIZE")
+    world = param("WORLD_SIZE")
     ranks = learner.eval(ALL_PARAMS)
     assert len(ranks) == world and all(ranks), "a rank has no report"
     for r, params in enumerate(ranks):
@@ -293,7 +315,7 @@ def shard_placements(learner, variant):
     zh="rank r 的本地形状是沿第 0 维 torch.chunk 的第 r 块",
 )
 def shard_local_shapes(learner, variant):
-    world = learner.get("WORLD_SIZE")
+    world = param("WORLD_SIZE")
     for r, params in enumerate(learner.eval(ALL_PARAMS)):
         for name, p in params.items():
             rows = [c.shape[0] for c in torch.empty(p["global_shape"][0]).chunk(world)]
@@ -310,7 +332,7 @@ def shard_local_shapes(learner, variant):
 def shard_join(learner, variant):
     names = sorted(learner.eval("list(fsdp_ranks[0]['original'])"))
     assert names, "no layer-0 parameter was kept"
-    world = learner.get("WORLD_SIZE")
+    world = param("WORLD_SIZE")
     for name in variant.random.sample(names, min(4, len(names))):
         original = learner.eval("fsdp_ranks[0]['original'][k]", k=name)
         shards = [learner.eval("fsdp_ranks[r]['shards'][k]", r=r, k=name) for r in range(world)]
@@ -403,14 +425,14 @@ def schedule_backward(learner, variant):
     zh="每步 FSDP 损失（每个 rank 相同）与单进程损失相差不超过 1e-4",
 )
 def equiv_losses(learner, variant):
-    steps = learner.get("EQUIV_STEPS")
+    steps = param("EQUIV_STEPS")
     single, fsdp = learner.get("single_losses"), learner.eval("fsdp_ranks[0]['losses']")
     assert len(single) == len(fsdp) == steps, f"{len(single)}, {len(fsdp)} losses for {steps} steps"
     assert all(isinstance(x, float) and math.isfinite(x) for x in fsdp + single)
     worst = max(abs(a - b) for a, b in zip(single, fsdp))
     assert worst <= 1e-4, f"max |Δloss| = {worst:.2e}"
     ranks = learner.eval("[r['losses'] for r in fsdp_ranks]")
-    assert len(ranks) == learner.get("WORLD_SIZE") and all(x == fsdp for x in ranks), "the ranks report other losses"
+    assert len(ranks) == param("WORLD_SIZE") and all(x == fsdp for x in ranks), "the ranks report other losses"
 
 
 @check(
@@ -521,7 +543,7 @@ def comm_ddp(learner, variant):
     zh="公式与启动中实测的通信量一致",
 )
 def comm_measured(learner, variant):
-    world = learner.get("WORLD_SIZE")
+    world = param("WORLD_SIZE")
     numels = learner.eval("fsdp_ranks[0]['schedules']['default']['group_numels']")
     runs = learner.eval("[{n: list(s['events']) for n, s in r['schedules'].items()} for r in fsdp_ranks]")
     share = Fraction(world - 1, world)
@@ -559,7 +581,7 @@ def comm_measured(learner, variant):
 def dcp_resume(learner, variant):
     output = learner.eval("ft_result.output")
     assert re.search(r"exitcode\s*:\s*-9|Signal 9|SIGKILL", output), "no rank was SIGKILLed on attempt 0"
-    crash, every = learner.get("CRASH_AT"), learner.get("CKPT_EVERY")
+    crash, every = param("CRASH_AT"), param("CKPT_EVERY")
     for r, (attempt, start) in enumerate(learner.eval("[(r['attempt'], r['resumed_from']) for r in ft_ranks]")):
         assert attempt == 1 and start == (crash // every) * every, f"rank {r}: attempt {attempt}, resumed from {start}"
 
@@ -573,11 +595,11 @@ def dcp_resume(learner, variant):
 def dcp_bit_identical(learner, variant):
     names = learner.eval("sorted(fsdp_ranks[0]['final'])")
     assert learner.eval("sorted(ft_ranks[0]['snapshot'] or {})") == names, "the snapshot has other parameters"
-    on_gpu = learner.eval("backend_for(WORLD_SIZE)") == "nccl"
+    gpu = on_gpu(learner)
     for name in variant.random.sample(names, min(6, len(names))):
         a = learner.eval("ft_ranks[0]['snapshot'][k]", k=name)
         b = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
-        if on_gpu:
+        if gpu:
             assert float((a.double() - b.double()).abs().max()) <= 1e-3, name
         else:
             assert torch.equal(a, b), f"{name}: max |Δ| = {float((a - b).abs().max()):.2e}"
@@ -594,9 +616,9 @@ def dcp_replay(learner, variant):
     first = {e["step"]: e["loss"] for e in log if e["attempt"] == 0}
     replayed = [e for e in log if e["attempt"] == 1 and e["step"] in first]
     assert replayed, "no step was replayed after the resume"
-    on_gpu = learner.eval("backend_for(WORLD_SIZE)") == "nccl"
+    gpu = on_gpu(learner)
     for e in replayed:
-        assert e["loss"] == first[e["step"]] or (on_gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
+        assert e["loss"] == first[e["step"]] or (gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
 
 
 DCP_NETS = """
@@ -713,16 +735,20 @@ def dcp_in_process(learner, variant):
 
 EXPORT_SETUP = """
 import tempfile as _tf
+import torch
+import torch.distributed.checkpoint as dcp
+from transformers import AutoModelForCausalLM
+from rocmlab import lab
 from pathlib import Path as _P
 _dir = _P(_tf.mkdtemp(prefix="lab10-export-check-", dir="."))
-_noisy, _ = lab.load_model(MODEL, device="cpu", dtype=torch.float32)
+_noisy, _ = lab.load_model(model, device="cpu", dtype=torch.float32)
 _base = {k: _noisy.state_dict()[k].clone() for k in keys}
 with torch.no_grad():
     _g = torch.Generator().manual_seed(seed)
     for _n, _p in _noisy.named_parameters():
         _p.add_(noise[_n] if _n in noise else torch.randn(_p.shape, generator=_g, dtype=_p.dtype) * 0.01)
 dcp.save({"model": _noisy.state_dict()}, checkpoint_id=str(_dir / "ckpt"))
-_fresh, _fresh_tok = lab.load_model(MODEL, device="cpu", dtype=torch.float32)
+_fresh, _fresh_tok = lab.load_model(model, device="cpu", dtype=torch.float32)
 _out = export_full_model(_dir / "ckpt", _fresh, _fresh_tok, _dir / "out")
 _back = AutoModelForCausalLM.from_pretrained(_dir / "out", dtype=torch.float32).state_dict()
 _result = (str(_out), str(_dir / "out"), type(_out).__name__, sorted(p.name for p in (_dir / "out").iterdir()),
@@ -738,13 +764,15 @@ def export_run(learner, variant):
     if "run" in EXPORTED:
         return EXPORTED["run"]
     shapes = learner.eval(
-        "{n: tuple(p.shape) for n, p in lab.load_model(MODEL, device='cpu', dtype=torch.float32)[0].named_parameters()}"
+        "{n: tuple(p.shape) for n, p in __lab.load_model(model, device='cpu', dtype=__torch.float32)[0].named_parameters()}",
+        setup="import torch as __torch\nfrom rocmlab import lab as __lab",
+        model=param("MODEL"),
     )
     keys = variant.random.sample(sorted(shapes), min(4, len(shapes)))
     g = variant.torch()
     noise = {k: torch.randn(shapes[k], generator=g) * 0.01 for k in keys}
     out, want_out, kind, files, base, back = learner.eval(
-        "_result", setup=EXPORT_SETUP, keys=keys, noise=noise, seed=variant.random.randint(0, 10**6)
+        "_result", setup=EXPORT_SETUP, keys=keys, noise=noise, seed=variant.random.randint(0, 10**6), model=param("MODEL")
     )
     EXPORTED["run"] = keys, noise, out, want_out, kind, files, base, back
     return EXPORTED["run"]
@@ -799,6 +827,7 @@ def ref_scores(predictions, records):
         except json.JSONDecodeError:
             value = None
         parsed.append(value if isinstance(value, dict) else None)
+    assert isinstance(predictions, list) and len(predictions) == len(records), "one prediction per eval record"
     n = len(predictions)
     return {
         "valid_json": sum(p is not None for p in parsed) / n,
@@ -819,9 +848,9 @@ def metrics(learner):
     zh="metrics.json 有规定的键，每步一个有限损失，且在下降（最后 5 步平均低于第一步）",
 )
 def finetune_losses(learner, variant):
-    m, steps = metrics(learner), learner.get("FT_STEPS")
+    m, steps = metrics(learner), param("FT_STEPS")
     assert {"model", "world_size", "steps", "losses", "base", "tuned"} <= set(m), sorted(m)
-    assert m["steps"] == steps and m["world_size"] == learner.get("WORLD_SIZE"), (m["steps"], m["world_size"])
+    assert m["steps"] == steps and m["world_size"] == param("WORLD_SIZE"), (m["steps"], m["world_size"])
     losses = m["losses"]
     assert len(losses) == steps and all(isinstance(x, float) and math.isfinite(x) for x in losses)
     assert sum(losses[-5:]) / 5 < losses[0], losses
@@ -834,8 +863,7 @@ def finetune_losses(learner, variant):
     zh="metrics.json 中的 tuned 分数来自微调模型的输出",
 )
 def finetune_consistent(learner, variant):
-    records = learner.get("eval_records")
-    scores = ref_scores(learner.get("tuned_predictions"), records)
+    scores = ref_scores(learner.get("tuned_predictions"), eval_records())
     assert metrics(learner)["tuned"] == scores, "metrics.json's tuned scores do not match the predictions"
 
 
@@ -847,7 +875,7 @@ def finetune_consistent(learner, variant):
 )
 def finetune_valid_json(learner, variant):
     m = metrics(learner)
-    tuned = ref_scores(learner.get("tuned_predictions"), learner.get("eval_records"))["valid_json"]
+    tuned = ref_scores(learner.get("tuned_predictions"), eval_records())["valid_json"]
     assert tuned >= max(0.75, m["base"]["valid_json"]), f"tuned {tuned}, base {m['base']['valid_json']}"
 
 
@@ -859,7 +887,7 @@ def finetune_valid_json(learner, variant):
 )
 def finetune_exact_match(learner, variant):
     m = metrics(learner)
-    tuned = ref_scores(learner.get("tuned_predictions"), learner.get("eval_records"))["exact_match"]
+    tuned = ref_scores(learner.get("tuned_predictions"), eval_records())["exact_match"]
     mean = lambda s: sum(s.values()) / len(s)  # noqa: E731
     assert mean(tuned) >= mean(m["base"]["exact_match"]) + 0.1, (
         f"tuned {mean(tuned):.2f}, base {mean(m['base']['exact_match']):.2f}"

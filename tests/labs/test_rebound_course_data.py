@@ -1,0 +1,105 @@
+"""Every lab's hidden checks against two learners who write none of the answers (issue 47): a
+kernel with no names at all, and one whose later cells rebind the course's data and helpers to the
+values a lazy check would take for evidence (no prompts, eos never produced, one rank, empty
+profiles and records, a ``run_async`` that runs nothing, a ``Trace`` that records nothing, a
+``backend_for`` that claims GPUs). Each must score the blank learner's 0: a check reads the run's
+parameters and the course's data on the harness's side and asks the kernel only for answers to its
+own inputs. The learners answer in this process (``answers.evaluate`` over their names), in an
+empty work folder.
+"""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rocmlab.course.catalog import SMOKE, parse_lab
+from rocmlab.harness import Learner, hidden_files, lab_parameters, load_checks, run_checks
+from rocmlab.lab.answers import evaluate
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+LABS = sorted(p.name for p in SOLUTIONS.iterdir() if (p / "checks.py").is_file())
+
+
+FORGED_REPORT = {"defect_type": "x", "severity": "y", "disposition": "z"}
+
+
+class _Trace:
+    """A course ``Trace`` that records nothing."""
+
+    def __init__(self, *args, **kwargs):
+        self.events, self.spans = [], []
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def _nothing(*args, **kwargs):
+    return []
+
+
+# Course data and helpers as a lazy-minded learner's last cell leaves them: every value is one a
+# check that trusted the kernel would pass on without the answer functions doing anything.
+REBOUND = {
+    # parameters
+    "SEED": 0, "WORLD_SIZE": 1, "N_RANKS": 2, "EQUIV_STEPS": 0, "FT_STEPS": 0, "CRASH_AT": 0, "CKPT_EVERY": 1,
+    "N_EVAL": 0, "MODEL": "nothing", "PROFILE": "nothing", "N_REQUESTS": 0, "MAX_NEW_TOKENS": 0,
+    # course data
+    "PROMPTS": [[1]], "EOS": -1, "PAD": 0, "PROFILE_ROWS": [], "CATEGORIES": {}, "LEVER_CHOICES": (None,),
+    "METRIC_CHOICES": (None,), "ELASTIC_CFG": {}, "eval_records": [], "tuned_predictions": [], "qc_items": [],
+    "KB": [], "KB_TOKENS": [], "golden_trace": [], "traces": [], "replay_duration": 1.0,
+    # course helpers
+    "run_async": _nothing, "retrieve": _nothing, "Trace": _Trace, "backend_for": lambda *a, **k: "nccl",
+    "lab": SimpleNamespace(load_qc_reports=_nothing, seed_everything=_nothing), "tokenize_zh": _nothing,
+    # evidence that agrees with the rebound data: a check that took the data from the kernel passed on it
+    "JUDGEMENTS": {case: {} for case in "ABC"},  # each lever and metric None, "from" LEVER_CHOICES (None,)
+    "single_losses": [0.5], "fsdp_ranks": [{"losses": [0.5]}],  # EQUIV_STEPS 1 on WORLD_SIZE 1
+    "ft_result": SimpleNamespace(output="exitcode : -9"), "ft_ranks": [{"attempt": 1, "resumed_from": 0}],
+}  # fmt: skip
+REBOUND.update(EQUIV_STEPS=1, eval_records=[{"report": FORGED_REPORT}], tuned_predictions=[json.dumps(FORGED_REPORT)])
+# metrics.json as the lazy notebook writes it: its tuned scores from the rebound records, a base of 0
+FORGED_METRICS = {
+    "model": "tiny-qwen-zh", "world_size": 1, "steps": 0, "losses": [],
+    "base": {"valid_json": 0.0, "exact_match": dict.fromkeys(("defect_type", "severity", "disposition"), 0.0)},
+    "tuned": {"valid_json": 1.0, "exact_match": dict.fromkeys(("defect_type", "severity", "disposition"), 1.0)},
+}  # fmt: skip
+
+
+class InProcess:
+    """A kernel answered by ``evaluate`` over ``names``, in this process."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def ask(self, request):
+        return evaluate(request, self.names)
+
+
+def _lab_params():
+    return [pytest.param(lab, id=lab[:2]) for lab in LABS]
+
+
+def _score(lab, names):
+    path = SOLUTIONS / lab / "checks.py"
+    parameters = lab_parameters(path, parse_lab(path.parent).profile(SMOKE).parameters)
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path), parameters)
+    results = run_checks(checks, Learner(InProcess(names)), 47)
+    errors = [f"{r.name}: {r.error}" for r in results if r.error]
+    return sum(r.points for r in results), [r.name for r in results if r.passed], errors
+
+
+@pytest.mark.parametrize("lab", _lab_params())
+def test_an_empty_world_scores_the_blank_score(lab, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    score, passed, _ = _score(lab, {})
+    assert score == 0, f"{lab}: a kernel with no names earns {score}: {passed}"
+
+
+@pytest.mark.parametrize("lab", _lab_params())
+def test_rebound_course_data_and_helpers_score_the_blank_score(lab, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps(FORGED_METRICS), encoding="utf-8")
+    score, passed, errors = _score(lab, dict(REBOUND))
+    assert score == 0, f"{lab}: a learner who rebinds the course's data earns {score}: {passed}"
+    assert not [e for e in errors if "rebound" in e], errors
