@@ -56,14 +56,19 @@ def dotted(parts: list) -> tuple[str, str]:
 def validate(data: dict, name: str, path: Path, error=InputError, locate: Locate = dotted) -> None:
     """Check ``data`` (read from ``path``) against schema ``name``; raise ``error`` naming the file,
     the field (as ``locate`` names it) and what was expected. TOML dates are checked as ISO strings."""
-    from jsonschema import Draft202012Validator
-
     found = sorted(
-        Draft202012Validator(schema(name), registry=_registry()).iter_errors(_json_ready(data)),
+        _validator(name).iter_errors(_json_ready(data)),
         key=lambda e: (_FIRST.get(e.validator, 2), [str(p) for p in e.absolute_path]),
     )
     if found:
         raise error(f"{path}: {describe(found[0], schema(name), locate)}")
+
+
+@cache
+def _validator(name: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schema(name), registry=_registry())
 
 
 @cache
