@@ -73,7 +73,7 @@ def to_markdown(report: Freshness, committed: bool = False) -> str:
         values = [row.lab.id, row.lab.version, *cells, _when(row.last_pass), _when(row.last_run)]
         lines.append(_table_row([*values, LAB_VERDICTS[row.verdict]]))
     lines += ["", _rule(report) + ("" if committed else f" Generated {report.generated_at}.")]
-    return "\n".join(lines + _details(report)) + "\n"
+    return "\n".join(lines + _details(report, committed)) + "\n"
 
 
 def _rule(report: Freshness) -> str:
@@ -88,10 +88,11 @@ def _rule(report: Freshness) -> str:
     )
 
 
-def _details(report: Freshness) -> list[str]:
+def _details(report: Freshness, committed: bool) -> list[str]:
     out = []
     for column in report.columns:
         out += [f"- {column.name}: upstream has newer: {note}" for note in column.upstream]
+        out += _ran_on(report, column, committed)
     for row in report.rows:
         for name, cell in row.cells.items():
             if cell.verdict in ("failing", "flaky", "failed", "timeout", "crashed", "skipped", "stale") and cell.detail:
@@ -104,6 +105,17 @@ def _details(report: Freshness) -> list[str]:
             )
     out += [f"- problem: {problem}" for problem in report.problems]
     return ["", "Details:", ""] + out if out else []
+
+
+def _ran_on(report: Freshness, column: Column, committed: bool) -> list[str]:
+    """What the entry's newest run ran on: the fingerprint's facts (``committed``: the machine-specific left out)."""
+    runs = [row.cells[column.name].last_run for row in report.rows if row.cells[column.name].last_run]
+    if not runs:
+        return []
+    facts = max(runs, key=lambda run: run.started_at).fingerprint.facts(committed=committed)
+    return (
+        [f"- {column.name} ran on: " + "; ".join(f"{label} {text}" for label, text in facts.items())] if facts else []
+    )
 
 
 def removal_text(warning: dict) -> str:
