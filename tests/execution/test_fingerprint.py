@@ -127,3 +127,25 @@ def test_a_record_whose_fingerprint_has_an_unknown_fact_is_refused_naming_file_a
     with pytest.raises(ValueError) as err:
         read_record(path)
     assert str(err.value).startswith(f"{path}: unknown field fingerprint.gpu_arch (allowed: cpu_model,")
+
+
+def test_an_environment_s_interpreter_is_asked_for_its_fingerprint_and_read_against_the_schema(tmp_path, monkeypatch):
+    """`rocmlab run --env NAME` asks the environment's interpreter (`python -m rocmlab.execution.fingerprint`)."""
+    import stat
+    import sys
+
+    from rocmlab.errors import CommandFailed
+    from rocmlab.execution import run
+    from rocmlab.freshness import environments
+
+    monkeypatch.setattr(environments, "python_for", lambda name, root=None: sys.executable)
+    target = run.env_target("cpu-current")
+    assert isinstance(target.fingerprint, Fingerprint) and target.fingerprint.python == fp.fingerprint().python
+    liar = tmp_path / "python"
+    liar.write_text('#!/bin/sh\necho \'{"python": "3.12.3", "gpu": "gfx942"}\'\n')
+    liar.chmod(liar.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(environments, "python_for", lambda name, root=None: liar)
+    with pytest.raises(
+        CommandFailed, match=r"environment 'cpu-current': its fingerprint is not one: .*unknown field gpu"
+    ):
+        run.env_target("cpu-current")
