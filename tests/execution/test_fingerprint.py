@@ -129,21 +129,33 @@ def test_a_record_whose_fingerprint_has_an_unknown_fact_is_refused_naming_file_a
     assert str(err.value).startswith(f"{path}: unknown field fingerprint.gpu_arch (allowed: cpu_model,")
 
 
-def test_an_environment_s_interpreter_is_asked_for_its_fingerprint_and_read_against_the_schema(tmp_path, monkeypatch):
-    """`rocmlab run --env NAME` asks the environment's interpreter (`python -m rocmlab.execution.fingerprint`)."""
-    import stat
-    import sys
+def test_python_m_fingerprint_prints_this_interpreter_s_fingerprint_as_json(capsys):
+    assert fp.main() == 0
+    printed = Fingerprint.from_data(json.loads(capsys.readouterr().out))
+    assert printed.python == fp.fingerprint().python and printed.freeze_sha256 == fp.freeze_hash(printed.freeze)
 
+
+def interpreter(tmp_path, output: dict):
+    """A stand-in for an environment's python that prints ``output`` for `-m rocmlab.execution.fingerprint`."""
+    import stat
+
+    tmp_path.mkdir()
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\ncat <<'JSON'\n{json.dumps(output)}\nJSON\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def test_an_environment_s_fingerprint_is_read_against_the_schema(tmp_path, monkeypatch):
+    """`rocmlab run --env NAME` asks the environment's interpreter (`python -m rocmlab.execution.fingerprint`)."""
     from rocmlab.errors import CommandFailed
     from rocmlab.execution import run
     from rocmlab.freshness import environments
 
-    monkeypatch.setattr(environments, "python_for", lambda name, root=None: sys.executable)
-    target = run.env_target("cpu-current")
-    assert isinstance(target.fingerprint, Fingerprint) and target.fingerprint.python == fp.fingerprint().python
-    liar = tmp_path / "python"
-    liar.write_text('#!/bin/sh\necho \'{"python": "3.12.3", "gpu": "gfx942"}\'\n')
-    liar.chmod(liar.stat().st_mode | stat.S_IXUSR)
+    good = interpreter(tmp_path / "good", {"python": "3.12.3", "cpu_model": "AMD EPYC 9654", "gpus": []})
+    monkeypatch.setattr(environments, "python_for", lambda name, root=None: good)
+    assert run.env_target("cpu-current").fingerprint == Fingerprint(python="3.12.3", cpu_model="AMD EPYC 9654")
+    liar = interpreter(tmp_path / "liar", {"python": "3.12.3", "gpu": "gfx942"})
     monkeypatch.setattr(environments, "python_for", lambda name, root=None: liar)
     with pytest.raises(
         CommandFailed, match=r"environment 'cpu-current': its fingerprint is not one: .*unknown field gpu"

@@ -209,5 +209,11 @@ def fingerprint() -> Fingerprint:
     )
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """``python -m rocmlab.execution.fingerprint``: this interpreter's fingerprint as one JSON line."""
     print(json.dumps(fingerprint().to_data(), ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
