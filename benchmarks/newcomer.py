@@ -6,7 +6,9 @@ lab build, the course model, lab 03's adapter, each lab and the report, read fro
 Ends with one line: `first: X s second: Y s test: Z s`. Figures depend on the machine's load,
 printed at the start and the end; pip's own download cache is used as any user's would be.
 
-Usage: python benchmarks/newcomer.py [--source REPO] [--keep] [--jobs N]
+With --record the summary goes to docs/measurements.md (benchmarks/measurements.py).
+
+Usage: python benchmarks/newcomer.py [--source REPO] [--keep] [--jobs N] [--record]
 """
 
 from __future__ import annotations
@@ -122,11 +124,17 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="make run's JOBS")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     parser.add_argument("--quiet", action="store_true", help="do not echo the commands' output")
+    parser.add_argument("--record", action="store_true", help="add the summary to docs/measurements.md")
     args = parser.parse_args()
     echo = None if args.quiet else (lambda line: print(f"    | {line}", flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="rocmlab-newcomer-"))
     try:
-        return measure(Path(args.source), tmp, args.jobs, echo)
+        rc, summary = measure(Path(args.source), tmp, args.jobs, echo)
+        if args.record:
+            import measurements
+
+            print(f"recorded in {measurements.record('newcomer', summary)}")
+        return rc
     finally:
         if args.keep:
             print(f"kept {tmp}")
@@ -134,7 +142,8 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def measure(source: Path, tmp: Path, jobs: int, echo) -> int:
+def measure(source: Path, tmp: Path, jobs: int, echo) -> tuple[int, str]:
+    """The exit status (0: every step passed) and the summary to record."""
     print(f"newcomer benchmark: {source} into {tmp}; {load()}", flush=True)
     clone, cache = tmp / "rocmlab", tmp / "cache"
     subprocess.run(["git", "clone", "--quiet", str(source), str(clone)], check=True, timeout=600)
@@ -144,7 +153,7 @@ def measure(source: Path, tmp: Path, jobs: int, echo) -> int:
     print(f"install: {install.seconds:.1f} s (rc {install.rc}); {load()}", flush=True)
     if install.rc != 0:
         print("\n".join(line for _, line in install.lines[-20:]))
-        return 1
+        return 1, ""
     runs = []
     for name in ("first make run", "second make run"):
         result = timed(["make", "run"], clone, env, echo)
@@ -152,8 +161,13 @@ def measure(source: Path, tmp: Path, jobs: int, echo) -> int:
         print("\n".join(format_run(name, parse_make_run(result), result.rc)) + f"\n  {load()}", flush=True)
     test = timed(["make", "test"], clone, env, echo)
     print(f"make test: {test.seconds:.1f} s (rc {test.rc}); {test.lines[-1][1] if test.lines else ''}; {load()}")
-    print(summary_line(install.seconds + runs[0].seconds, runs[1].seconds, test.seconds))
-    return 0 if all(r.rc == 0 for r in (*runs, test)) else 1
+    line = summary_line(install.seconds + runs[0].seconds, runs[1].seconds, test.seconds)
+    print(line)
+    passed = all(r.rc == 0 for r in (*runs, test))
+    summary = (
+        f"`{line}` (install {install.seconds:.0f} s; {'every step passed' if passed else 'a step FAILED'}; {load()})"
+    )
+    return (0 if passed else 1), summary
 
 
 if __name__ == "__main__":

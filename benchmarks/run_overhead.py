@@ -7,7 +7,8 @@ Prints, for generated CPU-bound labs:
   * the wall time of four independent labs with --jobs 1 and --jobs 2, and the speed-up.
 Targets on a 2-core machine: overhead within 3 s of kernel start-up; --jobs 2 at least 1.6x.
 
-Usage: python benchmarks/run_overhead.py [--work-s 6] [--repeats 2]
+Usage: python benchmarks/run_overhead.py [--work-s 6] [--repeats 2] [--record]
+(--record: the figures into docs/measurements.md, benchmarks/measurements.py)
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def main() -> None:
         "--work-s", type=float, default=6.0, help="CPU seconds of work per lab (real smoke labs: 30-100 s)"
     )
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--record", action="store_true", help="add the figures to docs/measurements.md")
     args = parser.parse_args()
     target = local_target()
     with tempfile.TemporaryDirectory(prefix="rocmlab-bench-") as tmp:
@@ -122,6 +124,15 @@ def main() -> None:
     print(f"four labs, --jobs 1                 {serial:7.2f} s")
     print(f"four labs, --jobs 2                 {parallel:7.2f} s")
     print(f"speed-up of --jobs 2                {serial / parallel:7.2f} x  (target >= 1.6 x)")
+    if args.record:
+        import measurements
+
+        figures = (
+            f"{args.work_s:g} CPU-s of work per lab: script {plain:.2f} s, kernel start-up {kernel:.2f} s, "
+            f"`rocmlab run` {one:.2f} s ({overhead - kernel:+.2f} s beyond start-up); four labs --jobs 1 "
+            f"{serial:.2f} s, --jobs 2 {parallel:.2f} s ({serial / parallel:.2f}x)"
+        )
+        print(f"recorded in {measurements.record('run_overhead', figures)}")
 
 
 if __name__ == "__main__":

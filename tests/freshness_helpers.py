@@ -6,7 +6,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from rocmlab.execution.results import Record, freeze_hash, write_record
+from rocmlab.execution.fingerprint import freeze_hash
+from rocmlab.execution.results import Record, write_record
 from rocmlab.report.history import Run
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -99,7 +100,7 @@ def entries(root: Path) -> list:
 
 
 def fingerprint(env: str, freeze: list[str] | None = None) -> dict:
-    """What `python -m rocmlab.execution.results` would record in that environment."""
+    """What `python -m rocmlab.execution.fingerprint` would record in that environment (its JSON form)."""
     freeze = sorted(freeze if freeze is not None else FREEZES.get(env, CPU_CURRENT))
     packages = dict(line.split("==", 1) for line in freeze)
     rocm = packages.get("rocm-sdk-core")

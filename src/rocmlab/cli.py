@@ -19,7 +19,7 @@ from importlib import import_module
 
 from . import __version__, processes
 from .errors import ExitCode, RocmlabError
-from .execution.worker import UNUSED_IN_CLI, block_unused_imports
+from .startup import UNUSED_IN_CLI, block_unused_imports
 
 # name: (where its add_arguments and main live, "module" or "module:object"; one line of help)
 COMMANDS = {

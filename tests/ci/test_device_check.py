@@ -26,13 +26,14 @@ from packaging.utils import parse_wheel_filename
 from rocmlab.course.catalog import COURSE_MODEL, GPU, SMOKE, discover
 from rocmlab.errors import CommandFailed, ExitCode, InputError
 from rocmlab.execution import device_check, device_kit
+from rocmlab.execution.fingerprint import Fingerprint
 from rocmlab.execution.results import Record, write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "ci" / "device_check.sh"
 LABS = {lab.id: lab for lab in discover(ROOT)}
-# A fingerprint as `python -m rocmlab.execution.results` prints it on the lent machine (the keys of
-# results.fingerprint; torch 2.11.0+cu130 on one H100, as the device's image was last described).
+# A fingerprint as `python -m rocmlab.execution.fingerprint` prints it on the lent machine (the keys of
+# fingerprint.Fingerprint; torch 2.11.0+cu130 on one H100, as the device's image was last described).
 CUDA_FINGERPRINT = {
     "python": "3.12.3",
     "os": "Ubuntu 24.04",
@@ -237,7 +238,7 @@ def test_each_rocm_only_step_names_the_vendor_branch_of_its_lab():
     [(CUDA_FINGERPRINT, "CUDA"), (ROCM_FINGERPRINT, "ROCm"), ({"hip": None, "cuda": "13.0", "gpus": []}, "CPU")],
 )
 def test_the_vendor_is_read_from_the_fingerprint(fingerprint, vendor):
-    assert device_check.vendor(fingerprint) == vendor
+    assert device_check.vendor(Fingerprint(**fingerprint)) == vendor
 
 
 def record(lab_id: str, status: str, fingerprint: dict, **fields) -> Record:

@@ -449,7 +449,7 @@ def test_the_bots_own_edit_for_a_new_series_passes_the_tests_that_read_the_matri
     regenerated Dockerfiles and sentences), applied to a copy of this repository's matrix, README and docs,
     then the unit tests that read them, run against the copy."""
     copy = tmp_path / "repo"
-    for name in ("tests", "env", "docs", "ci", ".github", "solutions", "src/rocmlab/schemas"):
+    for name in ("tests", "env", "docs", "ci", ".ci", ".github", "solutions", "src/rocmlab/schemas"):
         shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("README.md", "Makefile", "pyproject.toml", ".dockerignore"):
         shutil.copy(ROOT / name, copy / name)

@@ -5,6 +5,7 @@ the freshness job's docker commands, and the job and the release check run end t
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,37 @@ def test_pull_request_workflow_lints_tests_builds_and_smokes_changed_labs():
     steps = json.dumps(pr["jobs"])
     assert "rocmlab build --check" in steps and "pytest" in steps
     assert "ci/changed_labs.py" in steps and "--profile smoke" in steps
+
+
+# A linter run as a command: at the start of a line or after &&, ||, ;, |, $( or a backtick.
+LINTER_COMMAND = re.compile(
+    r"(?m)(?:^|&&|\|\||;|\||\$\(|`)\s*(?:[\w./-]*/)?(?:python3?\s+-m\s+)?"
+    r"(?:ruff|lint-imports|flake8|pylint|black|isort)\b"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["ruff check --select E9,F63 src", "  python -m ruff check .", "make x && .venv/bin/lint-imports", "a; black ."],
+)
+def test_a_linter_of_its_own_is_seen(text):
+    assert LINTER_COMMAND.search(text)
+
+
+def test_lint_has_one_definition_make_lint_and_the_pull_request_runs_it():
+    """No workflow or CI script runs a linter of its own (a subset of ruff, no format, no layers):
+    they lint through `make lint`, and the pull request's lint job does."""
+    runs = [
+        (f"{path.name}: {step.get('name') or step['run'][:40]}", step["run"])
+        for path in WORKFLOWS
+        for job in load(path.name)["jobs"].values()
+        for step in job.get("steps", [])
+        if "run" in step
+    ]
+    scripts = [(path.name, path.read_text()) for path in [*sorted((ROOT / "ci").glob("*.*")), ROOT / ".ci" / "run"]]
+    assert [where for where, text in runs + scripts if LINTER_COMMAND.search(text)] == []
+    assert "make lint" in [step.get("run") for step in load("pr.yml")["jobs"]["lint"]["steps"]]
+    assert re.search(r'^step lint "[^"]*" make lint$', (ROOT / ".ci" / "run").read_text(), re.M)
 
 
 def test_freshness_jobs_come_from_the_matrix_and_use_the_gpu():

@@ -46,6 +46,18 @@ def test_a_title_with_quotes_stays_valid_toml(course):
     assert lab.summary.startswith('The "fast" path') and folder.name == "12-quotes"
 
 
+def test_a_chinese_title_is_written_readable_not_as_escapes(course):
+    """lab.toml's values are written by a TOML writer (tomlkit), not JSON's ``\\u`` escapes."""
+    folder = scaffold(
+        course / "solutions", "13-zh", title_en="Hello", title_zh="你好 ROCm：带宽", summary="测量 HBM 带宽", minutes=60
+    )
+    text = (folder / "lab.toml").read_text(encoding="utf-8")
+    assert 'title = { zh = "你好 ROCm：带宽", en = "Hello" }' in text and 'summary = "测量 HBM 带宽"' in text
+    assert "\\u" not in text
+    (lab,) = discover(course)
+    assert lab.title["zh"] == "你好 ROCm：带宽" and lab.summary == "测量 HBM 带宽"
+
+
 @pytest.mark.parametrize(
     "lab_id, needle",
     [

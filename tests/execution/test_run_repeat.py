@@ -5,11 +5,12 @@ from types import SimpleNamespace
 import pytest
 
 from rocmlab.errors import InputError
+from rocmlab.execution.fingerprint import Fingerprint
 from rocmlab.execution.outcome import Outcome
 from rocmlab.execution.run import Target, _record, run_lab
 
 LAB = SimpleNamespace(id="05-demo", version="1.1.0")
-TARGET = Target("local", "python", {"python": "3.11"})
+TARGET = Target("local", "python", Fingerprint(python="3.11"))
 
 
 def outcome(status, seconds=10.0, cell=None):

@@ -10,6 +10,7 @@ import pytest
 from rocmlab.errors import CommandFailed
 from rocmlab.execution import run
 from rocmlab.execution.course_assets import ADAPTER_KEY, MODEL_KEY, AssetBuild
+from rocmlab.execution.fingerprint import Fingerprint
 from rocmlab.execution.schedule import run_by_need
 
 WAIT_S = 10  # a wait this long means the scheduler serialised work it should overlap
@@ -171,7 +172,7 @@ def test_run_labs_builds_the_model_once_before_the_labs_that_declare_it(monkeypa
 
     monkeypatch.setattr(run, "run_lab", fake_run_lab)
     labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
-    target = run.Target("local", sys.executable, {})
+    target = run.Target("local", sys.executable, Fingerprint())
     records = run.run_labs(
         tmp_path, labs, "smoke", target, tmp_path, jobs=2, builds={MODEL_KEY: build}, stream=sys.stderr
     )
@@ -193,13 +194,13 @@ def test_run_labs_builds_the_adapter_after_the_model_and_holds_only_the_labs_tha
 
     monkeypatch.setattr(run, "run_lab", fake_run_lab)
     labs = [fake_lab("02-model", True), fake_lab("03-adapter", True, qc_adapter=True)]
-    target = run.Target("local", sys.executable, {})
+    target = run.Target("local", sys.executable, Fingerprint())
     run.run_labs(tmp_path, labs, "smoke", target, tmp_path, jobs=2, builds={MODEL_KEY: model, ADAPTER_KEY: adapter})
     assert seen == {"02-model": (True, False), "03-adapter": (True, True)}
 
 
 def test_with_only_the_adapter_missing_a_lab_needing_the_model_alone_waits_for_nothing(tmp_path):
-    target = run.Target("local", sys.executable, {})
+    target = run.Target("local", sys.executable, Fingerprint())
     builds = {ADAPTER_KEY: FakeBuild()}
     assert run.stages_needed(fake_lab("02-model", True), "smoke", target, builds) == 0
     assert run.stages_needed(fake_lab("03-adapter", True, qc_adapter=True), "smoke", target, builds) == 1
@@ -211,7 +212,7 @@ def test_with_only_the_adapter_missing_a_lab_needing_the_model_alone_waits_for_n
 def test_run_labs_records_a_failed_build_on_each_lab_that_needed_it(monkeypatch, tmp_path):
     monkeypatch.setattr(run, "run_lab", lambda *a, **k: (SimpleNamespace(lab=a[1].id, status="passed"), None))
     labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
-    target = run.Target("local", sys.executable, {})
+    target = run.Target("local", sys.executable, Fingerprint())
     records = run.run_labs(
         tmp_path, labs, "smoke", target, tmp_path, jobs=2, builds={MODEL_KEY: FakeBuild("disk full")}
     )
@@ -323,6 +324,8 @@ def test_with_the_model_ready_the_labs_that_need_it_are_not_held_behind_the_othe
         record = Record(lab, "1.0.0", "smoke", "local", "passed", "2026-12-02T18:33:20+00:00", duration_s=seconds)
         write_record(record, tmp_path / "local" / f"{lab}.json")
     labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
-    records = run.run_labs(tmp_path, labs, "smoke", run.Target("local", sys.executable, {}), tmp_path, jobs=1)
+    records = run.run_labs(
+        tmp_path, labs, "smoke", run.Target("local", sys.executable, Fingerprint()), tmp_path, jobs=1
+    )
     assert started == ["02-model", "01-free"]
     assert [r.lab for r in records] == ["01-free", "02-model"]

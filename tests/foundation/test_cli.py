@@ -109,3 +109,19 @@ def test_the_readme_command_table_is_generated_from_the_parsers():
     commands = [usage.split()[1] for usage, _ in rows(parser)]
     assert set(commands) == set(COMMANDS)
     assert any(usage.startswith("rocmlab env list") for usage, _ in rows(parser))  # sub-commands get rows
+
+
+def test_the_command_line_starts_without_the_notebook_machinery_and_blocks_the_iri_grammar():
+    """`rocmlab` imports only the chosen command's module: not the notebook worker (papermill's
+    side), whose blocked imports it once borrowed; jsonschema's IRI grammar is blocked (startup.py)."""
+    probe = (
+        "import sys, rocmlab.cli\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rocmlab')))\n"
+        "rocmlab.cli.main(['--version'])\n"
+        "import jsonschema\n"
+        "print(sys.modules.get('rfc3987_syntax', 'absent'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    loaded, *_, iri = out.stdout.splitlines()
+    assert loaded == "['rocmlab', 'rocmlab.cli', 'rocmlab.errors', 'rocmlab.processes', 'rocmlab.startup']"
+    assert iri == "None"

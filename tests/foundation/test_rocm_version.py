@@ -3,7 +3,7 @@
 import pytest
 
 from rocmlab import doctor, probes
-from rocmlab.execution import results
+from rocmlab.execution.fingerprint import fingerprint
 
 
 class Box(probes.Machine):
@@ -73,6 +73,5 @@ def test_the_fingerprint_reports_the_rocm_torch_runs_on(monkeypatch):
     monkeypatch.setattr(
         probes.LiveMachine, "package_version", lambda self, name: "7.14.0" if name == "rocm-sdk-core" else None
     )
-    info = results.fingerprint()
-    assert (info["rocm"], info["rocm_source"]) == ("7.14.0", "rocm-sdk-core package")
-    assert "rocm_system" in info
+    info = fingerprint()
+    assert (info.rocm, info.rocm_source) == ("7.14.0", "rocm-sdk-core package")

@@ -1,4 +1,5 @@
-"""rocmlab.lab.qc_adapter: lab 03's prompt, kept in step with lab 03's source; the cached build."""
+"""rocmlab.lab.qc_adapter: lab 03's prompt, kept in step with lab 03's source; the cached build, whose
+reference recipe (solutions/03-lora-finetune-zh/course_adapter.py) is outside the learner's package."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from pathlib import Path
 import pytest
 from labsource import LabSource
 
+from rocmlab.assets.cache import CacheError
 from rocmlab.lab import qc_adapter
+
+BUILDER = qc_adapter.course_builder()
 
 LAB03 = Path(__file__).resolve().parents[2] / "solutions" / "03-lora-finetune-zh" / "lab.py"
 WANTED = {"ANSWER_KEYS", "SYSTEM_PROMPT", "to_answer", "to_messages"}
@@ -50,10 +54,10 @@ def test_prompt_and_answer_are_lab03s():
 def test_training_records_drop_repeats_and_eval_leaks():
     from rocmlab.assets.loaders import load_qc_reports
 
-    records = qc_adapter.training_records()
-    keys = [qc_adapter._normal(r["description"]) for r in records]
+    records = BUILDER.training_records()
+    keys = [BUILDER._normal(r["description"]) for r in records]
     assert records and len(keys) == len(set(keys))
-    assert not set(keys) & {qc_adapter._normal(r["description"]) for r in load_qc_reports("eval")}
+    assert not set(keys) & {BUILDER._normal(r["description"]) for r in load_qc_reports("eval")}
 
 
 def lab03_fit_records(seed: int) -> list[dict]:
@@ -71,7 +75,7 @@ def lab03_fit_records(seed: int) -> list[dict]:
 @pytest.mark.parametrize("seed", [0, 2])
 def test_the_build_trains_on_lab03s_fit_records_in_their_order(seed):
     """Lab 03's loop must reproduce the build's losses step by step: same records, same order."""
-    assert [r["id"] for r in qc_adapter.training_records(seed)] == [r["id"] for r in lab03_fit_records(seed)]
+    assert [r["id"] for r in BUILDER.training_records(seed)] == [r["id"] for r in lab03_fit_records(seed)]
 
 
 def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
@@ -80,12 +84,15 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
 
     from rocmlab.errors import CommandFailed
 
-    class ReadOnlyLock:
+    class ReadOnlyLock:  # a lock file in a read-only cache cannot be made
         def __init__(self, *args, **kwargs):
             pass
 
-        def __enter__(self):
+        def acquire(self, *args, **kwargs):
             raise OSError(30, "Read-only file system")
+
+        def __enter__(self):
+            self.acquire()
 
         def __exit__(self, *exc):
             return False
@@ -99,7 +106,8 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeypatch):
     monkeypatch.setitem(qc_adapter.RECIPES, "tiny", {**qc_adapter.RECIPES["tiny"], "steps": 3})
-    monkeypatch.setattr(qc_adapter, "LOG_EVERY", 2)
+    monkeypatch.setattr(BUILDER, "LOG_EVERY", 2)
+    monkeypatch.setattr(qc_adapter, "course_builder", lambda root=None: BUILDER)
     lines, umask = [], os.umask(0o077)  # a builder whose umask hides its files from everyone else
     try:
         built = qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=lines.append)
@@ -117,11 +125,31 @@ def test_adapter_is_built_once_cached_and_rebuilt_when_partial(tmp_path, monkeyp
     def no_training(*args, **kwargs):
         raise AssertionError("a valid cached adapter must not be trained again")
 
-    monkeypatch.setattr(qc_adapter, "_train", no_training)
+    monkeypatch.setattr(BUILDER, "train", no_training)
     assert qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=None) == built
     (built / "adapter_model.safetensors").write_bytes(b"cut")
     with pytest.raises(AssertionError, match="must not be trained"):
         qc_adapter.ensure_qc_adapter(cache_dir=tmp_path, log=None)
+
+
+def test_lab03s_answers_are_not_in_the_package_a_learner_imports():
+    """Issue 47: the split, the answer-only loss and the padding of lab 03 live in solutions/ (hidden
+    from graded kernels, closed on a hub); the package keeps the prompt, the recipe's numbers, the cache."""
+    public = {name for name in vars(qc_adapter) if not name.startswith("__")}
+    assert not public & {"training_records", "in_dev_split", "_normal", "_sample", "_fit", "_train", "train"}
+    assert BUILDER.__file__ == str(Path(__file__).resolve().parents[2] / qc_adapter.BUILDER)
+
+
+def test_without_the_course_checkout_a_missing_adapter_is_a_clear_error(tmp_path, monkeypatch):
+    """A learner's kernel sees the cache but not solutions/: it says where to build, never trains."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.setattr(qc_adapter, "adapter_dir", lambda *a, **k: tmp_path / "adapters" / "x")
+    with pytest.raises(CacheError, match="building it needs the course"):
+        qc_adapter.ensure_qc_adapter(log=None)
+    (tmp_path / "course").mkdir()
+    with pytest.raises(CacheError, match=r"course_adapter.py cannot be read here: .*python -m rocmlab.lab.qc_adapter"):
+        qc_adapter.course_builder(tmp_path / "course")
 
 
 def lab03_parameters(profile: str) -> dict:

@@ -138,3 +138,27 @@ def test_without_a_matrix_the_first_environment_is_judged_and_an_empty_table_is_
     assert table[2].count(" | ") == table[0].count(" | ")
     local = build(labs, [make_run(env="local")], [], now=NOW)
     assert row(local, "01-demo").verdict == "fresh" and "| ✅ passed 4s |" in to_markdown(local)
+
+
+def test_every_view_shows_the_fingerprint_and_committed_views_drop_the_machine_specific(course):
+    """The README table and ci/results/freshness.json (committed) keep the facts two machines that
+    run an entry's pins share; the local report, its JSON and the dashboard show them all."""
+    import dataclasses
+    import json
+
+    from rocmlab.report.render import to_json
+
+    run = make_run(env="rocm-10.0", freeze=["torch==2.11.0+rocm10.0.0", "rocm-sdk-core==10.0.1"])
+    run.fingerprint = dataclasses.replace(run.fingerprint, cpu_model="AMD EPYC 9654", kernel="6.8.0-45-generic")
+    rep = report(course, [run])
+    local, committed = to_markdown(rep), to_markdown(rep, committed=True)
+    line = next(x for x in local.splitlines() if x.startswith("- rocm-10.0 ran on: "))
+    assert "CPU AMD EPYC 9654" in line and "GPUs AMD Instinct MI300X (gfx942)" in line and "ROCm 10.0.1" in line
+    shared = next(x for x in committed.splitlines() if x.startswith("- rocm-10.0 ran on: "))
+    assert "ROCm 10.0.1" in shared and "Python 3.12.3" in shared
+    assert not any(word in shared for word in ("EPYC", "MI300X", "6.8.0", "Generated"))
+    data = json.loads(to_json(rep, committed=True))
+    environment = data["labs"][0]["last_run"]["environment"]
+    assert environment["ROCm"] == "10.0.1" and "CPU" not in environment and "GPUs" not in environment
+    assert data["generated_at"] is None and "links" not in data["labs"][0]["last_run"]
+    assert json.loads(to_json(rep))["labs"][0]["last_run"]["environment"]["CPU"] == "AMD EPYC 9654"

@@ -22,6 +22,7 @@ def test_the_page_is_self_contained_escaped_and_links_runs(make_course, tmp_path
     assert 'href="https://github.com/amd/rocmlab/actions/runs/101"' in page
     assert 'href="../course/results/cpu-current/01-demo.ipynb"' in page  # the local executed notebook
     assert page.count('class="history"') == 2
+    assert "<th>ran on</th>" in page and "Python: 3.11.7; OS: Debian GNU/Linux 12 (bookworm)" in page  # every fact
 
 
 def test_a_lab_without_runs_says_so(make_course, tmp_path):

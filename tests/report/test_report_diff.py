@@ -1,5 +1,7 @@
 """What changed since the previous run of each pair (rocmlab.report.diff)."""
 
+import dataclasses
+
 from freshness_helpers import make_run
 
 from rocmlab.report.diff import compare, diff_runs, to_markdown
@@ -30,7 +32,7 @@ def test_new_warnings_and_environment_changes():
             {"category": "log", "message": "`torch_dtype` is deprecated! Use `dtype` instead!"},
         ],
     )
-    new.fingerprint = {**new.fingerprint, "python": "3.11.9"}
+    new.fingerprint = dataclasses.replace(new.fingerprint, python="3.11.9")
     diff = compare(old, new, STORE)
     assert diff.new_warnings == ["log: `torch_dtype` is deprecated! Use `dtype` instead!"]
     assert diff.environment == ["Python 3.11.7 → 3.11.9"]

@@ -1,11 +1,14 @@
 """The append-only run ledger under ci/history/ (rocmlab.report.history)."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from freshness_helpers import executed_notebook, make_run, write_result
 
 from rocmlab.report import history
+from rocmlab.schemas import schema
 
 
 def test_append_adds_each_run_once_and_never_rewrites_a_line(tmp_path):
@@ -43,7 +46,41 @@ def test_malformed_lines_are_named_by_file_and_line(tmp_path):
     runs, problems = history.read_ledger(tmp_path)
     assert len(runs) == 1
     assert problems[0].startswith("ci/history/cpu-current.jsonl:2: not a JSON line")
-    assert problems[1] == "ci/history/cpu-current.jsonl:3: field lab_version: expected a string"
+    assert problems[1] == "ci/history/cpu-current.jsonl:3: missing field lab_version (a version string)"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gpu": "gfx942"}, "unknown field gpu (allowed: cells, commit,"),
+        ({"fingerprint": {"python": "3.11.7", "cpu": "x"}}, "unknown field fingerprint.cpu (allowed: cpu_model,"),
+        ({"cells": [{"index": 0, "duration_s": "2s"}]}, "field cells.0.duration_s: expected a cell {index, label"),
+        ({"figures": [{"png": "..."}]}, "field figures: expected an empty list"),
+    ],
+)
+def test_a_line_the_schema_refuses_is_named_by_file_line_and_field(tmp_path, change, message):
+    """Unknown keys are refused, not dropped: a line is read against schemas/ledger.schema.json."""
+    line = {**json.loads(make_run().to_json()), **change}
+    ledger = tmp_path / "ci" / "history" / "cpu-current.jsonl"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text(json.dumps(line) + "\n")
+    runs, problems = history.read_ledger(tmp_path)
+    assert runs == [] and len(problems) == 1
+    assert problems[0].startswith("ci/history/cpu-current.jsonl:1: " + message)
+
+
+def test_the_ledger_schema_describes_every_field_of_a_line_and_no_other():
+    fields = {f.name for f in dataclasses.fields(history.Run)} - history._TRANSIENT
+    assert set(schema("ledger")["properties"]) == fields | history._RETIRED
+    assert schema("ledger")["properties"]["fingerprint"]["$ref"] == "fingerprint.schema.json"
+    assert schema("record")["properties"]["fingerprint"]["$ref"] == "fingerprint.schema.json"
+
+
+def test_the_committed_ledger_reads_whole_and_keeps_its_fingerprints_apart_from_the_freeze():
+    runs, problems = history.read_ledger(Path(__file__).resolve().parents[2])
+    assert problems == [] and runs
+    line = json.loads(runs[-1].to_json())
+    assert "freeze" not in line["fingerprint"] and "freeze_sha256" not in line["fingerprint"]
 
 
 def test_a_run_takes_cell_durations_and_traceback_from_its_executed_notebook(tmp_path, monkeypatch):
@@ -77,7 +114,7 @@ def test_a_run_takes_cell_durations_and_traceback_from_its_executed_notebook(tmp
     ]
     assert run.commit == "c0ffee" * 6 + "abcd" and run.run_url == "https://github.com/amd/rocmlab/actions/runs/42"
     assert run.lab_source_sha256 == history.source_hash(root / "solutions" / "01-demo")
-    assert run.notebook == "cpu-current/01-demo.ipynb" and run.freeze and "freeze" not in run.fingerprint
+    assert run.notebook == "cpu-current/01-demo.ipynb" and run.freeze and run.fingerprint.freeze is None
 
 
 def test_merge_keeps_the_ledger_line_and_adds_what_is_known_only_now(tmp_path):
@@ -114,7 +151,7 @@ def test_two_real_runs_of_a_lab_leave_one_history_with_both(fixture_course, tmp_
 
     from rocmlab.cli import main
     from rocmlab.course.catalog import discover, select
-    from rocmlab.execution.results import fingerprint
+    from rocmlab.execution.fingerprint import fingerprint
     from rocmlab.execution.run import Target, run_lab
 
     # The verdict compares the run's packages with the entry's pins: pin what this machine has,

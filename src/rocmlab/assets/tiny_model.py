@@ -10,15 +10,17 @@ Same seed, step count, library versions and thread count give the same weights h
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
-import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import CommandFailed
+from . import cache
+from .cache import CacheError as CacheError  # the cache's names, re-exported: callers find them here too
+from .cache import cache_root as cache_root
+from .cache import make_world_readable as make_world_readable
+from .cache import sha256_file, write_manifest
 from .corpus import corpus_documents, eval_documents
 from .tiny_tokenizer import SPECIAL_TOKENS, make_tokenizer_config_portable, train_tokenizer, wrap_tokenizer
 
@@ -45,10 +47,6 @@ MODEL_SHAPE = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
 )
-
-
-class CacheError(CommandFailed, RuntimeError):
-    """The model cache cannot be used (lock timeout, unwritable directory)."""
 
 
 # ---------------------------------------------------------------- training
@@ -182,14 +180,6 @@ def perplexity(model, tokenizer, docs, *, seq_len: int = SEQ_LEN * 2) -> float:
 # ---------------------------------------------------------------- files and cache
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _save_quietly(model, out_dir: Path) -> None:
     from transformers.utils import logging as hf_logging
 
@@ -236,7 +226,6 @@ def build_tiny_model(
     _save_quietly(model, out_dir)
     wrap_tokenizer(tokenizer, MODEL_SHAPE["max_position_embeddings"]).save_pretrained(out_dir)
     make_tokenizer_config_portable(out_dir / "tokenizer_config.json")
-    files = sorted(p for p in out_dir.rglob("*") if p.is_file())
     manifest = {
         "name": MODEL_NAME,
         "recipe_version": RECIPE_VERSION,
@@ -255,36 +244,13 @@ def build_tiny_model(
         "build_seconds": round(time.perf_counter() - started, 1),
         "build_threads": threads,
         "built_by_pid": os.getpid(),
-        "files": {
-            p.relative_to(out_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files
-        },
     }
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    manifest = write_manifest(out_dir, MANIFEST, manifest)
     log(
         f"built {MODEL_NAME} in {manifest['build_seconds']} s: {manifest['parameters'] / 1e6:.2f} M parameters, "
         f"final train loss {manifest['final_train_loss']}, eval perplexity {manifest['eval_perplexity_qc_reports']}"
     )
     return manifest
-
-
-def make_world_readable(folder: Path) -> None:
-    """Files 0644 and folders 0755, whatever the builder's umask: the grader's kernels run as other
-    users (rocmlab-grader-N) and a learner's server as the learner, and all of them read this cache."""
-    for current, _dirs, files in os.walk(folder):
-        os.chmod(current, 0o755)
-        for name in files:
-            os.chmod(os.path.join(current, name), 0o644)
-
-
-def cache_root(cache_dir=None) -> Path:
-    """``cache_dir``, else ``$ROCMLAB_CACHE``, else the user cache dir for rocmlab."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    if os.environ.get("ROCMLAB_CACHE"):
-        return Path(os.environ["ROCMLAB_CACHE"]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("rocmlab"))
 
 
 def _data_fingerprint() -> str:
@@ -304,29 +270,8 @@ def model_dir(cache_dir=None, *, steps: int | None = None, seed: int | None = No
 
 
 def read_valid_manifest(path: Path) -> dict | None:
-    """The manifest if every file it lists is present with its size and hash, else None."""
-    try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        for name, entry in manifest["files"].items():
-            file = path / name
-            if file.stat().st_size != entry["bytes"] or sha256_file(file) != entry["sha256"]:
-                return None
-        return manifest
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _say_when_waiting(lock, target: Path, timeout_s: float, log) -> None:
-    """Log once when another process holds the build lock, so a waiting build does not look hung."""
-    from filelock import Timeout
-
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if log:
-            log(f"another process is building {target.name}; waiting for it (up to {timeout_s:.0f} s)")
-    else:
-        lock.release()
+    """The checkpoint's manifest if every file it lists is present with its size and hash, else None."""
+    return cache.read_valid_manifest(path, MANIFEST)
 
 
 def ensure_tiny_model(
@@ -338,46 +283,16 @@ def ensure_tiny_model(
     lock_timeout_s: float = LOCK_TIMEOUT_S,
     evaluate: bool = True,
 ) -> Path:
-    """The cached checkpoint directory, built first if missing, partial or corrupt.
-
-    Several processes may call this at once: one builds under a file lock, the others wait
-    for it and then use its result.
-    """
-    from filelock import FileLock, Timeout
-
+    """The cached checkpoint directory, built first if missing, partial or corrupt (``cache.build_once``)."""
     steps = DEFAULT_STEPS if steps is None else steps
     seed = DEFAULT_SEED if seed is None else seed
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    target = model_dir(cache_dir, steps=steps, seed=seed)
-    if read_valid_manifest(target):
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CacheError(
-            f"cannot create the model cache {target.parent}: {exc}; set ROCMLAB_CACHE to a writable directory"
-        ) from exc
-    lock = FileLock(str(target) + ".lock", timeout=lock_timeout_s)
-    try:
-        _say_when_waiting(lock, target, lock_timeout_s, log)
-        with lock:
-            if read_valid_manifest(target):
-                return target
-            if target.exists():
-                (log or (lambda m: None))(f"{target} is incomplete or corrupt; rebuilding")
-                shutil.rmtree(target)
-            staging = target.with_name(f"{target.name}.building-{os.getpid()}")
-            shutil.rmtree(staging, ignore_errors=True)
-            try:
-                build_tiny_model(staging, steps=steps, seed=seed, log=log, evaluate=evaluate)
-                make_world_readable(staging)
-                os.replace(staging, target)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-    except Timeout:
-        raise CacheError(
-            f"waited {lock_timeout_s:.0f} s for another process building {target}; "
-            f"if none is running, delete {target}.lock"
-        ) from None
-    return target
+    return cache.build_once(
+        model_dir(cache_dir, steps=steps, seed=seed),
+        lambda out: build_tiny_model(out, steps=steps, seed=seed, log=log, evaluate=evaluate),
+        manifest=MANIFEST,
+        what="model",
+        lock_timeout_s=lock_timeout_s,
+        log=log,
+    )

@@ -62,7 +62,15 @@ def _render(name: str, values: dict) -> str:
 
     source = files("rocmlab").joinpath("templates", "new_lab", f"{name}.j2").read_text(encoding="utf-8")
     environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    environment.filters["toml"] = _toml_value
     return environment.from_string(source).render(**values)
+
+
+def _toml_value(value) -> str:
+    """``value`` as TOML writes it (tomlkit): a Chinese title stays readable, not ``\\u`` escapes."""
+    import tomlkit
+
+    return tomlkit.item(value).as_string()
 
 
 def main(*, lab_id: str, title_en: str, title_zh: str, summary: str, minutes: int, root=None) -> int:

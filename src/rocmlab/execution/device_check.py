@@ -24,7 +24,8 @@ from pathlib import Path
 from ..course.catalog import COURSE_MODEL, GPU, SMOKE, Lab
 from ..errors import ExitCode, InputError
 from ..markdown_table import cell
-from .results import Record, RecordError, fingerprint, read_record
+from .fingerprint import Fingerprint, fingerprint
+from .results import Record, RecordError, read_record
 
 DRY_RUN_ENTRY = "device-dry-run"  # the dry run's results folder: a CPU rehearsal, no matrix entry
 DEFAULT_CAP_S = 240
@@ -83,11 +84,11 @@ ROCM_ONLY = {
 }
 
 
-def vendor(fingerprint_: dict) -> str:
+def vendor(fingerprint_: Fingerprint) -> str:
     """ROCm, CUDA or CPU: what a run's fingerprint says its torch build drove."""
-    if fingerprint_.get("hip"):
+    if fingerprint_.hip:
         return "ROCm"
-    if fingerprint_.get("cuda") and fingerprint_.get("gpus"):
+    if fingerprint_.cuda and fingerprint_.gpus:
         return "CUDA"
     return "CPU"
 
@@ -155,12 +156,12 @@ def summary(
 ) -> str:
     """The one-table Markdown summary of a device check; ``ranks``: ``world_sizes`` of its labs."""
     ran = [r for r in records.values() if r is not None]
-    fp = ran[0].fingerprint if ran else {}
+    fp = ran[0].fingerprint if ran else Fingerprint()
     where = vendor(fp)
-    gpus = ", ".join(f"{g.get('name')} ({g.get('arch')})" for g in fp.get("gpus") or []) or "no GPU"
+    gpus = ", ".join(f"{g.get('name')} ({g.get('arch')})" for g in fp.gpus) or "no GPU"
     at_once = min(jobs, len(ran)) or 1
-    build = f"hip {fp['hip']}" if fp.get("hip") else (f"CUDA {fp['cuda']}" if fp.get("cuda") else "CPU build")
-    torch_version = (fp.get("packages") or {}).get("torch")
+    build = f"hip {fp.hip}" if fp.hip else (f"CUDA {fp.cuda}" if fp.cuda else "CPU build")
+    torch_version = fp.packages.get("torch")
     counts = {}
     for record in records.values():
         status = record.status if record else "not run"
@@ -168,7 +169,7 @@ def summary(
     lines = [
         f"# Device check: {entry}, profile {profile}",
         "",
-        f"{where}: {gpus}; torch {torch_version} ({build}); python {fp.get('python')}.",
+        f"{where}: {gpus}; torch {torch_version} ({build}); python {fp.python}.",
         _verdict_line(where),
         f"`rocmlab doctor`: exit status {doctor_status} (its findings: doctor.txt).",
         f"Labs ran up to {at_once} at a time on one machine: their timings are not benchmark figures.",
@@ -186,7 +187,7 @@ def summary(
         why = record.failure if record and not record.passed else ""
         cells = [lab_id, status, seconds, _rocm_only_cell(lab_id, where), why]
         lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
-    gpu_count = len(fp.get("gpus") or [])
+    gpu_count = len(fp.gpus)
     short = sorted(lab for lab, size in (ranks or {}).items() if records.get(lab) and size > gpu_count)
     if short and where != "CPU":
         lines += [

@@ -1,4 +1,4 @@
-"""The result record of one lab run (JSON, written atomically) and the environment fingerprint.
+"""The result record of one lab run (JSON, written atomically); what it ran on is its ``Fingerprint``.
 
 Records are committed and shared, so they carry no path of the machine that wrote them:
 ``write_record`` rewrites site-packages, interpreter, home, temporary and repository paths
@@ -8,34 +8,20 @@ Records are committed and shared, so they carry no path of the machine that wrot
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import platform
 import re
 import tempfile
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TypedDict
 
 from ..errors import InputError
 from ..schemas import validate
+from .fingerprint import Fingerprint
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "timeout", "crashed", "skipped", "flaky")
-FINGERPRINT_PACKAGES = (
-    "torch",
-    "transformers",
-    "peft",
-    "accelerate",
-    "tokenizers",
-    "nbgrader",
-    "papermill",
-    "jupytext",
-    "numpy",
-)
-IMAGE_VARIABLES = {"image": "ROCMLAB_IMAGE", "image_digest": "ROCMLAB_IMAGE_DIGEST"}  # set by CI's container runs
 
 
 class RecordError(InputError, ValueError):
@@ -75,7 +61,7 @@ class RunResult:
     reason: str = ""
     failing_cell: FailingCell | None = None
     warnings: list[dict] = field(default_factory=list)  # rocmlab.deprecations notices
-    fingerprint: dict = field(default_factory=dict)  # see fingerprint()
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)  # its JSON form is converted
     repeats: list[Repeat] = field(
         default_factory=list
     )  # with `run --repeat N`: each run's status, reason, failing cell
@@ -83,6 +69,8 @@ class RunResult:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+        if isinstance(self.fingerprint, dict):
+            self.fingerprint = Fingerprint.from_data(self.fingerprint, f"{self.lab} on {self.env}: fingerprint")
 
     @property
     def passed(self) -> bool:
@@ -100,22 +88,6 @@ class RunResult:
             evalue = " ".join(str(cell.get("evalue", "")).split())[:200]
             return f"cell {cell.get('index')}: {cell['ename']}: {evalue}"
         return " ".join(self.reason.split())[:300]
-
-    @property
-    def python(self) -> str | None:
-        return self.fingerprint.get("python")
-
-    @property
-    def rocm(self) -> str | None:
-        return self.fingerprint.get("rocm")
-
-    @property
-    def os_name(self) -> str | None:
-        return self.fingerprint.get("os")
-
-    @property
-    def gpu_archs(self) -> list[str]:
-        return [g.get("arch") for g in self.fingerprint.get("gpus") or []]
 
     @property
     def warning_messages(self) -> set[str]:
@@ -212,82 +184,3 @@ def _portable_value(value, roots):
     if isinstance(value, dict):
         return {k: _portable_value(v, roots) for k, v in value.items()}
     return value
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _os_name() -> str:
-    try:
-        release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
-        return release.get("PRETTY_NAME", "").strip('"') or platform.platform()
-    except OSError:
-        return platform.platform()
-
-
-def _torch_devices() -> dict:
-    try:
-        import torch
-    except ImportError:
-        return {"hip": None, "cuda": None, "gpus": []}
-    gpus = []
-    if torch.cuda.is_available():
-        for index in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(index)
-            arch = (getattr(props, "gcnArchName", "") or "").split(":", 1)[0]
-            if not arch:
-                major, minor = torch.cuda.get_device_capability(index)
-                arch = f"sm_{major}{minor}"
-            gpus.append({"name": props.name, "arch": arch, "memory_gb": round(props.total_memory / 2**30, 1)})
-    return {"hip": getattr(torch.version, "hip", None), "cuda": getattr(torch.version, "cuda", None), "gpus": gpus}
-
-
-def freeze() -> list[str]:
-    """Every installed distribution as ``name==version`` (names normalised), sorted: what pip freeze shows."""
-    found = set()
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={dist.version}")
-    return sorted(found)
-
-
-def freeze_hash(lines: list[str]) -> str:
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
-def _rocm(torch_version: str | None, hip: str | None) -> dict:
-    from ..probes import LiveMachine, rocm_versions
-
-    found = rocm_versions(LiveMachine(), {"version": torch_version, "hip": hip})
-    version, source = found.best
-    return {"rocm": version, "rocm_source": source, "rocm_system": found.system}
-
-
-def fingerprint() -> dict:
-    """What the labs ran on: interpreter, OS, library versions, ROCm, GPU devices, the whole freeze,
-    and the container image when CI says which (``$ROCMLAB_IMAGE``, ``$ROCMLAB_IMAGE_DIGEST``)."""
-    packages = {name: _package_version(name) for name in FINGERPRINT_PACKAGES}
-    installed = freeze()
-    info = {
-        "python": platform.python_version(),
-        "os": _os_name(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "packages": packages,
-        "freeze": installed,
-        "freeze_sha256": freeze_hash(installed),
-    }
-    info.update(_torch_devices())
-    info.update(_rocm(packages["torch"], info["hip"]))
-    info.update({key: os.environ.get(variable) or None for key, variable in IMAGE_VARIABLES.items()})
-    return info
-
-
-if __name__ == "__main__":
-    # `python -m rocmlab.execution.results` prints the fingerprint of the interpreter it runs in.
-    print(json.dumps(fingerprint(), ensure_ascii=False))

@@ -22,8 +22,9 @@ from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed, InputError, LabError
 from ..harness import OWN_KERNEL, harness_options
 from .course_assets import asset_builds, needed_assets
+from .fingerprint import Fingerprint, fingerprint
 from .outcome import Outcome
-from .results import Record, RecordError, fingerprint, read_record, write_record
+from .results import Record, RecordError, read_record, write_record
 from .schedule import run_by_need
 from .worker import Spec, close_all_workers, run_notebook
 
@@ -36,11 +37,11 @@ class Target:
 
     name: str
     python: str
-    fingerprint: dict
+    fingerprint: Fingerprint
 
     @property
     def gpus(self) -> int:
-        return len(self.fingerprint.get("gpus") or [])
+        return len(self.fingerprint.gpus)
 
 
 def local_target() -> Target:
@@ -52,12 +53,18 @@ def env_target(name: str, root: Path | None = None) -> Target:
     from ..freshness.environments import python_for
 
     python = str(python_for(name, root))
-    proc = subprocess.run([python, "-m", "rocmlab.execution.results"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([python, "-m", "rocmlab.execution.fingerprint"], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise CommandFailed(
             f"environment {name!r}: cannot read its fingerprint with {python}: {proc.stderr.strip()[-500:]}"
         )
-    return Target(name, python, json.loads(proc.stdout))
+    try:
+        found = Fingerprint.from_data(
+            json.loads(proc.stdout), f"environment {name!r}: {python} -m rocmlab.execution.fingerprint"
+        )
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise CommandFailed(f"environment {name!r}: its fingerprint is not one: {exc}") from None
+    return Target(name, python, found)
 
 
 def choose_profile(lab: Lab, requested: str, gpus: int) -> tuple[Profile | None, str]:

@@ -28,16 +28,12 @@ from pathlib import Path
 
 from .. import processes
 from ..harness import read_results
+from ..startup import block_unused_imports  # sandbox.entry starts its worker with it too
 from .outcome import Outcome, inspect_output
 from .results import write_json_atomic
 from .schedule import run_by_need
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
-# Optional modules that papermill's imports pull in and a local notebook run never uses; blocking
-# them saves about 1.5 s of start-up. The first, jsonschema's IRI grammar (compiled at import;
-# nbformat's schema has no IRI fields), is blocked in the CLI too.
-UNUSED_IN_CLI = ("rfc3987_syntax",)
-UNUSED_IN_WORKER = (*UNUSED_IN_CLI, "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 KILL_GRACE_S = 5
 # What ``kernel_environment`` sets for every kernel (a sandboxed kernel keeps these of the
 # grader's environment, and what its run sets: ``rocmlab.sandbox.runs.kernel_variables``).
@@ -359,11 +355,6 @@ def _execute(spec: Spec, kernel=None, kept=None) -> dict:
         return {"status": "crashed", "reason": f"the kernel died: {str(exc)[:300]}"}
     except Exception as exc:  # noqa: BLE001 (papermill or kernel start-up failed: record it, never lose the run)
         return {"status": "crashed", "reason": f"{type(exc).__name__}: {str(exc)[:500]}"}
-
-
-def block_unused_imports(names: tuple = UNUSED_IN_WORKER) -> None:
-    for name in names:
-        sys.modules.setdefault(name, None)
 
 
 def serve() -> int:

@@ -67,7 +67,10 @@ def _row_view(row: LabRow, report: Freshness, relative_to: Path | None) -> dict:
         "last_pass": row.last_pass,
         "last_run": row.last_run,
         "history_plot": history_plot(runs) if runs else None,
-        "recent": [{"run": r, "links": links(r, relative_to)} for r in reversed(runs[-RECENT_RUNS:])],
+        "recent": [
+            {"run": r, "links": links(r, relative_to), "facts": r.fingerprint.facts()}
+            for r in reversed(runs[-RECENT_RUNS:])
+        ],
         "warnings": [{**w, "removal_text": removal_text(w)} for w in row.warnings],
     }
 

@@ -21,7 +21,7 @@ class PairDiff:
     status: str = ""  # "newly failing" | "fixed" | "" (unchanged)
     new_warnings: list[str] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
-    environment: list[str] = field(default_factory=list)  # Python, ROCm, GPU, image
+    environment: list[str] = field(default_factory=list)  # the fingerprint's facts that changed
     slower_cells: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -66,20 +66,13 @@ def compare(before: Run, after: Run, freezes: FreezeStore) -> PairDiff:
 
 
 def _environment_changes(before: Run, after: Run) -> list[str]:
-    changes = []
-    for name, old, new in (
-        ("Python", before.python, after.python),
-        ("ROCm", before.rocm, after.rocm),
-        ("OS", before.os_name, after.os_name),
-    ):
-        if old != new:
-            changes.append(f"{name} {old or '(none)'} → {new or '(none)'}")
-    old_gpus, new_gpus = before.gpu_archs, after.gpu_archs
-    if old_gpus != new_gpus:
-        changes.append(f"GPUs {', '.join(old_gpus) or '(none)'} → {', '.join(new_gpus) or '(none)'}")
-    if before.image_digest != after.image_digest and (before.image_digest or after.image_digest):
-        changes.append(f"image {before.image_digest or '(none)'} → {after.image_digest or '(none)'}")
-    return changes
+    """Each fact of the fingerprint that changed, the packages aside (``package_changes`` names them one by one)."""
+    old, new = before.fingerprint.facts(without={"packages"}), after.fingerprint.facts(without={"packages"})
+    return [
+        f"{label} {old.get(label) or '(none)'} → {new.get(label) or '(none)'}"
+        for label in dict.fromkeys([*old, *new])
+        if old.get(label) != new.get(label)
+    ]
 
 
 def _slower_cells(before: Run, after: Run, notes: list[str]) -> list[str]:

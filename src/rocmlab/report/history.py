@@ -4,7 +4,8 @@
 failing cell, traceback tail, warnings, repeats), where it ran (the environment fingerprint,
 the image digest, the hash of its ``pip freeze``), what ran (repository commit, hash of the
 lab's source), how long each cell took (papermill's cell metadata), and the CI run's URL. Whole freezes are stored once each, as
-``ci/history/freeze/<sha256>.txt``. Lines are only ever added, never rewritten.
+``ci/history/freeze/<sha256>.txt``. Lines are only ever added, never rewritten. Each line is read
+against ``schemas/ledger.schema.json`` (its fingerprint: ``fingerprint.schema.json``, the record's).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..execution.results import Record, RunResult, freeze_hash, portable, portable_record, read_record
+from ..execution.fingerprint import freeze_hash
+from ..execution.results import Record, RunResult, portable, portable_record, read_record
+from ..schemas import validate
 
 HISTORY = Path("ci") / "history"
 FREEZE = "freeze"
@@ -51,15 +54,19 @@ class Run(RunResult):
 
     def to_json(self) -> str:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _TRANSIENT}
+        fingerprint = self.fingerprint.to_data()
+        data["fingerprint"] = {k: v for k, v in fingerprint.items() if k not in _KEPT_APART}
         return json.dumps(data, ensure_ascii=False, sort_keys=True)
 
 
 _TRANSIENT = {"freeze", "notebook_path"}
-_REQUIRED = ("lab", "lab_version", "env", "profile", "status", "started_at")
+_KEPT_APART = {"freeze", "freeze_sha256"}  # a line's fingerprint: the freeze is stored by its hash, a field of the line
+_RETIRED = {"figures"}  # in the schema so that old lines read; dropped on reading
 
 
 def run_from_json(text: str, where: str) -> Run:
-    """One ledger line; a malformed one raises ValueError naming ``where`` (file:line) and the field."""
+    """One ledger line, read against ``schemas/ledger.schema.json``; a malformed one raises
+    ValueError naming ``where`` (file:line) and the field."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -68,11 +75,8 @@ def run_from_json(text: str, where: str) -> Run:
         raise ValueError(f"{where}: expected a JSON object")  # noqa: TRY004 (a malformed line is a value error)
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{where}: field schema: expected {SCHEMA}, got {data.get('schema')!r}")
-    missing = [name for name in _REQUIRED if not isinstance(data.get(name), str)]
-    if missing:
-        raise ValueError(f"{where}: field {missing[0]}: expected a string")
-    known = {f.name for f in dataclasses.fields(Run)} - _TRANSIENT
-    return Run(**{k: v for k, v in data.items() if k in known})
+    validate(data, "ledger", where, ValueError)
+    return Run(**{k: v for k, v in data.items() if k not in _RETIRED})
 
 
 # ---------------------------------------------------------------- what a run is recorded with
@@ -139,9 +143,9 @@ def run_from_record(record: Record, results: Path, context: Context) -> Run:
     """The ledger line of a fresh record, with what its executed notebook shows (machine paths made portable)."""
     roots = (str(context.root.resolve()),)
     record = portable_record(record, roots)
-    fingerprint = dict(record.fingerprint)
-    installed = fingerprint.pop("freeze", None)
-    freeze_sha = fingerprint.pop("freeze_sha256", None) or (freeze_hash(installed) if installed else None)
+    fingerprint = record.fingerprint
+    installed = fingerprint.freeze
+    freeze_sha = fingerprint.freeze_sha256 or (freeze_hash(installed) if installed else None)
     notebook = results / record.env / record.notebook if record.notebook else None
     cells, traceback = read_notebook(notebook) if notebook and notebook.is_file() else ([], "")
     return Run(
@@ -157,9 +161,9 @@ def run_from_record(record: Record, results: Path, context: Context) -> Run:
         traceback_tail=portable(traceback, roots),
         repeats=[{k: r.get(k) for k in ("run", "status", "duration_s", "reason")} for r in record.repeats],
         warnings=record.warnings,
-        fingerprint=fingerprint,
+        fingerprint=dataclasses.replace(fingerprint, freeze=None, freeze_sha256=None),
         freeze_sha256=freeze_sha,
-        image_digest=fingerprint.get("image_digest"),
+        image_digest=fingerprint.image_digest,
         commit=context.commit,
         dirty=context.dirty,
         lab_source_sha256=context.lab_source_sha256(record.lab),
@@ -300,7 +304,7 @@ class FreezeStore:
                 self._cache[run.freeze_sha256] = parse_freeze(lines) if lines else None
             if self._cache[run.freeze_sha256]:
                 return self._cache[run.freeze_sha256], True
-        return {canonical(k): v for k, v in (run.fingerprint.get("packages") or {}).items() if v}, False
+        return {canonical(k): v for k, v in run.fingerprint.packages.items() if v}, False
 
 
 def parse_freeze(lines: list[str]) -> dict[str, str]:

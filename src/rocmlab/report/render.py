@@ -64,15 +64,16 @@ def _table_row(cells: list[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def to_markdown(report: Freshness, timestamp: bool = True) -> str:
+def to_markdown(report: Freshness, committed: bool = False) -> str:
+    """The matrix as a table; ``committed`` (the README's) leaves out what is of this machine and moment: the generation time."""
     header = ["lab", "version", *(c.label for c in report.columns), "last pass", "last run", "freshness"]
     lines = [_table_row(header), "|" + "---|" * len(header)]
     for row in report.rows:
         cells = [cell_text(row.cells[c.name], row) for c in report.columns]
         values = [row.lab.id, row.lab.version, *cells, _when(row.last_pass), _when(row.last_run)]
         lines.append(_table_row([*values, LAB_VERDICTS[row.verdict]]))
-    lines += ["", _rule(report) + (f" Generated {report.generated_at}." if timestamp else "")]
-    return "\n".join(lines + _details(report)) + "\n"
+    lines += ["", _rule(report) + ("" if committed else f" Generated {report.generated_at}.")]
+    return "\n".join(lines + _details(report, committed)) + "\n"
 
 
 def _rule(report: Freshness) -> str:
@@ -87,10 +88,11 @@ def _rule(report: Freshness) -> str:
     )
 
 
-def _details(report: Freshness) -> list[str]:
+def _details(report: Freshness, committed: bool) -> list[str]:
     out = []
     for column in report.columns:
         out += [f"- {column.name}: upstream has newer: {note}" for note in column.upstream]
+        out += _ran_on(report, column, committed)
     for row in report.rows:
         for name, cell in row.cells.items():
             if cell.verdict in ("failing", "flaky", "failed", "timeout", "crashed", "skipped", "stale") and cell.detail:
@@ -105,6 +107,17 @@ def _details(report: Freshness) -> list[str]:
     return ["", "Details:", ""] + out if out else []
 
 
+def _ran_on(report: Freshness, column: Column, committed: bool) -> list[str]:
+    """What the entry's newest run ran on: the fingerprint's facts (``committed``: the machine-specific left out)."""
+    runs = [row.cells[column.name].last_run for row in report.rows if row.cells[column.name].last_run]
+    if not runs:
+        return []
+    facts = max(runs, key=lambda run: run.started_at).fingerprint.facts(committed=committed)
+    return (
+        [f"- {column.name} ran on: " + "; ".join(f"{label} {text}" for label, text in facts.items())] if facts else []
+    )
+
+
 def removal_text(warning: dict) -> str:
     if not warning.get("removal"):
         return ""
@@ -112,9 +125,20 @@ def removal_text(warning: dict) -> str:
     return f" (to be removed in {version})"
 
 
-def run_data(run: Run | None, relative_to: Path | None = None) -> dict | None:
+def run_data(run: Run | None, relative_to: Path | None = None, committed: bool = False) -> dict | None:
+    """One run as data. ``committed`` keeps when, where, status, CI URL and the facts of the
+    fingerprint that are not machine-specific: no local path, nothing that differs between machines."""
     if run is None:
         return None
+    environment = run.fingerprint.facts(committed=committed)
+    if committed:
+        return {
+            "at": run.started_at,
+            "env": run.env,
+            "status": run.status,
+            "run_url": run.run_url,
+            "environment": environment,
+        }
     return {
         "at": run.started_at,
         "env": run.env,
@@ -127,6 +151,7 @@ def run_data(run: Run | None, relative_to: Path | None = None) -> dict | None:
         "traceback_tail": run.traceback_tail,
         "commit": run.commit,
         "run_url": run.run_url,
+        "environment": environment,
         "links": links(run, relative_to),
     }
 
@@ -141,11 +166,15 @@ def _column_data(column: Column) -> dict:
     }
 
 
-def to_data(report: Freshness, timestamp: bool = True, relative_to: Path | None = None) -> dict:
-    """The report as data. ``timestamp=False`` is the committed form (ci/results/freshness.json):
-    no generation time, and each run only as when, where, status and CI URL."""
+def to_data(report: Freshness, committed: bool = False, relative_to: Path | None = None) -> dict:
+    """The report as data. ``committed`` is the form the repository keeps (ci/results/freshness.json):
+    no generation time, each run as ``run_data`` commits it."""
+
+    def run(r: Run | None) -> dict | None:
+        return run_data(r, relative_to, committed)
+
     return {
-        "generated_at": report.generated_at if timestamp else None,
+        "generated_at": None if committed else report.generated_at,
         "window_days": report.window_days,
         "judged_on": [c.name for c in report.judged_on],
         "columns": [_column_data(c) for c in report.columns],
@@ -156,14 +185,14 @@ def to_data(report: Freshness, timestamp: bool = True, relative_to: Path | None 
                 "version": row.lab.version,
                 "title": row.lab.title,
                 "verdict": row.verdict,
-                "last_pass": run_data(row.last_pass, relative_to) if timestamp else _brief(row.last_pass),
-                "last_run": run_data(row.last_run, relative_to) if timestamp else _brief(row.last_run),
+                "last_pass": run(row.last_pass),
+                "last_run": run(row.last_run),
                 "cells": {
                     name: {
                         "verdict": cell.verdict,
                         "detail": cell.detail,
-                        "last_run": run_data(cell.last_run, relative_to) if timestamp else _brief(cell.last_run),
-                        "last_pass": run_data(cell.last_pass, relative_to) if timestamp else _brief(cell.last_pass),
+                        "last_run": run(cell.last_run),
+                        "last_pass": run(cell.last_pass),
                         "changed_since_pass": cell.changed_since_pass,
                     }
                     for name, cell in row.cells.items()
@@ -175,13 +204,8 @@ def to_data(report: Freshness, timestamp: bool = True, relative_to: Path | None 
     }
 
 
-def _brief(run: Run | None) -> dict | None:
-    """What a committed summary keeps of a run: no local paths, nothing that changes between machines."""
-    return None if run is None else {"at": run.started_at, "env": run.env, "status": run.status, "run_url": run.run_url}
-
-
-def to_json(report: Freshness, timestamp: bool = True, relative_to: Path | None = None) -> str:
-    return json.dumps(to_data(report, timestamp, relative_to), ensure_ascii=False, indent=2)
+def to_json(report: Freshness, committed: bool = False, relative_to: Path | None = None) -> str:
+    return json.dumps(to_data(report, committed, relative_to), ensure_ascii=False, indent=2)
 
 
 def to_summary(report: Freshness, diff_markdown: str = "") -> str:

@@ -2,8 +2,9 @@
 
 Appends the runs on matrix entries to ci/history/ (runs elsewhere, such as ``local``, are shown
 but never recorded), writes the summary ci/results/freshness.json, the shields.io badges under
-ci/badges/ and the README's freshness table between its markers. The summary and the table
-carry no generation time, so stamping the same runs twice on one day changes nothing.
+ci/badges/ and the README's freshness table between its markers. The summary and the table are
+the committed views (``committed=True``): no generation time and no machine-specific fact of a
+run's fingerprint, so stamping the same runs twice, or the same pins run on another machine, changes nothing.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ def stamp(report: Freshness, new_runs: list[history.Run], root: Path, matrix_nam
     if text is not None and (README_START not in text or README_END not in text):
         raise ValueError(f"{readme}: add the markers {README_START} and {README_END} where the table goes")
     changed = history.append(root, [run for run in new_runs if run.env in matrix_names])
-    changed += _write_if_changed(root / SUMMARY, to_json(report, timestamp=False) + "\n")
+    changed += _write_if_changed(root / SUMMARY, to_json(report, committed=True) + "\n")
     changed += write_badges(report, root)
     if text is not None:
         head, rest = text.split(README_START, 1)
         _, tail = rest.split(README_END, 1)
-        table = to_markdown(report, timestamp=False)
+        table = to_markdown(report, committed=True)
         changed += _write_if_changed(readme, f"{head}{README_START}\n{table}{README_END}{tail}")
     return changed
 

@@ -220,7 +220,7 @@ def _same_series(recorded: str, pinned: str) -> bool:
 def pins_differ(run: Run, entry, packages: dict[str, str]) -> list[str]:
     """How the run's environment differs from what the entry pins; empty when it is exactly that."""
     differ = []
-    python = run.python or ""
+    python = run.fingerprint.python or ""
     if entry.python and not _same_series(python, entry.python):
         differ.append(f"Python {python or 'not recorded'} (pinned {entry.python})")
     if entry.kind == "cpu":
@@ -239,7 +239,7 @@ def pins_differ(run: Run, entry, packages: dict[str, str]) -> list[str]:
     torch = packages.get("torch")
     if torch is None or not _same_version(torch, entry.pytorch):
         differ.append(f"torch {torch or 'not recorded'} (pinned {entry.pytorch})")
-    rocm = run.rocm
+    rocm = run.fingerprint.rocm
     if not rocm or not _same_series(rocm, entry.rocm):
         differ.append(f"ROCm {rocm or 'not recorded'} (pinned {entry.rocm})")
     return differ

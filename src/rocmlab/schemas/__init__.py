@@ -5,6 +5,8 @@ root hands it to editors (Taplo, VS Code's Even Better TOML) for completion and 
 property may carry ``expected``, the phrase an error message uses for it ("expected a positive
 integer"); a property without one borrows its parent's. ``matrix.schema.json`` describes
 ``env/matrix.toml``; ``rocmlab.freshness.matrix`` names each place in it by its entry (a ``locate`` hook).
+``record``, ``ledger`` and ``fingerprint`` describe the run record, a ledger line and the machine
+fingerprint both share: a schema refers to another by its file name (``fingerprint.schema.json``).
 """
 
 from __future__ import annotations
@@ -54,14 +56,30 @@ def dotted(parts: list) -> tuple[str, str]:
 def validate(data: dict, name: str, path: Path, error=InputError, locate: Locate = dotted) -> None:
     """Check ``data`` (read from ``path``) against schema ``name``; raise ``error`` naming the file,
     the field (as ``locate`` names it) and what was expected. TOML dates are checked as ISO strings."""
-    from jsonschema import Draft202012Validator
-
     found = sorted(
-        Draft202012Validator(schema(name)).iter_errors(_json_ready(data)),
+        _validator(name).iter_errors(_json_ready(data)),
         key=lambda e: (_FIRST.get(e.validator, 2), [str(p) for p in e.absolute_path]),
     )
     if found:
         raise error(f"{path}: {describe(found[0], schema(name), locate)}")
+
+
+@cache
+def _validator(name: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schema(name), registry=_registry())
+
+
+@cache
+def _registry():
+    """Every schema of this package by its file name, the address a ``$ref`` to another file uses."""
+    from referencing import Registry, Resource
+
+    return Registry().with_resources(
+        (path.name, Resource.from_contents(schema(path.name.removesuffix(".schema.json"))))
+        for path in SCHEMA_DIR.glob("*.schema.json")
+    )
 
 
 def describe(error, root: dict, locate: Locate = dotted) -> str:
@@ -95,12 +113,12 @@ def _json_ready(value):
 
 def _expected(schema_path: list, root: dict) -> str:
     """The ``expected`` phrase of the deepest schema on ``schema_path`` that has one. jsonschema
-    leaves ``$ref`` out of the path: a step a node lacks is taken in the schema it refers to; a
-    number steps into a list of schemas (``allOf``, ``anyOf``)."""
+    leaves ``$ref`` out of the path: a step a node lacks is taken in the schema it refers to (in
+    this file or another of the package); a number steps into a list of schemas (``allOf``, ``anyOf``)."""
     node, found = root, ""
     for step in schema_path:
         if isinstance(node, dict) and step not in node and "$ref" in node:
-            node = _resolve(node["$ref"], root)
+            node, root = _resolve(node["$ref"], root)
             found = node.get("expected", found)
         if isinstance(node, list) and isinstance(step, int) and step < len(node):
             node = node[step]
@@ -110,13 +128,17 @@ def _expected(schema_path: list, root: dict) -> str:
             break
         if isinstance(node, dict):
             if "$ref" in node:
-                found = _resolve(node["$ref"], root).get("expected", found)
+                found = _resolve(node["$ref"], root)[0].get("expected", found)
             found = node.get("expected", found)
     return found
 
 
-def _resolve(reference: str, root: dict) -> dict:
+def _resolve(reference: str, root: dict) -> tuple[dict, dict]:
+    """The schema ``reference`` names, and the root it lies in (``root`` itself, or another file's)."""
+    file, _, pointer = reference.partition("#")
+    if file:
+        root = schema(file.removesuffix(".schema.json"))
     node = root
-    for part in reference.removeprefix("#/").split("/"):
+    for part in filter(None, pointer.split("/")):
         node = node[part]
-    return node
+    return node, root
