@@ -39,6 +39,7 @@ RUN_TAG = "ROCMLAB_RUN_TAG"
 UNUSED_IN_CLI = ("rfc3987_syntax",)
 UNUSED_IN_WORKER = (*UNUSED_IN_CLI, "pyarrow", "gcsfs", "github", "azure", "boto3", "botocore")
 KILL_GRACE_S = 5
+CELLS_DONE, DONE = b"cells\n", b"done\n"  # what the worker says of a run: its cells ended; the run ended
 # What ``kernel_environment`` sets for every kernel (a sandboxed kernel keeps these of the
 # grader's environment, and what its run sets: ``rocmlab.sandbox.runs.kernel_variables``).
 KERNEL_VARIABLES = (RUN_TAG, "PYTHONWARNINGS", "PYDEVD_DISABLE_FILE_VALIDATION", "HF_HUB_OFFLINE")
@@ -164,7 +165,7 @@ class Worker:
 
     def _wait(self, request: Path, outcome_path: Path, spec: Spec, started: float) -> Outcome:
         harness_s = float((spec.engine_options.get("harness") or {}).get("budget_s", 0))
-        answered = self._request(request, started + spec.timeout_s + harness_s)
+        answered = self._request(request, started + spec.timeout_s, harness_s)
         duration = time.monotonic() - started
         if answered is False:
             self.close(kill=True)
@@ -181,8 +182,11 @@ class Worker:
             )
         return Outcome(data["status"], duration, data.get("reason", ""), data.get("failing_cell"))
 
-    def _request(self, request: Path, deadline: float) -> bool | None:
-        """True when the worker answered, False on the deadline, None when it died first."""
+    def _request(self, request: Path, deadline: float, harness_s: float = 0.0) -> bool | None:
+        """True when the worker answered, False on the deadline, None when it died first. The
+        cells have until ``deadline`` (the whole-lab limit); when the worker says they are done,
+        the harness has ``harness_s`` from then, or what is left of the limit if that is more (a broken kernel that times out every cell is
+        stopped at the lab's limit, not at the lab's limit plus the harness's budget)."""
         proc = self.start()
         self._log_start = self.log.seek(0, os.SEEK_END)
         try:
@@ -190,10 +194,18 @@ class Worker:
             proc.stdin.flush()
         except (OSError, ValueError):
             return None
-        fd = proc.stdout.fileno()
+        fd, said = proc.stdout.fileno(), b""
         while (left := deadline - time.monotonic()) > 0:
             if select.select([fd], [], [], left)[0]:
-                return True if os.read(fd, 4096) else None
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
+                said += chunk
+                if DONE in said:
+                    return True
+                if CELLS_DONE in said:
+                    said = said.replace(CELLS_DONE, b"")
+                    deadline = max(deadline, time.monotonic() + harness_s)
         return False
 
     def _log_tail(self) -> list[str]:
@@ -299,7 +311,7 @@ def _kill_kernel(manager) -> None:
             process.kill()
 
 
-def _execute(spec: Spec, kernel=None) -> dict:
+def _execute(spec: Spec, kernel=None, cells_done=None) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -319,6 +331,7 @@ def _execute(spec: Spec, kernel=None) -> dict:
             allow_errors=spec.allow_errors,
             start_timeout=120,
             **({"km": kernel} if kernel is not None else {}),
+            **({"cells_done": cells_done} if cells_done is not None else {}),
             **spec.engine_options,
         )
         return {"status": "passed"}
@@ -357,7 +370,8 @@ def block_unused_imports(names: tuple = UNUSED_IN_WORKER) -> None:
 
 
 def serve() -> int:
-    """The worker's loop: one request path per line on stdin, ``done`` on stdout after each run."""
+    """The worker's loop: one request path per line on stdin; on stdout ``cells`` when a run's
+    cells have ended (its harness starts) and ``done`` when the run has ended."""
     _become_subreaper()
     processes.die_with_parent()
     answer = os.fdopen(os.dup(1), "w")
@@ -379,7 +393,7 @@ def serve() -> int:
                 coming = Spec(**request["prestart"]["spec"])
                 with contextlib.suppress(Exception):  # then that run starts its kernel itself
                     warm[coming.cwd] = _start_kernel(coming, request["prestart"]["env"])
-            result = _execute(spec, kernel)
+            result = _execute(spec, kernel, cells_done=lambda: _say(answer, CELLS_DONE))
         finally:
             leftovers = processes.descendants(os.getpid(), include_self=False)
             if leftovers:  # a forked kernel started ahead is no descendant: nothing to walk then
@@ -387,9 +401,13 @@ def serve() -> int:
                 leftovers = [p for p in leftovers if p.pid not in kept]
             processes.end(leftovers, KILL_GRACE_S)
         write_json_atomic(Path(request["outcome"]), result)
-        answer.write("done\n")
-        answer.flush()
+        _say(answer, DONE)
     return 0
+
+
+def _say(answer, what: bytes) -> None:
+    answer.write(what.decode())
+    answer.flush()
 
 
 if __name__ == "__main__":
