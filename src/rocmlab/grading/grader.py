@@ -83,6 +83,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     finally:
         run.cleanup()
     read_flags(executed, outcome, result)
+    result.cells = [cell for cell in outcome.cells if cell["graded"] or cell["error"]]
     result.checks = check_results(outcome.harness, plan.checks, f"no check ran: {outcome.reason or outcome.status}")
     score_tests(executed, result.checks, result.lang)
     return executed
