@@ -350,7 +350,12 @@ class Sandbox:
                 if problem not in self.problems:
                     self.problems.append(problem)
         read += [str(p) for p in self.expose]
-        return {"read": read, "write": [str(work), str(ipc)], "devices": list(GPU_DEVICES)}
+        # an import path entry that holds an exposed package (a checkout's src/, from an editable
+        # install's .pth): Python lists it to import the package, in the kernel as in any process
+        # it starts (`python -m rocmlab.doctor`); only names, and src/ holds the package alone
+        entries = {Path(p).parent for p in self.expose if str(Path(p).parent) in sys.path}
+        listed = sorted(str(e) for e in entries if not holds_hidden(e) and str(e) not in read)
+        return {"read": read, "write": [str(work), str(ipc)], "devices": list(GPU_DEVICES), "listed": listed}
 
     def _bwrap_view(self, own_pids: bool = True, temp: dict | None = None) -> list[str]:
         return bubblewrap.view_argv(
