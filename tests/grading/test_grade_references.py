@@ -34,13 +34,21 @@ IN_CI = ("01-", "10-")
 EVERY = os.environ.get("ROCMLAB_EVERY_REFERENCE") == "1"
 ALSO = pytest.mark.skipif(not EVERY, reason="set ROCMLAB_EVERY_REFERENCE=1 (a full run of the lab per backend)")
 OTHER_WAYS = [way for way in GRADING_WAYS if way != "bubblewrap"]  # the default: tests/labs/test_every_lab.py
+# Landlock denies every TCP bind and connect (rocmlab.sandbox.landlock: its net rules name ports, not
+# addresses), so torchrun's rendezvous and gloo on loopback fail: lab 10's reference under Landlock,
+# torchrun exit 1 with both ranks killed. Strict: it fails here the day a Landlock kernel can run them.
+TORCHRUN_LABS = ("04-", "05-", "10-")
 
 
 @pytest.mark.parametrize(
     "lab", [pytest.param(lab, marks=() if lab.id.startswith(IN_CI) else ALSO, id=lab.id) for lab in LABS]
 )
 @pytest.mark.parametrize("way", OTHER_WAYS)
-def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score(way, lab, tmp_path, monkeypatch):
+def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score(
+    way, lab, tmp_path, monkeypatch, request
+):
+    if way == "landlock" and lab.id.startswith(TORCHRUN_LABS):
+        request.applymarker(pytest.mark.xfail(strict=True, reason="Landlock: no loopback TCP for torchrun's ranks"))
     force_grading_way(way, monkeypatch)
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
     result = verify_lab(ROOT, lab, tmp_path / "out", lang="zh", mistakes=False)
