@@ -48,6 +48,8 @@ def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score
     way, lab, tmp_path, monkeypatch, request
 ):
     if way == "landlock" and lab.id.startswith(TORCHRUN_LABS):
+        if not EVERY:  # a full run of the lab that proves only the known limit
+            pytest.skip("Landlock: no loopback TCP for torchrun's ranks (ROCMLAB_EVERY_REFERENCE=1 runs it, xfail)")
         request.applymarker(pytest.mark.xfail(strict=True, reason="Landlock: no loopback TCP for torchrun's ranks"))
     force_grading_way(way, monkeypatch)
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
