@@ -168,28 +168,35 @@ def make_course(tmp_path):
     return make
 
 
-@pytest.fixture(
-    scope="module", params=["bubblewrap", "bubblewrap-per-kernel", "namespaces", "namespaces-per-kernel", "landlock"]
-)
-def grading_backend(request):
-    """Grading forced onto each sandbox backend this machine has; as root, the kernels of
-    bubblewrap and of the namespace fallback are forked from a zygote unless ``-per-kernel``.
-    Yields the name."""
+GRADING_WAYS = ["bubblewrap", "bubblewrap-per-kernel", "namespaces", "namespaces-per-kernel", "landlock"]
+
+
+def force_grading_way(way: str, patch: pytest.MonkeyPatch) -> None:
+    """Grading forced onto the sandbox backend of ``way`` (one of ``GRADING_WAYS``) through
+    ``patch``; as root, the kernels of bubblewrap and of the namespace fallback are forked from a
+    zygote unless ``-per-kernel``. Skips the test where this machine lacks the backend."""
     from rocmlab.grading import grader
     from rocmlab.sandbox import limits as sandbox
 
-    backend = request.param.removesuffix("-per-kernel")
+    backend = way.removesuffix("-per-kernel")
     if backend == "bubblewrap" and not sandbox.bubblewrap_works():
         pytest.skip("bubblewrap is not installed (make system-deps installs it)")
     if backend == "namespaces" and not sandbox.namespaces_work():
         pytest.skip("the namespace fallback needs root and unshare")
     if backend == "landlock" and sandbox.landlock.abi() < 6:
         pytest.skip("the Landlock backend is tested on Linux 6.12 or later (Landlock ABI 6)")
-    patch = pytest.MonkeyPatch()
     patch.setattr(grader, "choose_backend", lambda _isolate: backend)
-    if request.param.endswith("-per-kernel"):
+    if way.endswith("-per-kernel"):
         patch.setattr(sandbox, "fork_server_applies", lambda *_: False)
+
+
+@pytest.fixture(scope="module", params=GRADING_WAYS)
+def grading_backend(request):
+    """Grading forced onto each sandbox backend this machine has (``force_grading_way``), for a
+    module whose tests share one grading per backend. Yields the way's name."""
+    patch = pytest.MonkeyPatch()
     try:
+        force_grading_way(request.param, patch)
         yield request.param
     finally:
         patch.undo()

@@ -111,6 +111,7 @@ MODEL = "tiny-qwen-zh"
 WORLD_SIZE = 2  # ranks for exercises 1-5
 BACKEND = "auto"  # auto: nccl when every rank gets its own GPU, else gloo on CPU
 TIMEOUT_S = 90  # per torchrun launch; every rank is killed after it
+FT_TIMEOUT_S = 180  # per fine-tune launch (exercise 6: loads MODEL, then FT_STEPS steps), the heaviest launch
 FT_STEPS = 8  # fine-tune steps (exercise 6)
 FT_BATCH = 4  # fine-tune sequences per rank and step
 FT_MAX_LEN = 96  # fine-tune sequence length in tokens
@@ -260,8 +261,9 @@ def write_worker(name, main, functions):
     return path
 
 
-def launch(name, main, functions, cfg, *, nproc=WORLD_SIZE, max_restarts=0, env=None, show=True):
-    """Run main(cfg) on nproc ranks under torchrun; return (result, [rank results or None])."""
+def launch(name, main, functions, cfg, *, nproc=WORLD_SIZE, max_restarts=0, env=None, show=True, timeout_s=None):
+    """Run main(cfg) on nproc ranks under torchrun (ended after timeout_s, TIMEOUT_S unless given);
+    return (result, [rank results or None])."""
     out = WORK / f"{name}-out"
     shutil.rmtree(out, ignore_errors=True)
     cfg = dict(cfg, out=str(out))
@@ -272,7 +274,7 @@ def launch(name, main, functions, cfg, *, nproc=WORLD_SIZE, max_restarts=0, env=
         nproc=nproc,
         args=[json.dumps(cfg)],
         env=env,
-        timeout_s=TIMEOUT_S,
+        timeout_s=timeout_s or TIMEOUT_S,
         max_restarts=max_restarts,
         cwd=WORK,
         show=show,
@@ -1320,6 +1322,7 @@ for _nproc in SCALING_RANKS:
         [qc_messages, end_of_turn, qc_answer, build_qc_batch],
         FT_CFG,
         nproc=_nproc,
+        timeout_s=FT_TIMEOUT_S,
     )
 
 # %%

@@ -8,7 +8,6 @@ from rocmlab.build.verify import judge_mistake, mistake_notebook, verify_lab
 from rocmlab.course.catalog import discover
 from rocmlab.errors import LabError
 from rocmlab.execution.outcome import Outcome
-from rocmlab.execution.run import local_target
 from rocmlab.harness import Mistake, check, load_checks, mistake, mistakes_of
 
 ADDS_ONE = "def f(x):\n    return x * SCALE + 1\n"  # the visible test f(1) == SCALE fails
@@ -83,7 +82,7 @@ def test_verify_runs_each_mistake_and_names_the_one_the_visible_tests_miss(make_
     """Four runs of a one-cell notebook (solution, student, two mistakes): about 20 s on two cores."""
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
     root, lab = course_with(make_course, CHECKS_WITH_MISTAKES)
-    result = verify_lab(root, lab, local_target(), tmp_path / "out")
+    result = verify_lab(root, lab, tmp_path / "out")
     by_rule = {m.rule: m for m in result.mistakes}
     assert by_rule["adds one"].check_failed and by_rule["adds one"].visible_failed == ["t-1"]
     assert by_rule["off by one"].check_failed and by_rule["off by one"].visible_failed == []

@@ -106,7 +106,7 @@ def test_gpu_profile_is_skipped_with_a_reason_on_a_cpu_machine(fixture_course, t
 
 
 def test_verify_rejects_a_test_that_passes_on_the_student_version(fixture_course, tmp_path, target):
-    result = verify_lab(fixture_course, lab(fixture_course, "06-weak-test"), target, tmp_path)
+    result = verify_lab(fixture_course, lab(fixture_course, "06-weak-test"), tmp_path)
     verdicts = {t.grade_id: (t.on_solution, t.on_student) for t in result.tests}
     assert verdicts == {
         "06-double-1": ("pass", "fail"),
@@ -119,7 +119,7 @@ def test_verify_rejects_a_test_that_passes_on_the_student_version(fixture_course
 
 
 def test_verify_accepts_a_sound_lab(fixture_course, tmp_path, target):
-    result = verify_lab(fixture_course, lab(fixture_course, "01-pass"), target, tmp_path)
+    result = verify_lab(fixture_course, lab(fixture_course, "01-pass"), tmp_path)
     assert result.ok, result.problems
     assert [(t.grade_id, t.on_solution, t.on_student) for t in result.tests] == [
         ("01-sum-1", "pass", "fail"),

@@ -1,78 +1,62 @@
-"""Every lab's reference solution scores full marks in the real grader (issue 47): ``rocmlab grade``
-through the CLI, as a class is graded (as root: bubblewrap with kernels forked from a zygote),
-the lab's solution notebook (from solutions/, in zh) submitted as the one learner of the class.
+"""Every lab's reference solution scores full marks, and its student version its blank score,
+graded as a class is graded, on every sandbox backend (issue 47: every backend proves every lab).
 
-``build --verify`` runs each solution as a learner runs it, outside the sandbox; this is the
-perfect learner of a held-out class graded under each sandbox's mounts, users and environment.
-Lab 10 is also graded on the other backends here: its export checks are what a kernel's
-inconsistent working folder broke (a rename across the folder's two mounts).
+``rocmlab build --verify`` grades a class of two, the lab's zh solution and its built student
+version, through ``rocmlab grade``'s own code (``rocmlab.build.verify.verify_lab``): as root,
+each learner as a grader user in its own work folder. tests/labs/test_every_lab.py grades every
+lab so on the default backend (bubblewrap, kernels forked from a zygote); this module grades
+them on each other backend: bubblewrap with a kernel per learner, the namespace fallback with
+forked kernels and with a kernel per learner, and Landlock.
 
-Each grading runs the whole lab once more (lab 10: about 160 s on a 2-core machine), so CI's slow
-suite grades lab 10 on the default path only; ``ROCMLAB_EVERY_REFERENCE=1`` grades every lab,
-and lab 10 on every other backend (before a release, or after a change to the sandbox).
-``tests/sandbox/test_kernel_world.py`` attacks the same mechanisms on every backend in seconds."""
+Each grading runs the whole lab once more, so CI grades on the other backends the labs whose
+graded runs differ most by backend: lab 01 (reads the machine: sysfs, /proc, the tools on PATH)
+and lab 10 (its export checks are what a kernel's inconsistent working folder broke, a rename
+across the folder's two mounts). ``ROCMLAB_EVERY_REFERENCE=1`` grades every lab on every backend
+(before a release, or after a change to the sandbox). tests/sandbox/test_kernel_world.py attacks
+the same mechanisms on every backend in seconds."""
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+from conftest import GRADING_WAYS, force_grading_way
 
-from rocmlab.cli import main
+from rocmlab.build.verify import verify_lab
 from rocmlab.course.catalog import discover
-from rocmlab.course.notebooks import solution_notebook, write_notebook
-from rocmlab.grading import grader
 from rocmlab.sandbox import limits as sandbox
-from rocmlab.sandbox.limits import bubblewrap_works, is_root, namespaces_work
+from rocmlab.sandbox.limits import is_root
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-LABS = {lab.id: lab for lab in discover(ROOT)}
-FSDP2 = next(lab_id for lab_id in LABS if lab_id.startswith("10-"))
+LABS = discover(ROOT)
+IN_CI = ("01-", "10-")
 EVERY = os.environ.get("ROCMLAB_EVERY_REFERENCE") == "1"
-ALSO = pytest.mark.skipif(not EVERY, reason="set ROCMLAB_EVERY_REFERENCE=1 (a full run of the lab)")
+ALSO = pytest.mark.skipif(not EVERY, reason="set ROCMLAB_EVERY_REFERENCE=1 (a full run of the lab per backend)")
+OTHER_WAYS = [way for way in GRADING_WAYS if way != "bubblewrap"]  # the default: tests/labs/test_every_lab.py
+# Landlock denies every TCP bind and connect (rocmlab.sandbox.landlock: its net rules name ports, not
+# addresses), so torchrun's rendezvous and gloo on loopback fail: lab 10's reference under Landlock,
+# torchrun exit 1 with both ranks killed. Strict: it fails here the day a Landlock kernel can run them.
+TORCHRUN_LABS = ("04-", "05-", "10-")
 
 
-def grade_reference(lab_id: str, folder: Path) -> dict:
-    """The summary of a class of one learner who submitted the lab's reference solution."""
-    write_notebook(solution_notebook(LABS[lab_id], "zh"), folder / "submitted" / "reference.ipynb")
-    out = folder / "out"
-    argv = ["--root", str(ROOT), "grade", lab_id, "--submissions", str(folder / "submitted"), "--out", str(out)]
-    assert main(argv) == 0
-    return json.loads((out / "summary.json").read_text(encoding="utf-8"))
-
-
-def assert_full_marks(summary: dict) -> None:
-    (learner,) = summary["students"]
-    broken = [(c["name"], c.get("detail", "")[:300]) for c in learner["checks"] if not c["passed"]]
-    assert learner["score"] == learner["max_score"] > 0, (learner["score"], learner["max_score"], broken)
-    assert not broken and not learner.get("flags"), (broken, learner.get("flags"))
-
-
-@pytest.mark.parametrize("lab_id", [lab_id if lab_id == FSDP2 else pytest.param(lab_id, marks=ALSO) for lab_id in LABS])
-def test_each_labs_reference_scores_full_marks_graded_as_a_class_is(lab_id, tmp_path):
-    summary = grade_reference(lab_id, tmp_path)
-    assert summary["sandbox"]["backend"] == sandbox.choose_backend(None)
-    assert summary["sandbox"]["forked_kernels"] == sandbox.fork_server_applies(summary["sandbox"]["backend"], is_root())
-    assert_full_marks(summary)
-
-
-OTHER_WAYS = ["bubblewrap-per-kernel", "namespaces", "namespaces-per-kernel"]
-
-
-@ALSO
+@pytest.mark.parametrize(
+    "lab", [pytest.param(lab, marks=() if lab.id.startswith(IN_CI) else ALSO, id=lab.id) for lab in LABS]
+)
 @pytest.mark.parametrize("way", OTHER_WAYS)
-def test_lab10s_reference_scores_full_marks_on_every_other_backend(way, tmp_path, monkeypatch):
+def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score(
+    way, lab, tmp_path, monkeypatch, request
+):
+    if way == "landlock" and lab.id.startswith(TORCHRUN_LABS):
+        if not EVERY:  # a full run of the lab that proves only the known limit
+            pytest.skip("Landlock: no loopback TCP for torchrun's ranks (ROCMLAB_EVERY_REFERENCE=1 runs it, xfail)")
+        request.applymarker(pytest.mark.xfail(strict=True, reason="Landlock: no loopback TCP for torchrun's ranks"))
+    force_grading_way(way, monkeypatch)
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    result = verify_lab(ROOT, lab, tmp_path / "out", lang="zh", mistakes=False)
     backend = way.removesuffix("-per-kernel")
-    if backend == "bubblewrap" and not bubblewrap_works():
-        pytest.skip("bubblewrap is not installed (make system-deps installs it)")
-    if backend == "namespaces" and not namespaces_work():
-        pytest.skip("the namespace fallback needs root and unshare")
-    monkeypatch.setattr(grader, "choose_backend", lambda _isolate: backend)
-    if way.endswith("-per-kernel"):
-        monkeypatch.setattr(sandbox, "fork_server_applies", lambda *_: False)
-    summary = grade_reference(FSDP2, tmp_path)
-    assert summary["sandbox"]["backend"] == backend
-    assert summary["sandbox"]["forked_kernels"] == (not way.endswith("-per-kernel") and is_root())
-    assert_full_marks(summary)
+    assert result.sandbox["backend"] == backend
+    assert result.sandbox["forked_kernels"] == sandbox.fork_server_applies(backend, is_root())
+    assert result.ok, "\n".join(result.problems)
+    (score, max_score), (blank, _) = result.scores["solution"], result.scores["student"]
+    assert score == max_score > 0 and blank == 0, result.scores

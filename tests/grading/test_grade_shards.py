@@ -10,7 +10,7 @@ import pytest
 
 from rocmlab.cli import main
 from rocmlab.errors import InputError
-from rocmlab.grading.shards import Shard, parse_shard, read_shards, select_shard, shard_record
+from rocmlab.grading.shards import Shard, _merged_summary, parse_shard, read_shards, select_shard, shard_record
 from rocmlab.grading.submissions import Submission
 
 
@@ -140,3 +140,21 @@ def test_a_shard_without_learners_still_writes_its_summary(tmp_path, capsys):
     assert summary["shard"] == shard_record(Shard(3, 3), make_class(["ada", "bob"]))
     others = [write_shard(tmp_path / str(k), Shard(k, 3), [s], ["ada", "bob"]) for k, s in ((1, "ada"), (2, "bob"))]
     assert len(read_shards([*others, out])) == 3
+
+
+def test_the_merged_summary_keeps_every_shards_grading_errors(tmp_path):
+    """A check that failed itself in any shard stays on the merged class page, not only the first shard's."""
+    everyone = ["ada", "bob", "cy"]
+    failed = {"grade_id": "t-1", "name": "scales", "passed": False, "error": "GradingError: the reference raised"}
+    fine = {"grade_id": "t-1", "name": "scales", "passed": True}
+    outs = [write_shard(tmp_path / str(k), Shard(k, 2), s, everyone) for k, s in ((1, ["ada", "cy"]), (2, ["bob"]))]
+    shards = read_shards(outs)
+    learners = [entry for _out, summary in shards for entry in summary["students"]]
+    checks = {"ada": [fine], "bob": [failed], "cy": [dict(failed, error="GradingError: its temp folder")]}
+    for entry in learners:
+        entry["checks"] = checks[entry["student"]]
+    merged = _merged_summary(shards, learners, f"sqlite:///{tmp_path / 'gradebook.db'}")
+    assert merged["grading_errors"] == [
+        {"student": "bob", "grade_id": "t-1", "check": "scales", "error": "GradingError: the reference raised"},
+        {"student": "cy", "grade_id": "t-1", "check": "scales", "error": "GradingError: its temp folder"},
+    ]

@@ -15,9 +15,9 @@ from rocmlab.course import lab_table
 from rocmlab.course.catalog import discover
 from rocmlab.course.notebooks import solution_notebook
 from rocmlab.course.source import read_notebook
-from rocmlab.execution.run import local_target
 from rocmlab.grading.cells import cell_points
 from rocmlab.harness import lab_checks, mistakes_of
+from rocmlab.sandbox.limits import choose_backend, fork_server_applies, is_root
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = discover(ROOT)
@@ -64,7 +64,9 @@ def test_the_hub_image_holds_every_model_the_gpu_profiles_name():
     assert 'rocmlab assets fetch "$model"' in learner and "HF_HUB_OFFLINE=1" in learner
 
 
-@pytest.mark.parametrize("lab", [lab for lab in LABS if lab.profile("smoke").requires.course_model], ids=lambda lab: lab.id)
+@pytest.mark.parametrize(
+    "lab", [lab for lab in LABS if lab.profile("smoke").requires.course_model], ids=lambda lab: lab.id
+)
 def test_every_lab_that_needs_the_course_model_says_how_long_it_waits_for_it(lab):
     """Issue 53: a learner without a built model waited minutes on a cell whose text did not say so."""
     for lang in ("zh", "en"):
@@ -98,18 +100,23 @@ def test_generated_labs_match_the_sources():
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_zh_solution_passes_and_student_version_fails_every_graded_test(lab, tmp_path, monkeypatch):
-    """``rocmlab build --verify`` as a learner's notebook runs: the zh notebook alone (with its public
-    data) in an empty folder outside the repository, no ROCMLAB_ROOT. Once, in zh: both languages
-    run the same code cells (read_notebook refuses a code cell with a language tag), so an en run
-    would execute the same code again."""
+    """``rocmlab build --verify``, which grades the zh solution and the built student version as
+    ``rocmlab grade`` grades a class (issue 47: one grading path): here as root, bubblewrap with
+    kernels forked from a zygote, each learner as a grader user in its own work folder. The
+    solution scores full marks and raises nowhere; the student version scores its blank score (0)
+    and fails every visible test; every hidden check tells them apart. The other backends grade
+    the same class in tests/grading/test_grade_references.py."""
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
-    monkeypatch.chdir(tmp_path)
     # The listed mistakes' full runs (one notebook run each) are left to `rocmlab build --verify`: CI's budget has no
     # room for them. CI proves each in process instead (tests/labs/test_lab08.py, test_lab10.py), and the machinery
     # on a small lab (tests/build/test_verify_mistakes.py).
-    result = verify_lab(ROOT, lab, local_target(), tmp_path / "out", lang="zh", mistakes=False)
+    result = verify_lab(ROOT, lab, tmp_path / "out", lang="zh", mistakes=False)
     assert result.tests, f"{lab.id}: no graded tests"
     assert result.ok, "\n".join(result.problems)
+    assert result.sandbox["backend"] == choose_backend(None)
+    assert result.sandbox["forked_kernels"] == fork_server_applies(result.sandbox["backend"], is_root())
+    (score, max_score), (blank, _) = result.scores["solution"], result.scores["student"]
+    assert score == max_score > 0 and blank == 0, result.scores
 
 
 PROSE_NUMBERS = Path(__file__).with_name("prose_numbers.toml")

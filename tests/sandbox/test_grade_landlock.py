@@ -4,6 +4,7 @@ bubblewrap nor the namespace fallback). A real kernel attacks what is around it.
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -151,3 +152,35 @@ def test_rocmlab_sandbox_names_a_working_backend_or_is_refused(monkeypatch):
     monkeypatch.setenv("ROCMLAB_SANDBOX", "none")
     with pytest.raises(InputError, match="expected one of bubblewrap, namespaces, landlock"):
         sandbox.choose_backend(None)
+
+
+def test_the_import_path_entry_of_an_exposed_package_is_listed_and_nothing_else(course, monkeypatch):
+    """An editable install puts a checkout's src/ on sys.path, and Python lists it to import
+    rocmlab: unlisted, a process the kernel starts (lab 01's `python -m rocmlab.doctor`) found
+    no rocmlab. Listing gives names only; a folder that holds a hidden path is never listed."""
+    monkeypatch.setattr(sandbox, "is_root", lambda: False)
+    src, package = course / "src", course / "src" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (src / "pkg.egg-info").mkdir()  # hidden (split around the package), its names listable
+    (course / "matrix.toml").write_text("")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(src), str(course)])
+    box = Sandbox(slots=1, backend="landlock", hide=[course], expose=[package, course / "matrix.toml"])
+    try:
+        view = box._landlock_view(box.base / "work", box.base / "ipc")
+        assert str(src) in view["listed"] and str(course) not in view["listed"]
+        assert str(src) not in view["read"]
+    finally:
+        box.close()
+
+
+def test_the_kernel_may_write_the_usual_device_files(course, monkeypatch):
+    """/dev is readable only: lab 10's reference wrote to /dev/null (a subprocess's DEVNULL) and
+    got PermissionError under Landlock. The device files a bubblewrap kernel's /dev holds are writable."""
+    monkeypatch.setattr(sandbox, "is_root", lambda: False)
+    box = Sandbox(slots=1, backend="landlock", hide=[course])
+    try:
+        view = box._landlock_view(box.base / "work", box.base / "ipc")
+        assert {"/dev/null", "/dev/zero", "/dev/urandom"} <= set(view["devices"])
+    finally:
+        box.close()

@@ -22,7 +22,8 @@ def add_arguments(parser) -> None:
         "Student notebooks from `solutions/` into `labs/<lang>/<id>/` (nbgrader generate_assignment), all or "
         "nothing, and the README's lab table from each `lab.toml`. --check: exit 1 listing the files that "
         "differ from a fresh build, the README's table included (CI's drift guard). "
-        "--verify: execute solution and student versions in the smoke profile; every graded test must pass "
+        "--verify: grade solution and student versions as `rocmlab grade` grades a class (same sandbox and "
+        "mounts; it prints which sandbox) in the smoke profile; every graded test and hidden check must pass "
         "on the first and fail on the second. --profile gpu --out DIR: notebooks with that profile's "
         "parameters, for learners on GPUs (never into labs/)."
     )
@@ -42,12 +43,12 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--verify",
         action="store_true",
-        help="execute solution and student versions (smoke profile): every graded test must pass on the "
-        "first and fail on the second",
+        help="grade solution and student versions as `rocmlab grade` does (smoke profile): every graded test "
+        "must pass on the first and fail on the second",
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs verified at once")
     parser.add_argument(
-        "--results", metavar="DIR", help="where --verify keeps executed notebooks (default results/verify)"
+        "--results", metavar="DIR", help="where --verify keeps each lab's graded class (default results/verify)"
     )
 
 

@@ -14,17 +14,18 @@ build error too, as is one its own check passes.
 from __future__ import annotations
 
 import ast
+import json
+import shutil
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..course.catalog import SMOKE, Lab
+from ..course.catalog import Lab
 from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import ExitCode, LabError
 from ..execution.outcome import Outcome
-from ..execution.run import Target, run_lab
+from ..execution.run import judge_checks
 from ..execution.worker import parallel_map
 from ..grading.cells import cell_points, grading
 from ..harness import Mistake, lab_checks, mistakes_of
@@ -52,6 +53,8 @@ class Verification:
     tests: list[TestVerdict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     mistakes: list[MistakeVerdict] = field(default_factory=list)
+    sandbox: dict = field(default_factory=dict)  # the grading sandbox (``Sandbox.isolation``)
+    scores: dict = field(default_factory=dict)  # learner -> (score, max_score)
 
     @property
     def ok(self) -> bool:
@@ -139,82 +142,101 @@ def judge_mistake(item: Mistake, grade_id: str, outcome: Outcome | None) -> tupl
     return verdict, problems
 
 
-def _run_mistake(root, lab, lang, item, index, target, out, tmp) -> Outcome | None:
-    notebook = Path(tmp) / f"mistake-{index}" / f"{lab.id}.ipynb"
-    write_notebook(mistake_notebook(lab, lang, item), notebook)
-    _, outcome = run_lab(
-        root,
-        lab,
-        SMOKE,
-        target,
-        out / f"mistake-{index}",
-        lang=lang,
-        student=True,
-        allow_errors=True,
-        notebook=notebook,
-    )
+LEARNERS = ("solution", "student")  # the class ``build --verify`` grades, with a "mistake-K" per listed mistake
+
+
+def write_class(root: Path, lab: Lab, lang: str, listed: list[Mistake], folder: Path) -> Path:
+    """The solution, the built student version and each mistake's notebook, as a class of
+    learners under ``folder/submitted``."""
+    submitted = folder / "submitted"
+    write_notebook(solution_notebook(lab, lang), submitted / "solution.ipynb")
+    shutil.copyfile(render_lab(root, lab, lang, folder / "release"), submitted / "student.ipynb")
+    for k, item in enumerate(listed, start=1):
+        write_notebook(mistake_notebook(lab, lang, item), submitted / f"mistake-{k}.ipynb")
+    return submitted
+
+
+def graded_outcome(result) -> Outcome:
+    """A graded learner (``StudentResult``) as ``judge`` reads a run: its run's cells, the
+    harness's checks, and a status that is "passed" only when it was graded with no flag and no cell raised."""
+    status = next((flag for flag in ("timeout", "crashed") if flag in result.flags), "")
+    if not status and (result.status != "graded" or result.flags):
+        status = "failed"
+    outcome = Outcome(status or "passed", result.duration_s, "; ".join(result.notes)[:1000])
+    outcome.harness = {"seed": result.seed, "checks": result.checks}
+    outcome.cells = result.cells
+    raised = [c for c in outcome.cells if c["error"]]
+    if outcome.status == "passed" and raised:
+        outcome.status = "failed"
+        outcome.reason = f"cell {raised[0]['index']}: {raised[0]['error']['ename']}: {raised[0]['error']['evalue']}"
+    judge_checks(outcome)
     return outcome
 
 
-def verify_lab(
-    root: Path, lab: Lab, target: Target, out: Path, lang: str = "en", mistakes: bool = True
-) -> Verification:
+def verify_lab(root: Path, lab: Lab, out: Path, lang: str = "en", mistakes: bool = True, jobs: int = 2) -> Verification:
+    """Grade the class of ``write_class`` with ``rocmlab grade``'s own code, sandbox and mounts
+    (``grading.grader.grade_class``; without a sandbox here, unsandboxed, as ``Verification.sandbox``
+    says), into ``out``; judge what each learner's graded run shows."""
+    from ..grading.grader import grade_class
+    from ..grading.submissions import find_submissions
+    from ..sandbox.limits import choose_backend
+
     checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, lang)))
     listed = mistakes_of(checks) if mistakes else []
     grade_ids = {c.name: c.grade_id for c in checks}
     for item in listed:  # a broken listing is a build error before anything runs
         mistake_notebook(lab, lang, item)
     with tempfile.TemporaryDirectory(prefix="rocmlab-verify-") as tmp:
-        student_nb = render_lab(root, lab, lang, Path(tmp) / lab.id)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            sol = pool.submit(run_lab, root, lab, SMOKE, target, out / "solution", lang=lang)
-            stu = pool.submit(
-                run_lab,
-                root,
-                lab,
-                SMOKE,
-                target,
-                out / "student",
-                lang=lang,
-                student=True,
-                allow_errors=True,
-                notebook=student_nb,
-            )
-            wrong = [
-                pool.submit(_run_mistake, root, lab, lang, item, k, target, out, tmp)
-                for k, item in enumerate(listed, start=1)
-            ]
-            (sol_record, sol_outcome), (_, stu_outcome) = sol.result(), stu.result()
-            wrong_outcomes = [w.result() for w in wrong]
-    result = judge(lab.id, sol_outcome, sol_record.reason, stu_outcome)
-    for item, outcome in zip(listed, wrong_outcomes):
-        verdict, problems = judge_mistake(item, grade_ids[item.check], outcome)
+        submitted = write_class(root, lab, lang, listed, Path(tmp))
+        results = grade_class(
+            root,
+            lab,
+            find_submissions(submitted, lab.id),
+            out,
+            jobs=jobs,
+            progress=lambda _msg: None,
+            unsafe=choose_backend(None) == "none",
+        )
+    graded = {r.student: r for r in results}
+    outcomes = {name: graded_outcome(r) for name, r in graded.items()}
+    solution = outcomes["solution"]
+    result = judge(lab.id, solution, solution.reason, outcomes["student"])
+    result.sandbox = json.loads((out / "summary.json").read_text(encoding="utf-8")).get("sandbox") or {}
+    result.scores = {name: (r.score, r.max_score) for name, r in graded.items()}
+    for k, item in enumerate(listed, start=1):
+        verdict, problems = judge_mistake(item, grade_ids[item.check], outcomes.get(f"mistake-{k}"))
         result.mistakes.append(verdict)
         result.problems += problems
     return result
 
 
-def verify_labs(
-    root: Path, labs: list[Lab], target: Target, out: Path, jobs: int = 1, progress=print
-) -> list[Verification]:
+def verify_labs(root: Path, labs: list[Lab], out: Path, jobs: int = 1, progress=print) -> list[Verification]:
     def one(lab: Lab) -> Verification:
         progress(f"verify {lab.id}")
-        result = verify_lab(root, lab, target, out)
+        result = verify_lab(root, lab, out / lab.id)
         progress(
             f"verify {lab.id}: {'ok' if result.ok else 'FAILED'} "
-            f"({len(result.tests)} graded tests, {len(result.mistakes)} listed mistakes)"
+            f"({len(result.tests)} graded tests, {len(result.mistakes)} listed mistakes; {sandbox_text(result.sandbox)})"
         )
         return result
 
     return parallel_map(one, labs, jobs)
 
 
+def sandbox_text(isolation: dict) -> str:
+    """Which sandbox graded the class (``Sandbox.isolation``), in words."""
+    backend = isolation.get("backend", "unknown")
+    if backend == "none":
+        return "sandbox none (no bubblewrap, root or Landlock here): graded unsandboxed, as this user"
+    kernels = "kernels forked from a zygote" if isolation.get("forked_kernels") else "a kernel started per learner"
+    return f"sandbox {backend}, {kernels}"
+
+
 def verify_command(root: Path, labs: list[Lab], out: Path, jobs: int) -> int:
     """``rocmlab build --verify``: print each graded test's verdict; exit 1 when a lab fails."""
-    from ..execution.run import local_target
-
-    results = verify_labs(root, labs, local_target(), out, jobs=jobs, progress=lambda msg: print(msg, file=sys.stderr))
+    results = verify_labs(root, labs, out, jobs=jobs, progress=lambda msg: print(msg, file=sys.stderr))
     for result in results:
+        print(f"{result.lab:<28} graded as `rocmlab grade` grades: {sandbox_text(result.sandbox)}")
         for test in result.tests:
             print(f"{result.lab:<28} {test.grade_id:<32} solution: {test.on_solution:<8} student: {test.on_student}")
         for item in result.mistakes:

@@ -22,6 +22,8 @@ engine is papermill's nbclient engine with one client class instead of papermill
   lab's checks (``rocmlab.harness.run_harness``) and writes its record to ``harness["out"]``;
   ``reference``: the worker's reference kernel for those checks, or why there is none
   (``rocmlab.execution.reference_kernel``).
+- ``cells_done``: a callable, called after the last cell (before the harness): the worker tells
+  its parent, whose whole-lab limit then gives way to the harness's own time budget.
 
 papermill saves the notebook at each cell's start and end, so that a run stopped from outside
 (its whole-lab limit, a crash) leaves each cell's state on disk. Those saves are compact JSON
@@ -50,7 +52,7 @@ from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, NotebookExecutionManager, catch_nb_assignment, papermill_engines
 from papermill.log import logger
 from papermill.utils import remove_args
-from traitlets import Dict, Integer
+from traitlets import Any, Dict, Integer
 
 ENGINE_NAME = "rocmlab"
 TRUNCATED_MARK = "[rocmlab] output truncated: this cell printed more than the grader keeps"
@@ -108,8 +110,12 @@ class LimitedNotebookClient(PapermillNotebookClient):
         default_value=None, allow_none=True, help="the checks to run after the last cell (rocmlab.harness)"
     ).tag(config=True)
 
+    cells_done = Any(default_value=None, allow_none=True, help="called after the last cell, before the harness")
+
     def papermill_execute_cells(self):
         super().papermill_execute_cells()
+        if self.cells_done is not None:
+            self.cells_done()
         if self.harness:
             from ..harness import run_harness
             from .results import write_json_atomic

@@ -35,6 +35,9 @@ from .schedule import run_by_need
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
 KILL_GRACE_S = 5
+# what the worker says of a run: its reference kernel is up (the lab's limit starts anew: the
+# reference's run of the solution is the grader's time, not the learner's); its cells ended; it ended
+BEGAN, CELLS_DONE, DONE = b"began\n", b"cells\n", b"done\n"
 # What ``kernel_environment`` sets for every kernel (a sandboxed kernel keeps these of the
 # grader's environment, and what its run sets: ``rocmlab.sandbox.runs.kernel_variables``).
 KERNEL_VARIABLES = (RUN_TAG, "PYTHONWARNINGS", "PYDEVD_DISABLE_FILE_VALIDATION", "HF_HUB_OFFLINE")
@@ -160,7 +163,7 @@ class Worker:
 
     def _wait(self, request: Path, outcome_path: Path, spec: Spec, started: float) -> Outcome:
         harness_s = float((spec.engine_options.get("harness") or {}).get("budget_s", 0))
-        answered = self._request(request, started + spec.timeout_s + harness_s)
+        answered = self._request(request, spec.timeout_s, harness_s)
         duration = time.monotonic() - started
         if answered is False:
             self.close(kill=True)
@@ -177,8 +180,12 @@ class Worker:
             )
         return Outcome(data["status"], duration, data.get("reason", ""), data.get("failing_cell"))
 
-    def _request(self, request: Path, deadline: float) -> bool | None:
-        """True when the worker answered, False on the deadline, None when it died first."""
+    def _request(self, request: Path, limit_s: float, harness_s: float = 0.0) -> bool | None:
+        """True when the worker answered, False on the deadline, None when it died first. The
+        cells have ``limit_s`` (the whole-lab limit), counted anew once the worker says its
+        reference kernel is up; when the worker says they are done,
+        the harness has ``harness_s`` from then, or what is left of the limit if that is more (a broken kernel that times out every cell is
+        stopped at the lab's limit, not at the lab's limit plus the harness's budget)."""
         proc = self.start()
         self._log_start = self.log.seek(0, os.SEEK_END)
         try:
@@ -186,10 +193,21 @@ class Worker:
             proc.stdin.flush()
         except (OSError, ValueError):
             return None
-        fd = proc.stdout.fileno()
+        fd, said, deadline = proc.stdout.fileno(), b"", time.monotonic() + limit_s
         while (left := deadline - time.monotonic()) > 0:
             if select.select([fd], [], [], left)[0]:
-                return True if os.read(fd, 4096) else None
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
+                said += chunk
+                if DONE in said:
+                    return True
+                if BEGAN in said:
+                    said = said.replace(BEGAN, b"")
+                    deadline = time.monotonic() + limit_s
+                if CELLS_DONE in said:
+                    said = said.replace(CELLS_DONE, b"")
+                    deadline = max(deadline, time.monotonic() + harness_s)
         return False
 
     def _log_tail(self) -> list[str]:
@@ -304,13 +322,16 @@ def _reference(spec: Spec, kept) -> dict:
     return {"reference": kept.channel_for(options, lambda s, env: _start_kernel(Spec(**s), env))}
 
 
-def _execute(spec: Spec, kernel=None, kept=None) -> dict:
+def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     from .papermill_engine import ENGINE_NAME
 
+    reference = _reference(spec, kept)
+    if reference and began is not None:
+        began()
     try:
         papermill.execute_notebook(
             spec.input,
@@ -324,8 +345,9 @@ def _execute(spec: Spec, kernel=None, kept=None) -> dict:
             allow_errors=spec.allow_errors,
             start_timeout=120,
             **({"km": kernel} if kernel is not None else {}),
+            **({"cells_done": cells_done} if cells_done is not None else {}),
             **spec.engine_options,
-            **_reference(spec, kept),
+            **reference,
         )
         return {"status": "passed"}
     except PapermillExecutionError as exc:
@@ -358,7 +380,8 @@ def _execute(spec: Spec, kernel=None, kept=None) -> dict:
 
 
 def serve() -> int:
-    """The worker's loop: one request path per line on stdin, ``done`` on stdout after each run."""
+    """The worker's loop: one request path per line on stdin; on stdout ``cells`` when a run's
+    cells have ended (its harness starts) and ``done`` when the run has ended."""
     _become_subreaper()
     processes.die_with_parent()
     answer = os.fdopen(os.dup(1), "w")
@@ -383,7 +406,9 @@ def serve() -> int:
                 coming = Spec(**request["prestart"]["spec"])
                 with contextlib.suppress(Exception):  # then that run starts its kernel itself
                     warm[coming.cwd] = _start_kernel(coming, request["prestart"]["env"])
-            result = _execute(spec, kernel, reference)
+            result = _execute(
+                spec, kernel, reference, cells_done=lambda: _say(answer, CELLS_DONE), began=lambda: _say(answer, BEGAN)
+            )
         finally:
             leftovers = processes.descendants(os.getpid(), include_self=False)
             if leftovers:  # a forked kernel started ahead is no descendant: nothing to walk then
@@ -391,10 +416,14 @@ def serve() -> int:
                 leftovers = [p for p in leftovers if p.pid not in kept]
             processes.end(leftovers, KILL_GRACE_S)
         write_json_atomic(Path(request["outcome"]), result)
-        answer.write("done\n")
-        answer.flush()
+        _say(answer, DONE)
     reference.close()
     return 0
+
+
+def _say(answer, what: bytes) -> None:
+    answer.write(what.decode())
+    answer.flush()
 
 
 if __name__ == "__main__":

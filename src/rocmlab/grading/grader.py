@@ -91,6 +91,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     finally:
         run.cleanup()
     read_flags(executed, outcome, result)
+    result.cells = [cell for cell in outcome.cells if cell["graded"] or cell["error"]]
     result.checks = check_results(outcome.harness, plan.checks, f"no check ran: {outcome.reason or outcome.status}")
     score_tests(executed, result.checks, result.lang)
     return executed
@@ -265,10 +266,15 @@ def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: in
 def grading_errors(results: list[StudentResult]) -> list[dict]:
     """The checks that failed themselves (``harness.GradingError``), per learner: the grader's
     faults, for the instructor to fix and regrade; no learner lost a rule to them."""
+    return summary_grading_errors([{"student": r.student, "checks": r.checks} for r in results])
+
+
+def summary_grading_errors(students: list[dict]) -> list[dict]:
+    """``grading_errors`` of the learners' entries of a ``summary.json`` (a merge of shards)."""
     return [
-        {"student": r.student, "grade_id": c["grade_id"], "check": c["name"], "error": c["error"]}
-        for r in results
-        for c in r.checks
+        {"student": entry["student"], "grade_id": c["grade_id"], "check": c["name"], "error": c["error"]}
+        for entry in students
+        for c in entry.get("checks") or []
         if c.get("error")
     ]
 

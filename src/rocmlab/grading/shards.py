@@ -32,6 +32,7 @@ from ..course.notebooks import solution_notebook
 from ..errors import CommandFailed, ExitCode, InputError
 from ..execution.results import write_json_atomic
 from . import analytics
+from .grader import summary_grading_errors
 
 SHARD = re.compile(r"(\d+)/(\d+)")
 
@@ -211,6 +212,7 @@ def _merged_summary(shards: list[tuple[Path, dict]], students: list[dict], db_ur
         gradebook=make_url(db_url).render_as_string(hide_password=True),
         students=sorted(students, key=lambda entry: entry["student"]),
         flag_counts={flag: sum(flag in entry.get("flags", []) for entry in students) for flag in flags},
+        grading_errors=summary_grading_errors(sorted(students, key=lambda entry: entry["student"])),
         merged_from=[
             {
                 "out": str(out),

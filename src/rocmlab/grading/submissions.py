@@ -72,6 +72,9 @@ class StudentResult:
     submitted_version: str = ""
     seed: int = 0  # the variant of the hidden checks (``rocmlab grade --seeds`` regrades with it)
     checks: list = field(default_factory=list)  # the harness's record per check, details for the instructor
+    # the run's test cells and the cells that raised (``Outcome.cells``): what the learner's own
+    # notebook showed before the harness's verdicts replaced the test cells' outputs
+    cells: list = field(default_factory=list)
 
     def flag(self, name: str, note: str = "") -> None:
         if name not in self.flags:

@@ -353,7 +353,12 @@ def restrict_with_landlock(view: dict, connection_file: str) -> None:
     file, which lives in the run's private folder."""
     from .landlock import Ruleset
 
-    Ruleset(read=[*view["read"], connection_file], write=view["write"], devices=view["devices"]).apply()
+    Ruleset(
+        read=[*view["read"], connection_file],
+        write=view["write"],
+        devices=view["devices"],
+        listed=view.get("listed", []),
+    ).apply()
 
 
 def enter_bubblewrap(policy: dict, policy_path: str, connection_file: str) -> int:

@@ -68,12 +68,13 @@ def abi() -> int:
 class Ruleset:
     """What a sandboxed process may still do: ``read`` (read and execute below each path),
     ``write`` (everything below each path), ``devices`` (open, read, write and ioctl below each
-    path). Any TCP bind or connect is denied, and so are signals and abstract Unix sockets
+    path), ``listed`` (list the folders below each path, and read no file there). Any TCP bind or connect is denied, and so are signals and abstract Unix sockets
     towards processes outside the sandbox, where the kernel's ABI handles them."""
 
     read: list[str] = field(default_factory=list)
     write: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
+    listed: list[str] = field(default_factory=list)  # folders whose entries may be listed, no file read
 
     def apply(self) -> int:
         """Restrict this process (and what it starts) for good; returns the ABI applied. Paths
@@ -91,7 +92,8 @@ class Ruleset:
         if ruleset < 0:
             raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
         try:
-            for paths, rights in ((self.read, READ), (self.write, handled_fs), (self.devices, DEVICE)):
+            rules = ((self.read, READ), (self.write, handled_fs), (self.devices, DEVICE), (self.listed, READ_DIR))
+            for paths, rights in rules:
                 for path in paths:
                     _allow(libc, ruleset, path, rights & handled_fs)
             if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

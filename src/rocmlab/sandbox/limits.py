@@ -58,6 +58,7 @@ from .bubblewrap import bubblewrap_works
 from .entry import PREIMPORTABLE, kernel_argv
 from .grader_users import UnsafeLockFolder, claim_users, release_users
 from .paths import (
+    DEVICES,
     closed_ancestor,
     interpreter_paths,
     split_hidden,
@@ -367,7 +368,16 @@ class Sandbox:
                 if problem not in self.problems:
                     self.problems.append(problem)
         read += [str(p) for p in self.expose]
-        return {"read": read, "write": [str(work), str(ipc)], "devices": list(GPU_DEVICES)}
+        # the import path entry that holds an exposed package (a checkout's src/ on sys.path, from an
+        # editable install's .pth): Python lists it to import the package, in the kernel as in any
+        # process it starts (`python -m rocmlab.doctor`). Only names can be listed below it (src/
+        # holds the package and its egg-info), never a file read; an entry that holds an exposed
+        # file alone (the course root, its release matrix) is not listed
+        packages = [Path(p) for p in self.expose if (Path(p) / "__init__.py").is_file()]
+        listed = sorted({str(p.parent) for p in packages if str(p.parent) in sys.path} - set(read) - set(self.hide))
+        # the device files a bubblewrap kernel's /dev holds (/dev/null written to by any subprocess.DEVNULL)
+        devices = [*DEVICES, *GPU_DEVICES]
+        return {"read": read, "write": [str(work), str(ipc)], "devices": devices, "listed": listed}
 
     def _bwrap_view(self, own_pids: bool = True, temp: dict | None = None) -> list[str]:
         return bubblewrap.view_argv(

@@ -1,0 +1,55 @@
+"""How ``build --verify`` reads a graded learner (``verify.graded_outcome``): the run's own cells
+(kept by the grader before the harness's scores replace the test cells' outputs), its flags and
+its checks. The graded runs themselves: tests/build/test_verify_mistakes.py and the slow suite."""
+
+from rocmlab.build.verify import graded_outcome, judge, sandbox_text
+from rocmlab.grading.submissions import StudentResult
+
+
+def graded(name, *, test_error=None, other_error=None, check_passed=True, flags=(), status="graded"):
+    result = StudentResult(name, f"{name}.ipynb", status=status, seed=7)
+    result.cells = [{"index": 4, "grade_id": "t-1", "graded": True, "executed": True, "error": test_error}]
+    if other_error:
+        result.cells.append({"index": 2, "grade_id": None, "graded": False, "executed": True, "error": other_error})
+    result.checks = [
+        {"grade_id": "t-1", "name": "scales", "passed": check_passed, "detail": "" if check_passed else "wrong"}
+    ]
+    for flag in flags:
+        result.flag(flag, f"{flag} happened")
+    return result
+
+
+RAISED = {"ename": "AssertionError", "evalue": "f(1) != SCALE"}
+
+
+def test_a_clean_graded_solution_passes_and_its_verdicts_are_the_runs():
+    solution = graded_outcome(graded("solution"))
+    student = graded_outcome(graded("student", test_error=RAISED, check_passed=False))
+    result = judge("01-demo", solution, solution.reason, student)
+    assert result.ok, result.problems
+    assert [(t.grade_id, t.on_solution, t.on_student) for t in result.tests] == [
+        ("t-1", "pass", "fail"),
+        ("t-1:scales", "pass", "fail"),
+    ]
+
+
+def test_a_solution_that_raises_anywhere_or_was_flagged_or_failed_a_check_does_not_pass():
+    raised = graded_outcome(graded("solution", other_error={"ename": "JSONDecodeError", "evalue": "line 1"}))
+    assert raised.status == "failed" and raised.reason == "cell 2: JSONDecodeError: line 1"
+    stopped = graded_outcome(graded("solution", flags=["timeout"]))
+    assert stopped.status == "timeout" and "timeout happened" in stopped.reason
+    checked = graded_outcome(graded("solution", check_passed=False))
+    assert checked.status == "failed" and checked.reason == "hidden checks (seed 7): scales: wrong"
+    invalid = graded_outcome(graded("solution", status="invalid", flags=["invalid"]))
+    assert invalid.status == "failed"
+
+
+def test_the_sandbox_is_named_and_no_sandbox_says_so():
+    assert sandbox_text({"backend": "bubblewrap", "forked_kernels": True}) == (
+        "sandbox bubblewrap, kernels forked from a zygote"
+    )
+    assert (
+        sandbox_text({"backend": "landlock", "forked_kernels": False})
+        == "sandbox landlock, a kernel started per learner"
+    )
+    assert "graded unsandboxed, as this user" in sandbox_text({"backend": "none"})
