@@ -499,7 +499,7 @@ def run_harness(client, manager, config: dict, reference=None) -> dict:
     """The worker's entry: load the checks sent with the run, ask the kernel, return the record
     the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``). ``reference``: a channel
     to the worker's reference kernel, or why there is none (``rocmlab.execution.reference_kernel``);
-    with ``config["reference"]`` ``OWN_KERNEL`` (``rocmlab run``, ``build --verify``: the
+    with ``config["reference"]`` ``OWN_KERNEL`` (``rocmlab run``: the
     course's own notebooks) the run's kernel is its own reference."""
     seed = int(config["seed"])
     try:
