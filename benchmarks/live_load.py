@@ -11,7 +11,8 @@ Checks, each printed:
 
 Prints the CPU seconds per submission of the live workers and of the batch grade, side by side
 (every process each started, sandboxes and kernels included, from the kernel's accounting of
-waited-for children), p50 and p95 of submit -> result, and ends with exactly one line:
+waited-for children), the batch grade's wall time for the same burst, the load average, p50 and
+p95 of submit -> result, and ends with exactly one line:
 ``submissions: N graded: N lost: 0 duplicated: 0 p50: X s p95: Y s``. Exit 1 if any check fails.
 
 The labs are the grading fixture lab (tests/fixtures/submissions) and a copy of it under a second id,
@@ -181,6 +182,7 @@ def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, wor
     """(learner, lab) -> score of ``rocmlab grade LAB --seeds`` (the live seeds) of the same submissions."""
     scores = {}
     for lab in labs:
+        cpu_before, graded_before = children_cpu_s(), len(scores)
         seeds = workdir / f"seeds-{lab}.json"
         seeds.write_text(json.dumps(queue.seeds_summary(lab)))
         out = workdir / f"batch-{lab}"
@@ -196,6 +198,8 @@ def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, wor
             raise SystemExit(f"rocmlab grade {lab} failed:\n{done.stderr[-2000:]}")
         for student in json.loads((out / "summary.json").read_text())["students"]:
             scores[(student["student"], lab)] = student["score"]
+        per = (children_cpu_s() - cpu_before) / max(1, len(scores) - graded_before)
+        print(f"batch CPU-s per submission of {lab}: {per:.2f}", flush=True)
     return scores
 
 
@@ -231,7 +235,10 @@ def main() -> int:
         else:
             root, labs = fixture_course(workdir)
             answers = fixture_answers(root, labs, workdir)
-        queue_path, spool = workdir / "live" / "queue.sqlite", workdir / "spool"
+        # the spool below the queue's folder, as the live service keeps it (ROCMLAB_LIVE_SPOOL's default):
+        # a worker's kernels have that folder covered, so its graders stay open across attempts
+        queue_path, spool = workdir / "live" / "queue.sqlite", workdir / "live" / "spool"
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         queue = LiveQueue(queue_path)
         logs = [workdir / f"worker-{n}.log" for n in range(args.workers + 1)]  # the last: the replacement
         cpu_before_live = children_cpu_s()
@@ -261,9 +268,13 @@ def main() -> int:
             again = regraded.state == "graded" and regraded.tries == 2
             print(f"attempt {regraded.id} held by the killed worker: {regraded.state}, claimed {regraded.tries} times")
             checks_ok &= again
-        cpu_before_batch = children_cpu_s()
+        cpu_before_batch, batch_started = children_cpu_s(), time.monotonic()
         batch = batch_scores(root, labs, queue, spool, workdir)
         batch_cpu_s = children_cpu_s() - cpu_before_batch
+        print(
+            f"batch rocmlab grade of the same {len(batch)} submissions (--jobs 2): "
+            f"{time.monotonic() - batch_started:.1f} s; load average at end: {os.getloadavg()[0]:.1f}"
+        )
         live = {(a.learner, a.lab): a.score for a in graded}
         differ = sorted(k for k in live if batch.get(k) != live[k])
         print(f"live scores equal the batch rocmlab grade: {not differ} ({len(live)} submissions)")

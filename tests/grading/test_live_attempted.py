@@ -4,11 +4,15 @@ tried 2 exercises was told 32 rules were not met), on the real lab 01 as built."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from labsource import REPO
 
+from rocmlab.grading import live_attempted
 from rocmlab.grading.live_attempted import exercises, not_attempted, untouched_in
 from rocmlab.grading.live_attempts import Attempt, CheckOutcome
+from rocmlab.grading.notebook_limits import NotebookRefused, check_notebook
 from rocmlab.hub.live_view import exercise_rows, failed_exercises, stuck_learners
 
 LAB = "01-rocm-setup"
@@ -70,3 +74,29 @@ def test_the_learners_report_lists_not_attempted_apart():
     ]
     lines = report({"state": "graded", "score": 0, "max_score": 2, "checks": checks}, "en")
     assert lines == ["score: 0 / 2", "rules not met:", "  - [a] rule a", "not attempted yet (left as handed out): b"]
+
+
+@pytest.mark.parametrize(
+    "bomb, limit",
+    [
+        # past the interpreter's recursion limit: json.loads in the root worker raised RecursionError
+        ("[" * 5000 + "]" * 5000, "nested"),
+        # 600 000 values in 1.2 MB, under the 2 MiB this module reads: what makes parsing cost memory
+        ("[" + "0," * 599_999 + "0]", "JSON values"),
+    ],
+)
+def test_a_learners_notebook_over_a_limit_is_never_parsed_by_the_worker(tmp_path, monkeypatch, bomb, limit):
+    """Issue 49's debt: the root worker parsed a learner's notebook with json.loads before any
+    limit was checked. Every exercise here is as released, so a parse would call them all not attempted."""
+    notebook = json.loads(RELEASED.read_text(encoding="utf-8"))
+    notebook["metadata"]["padding"] = "BOMB"
+    path = tmp_path / f"{LAB}.ipynb"
+    path.write_text(json.dumps(notebook).replace('"BOMB"', bomb), encoding="utf-8")
+    assert path.stat().st_size < live_attempted.MAX_NOTEBOOK_BYTES
+    parsed = []
+    read_small = live_attempted.read_small
+    monkeypatch.setattr(live_attempted, "read_small", lambda p: parsed.append(Path(p)) or read_small(p))
+    assert untouched_in(REPO, LAB, "en", path, "ana") == set()
+    assert path not in parsed and RELEASED in parsed  # the course's own notebook is read, the learner's never
+    with pytest.raises(NotebookRefused, match=limit):
+        check_notebook(path, "ana")

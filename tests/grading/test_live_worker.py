@@ -14,7 +14,8 @@ from pathlib import Path
 import classroom
 import pytest
 
-from rocmlab.grading.grader import grade_class
+from rocmlab.grading import live_graders
+from rocmlab.grading.grader import ClassGrader, grade_class
 from rocmlab.grading.live_queue import LiveQueue
 from rocmlab.grading.live_worker import Worker
 from rocmlab.grading.submissions import find_submissions
@@ -43,6 +44,22 @@ def snooping_answer(base, path: Path):
     return classroom.answer(base, sees + right)
 
 
+# Where a kernel could leave something for the next learner's: its folders, the shared temp
+# folders, the modules the zygote loaded, builtins. The peeker is right only where it finds nothing.
+PLACES = "(os.getcwd(), os.path.expanduser('~'), '/tmp', '/var/tmp', '/dev/shm', tempfile.gettempdir())"
+LEAVES = (
+    f"import builtins, os, tempfile\nfor _f in {PLACES}:\n"
+    "    try:\n        open(os.path.join(_f, 'left-by-leaker'), 'w').write('x')\n"
+    "    except OSError:\n        pass\nbuiltins.left_by_leaker = np.left_by_leaker = True\n"
+)
+PEEKS = (
+    f"import builtins, os, tempfile\n_SEEN = [_f for _f in {PLACES} if os.path.exists(os.path.join(_f, 'left-by-leaker'))]\n"
+    "_SEEN += [m for m in (builtins, np) if hasattr(m, 'left_by_leaker')]\n"
+    "def scaled_sum(x, scale):\n    if _SEEN:\n        return 0.0\n"
+    "    return float(np.sum(np.asarray(x, dtype=float)) * scale)\n"
+)
+
+
 @pytest.fixture
 def visible_folder():
     """A folder kernels would see if it were not hidden: not in a private /tmp, open to the grader users."""
@@ -52,16 +69,26 @@ def visible_folder():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base, visible_folder):
+def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base, visible_folder, monkeypatch):
+    """One worker grades the class with one grader of the lab, opened once (issue 49), and each
+    attempt still in a kernel of its own: the peeker, graded after the leaker, finds nothing of it."""
     live_folder = visible_folder / "live"
     queue = LiveQueue(live_folder / "queue.sqlite")
     live_folder.chmod(0o755)
     expected = {name: score for name, (_nb, score, _flags) in classroom.regular_class(base).items()}
+    expected |= {"leaker": 5.0, "peeker": 5.0}
     spool = live_folder / "spool"
     queue_class(queue, spool, {name: nb for name, (nb, _s, _f) in classroom.regular_class(base).items()})
+    queue_class(queue, spool, {"leaker": classroom.answer(base, classroom.SUM_OK + LEAVES)})
+    queue_class(queue, spool, {"peeker": classroom.answer(base, PEEKS)})
     queue_class(queue, spool, {"snoop": snooping_answer(base, queue.path)})
+    opened = []
+    monkeypatch.setattr(live_graders, "ClassGrader", lambda *a, **k: opened.append(ClassGrader(*a, **k)) or opened[-1])
     graded = Worker(queue, classroom.COURSE, poll_s=0.2, log=lambda _m: None).run(idle_exit_s=1)
     assert graded == len(expected) + 1
+    assert len(opened) == 1 and opened[0].closed  # opened at the first attempt, closed when the worker stopped
+    leaker, peeker = queue.get(5), queue.get(6)
+    assert (leaker.learner, peeker.learner) == ("leaker", "peeker") and leaker.finished_at <= peeker.started_at
     live = {a.learner: a for a in queue.attempts()}
     assert live["snoop"].score == 5.0  # the queue's folder, every learner's submissions, was covered
     assert {name: a.score for name, a in live.items() if name != "snoop"} == expected

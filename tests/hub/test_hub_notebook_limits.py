@@ -11,9 +11,9 @@ import resource
 
 import pytest
 
-from rocmlab.hub import notebook_limits
+from rocmlab.grading import notebook_limits
+from rocmlab.grading.notebook_limits import NotebookRefused, check_notebook, structure_problem
 from rocmlab.hub.delivery import read_regular, sha256, write_regular
-from rocmlab.hub.notebook_limits import NotebookRefused, check_notebook, structure_problem
 
 
 def notebook(cells) -> dict:

@@ -4,6 +4,7 @@ nbgrader's autograde; the main thread alone writes the gradebook and the outputs
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import queue
 import secrets
@@ -52,6 +53,7 @@ class Plan:
     seeds: dict = field(default_factory=dict)  # learner -> the seed of an earlier grading (a regrade)
     unstarted: int = 0  # submissions no job has begun yet: kernels are started ahead for them only
     references: dict = field(default_factory=dict)  # slot -> its reference kernel's options (.reference)
+    ahead: bool = False  # a kernel is started ahead for a submission yet to come too (the live worker)
 
 
 def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
@@ -62,7 +64,7 @@ def execute_submission(plan: Plan, nb, result: StudentResult, slot: int):
     for note in notes:
         result.flag("tampered", note)
     result.seed = plan.seeds.get(result.student, secrets.randbelow(2**31))
-    run = plan.sandbox.new_run(slot, profile.cell_timeout_s, runs_left=plan.unstarted)
+    run = plan.sandbox.new_run(slot, profile.cell_timeout_s, runs_left=None if plan.ahead else plan.unstarted)
     try:
         copy_learner_files(Path(result.file), lab, run.work)
         if lab.data_dir.is_dir():
@@ -136,77 +138,151 @@ def fill_tests(plan: Plan, result: StudentResult, grades: dict) -> None:
         result.tests.append(test)
 
 
-def grade_class(root: Path, lab: Lab, submissions: list[Submission], out: Path, **options) -> list[StudentResult]:
-    with shared_gradebook_engines():
-        return _grade_class(root, lab, submissions, out, **options)
-
-
-def _grade_class(
+def grade_class(
     root: Path,
     lab: Lab,
     submissions: list[Submission],
     out: Path,
     *,
-    profile_name: str = SMOKE,
-    jobs: int = 1,
-    db_url: str | None = None,
-    limits: Limits | None = None,
-    extra_hidden: list[Path] = (),
     progress=print,
-    unsafe: bool = False,
     seeds: dict | None = None,
+    extra_hidden: list[Path] = (),
+    **options,
 ) -> list[StudentResult]:
-    profile = lab.profile(profile_name)
-    backend = choose_backend(None)
-    if backend == "none" and not unsafe:
-        raise CommandFailed(
-            "no sandbox here: learner code would run with your rights, over the gradebook and every "
-            "submission. Install bubblewrap (`apt-get install bubblewrap`), grade as root, or grade "
-            "on a Linux kernel with Landlock ABI 6 (6.12 or later; in a container, a seccomp profile that "
-            "allows its system calls); --unsafe grades anyway"
-        )
-    check_model_cache(profile.parameters, other_user=is_root())
-    check_adapter_cache(profile.requires, other_user=is_root())
-    out.mkdir(parents=True, exist_ok=True)
-    sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
-    checks = lab_checks(lab.checks, cell_points(sources["en"]))
-    submitted = os.path.commonpath([os.path.abspath(os.path.dirname(s.path)) for s in submissions])
-    hidden, expose = course_view(root, out, *extra_hidden, Path(submitted))
-    if db_url and db_url.startswith("sqlite:///"):
-        hidden.append(Path(db_url[len("sqlite:///") :]).parent)
-    sandbox = Sandbox(
-        limits,
-        hide=hidden,
-        expose=expose,
-        slots=max(1, jobs),
-        backend=backend,
-        env=sandbox_env(root),
-        prestart=True,
-        preimport=lab_imports(sources["en"]),
-        reference=needs_reference(checks),
-    )
-    try:  # the sandbox's workers start meanwhile
-        course = Course(root, lab, out / "course", db_url)
-        course.create_assignment(sources["en"])
-    except BaseException:
-        sandbox.close()
-        raise
-    plan = Plan(root, lab, profile, sandbox, sources, checks, dict(seeds or {}))
-    results = grade_in_sandbox(plan, course, submissions, jobs, progress)
-    write_outputs(lab, profile, course, results, out, sandbox.isolation)
+    """``rocmlab grade``: the class graded by one ClassGrader, which hides the submissions' folder
+    from every kernel; the gradebook, feedback, grades.csv and summary.json written into ``out``."""
+    hidden = list(extra_hidden)
+    if submissions:
+        hidden.append(Path(os.path.commonpath([os.path.abspath(os.path.dirname(s.path)) for s in submissions])))
+    with ClassGrader(root, lab, out, extra_hidden=hidden, **options) as grader:
+        results = grader.grade(submissions, seeds, progress)
+        write_outputs(lab, grader.plan.profile, grader.course, results, out, grader.sandbox.isolation)
     return results
 
 
-def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: int, progress) -> list[StudentResult]:
-    """Each submission run in a job slot, the calling thread recording the results as they come;
-    closes the sandbox."""
-    lab, sandbox, sources = plan.lab, plan.sandbox, plan.sources
-    if sandbox.backend == "none":
-        progress(
-            "warning: --unsafe: no sandbox: no network, PID or mount isolation"
-            + ("" if sandbox.switch_user else "; kernels run as this user")
-            + "; time, memory, process and output limits still apply"
-        )
+class ClassGrader:
+    """One lab's grading, opened once and used for a class or for one learner at a time (the live
+    worker): the lab's solution notebooks and parsed checks, the sandbox (each slot's worker,
+    zygote and a kernel started ahead), the gradebook in ``out/course``, and nbgrader's shared
+    gradebook engines. Every ``grade`` call runs each learner's notebook in a run of its own: its
+    own kernel (forked or started), folders and tmpfs, under the other grader user of its slot than
+    the run before; only the calling thread writes the gradebook. Close it (or use it as a context
+    manager); a grading that raises closes it, as its runs may be half done.
+
+    ``extra_hidden``: more folders covered in every kernel; a submission must lie below one of the
+    hidden folders (``covers``), as other learners' files lie beside it. ``ahead``: keep a kernel
+    started ahead for a submission that has not come yet (the live worker) rather than only for the
+    submissions of the call."""
+
+    def __init__(
+        self,
+        root: Path,
+        lab: Lab,
+        out: Path,
+        *,
+        profile_name: str = SMOKE,
+        jobs: int = 1,
+        db_url: str | None = None,
+        limits: Limits | None = None,
+        extra_hidden: list[Path] = (),
+        unsafe: bool = False,
+        ahead: bool = False,
+    ):
+        profile = lab.profile(profile_name)
+        backend = choose_backend(None)
+        if backend == "none" and not unsafe:
+            raise CommandFailed(
+                "no sandbox here: learner code would run with your rights, over the gradebook and every "
+                "submission. Install bubblewrap (`apt-get install bubblewrap`), grade as root, or grade "
+                "on a Linux kernel with Landlock ABI 6 (6.12 or later; in a container, a seccomp profile that "
+                "allows its system calls); --unsafe grades anyway"
+            )
+        check_model_cache(profile.parameters, other_user=is_root())
+        check_adapter_cache(profile.requires, other_user=is_root())
+        out.mkdir(parents=True, exist_ok=True)
+        sources = {lang: solution_notebook(lab, lang) for lang in LANGUAGES}
+        checks = lab_checks(lab.checks, cell_points(sources["en"]))
+        hidden, expose = course_view(root, out, *extra_hidden)
+        if db_url and db_url.startswith("sqlite:///"):
+            hidden.append(Path(db_url[len("sqlite:///") :]).parent)
+        self.hidden = [Path(p).resolve() for p in hidden]
+        self.jobs = max(1, jobs)
+        self._open = contextlib.ExitStack()
+        self._open.enter_context(shared_gradebook_engines())
+        try:
+            self.sandbox = self._open.enter_context(
+                contextlib.closing(
+                    Sandbox(
+                        limits,
+                        hide=hidden,
+                        expose=expose,
+                        slots=self.jobs,
+                        backend=backend,
+                        env=sandbox_env(root),
+                        prestart=True,
+                        preimport=lab_imports(sources["en"]),
+                        reference=needs_reference(checks),
+                    )
+                )
+            )
+            # the sandbox's workers start meanwhile
+            self.course = Course(root, lab, out / "course", db_url)
+            self.course.create_assignment(sources["en"])
+        except BaseException:
+            self._open.close()
+            raise
+        self.plan = Plan(root, lab, profile, self.sandbox, sources, checks, ahead=ahead)
+        self.closed = False
+
+    def __enter__(self) -> ClassGrader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def covers(self, path: Path) -> bool:
+        """Whether ``path`` lies below a folder hidden from every kernel of this grader."""
+        path = Path(path).resolve()
+        return any(path == h or h in path.parents for h in self.hidden)
+
+    @property
+    def broken(self) -> bool:
+        """Closed, or a slot's zygote has ended (its kernels would start the slow way from then on)."""
+        return self.closed or any(not server.alive for server in self.sandbox.fork_servers)
+
+    def close(self) -> None:
+        """End every kernel, worker and zygote, give the grader users back, close the gradebook's engines."""
+        self.closed = True
+        self._open.close()
+
+    def grade(self, submissions: list[Submission], seeds: dict | None = None, progress=print) -> list[StudentResult]:
+        """Each submission run in a job slot, the calling thread recording the results in the
+        gradebook as they come; ``seeds``: learner -> the seed of an earlier grading."""
+        if self.closed:
+            raise RuntimeError(f"the grader of {self.plan.lab.id} is closed")
+        self.plan.seeds = dict(seeds or {})
+        if self.sandbox.backend == "none":
+            progress(
+                "warning: --unsafe: no sandbox: no network, PID or mount isolation"
+                + ("" if self.sandbox.switch_user else "; kernels run as this user")
+                + "; time, memory, process and output limits still apply"
+            )
+        pool = ThreadPoolExecutor(max_workers=self.jobs)
+        try:
+            return grade_in_sandbox(self.plan, self.course, submissions, self.jobs, pool, progress)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            self.close()  # ends the kernels of runs still going, so their workers return at once
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+
+def grade_in_sandbox(
+    plan: Plan, course, submissions: list[Submission], jobs: int, pool, progress
+) -> list[StudentResult]:
+    """Each submission run in a job slot of ``pool``, the calling thread recording the results as they come."""
+    lab, sources = plan.lab, plan.sources
     slots: queue.Queue = queue.Queue()
     for slot in range(max(1, jobs)):
         slots.put(slot)
@@ -232,34 +308,28 @@ def grade_in_sandbox(plan: Plan, course, submissions: list[Submission], jobs: in
         return result, executed
 
     results = []
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    try:
-        futures = [pool.submit(run_one, sub) for sub in submissions]
-        for future in as_completed(futures):
-            result, executed = future.result()
-            if valid_id(result.student):  # an invalid id names no gradebook row and no folder
-                try:
-                    course.record(result.student, executed if result.status == "graded" else None)
-                except RuntimeError as exc:  # nbgrader refused this notebook: zero it, say why, go on
-                    result.status, executed = "invalid", None
-                    result.flag("invalid", str(exc)[:500])
-                    course.record(result.student, None)
-                result.score, result.max_score, grades = course.scores(result.student)
-            else:
-                grades = {}
-                result.max_score = sum(p for g, p in cell_points(sources["en"]).items() if not is_optional(g))
-            fill_tests(plan, result, grades)
-            results.append(result)
-            progress(
-                f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "
-                f"{','.join(result.flags)} ({result.duration_s:.1f}s)"
-            )
-            for error in grading_errors([result]):
-                progress(f"grading error {error['student']}: {error['error']}")
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        sandbox.close()  # ends the kernels of runs still going, so their workers return at once
-        pool.shutdown(wait=True)
+    futures = [pool.submit(run_one, sub) for sub in submissions]
+    for future in as_completed(futures):
+        result, executed = future.result()
+        if valid_id(result.student):  # an invalid id names no gradebook row and no folder
+            try:
+                course.record(result.student, executed if result.status == "graded" else None)
+            except RuntimeError as exc:  # nbgrader refused this notebook: zero it, say why, go on
+                result.status, executed = "invalid", None
+                result.flag("invalid", str(exc)[:500])
+                course.record(result.student, None)
+            result.score, result.max_score, grades = course.scores(result.student)
+        else:
+            grades = {}
+            result.max_score = sum(p for g, p in cell_points(sources["en"]).items() if not is_optional(g))
+        fill_tests(plan, result, grades)
+        results.append(result)
+        progress(
+            f"graded {result.student:<20} {result.score:g}/{result.max_score:g} "
+            f"{','.join(result.flags)} ({result.duration_s:.1f}s)"
+        )
+        for error in grading_errors([result]):
+            progress(f"grading error {error['student']}: {error['error']}")
     return sorted(results, key=lambda r: r.student)
 
 

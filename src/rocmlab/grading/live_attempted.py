@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .notebook_limits import NotebookRefused, check_notebook
+
 MAX_NOTEBOOK_BYTES = 2 * 2**20  # larger: not parsed here (issue 48: parsing costs about 175x the size)
 
 
@@ -56,8 +58,8 @@ def not_attempted(released: dict, submitted: dict) -> set[str]:
     }
 
 
-def load_small(path: Path) -> dict | None:
-    """The notebook in ``path``, or None when it is too large, unreadable or not JSON."""
+def read_small(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None when it is too large, unreadable or not a JSON object."""
     try:
         if Path(path).stat().st_size > MAX_NOTEBOOK_BYTES:
             return None
@@ -67,9 +69,23 @@ def load_small(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def untouched_in(root: Path, lab: str, lang: str, submitted: Path) -> set[str]:
-    """The exercises of ``submitted`` left as released (``labs/<lang>/<lab>/<lab>.ipynb``); empty
-    when either notebook cannot be read (then nothing is called not attempted)."""
-    released = load_small(Path(root) / "labs" / lang / lab / f"{lab}.ipynb")
-    mine = load_small(submitted)
+def load_learners(path: Path, learner: str = "") -> dict | None:
+    """A learner's notebook as ``read_small`` reads it, once a child with a memory ceiling, running as
+    ``learner``, has parsed it and found it within ``notebook_limits`` (issue 48: parsing costs many
+    times the file's size, and this runs in the root worker); None when it is not."""
+    try:
+        if Path(path).stat().st_size > MAX_NOTEBOOK_BYTES:
+            return None
+        check_notebook(path, learner)
+    except (OSError, NotebookRefused):
+        return None
+    return read_small(path)
+
+
+def untouched_in(root: Path, lab: str, lang: str, submitted: Path, learner: str = "") -> set[str]:
+    """The exercises of ``submitted`` (``learner``'s notebook) left as released
+    (``labs/<lang>/<lab>/<lab>.ipynb``); empty when either notebook cannot be read or the learner's
+    breaks a limit (then nothing is called not attempted)."""
+    released = read_small(Path(root) / "labs" / lang / lab / f"{lab}.ipynb")
+    mine = load_learners(submitted, learner) if released else None
     return not_attempted(released, mine) if released and mine else set()

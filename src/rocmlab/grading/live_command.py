@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget", type=float, default=600, metavar="S", help="worker: the longest one attempt may be graded"
     )
+    parser.add_argument(
+        "--open-labs",
+        type=int,
+        metavar="N",
+        help="worker: labs whose grader (sandbox, zygote, gradebook) it keeps open at once (default 3)",
+    )
     parser.add_argument("--max-attempts", type=int, metavar="N", help="worker: stop after N attempts")
     parser.add_argument("--idle-exit", type=float, metavar="S", help="worker: stop after S seconds without work")
 
@@ -68,6 +74,7 @@ def main(
     idle_exit: float | None = None,
     labs: str = "",
     budget: float = 600,
+    open_labs: int | None = None,
     root: str | None = None,
 ) -> int:
     if action == "worker":
@@ -77,6 +84,8 @@ def main(
             raise InputError(f"--budget {budget:g}: expected a positive number of seconds")
         if lease < 10:
             raise InputError(f"--lease {lease:g}: at least 10 seconds (it is renewed every third of it)")
+        if open_labs is not None and open_labs < 1:
+            raise InputError(f"--open-labs {open_labs}: expected at least 1")
         return worker_main(
             find_root(root),
             queue_path=queue,
@@ -90,6 +99,7 @@ def main(
             idle_exit_s=idle_exit,
             labs=[lab.strip() for lab in labs.split(",") if lab.strip()],
             budget_s=budget,
+            open_labs=open_labs,
         )
     from .live_queue import LiveQueue
 

@@ -37,12 +37,12 @@ from .. import processes
 from ..course.catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError, LabError
 from ..sandbox.limits import is_root
-from .grader import grade_class
 from .live_attempted import untouched_in
 from .live_attempts import Attempt, CheckOutcome, GradeResult
+from .live_graders import OPEN_LABS, OpenGraders
 from .live_queue import LeaseLost, LiveQueue, new_worker_id
 from .preflight import check_adapter_cache, check_model_cache
-from .submissions import StudentResult, Submission
+from .submissions import StudentResult
 
 RENEW_FRACTION = 3  # the lease is renewed every lease_s / RENEW_FRACTION seconds
 DEFAULT_BUDGET_S = 600.0  # the longest one attempt may hold a worker (issue 48: one held it 12 minutes)
@@ -99,24 +99,12 @@ def grade_result(result: StudentResult, untouched=frozenset()) -> GradeResult:
     )
 
 
-def grade_attempt(root: Path, attempt: Attempt, notebook: Path, *, profile: str = SMOKE, unsafe: bool = False, hide=()):
-    """Grade one attempt's notebook as ``rocmlab grade`` would grade that learner alone, on their seed;
-    ``hide``: more folders covered in the kernel (the queue's, holding every learner's submissions)."""
-    lab = select(discover(root), [attempt.lab])[0]
-    seeds = {attempt.learner: attempt.seed} if attempt.seed is not None else None
-    with tempfile.TemporaryDirectory(prefix="rocmlab-live-") as out:
-        (result,) = grade_class(
-            root,
-            lab,
-            [Submission(attempt.learner, notebook)],
-            Path(out),
-            profile_name=profile,
-            progress=lambda _message: None,
-            unsafe=unsafe,
-            seeds=seeds,
-            extra_hidden=[Path(folder) for folder in hide],
-        )
-    return grade_result(result, untouched_in(root, attempt.lab, result.lang or attempt.lang, notebook))
+def grade_attempt(graders: OpenGraders, attempt: Attempt, notebook: Path) -> GradeResult:
+    """Grade one attempt's notebook as ``rocmlab grade`` grades that learner, on their seed, with the
+    lab's grader kept open by this worker."""
+    result = graders.grade(attempt.lab, attempt.learner, notebook, attempt.seed)
+    lang = result.lang or attempt.lang
+    return grade_result(result, untouched_in(graders.root, attempt.lab, lang, notebook, attempt.learner))
 
 
 class HttpQueue:
@@ -219,6 +207,7 @@ class Worker:
         hide=(),
         log=None,
         budget_s: float = DEFAULT_BUDGET_S,
+        open_labs: int = OPEN_LABS,
     ):
         self.queue, self.root = queue, root
         # covered in every kernel: the queue's folder (every learner's spooled submissions and results)
@@ -228,19 +217,24 @@ class Worker:
         self.log = log or (lambda message: print(message, flush=True))  # flushed: a SIGKILL loses no line
         self.stopping = threading.Event()
         self.budget_s = budget_s
+        self.graders = OpenGraders(root, profile=profile, unsafe=unsafe, hide=self.hide, keep=open_labs, log=self.log)
 
     def run(self, max_attempts: int | None = None, idle_exit_s: float | None = None) -> int:
-        """Grade until stopped; the number of attempts this worker recorded."""
+        """Grade until stopped; the number of attempts this worker recorded. The labs' graders
+        stay open while it runs and are closed when it returns, however it returns."""
         graded, idle_since = 0, time.monotonic()
-        while not self.stopping.is_set() and (max_attempts is None or graded < max_attempts):
-            attempt = self.queue.claim(self.worker_id, self.lease_s)
-            if attempt is None:
-                if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
-                    break
-                self.stopping.wait(self.poll_s)
-                continue
-            graded += self.grade_one(attempt)
-            idle_since = time.monotonic()
+        try:
+            while not self.stopping.is_set() and (max_attempts is None or graded < max_attempts):
+                attempt = self.queue.claim(self.worker_id, self.lease_s)
+                if attempt is None:
+                    if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                        break
+                    self.stopping.wait(self.poll_s)
+                    continue
+                graded += self.grade_one(attempt)
+                idle_since = time.monotonic()
+        finally:
+            self.graders.close()
         return graded
 
     def grade_one(self, attempt: Attempt) -> int:
@@ -248,9 +242,7 @@ class Worker:
         started = time.monotonic()
         try:
             with Renewer(self.queue, attempt.id, self.worker_id, self.lease_s), budget(self.budget_s):
-                result = grade_attempt(
-                    self.root, attempt, Path(attempt.source), profile=self.profile, unsafe=self.unsafe, hide=self.hide
-                )
+                result = grade_attempt(self.graders, attempt, Path(attempt.source))
         except (SystemExit, KeyboardInterrupt):
             self.queue.release(attempt.id, self.worker_id)
             raise
@@ -330,6 +322,7 @@ def worker_main(
     idle_exit_s,
     labs=(),
     budget_s=DEFAULT_BUDGET_S,
+    open_labs=None,
 ):
     """The CLI's ``rocmlab live worker``."""
     checked = preflight(root, labs, profile)
@@ -339,7 +332,15 @@ def worker_main(
         queue = open_queue(queue_path, service, token, Path(scratch))
         hide = [] if queue_path else [Path(scratch)]  # the queue's folder is hidden by Worker itself
         worker = Worker(
-            queue, root, lease_s=lease_s, poll_s=poll_s, profile=profile, unsafe=unsafe, hide=hide, budget_s=budget_s
+            queue,
+            root,
+            lease_s=lease_s,
+            poll_s=poll_s,
+            profile=profile,
+            unsafe=unsafe,
+            hide=hide,
+            budget_s=budget_s,
+            open_labs=open_labs or OPEN_LABS,
         )
         print(f"live worker {worker.worker_id}: grading from {queue_path or service}", flush=True)
         try:

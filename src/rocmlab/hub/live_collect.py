@@ -7,7 +7,7 @@ The copy goes into the service's spool, ``<spool>/<learner>/<lab>/<time>/``, a f
 can write: what is graded is that copy, never the learner's folder, which they may change after
 submitting. The service first examines the submission (``find_newest``: nothing copied), takes
 a rate token, and only then copies its notebooks (``copy_found``), which a child checks before
-anything else parses them (rocmlab.hub.notebook_limits). Copies no attempt waits for are pruned,
+anything else parses them (rocmlab.grading.notebook_limits). Copies no attempt waits for are pruned,
 and each learner's copies have a quota (``prune_spool``, ``SPOOL_QUOTA_BYTES``).
 """
 
@@ -19,8 +19,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..grading import notebook_limits
 from ..grading.submissions import pick_lab_notebook
-from . import notebook_limits
 from .safe_copy import (
     SAFE_NAME,
     TreeCopy,
@@ -44,7 +44,7 @@ class NothingToCollect(Exception):
 
 
 class NotebookRefused(NothingToCollect):
-    """The submission's notebook breaks the limits a grader takes (rocmlab.hub.notebook_limits)."""
+    """The submission's notebook breaks the limits a grader takes (rocmlab.grading.notebook_limits)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def find_newest(exchange: Path, course_id: str, learner: str, lab: str, *, owner
 def copy_found(exchange: Path, course_id: str, found: Found, spool: Path) -> Collected:
     """Copy the notebooks of ``found`` (nothing else: the grader takes the notebook alone, its data
     are the course's) into the spool, once per submission; NothingToCollect if that fails, or if
-    the notebook breaks the limits of rocmlab.hub.notebook_limits (checked in a child)."""
+    the notebook breaks the limits of rocmlab.grading.notebook_limits (checked in a child)."""
     learner, lab, name = found.learner, found.lab, found.name
     final = Path(spool) / learner / lab / found.submitted_at.replace(":", "-")
     if not final.exists():

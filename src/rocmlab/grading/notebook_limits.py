@@ -5,7 +5,8 @@ root grading worker to 15.7 GiB (issue 48). Before the live service queues a sub
 parses the spooled notebook and checks its structure: it runs as the learner (or ``nobody``), reads
 the notebook from its stdin (opened by the service), may not write files, and has an address-space
 and CPU ceiling, so a notebook built to exhaust memory costs that child, and is refused with the
-limit it broke named. What the worker then parses has passed these limits.
+limit it broke named. The grading worker checks again before it parses a learner's notebook
+itself (rocmlab.grading.live_attempted), as its copy may come over the service's HTTP API.
 
 The child is this file's source run with ``python -I -S -c`` (nothing but the standard library), so
 it imports nothing of the service's.
