@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from ..errors import InputError
 from .delivery import as_user
 from .labs import COURSE_ID
+from .live_tables import QueueTables
 
 HINT_CHARS = 4000
 WRITE_TIMEOUT_S = 20
@@ -80,19 +80,10 @@ def check_hint(lab: str, grade_id: str, text: dict) -> dict:
     return cleaned
 
 
-class HintStore:
+class HintStore(QueueTables):
     """The hints and their deliveries, in ``path`` (the live queue's database)."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        with closing(self._connect()) as db, db:
-            db.executescript(SCHEMA)
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA foreign_keys=ON")
-        return db
+    SCHEMA = SCHEMA
 
     def add(self, lab: str, grade_id: str, text: dict, author: str, now: float | None = None) -> Hint:
         text = check_hint(lab, grade_id, text)

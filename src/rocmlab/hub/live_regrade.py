@@ -13,7 +13,6 @@ the fixed check anyway. One whose copy has left the spool is skipped with that r
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..grading.live_queue import LiveQueue
 from .live_hints import LAB_ID
+from .live_tables import QueueTables
 
 FINISHED = ("graded", "failed")
 SCHEMA = """
@@ -80,19 +80,10 @@ def last_attempts(queue: LiveQueue, lab: str) -> dict:
     return last
 
 
-class RegradeStore:
+class RegradeStore(QueueTables):
     """The regrades and their items, in ``path`` (the live queue's database)."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        with closing(self._connect()) as db, db:
-            db.executescript(SCHEMA)
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA foreign_keys=ON")
-        return db
+    SCHEMA = SCHEMA
 
     def start(self, queue: LiveQueue, lab: str, author: str, now: float | None = None) -> Regrade:
         """Queue every learner's last finished attempt at ``lab`` again; InputError naming the field
