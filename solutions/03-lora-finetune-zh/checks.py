@@ -768,7 +768,7 @@ def trained_is_the_recipe(learner, variant, reference):
     losses, build = state["losses"], reference.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
     if build is None:
         assert state["STEPS_HERE"] == state["MAX_STEPS"], "no course build, yet not every step ran here"
-        assert PARAMETERS["TRAINER"] != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"
+        assert PARAMETERS["TRAINER"] != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"  # noqa: F821
         return
     manifest = json.loads(reference.eval("open(p, encoding='utf-8').read()", p=build + "/rocmlab-adapter.json"))
     theirs = manifest["losses"]

@@ -122,7 +122,9 @@ def shares_values(learner, variant):
     categories = {"matmul": ["mm"], "elementwise": ["aten::mul", "aten::silu"], "data": ["copy_", "cat"]}
     cases = [(random_rows(rng, rng.randint(4, 15)), categories)]
     rows = learner.get("PROFILE_ROWS")  # the notebook's own profile: evidence of its run, sorted here by CATEGORIES
-    assert type(rows) is list and len(rows) >= 5, f"the notebook's profile has {len(rows) if type(rows) is list else rows!r} rows"
+    assert type(rows) is list and len(rows) >= 5, (
+        f"the notebook's profile has {len(rows) if type(rows) is list else rows!r} rows"
+    )
     cases.append((rows, CATEGORIES))
     for rows, cats in cases:
         got, want = learner.call("self_time_shares", rows, cats), ref_shares(rows, cats)

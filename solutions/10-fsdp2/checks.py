@@ -772,7 +772,12 @@ def export_run(learner, variant):
     g = variant.torch()
     noise = {k: torch.randn(shapes[k], generator=g) * 0.01 for k in keys}
     out, want_out, kind, files, base, back = learner.eval(
-        "_result", setup=EXPORT_SETUP, keys=keys, noise=noise, seed=variant.random.randint(0, 10**6), model=param("MODEL")
+        "_result",
+        setup=EXPORT_SETUP,
+        keys=keys,
+        noise=noise,
+        seed=variant.random.randint(0, 10**6),
+        model=param("MODEL"),
     )
     EXPORTED["run"] = keys, noise, out, want_out, kind, files, base, back
     return EXPORTED["run"]
