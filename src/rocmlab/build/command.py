@@ -46,7 +46,13 @@ def add_arguments(parser) -> None:
         help="grade solution and student versions as `rocmlab grade` does (smoke profile): every graded test "
         "must pass on the first and fail on the second",
     )
-    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="labs verified at once")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--verify: job slots grading each lab's class (labs one after another)",
+    )
     parser.add_argument(
         "--results", metavar="DIR", help="where --verify keeps each lab's graded class (default results/verify)"
     )
