@@ -13,6 +13,7 @@ import time
 import pytest
 
 from rocmlab.assets import tiny_model
+from rocmlab.assets.cache import CacheError
 
 QUICK = dict(steps=1, evaluate=False, log=None)
 LORA_STEPS = 120  # batch 8, lr decayed linearly to 0; measured: 0/20 valid before, 20/20 after
@@ -179,7 +180,7 @@ def test_bad_arguments_and_unwritable_cache(tmp_path):
         tiny_model.ensure_tiny_model(tmp_path, steps=0, evaluate=False, log=None)
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(tiny_model.CacheError, match="ROCMLAB_CACHE"):
+    with pytest.raises(CacheError, match="ROCMLAB_CACHE"):
         tiny_model.ensure_tiny_model(blocker, **QUICK)
 
 
@@ -190,7 +191,7 @@ def test_a_build_waiting_for_another_says_so_and_gives_up_at_its_limit(tmp_path)
     target.parent.mkdir(parents=True)
     said = []
     with FileLock(str(target) + ".lock"):  # another build holds it
-        with pytest.raises(tiny_model.CacheError, match="waited 0 s for another process building"):
+        with pytest.raises(CacheError, match="waited 0 s for another process building"):
             tiny_model.ensure_tiny_model(tmp_path, steps=1, evaluate=False, log=said.append, lock_timeout_s=0.2)
     assert said == [f"another process is building {target.name}; waiting for it (up to 0 s)"]
 

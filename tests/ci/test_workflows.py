@@ -461,7 +461,7 @@ def test_freshness_job_script_end_to_end_on_the_cpu_stand_in(tmp_path):
     rocmlab = str(Path(sys.executable).parent / "rocmlab")
     subprocess.run([rocmlab, "env", "dockerfiles"], cwd=course, check=True, capture_output=True, timeout=120)
     log = tmp_path / "standin.jsonl"
-    from rocmlab.assets import tiny_model
+    from rocmlab.assets.cache import cache_root
 
     env = os.environ | {
         "ROCMLAB": rocmlab,
@@ -469,7 +469,7 @@ def test_freshness_job_script_end_to_end_on_the_cpu_stand_in(tmp_path):
         "STANDIN_PYTHON": sys.executable,
         "STANDIN_LOG": str(log),
         "STANDIN_STATE": str(tmp_path / "state"),
-        "ROCMLAB_CI_CACHE": str(tiny_model.cache_root()),
+        "ROCMLAB_CI_CACHE": str(cache_root()),
     }
     script = [
         str(course / "ci" / "freshness_job.sh"),

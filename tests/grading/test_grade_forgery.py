@@ -10,7 +10,7 @@ import json
 import classroom
 import pytest
 
-from rocmlab.assets.tiny_model import cache_root
+from rocmlab.assets.cache import cache_root
 from rocmlab.course.catalog import discover, select
 from rocmlab.grading.grader import grade_class
 from rocmlab.grading.submissions import find_submissions

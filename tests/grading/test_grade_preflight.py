@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rocmlab.assets import tiny_model
+from rocmlab.assets.cache import make_world_readable
 from rocmlab.course.catalog import Requires
 from rocmlab.errors import CommandFailed
 from rocmlab.grading.preflight import check_adapter_cache, check_model_cache, course_view, unreadable
@@ -48,7 +49,7 @@ def test_a_private_cache_stops_grading_with_the_fix(cache):
 
 
 def test_the_builder_leaves_the_cache_world_readable(cache):
-    tiny_model.make_world_readable(cache)
+    make_world_readable(cache)
     assert unreadable(cache, other_user=True) == ""
     assert oct(os.stat(cache / "model.safetensors").st_mode & 0o777) == "0o644"
     check_model_cache(SMOKE, other_user=True)
@@ -68,7 +69,7 @@ def test_the_sandbox_view_hides_the_course_and_home_but_not_the_cache(tmp_path, 
 
 
 def test_a_closed_folder_above_the_cache_is_the_sandboxs_business(cache):
-    tiny_model.make_world_readable(cache)
+    make_world_readable(cache)
     above = cache.parents[2]  # the folder holding the cache root
     above.chmod(0o700)
     try:
@@ -79,7 +80,7 @@ def test_a_closed_folder_above_the_cache_is_the_sandboxs_business(cache):
 
 
 def test_a_lab_that_loads_the_adapter_is_not_graded_without_it_or_unable_to_read_it(cache):
-    tiny_model.make_world_readable(cache)
+    make_world_readable(cache)
     check_adapter_cache(Requires(course_model=True), other_user=True)  # the lab does not load it
     with pytest.raises(CommandFailed, match="python -m rocmlab.lab.qc_adapter"):
         check_adapter_cache(WITH_ADAPTER, other_user=True)
@@ -91,5 +92,5 @@ def test_a_lab_that_loads_the_adapter_is_not_graded_without_it_or_unable_to_read
     with pytest.raises(CommandFailed, match="cannot be read by the sandbox.s grader users.*chmod -R a\\+rX"):
         check_adapter_cache(WITH_ADAPTER, other_user=True)
     check_adapter_cache(WITH_ADAPTER, other_user=False)
-    tiny_model.make_world_readable(adapter)
+    make_world_readable(adapter)
     check_adapter_cache(WITH_ADAPTER, other_user=True)

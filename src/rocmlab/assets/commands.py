@@ -70,6 +70,7 @@ def fetch(*, name: str, mirror: str | None = None) -> int:
 
 def info(*, cache_dir=None, as_json: bool = False) -> int:
     from . import loaders, tiny_model
+    from .cache import cache_root
 
     target = tiny_model.model_dir(cache_dir)
     manifest = tiny_model.read_valid_manifest(target)
@@ -80,7 +81,7 @@ def info(*, cache_dir=None, as_json: bool = False) -> int:
             "qc_kb": len(loaders.load_qc_kb()),
             "taxonomy": {key: len(values) for key, values in loaders.qc_taxonomy().items()},
         },
-        "cache_root": str(tiny_model.cache_root(cache_dir)),
+        "cache_root": str(cache_root(cache_dir)),
         "tiny_model": {
             "path": str(target),
             "status": "built" if manifest else ("corrupt or partial" if target.exists() else "not built"),

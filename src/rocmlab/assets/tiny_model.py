@@ -17,10 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import cache
-from .cache import CacheError as CacheError  # the cache's names, re-exported: callers find them here too
-from .cache import cache_root as cache_root
-from .cache import make_world_readable as make_world_readable
-from .cache import sha256_file, write_manifest
+from .cache import cache_root, sha256_file, write_manifest
 from .corpus import corpus_documents, eval_documents
 from .tiny_tokenizer import SPECIAL_TOKENS, make_tokenizer_config_portable, train_tokenizer, wrap_tokenizer
 

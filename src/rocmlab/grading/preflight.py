@@ -20,7 +20,7 @@ MATRIX = Path("env") / "matrix.toml"
 
 def model_cache() -> Path:
     """The cache root the grader's kernels are given (``$ROCMLAB_CACHE`` for them)."""
-    from ..assets.tiny_model import cache_root
+    from ..assets.cache import cache_root
 
     return cache_root().resolve()
 
