@@ -41,8 +41,32 @@ def load(name: str) -> dict:
     return data
 
 
-def test_three_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["freshness.yml", "pages.yml", "pr.yml", "release-check.yml"]
+def test_the_workflows_exist():
+    names = [p.name for p in WORKFLOWS]
+    assert names == ["freshness.yml", "pages.yml", "pr.yml", "references.yml", "release-check.yml"]
+
+
+def test_the_references_workflow_grades_every_lab_on_each_other_backend():
+    """One job per backend but the default (which .ci/run grades for every lab), and each job's
+    -k selection, read by pytest's own expression parser, picks exactly that backend's gradings."""
+    from _pytest.mark.expression import Expression
+    from conftest import GRADING_WAYS
+
+    from rocmlab.course.catalog import discover
+
+    workflow = load("references.yml")
+    assert workflow["env"]["ROCMLAB_EVERY_REFERENCE"] == "1"
+    jobs = workflow["jobs"]["grade"]["strategy"]["matrix"]["include"]
+    other_ways = GRADING_WAYS[1:]  # [0] is the default backend
+    assert sorted(job["way"] for job in jobs) == sorted(other_ways)
+    test = "test_the_reference_scores_full_marks_and_the_student_version_its_blank_score"
+    labs = [lab.id for lab in discover(ROOT)]
+    names = {way: [f"{test}[{way}-{lab}]" for lab in labs] for way in other_ways}
+    every = [name for way in other_ways for name in names[way]]
+    for job in jobs:
+        selection = Expression.compile(job["select"])
+        picked = [name for name in every if selection.evaluate(lambda word, name=name: word.lower() in name.lower())]
+        assert picked == names[job["way"]], job
 
 
 def test_pages_workflow_builds_the_site_and_publishes_it_and_the_student_branch():
