@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from rocmlab.assets.loaders import load_qc_reports
+from rocmlab.check_compare import assert_close, assert_equal, label
 from rocmlab.harness import check, mistake
 
 
@@ -53,8 +54,9 @@ def ref_bill(n_params, world, strategy):
     return dict(zip(("params", "grads", "optimizer"), parts)) | {"total": sum(parts)}
 
 
-def near(got, want, rel=1e-12):
-    return isinstance(got, (int, float)) and math.isclose(got, float(want), rel_tol=rel, abs_tol=1e-9)
+def assert_bytes(got, want, what, rtol=1e-12):
+    """A byte count the table or a formula gives (``want`` may be a Fraction), within float rounding."""
+    assert_close(got, float(want), rtol=rtol, atol=1e-9, what=what)
 
 
 @check(
@@ -70,7 +72,7 @@ def memory_table(learner, variant):
             n, world = rng.randint(0, 10**10), rng.choice([1, 2, 3, 5, 8, 64])
             got, want = learner.call("state_bytes_per_rank", n, world, strategy), ref_bill(n, world, strategy)
             for key in ("params", "grads", "optimizer"):
-                assert near(got[key], want[key]), f"{strategy}, N={world}, {n}: {key} {got[key]} != {float(want[key])}"
+                assert_bytes(got[key], want[key], label(key, strategy=strategy, N=world, n=n))
 
 
 @check(
@@ -84,7 +86,7 @@ def memory_total(learner, variant):
     n, world, strategy = rng.randint(1, 10**9), rng.randint(1, 16), rng.choice(sorted(TABLE))
     got = learner.call("state_bytes_per_rank", n, world, strategy)
     assert type(got) is dict and set(got) == {"params", "grads", "optimizer", "total"}, f"keys {got}"
-    assert near(got["total"], ref_bill(n, world, strategy)["total"]), got
+    assert_bytes(got["total"], ref_bill(n, world, strategy)["total"], label("total", strategy=strategy, N=world, n=n))
 
 
 @check(
@@ -105,7 +107,7 @@ def memory_largest(learner, variant):
         cases += 1
         want = math.floor(exact)
         got = learner.call("largest_model", memory, world, strategy)
-        assert got == want, f"largest_model({memory}, {world}, {strategy!r}) = {got}, expected {want}"
+        assert_equal(got, want, what=label("largest_model", memory=memory, N=world, strategy=strategy))
 
 
 @check(
@@ -147,7 +149,7 @@ def prefetch_forward(learner, variant):
     for n, d in prefetch_cases(variant.random):
         got = [f for f, _ in prefetch_lists(learner, n, d)]
         want = [list(range(i + 1, min(n, i + 1 + d))) for i in range(n)]
-        assert got == want, f"{n} layers, depth {d}: forward {got}"
+        assert_equal(got, want, what=label("forward prefetch", layers=n, depth=d))
 
 
 @check(
@@ -160,7 +162,7 @@ def prefetch_backward(learner, variant):
     for n, d in prefetch_cases(variant.random):
         got = [b for _, b in prefetch_lists(learner, n, d)]
         want = [list(range(i - 1, max(-1, i - 1 - d), -1)) for i in range(n)]
-        assert got == want, f"{n} layers, depth {d}: backward {got}"
+        assert_equal(got, want, what=label("backward prefetch", layers=n, depth=d))
 
 
 # ---------------------------------------------------------------- exercise 4: rank_loss
@@ -205,7 +207,7 @@ def loss_value(learner, variant):
         got = learner.call("rank_loss", logits, labels, n_global, world)
         assert isinstance(got, torch.Tensor), f"returned {type(got).__name__}"
         want = ref_rank_loss(logits, labels, n_global, world)
-        assert math.isclose(float(got), float(want), rel_tol=1e-5, abs_tol=1e-6), f"{float(got)} != {float(want)}"
+        assert_close(float(got), float(want), rtol=1e-5, atol=1e-6, what=label("rank_loss", b=b, t=t, v=v, world=world))
 
 
 @check(
@@ -232,7 +234,7 @@ def loss_gradient(learner, variant):
         x = logits.clone().requires_grad_()
         loss = F.cross_entropy(x[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
         (want,) = torch.autograd.grad(loss, x)
-        assert torch.allclose(got, want, rtol=1e-4, atol=1e-7), f"max |Δ| = {float((got - want).abs().max()):.2e}"
+        assert_close(got, want, rtol=1e-4, atol=1e-7, what=label("averaged gradient", b=b, t=t, v=v, world=world))
 
 
 @check(
@@ -311,7 +313,7 @@ def shard_join(learner, variant):
     for name in variant.random.sample(names, min(4, len(names))):
         original = learner.eval("fsdp_ranks[0]['original'][k]", k=name)
         shards = [learner.eval("fsdp_ranks[r]['shards'][k]", r=r, k=name) for r in range(world)]
-        assert torch.equal(torch.cat(shards), original), f"{name}: shards joined != original"
+        assert_equal(torch.cat(shards), original, what=label("shards joined", parameter=name))
     for r, params in enumerate(learner.eval(ALL_PARAMS)):
         for name, p in params.items():
             assert p["full_equal"] is True, f"rank {r}, {name}: the gathered parameter differs"
@@ -468,7 +470,7 @@ def comm_check(learner, variant, keys):
         )
         want = ref_comm(groups, world, pb, rb, reshard)
         for key in keys:
-            assert near(got[key], want[key]), f"{groups}, N={world}, {pb}/{rb} B, reshard={reshard}: {key} {got[key]}"
+            assert_bytes(got[key], want[key], label(key, groups=groups, N=world, pb=pb, rb=rb, reshard=reshard))
 
 
 @check(
@@ -536,12 +538,10 @@ def comm_measured(learner, variant):
                 elif kind == "reduce_scatter":
                     sent["reduce_scatter"] += share * size[0]
             for key, value in sent.items():
-                assert near(got[key], value, 1e-9), (
-                    f"rank {r}, {name}: {key} predicted {got[key]}, measured {float(value)}"
-                )
+                assert_bytes(got[key], value, label(f"{key} predicted against measured", rank=r, run=name), 1e-9)
     buckets = learner.eval("fsdp_ranks[0]['ddp']['bucket_bytes']")
     got = learner.call("comm_bytes_per_step", numels, world)["ddp_all_reduce"]
-    assert near(got, 2 * share * sum(buckets), 1e-9), f"DDP predicted {got}, measured {float(2 * share * sum(buckets))}"
+    assert_bytes(got, 2 * share * sum(buckets), "ddp_all_reduce predicted against measured", 1e-9)
 
 
 # ---------------------------------------------------------------- exercise 6: DCP and resuming
@@ -613,7 +613,7 @@ def dcp_save_path(learner, variant):
     returned, root, complete = learner.run("saved_paths", rng.randint(0, 10**6), steps, form)
     assert complete == [True] * len(steps), f"root given as {form}: no .metadata in root/step-{{step:06d}}: {complete}"
     want = [f"{root}/step-{s:06d}" for s in steps]
-    assert returned == want, f"root given as {form}: save_checkpoint returned paths that are not root/step-{{step:06d}}"
+    assert_equal(returned, want, what=label("save_checkpoint's paths (root/step-{step:06d})", root_as=form))
 
 
 LOAD_NEWEST_ANY = """
@@ -651,8 +651,8 @@ def dcp_in_process(learner, variant):
     )
     assert empty == 0 and empty_state == 0, "no checkpoint: return 0 and change nothing"
     assert loaded == steps[-1], f"loaded step {loaded}, the newest complete one is {steps[-1]}"
-    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want), "model not restored"
-    assert torch.equal(got_m, want_m), "optimizer state not restored"
+    assert_equal(got, want, what="the restored model state")
+    assert_equal(got_m, want_m, what="the restored optimizer's exp_avg")
 
 
 # ---------------------------------------------------------------- exercise 7: export
@@ -683,9 +683,7 @@ def export_run(learner, variant):
 def export_bit_identical(learner, variant):
     keys, noise, *_, base, back = export_run(learner, variant)
     for k in keys:
-        assert torch.equal(back[k], base[k] + noise[k]), (
-            f"{k}: max |Δ| {float((back[k] - base[k] - noise[k]).abs().max()):.2e}"
-        )
+        assert_equal(back[k], base[k] + noise[k], what=label("exported parameter", name=k))
 
 
 @check(
@@ -760,7 +758,7 @@ def finetune_losses(learner, variant):
 )
 def finetune_consistent(learner, variant):
     scores = ref_scores(learner.get("tuned_predictions"), eval_records())
-    assert metrics(learner)["tuned"] == scores, "metrics.json's tuned scores do not match the predictions"
+    assert_equal(metrics(learner)["tuned"], scores, what="metrics.json's tuned scores, against the predictions scored")
 
 
 @check(

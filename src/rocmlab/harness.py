@@ -422,22 +422,38 @@ def _answer_of(content: dict):
 # ---------------------------------------------------------------- loading and running checks
 
 
-BESIDE = object()  # ``load_checks(kernel=...)``: the ``in_kernel.py`` beside ``filename``, if any
+BESIDE = object()  # ``load_checks``' ``kernel`` and ``constants``: the lab's own, beside ``filename``
+
+
+class LabConstants(dict):
+    """``LAB_CONSTANTS``: name -> value of the literal constants the lab's ``lab.py`` defines."""
+
+    def __missing__(self, name):
+        raise KeyError(f"lab.py assigns no literal constant {name!r} once at its top level (LAB_CONSTANTS)")
 
 
 def load_checks(
-    source: str, filename: str, files: dict | None = None, parameters: dict | None = None, kernel=BESIDE
+    source: str,
+    filename: str,
+    files: dict | None = None,
+    parameters: dict | None = None,
+    kernel=BESIDE,
+    constants=BESIDE,
 ) -> list[Check]:
     """The checks a ``checks.py`` defines, in order. ``files``: the lab's hidden data (name ->
     text), which the checks read as ``HIDDEN_FILES``; ``parameters``: the run's parameters
     (``lab_parameters``), read as ``PARAMETERS``, never from the learner's namespace;
-    ``kernel``: the lab's ``KernelModule`` (or None), by default the one beside ``filename``."""
+    ``kernel``: the lab's ``KernelModule`` (or None); ``constants``: ``lab.py``'s literal
+    constants (``lab_constants``), read as ``LAB_CONSTANTS`` (``CATEGORIES = LAB_CONSTANTS["CATEGORIES"]``:
+    one copy, the notebook's, never the kernel's). By default both are the lab's beside ``filename``."""
     kernel = kernel_module(Path(filename)) if kernel is BESIDE else kernel
+    constants = lab_constants(Path(filename)) if constants is BESIDE else constants
     namespace = {
         "__name__": "rocmlab_checks",
         "__file__": filename,
         "HIDDEN_FILES": dict(files or {}),
         "PARAMETERS": dict(parameters or {}),
+        "LAB_CONSTANTS": LabConstants(constants or {}),
     }
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
     checks = [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
@@ -579,6 +595,7 @@ def run_harness(client, manager, config: dict, reference=None) -> dict:
             config.get("files"),
             config.get("parameters"),
             KernelModule(kernel["source"], kernel["filename"]) if kernel else None,
+            config.get("constants") or {},
         )
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
@@ -643,6 +660,15 @@ def lab_parameters(checks_file: Path, overrides: dict | None = None) -> dict:
     return {**lab_py_parameters(lab_py), **dict(overrides or {})}
 
 
+def lab_constants(checks_file: Path) -> dict:
+    """The literal constants of the lab's ``lab.py`` beside ``checks_file`` (outside its parameters
+    cell, each assigned once: ``course.parameters.lab_py_constants``), for ``LAB_CONSTANTS``."""
+    from .course.parameters import lab_py_constants
+
+    lab_py = Path(checks_file).parent / "lab.py"
+    return lab_py_constants(lab_py) if lab_py.exists() else {}
+
+
 def harness_options(
     checks_file: Path,
     seed: int,
@@ -665,6 +691,7 @@ def harness_options(
         "source": source,
         "files": hidden_files(checks_file),
         "kernel": {"source": kernel.source, "filename": kernel.filename} if kernel else None,
+        "constants": lab_constants(checks_file),
         "parameters": lab_parameters(checks_file, parameters),
         "filename": str(checks_file),
         "seed": int(seed),
