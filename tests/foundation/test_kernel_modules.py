@@ -278,3 +278,20 @@ def test_the_scan_finds_setup_code_and_statements(tmp_path):
 )
 def test_no_check_sends_kernel_code_as_a_string(checks_file):
     assert kernel_code_strings(checks_file) == [], "move it into the lab's in_kernel.py and call learner.run"
+
+
+def test_a_real_kernel_runs_the_module_sent_with_the_request_and_compiles_it_once():
+    from jupyter_client.manager import start_new_kernel
+
+    from rocmlab.harness import KernelChannel
+
+    km, kc = start_new_kernel()
+    try:
+        kc.execute_interactive("def double_all(xs):\n    return [2 * x for x in xs]\n", timeout=60)
+        learner = Learner(KernelChannel(kc, km, timeout_s=30), MODULE)
+        assert [learner.run("scaled_norm", [3, 4], scale=s) for s in (1, 2)] == [10.0, 20.0]
+        assert learner.eval("len(__import__('rocmlab.lab.answers', fromlist=['_']).__dict__['_COMPILED'])") == 1
+        assert learner.raised("scaled_norm") is not None  # nothing of the module is left among the learner's names
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
