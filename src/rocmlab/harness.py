@@ -212,12 +212,20 @@ class Learner:
         """``function(*args, **values)`` of the lab's kernel-side module (``in_kernel.py``), run in
         the kernel over a copy of the learner's names; its value as plain data. Raises
         ``LearnerRaised`` if it raised, ``GradingError`` if the module has no such function."""
-        if self.kernel is None:
-            raise GradingError(f"run({function!r}): no {KERNEL_MODULE} came with the checks")
-        answer = self._send({**self.kernel.request(function), "args": encode(tuple(args))}, values)
+        answer = self._run(function, args, values)
         if isinstance(answer, Raised):
             raise LearnerRaised(answer)
         return answer
+
+    def run_raised(self, function: str, *args, **values) -> Raised | None:
+        """What ``function`` of the lab's kernel-side module raised in the kernel, or None when it returned."""
+        answer = self._run(function, args, values)
+        return answer if isinstance(answer, Raised) else None
+
+    def _run(self, function: str, args: tuple, values: dict):
+        if self.kernel is None:
+            raise GradingError(f"run({function!r}): no {KERNEL_MODULE} came with the checks")
+        return self._send({**self.kernel.request(function), "args": encode(tuple(args))}, values)
 
     def call(self, function: str, *args, **kwargs):
         """``function(*args, **kwargs)`` in the kernel: the learner's answer to those inputs."""

@@ -122,6 +122,9 @@ def test_run_calls_the_module_s_function_over_the_learner_s_names():
     assert wrong.run("scaled_norm", [3, 4]) == 5.0  # the learner's function decides, not the module
     with pytest.raises(LearnerRaised, match="NameError"):
         Learner(InProcess({}), MODULE).run("scaled_norm", [1])  # the learner defined no double_all
+    raised = Learner(InProcess({"double_all": lambda xs: 1 / 0}), MODULE).run_raised("scaled_norm", [1])
+    assert raised is not None and raised.is_a("ZeroDivisionError")
+    assert Learner(InProcess({"double_all": list}), MODULE).run_raised("scaled_norm", [1]) is None
 
 
 def test_run_names_only_the_module_s_public_functions():
