@@ -298,3 +298,29 @@ def test_a_real_kernel_runs_the_module_sent_with_the_request_and_compiles_it_onc
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def run_names(checks_file: Path) -> set[str]:
+    """The kernel-side functions ``checks_file`` runs by a literal name (``.run("x", ...)``)."""
+    tree = ast.parse(checks_file.read_text(encoding="utf-8"))
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("run", "run_raised")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
+@pytest.mark.parametrize("checks_file", CHECKS_FILES, ids=lambda p: p.parent.name)
+def test_every_function_a_check_runs_is_in_its_lab_s_kernel_module(checks_file):
+    """A misspelt name would be a grading error for every learner; found here, before a class is graded.
+    And every public function of the module is run by some check (none is left over)."""
+    wanted = run_names(checks_file)
+    module = kernel_module(checks_file)
+    assert wanted <= (module.functions if module else set()), f"{checks_file}: {sorted(wanted)}"
+    if module:
+        assert module.functions <= wanted, f"{module.filename}: no check runs {sorted(module.functions - wanted)}"
