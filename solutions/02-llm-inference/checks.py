@@ -1,9 +1,10 @@
 """Lab 02's hidden checks, run by the trusted harness (rocmlab.harness), outside the learner's kernel.
 
 References are computed here from the rules stated in the lab's prose. Where a rule is about the
-loaded model (greedy tokens, the real KV cache, the real parameter count), the check's own code
-asks the kernel for that fact (``model.generate``, a forward pass, the parameters), never the
-learner's helpers. Inputs come from the learner's seed (``variant``), beside fixed edge cases.
+loaded model (greedy tokens, the real KV cache, the real parameter count), the fact comes from the
+trusted reference kernel (``reference``: the lab's solution, the same model on the same machine),
+never from the learner's kernel, whose names any later cell may rebind. Inputs come from the
+learner's seed (``variant``), beside fixed edge cases.
 """
 
 import json
@@ -347,9 +348,7 @@ def __greedy(prompt, n, eos):
     return out[0, len(prompt):].tolist()
 """
 
-KV_LOOP = (
-    GREEDY
-    + """
+KV_LOOP = """
 __calls = []
 
 
@@ -365,11 +364,9 @@ try:
     __r = generate_with_kv_cache(ref_model, __p, __n, eos_token_id=__eos)
 finally:
     __hook.remove()
-__ref = __greedy(__p, __n, __eos)
 """
-)
 KV_ANSWER = (
-    "({k: __r[k] for k in ('tokens', 'prompt_len', 'prefill_s', 'decode_s') if k in __r}, __calls, __ref,"
+    "({k: __r[k] for k in ('tokens', 'prompt_len', 'prefill_s', 'decode_s') if k in __r}, __calls,"
     " sorted(__r) if isinstance(__r, dict) else None)"
 )
 
@@ -389,10 +386,23 @@ def _prompt(rng, *, low=4, high=40):
     return prompt[: rng.randint(min(low, len(prompt)), min(high, len(prompt)))]
 
 
-def _kv_run(learner, prompt, n, eos):
+def _greedy(reference, prompts, n, eos):
+    """The reference kernel's ``model.generate`` greedy tokens of each prompt."""
     pad = course_data.pad_id(_model())
-    got, calls, ref, keys = learner.eval(KV_ANSWER, setup=KV_LOOP, __p=prompt, __n=n, __eos=eos, __pad=pad)
-    return got, calls, ref, keys
+    refs = reference.eval(
+        "[__greedy(p, __n, __eos) for p in __ps]", setup=GREEDY, __ps=prompts, __n=n, __eos=eos, __pad=pad
+    )
+    decoded = type(refs) is list and len(refs) == len(prompts)
+    assert decoded and all(type(r) is list and 0 < len(r) <= n and all(type(t) is int for t in r) for r in refs), (
+        f"the reference greedy decoding of {len(prompts)} prompts: {refs!r}"
+    )
+    return refs
+
+
+def _kv_run(learner, reference, prompt, n, eos):
+    """The learner's KV loop on ``prompt`` (its record, forward input shapes, keys), and the reference's tokens."""
+    got, calls, keys = learner.eval(KV_ANSWER, setup=KV_LOOP, __p=prompt, __n=n, __eos=eos)
+    return got, calls, _greedy(reference, [prompt], n, eos)[0], keys
 
 
 @check(
@@ -401,12 +411,12 @@ def _kv_run(learner, prompt, n, eos):
     en="the tokens equal model.generate's greedy output",
     zh="生成的 token 与 model.generate 的贪心输出逐个相同",
 )
-def kvloop_greedy(learner, variant):
+def kvloop_greedy(learner, variant, reference):
     rng = variant.random
     eos = _eos()
     for _ in range(2):
         prompt = _prompt(rng)
-        got, _, ref, _ = _kv_run(learner, prompt, rng.randint(4, 12), eos)
+        got, _, ref, _ = _kv_run(learner, reference, prompt, rng.randint(4, 12), eos)
         assert got.get("tokens") == ref, f"expected {ref}, got {got.get('tokens')!r}"
 
 
@@ -416,10 +426,10 @@ def kvloop_greedy(learner, variant):
     en="one prefill pass over the whole prompt, then one pass of a single token per step (KV cache reused)",
     zh="对整个提示词做一次 prefill，之后每步只输入一个 token（复用 KV cache）",
 )
-def kvloop_shapes(learner, variant):
+def kvloop_shapes(learner, variant, reference):
     rng = variant.random
     prompt = _prompt(rng)
-    got, calls, _, _ = _kv_run(learner, prompt, rng.randint(4, 10), _eos())
+    got, calls, _, _ = _kv_run(learner, reference, prompt, rng.randint(4, 10), _eos())
     tokens = got.get("tokens") or []
     want = [(1, len(prompt))] + [(1, 1)] * (len(tokens) - 1)
     assert calls == want, f"forward inputs: expected {want}, got {calls}"
@@ -431,14 +441,14 @@ def kvloop_shapes(learner, variant):
     en="decoding stops right after eos_token_id, which is included",
     zh="生成出 eos_token_id 后立即停止，eos 计入结果",
 )
-def kvloop_eos(learner, variant):
+def kvloop_eos(learner, variant, reference):
     rng = variant.random
     prompt, n = _prompt(rng), 12
-    _, _, free, _ = _kv_run(learner, prompt, n, _eos())
+    _, _, free, _ = _kv_run(learner, reference, prompt, n, _eos())
     candidates = [i for i, t in enumerate(free) if i >= 1 and free.index(t) == i]
     assert free, "the reference generated nothing"
     stop = free[rng.choice(candidates)] if candidates else free[0]
-    got, _, ref, _ = _kv_run(learner, prompt, n, stop)
+    got, _, ref, _ = _kv_run(learner, reference, prompt, n, stop)
     assert ref[-1] == stop, "the reference stops at the chosen eos"
     assert got.get("tokens") == ref, f"eos {stop}: expected {ref}, got {got.get('tokens')!r}"
 
@@ -449,10 +459,10 @@ def kvloop_eos(learner, variant):
     en="returns tokens, prompt_len, prefill_s > 0 and one positive decode_s per decode step (len(tokens) - 1)",
     zh="返回 tokens、prompt_len、大于 0 的 prefill_s，以及每个 decode 步一个正的 decode_s（共 len(tokens) − 1 个）",
 )
-def kvloop_record(learner, variant):
+def kvloop_record(learner, variant, reference):
     rng = variant.random
     prompt = _prompt(rng)
-    got, _, _, keys = _kv_run(learner, prompt, rng.randint(3, 9), _eos())
+    got, _, _, keys = _kv_run(learner, reference, prompt, rng.randint(3, 9), _eos())
     assert keys is not None and {"tokens", "prompt_len", "prefill_s", "decode_s", "cache"} <= set(keys), f"keys {keys}"
     tokens, decode = got["tokens"], got["decode_s"]
     assert got["prompt_len"] == len(prompt), f"prompt_len {got['prompt_len']!r}, prompt of {len(prompt)}"
@@ -467,9 +477,9 @@ def kvloop_record(learner, variant):
     en="max_new_tokens = 1 gives one token and no decode step",
     zh="max_new_tokens = 1 时只有一个 token、没有 decode 步",
 )
-def kvloop_one(learner, variant):
+def kvloop_one(learner, variant, reference):
     prompt = _prompt(variant.random)
-    got, calls, ref, _ = _kv_run(learner, prompt, 1, _eos())
+    got, calls, ref, _ = _kv_run(learner, reference, prompt, 1, _eos())
     assert got.get("tokens") == ref and len(ref) == 1, f"expected {ref}, got {got.get('tokens')!r}"
     assert got.get("decode_s") == [] and calls == [(1, len(prompt))], f"calls {calls}, decode_s {got.get('decode_s')!r}"
 
@@ -585,14 +595,11 @@ __elem = next(ref_model.parameters()).element_size()
     en="the formula matches the real KV cache of the loaded model",
     zh="公式与已加载模型的真实 KV cache 字节数一致",
 )
-def kvmem_real_cache(learner, variant):
+def kvmem_real_cache(learner, variant, reference):
     prompt = _prompt(variant.random, low=3, high=60)
-    real, got = learner.eval(
-        "(__real, kv_cache_bytes(ref_model.config.to_dict(), len(__p), bytes_per_elem=__elem))",
-        setup=REAL_CACHE,
-        __p=prompt,
-    )
-    assert type(real) is int and real > 0
+    config, real, elem = reference.eval("(ref_model.config.to_dict(), __real, __elem)", setup=REAL_CACHE, __p=prompt)
+    assert type(real) is int and real > 0 and type(config) is dict, f"the reference's cache: {real!r}"
+    got = learner.call("kv_cache_bytes", config, len(prompt), bytes_per_elem=elem)
     assert got == real, f"{len(prompt)} tokens: the cache holds {real} bytes, the formula gives {got!r}"
 
 
@@ -899,36 +906,24 @@ def stream_failures(learner, variant):
 
 # ---------------------------------------------------------------- 02-stretch-batch-1 (3 points)
 
-BATCH = (
-    GREEDY
-    + """
-__got = generate_static_batch(ref_model, __ps, __n, pad_token_id=__pad, eos_token_id=__eos)
-__refs = [__greedy(p, __n, __ref_eos) for p in __ps]
-"""
-)
+BATCH = "generate_static_batch(ref_model, __ps, __n, pad_token_id=__pad, eos_token_id=__eos)"
 
 
-def _batch(learner, rng, n, eos, ref_eos=None, rows=None):
+def _batch(learner, reference, rng, n, eos, ref_eos=None, rows=None):
     rows = rows or rng.randint(2, 4)
     prompts = []
     while len(prompts) < rows:
         p = _prompt(rng, low=3, high=30)
         if len(p) not in {len(q) for q in prompts}:
             prompts.append(p)
-    got, refs = _batch_answer(learner, prompts, n, eos, eos if ref_eos is None else ref_eos)
+    got, refs = _batch_answer(learner, reference, prompts, n, eos, eos if ref_eos is None else ref_eos)
     return prompts, got, refs
 
 
-def _batch_answer(learner, prompts, n, eos, ref_eos):
-    pad = course_data.pad_id(_model())
-    got, refs = learner.eval(
-        "(__got, __refs)", setup=BATCH, __ps=prompts, __n=n, __eos=eos, __ref_eos=ref_eos, __pad=pad
-    )
-    decoded = type(refs) is list and len(refs) == len(prompts)
-    assert decoded and all(type(r) is list and 0 < len(r) <= n and all(type(t) is int for t in r) for r in refs), (
-        f"the reference greedy decoding of {len(prompts)} prompts: {refs!r}"
-    )
-    return got, refs
+def _batch_answer(learner, reference, prompts, n, eos, ref_eos):
+    """The learner's batch of ``prompts``, and the reference kernel's greedy tokens of each."""
+    got = learner.eval(BATCH, __ps=prompts, __n=n, __eos=eos, __pad=course_data.pad_id(_model()))
+    return got, _greedy(reference, prompts, n, ref_eos)
 
 
 @check(
@@ -937,9 +932,9 @@ def _batch_answer(learner, prompts, n, eos, ref_eos):
     en="prompts of different lengths batched give each prompt's own greedy tokens",
     zh="不同长度的提示词一起批处理，结果与逐条贪心解码相同",
 )
-def batch_equal(learner, variant):
+def batch_equal(learner, variant, reference):
     rng = variant.random
-    _, got, refs = _batch(learner, rng, rng.randint(4, 8), _eos())
+    _, got, refs = _batch(learner, reference, rng, rng.randint(4, 8), _eos())
     assert got == refs, f"expected {refs}, got {got!r}"
 
 
@@ -949,13 +944,13 @@ def batch_equal(learner, variant):
     en="each row is cut right after its own first eos_token_id (included)",
     zh="每条序列在自己的第一个 eos_token_id 之后截断（含 eos）",
 )
-def batch_eos(learner, variant):
+def batch_eos(learner, variant, reference):
     rng = variant.random
-    prompts, _, free = _batch(learner, rng, 10, _eos(), rows=3)
+    prompts, _, free = _batch(learner, reference, rng, 10, _eos(), rows=3)
     row = free[0]
     candidates = [i for i, t in enumerate(row) if i >= 1 and row.index(t) == i]
     stop = row[rng.choice(candidates)] if candidates else row[0]
-    got, refs = _batch_answer(learner, prompts, 10, stop, stop)
+    got, refs = _batch_answer(learner, reference, prompts, 10, stop, stop)
     assert refs[0][-1] == stop
     assert got == refs, f"eos {stop}: expected {refs}, got {got!r}"
 
@@ -966,10 +961,10 @@ def batch_eos(learner, variant):
     en="without eos_token_id every row has exactly max_new_tokens tokens",
     zh="没有 eos_token_id 时每条序列恰好 max_new_tokens 个 token",
 )
-def batch_max_tokens(learner, variant):
+def batch_max_tokens(learner, variant, reference):
     rng = variant.random
     n = rng.randint(3, 7)
-    _, got, refs = _batch(learner, rng, n, None, ref_eos=_eos())
+    _, got, refs = _batch(learner, reference, rng, n, None, ref_eos=_eos())
     assert isinstance(got, list) and len(got) == len(refs), f"one list per prompt: {got!r}"
     for row, ref in zip(got, refs):
         assert isinstance(row, list) and len(row) == n and row[: len(ref)] == ref, f"expected {n} tokens from {ref}"
@@ -1051,11 +1046,11 @@ def params_untied(learner, variant):
     zh="公式与已加载模型的真实参数量一致",
     counts_with="params_llama",
 )
-def params_real_model(learner, variant):
-    got, real = learner.eval(
-        "(param_count(ref_model.config.to_dict()), sum(__p.numel() for __p in ref_model.parameters()))"
-    )
-    assert type(real) is int and real > 0 and got == real, f"the model has {real} parameters, the formula gives {got!r}"
+def params_real_model(learner, variant, reference):
+    config, real = reference.eval("(ref_model.config.to_dict(), sum(__p.numel() for __p in ref_model.parameters()))")
+    assert type(real) is int and real > 0 and type(config) is dict, f"the reference's model: {real!r}"
+    got = learner.call("param_count", config)
+    assert got == real, f"the model has {real} parameters, the formula gives {got!r}"
 
 
 # ---------------------------------------------------------------- 02-stretch-little-1 (2 points)
