@@ -457,12 +457,36 @@ def peak_errors(learner, variant):
 # ---------------------------------------------------------------- 04-hang-1: fail fast, name the missing ranks
 
 
-def n_ranks(learner):
-    """The notebook's ``N_RANKS`` (``WORLD_SIZE or max(2, torch.cuda.device_count())``), from the
-    run's parameters here; only the kernel's device count is asked, by the check's own code."""
-    n = PARAMETERS["WORLD_SIZE"] or max(2, learner.eval("__import__('torch').cuda.device_count()"))  # noqa: F821
+# The notebook's N_RANKS is WORLD_SIZE, or, on a profile that leaves it 0, the grading machine's
+# ``max(2, torch.cuda.device_count())``: the reference kernel's N_RANKS then (the solution, on the
+# same machine in the same sandbox), never the learner's kernel, whose torch a cell may patch.
+SIZED_BY_DEVICES = not PARAMETERS.get("WORLD_SIZE")  # noqa: F821 (the run's; none given: ask the reference)
+
+
+def n_ranks(reference):
+    n = reference.get("N_RANKS") if SIZED_BY_DEVICES else PARAMETERS["WORLD_SIZE"]  # noqa: F821
     assert type(n) is int and n >= 2, f"N_RANKS {n!r}"
     return n
+
+
+def ranks_check(grade_id, **rule):
+    """``@check`` for a rule about the hang runs' ``n`` ranks. Only where the machine sizes the runs
+    does the check take the reference kernel: elsewhere the lab starts none."""
+
+    def mark(function):
+        if SIZED_BY_DEVICES:
+
+            def ranks_rule(learner, variant, reference):
+                return function(learner, n_ranks(reference))
+        else:
+
+            def ranks_rule(learner, variant):
+                return function(learner, n_ranks(None))
+
+        ranks_rule.__name__ = ranks_rule.__qualname__ = function.__name__
+        return check(grade_id, **rule)(ranks_rule)
+
+    return mark
 
 
 def monitored_barrier_line(learner):
@@ -474,14 +498,13 @@ def monitored_barrier_line(learner):
     return line
 
 
-@check(
+@ranks_check(
     "04-hang-1",
     points=1,
     en="the guarded run fails by itself at the monitored barrier, before the launcher's timeout",
     zh="加了保护的运行在 monitored barrier 处自行失败，早于启动器的超时",
 )
-def guarded_fails_fast(learner, variant):
-    n = n_ranks(learner)
+def guarded_fails_fast(learner, n):
     assert learner.eval("len(guarded.ranks)") == n
     assert learner.eval("guarded.timed_out") is False, "timed out"
     code = learner.eval("guarded.returncode")
@@ -489,27 +512,25 @@ def guarded_fails_fast(learner, variant):
     monitored_barrier_line(learner)
 
 
-@check(
+@ranks_check(
     "04-hang-1",
     points=1,
     en="rank 0's monitoredBarrier line names exactly the ranks with fewer items (wait_all_ranks=True)",
     zh="rank 0 的 monitoredBarrier 那一行恰好列出数据较少的那些 rank（wait_all_ranks=True）",
 )
-def guarded_names_missing(learner, variant):
-    n = n_ranks(learner)
+def guarded_names_missing(learner, n):
     line = monitored_barrier_line(learner)
     missing = {int(x) for x in re.findall(r"\d+", line.split("failed to pass")[0].split("]:")[-1])}
     assert missing == expected_missing(n), f"reported {missing}, expected {expected_missing(n)}: {line}"
 
 
-@check(
+@ranks_check(
     "04-hang-1",
     points=1,
     en="after the monitored barrier fails, every rank of the guarded run ends with a non-zero exit status",
     zh="monitored barrier 失败后，加了保护的运行中每个 rank 都以非零退出码结束",
 )
-def guarded_every_rank_fails(learner, variant):
-    n = n_ranks(learner)
+def guarded_every_rank_fails(learner, n):
     monitored_barrier_line(learner)
     codes = learner.eval("[r.returncode for r in guarded.ranks]")
     assert learner.eval("guarded.timed_out") is False, "timed out"
@@ -519,14 +540,13 @@ def guarded_every_rank_fails(learner, variant):
 # ---------------------------------------------------------------- 04-hang-2: the fix
 
 
-@check(
+@ranks_check(
     "04-hang-2",
     points=1,
     en="after the fix every rank exits 0 and all ranks take the same number of steps",
     zh="修好后每个 rank 以 0 退出，所有 rank 的步数相同",
 )
-def fixed_runs(learner, variant):
-    n = n_ranks(learner)
+def fixed_runs(learner, n):
     codes = learner.eval("[r.returncode for r in fixed.ranks]")
     assert codes == [0] * n, f"exit codes {codes}"
     out = rank_files(learner, "fixed", n)
@@ -534,14 +554,13 @@ def fixed_runs(learner, variant):
     assert len({o["steps"] for o in out}) == 1, f"steps {[o['steps'] for o in out]}"
 
 
-@check(
+@ranks_check(
     "04-hang-2",
     points=1,
     en="agree_on_steps gives the minimum step count, and the summed gradients match a step-by-step sum",
     zh="agree_on_steps 得到最小的步数，累加的梯度与逐步相加的结果一致",
 )
-def fixed_minimum(learner, variant):
-    n = n_ranks(learner)
+def fixed_minimum(learner, n):
     steps = min(len(range(r, 7, n)) for r in range(n))
     total = float(sum(r + s * n for s in range(steps) for r in range(n)))
     for rank, o in enumerate(rank_files(learner, "fixed", n)):
