@@ -6,14 +6,11 @@ the learner's seed (``variant``), beside a few fixed edge cases.
 
 import math
 
-from rocmlab.harness import check, mistake
-
-FAKE_TORCH = "__SN(version=__SN(**__version), cuda=__SN(get_device_capability=lambda i=0: __cap))"
-SN = "from types import SimpleNamespace as __SN"
+from rocmlab.harness import LearnerRaised, check, mistake
 
 
 def _backend(learner, version, capability=(9, 0)):
-    return learner.eval(f"backend_of({FAKE_TORCH})", setup=SN, __version=version, __cap=tuple(capability))
+    return learner.run("backend_with", version, tuple(capability))
 
 
 def _hip_version(rng):
@@ -692,95 +689,22 @@ def arith_matmul_flops(learner, variant):
 
 # ---------------------------------------------------------------- 01-harness-1 (3 points)
 
-# The fake clocks below follow one timing protocol and nothing else: ``warmup`` calls of fn, then
-# ``repeats`` groups of start, ``calls`` calls of fn, stop. Any other step raises (and so does every
-# step after it), so each rule shows in time_per_call's own answer: a value, or what it raised. No
-# counter is read back from the kernel afterwards: the learner's code shares the kernel with the
-# fakes and could set any counter it liked.
-TIMING_PROTOCOL = """
-class __Protocol:
-    def __init__(self, warmup, calls, repeats):
-        self.steps = ["fn"] * warmup + (["start"] + ["fn"] * calls + ["stop"]) * repeats
-        self.at, self.off = 0, ""
-
-    def step(self, what):
-        expected = self.steps[self.at] if self.at < len(self.steps) else "nothing more"
-        self.at += 1
-        if not self.off and what != expected:
-            self.off = f"off the timing protocol at step {self.at}: {what}, where it has {expected}"
-        if self.off:
-            raise RuntimeError(self.off)
-
-
-__protocol = __Protocol(__w, __c, __r)
-"""
-
-FAKE_DEVICE = (
-    TIMING_PROTOCOL
-    + """
-class __Dev:
-    def __init__(self, costs, queued, protocol):
-        self.costs, self.calls, self.end, self.protocol = list(costs), 0, queued, protocol
-
-    def fn(self):
-        self.protocol.step("fn")
-        self.end += self.costs[min(self.calls, len(self.costs) - 1)]
-        self.calls += 1
-
-    def start(self):
-        self.protocol.step("start")
-        return self.end
-
-    def stop(self, mark):
-        self.protocol.step("stop")
-        return self.end - mark
-
-
-__dev = __Dev(__costs, __queued, __protocol)
-"""
-)
-
-FAKE_HOST = (
-    TIMING_PROTOCOL
-    + """
-class __Host:
-    def __init__(self, cost, queued, protocol):
-        self.cost, self.now, self.queued, self.protocol = cost, 0.0, queued, protocol
-
-    def fn(self):
-        self.protocol.step("fn")
-        self.queued += self.cost
-
-    def sync(self):
-        self.now, self.queued = self.now + self.queued, 0.0
-
-
-__host = __Host(__cost, __queued, __protocol)
-
-
-def __start():
-    __protocol.step("start")
-    __host.sync()
-    return __host.now
-
-
-def __stop(mark):
-    __protocol.step("stop")
-    __host.sync()
-    return __host.now - mark
-"""
-)
-
-DEVICE_CALL = "time_per_call(__dev.fn, calls=__c, repeats=__r, warmup=__w, start=__dev.start, stop=__dev.stop)"
-
 
 def _timed(learner, costs, *, calls, repeats, warmup, queued=0.0):
-    """Seconds per call of time_per_call on a fake asynchronous device that follows the protocol."""
-    seconds = learner.eval(
-        DEVICE_CALL, setup=FAKE_DEVICE, __costs=list(costs), __queued=float(queued), __c=calls, __r=repeats, __w=warmup
-    )
+    """Seconds per call of time_per_call on a fake asynchronous device that follows the timing
+    protocol (``in_kernel.time_on_device``: a step off it raises)."""
+    seconds = learner.run("time_on_device", list(costs), float(queued), calls=calls, repeats=repeats, warmup=warmup)
     assert isinstance(seconds, float) and not isinstance(seconds, bool), f"seconds per call: a float, got {seconds!r}"
     return seconds
+
+
+def _raised(learner, function, *args, **values):
+    """What the kernel-side ``function`` raised, or None when it returned."""
+    try:
+        learner.run(function, *args, **values)
+    except LearnerRaised as exc:
+        return exc.raised
+    return None
 
 
 def _groups(costs, calls, repeats, warmup):
@@ -844,15 +768,7 @@ def harness_per_call(learner, variant):
     seconds = _timed(learner, pattern * 3, calls=calls, repeats=3, warmup=0, queued=float(rng.randint(10, 90)))
     assert math.isclose(seconds, want), f"expected {want}, got {seconds}"
     cost = rng.choice([0.25, 0.5, 1.5])
-    got = learner.eval(
-        "time_per_call(__host.fn, calls=__c, repeats=__r, warmup=__w, start=__start, stop=__stop)",
-        setup=FAKE_HOST,
-        __cost=cost,
-        __queued=float(rng.randint(10, 90)),
-        __c=calls,
-        __r=3,
-        __w=1,
-    )
+    got = learner.run("time_on_host", cost, float(rng.randint(10, 90)), calls=calls, repeats=3, warmup=1)
     assert isinstance(got, float) and math.isclose(got, cost), (
         f"with a synchronizing host clock: expected {cost}, got {got!r}"
     )
@@ -897,9 +813,7 @@ def harness_median_even(learner, variant):
 def harness_value_error(learner, variant):
     rng = variant.random
     for calls, repeats in ((0, rng.randint(1, 5)), (rng.randint(1, 5), 0), (-rng.randint(1, 3), 2)):
-        raised = learner.raised(
-            DEVICE_CALL, setup=FAKE_DEVICE, __costs=[1.0], __queued=0.0, __c=calls, __r=repeats, __w=0
-        )
+        raised = _raised(learner, "time_on_device", [1.0], 0.0, calls=calls, repeats=repeats, warmup=0)
         assert raised is not None and raised.is_a("ValueError"), f"calls={calls}, repeats={repeats}: got {raised}"
 
 
