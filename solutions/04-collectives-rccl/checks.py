@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from rocmlab.harness import check, mistake
+from rocmlab.harness import LearnerRaised, check, mistake
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -348,8 +348,6 @@ def bandwidth_errors(learner, variant):
 
 # ---------------------------------------------------------------- 04-peak-1: busbw_vs_peak
 
-LINK_SETUP = "from rocmlab.lab.datasheets import Interconnect as __Link, interconnect as __row"
-
 
 def link_fields(topology, gpus, link_gbs, usable):
     return [f"test {topology}", "MI300X", "test fabric", topology, gpus, link_gbs, usable, ()]
@@ -376,7 +374,7 @@ def peak_cases(learner, variant):
         row = datasheets.interconnect(key)
         for n in sorted({2, row.gpus, rng.randint(2, row.gpus)}):
             busbw = round(rng.uniform(0, 1.3 * row.link_gbs * (n - 1 if row.topology == "mesh" else 1)), 2)
-            got = learner.eval("busbw_vs_peak(b, __row(k), n)", setup=LINK_SETUP, b=busbw, k=key, n=n)
+            got = learner.run("peak_of_row", busbw, key, n)
             out.append((got, peak_reference(busbw, row.topology, row.link_gbs, row.usable_link_gbs, n), (key, n)))
     for topology in ("mesh", "switch", "mesh", "switch"):
         gpus = rng.randint(2, 16)
@@ -385,7 +383,7 @@ def peak_cases(learner, variant):
         n = rng.randint(2, gpus)
         busbw = round(rng.uniform(0, 1.5 * link * (n - 1 if topology == "mesh" else 1)), 2)
         fields = link_fields(topology, gpus, link, usable)
-        got = learner.eval("busbw_vs_peak(b, __Link(*f), n)", setup=LINK_SETUP, b=busbw, f=fields, n=n)
+        got = learner.run("peak_of_fabric", busbw, fields, n)
         out.append((got, peak_reference(busbw, topology, link, usable, n), (topology, gpus, link, usable, n)))
     return out
 
@@ -450,7 +448,11 @@ def peak_errors(learner, variant):
         (1.0, link_fields(rng.choice(["torus", "ring", "Mesh"]), gpus, 64.0, None), rng.randint(2, gpus)),
     ]
     for busbw, fields, n in cases:
-        raised = learner.raised("busbw_vs_peak(b, __Link(*f), n)", setup=LINK_SETUP, b=busbw, f=fields, n=n)
+        try:
+            learner.run("peak_of_fabric", busbw, fields, n)
+            raised = None
+        except LearnerRaised as exc:
+            raised = exc.raised
         assert raised is not None and raised.is_a("ValueError"), f"{busbw}, {fields[3]}, gpus {gpus}, n={n}: {raised}"
 
 

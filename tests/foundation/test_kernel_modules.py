@@ -34,7 +34,6 @@ CHECKS_FILES = sorted(
 PENDING = {
     "02-llm-inference",
     "03-lora-finetune-zh",
-    "04-collectives-rccl",
     "05-distributed-training",
     "06-multi-agent",
     "07-triton-kernels",
