@@ -335,41 +335,6 @@ def arrivals_errors(learner, variant):
 
 # ---------------------------------------------------------------- the loaded model, asked by the checks
 
-GREEDY = """
-import torch as __torch
-
-
-def __greedy(prompt, n, eos):
-    ids = __torch.tensor([prompt], device=ref_model.device)
-    with __torch.no_grad():
-        out = ref_model.generate(ids, attention_mask=__torch.ones_like(ids), max_new_tokens=n, min_new_tokens=0,
-                                 do_sample=False, repetition_penalty=1.0, num_beams=1, eos_token_id=eos,
-                                 pad_token_id=__pad)
-    return out[0, len(prompt):].tolist()
-"""
-
-KV_LOOP = """
-__calls = []
-
-
-def __record(module, args, kwargs):
-    ids = kwargs.get("input_ids")
-    if ids is None and args:
-        ids = args[0]
-    __calls.append(None if ids is None else tuple(ids.shape))
-
-
-__hook = ref_model.register_forward_pre_hook(__record, with_kwargs=True)
-try:
-    __r = generate_with_kv_cache(ref_model, __p, __n, eos_token_id=__eos)
-finally:
-    __hook.remove()
-"""
-KV_ANSWER = (
-    "({k: __r[k] for k in ('tokens', 'prompt_len', 'prefill_s', 'decode_s') if k in __r}, __calls,"
-    " sorted(__r) if isinstance(__r, dict) else None)"
-)
-
 
 def _model():
     return PARAMETERS["MODEL"]  # noqa: F821 (the run's, from the harness)
@@ -389,9 +354,7 @@ def _prompt(rng, *, low=4, high=40):
 def _greedy(reference, prompts, n, eos):
     """The reference kernel's ``model.generate`` greedy tokens of each prompt."""
     pad = course_data.pad_id(_model())
-    refs = reference.eval(
-        "[__greedy(p, __n, __eos) for p in __ps]", setup=GREEDY, __ps=prompts, __n=n, __eos=eos, __pad=pad
-    )
+    refs = reference.run("greedy", prompts, n, eos, pad)
     decoded = type(refs) is list and len(refs) == len(prompts)
     assert decoded and all(type(r) is list and 0 < len(r) <= n and all(type(t) is int for t in r) for r in refs), (
         f"the reference greedy decoding of {len(prompts)} prompts: {refs!r}"
@@ -401,7 +364,7 @@ def _greedy(reference, prompts, n, eos):
 
 def _kv_run(learner, reference, prompt, n, eos):
     """The learner's KV loop on ``prompt`` (its record, forward input shapes, keys), and the reference's tokens."""
-    got, calls, keys = learner.eval(KV_ANSWER, setup=KV_LOOP, __p=prompt, __n=n, __eos=eos)
+    got, calls, keys = learner.run("kv_loop", prompt, n, eos)
     return got, calls, _greedy(reference, [prompt], n, eos)[0], keys
 
 
@@ -571,24 +534,6 @@ def kvmem_head_dim(learner, variant):
     _kv_bytes(learner, config | {"head_dim": None}, rng.randint(1, 4096), 1, 2)
 
 
-REAL_CACHE = """
-import torch as __torch
-
-__ids = __torch.tensor([__p], device=ref_model.device)
-with __torch.no_grad():
-    __out = ref_model(input_ids=__ids, use_cache=True)
-__c = getattr(__out, "cache", None) or __out.past_key_values
-if hasattr(__c, "layers"):
-    __pairs = [(layer.keys, layer.values) for layer in __c.layers]
-elif hasattr(__c, "key_cache"):
-    __pairs = list(zip(__c.key_cache, __c.value_cache))
-else:
-    __pairs = [tuple(kv[:2]) for kv in __c]
-__real = sum(t.numel() * t.element_size() for kv in __pairs for t in kv)
-__elem = next(ref_model.parameters()).element_size()
-"""
-
-
 @check(
     "02-kvmem-1",
     points=0.75,
@@ -597,7 +542,7 @@ __elem = next(ref_model.parameters()).element_size()
 )
 def kvmem_real_cache(learner, variant, reference):
     prompt = _prompt(variant.random, low=3, high=60)
-    config, real, elem = reference.eval("(ref_model.config.to_dict(), __real, __elem)", setup=REAL_CACHE, __p=prompt)
+    config, real, elem = reference.run("real_cache", prompt)
     assert type(real) is int and real > 0 and type(config) is dict, f"the reference's cache: {real!r}"
     got = learner.call("kv_cache_bytes", config, len(prompt), bytes_per_elem=elem)
     assert got == real, f"{len(prompt)} tokens: the cache holds {real} bytes, the formula gives {got!r}"
@@ -739,33 +684,21 @@ def roofline_errors(learner, variant):
 
 # ---------------------------------------------------------------- 02-stream-1 (3 points)
 
-STREAM = """
-from rocmlab import lab as __lab
-
-__srv = __lab.ScriptedSSEServer(__pieces, tokens_per_piece=__counts, ttft_s=__ttft, itl_s=__itl, usage=__usage)
-__srv.start()
-try:
-    __s = stream_completion(__srv.base_url, __prompt, max_tokens=__max, chat=__chat, prompt_len=__plen,
-                            timeout_s=20.0)
-finally:
-    __srv.stop()
-"""
 WORDS = ["焊缝", "气孔", "", "裂纹", "合格", "返修", "a", "bc", " 表面", "。"]
 
 
 def _stream(learner, pieces, counts=None, *, ttft=0.0, itl=0.0, usage=True, max_tokens=64, chat=False, plen=0):
-    got = learner.eval(
-        "__s",
-        setup=STREAM,
-        __pieces=list(pieces),
-        __counts=None if counts is None else list(counts),
-        __ttft=ttft,
-        __itl=itl,
-        __usage=usage,
-        __max=max_tokens,
-        __chat=chat,
-        __prompt="写一份质检报告",
-        __plen=plen,
+    got = learner.run(
+        "stream",
+        list(pieces),
+        None if counts is None else list(counts),
+        ttft=ttft,
+        itl=itl,
+        usage=usage,
+        max_tokens=max_tokens,
+        chat=chat,
+        prompt="写一份质检报告",
+        prompt_len=plen,
     )
     assert isinstance(got, dict), f"a dict, got {type(got).__name__}"
     return got
@@ -885,18 +818,18 @@ def stream_failures(learner, variant):
         port = sock.getsockname()[1]
     for url in (f"http://127.0.0.1:{port}", None):
         if url is None:
-            got = learner.eval(
-                "__s",
-                setup=STREAM.replace("__srv.base_url,", "__srv.base_url + '/nowhere',"),
-                __pieces=["a"],
-                __counts=None,
-                __ttft=0.0,
-                __itl=0.0,
-                __usage=True,
-                __max=4,
-                __chat=False,
-                __prompt="p",
-                __plen=0,
+            got = learner.run(
+                "stream",
+                ["a"],
+                None,
+                ttft=0.0,
+                itl=0.0,
+                usage=True,
+                max_tokens=4,
+                chat=False,
+                prompt="p",
+                prompt_len=0,
+                path="/nowhere",
             )
         else:
             got = learner.eval("stream_completion(__u, 'p', max_tokens=4, timeout_s=5.0)", __u=url)
@@ -1047,7 +980,7 @@ def params_untied(learner, variant):
     counts_with="params_llama",
 )
 def params_real_model(learner, variant, reference):
-    config, real = reference.eval("(ref_model.config.to_dict(), sum(__p.numel() for __p in ref_model.parameters()))")
+    config, real = reference.run("model_size")
     assert type(real) is int and real > 0 and type(config) is dict, f"the reference's model: {real!r}"
     got = learner.call("param_count", config)
     assert got == real, f"the model has {real} parameters, the formula gives {got!r}"
@@ -1186,27 +1119,15 @@ def results_fields(learner, variant):
             assert type(roof[key]) is float and roof[key] == float(value), f"{key}: a float, got {roof[key]!r}"
 
 
-FINGERPRINT = """
-import torch as __torch
-from rocmlab import lab as __lab
-
-__fp = environment_fingerprint(device)
-if isinstance(__fp, dict):  # torch.__version__ is a str subclass (TorchVersion), which travels as an opaque object
-    __fp = {k: str(v) if isinstance(v, str) else v for k, v in __fp.items()}
-__facts = {"torch": str(__torch.__version__), "hip": getattr(__torch.version, "hip", None),
-           "cuda": getattr(__torch.version, "cuda", None), "device": str(device), "type": device.type,
-           "line": __lab.describe_environment(__profile, device)}
-"""
-
-
 @check(
     "02-stretch-results-1",
     points=0.5,
-    en="the fingerprint has every key; torch, hip, cuda, device and line are this kernel's; gpu_arch None on a CPU",
-    zh="指纹含全部键；torch、hip、cuda、device 与 line 取自本内核；CPU 上 gpu_arch 为 None",
+    en="the fingerprint has every key; torch, hip, cuda, device and line are this machine's; gpu_arch None on a CPU",
+    zh="指纹含全部键；torch、hip、cuda、device 与 line 取自本机；CPU 上 gpu_arch 为 None",
 )
-def results_fingerprint(learner, variant):
-    fp, facts = learner.eval("(__fp, __facts)", setup=FINGERPRINT, __profile=PARAMETERS["PROFILE"])  # noqa: F821
+def results_fingerprint(learner, variant, reference):
+    facts = reference.run("kernel_facts", PARAMETERS["PROFILE"])  # noqa: F821 (the run's)
+    fp = learner.run("fingerprint")
     keys = {"python", "torch", "hip", "cuda", "transformers", "device", "device_name", "gpu_arch", "os", "line"}
     assert isinstance(fp, dict) and keys <= set(fp), f"keys {sorted(fp) if isinstance(fp, dict) else fp!r}"
     for key in ("torch", "hip", "cuda", "device", "line"):

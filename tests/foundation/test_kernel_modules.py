@@ -32,7 +32,6 @@ CHECKS_FILES = sorted(
 # the labs whose checks.py still sends kernel code as strings, until their owners convert them;
 # the test below fails for a lab in this list that no longer does (strict xfail)
 PENDING = {
-    "02-llm-inference",
     "03-lora-finetune-zh",
     "05-distributed-training",
     "06-multi-agent",
