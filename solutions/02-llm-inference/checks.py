@@ -14,12 +14,10 @@ import socket
 import numpy as np
 
 from rocmlab import course_data
+from rocmlab.check_compare import is_close
 from rocmlab.harness import check, mistake
 
-
-def _close(a, b, rel=1e-9, abs_=1e-9):
-    number = isinstance(a, int | float | np.integer | np.floating) and not isinstance(a, bool)
-    return number and math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+RTOL = 1e-9  # the references are computed from the same inputs, in float64
 
 
 # ---------------------------------------------------------------- 02-metrics-1 (3 points)
@@ -107,7 +105,7 @@ def _metrics_case(learner, rng, keys, **kwargs):
     assert isinstance(got, dict), f"a dict, got {type(got).__name__}"
     for key in keys(percentiles):
         assert key in got, f"missing key {key}"
-        assert _close(got[key], want[key]), f"{key}: expected {want[key]}, got {got[key]!r}"
+        assert is_close(got[key], want[key], rtol=RTOL), f"{key}: expected {want[key]}, got {got[key]!r}"
 
 
 def _stat_keys(name):
@@ -209,7 +207,7 @@ def metrics_empty(learner, variant):
     assert isinstance(got, dict)
     for name in ("tpot", "itl"):
         for key in _stat_keys(name)((50, 99)):
-            assert _close(got.get(key), 0.0), f"{key}: expected 0.0, got {got.get(key)!r}"
+            assert is_close(got.get(key), 0.0, rtol=RTOL), f"{key}: expected 0.0, got {got.get(key)!r}"
 
 
 @check(
@@ -230,7 +228,9 @@ def metrics_goodput(learner, variant):
         }
         want = ref_metrics(traces, duration, slo_ms=slo)["request_goodput"]
         got = learner.call("compute_metrics", traces, duration, slo_ms=slo)
-        assert isinstance(got, dict) and _close(got.get("request_goodput"), want), f"slo {slo}: expected {want}"
+        assert isinstance(got, dict) and is_close(got.get("request_goodput"), want, rtol=RTOL), (
+            f"slo {slo}: expected {want}"
+        )
 
 
 @check(
@@ -252,7 +252,7 @@ def metrics_retokenize(learner, variant):
     got = learner.eval("compute_metrics(__t, 3.0, tokenize=str.split)", __t=traces)
     assert isinstance(got, dict)
     for key in ("total_output", "output_throughput", "mean_tpot_ms", "median_tpot_ms"):
-        assert _close(got.get(key), want[key]), f"{key}: expected {want[key]}, got {got.get(key)!r}"
+        assert is_close(got.get(key), want[key], rtol=RTOL), f"{key}: expected {want[key]}, got {got.get(key)!r}"
 
 
 @check(
@@ -632,7 +632,9 @@ def roofline_ridge(learner, variant):
     for _ in range(3):
         peak, bw = _peak(rng)
         got = learner.eval("roofline(__i, peak_flops=__p, bandwidth=__b)", __i=rng.uniform(1, 1000), __p=peak, __b=bw)
-        assert isinstance(got, dict) and _close(got.get("ridge"), peak / bw), f"expected {peak / bw}, got {got!r}"
+        assert isinstance(got, dict) and is_close(got.get("ridge"), peak / bw, rtol=RTOL), (
+            f"expected {peak / bw}, got {got!r}"
+        )
 
 
 @check(
@@ -647,7 +649,9 @@ def roofline_attainable(learner, variant):
     for intensity in (rng.uniform(0.1, 0.9) * peak / bw, rng.uniform(1.1, 50) * peak / bw):
         want = min(peak, intensity * bw)
         got = learner.eval("roofline(__i, peak_flops=__p, bandwidth=__b)", __i=intensity, __p=peak, __b=bw)
-        assert isinstance(got, dict) and _close(got.get("attainable_flops"), want), f"expected {want}, got {got!r}"
+        assert isinstance(got, dict) and is_close(got.get("attainable_flops"), want, rtol=RTOL), (
+            f"expected {want}, got {got!r}"
+        )
 
 
 @check(
@@ -1096,7 +1100,9 @@ def results_serving(learner, variant):
     want, serving = ref_metrics(traces, duration), got.get("serving")
     assert isinstance(serving, dict) and set(serving) == set(want), f"keys {sorted(want)}"
     for key, value in want.items():
-        assert (serving[key] is None) if value is None else _close(serving[key], value), f"{key}: {serving[key]!r}"
+        assert (serving[key] is None) if value is None else is_close(serving[key], value, rtol=RTOL), (
+            f"{key}: {serving[key]!r}"
+        )
 
 
 @check(
@@ -1163,4 +1169,4 @@ def results_file(learner, variant):
         "mean_tpot_ms",
         "mean_itl_ms",
     ):
-        assert _close(serving[key], want[key], rel=1e-6), f"{key}: file {serving[key]!r}, the run gives {want[key]}"
+        assert is_close(serving[key], want[key], rtol=1e-6), f"{key}: file {serving[key]!r}, the run gives {want[key]}"

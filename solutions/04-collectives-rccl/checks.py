@@ -12,6 +12,7 @@ import re
 
 import torch
 
+from rocmlab.check_compare import is_close
 from rocmlab.harness import LearnerRaised, check, mistake
 
 # ---------------------------------------------------------------- references (instructor only)
@@ -388,12 +389,6 @@ def peak_cases(learner, variant):
     return out
 
 
-def close_or_none(got, want):
-    if want is None:
-        return got is None
-    return got is not None and not isinstance(got, bool) and math.isclose(float(got), want, rel_tol=1e-9)
-
-
 @check(
     "04-peak-1",
     points=0.5,
@@ -402,7 +397,7 @@ def close_or_none(got, want):
 )
 def peak_theoretical(learner, variant):
     for got, want, case in peak_cases(learner, variant):
-        assert type(got) is dict and close_or_none(got.get("theoretical_gbs"), want["theoretical_gbs"]), (
+        assert type(got) is dict and is_close(got.get("theoretical_gbs"), want["theoretical_gbs"], rtol=1e-9), (
             f"{case}: {got}"
         )
 
@@ -415,7 +410,9 @@ def peak_theoretical(learner, variant):
 )
 def peak_achievable(learner, variant):
     for got, want, case in peak_cases(learner, variant):
-        assert type(got) is dict and close_or_none(got.get("achievable_gbs"), want["achievable_gbs"]), f"{case}: {got}"
+        assert type(got) is dict and is_close(got.get("achievable_gbs"), want["achievable_gbs"], rtol=1e-9), (
+            f"{case}: {got}"
+        )
 
 
 @check(
@@ -428,7 +425,7 @@ def peak_percentages(learner, variant):
     for got, want, case in peak_cases(learner, variant):
         assert type(got) is dict, f"{case}: {got}"
         for key in ("pct_of_theoretical", "pct_of_achievable"):
-            assert close_or_none(got.get(key), want[key]), f"{case}: {key} {got.get(key)} vs {want[key]}"
+            assert is_close(got.get(key), want[key], rtol=1e-9), f"{case}: {key} {got.get(key)} vs {want[key]}"
 
 
 @check(
