@@ -750,9 +750,10 @@ def harness_warmup(learner, variant):
 )
 def harness_one_mark(learner, variant):
     rng = variant.random
-    calls, repeats = rng.randint(2, 6), rng.randint(1, 7)
+    calls, repeats, warmup = rng.randint(2, 6), rng.randint(1, 7), rng.randint(0, 3)
     pattern = [float(rng.randint(1, 9)) for _ in range(calls)]  # every group the same: only the marks matter
-    seconds = _timed(learner, pattern * repeats, calls=calls, repeats=repeats, warmup=rng.randint(0, 3))
+    costs = [float(rng.randint(50, 99)) for _ in range(warmup)] + pattern * repeats
+    seconds = _timed(learner, costs, calls=calls, repeats=repeats, warmup=warmup)
     assert math.isclose(seconds, sum(pattern) / calls), f"expected {sum(pattern) / calls}, got {seconds}"
 
 
