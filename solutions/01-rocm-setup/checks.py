@@ -6,14 +6,12 @@ the learner's seed (``variant``), beside a few fixed edge cases.
 
 import math
 
-from rocmlab.harness import check, mistake
-
-FAKE_TORCH = "__SN(version=__SN(**__version), cuda=__SN(get_device_capability=lambda i=0: __cap))"
-SN = "from types import SimpleNamespace as __SN"
+from rocmlab.check_compare import assert_equal
+from rocmlab.harness import LearnerRaised, check, mistake
 
 
 def _backend(learner, version, capability=(9, 0)):
-    return learner.eval(f"backend_of({FAKE_TORCH})", setup=SN, __version=version, __cap=tuple(capability))
+    return learner.run("backend_with", version, tuple(capability))
 
 
 def _hip_version(rng):
@@ -187,7 +185,8 @@ def _node(rng):
 
 
 def _same(a, b):
-    """Type and value, all the way down: an object that equals anything fails."""
+    """Type and value, all the way down, where the rule names the types (an int, a list of int):
+    ``check_compare`` takes any number for a number."""
     if type(a) is not type(b):
         return False
     if isinstance(b, dict):
@@ -692,70 +691,22 @@ def arith_matmul_flops(learner, variant):
 
 # ---------------------------------------------------------------- 01-harness-1 (3 points)
 
-FAKE_DEVICE = """
-class __Dev:
-    def __init__(self, costs, queued):
-        self.costs, self.calls, self.marks, self.stops, self.end = list(costs), 0, 0, 0, queued
-
-    def fn(self):
-        self.end += self.costs[min(self.calls, len(self.costs) - 1)]
-        self.calls += 1
-
-    def start(self):
-        self.marks += 1
-        return self.end
-
-    def stop(self, mark):
-        self.stops += 1
-        return self.end - mark
-
-
-__dev = __Dev(__costs, __queued)
-"""
-
-FAKE_HOST = """
-class __Host:
-    def __init__(self, cost, queued):
-        self.cost, self.now, self.queued, self.calls = cost, 0.0, queued, 0
-
-    def fn(self):
-        self.queued += self.cost
-        self.calls += 1
-
-    def sync(self):
-        self.now, self.queued = self.now + self.queued, 0.0
-
-
-__host = __Host(__cost, __queued)
-
-
-def __start():
-    __host.sync()
-    return __host.now
-
-
-def __stop(mark):
-    __host.sync()
-    return __host.now - mark
-"""
-
 
 def _timed(learner, costs, *, calls, repeats, warmup, queued=0.0):
-    """(seconds per call, fn calls, marks, stops) of time_per_call on a fake asynchronous device."""
-    got = learner.eval(
-        "(time_per_call(__dev.fn, calls=__c, repeats=__r, warmup=__w, start=__dev.start, stop=__dev.stop),"
-        " __dev.calls, __dev.marks, __dev.stops)",
-        setup=FAKE_DEVICE,
-        __costs=list(costs),
-        __queued=float(queued),
-        __c=calls,
-        __r=repeats,
-        __w=warmup,
-    )
-    assert isinstance(got, tuple) and len(got) == 4
-    seconds = got[0]
+    """Seconds per call of time_per_call on a fake asynchronous device that follows the timing
+    protocol (``in_kernel.time_on_device``: a step off it raises)."""
+    seconds = learner.run("time_on_device", list(costs), float(queued), calls=calls, repeats=repeats, warmup=warmup)
     assert isinstance(seconds, float) and not isinstance(seconds, bool), f"seconds per call: a float, got {seconds!r}"
-    return got
+    return seconds
+
+
+def _raised(learner, function, *args, **values):
+    """What the kernel-side ``function`` raised, or None when it returned."""
+    try:
+        learner.run(function, *args, **values)
+    except LearnerRaised as exc:
+        return exc.raised
+    return None
 
 
 def _groups(costs, calls, repeats, warmup):
@@ -787,8 +738,7 @@ def harness_warmup(learner, variant):
     rng = variant.random
     warmup, calls, repeats = rng.randint(1, 5), rng.randint(1, 4), rng.randint(1, 5)
     slow, fast = float(rng.randint(50, 200)), float(rng.randint(1, 4))
-    seconds, n, _, _ = _timed(learner, [slow] * warmup + [fast], calls=calls, repeats=repeats, warmup=warmup)
-    assert n == warmup + calls * repeats, f"fn ran {n} times, expected {warmup + calls * repeats}"
+    seconds = _timed(learner, [slow] * warmup + [fast], calls=calls, repeats=repeats, warmup=warmup)
     assert math.isclose(seconds, fast), f"expected {fast} s per call, got {seconds}"
 
 
@@ -800,9 +750,11 @@ def harness_warmup(learner, variant):
 )
 def harness_one_mark(learner, variant):
     rng = variant.random
-    calls, repeats = rng.randint(2, 6), rng.randint(1, 7)
-    _, _, marks, stops = _timed(learner, [1.0], calls=calls, repeats=repeats, warmup=rng.randint(0, 3))
-    assert (marks, stops) == (repeats, repeats), f"{repeats} groups: {marks} starts, {stops} stops"
+    calls, repeats, warmup = rng.randint(2, 6), rng.randint(1, 7), rng.randint(0, 3)
+    pattern = [float(rng.randint(1, 9)) for _ in range(calls)]  # every group the same: only the marks matter
+    costs = [float(rng.randint(50, 99)) for _ in range(warmup)] + pattern * repeats
+    seconds = _timed(learner, costs, calls=calls, repeats=repeats, warmup=warmup)
+    assert math.isclose(seconds, sum(pattern) / calls), f"expected {sum(pattern) / calls}, got {seconds}"
 
 
 @check(
@@ -815,20 +767,11 @@ def harness_per_call(learner, variant):
     rng = variant.random
     calls = rng.randint(2, 5)
     pattern = [float(rng.randint(1, 9)) for _ in range(calls)]
-    costs = pattern * 3
     want = sum(pattern) / calls
-    seconds, _, _, _ = _timed(learner, costs, calls=calls, repeats=3, warmup=0, queued=float(rng.randint(10, 90)))
+    seconds = _timed(learner, pattern * 3, calls=calls, repeats=3, warmup=0, queued=float(rng.randint(10, 90)))
     assert math.isclose(seconds, want), f"expected {want}, got {seconds}"
     cost = rng.choice([0.25, 0.5, 1.5])
-    got = learner.eval(
-        "time_per_call(__host.fn, calls=__c, repeats=__r, warmup=__w, start=__start, stop=__stop)",
-        setup=FAKE_HOST,
-        __cost=cost,
-        __queued=float(rng.randint(10, 90)),
-        __c=calls,
-        __r=3,
-        __w=1,
-    )
+    got = learner.run("time_on_host", cost, float(rng.randint(10, 90)), calls=calls, repeats=3, warmup=1)
     assert isinstance(got, float) and math.isclose(got, cost), (
         f"with a synchronizing host clock: expected {cost}, got {got!r}"
     )
@@ -845,7 +788,7 @@ def harness_median_odd(learner, variant):
     repeats = rng.choice([3, 5, 7])
     groups = [float(rng.randint(1, 20)) for _ in range(repeats)]
     groups[rng.randrange(repeats)] = float(rng.randint(500, 900))  # an outlier moves the mean, not the median
-    seconds, _, _, _ = _timed(learner, groups, calls=1, repeats=repeats, warmup=0)
+    seconds = _timed(learner, groups, calls=1, repeats=repeats, warmup=0)
     assert math.isclose(seconds, _median(groups)), f"groups {groups}: expected {_median(groups)}, got {seconds}"
 
 
@@ -860,7 +803,7 @@ def harness_median_even(learner, variant):
     repeats, calls = rng.choice([2, 4, 6]), rng.randint(1, 3)
     costs = [float(rng.randint(1, 40)) for _ in range(repeats * calls)]
     want = _median(_groups(costs, calls, repeats, 0))
-    seconds, _, _, _ = _timed(learner, costs, calls=calls, repeats=repeats, warmup=0)
+    seconds = _timed(learner, costs, calls=calls, repeats=repeats, warmup=0)
     assert math.isclose(seconds, want), f"expected {want}, got {seconds}"
 
 
@@ -873,14 +816,7 @@ def harness_median_even(learner, variant):
 def harness_value_error(learner, variant):
     rng = variant.random
     for calls, repeats in ((0, rng.randint(1, 5)), (rng.randint(1, 5), 0), (-rng.randint(1, 3), 2)):
-        raised = learner.raised(
-            "time_per_call(__dev.fn, calls=__c, repeats=__r, warmup=0, start=__dev.start, stop=__dev.stop)",
-            setup=FAKE_DEVICE,
-            __costs=[1.0],
-            __queued=0.0,
-            __c=calls,
-            __r=repeats,
-        )
+        raised = _raised(learner, "time_on_device", [1.0], 0.0, calls=calls, repeats=repeats, warmup=0)
         assert raised is not None and raised.is_a("ValueError"), f"calls={calls}, repeats={repeats}: got {raised}"
 
 
@@ -1004,7 +940,7 @@ def triage_order(learner, variant):
     for _ in range(2):
         report = _report(rng)
         got = learner.call("triage", report)
-        assert _same(got, _ref_triage(report, "fix_en")), f"got {got!r}"
+        assert_equal(got, _ref_triage(report, "fix_en"), what="triage")
 
 
 @check(
@@ -1017,7 +953,7 @@ def triage_zh(learner, variant):
     rng = variant.random
     report = _report(rng, ("warn", "fail", "ok"))
     got = learner.call("triage", report, lang="zh")
-    assert _same(got, _ref_triage(report, "fix_zh")), f"got {got!r}"
+    assert_equal(got, _ref_triage(report, "fix_zh"), what="triage(lang='zh')")
 
 
 @check(

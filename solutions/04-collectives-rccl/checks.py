@@ -12,7 +12,8 @@ import re
 
 import torch
 
-from rocmlab.harness import check, mistake
+from rocmlab.check_compare import is_close
+from rocmlab.harness import LearnerRaised, check, mistake
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -348,8 +349,6 @@ def bandwidth_errors(learner, variant):
 
 # ---------------------------------------------------------------- 04-peak-1: busbw_vs_peak
 
-LINK_SETUP = "from rocmlab.lab.datasheets import Interconnect as __Link, interconnect as __row"
-
 
 def link_fields(topology, gpus, link_gbs, usable):
     return [f"test {topology}", "MI300X", "test fabric", topology, gpus, link_gbs, usable, ()]
@@ -376,7 +375,7 @@ def peak_cases(learner, variant):
         row = datasheets.interconnect(key)
         for n in sorted({2, row.gpus, rng.randint(2, row.gpus)}):
             busbw = round(rng.uniform(0, 1.3 * row.link_gbs * (n - 1 if row.topology == "mesh" else 1)), 2)
-            got = learner.eval("busbw_vs_peak(b, __row(k), n)", setup=LINK_SETUP, b=busbw, k=key, n=n)
+            got = learner.run("peak_of_row", busbw, key, n)
             out.append((got, peak_reference(busbw, row.topology, row.link_gbs, row.usable_link_gbs, n), (key, n)))
     for topology in ("mesh", "switch", "mesh", "switch"):
         gpus = rng.randint(2, 16)
@@ -385,15 +384,9 @@ def peak_cases(learner, variant):
         n = rng.randint(2, gpus)
         busbw = round(rng.uniform(0, 1.5 * link * (n - 1 if topology == "mesh" else 1)), 2)
         fields = link_fields(topology, gpus, link, usable)
-        got = learner.eval("busbw_vs_peak(b, __Link(*f), n)", setup=LINK_SETUP, b=busbw, f=fields, n=n)
+        got = learner.run("peak_of_fabric", busbw, fields, n)
         out.append((got, peak_reference(busbw, topology, link, usable, n), (topology, gpus, link, usable, n)))
     return out
-
-
-def close_or_none(got, want):
-    if want is None:
-        return got is None
-    return got is not None and not isinstance(got, bool) and math.isclose(float(got), want, rel_tol=1e-9)
 
 
 @check(
@@ -404,7 +397,7 @@ def close_or_none(got, want):
 )
 def peak_theoretical(learner, variant):
     for got, want, case in peak_cases(learner, variant):
-        assert type(got) is dict and close_or_none(got.get("theoretical_gbs"), want["theoretical_gbs"]), (
+        assert type(got) is dict and is_close(got.get("theoretical_gbs"), want["theoretical_gbs"], rtol=1e-9), (
             f"{case}: {got}"
         )
 
@@ -417,7 +410,9 @@ def peak_theoretical(learner, variant):
 )
 def peak_achievable(learner, variant):
     for got, want, case in peak_cases(learner, variant):
-        assert type(got) is dict and close_or_none(got.get("achievable_gbs"), want["achievable_gbs"]), f"{case}: {got}"
+        assert type(got) is dict and is_close(got.get("achievable_gbs"), want["achievable_gbs"], rtol=1e-9), (
+            f"{case}: {got}"
+        )
 
 
 @check(
@@ -430,7 +425,7 @@ def peak_percentages(learner, variant):
     for got, want, case in peak_cases(learner, variant):
         assert type(got) is dict, f"{case}: {got}"
         for key in ("pct_of_theoretical", "pct_of_achievable"):
-            assert close_or_none(got.get(key), want[key]), f"{case}: {key} {got.get(key)} vs {want[key]}"
+            assert is_close(got.get(key), want[key], rtol=1e-9), f"{case}: {key} {got.get(key)} vs {want[key]}"
 
 
 @check(
@@ -450,19 +445,47 @@ def peak_errors(learner, variant):
         (1.0, link_fields(rng.choice(["torus", "ring", "Mesh"]), gpus, 64.0, None), rng.randint(2, gpus)),
     ]
     for busbw, fields, n in cases:
-        raised = learner.raised("busbw_vs_peak(b, __Link(*f), n)", setup=LINK_SETUP, b=busbw, f=fields, n=n)
+        try:
+            learner.run("peak_of_fabric", busbw, fields, n)
+            raised = None
+        except LearnerRaised as exc:
+            raised = exc.raised
         assert raised is not None and raised.is_a("ValueError"), f"{busbw}, {fields[3]}, gpus {gpus}, n={n}: {raised}"
 
 
 # ---------------------------------------------------------------- 04-hang-1: fail fast, name the missing ranks
 
 
-def n_ranks(learner):
-    """The notebook's ``N_RANKS`` (``WORLD_SIZE or max(2, torch.cuda.device_count())``), from the
-    run's parameters here; only the kernel's device count is asked, by the check's own code."""
-    n = PARAMETERS["WORLD_SIZE"] or max(2, learner.eval("__import__('torch').cuda.device_count()"))  # noqa: F821
+# The notebook's N_RANKS is WORLD_SIZE, or, on a profile that leaves it 0, the grading machine's
+# ``max(2, torch.cuda.device_count())``: the reference kernel's N_RANKS then (the solution, on the
+# same machine in the same sandbox), never the learner's kernel, whose torch a cell may patch.
+SIZED_BY_DEVICES = not PARAMETERS.get("WORLD_SIZE")  # noqa: F821 (the run's; none given: ask the reference)
+
+
+def n_ranks(reference):
+    n = reference.get("N_RANKS") if SIZED_BY_DEVICES else PARAMETERS["WORLD_SIZE"]  # noqa: F821
     assert type(n) is int and n >= 2, f"N_RANKS {n!r}"
     return n
+
+
+def ranks_check(grade_id, **rule):
+    """``@check`` for a rule about the hang runs' ``n`` ranks. Only where the machine sizes the runs
+    does the check take the reference kernel: elsewhere the lab starts none."""
+
+    def mark(function):
+        if SIZED_BY_DEVICES:
+
+            def ranks_rule(learner, variant, reference):
+                return function(learner, n_ranks(reference))
+        else:
+
+            def ranks_rule(learner, variant):
+                return function(learner, n_ranks(None))
+
+        ranks_rule.__name__ = ranks_rule.__qualname__ = function.__name__
+        return check(grade_id, **rule)(ranks_rule)
+
+    return mark
 
 
 def monitored_barrier_line(learner):
@@ -474,14 +497,13 @@ def monitored_barrier_line(learner):
     return line
 
 
-@check(
+@ranks_check(
     "04-hang-1",
     points=1,
     en="the guarded run fails by itself at the monitored barrier, before the launcher's timeout",
     zh="加了保护的运行在 monitored barrier 处自行失败，早于启动器的超时",
 )
-def guarded_fails_fast(learner, variant):
-    n = n_ranks(learner)
+def guarded_fails_fast(learner, n):
     assert learner.eval("len(guarded.ranks)") == n
     assert learner.eval("guarded.timed_out") is False, "timed out"
     code = learner.eval("guarded.returncode")
@@ -489,27 +511,25 @@ def guarded_fails_fast(learner, variant):
     monitored_barrier_line(learner)
 
 
-@check(
+@ranks_check(
     "04-hang-1",
     points=1,
     en="rank 0's monitoredBarrier line names exactly the ranks with fewer items (wait_all_ranks=True)",
     zh="rank 0 的 monitoredBarrier 那一行恰好列出数据较少的那些 rank（wait_all_ranks=True）",
 )
-def guarded_names_missing(learner, variant):
-    n = n_ranks(learner)
+def guarded_names_missing(learner, n):
     line = monitored_barrier_line(learner)
     missing = {int(x) for x in re.findall(r"\d+", line.split("failed to pass")[0].split("]:")[-1])}
     assert missing == expected_missing(n), f"reported {missing}, expected {expected_missing(n)}: {line}"
 
 
-@check(
+@ranks_check(
     "04-hang-1",
     points=1,
     en="after the monitored barrier fails, every rank of the guarded run ends with a non-zero exit status",
     zh="monitored barrier 失败后，加了保护的运行中每个 rank 都以非零退出码结束",
 )
-def guarded_every_rank_fails(learner, variant):
-    n = n_ranks(learner)
+def guarded_every_rank_fails(learner, n):
     monitored_barrier_line(learner)
     codes = learner.eval("[r.returncode for r in guarded.ranks]")
     assert learner.eval("guarded.timed_out") is False, "timed out"
@@ -519,14 +539,13 @@ def guarded_every_rank_fails(learner, variant):
 # ---------------------------------------------------------------- 04-hang-2: the fix
 
 
-@check(
+@ranks_check(
     "04-hang-2",
     points=1,
     en="after the fix every rank exits 0 and all ranks take the same number of steps",
     zh="修好后每个 rank 以 0 退出，所有 rank 的步数相同",
 )
-def fixed_runs(learner, variant):
-    n = n_ranks(learner)
+def fixed_runs(learner, n):
     codes = learner.eval("[r.returncode for r in fixed.ranks]")
     assert codes == [0] * n, f"exit codes {codes}"
     out = rank_files(learner, "fixed", n)
@@ -534,14 +553,13 @@ def fixed_runs(learner, variant):
     assert len({o["steps"] for o in out}) == 1, f"steps {[o['steps'] for o in out]}"
 
 
-@check(
+@ranks_check(
     "04-hang-2",
     points=1,
     en="agree_on_steps gives the minimum step count, and the summed gradients match a step-by-step sum",
     zh="agree_on_steps 得到最小的步数，累加的梯度与逐步相加的结果一致",
 )
-def fixed_minimum(learner, variant):
-    n = n_ranks(learner)
+def fixed_minimum(learner, n):
     steps = min(len(range(r, 7, n)) for r in range(n))
     total = float(sum(r + s * n for s in range(steps) for r in range(n)))
     for rank, o in enumerate(rank_files(learner, "fixed", n)):

@@ -125,6 +125,80 @@ def test_harness_marks_once_per_group_and_excludes_warmup(sol):
         sol["time_per_call"](fn, calls=0, repeats=1, warmup=0, start=start, stop=stop)
 
 
+# -- 01-harness-1's checks take time_per_call's answer only (issue 47) ------------------------
+
+
+def _harness_results(names, seed=47):
+    from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def ask(self, request):
+            return evaluate(request, names)
+
+    path = LAB / "checks.py"
+    checks = [
+        c
+        for c in load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path))
+        if c.grade_id == "01-harness-1"
+    ]
+    assert len(checks) == 6
+    return {r.name: r for r in run_checks(checks, Learner(InProcess()), seed)}
+
+
+def _forges_the_counters(fn, *, calls, repeats, warmup, start, stop):
+    """Does no timing and sets the counters a check used to read back from the kernel."""
+    device = getattr(fn, "__self__", None)
+    if device is not None:
+        device.calls, device.marks, device.stops = warmup + calls * repeats, repeats, repeats
+    return 1.0
+
+
+def _marks_every_call(fn, *, calls, repeats, warmup, start, stop):
+    """Right values on any clock, but a mark around every call inside a group."""
+    if calls < 1 or repeats < 1:
+        raise ValueError("calls and repeats must be >= 1")
+    for _ in range(warmup):
+        fn()
+    groups = []
+    for _ in range(repeats):
+        total = 0.0
+        for _ in range(calls):
+            mark = start()
+            fn()
+            total += stop(mark)
+        groups.append(total / calls)
+    groups.sort()
+    middle = len(groups) // 2
+    return groups[middle] if len(groups) % 2 else (groups[middle - 1] + groups[middle]) / 2
+
+
+@pytest.mark.parametrize("seed", [47, 1547827278, 3, 11])
+def test_harness_checks_give_the_solution_full_marks(sol, seed):
+    results = _harness_results({"time_per_call": sol["time_per_call"]}, seed)
+    assert all(r.passed for r in results.values()), {n: r.detail for n, r in results.items() if not r.passed}
+
+
+def test_harness_counters_forged_in_the_kernel_earn_nothing():
+    results = _harness_results({"time_per_call": _forges_the_counters})
+    assert not any(r.points for r in results.values()), [n for n, r in results.items() if r.points]
+
+
+def test_harness_a_mark_inside_a_group_breaks_only_its_rule(sol):
+    results = _harness_results({"time_per_call": _marks_every_call})
+    assert not results["harness_one_mark"].passed and "RuntimeError" in results["harness_one_mark"].detail
+    assert results["harness_value_error"].passed
+
+
+def test_harness_an_extra_call_after_the_timing_breaks_the_warmup_rule(sol):
+    def one_call_too_many(fn, **kwargs):
+        seconds = sol["time_per_call"](fn, **kwargs)
+        fn()
+        return seconds
+
+    assert not _harness_results({"time_per_call": one_call_too_many})["harness_warmup"].passed
+
+
 def test_efficiency_table_and_triage(sol):
     h100 = datasheets.by_key("H100 SXM")
     ratios = sol["tflops_per_watt"]([{"gpu": "H100", "fp16_tflops": h100.fp16_tflops, "sparse": True, "board_w": 700}])

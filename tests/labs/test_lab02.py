@@ -7,10 +7,11 @@ Fast tests read solutions/02-llm-inference directly; executing the notebook is l
 import json
 import math
 import statistics
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from labsource import LabSource
+from labsource import LabSource, definitions
 
 SOURCE = LabSource("02-llm-inference")
 LAB = SOURCE.folder
@@ -303,3 +304,110 @@ def test_solution_stream_client_counts_tokens_from_usage_not_events():
         bare = stream(server.base_url, "p", max_tokens=8)
     assert bare["success"] and bare["output_len"] is None and bare["text"] == "ab"
     assert not active_sse_servers()
+
+
+# -- the loaded model's facts come from the reference kernel, not the learner's (issue 47) ----------
+
+MODEL_CHECKS = ("kvloop_greedy", "kvloop_eos", "kvmem_real_cache", "params_real_model", "batch_equal", "batch_eos")
+FORGED_BYTES, FORGED_PARAMS, FORGED_TOKEN = 4096, 1234, 7
+
+
+class _ForgedModel:
+    """A ``ref_model`` a learner's later cell binds: it generates what the learner's answers claim,
+    holds a cache and parameters of the size the learner's formulas give."""
+
+    def __init__(self):
+        import torch
+
+        self.device = torch.device("cpu")
+        self.config = SimpleNamespace(to_dict=lambda: {"num_hidden_layers": 1})
+
+    def generate(self, ids, *, max_new_tokens, **kwargs):
+        import torch
+
+        return torch.cat([ids, torch.full((1, max_new_tokens), FORGED_TOKEN)], dim=1)
+
+    def __call__(self, **kwargs):
+        import torch
+
+        return SimpleNamespace(cache=None, past_key_values=[(torch.zeros(FORGED_BYTES // 4), torch.zeros(0))])
+
+    def parameters(self):
+        import torch
+
+        return iter([torch.zeros(FORGED_PARAMS)])
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        return SimpleNamespace(remove=lambda: None)
+
+
+def _forged_namespace(names):
+    return {
+        **names,
+        "ref_model": _ForgedModel(),
+        "generate_with_kv_cache": lambda model, p, n, eos_token_id=None: {
+            "tokens": [FORGED_TOKEN] * n, "prompt_len": len(p), "prefill_s": 0.1, "decode_s": [0.1] * (n - 1), "cache": None
+        },
+        "generate_static_batch": lambda model, ps, n, **kwargs: [[FORGED_TOKEN] * n for _ in ps],
+        "kv_cache_bytes": lambda config, n, **kwargs: FORGED_BYTES,
+        "param_count": lambda config: FORGED_PARAMS,
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model_namespace():
+    """The solution's answer functions beside the notebook's ``ref_model`` (the course model, float32)."""
+    import inspect
+    import time
+
+    import torch
+
+    from rocmlab import lab
+
+    model, tok = lab.load_model("tiny-qwen-zh", device="cpu")
+    model = model.float().eval()
+    namespace = {"inspect": inspect, "np": np, "torch": torch, "lab": lab, "time": time, "model": model}
+    namespace.update(ref_model=model, EOS=tok.eos_token_id, PAD=tok.pad_token_id)
+    loading = SOURCE.cell_starting("model, tok = lab.load_model(")  # its forward helper and CACHE_ARG
+    SOURCE.run(definitions(loading, lambda node: node.targets[0].id == "CACHE_ARG"), namespace=namespace)
+    names = ("generate_with_kv_cache", "kv_cache_bytes", "param_count", "generate_static_batch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the smoke notebook does: a thread per core oversubscribes a shared machine
+    try:
+        yield SOURCE.run_solutions(defining=names, namespace=namespace)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _model_checks(learner_names, reference_names):
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in MODEL_CHECKS
+    ]
+    assert {c.name for c in checks} == set(MODEL_CHECKS) and all(c.wants_reference for c in checks)
+    reference = Reference(InProcess(reference_names))
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference)}
+
+
+def test_model_checks_give_the_solution_full_marks(model_namespace):
+    results = _model_checks(dict(model_namespace), dict(model_namespace))
+    assert all(r.passed for r in results.values()), {n: r.detail or r.error for n, r in results.items() if not r.passed}
+
+
+def test_a_forged_ref_model_in_the_learners_kernel_earns_nothing(model_namespace):
+    """Greedy tokens, the real cache and the parameter count are the reference kernel's: a learner
+    whose ``ref_model`` agrees with its own answers scores none of the model's rules."""
+    results = _model_checks(_forged_namespace(dict(model_namespace)), dict(model_namespace))
+    assert not any(r.points for r in results.values()), [n for n, r in results.items() if r.points]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -260,3 +261,59 @@ def test_every_test_cell_is_graded_by_checks_whose_points_add_up():
     cells = {cell.metadata["grade_id"]: float(cell.metadata["points"]) for cell in tests}
     assert problems(checks, cells) == []
     assert len({c.name for c in checks}) == len(checks)
+
+
+# -- N_RANKS comes from the run's parameters or the reference kernel, never the learner's (issue 47) --
+
+HANG_CHECKS = {"guarded_fails_fast", "guarded_names_missing", "guarded_every_rank_fails"}
+
+
+def _guarded(n, missing):
+    """The guarded run as ``lab.run_torchrun`` returns it: every rank failed, and rank 0 printed
+    gloo's monitoredBarrier line with wait_all_ranks (format: pytorch's
+    torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, ProcessGroupGloo::monitoredBarrier)."""
+    from types import SimpleNamespace
+
+    line = f"[Rank 0]: Ranks {', '.join(map(str, sorted(missing)))} failed to pass monitoredBarrier in 8000 ms"
+    ranks = [SimpleNamespace(returncode=1, output=line if r == 0 else "") for r in range(n)]
+    return SimpleNamespace(ranks=ranks, timed_out=False, returncode=1, rank=lambda i: ranks[i])
+
+
+def _hang_results(profile, learner_names, reference_names=None):
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(profile).parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in HANG_CHECKS
+    ]
+    assert {c.name for c in checks} == HANG_CHECKS
+    reference = Reference(InProcess(reference_names)) if reference_names is not None else None
+    return checks, run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference)
+
+
+def test_hang_checks_take_n_ranks_from_world_size_without_a_reference_kernel():
+    checks, results = _hang_results("smoke", {"guarded": _guarded(2, {1})})
+    assert not any(c.wants_reference for c in checks)
+    assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
+
+
+def test_hang_checks_on_a_machine_sized_run_take_n_ranks_from_the_reference_kernel():
+    """On multi-gpu (WORLD_SIZE 0) a learner whose kernel reports 2 devices, with a guarded run of 2
+    ranks to match, earns nothing where the reference kernel ran 4 ranks on the same machine."""
+    checks, results = _hang_results("multi-gpu", {"guarded": _guarded(4, {3})}, {"N_RANKS": 4})
+    assert all(c.wants_reference for c in checks)
+    assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
+    forged = {"guarded": _guarded(2, {1}), "torch": SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 2))}
+    _, results = _hang_results("multi-gpu", forged, {"N_RANKS": 4})
+    assert not any(r.points for r in results), [r.name for r in results if r.points]
+    _, results = _hang_results("multi-gpu", {"guarded": _guarded(4, {3})})  # no reference kernel: the grader's fault
+    assert all(r.error and not r.detail for r in results), [(r.name, r.detail) for r in results]

@@ -103,3 +103,54 @@ def test_rebound_course_data_and_helpers_score_the_blank_score(lab, tmp_path, mo
     score, passed, errors = _score(lab, dict(REBOUND))
     assert score == 0, f"{lab}: a learner who rebinds the course's data earns {score}: {passed}"
     assert not [e for e in errors if "rebound" in e], errors
+
+
+# ---------------------------------------------------------------- labs 01 and 02: evidence forged in the kernel
+# (lab 04's device count: tests/labs/test_lab04.py, on the multi-gpu profile)
+
+
+def _forges_timing_counters(fn, *, calls, repeats, warmup, start, stop):
+    """Lab 01: times nothing and sets the call and mark counters a check once read back."""
+    for method in (fn, start, stop):
+        device = getattr(method, "__self__", None)
+        if device is not None:
+            device.calls, device.marks, device.stops = warmup + calls * repeats, repeats, repeats
+    return 1.0
+
+
+class _ForgedModel:
+    """Lab 02: a ``ref_model`` that generates, caches and counts what the forged answers claim."""
+
+    device = "cpu"
+    config = SimpleNamespace(to_dict=lambda: {"num_hidden_layers": 1})
+
+    def generate(self, ids, *, max_new_tokens, **kwargs):
+        import torch
+
+        return torch.cat([ids, torch.full((1, max_new_tokens), 7)], dim=1)
+
+    def parameters(self):
+        import torch
+
+        return iter([torch.zeros(1234)])
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        return SimpleNamespace(remove=lambda: None)
+
+
+FORGED_EVIDENCE = {
+    "01-rocm-setup": {"time_per_call": _forges_timing_counters},
+    "02-llm-inference": {
+        "ref_model": _ForgedModel(), "param_count": lambda config: 1234, "kv_cache_bytes": lambda *a, **k: 4096,
+        "generate_with_kv_cache": lambda m, p, n, eos_token_id=None: {"tokens": [7] * n, "prompt_len": len(p)},
+        "generate_static_batch": lambda m, ps, n, **k: [[7] * n for _ in ps],
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("lab", sorted(FORGED_EVIDENCE), ids=lambda lab: lab[:2])
+def test_evidence_forged_in_the_kernel_scores_the_blank_score(lab, tmp_path, monkeypatch):
+    """Counters and a model that the learner's kernel sets to agree with its answers."""
+    monkeypatch.chdir(tmp_path)
+    score, passed, _ = _score(lab, {**REBOUND, **FORGED_EVIDENCE[lab]})
+    assert score == 0, f"{lab}: a learner who forges the kernel's evidence earns {score}: {passed}"
