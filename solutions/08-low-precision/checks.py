@@ -2,9 +2,10 @@
 
 Inputs are drawn here from the learner's variant; FP8 bytes are built in the kernel from uint8
 (a NaN byte keeps its sign that way) and come back as uint8 views, and every reference is
-computed here with this interpreter's own torch. Perplexity needs the notebook's model: its
-reference is computed in the kernel by the setup code below (the harness's code, not the
-learner's), text by text.
+computed here with this interpreter's own torch. What needs the notebook's model (its perplexity,
+its config and parameter count) is asked of the trusted reference kernel, which ran the lab's
+solution: the learner's kernel answers only for the learner's functions on the check's inputs,
+since any later cell of theirs may rebind ``model`` and ``tok``.
 """
 
 import math
@@ -306,6 +307,7 @@ def fnuz_values(learner, variant):
     points=0.5,
     en="ocp_to_fnuz leaves the q and scale passed in unmodified",
     zh="ocp_to_fnuz 不修改传入的 q 与 scale",
+    counts_with="fnuz_values",
 )
 def fnuz_inputs(learner, variant):
     _inputs_kept(*_fnuz(learner, variant))
@@ -387,6 +389,7 @@ def ocp_small_and_nan(learner, variant):
     points=0.5,
     en="fnuz_to_ocp leaves the q and scale passed in unmodified",
     zh="fnuz_to_ocp 不修改传入的 q 与 scale",
+    counts_with="ocp_values",
 )
 def ocp_inputs(learner, variant):
     _inputs_kept(*_ocp(learner, variant))
@@ -524,6 +527,7 @@ def mx_codes(learner, variant):
     en="mxfp4_quantize forms blocks along the last dimension, for any leading shape and block_size: "
     "each block quantized alone gives the same codes and scale byte as within x",
     zh="mxfp4_quantize 沿最后一维分块，前导维与 block_size 任意：每块单独量化的编码与 scale 字节与在 x 中相同",
+    counts_with="mx_codes",  # a property: a constant function has it too
 )
 def mx_layout(learner, variant):
     rnd = variant.random
@@ -678,7 +682,7 @@ def _reference(texts, max_tokens):
 """
 
 
-def _texts(learner, variant):
+def _texts(variant):
     reports = [r["description"] for r in load_qc_reports("eval")]  # the course's, read here: not the kernel's `lab`
     assert len(reports) > 20, "no qc_reports eval descriptions"
     rnd = variant.random
@@ -686,13 +690,9 @@ def _texts(learner, variant):
     return ["".join(picked[:6]), picked[6][:3], "焊", *picked[7:]]
 
 
-def _ppl(learner, texts, max_tokens):
-    got, (nll, n) = learner.eval(
-        "(perplexity(model, tok, texts, max_tokens=m), _reference(texts, m))",
-        setup=PPL_SETUP,
-        texts=texts,
-        m=max_tokens,
-    )
+def _ppl(learner, reference, texts, max_tokens):
+    nll, n = reference.eval("_reference(texts, m)", setup=PPL_SETUP, texts=texts, m=max_tokens)
+    got = learner.eval("perplexity(model, tok, texts, max_tokens=m)", texts=texts, m=max_tokens)
     assert type(got) is float, f"perplexity returned {type(got).__name__}"
     want = math.exp(nll / n)
     assert math.isclose(got, want, rel_tol=1e-4), f"{got} vs {want}"
@@ -704,8 +704,8 @@ def _ppl(learner, texts, max_tokens):
     en="perplexity is token-weighted over texts of any length, skipping texts with fewer than 2 tokens (a float, 1e-4)",
     zh="perplexity 按 token 加权、长短不一的文本都对，少于 2 个 token 的文本不计（float，误差 1e-4）",
 )
-def ppl_weighted(learner, variant):
-    _ppl(learner, _texts(learner, variant), 128)
+def ppl_weighted(learner, variant, reference):
+    _ppl(learner, reference, _texts(variant), 128)
 
 
 @check(
@@ -714,8 +714,8 @@ def ppl_weighted(learner, variant):
     en="perplexity keeps only each text's first max_tokens tokens",
     zh="perplexity 只取每条文本的前 max_tokens 个 token",
 )
-def ppl_truncated(learner, variant):
-    _ppl(learner, _texts(learner, variant), variant.random.randint(5, 20))
+def ppl_truncated(learner, variant, reference):
+    _ppl(learner, reference, _texts(variant), variant.random.randint(5, 20))
 
 
 @check(
@@ -799,10 +799,12 @@ def _weight_bytes(learner, variant, formats):
     en="weight_bytes in bf16 is 2 bytes per parameter (GQA, head_dim and tied embeddings included)",
     zh="weight_bytes 的 bf16 为每个参数 2 字节（含 GQA、head_dim 与共享嵌入）",
 )
-def memory_bf16(learner, variant):
+def memory_bf16(learner, variant, reference):
     _weight_bytes(learner, variant, ["bf16"])
-    params = learner.eval("sum(p.numel() for p in model.parameters())")
-    assert learner.eval("weight_bytes(model.config.to_dict(), 'bf16')") == 2 * params, "the loaded model's parameters"
+    # the lab's model as the solution loaded it: the learner's `model` may be rebound to one their formula fits
+    config, params = reference.eval("(model.config.to_dict(), sum(p.numel() for p in model.parameters()))")
+    got = learner.call("weight_bytes", config, "bf16")
+    assert got == 2 * params, f"[[learner: the lab's model]] {got} vs 2 x {params} parameters"
 
 
 @check(
