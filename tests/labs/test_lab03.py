@@ -650,7 +650,7 @@ def test_a_kernel_answering_floats_to_everything_fails_with_assertions_not_warni
         def ask(self, request):
             from rocmlab.lab.answers import evaluate
 
-            return evaluate({**request, "expr": "2.5", "setup": ""}, {})
+            return evaluate({"expr": "2.5", "setup": "", "values": {}}, {})
 
     checks = lab_checks_named(*SFT_RULES, "lora_all_projections", "memory_full", "memory_float")
     results = run_checks(checks, Learner(Floats()), seed=5, reference=Reference(LocalChannel({"tokenizer": tokenizer})))
