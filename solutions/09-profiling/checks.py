@@ -5,25 +5,17 @@ references below are computed here, from the contract, never with the learner's 
 """
 
 import json
-import math
 import re
 import statistics
 
+from rocmlab.check_compare import assert_close, assert_equal, label
 from rocmlab.harness import check, mistake
 
-# The notebook's course data, here on the harness's side (a later cell may rebind the kernel's);
-# tests/labs/test_course_data.py keeps each equal to lab.py's.
-CATEGORIES = {
-    "matmul": ["aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"],
-    "attention": ["attention"],
-    "norm": ["aten::pow", "aten::mean", "aten::rsqrt"],
-    "elementwise": ["aten::mul", "aten::add", "aten::silu", "aten::neg", "aten::sub", "aten::div"],
-    "data movement": ["aten::copy_", "aten::cat", "aten::_to_copy", "aten::to", "aten::contiguous", "aten::index"],
-}
-LEVER_CHOICES = ("batching", "graphs", "torch.compile", "TunableOp", "data loader workers",
-                 "activation checkpointing", "chunked loss")  # fmt: skip
-METRIC_CHOICES = ("idle_fraction", "kernel_count", "busy_us", "gemm_share", "peak_above_start_mib",
-                  "largest_alloc_mib")  # fmt: skip
+# The notebook's course data, read by the harness from lab.py (never from the kernel, where a later
+# cell may rebind it): one copy, the notebook's.
+CATEGORIES = LAB_CONSTANTS["CATEGORIES"]  # noqa: F821 (given by the harness)
+LEVER_CHOICES = LAB_CONSTANTS["LEVER_CHOICES"]  # noqa: F821
+METRIC_CHOICES = LAB_CONSTANTS["METRIC_CHOICES"]  # noqa: F821
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -77,10 +69,7 @@ def names(message, number):
     return re.search(rf"(?<!\d){number}(?!\d)", message) is not None
 
 
-def close(a, b, tol=1e-9):
-    if a is None or b is None:
-        return a is None and b is None
-    return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+TOL = 1e-9  # the references' float rounding, relative and absolute
 
 
 def samples(rng, center, n):
@@ -128,9 +117,7 @@ def shares_values(learner, variant):
     cases.append((rows, CATEGORIES))
     for rows, cats in cases:
         got, want = learner.call("self_time_shares", rows, cats), ref_shares(rows, cats)
-        assert type(got) is dict and set(got) == set(want), f"keys {sorted(got) if type(got) is dict else got}"
-        for c, v in want.items():
-            assert close(got[c], v), f"{c}: got {got[c]}, expected {v}"
+        assert_close(got, want, rtol=TOL, atol=TOL, what=label("self_time_shares", rows=len(rows), categories=cats))
 
 
 @check(
@@ -144,7 +131,8 @@ def shares_first_match(learner, variant):
     a, m = float(rng.randint(10, 90)), float(rng.randint(10, 90))
     rows = [{"name": "aten::addmm", "self_us": a, "calls": 1}, {"name": "aten::mm", "self_us": m, "calls": 2}]
     got = learner.call("self_time_shares", rows, {"add": ["aten::add"], "matmul": ["mm"]})
-    assert close(got["add"], a / (a + m)) and close(got["matmul"], m / (a + m)), got
+    assert_close(got["add"], a / (a + m), rtol=TOL, atol=TOL, what="the share of 'add' (aten::addmm)")
+    assert_close(got["matmul"], m / (a + m), rtol=TOL, atol=TOL, what="the share of 'matmul' (aten::mm)")
 
 
 @check(
@@ -159,8 +147,10 @@ def shares_keys(learner, variant):
     names = rng.sample(["gemm", "norm", "act", "io", "misc"], 3)
     rows = [{"name": "aten::mm", "self_us": float(rng.randint(1, 50)), "calls": 1}]
     got = learner.call("self_time_shares", rows, {names[0]: ["mm"], names[1]: ["zzz"], names[2]: ["yyy"]})
-    assert type(got) is dict and set(got) == {*names, "other"}, got
-    assert got[names[1]] == 0.0 and got[names[2]] == 0.0 and got["other"] == 0.0 and close(got[names[0]], 1.0), got
+    empty = (names[1], names[2], "other")
+    assert_equal(sorted(got), sorted([names[0], *empty]), what="the keys")
+    assert_equal([got[k] for k in empty], [0.0] * 3, what="the shares of the categories without an operator")
+    assert_close(got[names[0]], 1.0, rtol=TOL, atol=TOL, what="the share of the one category with an operator")
 
 
 @check(
@@ -283,12 +273,13 @@ def idle_union(learner, variant):
         iv = random_intervals(rng, rng.randint(3, 12), start - 10, end + 5)
         got, want = learner.call("busy_and_idle", iv, start, end), ref_busy_idle(iv, start, end)
         for key in ("busy", "idle", "idle_fraction"):
-            assert close(got[key], want[key]), f"{key}: got {got[key]}, expected {want[key]}"
+            assert_close(got[key], want[key], rtol=TOL, atol=TOL, what=label(key, intervals=iv, window=(start, end)))
     windows, work = learner.call("trace_work", "decode_trace.json")  # the notebook's own decode trace
     total = sum(b - a for a, b in windows)
     idle = sum(ref_busy_idle(work, a, b)["idle"] for a, b in windows)
     mine = learner.get("DECODE_IDLE")
-    assert close(mine["idle"], idle, 1e-6) and close(mine["busy"], total - idle, 1e-6), mine
+    assert_close(mine["idle"], idle, rtol=1e-6, atol=1e-6, what="DECODE_IDLE['idle'], from the decode trace")
+    assert_close(mine["busy"], total - idle, rtol=1e-6, atol=1e-6, what="DECODE_IDLE['busy'], from the decode trace")
 
 
 @check(
@@ -304,7 +295,8 @@ def idle_gap(learner, variant):
         cases.append((random_intervals(rng, rng.randint(2, 8), -10, 90), 0, 90))
     for iv, start, end in cases:
         got = learner.call("busy_and_idle", iv, start, end)["largest_gap"]
-        assert close(got, ref_busy_idle(iv, start, end)["largest_gap"]), f"{iv}: got {got}"
+        want = ref_busy_idle(iv, start, end)["largest_gap"]
+        assert_close(got, want, rtol=TOL, atol=TOL, what=label("largest_gap", intervals=iv, window=(start, end)))
 
 
 @check(
@@ -317,7 +309,8 @@ def idle_empty(learner, variant):
     a = variant.random.randint(10, 40)
     iv = [(a, a), (a + 20, a + 5), (a + 30, a + 35)]
     got, want = learner.call("busy_and_idle", iv, 0, 100), ref_busy_idle(iv, 0, 100)
-    assert close(got["busy"], 5) and close(got["largest_gap"], want["largest_gap"]), got
+    assert_close(got["busy"], 5, rtol=TOL, atol=TOL, what=label("busy", intervals=iv))
+    assert_close(got["largest_gap"], want["largest_gap"], rtol=TOL, atol=TOL, what=label("largest_gap", intervals=iv))
 
 
 @check("09-idle-1", points=0.5, en="raises ValueError when end <= start", zh="end <= start 时抛出 ValueError")
@@ -352,7 +345,7 @@ def noise_medians(learner, variant):
         base, lever = random_pair(rng, outlier=i % 2 == 0)
         got, want = learner.call("compare_runs", base, lever), ref_compare(base, lever)
         for key in ("baseline_median_s", "lever_median_s", "speedup"):
-            assert close(got[key], want[key]), f"{key}: got {got[key]}, expected {want[key]}"
+            assert_close(got[key], want[key], rtol=TOL, atol=TOL, what=label(key, baseline=base, lever=lever))
 
 
 @mistake(
@@ -381,7 +374,7 @@ def noise_iqr(learner, variant):
     for i in range(5):
         base, lever = random_pair(rng, outlier=i < 3)
         got = learner.call("compare_runs", base, lever)["noise_s"]
-        assert close(got, ref_compare(base, lever)["noise_s"]), f"got {got}"
+        assert_close(got, ref_compare(base, lever)["noise_s"], rtol=TOL, atol=TOL, what=label("noise_s", baseline=base))
 
 
 @check(
@@ -399,7 +392,7 @@ def noise_verdict(learner, variant):
             cases.append(pair)
     for base, lever in cases:
         got = learner.call("compare_runs", base, lever)["verdict"]
-        assert got == ref_compare(base, lever)["verdict"], f"got {got}"
+        assert_equal(got, ref_compare(base, lever)["verdict"], what=label("verdict", baseline=base, lever=lever))
 
 
 @check(
@@ -457,9 +450,10 @@ def summary_totals(learner, variant):
     rows = trace_rows(variant.random, KERNELS, variant.random.randint(8, 40))
     got = {r["name"]: r for r in learner.call("kernel_summary", rows)}
     want = {r["name"]: r for r in ref_summary(rows)}
-    assert set(got) == set(want), sorted(got)
+    assert_equal(sorted(got), sorted(want), what="the kernel names")
     for name, w in want.items():
-        assert got[name]["calls"] == w["calls"] and got[name]["total_ns"] == w["total_ns"], (name, got[name])
+        assert_equal(got[name]["calls"], w["calls"], what=label("calls", kernel=name))
+        assert_equal(got[name]["total_ns"], w["total_ns"], what=label("total_ns", kernel=name))
         assert type(got[name]["total_ns"]) is int, f"total_ns is {type(got[name]['total_ns']).__name__}"
 
 
@@ -473,7 +467,7 @@ def summary_share(learner, variant):
     rows = trace_rows(variant.random, KERNELS, variant.random.randint(8, 40))
     got = {r["name"]: r["share"] for r in learner.call("kernel_summary", rows)}
     for w in ref_summary(rows):
-        assert close(got[w["name"]], w["share"]), (w["name"], got[w["name"]], w["share"])
+        assert_close(got[w["name"]], w["share"], rtol=TOL, atol=TOL, what=label("share", kernel=w["name"]))
 
 
 @check(
@@ -492,7 +486,7 @@ def summary_order(learner, variant):
         for i, n in enumerate(ties)
     ]
     got = [r["name"] for r in learner.call("kernel_summary", rows)]
-    assert got == [r["name"] for r in ref_summary(rows)], got
+    assert_equal(got, [r["name"] for r in ref_summary(rows)], what="the kernels, in order")
 
 
 @check(
@@ -563,7 +557,8 @@ def counters_duration(learner, variant):
     got = learner.call("counter_metrics", rows)
     for name in ("gemm", "attn"):
         ns, _, n = ref_counters(rows, name)
-        assert got[name]["dispatches"] == n and got[name]["duration_ns"] == ns, (name, got[name])
+        assert_equal(got[name]["dispatches"], n, what=label("dispatches", kernel=name))
+        assert_equal(got[name]["duration_ns"], ns, what=label("duration_ns", kernel=name))
 
 
 @check(
@@ -576,7 +571,7 @@ def counters_dram(learner, variant):
     rows = counter_rows(variant.random, "gemm", PASS_1, range(1, variant.random.randint(2, 6)))
     ns, c, _ = ref_counters(rows, "gemm")
     got = learner.call("counter_metrics", rows)["gemm"]["dram_gbs"]
-    assert close(got, (c["FETCH_SIZE"] + c["WRITE_SIZE"]) * 1024 / ns), got
+    assert_close(got, (c["FETCH_SIZE"] + c["WRITE_SIZE"]) * 1024 / ns, rtol=TOL, atol=TOL, what="dram_gbs")
 
 
 @check(
@@ -589,7 +584,7 @@ def counters_mfma(learner, variant):
     rows = counter_rows(variant.random, "gemm", PASS_1, range(1, variant.random.randint(2, 6)))
     ns, c, _ = ref_counters(rows, "gemm")
     got = learner.call("counter_metrics", rows)["gemm"]["mfma_bf16_tflops"]
-    assert close(got, c["SQ_INSTS_VALU_MFMA_MOPS_BF16"] * 512 / ns / 1000), got
+    assert_close(got, c["SQ_INSTS_VALU_MFMA_MOPS_BF16"] * 512 / ns / 1000, rtol=TOL, atol=TOL, what="mfma_bf16_tflops")
 
 
 @check(
@@ -619,7 +614,7 @@ def counters_lds(learner, variant):
     _, c, _ = ref_counters(rows, "attn")
     got = learner.call("counter_metrics", rows)
     want = c["SQ_LDS_BANK_CONFLICT"] / (c["SQ_LDS_IDX_ACTIVE"] - c["SQ_LDS_BANK_CONFLICT"])
-    assert close(got["attn"]["lds_conflicts_per_access"], want), got["attn"]
+    assert_close(got["attn"]["lds_conflicts_per_access"], want, rtol=TOL, atol=TOL, what="lds_conflicts_per_access")
     assert got["idle"]["lds_conflicts_per_access"] is None, got["idle"]
 
 
@@ -686,7 +681,7 @@ def memory_values(learner, variant):
     rng = variant.random
     events = memory_events(rng, 0, rng.randint(5, 30), rng.randint(0, 10**6))
     events.insert(2, {"name": "aten::mm", "ts": 1005, "args": {}})
-    assert learner.call("memory_timeline", events, 0) == ref_memory(events, 0)
+    assert_equal(learner.call("memory_timeline", events, 0), ref_memory(events, 0), what="memory_timeline")
 
 
 @check("09-memory-1", points=0.5, en="events are taken in time order (ts)", zh="事件按时间 (ts) 顺序处理")
@@ -694,7 +689,7 @@ def memory_order(learner, variant):
     rng = variant.random
     events = memory_events(rng, 0, rng.randint(5, 30), rng.randint(0, 10**6))
     rng.shuffle(events)
-    assert learner.call("memory_timeline", events, 0) == ref_memory(events, 0)
+    assert_equal(learner.call("memory_timeline", events, 0), ref_memory(events, 0), what="memory_timeline, shuffled")
 
 
 @check(
@@ -708,7 +703,8 @@ def memory_device(learner, variant):
     events = memory_events(rng, 0, 10, rng.randint(0, 1000)) + memory_events(rng, 1, 12, rng.randint(10**6, 10**7))
     rng.shuffle(events)
     for device in (0, 1):
-        assert learner.call("memory_timeline", events, device) == ref_memory(events, device), device
+        got = learner.call("memory_timeline", events, device)
+        assert_equal(got, ref_memory(events, device), what=label("memory_timeline", device=device))
 
 
 @check(
@@ -761,7 +757,7 @@ def judge_choices(learner, variant):
 def same_answer(learner, case, part):
     got = judgement(learner, case).get(part)
     want = JUDGEMENT_KEY[case][0 if part == "lever" else 1]
-    assert got == want, f"got {got!r}"
+    assert_equal(got, want, what=label("JUDGEMENTS", case=case, part=part))
 
 
 def judge_rule(case, part):

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from rocmlab.assets.loaders import load_qc_reports
+from rocmlab.check_compare import assert_close, assert_equal, label
 from rocmlab.harness import check, mistake
 
 
@@ -53,8 +54,9 @@ def ref_bill(n_params, world, strategy):
     return dict(zip(("params", "grads", "optimizer"), parts)) | {"total": sum(parts)}
 
 
-def near(got, want, rel=1e-12):
-    return isinstance(got, (int, float)) and math.isclose(got, float(want), rel_tol=rel, abs_tol=1e-9)
+def assert_bytes(got, want, what, rtol=1e-12):
+    """A byte count the table or a formula gives (``want`` may be a Fraction), within float rounding."""
+    assert_close(got, float(want), rtol=rtol, atol=1e-9, what=what)
 
 
 @check(
@@ -70,7 +72,7 @@ def memory_table(learner, variant):
             n, world = rng.randint(0, 10**10), rng.choice([1, 2, 3, 5, 8, 64])
             got, want = learner.call("state_bytes_per_rank", n, world, strategy), ref_bill(n, world, strategy)
             for key in ("params", "grads", "optimizer"):
-                assert near(got[key], want[key]), f"{strategy}, N={world}, {n}: {key} {got[key]} != {float(want[key])}"
+                assert_bytes(got[key], want[key], label(key, strategy=strategy, N=world, n=n))
 
 
 @check(
@@ -84,7 +86,7 @@ def memory_total(learner, variant):
     n, world, strategy = rng.randint(1, 10**9), rng.randint(1, 16), rng.choice(sorted(TABLE))
     got = learner.call("state_bytes_per_rank", n, world, strategy)
     assert type(got) is dict and set(got) == {"params", "grads", "optimizer", "total"}, f"keys {got}"
-    assert near(got["total"], ref_bill(n, world, strategy)["total"]), got
+    assert_bytes(got["total"], ref_bill(n, world, strategy)["total"], label("total", strategy=strategy, N=world, n=n))
 
 
 @check(
@@ -105,7 +107,7 @@ def memory_largest(learner, variant):
         cases += 1
         want = math.floor(exact)
         got = learner.call("largest_model", memory, world, strategy)
-        assert got == want, f"largest_model({memory}, {world}, {strategy!r}) = {got}, expected {want}"
+        assert_equal(got, want, what=label("largest_model", memory=memory, N=world, strategy=strategy))
 
 
 @check(
@@ -128,21 +130,9 @@ def memory_raises(learner, variant):
 
 # ---------------------------------------------------------------- exercise 3: set_prefetch
 
-RECORDER = """
-class _Layer:
-    def __init__(self, index):
-        self.index, self.forward, self.backward = index, None, None
-    def set_modules_to_forward_prefetch(self, modules):
-        self.forward = [m.index for m in modules]
-    def set_modules_to_backward_prefetch(self, modules):
-        self.backward = [m.index for m in modules]
-_layers = [_Layer(i) for i in range(n)]
-set_prefetch(_layers, d)
-"""
-
 
 def prefetch_lists(learner, n, d):
-    return learner.eval("[(l.forward, l.backward) for l in _layers]", setup=RECORDER, n=n, d=d)
+    return learner.run("prefetch_lists", n, d)
 
 
 def prefetch_cases(rng):
@@ -159,7 +149,7 @@ def prefetch_forward(learner, variant):
     for n, d in prefetch_cases(variant.random):
         got = [f for f, _ in prefetch_lists(learner, n, d)]
         want = [list(range(i + 1, min(n, i + 1 + d))) for i in range(n)]
-        assert got == want, f"{n} layers, depth {d}: forward {got}"
+        assert_equal(got, want, what=label("forward prefetch", layers=n, depth=d))
 
 
 @check(
@@ -172,16 +162,10 @@ def prefetch_backward(learner, variant):
     for n, d in prefetch_cases(variant.random):
         got = [b for _, b in prefetch_lists(learner, n, d)]
         want = [list(range(i - 1, max(-1, i - 1 - d), -1)) for i in range(n)]
-        assert got == want, f"{n} layers, depth {d}: backward {got}"
+        assert_equal(got, want, what=label("backward prefetch", layers=n, depth=d))
 
 
 # ---------------------------------------------------------------- exercise 4: rank_loss
-
-GRADIENT_SETUP = """
-_x = logits.clone().requires_grad_()
-_loss = rank_loss(_x, labels, n_global, world)
-(_grad,) = torch.autograd.grad(_loss, _x)
-"""
 
 
 def synthetic(variant, b, t, v):
@@ -223,7 +207,7 @@ def loss_value(learner, variant):
         got = learner.call("rank_loss", logits, labels, n_global, world)
         assert isinstance(got, torch.Tensor), f"returned {type(got).__name__}"
         want = ref_rank_loss(logits, labels, n_global, world)
-        assert math.isclose(float(got), float(want), rel_tol=1e-5, abs_tol=1e-6), f"{float(got)} != {float(want)}"
+        assert_close(float(got), float(want), rtol=1e-5, atol=1e-6, what=label("rank_loss", b=b, t=t, v=v, world=world))
 
 
 @check(
@@ -244,20 +228,13 @@ def loss_gradient(learner, variant):
         for r in range(world):
             rows = slice(r * per, (r + 1) * per)
             grads.append(
-                learner.eval(
-                    "_grad",
-                    setup=GRADIENT_SETUP,
-                    logits=logits[rows].contiguous(),
-                    labels=labels[rows].contiguous(),
-                    n_global=n_global,
-                    world=world,
-                )
+                learner.run("rank_gradient", logits[rows].contiguous(), labels[rows].contiguous(), n_global, world)
             )
         got = torch.cat([g.double() for g in grads]) / world
         x = logits.clone().requires_grad_()
         loss = F.cross_entropy(x[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
         (want,) = torch.autograd.grad(loss, x)
-        assert torch.allclose(got, want, rtol=1e-4, atol=1e-7), f"max |Δ| = {float((got - want).abs().max()):.2e}"
+        assert_close(got, want, rtol=1e-4, atol=1e-7, what=label("averaged gradient", b=b, t=t, v=v, world=world))
 
 
 @check(
@@ -336,7 +313,7 @@ def shard_join(learner, variant):
     for name in variant.random.sample(names, min(4, len(names))):
         original = learner.eval("fsdp_ranks[0]['original'][k]", k=name)
         shards = [learner.eval("fsdp_ranks[r]['shards'][k]", r=r, k=name) for r in range(world)]
-        assert torch.equal(torch.cat(shards), original), f"{name}: shards joined != original"
+        assert_equal(torch.cat(shards), original, what=label("shards joined", parameter=name))
     for r, params in enumerate(learner.eval(ALL_PARAMS)):
         for name, p in params.items():
             assert p["full_equal"] is True, f"rank {r}, {name}: the gathered parameter differs"
@@ -493,7 +470,7 @@ def comm_check(learner, variant, keys):
         )
         want = ref_comm(groups, world, pb, rb, reshard)
         for key in keys:
-            assert near(got[key], want[key]), f"{groups}, N={world}, {pb}/{rb} B, reshard={reshard}: {key} {got[key]}"
+            assert_bytes(got[key], want[key], label(key, groups=groups, N=world, pb=pb, rb=rb, reshard=reshard))
 
 
 @check(
@@ -561,12 +538,10 @@ def comm_measured(learner, variant):
                 elif kind == "reduce_scatter":
                     sent["reduce_scatter"] += share * size[0]
             for key, value in sent.items():
-                assert near(got[key], value, 1e-9), (
-                    f"rank {r}, {name}: {key} predicted {got[key]}, measured {float(value)}"
-                )
+                assert_bytes(got[key], value, label(f"{key} predicted against measured", rank=r, run=name), 1e-9)
     buckets = learner.eval("fsdp_ranks[0]['ddp']['bucket_bytes']")
     got = learner.call("comm_bytes_per_step", numels, world)["ddp_all_reduce"]
-    assert near(got, 2 * share * sum(buckets), 1e-9), f"DDP predicted {got}, measured {float(2 * share * sum(buckets))}"
+    assert_bytes(got, 2 * share * sum(buckets), "ddp_all_reduce predicted against measured", 1e-9)
 
 
 # ---------------------------------------------------------------- exercise 6: DCP and resuming
@@ -621,56 +596,7 @@ def dcp_replay(learner, variant):
         assert e["loss"] == first[e["step"]] or (gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
 
 
-DCP_NETS = """
-import tempfile as _tf
-from pathlib import Path as _P
-_root = _P(_tf.mkdtemp(prefix="lab10-check-", dir="."))  # relative, as a learner may pass it
-torch.manual_seed(seed)
-def _net():
-    return torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
-_src = _net()
-_opt = torch.optim.AdamW(_src.parameters(), lr=0.1)
-def _train_step():
-    _src(torch.randn(4, 5)).sum().backward()
-    _opt.step()
-"""
-
-DCP_SAVE_SETUP = (
-    DCP_NETS
-    + """
-_returned, _complete = [], []
-for _step in steps:
-    _train_step()
-    _returned.append(str(save_checkpoint(_src, _opt, _step, root_form(_root))))
-    _complete.append((_root / f"step-{_step:06d}" / ".metadata").is_file())
-_result = ([str(_P(p).resolve()) for p in _returned], str(_root.resolve()), _complete)
-__import__("shutil").rmtree(_root, ignore_errors=True)
-"""
-)
-
-# the checkpoints are written by the harness's own dcp.save: this check judges load_latest_checkpoint alone
-DCP_LOAD_SETUP = (
-    DCP_NETS
-    + """
-_empty = load_latest_checkpoint(_src, _opt, _root)
-_empty_state = len(_opt.state)
-for _step in steps:
-    _train_step()
-    _ms, _os = get_state_dict(_src, _opt)
-    dcp.save({"model": _ms, "optim": _os}, checkpoint_id=str(_root / f"step-{_step:06d}"))
-_want = {k: v.clone() for k, v in _src.state_dict().items()}
-_want_m = _opt.state_dict()["state"][0]["exp_avg"].clone()
-(_root / f"step-{torn:06d}").mkdir()
-(_root / f"step-{torn:06d}" / "__0_0.distcp").write_bytes(b"torn")
-_dst = _net()
-_dst_opt = torch.optim.AdamW(_dst.parameters(), lr=0.1)
-_loaded = load_latest_checkpoint(_dst, _dst_opt, _root)
-_result = (_empty, _empty_state, _loaded, _want, dict(_dst.state_dict()), _want_m,
-           _dst_opt.state_dict()["state"][0]["exp_avg"].clone())
-__import__("shutil").rmtree(_root, ignore_errors=True)
-"""
-)
-ROOT_FORMS = {"Path": "lambda p: p", "str": "str", "absolute str": "lambda p: str(p.resolve())"}
+ROOT_FORMS = ("Path", "str", "absolute str")  # how the check passes root: in_kernel.ROOT_FORMS
 
 
 @check(
@@ -684,12 +610,10 @@ def dcp_save_path(learner, variant):
     rng = variant.random
     steps = sorted(rng.sample(range(1, 50), 2))
     form = rng.choice(sorted(ROOT_FORMS))
-    returned, root, complete = learner.eval(
-        "_result", setup=f"root_form = {ROOT_FORMS[form]}\n" + DCP_SAVE_SETUP, seed=rng.randint(0, 10**6), steps=steps
-    )
+    returned, root, complete = learner.run("saved_paths", rng.randint(0, 10**6), steps, form)
     assert complete == [True] * len(steps), f"root given as {form}: no .metadata in root/step-{{step:06d}}: {complete}"
     want = [f"{root}/step-{s:06d}" for s in steps]
-    assert returned == want, f"root given as {form}: save_checkpoint returned paths that are not root/step-{{step:06d}}"
+    assert_equal(returned, want, what=label("save_checkpoint's paths (root/step-{step:06d})", root_as=form))
 
 
 LOAD_NEWEST_ANY = """
@@ -722,40 +646,16 @@ def dcp_in_process(learner, variant):
     rng = variant.random
     steps = sorted(rng.sample(range(1, 50), 2))
     torn = steps[-1] + rng.randint(1, 20)
-    empty, empty_state, loaded, want, got, want_m, got_m = learner.eval(
-        "_result", setup=DCP_LOAD_SETUP, seed=rng.randint(0, 10**6), steps=steps, torn=torn
+    empty, empty_state, loaded, want, got, want_m, got_m = learner.run(
+        "loaded_latest", rng.randint(0, 10**6), steps, torn
     )
     assert empty == 0 and empty_state == 0, "no checkpoint: return 0 and change nothing"
     assert loaded == steps[-1], f"loaded step {loaded}, the newest complete one is {steps[-1]}"
-    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want), "model not restored"
-    assert torch.equal(got_m, want_m), "optimizer state not restored"
+    assert_equal(got, want, what="the restored model state")
+    assert_equal(got_m, want_m, what="the restored optimizer's exp_avg")
 
 
 # ---------------------------------------------------------------- exercise 7: export
-
-EXPORT_SETUP = """
-import tempfile as _tf
-import torch
-import torch.distributed.checkpoint as dcp
-from transformers import AutoModelForCausalLM
-from rocmlab import lab
-from pathlib import Path as _P
-_dir = _P(_tf.mkdtemp(prefix="lab10-export-check-", dir="."))
-_noisy, _ = lab.load_model(model, device="cpu", dtype=torch.float32)
-_base = {k: _noisy.state_dict()[k].clone() for k in keys}
-with torch.no_grad():
-    _g = torch.Generator().manual_seed(seed)
-    for _n, _p in _noisy.named_parameters():
-        _p.add_(noise[_n] if _n in noise else torch.randn(_p.shape, generator=_g, dtype=_p.dtype) * 0.01)
-dcp.save({"model": _noisy.state_dict()}, checkpoint_id=str(_dir / "ckpt"))
-_fresh, _fresh_tok = lab.load_model(model, device="cpu", dtype=torch.float32)
-_out = export_full_model(_dir / "ckpt", _fresh, _fresh_tok, _dir / "out")
-_back = AutoModelForCausalLM.from_pretrained(_dir / "out", dtype=torch.float32).state_dict()
-_result = (str(_out), str(_dir / "out"), type(_out).__name__, sorted(p.name for p in (_dir / "out").iterdir()),
-           _base, {k: _back[k] for k in keys})
-__import__("shutil").rmtree(_dir, ignore_errors=True)
-"""
-
 
 EXPORTED = {}  # one export per grading run, shared by the three export checks (checks.py is loaded per run)
 
@@ -763,21 +663,12 @@ EXPORTED = {}  # one export per grading run, shared by the three export checks (
 def export_run(learner, variant):
     if "run" in EXPORTED:
         return EXPORTED["run"]
-    shapes = learner.eval(
-        "{n: tuple(p.shape) for n, p in __lab.load_model(model, device='cpu', dtype=__torch.float32)[0].named_parameters()}",
-        setup="import torch as __torch\nfrom rocmlab import lab as __lab",
-        model=param("MODEL"),
-    )
+    shapes = learner.run("parameter_shapes", param("MODEL"))
     keys = variant.random.sample(sorted(shapes), min(4, len(shapes)))
     g = variant.torch()
     noise = {k: torch.randn(shapes[k], generator=g) * 0.01 for k in keys}
-    out, want_out, kind, files, base, back = learner.eval(
-        "_result",
-        setup=EXPORT_SETUP,
-        keys=keys,
-        noise=noise,
-        seed=variant.random.randint(0, 10**6),
-        model=param("MODEL"),
+    out, want_out, kind, files, base, back = learner.run(
+        "exported", param("MODEL"), keys, noise, variant.random.randint(0, 10**6)
     )
     EXPORTED["run"] = keys, noise, out, want_out, kind, files, base, back
     return EXPORTED["run"]
@@ -792,9 +683,7 @@ def export_run(learner, variant):
 def export_bit_identical(learner, variant):
     keys, noise, *_, base, back = export_run(learner, variant)
     for k in keys:
-        assert torch.equal(back[k], base[k] + noise[k]), (
-            f"{k}: max |Δ| {float((back[k] - base[k] - noise[k]).abs().max()):.2e}"
-        )
+        assert_equal(back[k], base[k] + noise[k], what=label("exported parameter", name=k))
 
 
 @check(
@@ -869,7 +758,7 @@ def finetune_losses(learner, variant):
 )
 def finetune_consistent(learner, variant):
     scores = ref_scores(learner.get("tuned_predictions"), eval_records())
-    assert metrics(learner)["tuned"] == scores, "metrics.json's tuned scores do not match the predictions"
+    assert_equal(metrics(learner)["tuned"], scores, what="metrics.json's tuned scores, against the predictions scored")
 
 
 @check(

@@ -42,3 +42,43 @@ def test_injected_parameters_override_the_cell_s_own():
     injected = nbformat.v4.new_code_cell("PROFILE = 'smoke'", metadata={"tags": ["injected-parameters"]})
     nb = nbformat.v4.new_notebook(cells=[own, injected])
     assert notebook_parameters(nb) == {"PROFILE": "smoke", "N": 8}
+
+
+LAB_PY = """# %% tags=["parameters"]
+SEED = 0
+
+# %%
+import torch as TORCH
+CATEGORIES = {"matmul": ["aten::mm"]}
+CHOICES = ("a", "b")
+TWICE = 1
+helper_rows = [1, 2]
+COMPUTED = len("ab")
+
+# %% tags=["solution"] grade_id="x-sol-1"
+JUDGEMENTS = {"A": "batching"}
+def answer():
+    ### BEGIN SOLUTION
+    return 1
+    ### END SOLUTION
+
+# %%
+TWICE = 2
+SEED_COPY = 5
+"""
+
+
+def test_lab_constants_are_the_notebook_s_literal_upper_case_names_bound_once(tmp_path):
+    """``LAB_CONSTANTS``: course data the checks read from lab.py. Not the parameters (``PARAMETERS``,
+    with the profile's values), not a solution cell's answer, not a name rebound later."""
+    from rocmlab.course.parameters import lab_py_constants
+
+    (tmp_path / "lab.py").write_text(LAB_PY)
+    assert lab_py_constants(tmp_path / "lab.py") == {
+        "CATEGORIES": {"matmul": ["aten::mm"]},
+        "CHOICES": ("a", "b"),
+        "SEED_COPY": 5,
+    }
+    (tmp_path / "lab.py").write_text("A = (\n")
+    with pytest.raises(LabError, match="lab.py: cannot read its constants"):
+        lab_py_constants(tmp_path / "lab.py")

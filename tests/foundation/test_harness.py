@@ -439,3 +439,33 @@ def test_the_course_s_own_notebook_is_its_own_reference_and_a_learner_s_is_not()
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+CONSTANT_CHECKS = """
+from rocmlab.harness import check
+
+CHOICES = LAB_CONSTANTS["CHOICES"]  # noqa: F821
+
+@check("t-1", points=1, en="picks a choice", zh="从选项中选")
+def picks(learner, variant):
+    assert learner.get("PICK") in CHOICES
+"""
+
+
+def test_the_checks_read_the_lab_s_constants_from_lab_py_not_from_the_kernel(tmp_path):
+    """One copy of course data (``LAB_CONSTANTS``): the notebook's literal, shipped with the checks;
+    a kernel that rebinds it does not move the rule, and a name lab.py lacks is named at load."""
+    from rocmlab.errors import LabError
+    from rocmlab.harness import harness_options, lab_checks
+
+    (tmp_path / "lab.py").write_text('# %%\nCHOICES = ("a", "b")\n\n# %% tags=["parameters"]\nSEED = 0\n')
+    (tmp_path / "checks.py").write_text(CONSTANT_CHECKS)
+    options = harness_options(tmp_path / "checks.py", 1, tmp_path / "out.json", 30)
+    assert options["constants"] == {"CHOICES": ("a", "b")}
+    checks = load_checks(CONSTANT_CHECKS, "elsewhere/checks.py", constants=options["constants"])
+    assert run_checks(checks, Learner(InProcess({"PICK": "a"})), 1)[0].passed
+    forged = run_checks(checks, Learner(InProcess({"PICK": "z", "CHOICES": ("z",)})), 1)[0]
+    assert not forged.passed
+    (tmp_path / "lab.py").write_text("# %%\nOTHER = 1\n")
+    with pytest.raises(LabError, match="checks.py: the checks do not load: KeyError: .*no literal constant 'CHOICES'"):
+        lab_checks(tmp_path / "checks.py", {"t-1": 1.0})

@@ -18,7 +18,7 @@ import pytest
 
 from rocmlab import course_data
 from rocmlab.course.catalog import SMOKE, parse_lab
-from rocmlab.harness import Learner, hidden_files, lab_parameters, load_checks, run_checks
+from rocmlab.harness import LabConstants, Learner, hidden_files, lab_constants, lab_parameters, load_checks, run_checks
 from rocmlab.lab.answers import evaluate
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
@@ -40,7 +40,11 @@ def _lab_literal(lab: str, name: str):
 
 def _checks_namespace(lab: str) -> dict:
     path = _folder(lab) / "checks.py"
-    namespace = {"HIDDEN_FILES": hidden_files(path), "PARAMETERS": lab_parameters(path)}
+    namespace = {
+        "HIDDEN_FILES": hidden_files(path),
+        "PARAMETERS": lab_parameters(path),
+        "LAB_CONSTANTS": LabConstants(lab_constants(path)),
+    }
     exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102 (our own checks)
     return namespace
 
@@ -58,7 +62,8 @@ def test_lab02_prompts_eos_and_pad_are_the_notebooks():
 
 
 @pytest.mark.parametrize("name", ["CATEGORIES", "LEVER_CHOICES", "METRIC_CHOICES"])
-def test_lab09_course_constants_beside_the_checks_are_lab_pys(name):
+def test_lab09_course_constants_in_the_checks_are_lab_pys(name):
+    """One copy: the checks read them from lab.py through the harness (``LAB_CONSTANTS``)."""
     assert _checks_namespace("09")[name] == ast.literal_eval(_lab_literal("09", name))
 
 

@@ -1,5 +1,6 @@
 """A lab's parameters cell, read in one place: in ``lab.py`` (jupytext, for the harness's
-``PARAMETERS``) and in a notebook (a downloaded one's own profile, for ``rocmlab check``).
+``PARAMETERS``) and in a notebook (a downloaded one's own profile, for ``rocmlab check``); and the
+other literal constants ``lab.py`` defines (the harness's ``LAB_CONSTANTS``).
 
 Only literal assignments count (``NAME = <literal>``): a value computed at run time is not one a
 check or a preflight can rely on, so it is left out.
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from pathlib import Path
 
 from ..errors import LabError
 
+ANSWER_CELL = re.compile(r"\A# %%[^\n]*tags=\[[^\]]*[\"'](?:solution|test)[\"']|### BEGIN (?:SOLUTION|HIDDEN TESTS)")
+CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
 INJECTED = "injected-parameters"  # papermill's tag on the parameters cell it adds for a run
 JUPYTEXT_CELL = re.compile(r"^# %%[^\n]*\btags=\[[^\]]*[\"']parameters[\"'][^\n]*\n(.*?)(?=^# %%|\Z)", re.M | re.S)
 
@@ -36,6 +40,36 @@ def lab_py_parameters(lab_py: Path) -> dict:
         return literal_assignments(match.group(1)) if match else {}
     except (OSError, SyntaxError) as exc:
         raise LabError(f"{lab_py}: cannot read the parameters cell: {exc}") from exc
+
+
+def lab_py_constants(lab_py: Path) -> dict:
+    """The literal values ``lab.py`` assigns at its top level to UPPER_CASE names, outside its
+    parameters cell and its solution and test cells, for the names it binds once only (a name
+    bound twice has no one value); LabError naming the file when it cannot be read."""
+    try:
+        source = lab_py.read_text(encoding="utf-8")
+        bound = Counter(name for node in ast.parse(source).body for name in _bound_names(node))
+    except (OSError, SyntaxError) as exc:
+        raise LabError(f"{lab_py}: cannot read its constants: {exc}") from exc
+    parameters = lab_py_parameters(lab_py)
+    given = literal_assignments(_without_answers(source))
+    return {k: v for k, v in given.items() if bound[k] == 1 and k not in parameters and CONSTANT.fullmatch(k)}
+
+
+def _without_answers(source: str) -> str:
+    """``lab.py`` less its solution and test cells: what the student notebook defines too (a
+    constant assigned in a solution cell is the learner's answer, not course data)."""
+    cells = re.split(r"^(?=# %%)", source, flags=re.M)
+    return "".join(c for c in cells if not ANSWER_CELL.search(c))
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return [n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
 def notebook_parameters(nb) -> dict:
