@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from rocmlab.assets.loaders import load_qc_reports
+from rocmlab.check_compare import assert_close, label
 from rocmlab.harness import check, mistake
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -47,20 +48,9 @@ def random_messages(rng):
     ]
 
 
-TOKENS = {
-    "full": "tokenizer(tokenizer.apply_chat_template(m, tokenize=False).rstrip('\\n'), add_special_tokens=False)"
-    "['input_ids']",
-    "prompt": "len(tokenizer(tokenizer.apply_chat_template(m[:-1], tokenize=False, add_generation_prompt=True), "
-    "add_special_tokens=False)['input_ids'])",
-    "answer": "len(tokenizer(m[-1]['content'], add_special_tokens=False)['input_ids'])",
-    "end": "tokenizer.convert_tokens_to_ids('<|im_end|>')",
-    "pad": "tokenizer.pad_token_id",
-}
-
-
 def sft_case(learner, reference, rng, pad=0):
     messages = random_messages(rng)
-    ref = {k: reference.eval(expr, m=messages) for k, expr in TOKENS.items()}  # the lab's tokenizer
+    ref = reference.run("template_tokens", messages)  # the lab's tokenizer
     if pad:
         got = learner.eval("build_sft_sample(tokenizer, m, pad_to=p)", m=messages, p=len(ref["full"]) + pad)
     else:
@@ -128,15 +118,13 @@ def sft_padding(learner, variant, reference):
 def sft_too_long(learner, variant, reference):
     rng = variant.random
     messages = random_messages(rng)
-    n = len(reference.eval(TOKENS["full"], m=messages))
+    n = len(reference.run("template_tokens", messages)["full"])
     short = n - rng.randint(1, min(20, n - 1))
     raised = learner.raised("build_sft_sample(tokenizer, m, pad_to=p)", m=messages, p=short)
     assert raised is not None and raised.is_a("ValueError"), f"pad_to={short} for {n} tokens: {raised}"
 
 
 # ---------------------------------------------------------------- 03-lora-1: lora_param_count
-
-CONFIG_SETUP = "from transformers import Qwen2Config as __Config"
 
 
 def lora_reference(cfg, r, targets=PROJECTIONS):
@@ -174,10 +162,7 @@ def random_config(rng, head_dim=False):
 
 
 def learner_count(learner, cfg, r, targets=None):
-    if targets is None:
-        got = learner.eval("lora_param_count(__Config(**c), r)", setup=CONFIG_SETUP, c=cfg, r=r)
-    else:
-        got = learner.eval("lora_param_count(__Config(**c), r, t)", setup=CONFIG_SETUP, c=cfg, r=r, t=tuple(targets))
+    got = learner.run("lora_count", cfg, r, None if targets is None else tuple(targets))
     assert type(got) is int, f"returned {type(got).__name__}"
     return got
 
@@ -490,7 +475,7 @@ def loss_random_batch(learner, variant):
     for _ in range(2):
         logits, labels = random_batch(variant)
         got = scalar(learner.call("causal_lm_loss", logits, labels))
-        assert math.isclose(got, loss_reference(logits, labels), rel_tol=1e-5, abs_tol=1e-6), f"{got}"
+        assert_close(got, loss_reference(logits, labels), rtol=1e-5, atol=1e-6, what="causal_lm_loss")
 
 
 @check(
@@ -505,7 +490,7 @@ def loss_bf16(learner, variant):
     got = learner.call("causal_lm_loss", logits, labels)
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32, f"dtype {getattr(got, 'dtype', None)}"
     want = loss_reference(logits.float(), labels)
-    assert math.isclose(scalar(got), want, rel_tol=1e-5, abs_tol=1e-6), f"{float(got)} vs {want}"
+    assert_close(scalar(got), want, rtol=1e-5, atol=1e-6, what="causal_lm_loss of bf16 logits")
 
 
 @check(
@@ -526,17 +511,11 @@ def loss_real_batch(learner, variant, reference):
     batch = collate_reference(samples, reference.get("PAD_ID"))
     ids, mask = torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"])
     labels = torch.tensor(batch["labels"])
-    setup = (
-        "import torch as __t\n"
-        "with __t.no_grad():\n"
-        "    __logits = peft_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits\n"
-    )
-    # the lab's model runs in the reference kernel; the learner's loss gets its logits as they are
-    logits = reference.eval("__logits.cpu()", setup=setup, ids=ids, mask=mask)
-    got = learner.eval("causal_lm_loss(l.to(device), labels.to(device)).cpu()", l=logits, labels=labels)
+    logits = reference.run("batch_logits", ids, mask)
+    got = learner.run("loss_of", logits, labels)
     tol = 1e-5 if reference.eval("str(DTYPE)") == "torch.float32" else 1e-3
     want = loss_reference(logits.float(), labels)
-    assert math.isclose(scalar(got), want, rel_tol=tol, abs_tol=tol), f"{float(got)} vs {want}"
+    assert_close(scalar(got), want, rtol=tol, atol=tol, what="causal_lm_loss of the lab's model's logits")
 
 
 # ---------------------------------------------------------------- 03-metrics-1: the metrics
@@ -614,7 +593,8 @@ def metrics_rouge(learner, variant):
     got = learner.eval("[rouge_l_f1(a, b) for a, b in p]", p=pairs)
     assert isinstance(got, list) and len(got) == len(pairs), "one value per pair"
     for (a, b), value in zip(pairs, got):
-        assert type(value) is float and math.isclose(value, rouge_reference(a, b), abs_tol=1e-12), (a, b, value)
+        assert type(value) is float, label(f"rouge_l_f1 returned {type(value).__name__}", a=a, b=b)
+        assert_close(value, rouge_reference(a, b), rtol=0, atol=1e-12, what=label("rouge_l_f1", a=a, b=b))
 
 
 @check(
@@ -667,11 +647,7 @@ def metrics_scores(learner, variant):
     got = learner.call("score_predictions", predictions, references)
     want = score_reference(predictions, references)
     assert type(got) is dict and set(got) >= {"valid_json", "exact_match", "rouge_l"}, "keys"
-    assert math.isclose(got["valid_json"], want["valid_json"]), "valid_json"
-    assert set(got["exact_match"]) == set(EXACT), "exact_match keys"
-    for key in EXACT:
-        assert math.isclose(got["exact_match"][key], want["exact_match"][key]), f"exact_match {key}"
-    assert math.isclose(got["rouge_l"], want["rouge_l"], abs_tol=1e-12), "rouge_l"
+    assert_close({k: got[k] for k in want}, want, rtol=1e-9, atol=1e-12, what="score_predictions")
 
 
 # ---------------------------------------------------------------- 03-beats-base-1: after training
@@ -710,12 +686,10 @@ def recomputed_scores(learner, reference):
     return out
 
 
-def consistent(claimed, recomputed):
-    assert type(claimed) is dict, "scores"
-    assert math.isclose(claimed["valid_json"], recomputed["valid_json"], abs_tol=1e-9), "valid_json"
-    assert math.isclose(claimed["rouge_l"], recomputed["rouge_l"], abs_tol=1e-9), "rouge_l"
-    for key in EXACT:
-        assert math.isclose(claimed["exact_match"][key], recomputed["exact_match"][key], abs_tol=1e-9), key
+def consistent(claimed, recomputed, what):
+    """The scores the notebook reports are the ones recomputed here (other keys of theirs aside)."""
+    assert type(claimed) is dict and set(recomputed) <= set(claimed), what
+    assert_close({k: claimed[k] for k in recomputed}, recomputed, rtol=0, atol=1e-9, what=what)
 
 
 @check(
@@ -736,42 +710,15 @@ def trained_loss_falls(learner, variant, reference):
     assert metrics["losses"] == losses and metrics["steps"] == len(losses), "metrics.json disagrees"
 
 
-ADAPTER_SETUP = """
-from peft import get_peft_model_state_dict as __state
-from safetensors.torch import load_file as __load
-"""
-# in the reference kernel: MEASURE (code that sets ``__out``) run with the learner's adapter weights
-# ``w`` in the reference's model, its own weights restored after
-WITH_ADAPTER = """
-from peft import get_peft_model_state_dict as __state, set_peft_model_state_dict as __set
-import torch as __t
-__own = {k: v.detach().clone() for k, v in __state(peft_model).items()}
-try:
-    __set(peft_model, {k: v.to(__own[k].device, __own[k].dtype) for k, v in w.items()})
-    with __t.no_grad():
-MEASURE
-finally:
-    __set(peft_model, __own)
-"""
-ADAPTER_SHAPES = "{k: list(v.shape) for k, v in __state(peft_model).items()}"
-
-
 def learner_adapter(learner, reference):
     """The learner's adapter weights, each a tensor of the lab's LoRA (names and shapes as the
     reference's), with some ``lora_B`` trained away from its zero start."""
-    weights = learner.eval("{k: v.detach().cpu() for k, v in __state(peft_model).items()}", setup=ADAPTER_SETUP)
+    weights = learner.run("adapter_weights")
     assert isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values()), "adapter weights"
-    shapes = reference.eval(ADAPTER_SHAPES, setup=ADAPTER_SETUP)
+    shapes = reference.run("adapter_shapes")
     assert {k: list(v.shape) for k, v in weights.items()} == shapes, "the adapter's tensors are not the lab's LoRA"
     assert any("lora_B" in k and bool(v.float().abs().sum() > 0) for k, v in weights.items()), "an untrained adapter"
     return weights
-
-
-def with_learner_adapter(learner, reference, measure, **values):
-    """``measure``'s ``__out`` in the reference kernel's model carrying the learner's adapter weights."""
-    weights = learner_adapter(learner, reference)
-    code = WITH_ADAPTER.replace("MEASURE", "\n".join("        " + line for line in measure.strip().splitlines()))
-    return reference.eval("__out", setup=code, w=weights, **values)
 
 
 @check(
@@ -794,7 +741,7 @@ def trained_is_the_recipe(learner, variant, reference):
     for step, (mine, ref) in enumerate(zip(losses, theirs), 1):
         assert abs(mine - ref) <= 1e-3 * ref, f"step {step}: {mine} vs the build's {ref}"
     # the build's weights read by the reference kernel, compared here: the learner's kernel may rebind the loader
-    theirs = reference.eval("__load(p)", setup=ADAPTER_SETUP, p=build + "/adapter_model.safetensors")
+    theirs = reference.run("saved_weights", build + "/adapter_model.safetensors")
     mine = learner_adapter(learner, reference)
     assert set(mine) == set(theirs) and all(torch.equal(v, theirs[k]) for k, v in mine.items()), (
         "the adapter evaluated is not the build's"
@@ -814,9 +761,9 @@ def trained_dev_loss(learner, variant, reference):
     # both measured by the reference kernel on the lab's dev set: the base model, and the
     # learner's own adapter weights loaded into the reference's model for that one measure
     want_base = reference.get("base_dev_loss")
-    want_tuned = with_learner_adapter(learner, reference, "__out = mean_loss(peft_model, dev_samples)")
-    assert math.isclose(base, want_base, rel_tol=1e-3), f"base dev loss {base}, the lab's model gives {want_base}"
-    assert math.isclose(tuned, want_tuned, rel_tol=1e-3), f"tuned dev loss {tuned}, your adapter gives {want_tuned}"
+    want_tuned = reference.run("dev_loss_with", learner_adapter(learner, reference))
+    assert_close(base, want_base, rtol=1e-3, atol=0, what="base_dev_loss against the lab's model's")
+    assert_close(tuned, want_tuned, rtol=1e-3, atol=0, what="tuned_dev_loss against your adapter's in the lab's model")
     assert want_tuned < want_base, f"dev loss {want_base} -> {want_tuned}"
     metrics = json.loads(learner.file("metrics.json"))
     assert metrics["dev_loss"] == {"base": base, "tuned": tuned}, "metrics.json disagrees"
@@ -864,8 +811,8 @@ def tuned_rouge(learner, variant, reference):
 )
 def scores_are_pure(learner, variant, reference):
     state, scores = trained_state(learner, reference), recomputed_scores(learner, reference)
-    consistent(state["base_scores"], scores["base"])
-    consistent(state["tuned_scores"], scores["tuned"])
+    consistent(state["base_scores"], scores["base"], "base_scores")
+    consistent(state["tuned_scores"], scores["tuned"], "tuned_scores")
     again = learner.eval("score_predictions(tuned_predictions, r)", r=reference.get("EVAL_REFERENCES"))
     assert again == state["tuned_scores"], "a second call differs"
     metrics = json.loads(learner.file("metrics.json"))
@@ -881,19 +828,6 @@ def probe_ids(reference, variant):
     return torch.randint(0, vocab, (2, variant.random.randint(6, 24)), generator=gen)
 
 
-MERGED_LOGITS = """
-import torch as __t
-with __t.no_grad():
-    __m = merged_model(input_ids=ids.to(device)).logits.float().cpu()
-"""
-ADAPTER_LOGITS = """
-__was = peft_model.training
-peft_model.eval()
-__out = peft_model(input_ids=ids.to(device)).logits.float().cpu()
-peft_model.train(__was)
-"""
-
-
 @check(
     "03-merge-1",
     points=0.75,
@@ -903,11 +837,10 @@ peft_model.train(__was)
 def merged_logits_match(learner, variant, reference):
     ids = probe_ids(reference, variant)
     # the adapter model's logits: the learner's adapter weights in the reference kernel's model
-    adapter = with_learner_adapter(learner, reference, ADAPTER_LOGITS, ids=ids)
-    merged = learner.eval("__m", setup=MERGED_LOGITS, ids=ids)
+    adapter = reference.run("logits_with", learner_adapter(learner, reference), ids)
+    merged = learner.run("logits_of_merged", ids)
     tol = 1e-4 if reference.eval("str(DTYPE)") == "torch.float32" else 0.25
-    assert isinstance(merged, torch.Tensor) and merged.shape == adapter.shape, "shapes"
-    assert torch.allclose(merged, adapter, atol=tol, rtol=tol), f"max diff {float((merged - adapter).abs().max())}"
+    assert_close(merged, adapter, rtol=tol, atol=tol, what="merged_model's logits against the adapter model's")
 
 
 @check(
@@ -954,7 +887,7 @@ def saved_adapter(learner, variant, reference):
     assert tensors and all("lora_" in k for k in tensors), "adapter tensors"
     saved = sum(math.prod(v["shape"]) for v in tensors.values())
     payload = sum(math.prod(v["shape"]) * itemsize[v["dtype"]] for v in tensors.values())
-    assert learner.eval("__import__('os').path.getsize(p)", p=path) == 8 + size + payload, "file size"
+    assert learner.run("file_size", path) == 8 + size + payload, "file size"
     cfg, trainable = reference.eval("(fresh_base.config.to_dict(), peft_model.get_nb_trainable_parameters()[0])")
     want = lora_reference(cfg, PARAMETERS["LORA_R"])  # noqa: F821 (the run's, from the harness)
     assert saved == want == trainable, f"{saved} saved, peft trains {trainable}"
@@ -974,7 +907,7 @@ def memory_full(learner, variant):
     rng = variant.random
     for n in [rng.randint(10**6, 10**11) for _ in range(4)] + [7_615_616_512]:
         got = learner.call("training_memory_gib", n)
-        assert math.isclose(got, 16 * n / 2**30, rel_tol=1e-12), f"{n}: {got}"
+        assert_close(got, 16 * n / 2**30, rtol=1e-12, atol=0, what=label("training_memory_gib", n_params=n))
 
 
 @check(
@@ -989,7 +922,8 @@ def memory_lora(learner, variant):
         n = rng.randint(10**6, 10**11)
         lora = rng.randint(1, n // 50)
         got = learner.call("training_memory_gib", n, lora)
-        assert math.isclose(got, (2 * n + 16 * lora) / 2**30, rel_tol=1e-12), f"{n}, {lora}: {got}"
+        want = (2 * n + 16 * lora) / 2**30
+        assert_close(got, want, rtol=1e-12, atol=0, what=label("training_memory_gib", n_params=n, lora_params=lora))
 
 
 @check(

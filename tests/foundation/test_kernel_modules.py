@@ -34,12 +34,10 @@ CHECKS_FILES = sorted(
 PENDING = {
     "01-rocm-setup",
     "02-llm-inference",
-    "03-lora-finetune-zh",
     "04-collectives-rccl",
     "05-distributed-training",
     "06-multi-agent",
     "07-triton-kernels",
-    "08-low-precision",
 }
 
 
