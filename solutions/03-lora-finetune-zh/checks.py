@@ -670,9 +670,28 @@ def mean_exact(scores):
     return sum(scores["exact_match"][k] for k in EXACT) / len(EXACT)
 
 
+GENERATED = {}  # (a reference kernel, an adapter's digest) -> the reports that kernel's model generates with it
+AGREEMENT = 0.9  # of the notebook's predictions must be the generated ones (greedy decoding may flip on a GPU)
+
+
+def generated_reports(learner, reference):
+    """The reports the learner's adapter generates, greedy, in the reference kernel's model: once
+    per reference and adapter (four checks score them)."""
+    weights = learner_adapter(learner, reference)
+    digest = hashlib.sha256()
+    for key in sorted(weights):
+        digest.update(key.encode() + weights[key].contiguous().flatten().view(torch.uint8).numpy().tobytes())
+    key = (reference, digest.hexdigest())  # the object itself: no other reference can take its id
+    if key not in GENERATED:
+        GENERATED[key] = reference.run("reports_with", weights)
+    return GENERATED[key]
+
+
 def recomputed_scores(learner, reference):
     """base and tuned scores recomputed here from the notebook's predictions and the lab's
-    references (the reference kernel's: any later cell of the learner's may rebind theirs)."""
+    references (the reference kernel's: any later cell of the learner's may rebind theirs). The
+    predictions must be what the models generate: the base model's as the reference kernel has
+    them, the tuned ones as the learner's adapter generates them in the reference's model."""
     references = reference.get("EVAL_REFERENCES")
     n = PARAMETERS["N_EVAL"]  # noqa: F821 (the run's, from the harness)
     assert type(references) is list and 0 < len(references) <= n, "EVAL_REFERENCES"
@@ -682,6 +701,11 @@ def recomputed_scores(learner, reference):
         predictions = learner.get(f"{name}_predictions")
         assert type(predictions) is list and len(predictions) == len(references), f"{name}_predictions"
         assert all(type(p) is str for p in predictions), f"{name}_predictions"
+        generated = reference.get("base_predictions") if name == "base" else generated_reports(learner, reference)
+        same = sum(p == g for p, g in zip(predictions, generated))
+        assert same >= AGREEMENT * len(generated), (
+            f"[[learner: {name}_predictions are not what the model generates]] {same} of {len(generated)} the same"
+        )
         out[name] = score_reference(predictions, references)
     return out
 

@@ -68,18 +68,26 @@ def dev_loss_with(weights):
     return _with_adapter(weights, lambda: mean_loss(peft_model, dev_samples))
 
 
+def _in_eval_mode(measure):
+    was_training = peft_model.training
+    peft_model.eval()
+    try:
+        return measure()
+    finally:
+        peft_model.train(was_training)
+
+
 def logits_with(weights, ids):
     """``peft_model``'s logits of ``ids`` (in eval mode), carrying the adapter ``weights``."""
+    return _with_adapter(
+        weights, lambda: _in_eval_mode(lambda: peft_model(input_ids=ids.to(device)).logits.float().cpu())
+    )
 
-    def logits():
-        was_training = peft_model.training
-        peft_model.eval()
-        try:
-            return peft_model(input_ids=ids.to(device)).logits.float().cpu()
-        finally:
-            peft_model.train(was_training)
 
-    return _with_adapter(weights, logits)
+def reports_with(weights):
+    """The course's ``generate_reports`` of ``peft_model`` (in eval mode) carrying the adapter
+    ``weights``, on the lab's ``EVAL_SUBSET``: what that adapter answers."""
+    return _with_adapter(weights, lambda: _in_eval_mode(lambda: generate_reports(peft_model, EVAL_SUBSET)))
 
 
 def logits_of_merged(ids):

@@ -465,31 +465,58 @@ def test_the_real_batch_loss_is_scored_on_the_logits_of_the_reference_kernels_mo
     assert not forged.passed and forged.detail.startswith("wrong") and not forged.error
 
 
+KEYS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
+KINDS = ["划痕", "气泡", "裂纹", "虚焊", "崩边", "变形"]
+TRUTH = [{k: f"{KINDS[i % 6]}{k[:2]}{i}" if k != "defect_type" else KINDS[i % 6] for k in KEYS} for i in range(12)]
+SCORED = ("tuned_valid_json", "tuned_exact_match", "tuned_rouge")
+
+
+def _generating(names, generated, lab_model):
+    """A kernel with the lab's LoRA model whose course ``generate_reports`` answers ``generated``
+    for the eval subset, beside ``names``."""
+    return {
+        "peft_model": lab_model,
+        "EVAL_SUBSET": list(range(len(generated))),
+        "generate_reports": lambda model, records: list(generated),
+        **names,
+    }
+
+
 def test_the_scores_are_recomputed_against_the_reference_kernels_eval_references():
     """A learner who rebinds EVAL_REFERENCES to what its model says scores itself perfect; the
     scores are recomputed against the lab's references, which come from the reference kernel."""
-    keys = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
-    kinds = ["划痕", "气泡", "裂纹", "虚焊", "崩边", "变形"]
-    truth = [
-        {k: f"{kinds[i % 6]}{k[:2]}{i}" if k not in ("defect_type",) else kinds[i % 6] for k in keys} for i in range(12)
-    ]
-    checks = lab_checks_named("tuned_valid_json", "tuned_exact_match", "tuned_rouge")
+    checks = lab_checks_named(*SCORED)
     assert all(c.wants_reference for c in checks)
-    reference = {"EVAL_REFERENCES": truth}
-    honest = {
-        "base_predictions": ["不是 JSON"] * 12,
-        "tuned_predictions": [json.dumps(r, ensure_ascii=False) for r in truth],
-    }
+    lab_model, base = _peft_world(), ["不是 JSON"] * 12
+    tuned = [json.dumps(r, ensure_ascii=False) for r in TRUTH]
+    reference = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, tuned, lab_model)
+    honest = _generating({"base_predictions": base, "tuned_predictions": tuned}, tuned, lab_model)
     assert all(r.passed for r in graded(checks, honest, reference).values())
-    guess = dict.fromkeys(keys, "划痕")
-    forger = {
-        "base_predictions": ["不是 JSON"] * 12,
-        "tuned_predictions": [json.dumps(guess, ensure_ascii=False)] * 12,
-        "EVAL_REFERENCES": [guess] * 12,
-    }
+    guess = dict.fromkeys(KEYS, "划痕")
+    guessed = [json.dumps(guess, ensure_ascii=False)] * 12
+    forger = _generating(
+        {"base_predictions": base, "tuned_predictions": guessed, "EVAL_REFERENCES": [guess] * 12}, guessed, lab_model
+    )
     assert all(r.passed for r in graded(checks, forger, forger).values())  # its own references
-    against_the_lab = graded(checks, forger, reference)
+    lab_generates = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, guessed, lab_model)
+    against_the_lab = graded(checks, forger, lab_generates)
     assert not against_the_lab["tuned_exact_match"].passed and not against_the_lab["tuned_exact_match"].error
+
+
+def test_the_predictions_are_what_the_learners_adapter_generates():
+    """Predictions typed in from the eval set's own answers score perfectly against the lab's
+    references; the reference kernel's model, carrying the learner's adapter, generates others."""
+    checks = lab_checks_named(*SCORED)
+    lab_model, base = _peft_world(), ["不是 JSON"] * 12
+    typed_in = [json.dumps(r, ensure_ascii=False) for r in TRUTH]
+    generated = ['{"defect_type": "划痕"}'] * 12  # what the adapter really answers
+    learner = _generating({"base_predictions": base, "tuned_predictions": typed_in}, generated, lab_model)
+    generates_it = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, typed_in, lab_model)
+    assert all(r.passed for r in graded(checks, learner, generates_it).values())
+    generates_others = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, generated, lab_model)
+    results = graded(checks, learner, generates_others)
+    assert sum(r.points for r in results.values()) == 0 and not any(r.error for r in results.values())
+    assert "not what the model generates" in results["tuned_valid_json"].detail
 
 
 # -- evidence the learner's kernel cannot forge (issue 47) ---------------------------------
