@@ -2,9 +2,12 @@
 
 The learner's functions are called on inputs drawn from the learner's seed; references are
 computed here. Nothing is trained here: the checks after training read the notebook's state
-(losses, predictions, scores, the merged model) and check it against recomputations.
-Tokenizer and model calls happen in the kernel (they are the notebook's objects); only the
-learner's functions are graded.
+(losses, predictions, scores, the adapter, the merged model) and check it against recomputations.
+What needs the lab's tokenizer or model (the chat template's tokens, the model's config, the
+adapter model's logits and losses, ``DTYPE``, ``STEPS_HERE``) is asked of the trusted reference
+kernel, which ran the lab's solution; the course's records are read here. The learner's kernel
+answers only for the learner's functions and the notebook's results: any later cell of theirs may
+rebind ``tokenizer``, ``peft_model`` or ``eval_records``.
 """
 
 import hashlib
@@ -16,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rocmlab.assets.loaders import load_qc_reports
+from rocmlab.check_compare import assert_close, label
 from rocmlab.harness import check, mistake
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -28,10 +33,10 @@ HAN = "划痕气泡裂纹崩边色差毛刺变形污渍缺料焊点虚焊漏装�
 # ---------------------------------------------------------------- 03-sft-1: build_sft_sample
 
 
-def random_messages(learner, rng):
-    """Chat messages from a random eval record, with a system prompt of the check's own."""
-    n = learner.eval("len(eval_records)")
-    record = learner.eval("eval_records[i]", i=rng.randrange(n))
+def random_messages(rng):
+    """Chat messages from a random eval record (the course's, read here: not the kernel's
+    ``eval_records``), with a system prompt of the check's own."""
+    record = rng.choice(load_qc_reports("eval"))
     keys = list(KEYS)
     rng.shuffle(keys)
     answer = {k: record["report"][k] for k in keys[: rng.randint(3, 6)]}
@@ -43,20 +48,9 @@ def random_messages(learner, rng):
     ]
 
 
-TOKENS = {
-    "full": "tokenizer(tokenizer.apply_chat_template(m, tokenize=False).rstrip('\\n'), add_special_tokens=False)"
-    "['input_ids']",
-    "prompt": "len(tokenizer(tokenizer.apply_chat_template(m[:-1], tokenize=False, add_generation_prompt=True), "
-    "add_special_tokens=False)['input_ids'])",
-    "answer": "len(tokenizer(m[-1]['content'], add_special_tokens=False)['input_ids'])",
-    "end": "tokenizer.convert_tokens_to_ids('<|im_end|>')",
-    "pad": "tokenizer.pad_token_id",
-}
-
-
-def sft_case(learner, rng, pad=0):
-    messages = random_messages(learner, rng)
-    ref = {k: learner.eval(expr, m=messages) for k, expr in TOKENS.items()}
+def sft_case(learner, reference, rng, pad=0):
+    messages = random_messages(rng)
+    ref = reference.run("template_tokens", messages)  # the lab's tokenizer
     if pad:
         got = learner.eval("build_sft_sample(tokenizer, m, pad_to=p)", m=messages, p=len(ref["full"]) + pad)
     else:
@@ -73,9 +67,9 @@ def sft_case(learner, rng, pad=0):
     en="build_sft_sample: input_ids are the template's tokens without the trailing newline, ending with one <|im_end|>",
     zh="build_sft_sample：input_ids 等于聊天模板去掉末尾换行后的 token，以一个 <|im_end|> 结尾",
 )
-def sft_input_ids(learner, variant):
+def sft_input_ids(learner, variant, reference):
     for _ in range(2):
-        got, ref = sft_case(learner, variant.random)
+        got, ref = sft_case(learner, reference, variant.random)
         assert got["input_ids"] == ref["full"], "input_ids differ from the template's tokens"
         assert got["input_ids"][-1] == ref["end"] and got["input_ids"][-2] != ref["end"], "must end with one <|im_end|>"
 
@@ -86,9 +80,9 @@ def sft_input_ids(learner, variant):
     en="build_sft_sample: labels are -100 on the prompt and the token ids on the answer and its <|im_end|>",
     zh="build_sft_sample：提示部分的标签为 -100，回答及其 <|im_end|> 的标签等于 token id",
 )
-def sft_labels(learner, variant):
+def sft_labels(learner, variant, reference):
     for _ in range(2):
-        got, ref = sft_case(learner, variant.random)
+        got, ref = sft_case(learner, reference, variant.random)
         n_prompt, ids, labels = ref["prompt"], got["input_ids"], got["labels"]
         assert len(labels) == len(ids) == len(got["attention_mask"]), "lengths differ"
         assert labels[:n_prompt] == [-100] * n_prompt, "prompt labels must be -100"
@@ -103,15 +97,15 @@ def sft_labels(learner, variant):
     en="build_sft_sample with pad_to: right-padded with pad_token_id, label -100, mask 0",
     zh="build_sft_sample 给了 pad_to 时：右侧用 pad_token_id 填充，标签 -100，mask 0",
 )
-def sft_padding(learner, variant):
+def sft_padding(learner, variant, reference):
     rng = variant.random
     pad = rng.randint(1, 12)
-    got, ref = sft_case(learner, rng, pad=pad)
+    got, ref = sft_case(learner, reference, rng, pad=pad)
     n = len(ref["full"])
     assert got["input_ids"] == ref["full"] + [ref["pad"]] * pad, "input_ids padding"
     assert got["labels"][n:] == [-100] * pad and got["labels"][n - 1] == ref["end"], "label padding"
     assert got["attention_mask"] == [1] * n + [0] * pad, "attention_mask padding"
-    exact = learner.eval("build_sft_sample(tokenizer, m, pad_to=p)", m=random_messages(learner, rng), p=10_000)
+    exact = learner.eval("build_sft_sample(tokenizer, m, pad_to=p)", m=random_messages(rng), p=10_000)
     assert len(exact["input_ids"]) == 10_000, "pad_to sets the length"
 
 
@@ -121,18 +115,16 @@ def sft_padding(learner, variant):
     en="build_sft_sample raises ValueError when the sample is longer than pad_to",
     zh="样本比 pad_to 长时 build_sft_sample 抛出 ValueError",
 )
-def sft_too_long(learner, variant):
+def sft_too_long(learner, variant, reference):
     rng = variant.random
-    messages = random_messages(learner, rng)
-    n = len(learner.eval(TOKENS["full"], m=messages))
+    messages = random_messages(rng)
+    n = len(reference.run("template_tokens", messages)["full"])
     short = n - rng.randint(1, min(20, n - 1))
     raised = learner.raised("build_sft_sample(tokenizer, m, pad_to=p)", m=messages, p=short)
     assert raised is not None and raised.is_a("ValueError"), f"pad_to={short} for {n} tokens: {raised}"
 
 
 # ---------------------------------------------------------------- 03-lora-1: lora_param_count
-
-CONFIG_SETUP = "from transformers import Qwen2Config as __Config"
 
 
 def lora_reference(cfg, r, targets=PROJECTIONS):
@@ -170,10 +162,7 @@ def random_config(rng, head_dim=False):
 
 
 def learner_count(learner, cfg, r, targets=None):
-    if targets is None:
-        got = learner.eval("lora_param_count(__Config(**c), r)", setup=CONFIG_SETUP, c=cfg, r=r)
-    else:
-        got = learner.eval("lora_param_count(__Config(**c), r, t)", setup=CONFIG_SETUP, c=cfg, r=r, t=tuple(targets))
+    got = learner.run("lora_count", cfg, r, None if targets is None else tuple(targets))
     assert type(got) is int, f"returned {type(got).__name__}"
     return got
 
@@ -232,13 +221,13 @@ def lora_targets(learner, variant):
     en="lora_param_count for the lab's model and LORA_R equals peft's trainable count",
     zh="lora_param_count 对本实验的模型和 LORA_R 的结果等于 peft 的可训练参数个数",
 )
-def lora_matches_peft(learner, variant):
-    cfg = learner.eval("peft_model.base_model.model.config.to_dict()")
-    r = PARAMETERS["LORA_R"]  # noqa: F821 (the run's, from the harness)
-    trainable = learner.eval("peft_model.get_nb_trainable_parameters()[0]")
-    assert lora_reference(cfg, r) == trainable, "the notebook's peft model is not LoRA on the seven projections"
-    got = learner.eval("lora_param_count(peft_model.base_model.model.config, __r)", __r=r)
-    assert type(got) is int and got == trainable, f"{got} vs peft {trainable}"
+def lora_matches_peft(learner, variant, reference):
+    # the lab's model and peft's count as the solution built them: the learner's peft_model may be rebound
+    cfg, trainable = reference.eval(
+        "(peft_model.base_model.model.config.to_dict(), peft_model.get_nb_trainable_parameters()[0])"
+    )
+    got = learner_count(learner, cfg, PARAMETERS["LORA_R"])  # noqa: F821 (the run's, from the harness)
+    assert got == trainable, f"[[learner: the lab's model]] {got} vs peft {trainable}"
 
 
 # ---------------------------------------------------------------- 03-data-1: dedupe and split
@@ -430,6 +419,7 @@ def collate_mask(learner, variant):
     points=0.5,
     en="collate returns torch.long tensors of shape [batch, longest]",
     zh="collate 返回 torch.long 张量，形状为 [batch, 本批最长]",
+    counts_with="collate_padding",  # zeros of the right shape have it too
 )
 def collate_dtype(learner, variant):
     rng = variant.random
@@ -485,7 +475,7 @@ def loss_random_batch(learner, variant):
     for _ in range(2):
         logits, labels = random_batch(variant)
         got = scalar(learner.call("causal_lm_loss", logits, labels))
-        assert math.isclose(got, loss_reference(logits, labels), rel_tol=1e-5, abs_tol=1e-6), f"{got}"
+        assert_close(got, loss_reference(logits, labels), rtol=1e-5, atol=1e-6, what="causal_lm_loss")
 
 
 @check(
@@ -500,7 +490,7 @@ def loss_bf16(learner, variant):
     got = learner.call("causal_lm_loss", logits, labels)
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32, f"dtype {getattr(got, 'dtype', None)}"
     want = loss_reference(logits.float(), labels)
-    assert math.isclose(scalar(got), want, rel_tol=1e-5, abs_tol=1e-6), f"{float(got)} vs {want}"
+    assert_close(scalar(got), want, rtol=1e-5, atol=1e-6, what="causal_lm_loss of bf16 logits")
 
 
 @check(
@@ -521,17 +511,11 @@ def loss_real_batch(learner, variant, reference):
     batch = collate_reference(samples, reference.get("PAD_ID"))
     ids, mask = torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"])
     labels = torch.tensor(batch["labels"])
-    setup = (
-        "import torch as __t\n"
-        "with __t.no_grad():\n"
-        "    __logits = peft_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits\n"
-    )
-    # the lab's model runs in the reference kernel; the learner's loss gets its logits as they are
-    logits = reference.eval("__logits.cpu()", setup=setup, ids=ids, mask=mask)
-    got = learner.eval("causal_lm_loss(l.to(device), labels.to(device)).cpu()", l=logits, labels=labels)
+    logits = reference.run("batch_logits", ids, mask)
+    got = learner.run("loss_of", logits, labels)
     tol = 1e-5 if reference.eval("str(DTYPE)") == "torch.float32" else 1e-3
     want = loss_reference(logits.float(), labels)
-    assert math.isclose(scalar(got), want, rel_tol=tol, abs_tol=tol), f"{float(got)} vs {want}"
+    assert_close(scalar(got), want, rtol=tol, atol=tol, what="causal_lm_loss of the lab's model's logits")
 
 
 # ---------------------------------------------------------------- 03-metrics-1: the metrics
@@ -609,7 +593,8 @@ def metrics_rouge(learner, variant):
     got = learner.eval("[rouge_l_f1(a, b) for a, b in p]", p=pairs)
     assert isinstance(got, list) and len(got) == len(pairs), "one value per pair"
     for (a, b), value in zip(pairs, got):
-        assert type(value) is float and math.isclose(value, rouge_reference(a, b), abs_tol=1e-12), (a, b, value)
+        assert type(value) is float, label(f"rouge_l_f1 returned {type(value).__name__}", a=a, b=b)
+        assert_close(value, rouge_reference(a, b), rtol=0, atol=1e-12, what=label("rouge_l_f1", a=a, b=b))
 
 
 @check(
@@ -662,29 +647,20 @@ def metrics_scores(learner, variant):
     got = learner.call("score_predictions", predictions, references)
     want = score_reference(predictions, references)
     assert type(got) is dict and set(got) >= {"valid_json", "exact_match", "rouge_l"}, "keys"
-    assert math.isclose(got["valid_json"], want["valid_json"]), "valid_json"
-    assert set(got["exact_match"]) == set(EXACT), "exact_match keys"
-    for key in EXACT:
-        assert math.isclose(got["exact_match"][key], want["exact_match"][key]), f"exact_match {key}"
-    assert math.isclose(got["rouge_l"], want["rouge_l"], abs_tol=1e-12), "rouge_l"
+    assert_close({k: got[k] for k in want}, want, rtol=1e-9, atol=1e-12, what="score_predictions")
 
 
 # ---------------------------------------------------------------- 03-beats-base-1: after training
 
 
-def trained_state(learner):
+def trained_state(learner, reference):
+    """The notebook's results (the learner's kernel) beside the run's parameters (the harness's) and
+    ``STEPS_HERE`` as the solution found it: with the course's build, its loop runs only the first steps."""
     state = {
-        name: learner.get(name)
-        for name in (
-            "losses",
-            "base_scores",
-            "tuned_scores",
-            "base_dev_loss",
-            "tuned_dev_loss",
-            "STEPS_HERE",
-        )
+        name: learner.get(name) for name in ("losses", "base_scores", "tuned_scores", "base_dev_loss", "tuned_dev_loss")
     }
     state.update({name: PARAMETERS[name] for name in ("MAX_STEPS", "N_EVAL")})  # noqa: F821 (the run's)
+    state["STEPS_HERE"] = reference.get("STEPS_HERE")
     losses = state["losses"]
     assert type(losses) is list and losses and all(type(x) is float for x in losses), "losses"
     return state
@@ -694,9 +670,28 @@ def mean_exact(scores):
     return sum(scores["exact_match"][k] for k in EXACT) / len(EXACT)
 
 
+GENERATED = {}  # (a reference kernel, an adapter's digest) -> the reports that kernel's model generates with it
+AGREEMENT = 0.9  # of the notebook's predictions must be the generated ones (greedy decoding may flip on a GPU)
+
+
+def generated_reports(learner, reference):
+    """The reports the learner's adapter generates, greedy, in the reference kernel's model: once
+    per reference and adapter (four checks score them)."""
+    weights = learner_adapter(learner, reference)
+    digest = hashlib.sha256()
+    for key in sorted(weights):
+        digest.update(key.encode() + weights[key].contiguous().flatten().view(torch.uint8).numpy().tobytes())
+    key = (reference, digest.hexdigest())  # the object itself: no other reference can take its id
+    if key not in GENERATED:
+        GENERATED[key] = reference.run("reports_with", weights)
+    return GENERATED[key]
+
+
 def recomputed_scores(learner, reference):
     """base and tuned scores recomputed here from the notebook's predictions and the lab's
-    references (the reference kernel's: any later cell of the learner's may rebind theirs)."""
+    references (the reference kernel's: any later cell of the learner's may rebind theirs). The
+    predictions must be what the models generate: the base model's as the reference kernel has
+    them, the tuned ones as the learner's adapter generates them in the reference's model."""
     references = reference.get("EVAL_REFERENCES")
     n = PARAMETERS["N_EVAL"]  # noqa: F821 (the run's, from the harness)
     assert type(references) is list and 0 < len(references) <= n, "EVAL_REFERENCES"
@@ -706,16 +701,19 @@ def recomputed_scores(learner, reference):
         predictions = learner.get(f"{name}_predictions")
         assert type(predictions) is list and len(predictions) == len(references), f"{name}_predictions"
         assert all(type(p) is str for p in predictions), f"{name}_predictions"
+        generated = reference.get("base_predictions") if name == "base" else generated_reports(learner, reference)
+        same = sum(p == g for p, g in zip(predictions, generated))
+        assert same >= AGREEMENT * len(generated), (
+            f"[[learner: {name}_predictions are not what the model generates]] {same} of {len(generated)} the same"
+        )
         out[name] = score_reference(predictions, references)
     return out
 
 
-def consistent(claimed, recomputed):
-    assert type(claimed) is dict, "scores"
-    assert math.isclose(claimed["valid_json"], recomputed["valid_json"], abs_tol=1e-9), "valid_json"
-    assert math.isclose(claimed["rouge_l"], recomputed["rouge_l"], abs_tol=1e-9), "rouge_l"
-    for key in EXACT:
-        assert math.isclose(claimed["exact_match"][key], recomputed["exact_match"][key], abs_tol=1e-9), key
+def consistent(claimed, recomputed, what):
+    """The scores the notebook reports are the ones recomputed here (other keys of theirs aside)."""
+    assert type(claimed) is dict and set(recomputed) <= set(claimed), what
+    assert_close({k: claimed[k] for k in recomputed}, recomputed, rtol=0, atol=1e-9, what=what)
 
 
 @check(
@@ -723,9 +721,10 @@ def consistent(claimed, recomputed):
     points=0.25,
     en="training: the losses are finite, one per step, and the last five average below the first",
     zh="训练：损失都是有限值、每步一个，最后五步的平均低于第一步",
+    counts_with="trained_is_the_recipe",  # losses the kernel reports count once they are the recipe's
 )
-def trained_loss_falls(learner, variant):
-    state = trained_state(learner)
+def trained_loss_falls(learner, variant, reference):
+    state = trained_state(learner, reference)
     losses = state["losses"]
     assert all(math.isfinite(x) for x in losses), "a loss is not finite"
     if PARAMETERS["TRAINER"] == "loop":  # noqa: F821 (the run's, from the harness)
@@ -735,24 +734,15 @@ def trained_loss_falls(learner, variant):
     assert metrics["losses"] == losses and metrics["steps"] == len(losses), "metrics.json disagrees"
 
 
-ADAPTER_SETUP = """
-from peft import get_peft_model_state_dict as __state
-from safetensors.torch import load_file as __load
-"""
-# in the reference kernel: the dev loss of the learner's adapter weights ``w``, its own restored after
-LEARNER_ADAPTER_LOSS = """
-from peft import get_peft_model_state_dict as __state, set_peft_model_state_dict as __set
-__own = {k: v.detach().clone() for k, v in __state(peft_model).items()}
-try:
-    assert set(w) == set(__own), "the adapter's tensors are not the lab's"
-    __set(peft_model, {k: v.to(__own[k].device, __own[k].dtype) for k, v in w.items()})
-    __tuned = mean_loss(peft_model, dev_samples)
-finally:
-    __set(peft_model, __own)
-"""
-SAME_WEIGHTS = (
-    "all(__t.equal(v.cpu(), __b[k]) for k, v in __state(peft_model).items()) and set(__state(peft_model)) == set(__b)"
-)
+def learner_adapter(learner, reference):
+    """The learner's adapter weights, each a tensor of the lab's LoRA (names and shapes as the
+    reference's), with some ``lora_B`` trained away from its zero start."""
+    weights = learner.run("adapter_weights")
+    assert isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values()), "adapter weights"
+    shapes = reference.run("adapter_shapes")
+    assert {k: list(v.shape) for k, v in weights.items()} == shapes, "the adapter's tensors are not the lab's LoRA"
+    assert any("lora_B" in k and bool(v.float().abs().sum() > 0) for k, v in weights.items()), "an untrained adapter"
+    return weights
 
 
 @check(
@@ -763,11 +753,10 @@ SAME_WEIGHTS = (
     zh="微调后的适配器来自这个配方：你的循环的损失与课程构建相对差不超过 1e-3 且加载了构建的权重，或者在这里跑完全部 MAX_STEPS 步",
 )
 def trained_is_the_recipe(learner, variant, reference):
-    state = trained_state(learner)
+    state = trained_state(learner, reference)
     # the course's build as the solution finds it: a learner's COURSE_BUILD may name a folder of its own
     losses, build = state["losses"], reference.eval("str(COURSE_BUILD) if COURSE_BUILD else None")
-    if build is None:
-        assert state["STEPS_HERE"] == state["MAX_STEPS"], "no course build, yet not every step ran here"
+    if build is None:  # the solution's STEPS_HERE is MAX_STEPS then: every step runs here
         assert PARAMETERS["TRAINER"] != "loop" or len(losses) == state["MAX_STEPS"], "one loss per step"  # noqa: F821
         return
     manifest = json.loads(reference.eval("open(p, encoding='utf-8').read()", p=build + "/rocmlab-adapter.json"))
@@ -775,9 +764,12 @@ def trained_is_the_recipe(learner, variant, reference):
     assert manifest["steps"] == state["MAX_STEPS"] == len(theirs) and len(losses) <= len(theirs), "the build's steps"
     for step, (mine, ref) in enumerate(zip(losses, theirs), 1):
         assert abs(mine - ref) <= 1e-3 * ref, f"step {step}: {mine} vs the build's {ref}"
-    setup = ADAPTER_SETUP + "import torch as __t\n__b = __load(p)\n"
-    same = learner.eval(SAME_WEIGHTS, setup=setup, p=build + "/adapter_model.safetensors")
-    assert same is True, "the adapter evaluated is not the build's"
+    # the build's weights read by the reference kernel, compared here: the learner's kernel may rebind the loader
+    theirs = reference.run("saved_weights", build + "/adapter_model.safetensors")
+    mine = learner_adapter(learner, reference)
+    assert set(mine) == set(theirs) and all(torch.equal(v, theirs[k]) for k, v in mine.items()), (
+        "the adapter evaluated is not the build's"
+    )
 
 
 @check(
@@ -787,16 +779,15 @@ def trained_is_the_recipe(learner, variant, reference):
     zh="训练：微调后的 dev 损失低于基座模型",
 )
 def trained_dev_loss(learner, variant, reference):
-    state = trained_state(learner)
+    state = trained_state(learner, reference)
     base, tuned = state["base_dev_loss"], state["tuned_dev_loss"]
     assert type(base) is float and type(tuned) is float and math.isfinite(tuned), "dev losses"
     # both measured by the reference kernel on the lab's dev set: the base model, and the
     # learner's own adapter weights loaded into the reference's model for that one measure
-    weights = learner.eval("{k: v.detach().cpu() for k, v in __state(peft_model).items()}", setup=ADAPTER_SETUP)
-    assert isinstance(weights, dict) and weights, "no adapter weights"
-    want_base, want_tuned = reference.eval("(base_dev_loss, __tuned)", setup=LEARNER_ADAPTER_LOSS, w=weights)
-    assert math.isclose(base, want_base, rel_tol=1e-3), f"base dev loss {base}, the lab's model gives {want_base}"
-    assert math.isclose(tuned, want_tuned, rel_tol=1e-3), f"tuned dev loss {tuned}, your adapter gives {want_tuned}"
+    want_base = reference.get("base_dev_loss")
+    want_tuned = reference.run("dev_loss_with", learner_adapter(learner, reference))
+    assert_close(base, want_base, rtol=1e-3, atol=0, what="base_dev_loss against the lab's model's")
+    assert_close(tuned, want_tuned, rtol=1e-3, atol=0, what="tuned_dev_loss against your adapter's in the lab's model")
     assert want_tuned < want_base, f"dev loss {want_base} -> {want_tuned}"
     metrics = json.loads(learner.file("metrics.json"))
     assert metrics["dev_loss"] == {"base": base, "tuned": tuned}, "metrics.json disagrees"
@@ -843,9 +834,9 @@ def tuned_rouge(learner, variant, reference):
     zh="报告的分数就是这些预测的指标，再调用一次 score_predictions 结果相同",
 )
 def scores_are_pure(learner, variant, reference):
-    state, scores = trained_state(learner), recomputed_scores(learner, reference)
-    consistent(state["base_scores"], scores["base"])
-    consistent(state["tuned_scores"], scores["tuned"])
+    state, scores = trained_state(learner, reference), recomputed_scores(learner, reference)
+    consistent(state["base_scores"], scores["base"], "base_scores")
+    consistent(state["tuned_scores"], scores["tuned"], "tuned_scores")
     again = learner.eval("score_predictions(tuned_predictions, r)", r=reference.get("EVAL_REFERENCES"))
     assert again == state["tuned_scores"], "a second call differs"
     metrics = json.loads(learner.file("metrics.json"))
@@ -855,8 +846,8 @@ def scores_are_pure(learner, variant, reference):
 # ---------------------------------------------------------------- 03-merge-1: reload_and_merge
 
 
-def probe_ids(learner, variant):
-    vocab = learner.eval("fresh_base.config.vocab_size")
+def probe_ids(reference, variant):
+    vocab = reference.eval("fresh_base.config.vocab_size")
     gen = variant.torch()
     return torch.randint(0, vocab, (2, variant.random.randint(6, 24)), generator=gen)
 
@@ -867,20 +858,13 @@ def probe_ids(learner, variant):
     en="the merged model's logits match the adapter model's (1e-4 in fp32, 0.25 in bf16)",
     zh="合并后模型的 logits 与带适配器的模型一致（fp32 误差 1e-4，bf16 误差 0.25）",
 )
-def merged_logits_match(learner, variant):
-    ids = probe_ids(learner, variant)
-    setup = (
-        "import torch as __t\n"
-        "with __t.no_grad():\n"
-        "    __a = peft_model(input_ids=ids.to(device)).logits.float().cpu()\n"
-        "    __m = merged_model(input_ids=ids.to(device)).logits.float().cpu()\n"
-    )
-    adapter, merged = learner.eval("(__a, __m)", setup=setup, ids=ids)
-    tol = 1e-4 if learner.eval("str(DTYPE)") == "torch.float32" else 0.25
-    assert merged.shape == adapter.shape, "shapes"
-    assert torch.allclose(merged, adapter, atol=tol, rtol=tol), f"max diff {float((merged - adapter).abs().max())}"
-    tuned = learner.eval("peft_model(**probe).logits.float().cpu()", setup="import torch")
-    assert torch.allclose(tuned, learner.get("tuned_logits"), atol=1e-6), "tuned_logits is not the adapter's output"
+def merged_logits_match(learner, variant, reference):
+    ids = probe_ids(reference, variant)
+    # the adapter model's logits: the learner's adapter weights in the reference kernel's model
+    adapter = reference.run("logits_with", learner_adapter(learner, reference), ids)
+    merged = learner.run("logits_of_merged", ids)
+    tol = 1e-4 if reference.eval("str(DTYPE)") == "torch.float32" else 0.25
+    assert_close(merged, adapter, rtol=tol, atol=tol, what="merged_model's logits against the adapter model's")
 
 
 @check(
@@ -888,6 +872,7 @@ def merged_logits_match(learner, variant):
     points=0.5,
     en="reload_and_merge returns a plain PreTrainedModel, not a PeftModel, with no lora_ parameter",
     zh="reload_and_merge 返回普通的 PreTrainedModel，不是 PeftModel，没有 lora_ 参数",
+    counts_with="merged_logits_match",  # the fresh base, never merged, is plain too
 )
 def merged_is_plain(learner, variant):
     mro = learner.eval("[c.__module__ + '.' + c.__qualname__ for c in type(merged_model).__mro__]")
@@ -902,6 +887,7 @@ def merged_is_plain(learner, variant):
     points=0.25,
     en="the merged model is in eval mode",
     zh="合并后的模型处于 eval 模式",
+    counts_with="merged_logits_match",
 )
 def merged_eval_mode(learner, variant):
     modes = learner.eval("[m.training for m in merged_model.modules()]")
@@ -914,7 +900,7 @@ def merged_eval_mode(learner, variant):
     en="the saved adapter holds as many parameters as peft trains and lora_param_count gives",
     zh="保存的适配器里的参数个数等于 peft 的可训练参数个数和 lora_param_count 的结果",
 )
-def saved_adapter(learner, variant):
+def saved_adapter(learner, variant, reference):
     path = learner.eval("str(adapter_file)")
     head = learner.file(path, limit=8)
     size = int.from_bytes(head, "little")
@@ -925,13 +911,11 @@ def saved_adapter(learner, variant):
     assert tensors and all("lora_" in k for k in tensors), "adapter tensors"
     saved = sum(math.prod(v["shape"]) for v in tensors.values())
     payload = sum(math.prod(v["shape"]) * itemsize[v["dtype"]] for v in tensors.values())
-    assert learner.eval("__import__('os').path.getsize(p)", p=path) == 8 + size + payload, "file size"
-    cfg = learner.eval("fresh_base.config.to_dict()")
+    assert learner.run("file_size", path) == 8 + size + payload, "file size"
+    cfg, trainable = reference.eval("(fresh_base.config.to_dict(), peft_model.get_nb_trainable_parameters()[0])")
     want = lora_reference(cfg, PARAMETERS["LORA_R"])  # noqa: F821 (the run's, from the harness)
-    assert saved == want == learner.eval("peft_model.get_nb_trainable_parameters()[0]"), f"{saved} vs {want}"
-    assert learner.eval("lora_param_count(fresh_base.config, __r)", __r=PARAMETERS["LORA_R"]) == want, (  # noqa: F821
-        "lora_param_count"
-    )
+    assert saved == want == trainable, f"{saved} saved, peft trains {trainable}"
+    assert learner_count(learner, cfg, PARAMETERS["LORA_R"]) == want, "lora_param_count"  # noqa: F821
 
 
 # ---------------------------------------------------------------- 03-memory-1: training_memory_gib
@@ -947,7 +931,7 @@ def memory_full(learner, variant):
     rng = variant.random
     for n in [rng.randint(10**6, 10**11) for _ in range(4)] + [7_615_616_512]:
         got = learner.call("training_memory_gib", n)
-        assert math.isclose(got, 16 * n / 2**30, rel_tol=1e-12), f"{n}: {got}"
+        assert_close(got, 16 * n / 2**30, rtol=1e-12, atol=0, what=label("training_memory_gib", n_params=n))
 
 
 @check(
@@ -962,7 +946,8 @@ def memory_lora(learner, variant):
         n = rng.randint(10**6, 10**11)
         lora = rng.randint(1, n // 50)
         got = learner.call("training_memory_gib", n, lora)
-        assert math.isclose(got, (2 * n + 16 * lora) / 2**30, rel_tol=1e-12), f"{n}, {lora}: {got}"
+        want = (2 * n + 16 * lora) / 2**30
+        assert_close(got, want, rtol=1e-12, atol=0, what=label("training_memory_gib", n_params=n, lora_params=lora))
 
 
 @check(
@@ -1005,6 +990,7 @@ def choose(learner, arch, version, timing):
     points=0.5,
     en='choose_attention: "sdpa" when arch or flash_version is None',
     zh='choose_attention：arch 或 flash_version 为 None 时返回 "sdpa"',
+    counts_with="attention_rule2",  # a rule for when not to choose flash: a constant "sdpa" keeps it
 )
 def attention_rule1(learner, variant):
     rng = variant.random
@@ -1048,6 +1034,7 @@ def attention_rule3(learner, variant):
     points=0.5,
     en="choose_attention: flash_attention_2 only when both lists are non-empty and max(flash) < min(sdpa)",
     zh="choose_attention：只有两个列表都非空且 max(flash) < min(sdpa) 时才返回 flash_attention_2",
+    counts_with="attention_rule2",
 )
 def attention_rule4(learner, variant):
     rng = variant.random

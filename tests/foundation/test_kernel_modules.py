@@ -32,11 +32,9 @@ CHECKS_FILES = sorted(
 # the labs whose checks.py still sends kernel code as strings, until their owners convert them;
 # the test below fails for a lab in this list that no longer does (strict xfail)
 PENDING = {
-    "03-lora-finetune-zh",
     "05-distributed-training",
     "06-multi-agent",
     "07-triton-kernels",
-    "08-low-precision",
 }
 
 

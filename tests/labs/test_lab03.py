@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import unicodedata
+from types import SimpleNamespace
 
 import pytest
 from labsource import LabSource, definitions, student
@@ -464,28 +465,221 @@ def test_the_real_batch_loss_is_scored_on_the_logits_of_the_reference_kernels_mo
     assert not forged.passed and forged.detail.startswith("wrong") and not forged.error
 
 
+KEYS = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
+KINDS = ["划痕", "气泡", "裂纹", "虚焊", "崩边", "变形"]
+TRUTH = [{k: f"{KINDS[i % 6]}{k[:2]}{i}" if k != "defect_type" else KINDS[i % 6] for k in KEYS} for i in range(12)]
+SCORED = ("tuned_valid_json", "tuned_exact_match", "tuned_rouge")
+
+
+def _generating(names, generated, lab_model):
+    """A kernel with the lab's LoRA model whose course ``generate_reports`` answers ``generated``
+    for the eval subset, beside ``names``."""
+    return {
+        "peft_model": lab_model,
+        "EVAL_SUBSET": list(range(len(generated))),
+        "generate_reports": lambda model, records: list(generated),
+        **names,
+    }
+
+
 def test_the_scores_are_recomputed_against_the_reference_kernels_eval_references():
     """A learner who rebinds EVAL_REFERENCES to what its model says scores itself perfect; the
     scores are recomputed against the lab's references, which come from the reference kernel."""
-    keys = ("defect_type", "location", "severity", "disposition", "root_cause", "action")
-    kinds = ["划痕", "气泡", "裂纹", "虚焊", "崩边", "变形"]
-    truth = [
-        {k: f"{kinds[i % 6]}{k[:2]}{i}" if k not in ("defect_type",) else kinds[i % 6] for k in keys} for i in range(12)
-    ]
-    checks = lab_checks_named("tuned_valid_json", "tuned_exact_match", "tuned_rouge")
+    checks = lab_checks_named(*SCORED)
     assert all(c.wants_reference for c in checks)
-    reference = {"EVAL_REFERENCES": truth}
-    honest = {
-        "base_predictions": ["不是 JSON"] * 12,
-        "tuned_predictions": [json.dumps(r, ensure_ascii=False) for r in truth],
-    }
+    lab_model, base = _peft_world(), ["不是 JSON"] * 12
+    tuned = [json.dumps(r, ensure_ascii=False) for r in TRUTH]
+    reference = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, tuned, lab_model)
+    honest = _generating({"base_predictions": base, "tuned_predictions": tuned}, tuned, lab_model)
     assert all(r.passed for r in graded(checks, honest, reference).values())
-    guess = dict.fromkeys(keys, "划痕")
-    forger = {
-        "base_predictions": ["不是 JSON"] * 12,
-        "tuned_predictions": [json.dumps(guess, ensure_ascii=False)] * 12,
-        "EVAL_REFERENCES": [guess] * 12,
-    }
+    guess = dict.fromkeys(KEYS, "划痕")
+    guessed = [json.dumps(guess, ensure_ascii=False)] * 12
+    forger = _generating(
+        {"base_predictions": base, "tuned_predictions": guessed, "EVAL_REFERENCES": [guess] * 12}, guessed, lab_model
+    )
     assert all(r.passed for r in graded(checks, forger, forger).values())  # its own references
-    against_the_lab = graded(checks, forger, reference)
+    lab_generates = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, guessed, lab_model)
+    against_the_lab = graded(checks, forger, lab_generates)
     assert not against_the_lab["tuned_exact_match"].passed and not against_the_lab["tuned_exact_match"].error
+
+
+def test_the_predictions_are_what_the_learners_adapter_generates():
+    """Predictions typed in from the eval set's own answers score perfectly against the lab's
+    references; the reference kernel's model, carrying the learner's adapter, generates others."""
+    checks = lab_checks_named(*SCORED)
+    lab_model, base = _peft_world(), ["不是 JSON"] * 12
+    typed_in = [json.dumps(r, ensure_ascii=False) for r in TRUTH]
+    generated = ['{"defect_type": "划痕"}'] * 12  # what the adapter really answers
+    learner = _generating({"base_predictions": base, "tuned_predictions": typed_in}, generated, lab_model)
+    generates_it = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, typed_in, lab_model)
+    assert all(r.passed for r in graded(checks, learner, generates_it).values())
+    generates_others = _generating({"EVAL_REFERENCES": TRUTH, "base_predictions": base}, generated, lab_model)
+    results = graded(checks, learner, generates_others)
+    assert sum(r.points for r in results.values()) == 0 and not any(r.error for r in results.values())
+    assert "not what the model generates" in results["tuned_valid_json"].detail
+
+
+# -- evidence the learner's kernel cannot forge (issue 47) ---------------------------------
+
+
+class _TwoTokens:
+    """A ``tokenizer`` rebound by a later cell: every text is the same two tokens, the second its end."""
+
+    pad_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1, 2]}
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        return ""
+
+    def convert_tokens_to_ids(self, token):
+        return 2
+
+
+def _two_token_sample(tokenizer, messages, pad_to=None):
+    """The build_sft_sample that agrees with ``_TwoTokens``, whatever the messages."""
+    if pad_to is not None and pad_to < 2:
+        raise ValueError(pad_to)
+    pad = (pad_to or 2) - 2
+    return {"input_ids": [1, 2] + [0] * pad, "labels": [-100, 2] + [-100] * pad, "attention_mask": [1, 1] + [0] * pad}
+
+
+SFT_RULES = ("sft_input_ids", "sft_labels", "sft_padding", "sft_too_long")
+
+
+def test_sft_samples_are_scored_on_the_reference_kernels_tokenizer(ns, tokenizer):
+    """The template's tokens come from the reference kernel: a learner whose later cell rebinds
+    ``tokenizer`` agreed with its own sample, and the records are the course's, not ``eval_records``."""
+    checks = lab_checks_named(*SFT_RULES)
+    assert len(checks) == 4 and all(c.wants_reference for c in checks)
+    reference = {"tokenizer": tokenizer}
+    honest = {"tokenizer": tokenizer, "build_sft_sample": ns["build_sft_sample"], "eval_records": 1.5}
+    assert all(r.passed for r in graded(checks, honest, reference).values())
+    forger = {"tokenizer": _TwoTokens(), "build_sft_sample": _two_token_sample}
+    assert sum(r.points for r in graded(checks, forger, forger).values()) == 2  # what its own tokens gave it
+    against_the_lab = graded(checks, forger, reference).values()
+    assert sum(r.points for r in against_the_lab) == 0 and not any(r.error for r in against_the_lab)
+
+
+def _peft_world(seed=0):
+    """A LoRA-wrapped tiny model whose B matrices are trained away from zero, and its adapter saved."""
+    import peft
+
+    wrapped = peft.get_peft_model(
+        tiny_model(seed), peft.LoraConfig(r=16, target_modules=list(PROJECTIONS), task_type="CAUSAL_LM")
+    )
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05, generator=gen)
+    return wrapped.eval()
+
+
+def test_lora_count_is_checked_on_the_reference_kernels_peft_model(ns):
+    """A later cell rebinds ``peft_model`` to a one-layer model, on which a lora_param_count that
+    returns one constant agrees with peft; the lab's model does not."""
+    checks = lab_checks_named("lora_matches_peft")
+    reference = {"peft_model": _peft_world()}
+    assert graded(checks, {"lora_param_count": ns["lora_param_count"]}, reference)["lora_matches_peft"].passed
+    one_layer = tiny_config(num_hidden_layers=1)
+    constant = ns["lora_param_count"](one_layer, 16)
+    rebound = SimpleNamespace(
+        base_model=SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(to_dict=one_layer.to_dict))),
+        get_nb_trainable_parameters=lambda: (constant, 0),
+    )
+    forger = {"lora_param_count": lambda config, r, targets=None: constant, "peft_model": rebound}
+    assert graded(checks, forger, forger)["lora_matches_peft"].passed
+    result = graded(checks, forger, reference)["lora_matches_peft"]
+    assert not result.passed and not result.error
+
+
+MERGE_RULES = ("merged_logits_match", "merged_is_plain", "merged_eval_mode")
+
+
+def test_the_merged_model_is_compared_with_the_learners_adapter_in_the_reference_kernels_model(ns, tmp_path):
+    """The adapter model's logits come from the reference kernel, carrying the learner's adapter
+    weights: a merged_model that is the fresh base, never merged, is plain and in eval mode, and
+    matched the adapter model's logits when the learner's kernel computed both."""
+    trained = _peft_world()
+    trained.save_pretrained(tmp_path)
+    reference = {"peft_model": _peft_world(), "fresh_base": tiny_model(), "DTYPE": torch.float32}
+    reference["device"] = torch.device("cpu")
+    checks = lab_checks_named(*MERGE_RULES)
+    merged = ns["reload_and_merge"](tiny_model(), tmp_path)
+    honest = {"peft_model": trained, "merged_model": merged, "device": torch.device("cpu")}
+    assert all(r.passed for r in graded(checks, honest, reference).values())
+    forger = {**honest, "merged_model": tiny_model()}
+    results = graded(checks, forger, reference)
+    assert not results["merged_logits_match"].passed and not results["merged_logits_match"].error
+    assert sum(r.points for r in results.values()) == 0, {n: r.detail for n, r in results.items()}
+    import peft
+
+    untrained = peft.get_peft_model(
+        tiny_model(), peft.LoraConfig(r=16, target_modules=list(PROJECTIONS), task_type="CAUSAL_LM")
+    )  # B = 0: its adapter model is the base, which the unmerged base matches
+    result = graded(checks, {**forger, "peft_model": untrained}, reference)["merged_logits_match"]
+    assert not result.passed and "untrained" in result.detail
+
+
+def test_reported_losses_count_once_they_are_the_recipes(tmp_path, monkeypatch):
+    """Falling losses the kernel reports, one per step of a STEPS_HERE of its own, count only with
+    the rule that they are the recipe's (every MAX_STEPS run here when there is no course build)."""
+    from rocmlab.harness import lab_parameters
+
+    monkeypatch.chdir(tmp_path)
+    steps = lab_parameters(LAB / "checks.py", SOURCE.lab.profile("smoke").parameters)["MAX_STEPS"]
+    checks = lab_checks_named("trained_loss_falls", "trained_is_the_recipe")
+    reference = {"COURSE_BUILD": None, "STEPS_HERE": steps}
+
+    def learner(n):
+        losses = [3.0 - 2.0 * i / n for i in range(n)]
+        (tmp_path / "metrics.json").write_text(json.dumps({"losses": losses, "steps": n}), encoding="utf-8")
+        scores = {"base_scores": {}, "tuned_scores": {}, "base_dev_loss": 2.0, "tuned_dev_loss": 1.0}
+        return {"losses": losses, "STEPS_HERE": n, **scores}
+
+    assert all(r.passed for r in graded(checks, learner(steps), reference).values())
+    assert not graded(checks, learner(6), reference)["trained_loss_falls"].passed  # STEPS_HERE is the solution's
+    # with a course build, whose losses are flat: the learner's 30 falling ones are not the recipe's
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "rocmlab-adapter.json").write_text(json.dumps({"steps": steps, "losses": [1.0] * steps}), encoding="utf-8")
+    forged = graded(checks, learner(30), {"COURSE_BUILD": str(build), "STEPS_HERE": 30})
+    assert not forged["trained_is_the_recipe"].passed
+    assert "counts together with" in forged["trained_loss_falls"].detail and forged["trained_loss_falls"].points == 0
+
+
+@pytest.mark.parametrize(
+    "rules,stub",
+    [
+        (("collate_padding", "collate_dtype"), {"collate": lambda samples, pad_id: {
+            k: torch.zeros(len(samples), max(len(s["input_ids"]) for s in samples), dtype=torch.long)
+            for k in ("input_ids", "labels", "attention_mask")
+        }}),
+        (("attention_rule1", "attention_rule2", "attention_rule4"), {"choose_attention": lambda *args: "sdpa"}),
+    ],
+    ids=["collate-zeros", "always-sdpa"],
+)  # fmt: skip
+def test_a_rule_a_stub_keeps_counts_only_with_the_rule_it_qualifies(rules, stub):
+    """A long tensor of the right shape, or "sdpa" whatever is asked, keeps the dtype rule and the
+    rules for when not to choose flash: they count only with the rule they qualify (``counts_with``)."""
+    results = graded(lab_checks_named(*rules), stub, {})
+    assert sum(r.points for r in results.values()) == 0, {n: r.detail for n, r in results.items()}
+
+
+def test_a_kernel_answering_floats_to_everything_fails_with_assertions_not_warnings(tokenizer, recwarn):
+    """A forged kernel answers 2.5 to every request (``len(eval_records)`` included, as main's
+    checks once asked): each rule fails on an answer it can read, with no warning from the checks."""
+    from rocmlab.harness import Learner, Reference, run_checks
+
+    class Floats:
+        def ask(self, request):
+            from rocmlab.lab.answers import evaluate
+
+            return evaluate({"expr": "2.5", "setup": "", "values": {}}, {})
+
+    checks = lab_checks_named(*SFT_RULES, "lora_all_projections", "memory_full", "memory_float")
+    results = run_checks(checks, Learner(Floats()), seed=5, reference=Reference(LocalChannel({"tokenizer": tokenizer})))
+    assert all(r.points == 0 and not r.error for r in results), [(r.name, r.detail, r.error) for r in results]
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)], [str(w.message) for w in recwarn]

@@ -485,15 +485,18 @@ class LocalChannel:
         return evaluate(json.loads(json.dumps(request)), self.names)
 
 
-def run_checks_of(grade_id, namespace, seed):
-    """The checks.py results of one graded cell, run through the harness's Learner against namespace."""
+def run_checks_of(grade_id, namespace, seed, reference=None):
+    """The checks.py results of one graded cell, run through the harness's Learner against namespace;
+    the trusted reference kernel's answers come from ``reference`` (the solution's names), or from
+    namespace itself when it is the solution's."""
     from rocmlab import lab
-    from rocmlab.harness import Learner, load_checks, run_checks
+    from rocmlab.harness import Learner, Reference, load_checks, run_checks
 
     path = LAB / "checks.py"
     checks = [c for c in load_checks(path.read_text(encoding="utf-8"), str(path)) if c.grade_id == grade_id]
     assert checks, f"no check grades {grade_id}"
-    return run_checks(checks, Learner(LocalChannel({"lab": lab, **namespace})), seed)
+    trusted = Reference(LocalChannel({"lab": lab, **(namespace if reference is None else reference)}))
+    return run_checks(checks, Learner(LocalChannel({"lab": lab, **namespace})), seed, reference=trusted)
 
 
 def test_checks_points_add_up_to_each_cell():
@@ -513,7 +516,7 @@ def test_checks_pass_on_the_solution(ns, tokenizer, small_model, grade_id, seed)
 @pytest.mark.parametrize("grade_id,name,mutant", MUTANTS, ids=[m[2].__name__.strip("_") for m in MUTANTS])
 def test_checks_reject_a_known_mistake(ns, tokenizer, small_model, grade_id, name, mutant):
     namespace = graded_namespace(ns, tokenizer, small_model, **{name: mutant(ns)})
-    results = run_checks_of(grade_id, namespace, seed=3)
+    results = run_checks_of(grade_id, namespace, seed=3, reference=graded_namespace(ns, tokenizer, small_model))
     assert not all(r.passed for r in results), f"{mutant.__name__} passes every check of {grade_id}"
 
 
@@ -598,3 +601,92 @@ def test_the_fn_bias_mistake_s_feedback_names_the_format_and_nothing_else(ns, to
     namespace = with_mistake(graded_namespace(ns, tokenizer, small_model), item)
     (result,) = [r for r in run_checks_of("08-fp8bits-1", namespace, seed=2) if r.name == "decode_finite"]
     assert learner_detail(result.detail) in ("format e4m3fnuz", "format e5m2fnuz")
+
+
+# -- evidence the learner's kernel cannot forge (issue 47) ---------------------------------
+
+
+class _OneToken:
+    """A ``tok`` rebound by a later cell: every text is the same two tokens."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1, 2]}
+
+
+class _LossOf:
+    """A ``model`` rebound by a later cell: a loss of its choosing, whatever the input."""
+
+    def __init__(self, loss):
+        self.loss = loss
+
+    def parameters(self):
+        return iter([torch.zeros(1)])
+
+    def __call__(self, input_ids, labels=None):
+        return type("Out", (), {"loss": torch.tensor(self.loss)})()
+
+
+def test_perplexity_is_scored_on_the_reference_kernels_model(ns, tokenizer, small_model):
+    """A learner whose later cells rebind ``model`` and ``tok`` to a loss of 0 and whose perplexity
+    is the constant 1.0 agrees with a reference taken in its own kernel; the lab's model disagrees."""
+    honest = graded_namespace(ns, tokenizer, small_model)
+    forger = {**honest, "tok": _OneToken(), "model": _LossOf(0.0), "perplexity": lambda *a, **k: 1.0}
+    rules = ("ppl_weighted", "ppl_truncated")
+    its_own = {r.name: r for r in run_checks_of("08-ppl-1", forger, seed=4, reference=forger)}
+    assert all(its_own[name].passed for name in rules)  # the attack on a reference taken in its kernel
+    against_the_lab = {r.name: r for r in run_checks_of("08-ppl-1", forger, seed=4, reference=honest)}
+    assert sum(against_the_lab[name].points for name in rules) == 0
+    assert not any(against_the_lab[name].error for name in rules)
+    assert all(r.passed for r in run_checks_of("08-ppl-1", honest, seed=4, reference=honest))
+
+
+class _Config:
+    def __init__(self, values):
+        self.values = values
+
+    def to_dict(self):
+        return dict(self.values)
+
+
+def test_bf16_bytes_are_checked_on_the_model_the_solution_loaded(ns, tokenizer, small_model):
+    """A weight_bytes that is right on every config but the lab's model, with ``model`` rebound to a
+    config it is right on, passed when the model's config and parameter count came from the kernel."""
+    honest = graded_namespace(ns, tokenizer, small_model)
+    lab_vocab = small_model.config.vocab_size
+
+    def weight_bytes(config, fmt, *, group_size=128):
+        right = ns["weight_bytes"](config, fmt, group_size=group_size)
+        return right + 2 if config["vocab_size"] == lab_vocab else right
+
+    qwen = ns["QWEN25_05B"]
+    fake = type("Fake", (), {"config": _Config(qwen), "parameters": lambda self: iter([torch.zeros(494_032_768)])})()
+    forger = {**honest, "weight_bytes": weight_bytes, "model": fake}
+    its_own = {r.name: r for r in run_checks_of("08-memory-1", forger, seed=2, reference=forger)}
+    assert its_own["memory_bf16"].passed
+    result = {r.name: r for r in run_checks_of("08-memory-1", forger, seed=2, reference=honest)}["memory_bf16"]
+    assert not result.passed and not result.error and "the lab's model" in result.detail
+
+
+@pytest.mark.parametrize(
+    "grade_id,stub,rule",
+    [
+        ("08-fnuz-1", {"ocp_to_fnuz": lambda q, scale: (q, scale)}, "fnuz_inputs"),
+        ("08-ocp-1", {"fnuz_to_ocp": lambda q, scale: (q, scale)}, "ocp_inputs"),
+        (
+            "08-mxfp4-1",
+            {"mxfp4_quantize": lambda x, block_size=32: (
+                torch.zeros(x.shape, dtype=torch.uint8),
+                torch.zeros(*x.shape[:-1], x.shape[-1] // block_size, dtype=torch.uint8),
+            )},
+            "mx_layout",
+        ),
+    ],
+    ids=["inputs-kept", "ocp-inputs-kept", "layout-of-a-constant"],
+)  # fmt: skip
+def test_a_rule_a_stub_keeps_counts_only_with_the_values_it_qualifies(ns, tokenizer, small_model, grade_id, stub, rule):
+    """Leaving the inputs alone and quantizing each block alone as within x are properties a stub
+    has too: they count only with the values rule they qualify (``counts_with``)."""
+    honest = graded_namespace(ns, tokenizer, small_model)
+    results = {r.name: r for r in run_checks_of(grade_id, {**honest, **stub}, seed=6, reference=honest)}
+    assert not results[rule].passed and "counts together with" in results[rule].detail
+    assert sum(r.points for r in results.values()) == 0

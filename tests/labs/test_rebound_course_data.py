@@ -154,3 +154,112 @@ def test_evidence_forged_in_the_kernel_scores_the_blank_score(lab, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     score, passed, _ = _score(lab, {**REBOUND, **FORGED_EVIDENCE[lab]})
     assert score == 0, f"{lab}: a learner who forges the kernel's evidence earns {score}: {passed}"
+
+
+# ---------------------------------------------------------------- labs 03 and 08: forged evidence
+
+
+class _TwoTokens:
+    """Lab 03's ``tokenizer`` (lab 08's ``tok``) rebound: every text is two tokens, the second its end."""
+
+    pad_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1, 2]}
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        return ""
+
+    def convert_tokens_to_ids(self, token):
+        return 2
+
+
+class _LossZero:
+    """Lab 08's ``model`` rebound: a loss of 0 whatever the input, so a perplexity of 1."""
+
+    def parameters(self):
+        import torch
+
+        return iter([torch.zeros(1)])
+
+    def __call__(self, input_ids, labels=None):
+        import torch
+
+        return SimpleNamespace(loss=torch.tensor(0.0))
+
+
+class _Plain:
+    """Lab 03's ``merged_model`` rebound: a class named as transformers' plain model, in eval mode."""
+
+    training = False
+
+    def named_parameters(self):
+        return [("model.embed_tokens.weight", None)]
+
+    def modules(self):
+        return [self]
+
+
+_Plain.__module__, _Plain.__qualname__ = "transformers.modeling_utils", "PreTrainedModel"
+
+
+def _two_token_sample(tokenizer, messages, pad_to=None):
+    if pad_to is not None and pad_to < 2:
+        raise ValueError(pad_to)
+    pad = (pad_to or 2) - 2
+    return {"input_ids": [1, 2] + [0] * pad, "labels": [-100, 2] + [-100] * pad, "attention_mask": [1, 1] + [0] * pad}
+
+
+def _zeros_collate(samples, pad_id):
+    import torch
+
+    shape = (len(samples), max(len(s["input_ids"]) for s in samples))
+    return {k: torch.zeros(shape, dtype=torch.long) for k in ("input_ids", "labels", "attention_mask")}
+
+
+def _zeros_mxfp4(x, block_size=32):
+    import torch
+
+    scales = torch.zeros(*x.shape[:-1], x.shape[-1] // block_size, dtype=torch.uint8)
+    return torch.zeros(x.shape, dtype=torch.uint8), scales
+
+
+_PEFT_OF_ONE_LAYER = SimpleNamespace(  # LoRA's count of a model of no layers: 0, as the stub says
+    base_model=SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(to_dict=lambda: {
+        "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 0, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "vocab_size": 64,
+    }))),
+    get_nb_trainable_parameters=lambda: (0, 0),
+)  # fmt: skip
+FORGED_LOSSES = [3.0, 2.5, 2.0, 1.5, 1.0, 0.5]
+FORGED_RECORD = {"product_line": "x", "description": "y", "report": dict.fromkeys(
+    ("defect_type", "location", "severity", "disposition", "root_cause", "action"), "z"
+)}  # fmt: skip
+# Per lab: the notebook's objects rebound so that stub answers agree with evidence taken from the
+# learner's kernel, and stubs that keep a rule a constant function keeps. Against main's checks
+# before issue 47's last pass, lab 03's earned 5.5 points and lab 08's 3.
+FORGED = {
+    "03-lora-finetune-zh": {
+        "tokenizer": _TwoTokens(), "build_sft_sample": _two_token_sample, "eval_records": [FORGED_RECORD],
+        "peft_model": _PEFT_OF_ONE_LAYER, "lora_param_count": lambda config, r, targets=None: 0,
+        "merged_model": _Plain(), "losses": FORGED_LOSSES, "STEPS_HERE": len(FORGED_LOSSES),
+        "base_scores": {}, "tuned_scores": {}, "base_dev_loss": 2.0, "tuned_dev_loss": 1.0,
+        "collate": _zeros_collate, "choose_attention": lambda *args: "sdpa",
+    },
+    "08-low-precision": {
+        "tok": _TwoTokens(), "model": _LossZero(), "perplexity": lambda *args, **kwargs: 1.0,
+        "ocp_to_fnuz": lambda q, scale: (q, scale), "fnuz_to_ocp": lambda q, scale: (q, scale),
+        "mxfp4_quantize": _zeros_mxfp4,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("lab", [pytest.param(lab, id=lab[:2]) for lab in FORGED])
+def test_forged_evidence_and_stubs_score_the_blank_score(lab, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    metrics = {"losses": FORGED_LOSSES, "steps": len(FORGED_LOSSES)}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    score, passed, _ = _score(lab, {"torch": torch, **FORGED[lab]})
+    assert score == 0, f"{lab}: forged evidence earns {score}: {passed}"
