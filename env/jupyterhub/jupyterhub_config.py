@@ -26,7 +26,8 @@
 #   ROCMLAB_HUB_DEMO_USER    demo run as root: the account every server runs as (default
 #                            $SUDO_USER, else nobody; never root). The hub's state stays root's.
 #   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
-#   ROCMLAB_LIVE_WORKERS     grading workers the hub runs and restarts (default 0: started by hand)
+#   ROCMLAB_LIVE_WORKERS     grading workers the hub runs and restarts (default: one per 4 cores,
+#                            at least one; 0: none, started by hand: rocmlab.hub.settings.LiveWorkers)
 #   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
 #                            than it uses, and an RLIMIT_AS would break it)
@@ -68,7 +69,7 @@ from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
-from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, HubGroups
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, LIVE_WORKERS, HubGroups, LiveWorkers
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -380,6 +381,8 @@ if not demo:  # a workshop server: instructors start and stop learners' servers,
 # (`rocmlab submit` in a JupyterLab terminal); what a learner sees there is their own only.
 live = env("ROCMLAB_LIVE", "1") != "0"
 if live:
+    workers = LiveWorkers.from_environment()
+    print(workers.warning() or workers.describe(), file=sys.stderr)  # into the hub's log
     live_data = data / "live"
     live_data.mkdir(exist_ok=True)
     os.chmod(live_data, 0o700)
@@ -403,6 +406,7 @@ if live:
                 "ROCMLAB_LIVE_RATE_LIMIT": env("ROCMLAB_LIVE_RATE_LIMIT", "5"),
                 "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
                 "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),
+                LIVE_WORKERS: str(workers.count),  # 0: the instructor's page says none is run here
                 "ROCMLAB_ROOT": str(course_repo),
                 # the live pages (rocmlab.hub.live_page): homes for hints, language, certificate rule
                 "ROCMLAB_HUB_DATA": str(data),
@@ -425,13 +429,13 @@ if live:
         "access:services!service=rocmlab-live",
     ]
     c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
-    # Grading workers run by the hub: ROCMLAB_LIVE_WORKERS of them (default 0: you start them,
+    # Grading workers run by the hub (rocmlab.hub.settings.LiveWorkers; 0: you start them,
     # docs/hub.md). JupyterHub restarts a managed service that exits; each gets the course's
     # environment (the model cache a `sudo` would drop) and checks every delivered lab first.
     course_environment = {
         name: os.environ[name] for name in ("ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE") if os.environ.get(name)
     }
-    for number in range(1, int(env("ROCMLAB_LIVE_WORKERS", "0")) + 1):
+    for number in range(1, workers.count + 1):
         services.append(
             {
                 "name": f"rocmlab-live-worker-{number}",
