@@ -20,6 +20,8 @@
 #                            (default ROCMLAB_ROOT/labs/<lang>, the smoke build; `rocmlab hub
 #                            --profile gpu` renders the gpu profile's into DATA/labs-gpu/<lang>)
 #   ROCMLAB_HUB_LABS         comma-separated lab ids delivered on spawn (default: every lab there)
+#   ROCMLAB_HUB_LABS_PROFILE the profile of the delivered notebooks (smoke; gpu: `rocmlab hub --profile
+#                            gpu`): the hub's grading workers grade with its parameters and limits
 #   ROCMLAB_HUB_INSTRUCTOR_GROUP, ROCMLAB_HUB_LEARNER_GROUP   (instructors, rocmlab)
 #   ROCMLAB_HUB_INSTRUCTORS  demo: comma-separated hub users put in the instructor group
 #   ROCMLAB_HUB_PASSWORD     demo: the shared password (8 characters or more)
@@ -440,7 +442,8 @@ if live:
             {
                 "name": f"rocmlab-live-worker-{number}",
                 "command": [sys.executable, "-m", "rocmlab", "--root", str(course_repo), "live", "worker"]
-                + ["--queue", str(live_data / "queue.sqlite"), "--labs", ",".join(labs)],
+                + ["--queue", str(live_data / "queue.sqlite"), "--labs", ",".join(labs)]
+                + ["--profile", env("ROCMLAB_HUB_LABS_PROFILE", "smoke")],
                 "environment": course_environment,
             }
         )

@@ -51,8 +51,23 @@ def test_the_hub_runs_grading_workers_with_the_courses_environment(monkeypatch, 
     assert command[command.index("--labs") + 1] == "01-rocm-setup,07-triton-kernels"
     assert command[command.index("--queue") + 1] == str(tmp_path / "data" / "live" / "queue.sqlite")
     assert workers[0]["environment"]["ROCMLAB_CACHE"] == str(tmp_path / "cache") and "url" not in workers[0]
+    assert command[command.index("--profile") + 1] == "smoke"
     service = next(s for s in c.JupyterHub.services if s["name"] == "rocmlab-live")
     assert service["environment"]["ROCMLAB_LIVE_WORKERS"] == "2"  # the instructor's page warns at 0
+
+
+def test_the_hubs_workers_grade_with_the_profile_of_the_delivered_notebooks(monkeypatch, tmp_path):
+    """`rocmlab hub --profile gpu` delivers the gpu profile's notebooks: its workers grade them with
+    that profile's parameters and limits, not the smoke profile's (rocmlab live worker's default)."""
+    from test_hub import hub_config
+
+    from rocmlab.hub.launch import hub_environment
+
+    env = hub_environment(tmp_path, tmp_path, demo=True, port=8000, proxy=tmp_path / "proxy", profile="gpu")
+    assert env["ROCMLAB_HUB_LABS_PROFILE"] == "gpu"
+    c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_WORKERS="1", ROCMLAB_HUB_LABS_PROFILE="gpu")
+    (worker,) = [s for s in c.JupyterHub.services if s["name"] == "rocmlab-live-worker-1"]
+    assert worker["command"][worker["command"].index("--profile") + 1] == "gpu"
 
 
 def workers_in(c) -> list[str]:

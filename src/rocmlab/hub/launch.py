@@ -158,6 +158,7 @@ def hub_environment(
     ssl_key: str = "",
     insecure_http: bool = False,
     live_port: int | None = None,
+    profile: str = "smoke",
 ) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
@@ -174,6 +175,7 @@ def hub_environment(
             "ROCMLAB_HUB_LANG": lang,
             "ROCMLAB_HUB_LABS_DIR": str(labs_dir or root / "labs" / lang),
             "ROCMLAB_HUB_LABS": ",".join(labs),
+            "ROCMLAB_HUB_LABS_PROFILE": profile,  # the delivered notebooks': the hub's workers grade with it
             "ROCMLAB_HUB_PASSWORD": password,
             "ROCMLAB_HUB_ADMIN_TOKEN": admin_token,
             "ROCMLAB_HUB_INSTRUCTORS": ",".join(instructors),

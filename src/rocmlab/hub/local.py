@@ -197,6 +197,7 @@ class LocalHub:
             ssl_key=self.tls_key,
             insecure_http=self.insecure_http,
             live_port=self.live_port,
+            profile=self.profile,
         )
         env.update(
             {"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group, "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group}
