@@ -84,7 +84,7 @@ class LocalHub:
         self.internal_port = hub_process.service_port(demo)  # privileged on a server (rocmlab.hub.loopback)
         self.live_port = hub_process.service_port(demo, [self.internal_port])  # the live service
         # the public port too: no learner may bind it while the proxy restarts
-        self.port = port or hub_process.service_port(demo, [self.internal_port, self.live_port])
+        self.port = hub_process.public_port(demo, port, [self.internal_port, self.live_port])
         self.tls_cert, self.tls_key = tls.choose(  # a self-signed pair is made at start (as root)
             self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo, create=False
         )
