@@ -168,6 +168,17 @@ def test_the_worker_closes_its_graders_when_it_stops_also_on_sigterm(stand_in, s
     assert queue.get(2).state == "queued"  # given back at once
 
 
+def test_a_worker_grades_its_open_labs_first_and_opens_no_second_grader_while_they_have_work(stand_in, spool):
+    queue = LiveQueue(spool / "queue.sqlite")
+    queue.submit("bo", LABS[2], "t1", str(notebook(spool, "bo", LABS[2])))  # first in turn
+    queue.submit("cy", LABS[0], "t1", str(notebook(spool, "cy", LABS[0])))
+    worker = Worker(queue, ROOT, worker_id="w", poll_s=0.05, log=lambda _m: None)
+    worker.graders._grader(LABS[0])  # lab 01's grader is open already
+    assert worker.run(max_attempts=1) == 1
+    assert queue.latest("cy", LABS[0]).state == "graded" and queue.latest("bo", LABS[2]).state == "queued"
+    assert [g.lab for g in stand_in] == [LABS[0]]  # it told the queue what it had open: no grader for 07
+
+
 def test_the_cli_default_of_open_labs_is_the_graders_own():
     parser = argparse.ArgumentParser()
     live_command.add_arguments(parser)

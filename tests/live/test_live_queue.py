@@ -317,3 +317,91 @@ def test_the_room_shows_the_queue_and_each_workers_heartbeat(tmp_path):
     assert queue.room()["alive_workers"] == 1
     clock.now += 70  # the worker died: no renewal, its lease ran out, no claim
     assert queue.room()["alive_workers"] == 0 and queue.room()["workers"][0]["seen_s"] == 125.0
+
+
+def test_a_worker_takes_an_attempt_at_a_lab_it_has_open_before_the_first_in_turn(tmp_path):
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    queue.submit("ana", "07-triton", "t1", "/s")
+    queue.submit("bo", "01-setup", "t1", "/s")
+    assert queue.claim("w1", 60, labs=["01-setup"]).learner == "bo"  # ana is first in turn
+    assert queue.claim("w2", 60).learner == "ana"  # no lab open: the first in turn
+
+
+def test_no_attempt_is_passed_over_for_a_lab_once_it_waited_the_affinity_bound(tmp_path):
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock, affinity_s=30)
+    queue.submit("ana", "07-triton", "t1", "/s")  # first in turn, at a lab the worker has not open
+    for n in range(3):  # the worker's own lab keeps receiving attempts
+        clock.now += 10
+        queue.submit(f"l{n}", "01-setup", "t1", "/s")
+        claimed = queue.claim("w1", 60, labs=["01-setup"])
+        if clock.now - 1_000_000.0 < 30:
+            assert claimed.lab == "01-setup"
+        else:
+            assert claimed.learner == "ana"  # waited 30 s: handed out whatever the worker has open
+        queue.complete(claimed.id, "w1", result())
+    assert queue.latest("ana", "07-triton").state == "graded"
+
+
+def test_a_worker_without_the_first_in_turns_lab_takes_a_lab_no_other_worker_has_open(tmp_path):
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    for learner, lab in (("ana", "07-triton"), ("bo", "07-triton"), ("cy", "01-setup"), ("dee", "09-prof")):
+        queue.submit(learner, lab, "t1", "/s")
+    ana = queue.claim("w1", 600)
+    assert ana.lab == "07-triton"  # w1 will open 07: the queue counts it as open there
+    assert queue.claim("w2", 600).learner == "cy"  # bo is first in turn, but 07 is open at w1
+    clock.now += 31  # bo has waited past the bound, and w1 is alive with 07 open: w1 takes bo next
+    assert queue.claim("w3", 600).learner == "dee"
+    queue.complete(ana.id, "w1", result())
+    assert queue.claim("w1", 600, labs=["07-triton"]).learner == "bo"
+
+
+def test_an_attempt_past_the_bound_whose_lab_is_open_only_at_a_dead_worker_goes_to_anyone(tmp_path):
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    queue.submit("ana", "07-triton", "t1", "/s")
+    queue.submit("bo", "07-triton", "t1", "/s")
+    queue.submit("cy", "01-setup", "t1", "/s")
+    queue.submit("dee", "09-prof", "t1", "/s")
+    queue.claim("w1", 30)  # ana, then w1 dies: no renew, not seen again
+    clock.now += 29
+    assert queue.claim("w2", 600, labs=["01-setup"]).learner == "cy"
+    clock.now += 61  # w1's lease ran out and it was not seen for a minute: its 07 is open nowhere
+    queue.complete(queue.latest("cy", "01-setup").id, "w2", result())
+    assert queue.claim("w2", 600, labs=["01-setup"]).learner == "bo"  # first in turn, not dee
+
+
+def test_a_worker_with_nothing_else_to_do_still_grades_another_workers_lab(tmp_path):
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    queue.submit("ana", "07-triton", "t1", "/s")
+    queue.submit("bo", "07-triton", "t1", "/s")
+    assert queue.claim("w1", 60, labs=["07-triton"]).learner == "ana"
+    assert queue.claim("w2", 60, labs=["01-setup"]).learner == "bo"  # never idle while an attempt waits
+
+
+def test_lab_affinity_keeps_one_attempt_per_learner_at_a_time(tmp_path):
+    queue = LiveQueue(tmp_path / "q.sqlite")
+    queue.submit("ana", "01-setup", "t1", "/s")
+    queue.submit("ana", "07-triton", "t2", "/s")
+    assert queue.claim("w1", 60, labs=["01-setup"]).lab == "01-setup"
+    assert queue.claim("w2", 60, labs=["07-triton"]) is None  # ana's other attempt is being graded
+
+
+def test_a_queue_file_of_an_older_rocmlab_gains_the_workers_labs(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE workers (worker TEXT PRIMARY KEY, seen_at REAL NOT NULL, attempt_id INTEGER)")
+    db.execute("INSERT INTO workers VALUES ('w0', 1.0, NULL)")
+    db.commit()
+    db.close()
+    queue = LiveQueue(path)
+    queue.submit("ana", "01-setup", "t1", "/s")
+    assert queue.claim("w1", 60, labs=["01-setup"]).learner == "ana"
+    assert [w["worker"] for w in queue.room()["workers"]] == ["w1"]
+
+
+def test_a_negative_affinity_bound_is_refused(tmp_path):
+    with pytest.raises(QueueError, match="affinity_s"):
+        LiveQueue(tmp_path / "q.sqlite", affinity_s=-1)

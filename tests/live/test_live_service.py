@@ -125,7 +125,11 @@ class LiveServiceTest(AsyncHTTPTestCase):
         self.call("POST", "api/submit", "ana-token", {"lab": "01-pass"})
         assert self.call("POST", "api/worker/claim", "ana-token", {"worker": "w1"})[0] == 403
         assert self.call("POST", "api/worker/claim", "x" * 32, {"worker": "w1"}, auth="Bearer")[0] == 403
-        code, claimed = self.call("POST", "api/worker/claim", "w" * 32, {"worker": "w1", "lease_s": 60}, auth="Bearer")
+        for labs in ("01-pass", [1], ["x"] * 65):  # a worker's open labs: a short list of lab ids
+            bad = {"worker": "w1", "lease_s": 60, "labs": labs}
+            assert self.call("POST", "api/worker/claim", "w" * 32, bad, auth="Bearer")[0] == 400
+        mine = {"worker": "w1", "lease_s": 60, "labs": ["01-pass"]}
+        code, claimed = self.call("POST", "api/worker/claim", "w" * 32, mine, auth="Bearer")
         assert code == 200 and claimed["attempt"]["state"] == "grading"
         files = tarfile.open(fileobj=io.BytesIO(base64.b64decode(claimed["files"])))
         assert "./01-pass.ipynb" in files.getnames()

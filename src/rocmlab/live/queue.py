@@ -22,6 +22,13 @@ processes sharing the file):
 - **Fair.** At most one attempt of a learner is graded at a time, and learners take turns: ``claim``
   serves the learner served least recently (``turns``), their oldest attempt first; a learner
   who queues many attempts waits behind everyone else's next one.
+- **Lab affinity, bounded.** A worker says which labs' graders it has open; ``claim`` may pass the
+  attempt first in turn over for one of those labs (then for a lab no other worker has open), so
+  that a room on two labs does not make every worker open both (issue 49: a grader's opening is
+  what live grading costs above batch). Only while that attempt has waited less than
+  ``affinity_s`` (30 s), or while another live worker has its lab open: that worker takes it at
+  its next claim, as it is first in turn among that worker's labs too. Past that, it is the next
+  handed out, whatever the worker has open; a worker never idles while an attempt waits.
 - **Same notebook, same answer.** A submit whose notebook is byte-identical (``content_hash``) to the
   learner's last attempt at the lab is answered with that attempt (``duplicate``): not graded, not
   counted again. (Unless that attempt was ``failed`` and not counted: then it is graded anew.)
@@ -96,7 +103,8 @@ CREATE INDEX IF NOT EXISTS attempts_learner ON attempts (learner, lab, queued_at
 CREATE TABLE IF NOT EXISTS workers (
     worker TEXT PRIMARY KEY,
     seen_at REAL NOT NULL,
-    attempt_id INTEGER
+    attempt_id INTEGER,
+    labs TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS turns (
     learner TEXT PRIMARY KEY,
@@ -112,9 +120,10 @@ CREATE TABLE IF NOT EXISTS seeds (
 
 
 MIGRATIONS = (
-    ("content_hash", "TEXT NOT NULL DEFAULT ''"),
-    ("counted", "INTEGER NOT NULL DEFAULT 1"),
-    ("regrade_of", "INTEGER"),
+    ("attempts", "content_hash", "TEXT NOT NULL DEFAULT ''"),
+    ("attempts", "counted", "INTEGER NOT NULL DEFAULT 1"),
+    ("attempts", "regrade_of", "INTEGER"),
+    ("workers", "labs", "TEXT NOT NULL DEFAULT '[]'"),
 )
 
 
@@ -128,8 +137,17 @@ WHERE (a.state = 'queued' OR (a.state = 'grading' AND a.lease_until < :now))
     WHERE b.learner = a.learner AND b.id != a.id AND b.state = 'grading' AND b.lease_until >= :now
   )
 ORDER BY COALESCE(t.turn, 0), a.id
-LIMIT 1
+LIMIT 500
 """
+# The labs other live workers have open (each reports them when it claims): seen within the last
+# minute, or grading under a live lease (a grading worker renews only every third of its lease).
+OPEN_ELSEWHERE = """
+SELECT w.labs FROM workers w LEFT JOIN attempts a ON a.id = w.attempt_id
+WHERE w.worker != :worker
+  AND (w.seen_at >= :since OR (a.state = 'grading' AND a.worker = w.worker AND a.lease_until >= :now))
+"""
+
+AFFINITY_S = 30.0  # how long the attempt first in turn may be passed over for a lab a worker has open
 
 
 class QueueError(RuntimeError):
@@ -159,9 +177,12 @@ class LiveQueue:
     (a submission that kills every worker that grades it stops there).
     """
 
-    def __init__(self, path: Path | str, *, clock=time.time, max_tries: int = 3):
+    def __init__(self, path: Path | str, *, clock=time.time, max_tries: int = 3, affinity_s: float = AFFINITY_S):
         self.path = Path(path)
         self.clock = clock
+        if affinity_s < 0:
+            raise QueueError(f"affinity_s must be 0 or more, got {affinity_s}")
+        self.affinity_s = affinity_s
         if max_tries < 1:
             raise QueueError(f"max_tries must be 1 or more, got {max_tries}")
         self.max_tries = max_tries
@@ -179,11 +200,10 @@ class LiveQueue:
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
         """Add the columns a queue file made by an older rocmlab lacks."""
-        have = {row[1] for row in db.execute("PRAGMA table_info(attempts)")}
-        for column, declaration in MIGRATIONS:
-            if column not in have:
+        for table, column, declaration in MIGRATIONS:
+            if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
                 try:
-                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {declaration}")
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
                 except sqlite3.OperationalError as exc:  # another process added it first
                     if "duplicate column" not in str(exc):
                         raise
@@ -348,19 +368,30 @@ class LiveQueue:
 
     # ------------------------------------------------------------------ the workers
 
-    def claim(self, worker_id: str, lease_s: float) -> Attempt | None:
+    def claim(self, worker_id: str, lease_s: float, labs=()) -> Attempt | None:
         """An attempt free to grade (queued, or grading with its lease run out), now held by
         ``worker_id`` for ``lease_s`` seconds; None when there is none. Only learners with no
         attempt being graded are served, the one served least recently first, their oldest attempt
         first. An attempt claimed ``max_tries`` times already, each lease run out, is failed (not
-        counted: the grading stopped, not the learner) instead of handed out again."""
+        counted: the grading stopped, not the learner) instead of handed out again.
+
+        ``labs``: the labs whose graders the worker has open. The attempt first in turn may be passed
+        over for one of those labs, then for a lab no other worker has open (opening a grader costs
+        more than grading an attempt), while it has waited less than ``affinity_s``, or while
+        another live worker has its lab open: that one takes it at its next claim (``choose``)."""
         if lease_s <= 0:
             raise ValueError(f"claim: lease_s must be positive, got {lease_s}")
         now = self.clock()
+        labs = sorted({str(lab) for lab in labs})
         with self._transaction() as db:
-            self._seen(db, worker_id, None, now)
+            self._seen(db, worker_id, None, now, labs=labs)
             while True:
-                row = db.execute(CLAIMABLE, {"now": now}).fetchone()
+                row = choose(
+                    db.execute(CLAIMABLE, {"now": now}).fetchall(),
+                    mine=set(labs),
+                    elsewhere=self._open_elsewhere(db, worker_id, now),
+                    passed_over_until=now - self.affinity_s,
+                )
                 if row is None:
                     return None
                 if row["tries"] >= self.max_tries:
@@ -375,7 +406,7 @@ class LiveQueue:
                     "tries = tries + 1 WHERE id = ?",
                     (worker_id, now + lease_s, now, row["id"]),
                 )
-                self._seen(db, worker_id, row["id"], now)
+                self._seen(db, worker_id, row["id"], now, labs=sorted({*labs, row["lab"]}))
                 db.execute(
                     "INSERT INTO turns (learner, turn) VALUES (?, (SELECT COALESCE(MAX(turn), 0) + 1 FROM turns)) "
                     "ON CONFLICT (learner) DO UPDATE SET turn = excluded.turn",
@@ -444,12 +475,19 @@ class LiveQueue:
             )
 
     @staticmethod
-    def _seen(db: sqlite3.Connection, worker_id: str, attempt_id: int | None, now: float) -> None:
+    def _seen(db: sqlite3.Connection, worker_id: str, attempt_id: int | None, now: float, labs=None) -> None:
+        """Record the worker as seen now, holding ``attempt_id``, with ``labs`` open (None: as before)."""
         db.execute(
-            "INSERT INTO workers (worker, seen_at, attempt_id) VALUES (?, ?, ?) "
-            "ON CONFLICT (worker) DO UPDATE SET seen_at = excluded.seen_at, attempt_id = excluded.attempt_id",
-            (worker_id, now, attempt_id),
+            "INSERT INTO workers (worker, seen_at, attempt_id, labs) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (worker) DO UPDATE SET seen_at = excluded.seen_at, attempt_id = excluded.attempt_id, "
+            "labs = COALESCE(?, labs)",
+            (worker_id, now, attempt_id, json.dumps(labs or []), None if labs is None else json.dumps(labs)),
         )
+
+    def _open_elsewhere(self, db: sqlite3.Connection, worker_id: str, now: float) -> set[str]:
+        """The labs other workers seen lately have open (a grading worker renews its lease while it grades)."""
+        rows = db.execute(OPEN_ELSEWHERE, {"worker": worker_id, "since": now - 60.0, "now": now})
+        return {lab for (labs,) in rows for lab in json.loads(labs)}
 
     @staticmethod
     def _holding(db: sqlite3.Connection, attempt_id: int, worker_id: str) -> None:
@@ -528,6 +566,24 @@ class LiveQueue:
         instructor's batch grading draws each learner's live variant."""
         rows = self._read("SELECT learner, seed FROM seeds WHERE lab = ? ORDER BY learner", (lab,))
         return {"lab": lab, "students": [{"student": r["learner"], "seed": r["seed"]} for r in rows]}
+
+
+def choose(rows: list, *, mine: set[str], elsewhere: set[str], passed_over_until: float):
+    """The attempt to hand out among the claimable ``rows`` (in turn order), to a worker with the labs
+    ``mine`` open while other live workers have ``elsewhere`` open. The first in turn, once queued at
+    or before ``passed_over_until``, unless a worker with its lab open will take it at its next claim
+    (it is first in turn there too); else the first of a lab in ``mine``; else the first of a lab
+    no one has open; else the first in turn. None when there are no rows."""
+    if not rows:
+        return None
+    first = rows[0]
+    if first["queued_at"] <= passed_over_until and first["lab"] not in elsewhere:
+        return first
+    for fits in (lambda lab: lab in mine, lambda lab: lab not in elsewhere):
+        found = next((row for row in rows if fits(row["lab"])), None)
+        if found is not None:
+            return found
+    return first
 
 
 def new_worker_id() -> str:

@@ -134,8 +134,8 @@ class HttpQueue:
                 raise LeaseLost(detail) from None
             raise CommandFailed(f"live service {path}: HTTP {exc.code}: {detail}") from None
 
-    def claim(self, worker_id: str, lease_s: float) -> Attempt | None:
-        status, body = self._post("api/worker/claim", {"worker": worker_id, "lease_s": lease_s})
+    def claim(self, worker_id: str, lease_s: float, labs=()) -> Attempt | None:
+        status, body = self._post("api/worker/claim", {"worker": worker_id, "lease_s": lease_s, "labs": list(labs)})
         if status == 204 or not body:
             return None
         data = body["attempt"]
@@ -225,7 +225,7 @@ class Worker:
         graded, idle_since = 0, time.monotonic()
         try:
             while not self.stopping.is_set() and (max_attempts is None or graded < max_attempts):
-                attempt = self.queue.claim(self.worker_id, self.lease_s)
+                attempt = self.queue.claim(self.worker_id, self.lease_s, labs=self.graders.labs)
                 if attempt is None:
                     if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                         break

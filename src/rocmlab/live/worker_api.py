@@ -1,8 +1,9 @@
 """The grading workers' side of the live service: the queue over HTTP (``rocmlab live worker
 --service URL``, on Kubernetes, where the workers cannot open the queue's file).
 
-Routes under the service prefix: ``POST api/worker/claim`` ``{"worker", "lease_s"}`` (the attempt
-and its spooled folder as a base64 tar.gz, or 204 with none), and ``POST
+Routes under the service prefix: ``POST api/worker/claim`` ``{"worker", "lease_s", "labs"}`` (the
+attempt and its spooled folder as a base64 tar.gz, or 204 with none; ``labs``: those whose graders
+the worker has open, for the queue's lab affinity), and ``POST
 api/worker/attempts/<id>/(renew|complete|fail|release)``. Only with the service's worker token
 (``Authorization: Bearer <ROCMLAB_LIVE_WORKER_TOKEN>``, compared in constant time): a hub login,
 a learner's token included, opens nothing here. A result from a worker that no longer holds the
@@ -22,6 +23,8 @@ from tornado import web
 from .attempts import CheckOutcome, GradeResult
 from .handlers import ApiHandler
 from .queue import LeaseLost
+
+MAX_OPEN_LABS = 64  # a worker keeps a handful of graders open; more in a claim is not a worker's
 
 
 class WorkerHandler(ApiHandler):
@@ -47,7 +50,10 @@ class WorkerClaimHandler(WorkerHandler):
         if not worker:
             raise web.HTTPError(400, 'expected {"worker": ID, "lease_s": seconds}')
         lease_s = min(float(body.get("lease_s") or self.live.lease_s), self.live.lease_s)
-        attempt = self.queue.claim(worker, lease_s)
+        labs = body.get("labs", [])
+        if not isinstance(labs, list) or not all(isinstance(lab, str) for lab in labs) or len(labs) > MAX_OPEN_LABS:
+            raise web.HTTPError(400, f'"labs": expected a list of at most {MAX_OPEN_LABS} lab ids')
+        attempt = self.queue.claim(worker, lease_s, labs=labs)
         if attempt is None:
             self.set_status(204)
             self.finish()
