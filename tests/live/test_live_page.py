@@ -97,6 +97,20 @@ class LivePagesTest(AsyncHTTPTestCase):
         assert self.call("instructor/api/state").code == 403
         assert self.call("me/api/state").code == 403
 
+    def test_a_hub_that_runs_no_workers_says_so_on_the_instructors_page(self):
+        """Issue 49: ROCMLAB_LIVE_WORKERS=0 is "no workers run by the hub"; the page says what then
+        happens, in the page's language, beside the red "no worker is running" the room shows."""
+        assert 'id="hub-runs-no-workers"' not in self.call("instructor", "teacher").body.decode()  # not said: none
+        self.context.hub_workers = 2
+        assert 'id="hub-runs-no-workers"' not in self.call("instructor", "teacher").body.decode()
+        self.context.hub_workers = 0
+        page = self.call("instructor", "teacher").body.decode()
+        assert (
+            'id="hub-runs-no-workers"' in page and "This hub runs no grading workers (ROCMLAB_LIVE_WORKERS=0)" in page
+        )
+        assert "本 hub 不运行评分进程" in self.call("instructor?lang=zh", "teacher").body.decode()
+        assert json.loads(self.call("instructor/api/state", "teacher").body)["hub_workers"] == 0
+
     def test_the_instructor_sees_the_learners_and_the_exercises(self):
         page = self.call("instructor?lang=zh", "teacher")
         assert page.code == 200 and "实时课堂" in page.body.decode()
@@ -201,3 +215,14 @@ def test_homes_for_hints_are_never_roots_nor_outside_the_demo_homes(tmp_path):
     for name in ("..", "../cy", ""):
         with pytest.raises(KeyError):
             demo_home(tmp_path, name)
+
+
+def test_the_service_reads_how_many_workers_the_hub_runs(tmp_path):
+    from rocmlab.live.page import context_from_environment
+
+    queue_path = tmp_path / "live" / "queue.sqlite"
+    LiveQueue(queue_path)
+    env = {"ROCMLAB_HUB_MODE": "demo", "ROCMLAB_HUB_DATA": str(tmp_path), "ROCMLAB_ROOT": str(tmp_path)}
+    assert context_from_environment(queue_path, env).hub_workers is None  # Kubernetes: the hub runs none itself
+    assert context_from_environment(queue_path, env | {"ROCMLAB_LIVE_WORKERS": "0"}).hub_workers == 0
+    assert context_from_environment(queue_path, env | {"ROCMLAB_LIVE_WORKERS": "3"}).hub_workers == 3

@@ -40,7 +40,7 @@ from tornado.ioloop import IOLoop
 from ..errors import InputError, RocmlabError
 from ..hub import completion
 from ..hub.exchange_layout import group_members
-from ..hub.settings import HubGroups
+from ..hub.settings import LIVE_WORKERS, HubGroups, LiveWorkers
 from ..pages import render_page
 from . import certificate as cert
 from .handlers import LiveHandler
@@ -98,6 +98,8 @@ TEXT = {
         "oldest_wait": "longest wait",
         "workers": "workers",
         "no_worker": "No grading worker is running: submissions wait until one starts.",
+        "hub_runs_no_workers": "This hub runs no grading workers (ROCMLAB_LIVE_WORKERS=0): submissions wait "
+        "until you start `rocmlab live worker` on the hub's machine (docs/hub.md, The live workshop).",
         "heartbeat": "last heartbeat",
         "not_submitted": "not submitted",
         "not_attempted": "not attempted",
@@ -164,6 +166,8 @@ TEXT = {
         "oldest_wait": "最长等待",
         "workers": "评分进程",
         "no_worker": "没有评分进程在运行：提交会一直等待，直到有进程启动。",
+        "hub_runs_no_workers": "本 hub 不运行评分进程（ROCMLAB_LIVE_WORKERS=0）：提交会一直等待，"
+        "直到你在 hub 所在机器上启动 `rocmlab live worker`（docs/hub.md，“The live workshop”一节）。",
         "heartbeat": "最近心跳",
         "not_submitted": "未提交",
         "not_attempted": "未作答",
@@ -204,6 +208,7 @@ class LiveContext:
     roster: object = tuple  # () -> the learners of the workshop, submitted or not
     name_of: object = lambda learner: ""
     regrades: RegradeStore | None = None  # None: beside the queue (``PageHandler.regrades``)
+    hub_workers: int | None = None  # the grading workers the hub runs (0: none, a warning); None: not said
 
 
 def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
@@ -226,6 +231,7 @@ def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
         roster=(lambda: demo_roster(data, instructors))
         if demo
         else (lambda: account_roster(HubGroups.from_environment(env))),
+        hub_workers=LiveWorkers.from_environment(env).count if env.get(LIVE_WORKERS, "").strip() else None,
     )
 
 
@@ -299,6 +305,7 @@ def instructor_state(context: LiveContext, queue, regrades: RegradeStore) -> dic
     return {
         "now": context.clock(),
         "room": queue.room(),
+        "hub_workers": context.hub_workers,
         "learners": [asdict(row) for row in learner_rows(attempts, context.clock(), context.roster())],
         "exercises": [
             asdict(row) | {"pass_rate": row.pass_rate, "stuck": stuck_learners(attempts, row.lab, row.grade_id)}
