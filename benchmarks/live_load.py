@@ -20,7 +20,9 @@ answered correctly, partly or wrongly in turn. ``--real LAB LAB`` uses two labs 
 instead, each learner submitting its solution or its unanswered student notebook in turn. The
 learners submit straight into the queue (the live service's collect and HTTP are not timed here).
 
-    .venv/bin/python benchmarks/live_load.py [--learners 60] [--window 120] [--workers 2] [--real LAB LAB]
+    .venv/bin/python benchmarks/live_load.py [--learners 60] [--window 120] [--workers 2] [--real LAB LAB] [--record]
+
+``--record`` adds the figures to docs/measurements.md (section "live") when every check passed.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import classroom  # noqa: E402 (after the sys.path setup)
 from rocmlab.build.assignments import render_lab  # noqa: E402 (after the sys.path setup)
 from rocmlab.course.catalog import discover, select  # noqa: E402 (after the sys.path setup)
 from rocmlab.course.notebooks import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
-from rocmlab.grading.live_queue import LiveQueue  # noqa: E402 (after the sys.path setup)
+from rocmlab.live.queue import LiveQueue  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
 SECOND_LAB = "02-grade"
@@ -224,6 +226,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for every grade")
     parser.add_argument("--real", nargs=2, metavar="LAB", help="two labs of this checkout instead of the fixture")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
+    parser.add_argument("--record", action="store_true", help="add the figures to docs/measurements.md")
     args = parser.parse_args()
 
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="rocmlab-live-load-")).resolve()
@@ -270,10 +273,10 @@ def main() -> int:
             checks_ok &= again
         cpu_before_batch, batch_started = children_cpu_s(), time.monotonic()
         batch = batch_scores(root, labs, queue, spool, workdir)
-        batch_cpu_s = children_cpu_s() - cpu_before_batch
+        batch_cpu_s, batch_wall_s = children_cpu_s() - cpu_before_batch, time.monotonic() - batch_started
         print(
             f"batch rocmlab grade of the same {len(batch)} submissions (--jobs 2): "
-            f"{time.monotonic() - batch_started:.1f} s; load average at end: {os.getloadavg()[0]:.1f}"
+            f"{batch_wall_s:.1f} s; load average at end: {os.getloadavg()[0]:.1f}"
         )
         live = {(a.learner, a.lab): a.score for a in graded}
         differ = sorted(k for k in live if batch.get(k) != live[k])
@@ -291,6 +294,16 @@ def main() -> int:
             f"submissions: {len(ids)} graded: {len(graded)} lost: {lost} duplicated: {duplicated} "
             f"p50: {p50:.1f} s p95: {p95:.1f} s"
         )
+        if args.record and checks_ok:
+            import measurements
+
+            figures = (
+                f"{' and '.join(labs)}, {args.learners} learners within {args.window:g} s, {args.workers} workers: "
+                f"CPU-s per submission live {per_live:.2f}, batch {per_batch:.2f}, live/batch "
+                f"{per_live / per_batch:.2f}; p50 {p50:.1f} s, p95 {p95:.1f} s; the batch grade of the same "
+                f"{len(batch)} submissions {batch_wall_s:.1f} s."
+            )
+            print(f"recorded in {measurements.record('live', figures)}")
         return 0 if checks_ok else 1
     finally:
         if not args.keep:

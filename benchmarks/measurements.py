@@ -39,6 +39,13 @@ SECTIONS = {
         "`rocmlab grade --jobs 2`, every score compared; wall times, CPU per learner, the ratio. Where "
         "the time goes: [grading.md](grading.md#speed).",
     ),
+    "live": (
+        "Live grading against batch",
+        "`python benchmarks/live_load.py --real 01-rocm-setup 07-triton-kernels --learners 10 --window 30 "
+        "--record`: a burst of live submissions graded by two workers (one killed mid-grade), then the "
+        "same submissions by `rocmlab grade --jobs 2`; CPU-s per submission of each, their ratio, p50 and "
+        "p95 from submit to result, the batch's wall time ([hub.md](hub.md), sizing a live day).",
+    ),
     "run_overhead": (
         "`rocmlab run`'s overhead",
         "`python benchmarks/run_overhead.py --record`: generated CPU-bound labs as a plain script, as "

@@ -32,6 +32,10 @@ GROUPS_FOLDER = pytest.StashKey[Path]()
 def pytest_configure(config):
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", default=None):
         _interpret_triton_without_a_gpu()  # not in pytest-xdist's controller, which runs no test
+    # A hub a test starts runs no grading worker unless the test asks for some (test_live_e2e.py):
+    # the hub's default (rocmlab.hub.settings.LiveWorkers) would claim the attempts that tests put
+    # in the queue by hand and spend CI's cores preflighting labs. test_hub_settings.py tests the default.
+    os.environ.setdefault("ROCMLAB_LIVE_WORKERS", "0")
     config.addinivalue_line(
         "markers",
         "machine_wide: touches what the whole machine shares (Unix accounts and sweeps of every process "

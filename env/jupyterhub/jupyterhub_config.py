@@ -20,13 +20,16 @@
 #                            (default ROCMLAB_ROOT/labs/<lang>, the smoke build; `rocmlab hub
 #                            --profile gpu` renders the gpu profile's into DATA/labs-gpu/<lang>)
 #   ROCMLAB_HUB_LABS         comma-separated lab ids delivered on spawn (default: every lab there)
+#   ROCMLAB_HUB_LABS_PROFILE the profile of the delivered notebooks (smoke; gpu: `rocmlab hub --profile
+#                            gpu`): the hub's grading workers grade with its parameters and limits
 #   ROCMLAB_HUB_INSTRUCTOR_GROUP, ROCMLAB_HUB_LEARNER_GROUP   (instructors, rocmlab)
 #   ROCMLAB_HUB_INSTRUCTORS  demo: comma-separated hub users put in the instructor group
 #   ROCMLAB_HUB_PASSWORD     demo: the shared password (8 characters or more)
 #   ROCMLAB_HUB_DEMO_USER    demo run as root: the account every server runs as (default
 #                            $SUDO_USER, else nobody; never root). The hub's state stays root's.
 #   ROCMLAB_HUB_ADMIN_TOKEN  optional: API token of the `rocmlab-admin` service
-#   ROCMLAB_LIVE_WORKERS     grading workers the hub runs and restarts (default 0: started by hand)
+#   ROCMLAB_LIVE_WORKERS     grading workers the hub runs and restarts (default: one per 4 cores,
+#                            at least one; 0: none, started by hand: rocmlab.hub.settings.LiveWorkers)
 #   ROCMLAB_HUB_MEM_LIMIT    address space per process, e.g. 8G; 0: none (default 8G, none where
 #                            /dev/kfd exists: the ROCm runtime reserves far more virtual memory
 #                            than it uses, and an RLIMIT_AS would break it)
@@ -51,7 +54,7 @@
 #   ROCMLAB_HUB_POLL_S       seconds between checks that a server still runs (10); one that exited
 #                            on its own is cleaned up then (its learner's processes ended)
 #   ROCMLAB_HUB_DELIVERY_TIMEOUT_S  seconds one lab's delivery into a home may take (30)
-#   ROCMLAB_LIVE                    0: no live grading service (default 1: rocmlab.hub.live_service)
+#   ROCMLAB_LIVE                    0: no live grading service (default 1: rocmlab.live.service)
 #   ROCMLAB_LIVE_RATE_LIMIT, ROCMLAB_LIVE_RATE_WINDOW_S  submissions per learner and lab in a window
 #                            (5 per 3600 s); ROCMLAB_LIVE_WORKER_TOKEN opens the workers' HTTP API
 #                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port
@@ -68,7 +71,7 @@ from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
-from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, HubGroups
+from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, LIVE_WORKERS, HubGroups, LiveWorkers
 from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -374,12 +377,14 @@ c.JupyterHub.custom_scopes = {
 }
 if not demo:  # a workshop server: instructors start and stop learners' servers, not each other's
     roles[-1]["scopes"] = [f"servers!group={LEARNERS_HUB_GROUP}" if s == "servers" else s for s in roles[-1]["scopes"]]
-# The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
+# The live workshop (rocmlab.live.service, docs/hub.md): learners submit, workers grade from
 # its queue (DATA/live/queue.sqlite), learners and instructors see the results. Every user may
 # open it (the `user` role, redefined with what it had), and each server's token may call it
 # (`rocmlab submit` in a JupyterLab terminal); what a learner sees there is their own only.
 live = env("ROCMLAB_LIVE", "1") != "0"
 if live:
+    workers = LiveWorkers.from_environment()
+    print(workers.warning() or workers.describe(), file=sys.stderr)  # into the hub's log
     live_data = data / "live"
     live_data.mkdir(exist_ok=True)
     os.chmod(live_data, 0o700)
@@ -387,7 +392,7 @@ if live:
         {
             "name": "rocmlab-live",
             "url": f"http://127.0.0.1:{live_port}",
-            "command": [sys.executable, "-m", "rocmlab.hub.live_service"],
+            "command": [sys.executable, "-m", "rocmlab.live.service"],
             "oauth_no_confirm": True,
             "oauth_client_allowed_scopes": [LIVE_INSTRUCT_SCOPE],  # an instructor's session gets it
             "environment": {
@@ -403,8 +408,9 @@ if live:
                 "ROCMLAB_LIVE_RATE_LIMIT": env("ROCMLAB_LIVE_RATE_LIMIT", "5"),
                 "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
                 "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),
+                LIVE_WORKERS: str(workers.count),  # 0: the instructor's page says none is run here
                 "ROCMLAB_ROOT": str(course_repo),
-                # the live pages (rocmlab.hub.live_page): homes for hints, language, certificate rule
+                # the live pages (rocmlab.live.page): homes for hints, language, certificate rule
                 "ROCMLAB_HUB_DATA": str(data),
                 "ROCMLAB_HUB_LANG": lang,
                 "ROCMLAB_HUB_COMPLETION": env("ROCMLAB_HUB_COMPLETION", ""),
@@ -425,18 +431,19 @@ if live:
         "access:services!service=rocmlab-live",
     ]
     c.Spawner.environment["ROCMLAB_LIVE_URL"] = f"http://127.0.0.1:{live_port}/services/rocmlab-live/"
-    # Grading workers run by the hub: ROCMLAB_LIVE_WORKERS of them (default 0: you start them,
+    # Grading workers run by the hub (rocmlab.hub.settings.LiveWorkers; 0: you start them,
     # docs/hub.md). JupyterHub restarts a managed service that exits; each gets the course's
     # environment (the model cache a `sudo` would drop) and checks every delivered lab first.
     course_environment = {
         name: os.environ[name] for name in ("ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE") if os.environ.get(name)
     }
-    for number in range(1, int(env("ROCMLAB_LIVE_WORKERS", "0")) + 1):
+    for number in range(1, workers.count + 1):
         services.append(
             {
                 "name": f"rocmlab-live-worker-{number}",
                 "command": [sys.executable, "-m", "rocmlab", "--root", str(course_repo), "live", "worker"]
-                + ["--queue", str(live_data / "queue.sqlite"), "--labs", ",".join(labs)],
+                + ["--queue", str(live_data / "queue.sqlite"), "--labs", ",".join(labs)]
+                + ["--profile", env("ROCMLAB_HUB_LABS_PROFILE", "smoke")],
                 "environment": course_environment,
             }
         )

@@ -21,6 +21,7 @@ from rocmlab.hub import exchange as rocmlab_exchange
 from rocmlab.hub import launch as hub_launch
 from rocmlab.hub import loopback, server_child, setup_checks
 from rocmlab.hub import spawner as rocmlab_spawner
+from rocmlab.hub.settings import LiveWorkers
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_DIR = ROOT / "env" / "jupyterhub"
@@ -158,7 +159,9 @@ def test_server_mode_uses_pam_accounts_and_limits(monkeypatch, tmp_path):
     assert c.Spawner.cmd == [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
     assert "--MappingKernelManager.cull_idle_timeout=1800" in c.Spawner.args
     assert "--ServerApp.allow_root=True" not in c.Spawner.args
-    assert [s["name"] for s in c.JupyterHub.services] == ["idle-culler", "rocmlab-live"]
+    assert [s["name"] for s in c.JupyterHub.services][:2] == ["idle-culler", "rocmlab-live"]
+    workers = LiveWorkers.from_environment({}).count  # the hub's own, by default (issue 49)
+    assert [s["name"] for s in c.JupyterHub.services][2:] == [f"rocmlab-live-worker-{n}" for n in range(1, workers + 1)]
     assert "--timeout=3600" in c.JupyterHub.services[0]["command"]
     assert {"ROCMLAB_CACHE", "HF_HOME", "HF_HUB_OFFLINE"} <= set(c.Spawner.env_keep)  # shared model caches
     built = sorted(p.name for p in (ROOT / "labs" / "en").iterdir() if p.is_dir())
@@ -195,6 +198,7 @@ def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
         ROCMLAB_HUB_KERNEL_IDLE_S=0,
         ROCMLAB_HUB_ADMIN_TOKEN="abc",
         ROCMLAB_HUB_MEM_LIMIT=0,
+        ROCMLAB_LIVE_WORKERS=0,
     )
     assert [s["name"] for s in c.JupyterHub.services] == ["rocmlab-admin", "rocmlab-live"]
     assert c.JupyterHub.services[0]["api_token"] == "abc"
@@ -205,7 +209,7 @@ def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
 def test_the_live_service_is_managed_and_open_to_every_user_and_server_token(monkeypatch, tmp_path):
     c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_RATE_LIMIT=3, ROCMLAB_LIVE_PORT=1022)
     (live,) = [s for s in c.JupyterHub.services if s["name"] == "rocmlab-live"]
-    assert live["url"] == "http://127.0.0.1:1022" and live["command"][1:] == ["-m", "rocmlab.hub.live_service"]
+    assert live["url"] == "http://127.0.0.1:1022" and live["command"][1:] == ["-m", "rocmlab.live.service"]
     assert live["environment"]["ROCMLAB_LIVE_RATE_LIMIT"] == "3"
     assert live["environment"]["ROCMLAB_LIVE_DB"] == str(tmp_path / "data" / "live" / "queue.sqlite")
     assert (tmp_path / "data" / "live").stat().st_mode & 0o777 == 0o700  # learners never read the queue

@@ -157,3 +157,20 @@ def test_a_servers_start_checks_its_port_before_the_hub_routes(monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_public_port_picked_is_one_browsers_load_pages_from(monkeypatch):
+    """`rocmlab hub --port 0` on a server picked 995 (pop3s), and chromium refused the login page
+    with ERR_UNSAFE_PORT: the Fetch standard's bad ports (launch.BROWSER_BLOCKED_PORTS, from
+    web-platform-tests' fetch/api/request/request-bad-port.any.js) are never picked, nor taken."""
+    from rocmlab.hub.launch import BROWSER_BLOCKED_PORTS, HubError, public_port
+
+    bad_first = lambda ports: ports.sort(key=lambda port: port not in {995, 993, 990, 989, 636, 601})  # noqa: E731
+    monkeypatch.setattr(loopback.random, "shuffle", bad_first)
+    picked = public_port(False, None, used=[881])
+    assert picked not in BROWSER_BLOCKED_PORTS and 600 <= picked < 1000 and picked != 881
+    assert {995, 993, 587, 6000, 10080} <= BROWSER_BLOCKED_PORTS and 443 not in BROWSER_BLOCKED_PORTS
+    assert public_port(False, 443) == 443
+    with pytest.raises(HubError, match=r"port 995: browsers refuse to load pages from it.*choose another"):
+        public_port(False, 995)
+    assert public_port(True, None) not in BROWSER_BLOCKED_PORTS

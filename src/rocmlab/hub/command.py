@@ -10,12 +10,12 @@ from pathlib import Path
 
 from .. import processes
 from ..errors import ExitCode
-from .certificate import rule_warning
+from .completion import rule_warning
 from .labs import LANGUAGES, PROFILES
 from .language import missing_pack
 from .launch import log_tail
 from .local import LocalHub
-from .settings import HubGroups
+from .settings import HubGroups, LiveWorkers
 
 DEFAULT_SERVER_DATA = Path("/srv/rocmlab-hub")
 BANNER = """
@@ -121,6 +121,7 @@ def main(
 ) -> int:
     """Start the hub and serve until Ctrl-C or SIGTERM (exit 0), or until jupyterhub exits (exit 1)."""
     groups = HubGroups.from_environment()
+    workers = LiveWorkers.from_environment()  # a bad ROCMLAB_LIVE_WORKERS stops here, named
     hub = LocalHub(
         data_folder(data_dir, demo),
         demo=demo,
@@ -144,6 +145,8 @@ def main(
         print(BANNER.format(url=hub.url, user=_whoami()), file=sys.stderr)
     elif not os.environ.get("ROCMLAB_CACHE"):
         print(CACHE_WARNING, file=sys.stderr)
+    if os.environ.get("ROCMLAB_LIVE", "1") != "0":
+        print(workers.warning() or workers.describe(), file=sys.stderr)
     certificate = rule_warning(hub.root, hub.labs)
     if certificate:
         print(certificate, file=sys.stderr)

@@ -131,6 +131,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# The ports browsers refuse to load a page from (Chromium: ERR_UNSAFE_PORT): the Fetch standard's
+# "bad port" list, https://fetch.spec.whatwg.org/#port-blocking, as web-platform-tests checks it
+# (fetch/api/request/request-bad-port.any.js). `rocmlab hub --port 0` once picked 995 (pop3s).
+BROWSER_BLOCKED_PORTS = frozenset(
+    {1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104}
+    | {109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514}
+    | {515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720}
+    | {1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080}
+)
+
+
+def public_port(demo: bool, port: int | None, used=()) -> int:
+    """The proxy's public port: ``port`` when given (HubError for one browsers refuse), else a free
+    one as for a service (``service_port``) that browsers load pages from."""
+    if port:
+        if port in BROWSER_BLOCKED_PORTS:
+            raise HubError(
+                f"port {port}: browsers refuse to load pages from it (a bad port of the Fetch standard, "
+                "https://fetch.spec.whatwg.org/#port-blocking): choose another, e.g. 443"
+            )
+        return port
+    for _ in range(100):
+        chosen = service_port(demo, [*used, *BROWSER_BLOCKED_PORTS])
+        if chosen not in BROWSER_BLOCKED_PORTS:  # free_port() does not take ``used``
+            return chosen
+    raise HubError("no free port that browsers load pages from: give one with --port")
+
+
 def service_port(demo: bool, used=()) -> int:
     """A free loopback port for a root-side service: below 1024 on a workshop server, where no
     learner may bind it while the service is down (rocmlab.hub.loopback)."""
@@ -158,6 +186,7 @@ def hub_environment(
     ssl_key: str = "",
     insecure_http: bool = False,
     live_port: int | None = None,
+    profile: str = "smoke",
 ) -> dict:
     """The variables jupyterhub_config.py reads, on top of this process's environment."""
     env = dict(os.environ)
@@ -174,6 +203,7 @@ def hub_environment(
             "ROCMLAB_HUB_LANG": lang,
             "ROCMLAB_HUB_LABS_DIR": str(labs_dir or root / "labs" / lang),
             "ROCMLAB_HUB_LABS": ",".join(labs),
+            "ROCMLAB_HUB_LABS_PROFILE": profile,  # the delivered notebooks': the hub's workers grade with it
             "ROCMLAB_HUB_PASSWORD": password,
             "ROCMLAB_HUB_ADMIN_TOKEN": admin_token,
             "ROCMLAB_HUB_INSTRUCTORS": ",".join(instructors),

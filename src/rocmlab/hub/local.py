@@ -84,7 +84,7 @@ class LocalHub:
         self.internal_port = hub_process.service_port(demo)  # privileged on a server (rocmlab.hub.loopback)
         self.live_port = hub_process.service_port(demo, [self.internal_port])  # the live service
         # the public port too: no learner may bind it while the proxy restarts
-        self.port = port or hub_process.service_port(demo, [self.internal_port, self.live_port])
+        self.port = hub_process.public_port(demo, port, [self.internal_port, self.live_port])
         self.tls_cert, self.tls_key = tls.choose(  # a self-signed pair is made at start (as root)
             self.ip, self.workdir / "hub", ssl_cert, ssl_key, insecure_http or demo, create=False
         )
@@ -197,6 +197,7 @@ class LocalHub:
             ssl_key=self.tls_key,
             insecure_http=self.insecure_http,
             live_port=self.live_port,
+            profile=self.profile,
         )
         env.update(
             {"ROCMLAB_HUB_LEARNER_GROUP": self.learner_group, "ROCMLAB_HUB_INSTRUCTOR_GROUP": self.instructor_group}
@@ -292,7 +293,7 @@ class LocalHub:
 
     @property
     def live_url(self) -> str:
-        """The live service through the proxy (its pages and API, rocmlab.hub.live_service)."""
+        """The live service through the proxy (its pages and API, rocmlab.live.service)."""
         return f"{self.url}/services/rocmlab-live/"
 
     @property
