@@ -47,7 +47,7 @@ import classroom  # noqa: E402 (after the sys.path setup)
 from rocmlab.build.assignments import render_lab  # noqa: E402 (after the sys.path setup)
 from rocmlab.course.catalog import discover, select  # noqa: E402 (after the sys.path setup)
 from rocmlab.course.notebooks import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
-from rocmlab.grading.live_queue import LiveQueue  # noqa: E402 (after the sys.path setup)
+from rocmlab.live.queue import LiveQueue  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
 SECOND_LAB = "02-grade"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime
 
-from rocmlab.grading.live_attempts import Attempt, CheckOutcome, GradeResult
-from rocmlab.grading.live_queue import LiveQueue
+from rocmlab.live.attempts import Attempt, CheckOutcome, GradeResult
+from rocmlab.live.queue import LiveQueue
 
 _ids = itertools.count(1)
 

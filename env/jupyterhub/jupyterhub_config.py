@@ -51,7 +51,7 @@
 #   ROCMLAB_HUB_POLL_S       seconds between checks that a server still runs (10); one that exited
 #                            on its own is cleaned up then (its learner's processes ended)
 #   ROCMLAB_HUB_DELIVERY_TIMEOUT_S  seconds one lab's delivery into a home may take (30)
-#   ROCMLAB_LIVE                    0: no live grading service (default 1: rocmlab.hub.live_service)
+#   ROCMLAB_LIVE                    0: no live grading service (default 1: rocmlab.live.service)
 #   ROCMLAB_LIVE_RATE_LIMIT, ROCMLAB_LIVE_RATE_WINDOW_S  submissions per learner and lab in a window
 #                            (5 per 3600 s); ROCMLAB_LIVE_WORKER_TOKEN opens the workers' HTTP API
 #                            (Kubernetes); ROCMLAB_LIVE_PORT the service's port
@@ -374,7 +374,7 @@ c.JupyterHub.custom_scopes = {
 }
 if not demo:  # a workshop server: instructors start and stop learners' servers, not each other's
     roles[-1]["scopes"] = [f"servers!group={LEARNERS_HUB_GROUP}" if s == "servers" else s for s in roles[-1]["scopes"]]
-# The live workshop (rocmlab.hub.live_service, docs/hub.md): learners submit, workers grade from
+# The live workshop (rocmlab.live.service, docs/hub.md): learners submit, workers grade from
 # its queue (DATA/live/queue.sqlite), learners and instructors see the results. Every user may
 # open it (the `user` role, redefined with what it had), and each server's token may call it
 # (`rocmlab submit` in a JupyterLab terminal); what a learner sees there is their own only.
@@ -387,7 +387,7 @@ if live:
         {
             "name": "rocmlab-live",
             "url": f"http://127.0.0.1:{live_port}",
-            "command": [sys.executable, "-m", "rocmlab.hub.live_service"],
+            "command": [sys.executable, "-m", "rocmlab.live.service"],
             "oauth_no_confirm": True,
             "oauth_client_allowed_scopes": [LIVE_INSTRUCT_SCOPE],  # an instructor's session gets it
             "environment": {
@@ -404,7 +404,7 @@ if live:
                 "ROCMLAB_LIVE_RATE_WINDOW_S": env("ROCMLAB_LIVE_RATE_WINDOW_S", "3600"),
                 "ROCMLAB_LIVE_WORKER_TOKEN": env("ROCMLAB_LIVE_WORKER_TOKEN", ""),
                 "ROCMLAB_ROOT": str(course_repo),
-                # the live pages (rocmlab.hub.live_page): homes for hints, language, certificate rule
+                # the live pages (rocmlab.live.page): homes for hints, language, certificate rule
                 "ROCMLAB_HUB_DATA": str(data),
                 "ROCMLAB_HUB_LANG": lang,
                 "ROCMLAB_HUB_COMPLETION": env("ROCMLAB_HUB_COMPLETION", ""),

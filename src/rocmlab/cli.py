@@ -36,7 +36,7 @@ COMMANDS = {
     "releases": ("rocmlab.freshness.releases", "the release matrix; upstream releases newer than it"),
     "env": ("rocmlab.freshness.environments", "the release matrix's environments: create, list, Dockerfiles"),
     "grade": ("rocmlab.grading.command", "autograde a class of submissions with nbgrader, in parallel and sandboxed"),
-    "live": ("rocmlab.grading.live_command", "the live workshop: grading workers, learners' seeds for the final grade"),
+    "live": ("rocmlab.live.command", "the live workshop: grading workers, learners' seeds for the final grade"),
     "submit": ("rocmlab.hub.submit", "submit a lab from the workshop hub's JupyterLab and see its grade now"),
     "check": ("rocmlab.grading.self_check", "a learner's offline self-check of a notebook's visible tests"),
     "site": ("rocmlab.site", "the course website (static, bilingual, offline) with launch links to the hub"),

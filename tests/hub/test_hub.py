@@ -205,7 +205,7 @@ def test_culling_can_be_off_and_the_admin_service_on(monkeypatch, tmp_path):
 def test_the_live_service_is_managed_and_open_to_every_user_and_server_token(monkeypatch, tmp_path):
     c = hub_config(monkeypatch, tmp_path, ROCMLAB_LIVE_RATE_LIMIT=3, ROCMLAB_LIVE_PORT=1022)
     (live,) = [s for s in c.JupyterHub.services if s["name"] == "rocmlab-live"]
-    assert live["url"] == "http://127.0.0.1:1022" and live["command"][1:] == ["-m", "rocmlab.hub.live_service"]
+    assert live["url"] == "http://127.0.0.1:1022" and live["command"][1:] == ["-m", "rocmlab.live.service"]
     assert live["environment"]["ROCMLAB_LIVE_RATE_LIMIT"] == "3"
     assert live["environment"]["ROCMLAB_LIVE_DB"] == str(tmp_path / "data" / "live" / "queue.sqlite")
     assert (tmp_path / "data" / "live").stat().st_mode & 0o777 == 0o700  # learners never read the queue

@@ -49,9 +49,9 @@ from test_hub_accounts import (
 )
 from test_hub_e2e import call
 
-from rocmlab.grading.live_queue import LiveQueue
 from rocmlab.hub import COURSE_ID, HubError, LocalHub, cgroups, exchange, safe_copy
 from rocmlab.hub.exchange_layout import ExchangeOwners, ExchangeRefused, prepare_exchange
+from rocmlab.live.queue import LiveQueue
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 BASE = Path("/var/lib")
@@ -442,7 +442,7 @@ def live_service_process(hub):
     found = []
     for process in processes.descendants(hub._process.pid):
         with contextlib.suppress(psutil.Error):
-            if process.status() != psutil.STATUS_ZOMBIE and "rocmlab.hub.live_service" in process.cmdline():
+            if process.status() != psutil.STATUS_ZOMBIE and "rocmlab.live.service" in process.cmdline():
                 found.append(process)
     assert found, "the live service is not running"
     return found[0]

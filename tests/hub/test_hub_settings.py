@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rocmlab.hub import command
-from rocmlab.hub.live_handlers import LiveSettings
 from rocmlab.hub.settings import HubGroups
+from rocmlab.live.handlers import LiveSettings
 
 
 class Stop(Exception):

@@ -13,8 +13,8 @@ from live_fakes import attempt, check
 
 from rocmlab.cli import main as rocmlab
 from rocmlab.errors import ExitCode, InputError
-from rocmlab.hub import certificate as cert
-from rocmlab.hub import roster
+from rocmlab.hub import completion, roster
+from rocmlab.live import certificate as cert
 
 HEADER = "login,name_zh,name_en,email,group\n"
 CLASS = HEADER + (
@@ -139,7 +139,7 @@ def test_the_certificate_prints_the_roster_names(tmp_path, monkeypatch):
         "completion.toml",
     )
     passed = [attempt("ada", "01-rocm-setup", DAY, checks=[check("a", True)])]
-    earned = cert.earned(cert.load_rule(rule_file), passed, "ada")
+    earned = cert.earned(completion.load_rule(rule_file), passed, "ada")
     assert earned.names == {"en": "Ada Lin", "zh": "林艾达"}
     assert '<p class="learner" id="learner">林艾达</p>' in cert.certificate_page(earned, "zh")
     assert '<p class="learner" id="learner">Ada Lin</p>' in cert.certificate_page(earned, "en")
@@ -215,7 +215,7 @@ def test_a_name_is_text_on_the_certificate_never_markup(tmp_path, monkeypatch):
         "completion.toml",
     )
     earned = cert.earned(
-        cert.load_rule(rule_file), [attempt("ada", "01-rocm-setup", DAY, checks=[check("a", True)])], "ada"
+        completion.load_rule(rule_file), [attempt("ada", "01-rocm-setup", DAY, checks=[check("a", True)])], "ada"
     )
     page = cert.certificate_page(earned, "en")
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

@@ -6,7 +6,7 @@ parses the spooled notebook and checks its structure: it runs as the learner (or
 the notebook from its stdin (opened by the service), may not write files, and has an address-space
 and CPU ceiling, so a notebook built to exhaust memory costs that child, and is refused with the
 limit it broke named. The grading worker checks again before it parses a learner's notebook
-itself (rocmlab.grading.live_attempted), as its copy may come over the service's HTTP API.
+itself (rocmlab.live.attempted), as its copy may come over the service's HTTP API.
 
 The child is this file's source run with ``python -I -S -c`` (nothing but the standard library), so
 it imports nothing of the service's.

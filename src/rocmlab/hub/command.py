@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import processes
 from ..errors import ExitCode
-from .certificate import rule_warning
+from .completion import rule_warning
 from .labs import LANGUAGES, PROFILES
 from .language import missing_pack
 from .launch import log_tail

@@ -292,7 +292,7 @@ class LocalHub:
 
     @property
     def live_url(self) -> str:
-        """The live service through the proxy (its pages and API, rocmlab.hub.live_service)."""
+        """The live service through the proxy (its pages and API, rocmlab.live.service)."""
         return f"{self.url}/services/rocmlab-live/"
 
     @property

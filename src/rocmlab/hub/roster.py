@@ -11,7 +11,7 @@ grades and gradebook entry are kept (nbgrader's ``remove_student`` would delete 
 so it is never called).
 
 Read by: ``env/jupyterhub/jupyterhub_config.py`` and ``rocmlab.hub.auth`` (allow-list and the
-instructor group, at start and at each sign-in) and ``rocmlab.hub.certificate`` (``display_name``).
+instructor group, at start and at each sign-in) and ``rocmlab.live.certificate`` (``display_name``).
 """
 
 from __future__ import annotations

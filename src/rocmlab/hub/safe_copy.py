@@ -3,7 +3,7 @@ entry opened relative to its parent's descriptor with ``O_NOFOLLOW``, so that a 
 a link while it is read fails the read instead of leading it elsewhere.
 
 The instructor's collect and feedback release (rocmlab.hub.exchange) and the live service's
-collect (rocmlab.hub.live_collect) copy submissions with it: ``TreeCopy`` refuses links, devices,
+collect (rocmlab.live.collect) copy submissions with it: ``TreeCopy`` refuses links, devices,
 FIFOs and entries not owned by the folder's owner (no hard link to someone else's file), keeps
 nbgrader's size limits, and records the newest ctime it saw, the submission's time (which no
 learner can set back); ``write_at`` replaces a file in a learner's folder without following a

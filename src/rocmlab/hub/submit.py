@@ -10,7 +10,7 @@ A restart of the live service costs the learner nothing: every call is retried w
 the service does not answer (until ``--timeout``), and a submit whose answer was lost resumes on
 the attempt it made (the service answers the same submission with the same attempt). A notebook
 byte-identical to the last attempt is answered with that attempt's result, not graded or counted
-again (rocmlab.grading.live_queue).
+again (rocmlab.live.queue).
 """
 
 from __future__ import annotations

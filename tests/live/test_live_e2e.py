@@ -1,0 +1,203 @@
+"""The live workshop end to end on a demo hub, in chromium, logged in through the hub's own login
+page: a learner opens a terminal in JupyterLab and types plain ``rocmlab submit`` (found on the
+login shell's PATH) on lab 01 as delivered (and released into the exchange), one exercise answered
+wrongly. While the submit waits for its grade the live service is killed (SIGKILL) and JupyterHub
+starts it again: the submit completes without the learner doing anything, graded once and counted
+once, by the hub's own live worker (``ROCMLAB_LIVE_WORKERS``). The live page the learner opened in
+Chinese before the restart still takes the "Grade" button (no 403), reloads itself until the
+result is there and shows the rule not met in Chinese. The instructor sends a hint on the failed
+exercise: the learner's JupyterLab shows it as a notification when it loads
+(rocmlab.live.notify). Another learner's token reads none of it. Screenshots in
+``<tmp_path>/output/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, dismiss_toasts, launch_args, sync_api
+
+pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
+
+LEARNER, OTHER, TEACHER = "learner1", "learner2", "teacher1"
+LAB = "01-rocm-setup"
+RULE = "a non-empty version.hip gives the str 'rocm', whatever the capability"  # solutions/01-rocm-setup/checks.py
+RULE_ZH = "version.hip 为非空字符串时返回 str 'rocm'"  # the same rule's zh
+HINT_EN = "torch.version.hip is a str on ROCm builds of PyTorch"
+RESTART_TIMEOUT_S = 120  # JupyterHub polls its managed services every 30 s (Spawner.poll_interval)
+GRADE_TIMEOUT_S = 300
+
+
+def log_in_to_lab(page, hub) -> None:
+    page.goto(f"{hub.url}/hub/login?next=/user/{LEARNER}/lab")
+    page.fill("#username_input", LEARNER)
+    page.fill("#password_input", hub.password)
+    page.click("#login_submit")
+    page.wait_for_url(f"**/user/{LEARNER}/lab*")
+
+
+def answer_the_first_exercise_wrongly(home: Path) -> None:
+    """The learner's edit, made on disk: one exercise answered (wrongly), the others left as
+    handed out, so that the result has a rule not met and exercises not attempted."""
+    path = home / LAB / f"{LAB}.ipynb"
+    owner = path.stat()
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "01-backend-sol-1":
+            cell["source"] = "def backend_of(torch_module):\n    return 'cpu'\n"
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def type_submit_in_a_terminal(page) -> None:
+    page.locator(".jp-LauncherCard[data-category='Other']", has_text="Terminal").first.click()
+    terminal = page.locator(".jp-Terminal").first
+    terminal.wait_for(state="visible")
+    page.wait_for_timeout(2_000)  # the shell's prompt
+    terminal.click()
+    # plain `rocmlab`, as the guide says: the terminal's login shell must find it (rocmlab.hub.terminal)
+    page.keyboard.type(f"rocmlab submit {LAB}/{LAB}.ipynb > submit.log 2>&1; echo done >> submit.log\n")
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
+        time.sleep(0.5)
+
+
+def live_service_pids(hub) -> list[int]:
+    """The live service's processes among this hub's own descendants (other hubs may run here)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(hub._process.pid).children(recursive=True):
+        try:
+            if "rocmlab.live.service" in child.cmdline():
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def kill_the_live_service_once_queued(hub) -> list[int]:
+    """SIGKILL the service as soon as the learner's attempt is queued: the CLI is then waiting on it."""
+    import signal
+
+    from rocmlab.live.queue import LiveQueue
+
+    wait_for(lambda: hub.live_queue.exists() and LiveQueue(hub.live_queue).attempts(), 180, "the attempt queued")
+    killed = live_service_pids(hub)
+    assert killed, "the live service is not among the hub's processes"
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    return killed
+
+
+def send_a_hint_as_the_instructor(hub) -> dict:
+    """The instructor's page's POST, with the instructor's token (test_live_browser.py clicks it)."""
+    token = hub.user_token(TEACHER)
+    status, state = api(hub.live_url + "instructor/api/state", token)
+    assert status == 200, status
+    stuck = [row for row in state["exercises"] if LEARNER in row["stuck"]]
+    assert stuck, state["exercises"]
+    body = json.dumps({"lab": LAB, "grade_id": stuck[0]["grade_id"], "text_en": HINT_EN}).encode()
+    request = urllib.request.Request(
+        hub.live_url + "instructor/api/hints",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read().decode())
+
+
+def api(url: str, token: str):
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read().decode())
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def test_a_learner_submits_from_jupyterlab_and_sees_the_score_and_the_rules_not_met(
+    tmp_path, demo_hub_options, monkeypatch
+):
+    from rocmlab.hub import DemoHub
+
+    monkeypatch.setenv("ROCMLAB_LIVE_WORKERS", "1")  # the grading worker is the hub's (jupyterhub_config.py)
+    shots = tmp_path / "output"
+    shots.mkdir()
+    screenshot = shots / "live-learner-page.png"
+    with DemoHub(
+        tmp_path / "hub",
+        learners=(LEARNER, OTHER),
+        instructors=(TEACHER,),
+        labs=(LAB,),
+        timeout_s=120,
+        **demo_hub_options,
+    ) as hub:
+        released = hub.exchange / "rocmlab" / "outbound" / LAB  # what the instructor's release puts there
+        shutil.copytree(hub.root / "labs" / "en" / LAB, released)
+        hub.start_server(LEARNER)
+        try:
+            with sync_api.sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=launch_args())
+                try:
+                    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+                    page.set_default_timeout(NAV_TIMEOUT_MS)
+                    log_in_to_lab(page, hub)
+                    dismiss_toasts(page)
+                    live = page.context.new_page()  # the learner's live page, opened before the restart
+                    live.set_default_timeout(NAV_TIMEOUT_MS)
+                    live.goto(hub.live_url + "?lang=zh")  # the hub's OAuth, with the session of the login above
+                    answer_the_first_exercise_wrongly(hub.home(LEARNER))
+                    type_submit_in_a_terminal(page)
+                    killed = kill_the_live_service_once_queued(hub)
+                    wait_for(lambda: set(live_service_pids(hub)) - set(killed), RESTART_TIMEOUT_S, "restarted")
+                    log = hub.home(LEARNER) / "submit.log"
+                    wait_for(lambda: log.is_file() and "done" in log.read_text(), GRADE_TIMEOUT_S, "submit done")
+                    printed = log.read_text()
+                    assert "submitted 01-rocm-setup (attempt 1); 4 of 5 submissions left" in printed, printed
+                    assert "score: 0 / " in printed and RULE in printed, printed
+                    assert "not attempted yet (left as handed out): 01-rocminfo-1, " in printed, printed
+                    assert "Traceback" not in printed, printed
+                    live.locator("form.submit button").first.click()  # the page from before the restart
+                    row = live.locator("tr.attempt.graded")
+                    sync_api.expect(row).to_have_count(1)
+                    assert "403" not in live.content()
+                    assert row.locator(".score").text_content().startswith("0 / ")
+                    assert RULE_ZH in row.locator("ul.failed").text_content()
+                    live.screenshot(path=str(shots / "live-learner-page-zh.png"), full_page=True)
+                    sent = send_a_hint_as_the_instructor(hub)
+                    assert sent["sent_to"] == {LEARNER: ""}, sent
+                    page.reload()
+                    notice = page.locator(".Toastify__toast", has_text=f"Hint from your instructor for {LAB}")
+                    sync_api.expect(notice).to_contain_text(HINT_EN)
+                    sync_api.expect(notice.get_by_role("button", name="Open the hint")).to_be_visible()
+                finally:
+                    page.screenshot(path=str(screenshot), full_page=True)
+                    print(f"screenshot: {screenshot}")
+                    browser.close()
+        finally:
+            log = hub.log_path.read_text(errors="replace")
+            print(log[-3000:])
+        assert "live worker: 1 lab(s) can be graded here (01-rocm-setup)" in log  # its preflight
+        assert "Service rocmlab-live exited" in log  # killed, and started again by JupyterHub
+        assert log.count("graded attempt 1 learner1 01-rocm-setup") == 1
+        from rocmlab.live.queue import LiveQueue
+
+        queue = LiveQueue(hub.live_queue)
+        assert len(queue.attempts()) == 1 and queue.submissions_since(LEARNER, LAB, 0) == 1  # once, counted once
+        other = hub.user_token(OTHER)
+        assert api(hub.live_url + "api/attempts/1", other)[0] == 404  # learner1's attempt: not there for learner2
+        status, mine = api(hub.live_url + "api/attempts", other)
+        assert status == 200 and mine["attempts"] == []
+    assert screenshot.stat().st_size > 0
