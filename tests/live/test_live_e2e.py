@@ -21,7 +21,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from labsource import REPO
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, dismiss_toasts, launch_args, sync_api
+
+from rocmlab.course.course import Course
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
@@ -138,6 +141,7 @@ def test_a_learner_submits_from_jupyterlab_and_sees_the_score_and_the_rules_not_
     screenshot = shots / "live-learner-page.png"
     with DemoHub(
         tmp_path / "hub",
+        course=Course(REPO),
         learners=(LEARNER, OTHER),
         instructors=(TEACHER,),
         labs=(LAB,),
