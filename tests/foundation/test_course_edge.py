@@ -10,7 +10,9 @@ import pytest
 
 from rocmlab.cli import main
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "src"
+HUB_CONFIG = REPO / "env" / "jupyterhub"  # the hub's configuration: a process of its own
 
 # module: why it may look the course up (a process of its own, or the lookup itself)
 EDGES = {
@@ -20,6 +22,7 @@ EDGES = {
     "rocmlab/lab/qc_adapter.py": "lab 03's kernel and python -m rocmlab.lab.qc_adapter",
     "rocmlab/execution/device_kit.py": "python -m rocmlab.execution.device_kit (make device-kit)",
     "rocmlab/execution/device_check.py": "python -m rocmlab.execution.device_check (ci/device_check.sh)",
+    "jupyterhub_config.py": "the hub's configuration, read by the jupyterhub process",
 }
 LOOKUPS = {"find_root", "Course.find", "Course.here"}
 
@@ -54,7 +57,9 @@ def called_name(func: ast.expr, aliases: dict[str, str]) -> str:
 
 
 def modules() -> dict[str, str]:
-    return {str(p.relative_to(SRC)): p.read_text(encoding="utf-8") for p in sorted(SRC.glob("rocmlab/**/*.py"))}
+    paths = {str(p.relative_to(SRC)): p for p in sorted(SRC.glob("rocmlab/**/*.py"))}
+    paths |= {p.name: p for p in sorted(HUB_CONFIG.glob("*.py"))}
+    return {name: path.read_text(encoding="utf-8") for name, path in paths.items()}
 
 
 def test_no_module_below_the_edge_looks_the_course_up():
