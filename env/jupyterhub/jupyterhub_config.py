@@ -14,7 +14,7 @@
 #                            (demo only, 8001; a server's is a Unix socket in DATA/hub/)
 #   ROCMLAB_HUB_DATA         state: hub/ (database, secrets), exchange/, homes/ (demo)
 #   ROCMLAB_ROOT             the rocmlab checkout (labs/, solutions/, autograder/); default: the
-#                            checkout jupyterhub is started in (rocmlab.root.find_root)
+#                            checkout jupyterhub is started in (rocmlab.course.course.Course.find)
 #   ROCMLAB_HUB_LANG         en | zh: language of the notebooks delivered to homes
 #   ROCMLAB_HUB_LABS_DIR     folder of the student notebooks delivered, one sub-folder per lab
 #                            (default ROCMLAB_ROOT/labs/<lang>, the smoke build; `rocmlab hub
@@ -67,12 +67,12 @@ import os
 import sys
 from pathlib import Path
 
+from rocmlab.course.course import Course
 from rocmlab.hub import auth, roster
 from rocmlab.hub.exchange_layout import ExchangeOwners, group_members, prepare_exchange
 from rocmlab.hub.labs import COURSE_ID
 from rocmlab.hub.loopback import DEFAULT_PORTS, open_ports, unix_socket_url
 from rocmlab.hub.settings import LEARNERS_HUB_GROUP, LIVE_INSTRUCT_SCOPE, LIVE_WORKERS, HubGroups, LiveWorkers
-from rocmlab.root import find_root
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 env = os.environ.get
@@ -94,12 +94,13 @@ mode = env("ROCMLAB_HUB_MODE", "server")
 if mode not in ("server", "demo"):
     raise ValueError(f"ROCMLAB_HUB_MODE={mode!r}: expected server or demo")
 demo = mode == "demo"
-course_repo = find_root()  # $ROCMLAB_ROOT, else the checkout this is run in
+course = Course.find()  # $ROCMLAB_ROOT, else the checkout this is run in: found once, for the whole config
+course_repo = course.root
 data = Path(env("ROCMLAB_HUB_DATA") or "/srv/rocmlab-hub").resolve()
 lang = env("ROCMLAB_HUB_LANG", "en")
 if lang not in ("en", "zh"):
     raise ValueError(f"ROCMLAB_HUB_LANG={lang!r}: expected en or zh")
-built = Path(env("ROCMLAB_HUB_LABS_DIR") or course_repo / "labs" / lang).resolve()
+built = Path(env("ROCMLAB_HUB_LABS_DIR") or course.labs_dir(lang)).resolve()
 labs = _names(env("ROCMLAB_HUB_LABS", "")) or sorted(p.name for p in built.glob("*") if p.is_dir())
 groups = HubGroups.from_environment()  # the same object `rocmlab hub` reads them with
 instructor_group = groups.instructor

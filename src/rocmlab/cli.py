@@ -3,8 +3,13 @@
 Every command is a module (or an object) with
 
 - ``add_arguments(parser)``: its options, on the subparser named after it;
-- ``main(**options) -> int``: the work, called with the parsed options as keywords (plus
-  ``root``, the global ``--root``), returning the exit status of a result (``errors.ExitCode``).
+- ``main(*, course, **options) -> int``: the work, called with the parsed options as keywords,
+  returning the exit status of a result (``errors.ExitCode``);
+- optionally ``needs_course(options) -> bool``: False where the command also works outside a course.
+
+The course is found here once, from the global ``--root`` (``course.course.Course``), and passed down
+as ``course``: the course, or None outside one for a command that does not need it. A command that
+needs it stops outside one with the error naming what was looked for (``root.find_root``).
 
 Errors are raised, never printed by the command: ``main`` below prints ``rocmlab CMD: error: ...``
 on stderr and exits with the error's ``exit_code`` (2 for bad input, 1 for a failure).
@@ -23,7 +28,7 @@ from .startup import UNUSED_IN_CLI, block_unused_imports
 
 # name: (where its add_arguments and main live, "module" or "module:object"; one line of help)
 COMMANDS = {
-    "list": ("rocmlab.course.catalog", "the labs in this checkout (outside one: the lab notebooks in this folder)"),
+    "list": ("rocmlab.course.listing", "the labs in this checkout (outside one: the lab notebooks in this folder)"),
     "new": ("rocmlab.course.scaffold", "a new lab folder under solutions/ that builds, verifies and runs as it is"),
     "build": (
         "rocmlab.build.command",
@@ -93,16 +98,26 @@ def main(argv: list[str] | None = None) -> int:
         options = vars(make_parser(argv).parse_args(argv))
     except SystemExit as exc:  # argparse: 2 after a usage error (message printed), 0 after --help
         return int(exc.code or 0)
-    name = options.pop("command")
+    name, named_root = options.pop("command"), options.pop("root")
     processes.exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: every kernel and rank is ended first
     try:
-        return int(command(name).main(**options))
+        implementation = command(name)
+        course = find_course(implementation, named_root, options)
+        return int(implementation.main(course=course, **options))
     except RocmlabError as exc:
         print(f"rocmlab {name}: error: {exc}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("rocmlab: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+
+
+def find_course(implementation, named_root: str | None, options: dict):
+    """The course of this run, found once: an error outside one where the command needs it, else None."""
+    from .course.course import Course
+
+    needs = getattr(implementation, "needs_course", lambda _options: True)(options)
+    return Course.find(named_root) if needs else Course.here(named_root)
 
 
 if __name__ == "__main__":

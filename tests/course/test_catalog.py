@@ -3,7 +3,9 @@ import json
 import pytest
 from conftest import GOOD_TOML
 
-from rocmlab.course.catalog import LabError, discover, main, select
+from rocmlab import cli
+from rocmlab.course.catalog import LabError, discover, select
+from rocmlab.course.listing import main
 from rocmlab.errors import InputError
 
 
@@ -152,8 +154,9 @@ def test_list_outside_a_course_without_notebooks_speaks_to_learners(tmp_path, mo
 
 def test_list_in_a_course_still_lists_its_sources(make_course, monkeypatch, capsys):
     root = make_course()
-    monkeypatch.chdir(root)
-    assert main() == 0
+    monkeypatch.chdir(root / "solutions")  # the command line finds the course above
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    assert cli.main(["list"]) == 0
     assert capsys.readouterr().out.split()[:3] == ["01-demo", "1.0.0", "10"]
 
 

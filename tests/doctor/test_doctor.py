@@ -9,6 +9,7 @@ import tomli_w
 
 from rocmlab import doctor, probes
 from rocmlab.cli import main
+from rocmlab.course.course import Course
 from rocmlab.errors import InputError
 
 MACHINES = Path(__file__).parents[1] / "fixtures" / "machines"
@@ -204,10 +205,9 @@ def test_a_matrix_named_on_the_command_line_must_be_readable(tmp_path, capsys):
     assert "missing.toml" in capsys.readouterr().err
 
 
-def test_the_course_matrix_is_found_through_the_course_root(tmp_path, monkeypatch):
-    assert doctor.course_matrix(str(REPO_MATRIX.parents[1])) == REPO_MATRIX
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+def test_the_course_matrix_is_the_course_s_own(tmp_path):
+    assert doctor.course_matrix(Course(REPO_MATRIX.parents[1])) == REPO_MATRIX
+    assert doctor.course_matrix(Course(tmp_path)) is None  # a course without one: the built-in table
     assert doctor.course_matrix(None) is None  # outside a course: the built-in table
 
 

@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from rocmlab import schemas
 from rocmlab.cli import main
+from rocmlab.course.course import Course
 from rocmlab.errors import ExitCode
 from rocmlab.freshness import matrix, pins, proposals, pull_request, releases, upstream, upstream_pages
 from rocmlab.freshness.releases import MatrixError
@@ -450,13 +451,13 @@ def test_show_lists_entries_and_unverified_facts(capsys):
     assert "[unverified: pytorch, install]" in lines[0]
 
 
-def test_the_python_api_takes_keywords_and_finds_the_matrix_under_root(tmp_path, capsys):
+def test_the_python_api_takes_keywords_and_finds_the_matrix_of_the_course(tmp_path, capsys):
     (tmp_path / "env").mkdir()
     shutil.copy(RECORDED_MATRIX, tmp_path / "env" / "matrix.toml")
-    assert releases.main(releases_command="show", root=tmp_path, as_json=True) == releases.EXIT_UP_TO_DATE
+    assert releases.main(releases_command="show", course=Course(tmp_path), as_json=True) == releases.EXIT_UP_TO_DATE
     assert json.loads(capsys.readouterr().out) == releases.job_matrix(releases.load_matrix(RECORDED_MATRIX))
     with pytest.raises(MatrixError, match="env/matrix.toml: file not found"):
-        releases.main(releases_command="show", root=tmp_path / "env")
+        releases.main(releases_command="show", course=Course(tmp_path / "env"))
 
 
 # ---------------------------------------------------------------- verify-pins

@@ -16,6 +16,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from rocmlab import hub, processes
+from rocmlab.course.course import Course
 from rocmlab.errors import InputError, LabError
 from rocmlab.hub import exchange as rocmlab_exchange
 from rocmlab.hub import launch as hub_launch
@@ -513,18 +514,21 @@ def test_demo_hub_with_the_gpu_profile_delivers_its_rendered_notebooks(monkeypat
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda root, env, log, launcher=(): environments.append(env) or sleeper())
     monkeypatch.setattr(hub_launch, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("stop here")))
-    with pytest.raises(hub.HubError, match="stop here"), hub.DemoHub(tmp_path, root=ROOT, labs=["01"], profile="gpu"):
+    with (
+        pytest.raises(hub.HubError, match="stop here"),
+        hub.DemoHub(tmp_path, course=Course(ROOT), labs=["01"], profile="gpu"),
+    ):
         pass
     rendered = tmp_path / "labs-gpu" / "en"
     assert environments[0]["ROCMLAB_HUB_LABS_DIR"] == str(rendered)
     assert environments[0]["ROCMLAB_HUB_LABS"] == "01-rocm-setup"
     assert 'PROFILE = \\"gpu\\"' in (rendered / "01-rocm-setup" / "01-rocm-setup.ipynb").read_text()
     with pytest.raises(InputError, match="profile"):
-        hub.DemoHub(tmp_path, root=ROOT, profile="fast")
+        hub.DemoHub(tmp_path, course=Course(ROOT), profile="fast")
 
 
 def run_command(*argv, root=ROOT) -> int:
-    return hub.main(**vars(parse(*argv)), root=str(root))
+    return hub.main(**vars(parse(*argv)), course=Course(root))
 
 
 def test_server_mode_needs_root(monkeypatch, tmp_path):
@@ -592,7 +596,7 @@ def test_demo_hub_stops_what_it_started_when_the_start_fails(monkeypatch, tmp_pa
     monkeypatch.setattr(hub_launch, "find_proxy", lambda root: Path("/bin/true"))
     monkeypatch.setattr(hub_launch, "launch", lambda *a: started.append(sleeper()) or started[-1])
     monkeypatch.setattr(hub_launch, "wait_ready", lambda *a: (_ for _ in ()).throw(hub.HubError("no answer")))
-    demo = hub.DemoHub(tmp_path, root=ROOT, labs=["01"])
+    demo = hub.DemoHub(tmp_path, course=Course(ROOT), labs=["01"])
     assert demo.url == f"http://127.0.0.1:{demo.port}" and demo.password
     with pytest.raises(hub.HubError, match="no answer"), demo:
         pass

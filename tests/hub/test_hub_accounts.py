@@ -31,6 +31,7 @@ import nbformat
 import pytest
 from test_hub_e2e import call, login_status
 
+from rocmlab.course.course import Course
 from rocmlab.hub import COURSE_ID, HubError, LocalHub, find_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
@@ -326,7 +327,7 @@ def test_workshop_server_mode_with_real_accounts(monkeypatch):
                 launcher=launcher,
                 check_install=False,
                 timeout_s=120,
-                root=course,
+                course=Course(course),
                 ip="",  # every address: TLS with a self-signed certificate, trusted below by its file only
             )
             monkeypatch.setattr(

@@ -18,6 +18,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from labsource import REPO
+
+from rocmlab.course.course import Course
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
@@ -165,7 +168,13 @@ def test_learner_runs_lab01_in_the_browser(tmp_path, demo_hub_options):
     shots.mkdir()
     screenshot = shots / f"{LEARNER}-{LAB}.png"
     with DemoHub(
-        tmp_path / "hub", learners=(LEARNER,), instructors=(), labs=(LAB,), timeout_s=120, **demo_hub_options
+        tmp_path / "hub",
+        course=Course(REPO),
+        learners=(LEARNER,),
+        instructors=(),
+        labs=(LAB,),
+        timeout_s=120,
+        **demo_hub_options,
     ) as hub:
         hub.start_server(LEARNER)
         with sync_api.sync_playwright() as playwright:

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from rocmlab.course.catalog import discover, select
+from rocmlab.course.course import Course
 from rocmlab.hub.delivery import MANIFEST, changelog_since, deliver_lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,7 +178,7 @@ def test_edit_bump_deliver_again_through_the_hub(tmp_path, demo_hub_options):
     )
     (course / ".venv").symlink_to(REPO / ".venv")  # the proxy of `make hub-setup`
     learner = "learner1"
-    options = {"root": course, "learners": (learner,), "instructors": (), "labs": (LAB,), "lang": "zh"}
+    options = {"course": Course(course), "learners": (learner,), "instructors": (), "labs": (LAB,), "lang": "zh"}
     with DemoHub(tmp_path / "hub", **options, **demo_hub_options) as hub:
         server = hub.start_server(learner)
         token = hub.user_token(learner)

@@ -24,6 +24,7 @@ import pytest
 
 from rocmlab.cli import main
 from rocmlab.course.catalog import discover, select
+from rocmlab.course.course import Course
 from rocmlab.course.notebooks import solution_notebook
 from rocmlab.hub import COURSE_ID, DemoHub, HubError, find_proxy
 
@@ -179,6 +180,7 @@ def test_release_fetch_submit_grade_feedback_on_a_demo_hub(tmp_path, demo_hub_op
     started = time.monotonic()
     hub = DemoHub(
         tmp_path / "hub",
+        course=Course(ROOT),
         learners=(RIGHT, WRONG),
         instructors=("teacher",),
         labs=(LAB,),

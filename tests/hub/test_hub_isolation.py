@@ -49,6 +49,7 @@ from test_hub_accounts import (
 )
 from test_hub_e2e import call
 
+from rocmlab.course.course import Course
 from rocmlab.hub import COURSE_ID, HubError, LocalHub, cgroups, exchange, safe_copy
 from rocmlab.hub.exchange_layout import ExchangeOwners, ExchangeRefused, prepare_exchange
 from rocmlab.live.queue import LiveQueue
@@ -92,7 +93,7 @@ def make_hub(world, data: Path, scratch: Path, **options) -> LocalHub:
         instructor_group=groups["instructors"],
         launcher=launcher(scratch),
         check_install=False,
-        root=world["course"],
+        course=Course(world["course"]),
         **options,
     )
 

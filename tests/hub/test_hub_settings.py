@@ -5,7 +5,9 @@ failed with "Unix group 'instructors' does not exist")."""
 from __future__ import annotations
 
 import pytest
+from labsource import REPO
 
+from rocmlab.course.course import Course
 from rocmlab.hub import command
 from rocmlab.hub.settings import CORES_PER_WORKER, HubGroups, LiveWorkers, SettingsError
 from rocmlab.live.handlers import LiveSettings
@@ -26,7 +28,7 @@ def test_rocmlab_hub_takes_the_groups_from_the_environment(monkeypatch, tmp_path
     monkeypatch.setenv("ROCMLAB_HUB_LEARNER_GROUP", "class2026")
     monkeypatch.setenv("ROCMLAB_HUB_INSTRUCTOR_GROUP", "teachers")
     with pytest.raises(Stop):
-        command.main(data_dir=str(tmp_path))
+        command.main(data_dir=str(tmp_path), course=Course(REPO))
     assert (seen["learner_group"], seen["instructor_group"]) == ("class2026", "teachers")
 
 

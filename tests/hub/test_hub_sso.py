@@ -19,9 +19,11 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 pytest.importorskip("oauthenticator", reason="oauthenticator is not installed (hub extra)")
 pytest.importorskip("authlib", reason="authlib is not installed (dev extra)")
 
+from labsource import REPO  # noqa: E402
 from oidc_provider import Provider  # noqa: E402
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, launch_args  # noqa: E402
 
+from rocmlab.course.course import Course  # noqa: E402
 from rocmlab.hub.settings import LEARNERS_HUB_GROUP  # noqa: E402
 
 CLIENT_ID = "rocmlab-hub"
@@ -64,7 +66,9 @@ def sso_hub(tmp_path_factory):
         with pytest.MonkeyPatch.context() as patch:
             for name, value in env.items():
                 patch.setenv(name, value)
-            with DemoHub(work / "hub", labs=("01",), port=port, timeout_s=120, check_install=False) as hub:
+            with DemoHub(
+                work / "hub", course=Course(REPO), labs=("01",), port=port, timeout_s=120, check_install=False
+            ) as hub:
                 yield hub, provider
 
 
@@ -151,7 +155,7 @@ def test_the_hub_refuses_to_start_with_a_half_configured_provider(tmp_path, monk
     for name in ("ROCMLAB_OIDC_CLIENT_SECRET", "ROCMLAB_OIDC_CALLBACK_URL"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(HubError) as refused:
-        with DemoHub(tmp_path / "hub", labs=("01",), timeout_s=60, check_install=False):
+        with DemoHub(tmp_path / "hub", course=Course(REPO), labs=("01",), timeout_s=60, check_install=False):
             pass
     assert "half-configured: set ROCMLAB_OIDC_CLIENT_SECRET" in str(refused.value)
     assert "ROCMLAB_OIDC_CALLBACK_URL" in str(refused.value)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from labsource import REPO
 from test_hub import hub_config
 
+from rocmlab.course.course import Course
 from rocmlab.errors import InputError
 from rocmlab.hub import LocalHub, tls
 
@@ -70,21 +72,23 @@ def test_the_config_serves_https_with_the_pair(monkeypatch, tmp_path):
 
 
 def test_a_server_hub_on_every_address_is_https_and_names_its_fingerprint(tmp_path):
-    hub = LocalHub(tmp_path / "hub", demo=False, ip="", labs=ROOT_LABS)
+    hub = LocalHub(tmp_path / "hub", demo=False, ip="", labs=ROOT_LABS, course=Course(REPO))
     assert hub.url.startswith("https://127.0.0.1:") and hub.public_url.startswith("https://")
     assert not (tmp_path / "hub").exists()  # nothing written before start (which checks root first)
     hub.prepare_tls()
     assert hub.tls_fingerprint == tls.fingerprint(hub.tls_cert)
-    plain = LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True)
+    plain = LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True, course=Course(REPO))
     assert plain.url.startswith("http://") and not plain.tls_fingerprint
 
 
 def test_the_command_prints_the_fingerprint_and_warns_on_plain_http(tmp_path, capsys):
     from rocmlab.hub import command
 
-    hub = LocalHub(tmp_path / "hub", demo=False, ip="", labs=ROOT_LABS)
+    hub = LocalHub(tmp_path / "hub", demo=False, ip="", labs=ROOT_LABS, course=Course(REPO))
     hub.prepare_tls()
     command._say_ready(hub)
     assert f"SHA-256 fingerprint {hub.tls_fingerprint}" in capsys.readouterr().out
-    command._say_ready(LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True))
+    command._say_ready(
+        LocalHub(tmp_path / "plain", demo=False, ip="", labs=ROOT_LABS, insecure_http=True, course=Course(REPO))
+    )
     assert "passwords cross the network in clear" in capsys.readouterr().err

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from labsource import REPO
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, dismiss_toasts, launch_args
 
+from rocmlab.course.course import Course
 from rocmlab.hub.language import SETTINGS, SETTINGS_FILE, missing_pack
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
@@ -30,6 +32,7 @@ def test_zh_learner_gets_jupyterlab_in_chinese(tmp_path, demo_hub_options):
     shots.mkdir()
     screenshot = shots / "zh-session.png"
     options = {"learners": (LEARNER,), "instructors": (), "labs": (LAB,), "lang": "zh", "timeout_s": 120}
+    options["course"] = Course(REPO)
     with DemoHub(tmp_path / "hub", **options, **demo_hub_options) as hub:
         hub.start_server(LEARNER)
         setting = hub.home(LEARNER) / SETTINGS / SETTINGS_FILE

@@ -17,8 +17,11 @@ import json
 import urllib.request
 
 import pytest
+from labsource import REPO
 from live_fakes import check, graded_in, iso
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, launch_args
+
+from rocmlab.course.course import Course
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
@@ -82,8 +85,6 @@ def give_home(hub, learner: str) -> None:
     spawner's own delivery; no JupyterLab is started: the service writes hints into homes, not servers)."""
     import os
     import pwd
-
-    from labsource import REPO
 
     from rocmlab.hub.delivery import deliver_lab
 
@@ -169,6 +170,7 @@ def test_the_instructor_sees_the_room_and_a_hint_reaches_only_the_stuck(tmp_path
     monkeypatch.setenv("ROCMLAB_HUB_COMPLETION", str(tmp_path / "completion.toml"))
     with DemoHub(
         tmp_path / "hub",
+        course=Course(REPO),
         learners=(*WITH_HOMES, NEVER_SUBMITTED, *QUEUE_ONLY),
         instructors=(TEACHER,),
         labs=(LAB,),

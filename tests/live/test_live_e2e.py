@@ -25,7 +25,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from labsource import REPO
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, dismiss_toasts, launch_args, sync_api
+
+from rocmlab.course.course import Course
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 
@@ -205,6 +208,7 @@ def test_a_burst_of_learners_submits_from_jupyterlab_through_a_killed_service_gr
     burst_done = threading.Event()
     with DemoHub(
         tmp_path / "hub",
+        course=Course(REPO),
         learners=(LEARNER, OTHER, *BURST),
         instructors=(TEACHER,),
         labs=(LAB,),

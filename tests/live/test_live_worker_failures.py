@@ -8,7 +8,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from labsource import REPO
 
+from rocmlab.course.course import Course
 from rocmlab.errors import CommandFailed, InputError, LabError
 from rocmlab.live import worker as live_worker
 from rocmlab.live.attempts import GradeResult
@@ -39,7 +41,13 @@ def test_the_cli_worker_refuses_before_it_claims_anything(tmp_path, monkeypatch,
     queue = LiveQueue(tmp_path / "q.sqlite")
     queue.submit("ana", MODEL_LAB, "t1", str(tmp_path / "nb.ipynb"))
     with pytest.raises(CommandFailed, match=MODEL_LAB):
-        live_command.main(action="worker", queue=str(queue.path), labs=f"{LAB},{MODEL_LAB}", max_attempts=1)
+        live_command.main(
+            action="worker",
+            queue=str(queue.path),
+            labs=f"{LAB},{MODEL_LAB}",
+            max_attempts=1,
+            course=Course(REPO),
+        )
     assert queue.get(1).state == "queued" and queue.get(1).tries == 0
 
 

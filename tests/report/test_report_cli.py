@@ -7,6 +7,7 @@ import pytest
 from freshness_helpers import CPU_CURRENT, at, write_matrix, write_result
 
 from rocmlab.cli import main
+from rocmlab.course.course import Course
 from rocmlab.report.stamp import README_END, README_START
 
 
@@ -180,7 +181,7 @@ def test_the_python_api_takes_keywords(course, tmp_path):
     from rocmlab.report import command
 
     output = tmp_path / "out" / "freshness.json"
-    assert command.main(root=course, format="json", output=output) == command.EXIT_OK
+    assert command.main(course=Course(course), format="json", output=output) == command.EXIT_OK
     assert [lab["id"] for lab in json.loads(output.read_text())["labs"]] == ["01-demo", "02-other"]
     with pytest.raises(InputError, match="--format 'xml': expected one of md, html, json"):
-        command.main(root=course, format="xml")
+        command.main(course=Course(course), format="xml")

@@ -17,6 +17,7 @@ import pytest
 from test_hub_browser import NAV_TIMEOUT_MS, chromium_path, launch_args
 from test_site import REPO, Links
 
+from rocmlab.course.course import Course
 from rocmlab.site.build import build_site
 from rocmlab.site.launch import read_config
 
@@ -59,7 +60,7 @@ def test_launch_link_delivers_the_lab_and_opens_it(tmp_path, demo_hub_options):
     repo = student_repo(tmp_path)
     shots = tmp_path / "output"
     shots.mkdir()
-    options = {"learners": (LEARNER,), "instructors": (), "labs": (LAB,), "timeout_s": 120}
+    options = {"course": Course(REPO), "learners": (LEARNER,), "instructors": (), "labs": (LAB,), "timeout_s": 120}
     with DemoHub(tmp_path / "hub", **options, **demo_hub_options) as hub:
         site = tmp_path / "site"
         config = read_config(REPO, hub_url=hub.url, labs_repo=repo.as_uri(), labs_branch=BRANCH)

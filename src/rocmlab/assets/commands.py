@@ -29,8 +29,13 @@ def add_arguments(parser) -> None:
     info.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
 
 
-def main(*, assets_command: str, root=None, **options) -> int:
-    """``options`` are those of the sub-command (``root`` is not used: assets live in the user cache)."""
+def needs_course(options: dict) -> bool:
+    """Never: assets live in the user cache, not in the course."""
+    return False
+
+
+def main(*, assets_command: str, course=None, **options) -> int:
+    """``options`` are those of the sub-command (``course`` is not used: assets live in the user cache)."""
     handlers = {"build-model": build_model, "fetch": fetch, "info": info}
     return handlers[assets_command](**options)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..course.catalog import LANGUAGES, PROFILE_NAMES, discover, select
+from ..course.catalog import LANGUAGES, PROFILE_NAMES, select
+from ..course.course import Course
 from ..course.lab_table import ReadmeTable, readme_table
 from ..errors import ExitCode, InputError
-from ..root import find_root
 from .assignments import build, drift, languages, profile_out
 from .verify import verify_command
 
@@ -68,11 +68,11 @@ def main(
     verify: bool = False,
     jobs: int = 1,
     results: str | None = None,
-    root=None,
+    course: Course,
 ) -> int:
     """Build (or with ``check`` compare) the student notebooks of ``labs``; ``verify`` them after."""
-    root = find_root(root)
-    every = discover(root)
+    root = course.root
+    every = course.labs()
     chosen = select(every, list(labs))
     langs = languages(lang)
     if jobs < 1:

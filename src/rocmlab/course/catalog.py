@@ -1,5 +1,4 @@
-"""Find labs under ``solutions/`` and read their ``lab.toml`` into typed, validated objects;
-``rocmlab list``.
+"""Find labs under ``solutions/`` and read their ``lab.toml`` into typed, validated objects.
 
 The lab.toml schema is ``schemas/lab.schema.json`` (docs/lab-format.md); this module adds the
 rules a schema cannot state (the id is the folder's name, a cell's limit fits the notebook's).
@@ -8,14 +7,11 @@ rules a schema cannot state (the id is the folder's name, a cell's limit fits th
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ExitCode, InputError, LabError
-from ..root import find_root
+from ..errors import LabError
 from ..schemas import read_toml, validate
-from .learner_labs import find_notebooks, no_notebooks_error, select_notebooks
 
 SMOKE, GPU, MULTI_GPU = "smoke", "gpu", "multi-gpu"
 PROFILE_NAMES = (SMOKE, GPU, MULTI_GPU)  # the profiles schemas/lab.schema.json allows, in this order
@@ -163,70 +159,3 @@ def select(labs: list[Lab], wanted: list[str] | None) -> list[Lab]:
         if by_key[name] not in chosen:
             chosen.append(by_key[name])
     return chosen
-
-
-# ------------------------------------------------------------------ rocmlab list
-
-
-def add_arguments(parser) -> None:
-    parser.description = (
-        "The labs in this checkout: id, version, minutes, profiles and titles. Outside a course checkout (a "
-        "learner's folder): the lab notebooks there and below, with id, version, language and title."
-    )
-    parser.add_argument("labs", nargs="*", metavar="LAB", help="lab ids or their numbers (default: all)")
-    parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
-
-
-def main(*, labs=(), as_json: bool = False, root=None) -> int:
-    course = course_here(root)
-    if course is None or not (course / "solutions").is_dir():
-        return list_notebooks(course or Path.cwd(), list(labs), as_json)
-    chosen = select(discover(course), list(labs))
-    if as_json:
-        summary = [
-            {
-                "id": lab.id,
-                "version": lab.version,
-                "title": lab.title,
-                "minutes": lab.minutes,
-                "profiles": list(lab.profiles),
-            }
-            for lab in chosen
-        ]
-        print(json.dumps(summary, ensure_ascii=False, indent=2))
-        return ExitCode.OK
-    for lab in chosen:
-        print(
-            f"{lab.id:<28} {lab.version:<8} {lab.minutes:>4} min  {','.join(lab.profiles):<20} "
-            f"{lab.title['zh']} / {lab.title['en']}"
-        )
-    return ExitCode.OK
-
-
-def course_here(root) -> Path | None:
-    """The course repository (``find_root``), or None where there is none: a learner's folder."""
-    try:
-        return find_root(root)
-    except InputError:
-        if root:
-            raise
-        return None
-
-
-def list_notebooks(folder: Path, wanted: list[str], as_json: bool) -> int:
-    """``rocmlab list`` without solutions/: the lab notebooks in ``folder`` and below."""
-    notebooks = find_notebooks(folder)
-    if not notebooks:
-        raise no_notebooks_error(folder)
-    chosen = select_notebooks(notebooks, wanted)
-    if as_json:
-        rows = [
-            {"id": nb.id, "version": nb.version, "lang": nb.lang, "title": nb.title, "path": str(nb.path)}
-            for nb in chosen
-        ]
-        print(json.dumps(rows, ensure_ascii=False, indent=2))
-        return ExitCode.OK
-    for nb in chosen:
-        print(f"{nb.id:<28} {nb.version:<8} {nb.lang:<3} {nb.title}  ({nb.path})")
-    print("Self-check a notebook with: rocmlab check NOTEBOOK.ipynb")
-    return ExitCode.OK

@@ -13,9 +13,9 @@ from importlib.resources import files
 from pathlib import Path
 
 from ..errors import LabError
-from ..root import find_root
 from ..schemas import schema
 from .catalog import parse_lab
+from .course import Course
 
 TEMPLATES = ("lab.toml", "lab.py", "checks.py", "CHANGELOG.md", "CHANGELOG.zh.md")
 
@@ -73,12 +73,9 @@ def _toml_value(value) -> str:
     return tomlkit.item(value).as_string()
 
 
-def main(*, lab_id: str, title_en: str, title_zh: str, summary: str, minutes: int, root=None) -> int:
-    course = find_root(root)
-    folder = scaffold(
-        course / "solutions", lab_id, title_en=title_en, title_zh=title_zh, summary=summary, minutes=minutes
-    )
-    print(f"wrote {folder.relative_to(course)}/: {', '.join(TEMPLATES)}")
+def main(*, lab_id: str, title_en: str, title_zh: str, summary: str, minutes: int, course: Course) -> int:
+    folder = scaffold(course.solutions, lab_id, title_en=title_en, title_zh=title_zh, summary=summary, minutes=minutes)
+    print(f"wrote {folder.relative_to(course.root)}/: {', '.join(TEMPLATES)}")
     print("next: rewrite the exercise, then")
     print("  rocmlab build                 # its student notebooks in labs/, its row in the README's lab table")
     print(f"  rocmlab build --verify {lab_id}   # every check passes on the solution, fails on the student version")

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import probes
-from ..errors import InputError
+from ..course.course import Course
 from ..probes import Machine
 from .checks_case import check_partition, check_readiness, check_traps
 from .checks_env import check_disk, check_hub, check_iommu, check_nccl, check_numa, check_visible, visible_devices
@@ -179,10 +179,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(*, json_out: bool = False, machine: str | None = None, lang: str = "both", matrix=None, root=None) -> int:
+def needs_course(options: dict) -> bool:
+    """Never: the doctor runs on any machine, with its built-in release table outside a course."""
+    return False
+
+
+def main(
+    *, course: Course | None = None, json_out: bool = False, machine: str | None = None, lang: str = "both", matrix=None
+) -> int:
     """Exit status: 0 ok, 1 warnings, 3 failures; bad input raises InputError."""
     probed = probes.RecordedMachine(machine) if machine else probes.LiveMachine()
-    report = diagnose(probed, matrix=Path(matrix) if matrix else course_matrix(root))
+    report = diagnose(probed, matrix=Path(matrix) if matrix else course_matrix(course))
     text = json.dumps(report, ensure_ascii=False, indent=2) if json_out else render_table(report, lang)
     try:
         print(text)
@@ -191,13 +198,7 @@ def main(*, json_out: bool = False, machine: str | None = None, lang: str = "bot
     return report["exit_code"]
 
 
-def course_matrix(root) -> Path | None:
-    """env/matrix.toml of the course repository (``rocmlab.root.find_root``), or None outside one:
-    the doctor runs on any machine, with its built-in release table there."""
-    from ..root import find_root
-
-    try:
-        path = find_root(root) / "env" / "matrix.toml"
-    except InputError:
-        return None
-    return path if path.is_file() else None
+def course_matrix(course: Course | None) -> Path | None:
+    """env/matrix.toml of the course, or None outside one (or a course without one)."""
+    path = course.matrix_path if course else None
+    return path if path and path.is_file() else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..course.catalog import PROFILE_NAMES, SMOKE
+from ..course.course import Course
 from ..errors import ExitCode, InputError
 from .results import Record
 from .run import env_target, local_target, run_labs
@@ -49,14 +50,11 @@ def main(
     student: bool = False,
     env: str | None = None,
     repeat: int = 1,
-    root=None,
+    course: Course,
 ) -> int:
     """Run ``labs`` and print one line per lab; 1 when one failed, 3 when one was skipped and none failed."""
-    from ..course.catalog import discover, select
-    from ..root import find_root
-
-    root = find_root(root)
-    chosen = select(discover(root), list(labs))
+    root = course.root
+    chosen = course.select(labs)
     if jobs < 1:
         raise InputError(f"--jobs: expected a positive number, got {jobs}")
     if repeat < 1:

@@ -27,8 +27,8 @@ from packaging.specifiers import SpecifierSet
 
 from .. import processes
 from ..course.catalog import GPU, PROFILE_NAMES
+from ..course.course import Course
 from ..errors import CommandFailed, ExitCode, InputError
-from ..root import find_root
 from . import containers, jobs
 from .containers import CONTAINER_VARIABLE, DOCKER_RUN
 from .matrix import MATRIX_RELATIVE, Entry, Matrix, read_matrix
@@ -66,8 +66,8 @@ def _matrix(root: Path) -> Matrix:
     return read_matrix(root / MATRIX_RELATIVE)
 
 
-def env_dir(name: str, root: Path | None = None) -> Path:
-    return find_root(root) / ENVS_DIR / name
+def env_dir(name: str, root: Path) -> Path:
+    return root / ENVS_DIR / name
 
 
 def env_hash(entry: Entry, root: Path) -> str:
@@ -115,13 +115,12 @@ def _is_ready(entry: Entry, root: Path) -> bool:
 # ---------------------------------------------------------------- public API
 
 
-def python_for(name: str, root: Path | None = None) -> Path:
+def python_for(name: str, root: Path) -> Path:
     """The interpreter that runs labs in environment ``name``.
 
     Inside an entry's container (``ROCMLAB_ENV`` = name) it is the running interpreter; for a
     CPU entry it is ``.envs/NAME/bin/python``, which must be created and up to date.
     """
-    root = find_root(root)
     entry = _matrix(root).get(name)
     if os.environ.get(CONTAINER_VARIABLE) == name:
         return Path(sys.executable)
@@ -140,8 +139,7 @@ def python_for(name: str, root: Path | None = None) -> Path:
     return _interpreter(folder)
 
 
-def list_environments(root: Path | None = None) -> list[EnvState]:
-    root = find_root(root)
+def list_environments(root: Path) -> list[EnvState]:
     states = []
     matrix = _matrix(root)
     for entry in matrix.entries + matrix.canaries:
@@ -155,9 +153,8 @@ def list_environments(root: Path | None = None) -> list[EnvState]:
     return states
 
 
-def create(name: str, root: Path | None = None, force: bool = False, timeout_s: float = 3600, log=print) -> Path:
+def create(name: str, root: Path, force: bool = False, timeout_s: float = 3600, log=print) -> Path:
     """Build (or reuse) the virtual environment of CPU entry ``name``; returns its folder."""
-    root = find_root(root)
     entry = _matrix(root).get(name)
     if entry.on_gpu:
         raise EnvError(f"{name} runs on a GPU; it is installed on a GPU machine:\n" + install_recipe(entry))
@@ -366,9 +363,8 @@ def render_dockerfile(entry: Entry) -> str:
     return containers.render_dockerfile(entry)
 
 
-def write_dockerfiles(root: Path | None = None, check: bool = False) -> list[Path]:
+def write_dockerfiles(root: Path, check: bool = False) -> list[Path]:
     """Write env/docker/<name>.Dockerfile for every entry with a container; with check, only list the stale ones."""
-    root = find_root(root)
     matrix = _matrix(root)
     return containers.write_dockerfiles(root, list(matrix.entries + matrix.canaries), check=check)
 
@@ -402,8 +398,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--out", type=Path, help="also write the report (JSON) here")
 
 
-def main(*, env_command: str, root=None, **options) -> int:
-    """One sub-command of `rocmlab env`, on the course found by ``root.find_root(root)``."""
+def main(*, env_command: str, course: Course, **options) -> int:
+    """One sub-command of `rocmlab env`, on the course the command line found."""
     handlers = {
         "create": create_command,
         "list": list_command,
@@ -411,7 +407,7 @@ def main(*, env_command: str, root=None, **options) -> int:
         "job": jobs.job_command,
         "check-entry": jobs.check_entry_command,
     }
-    return handlers[env_command](find_root(root), **options)
+    return handlers[env_command](course.root, **options)
 
 
 def create_command(root: Path, *, name: str, force: bool = False, timeout: float = 3600) -> int:

@@ -18,9 +18,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from ..course.catalog import LabError
+from ..course.course import MATRIX_RELATIVE, Course  # noqa: F401 (MATRIX_RELATIVE: the course's, re-exported)
 from ..schemas import validate
 
-MATRIX_RELATIVE = Path("env") / "matrix.toml"
 STATUSES = ("current", "previous", "eol")
 ERAS = ("6.x", "7.x", "therock")
 METHODS = ("wheel", "multiarch", "image")
@@ -128,13 +128,14 @@ PACKAGED_MATRIX = Path(__file__).parents[1] / "release_matrix.toml"  # env/matri
 
 
 def find_matrix() -> Path:
-    """env/matrix.toml of the course repository (``rocmlab.root.find_root``: $ROCMLAB_ROOT, else the
-    working directory); outside one (a student notebook downloaded alone), the copy the package ships."""
+    """env/matrix.toml of the course a lab notebook's kernel runs in, for ``read_matrix()`` without a
+    path: a kernel is a process of its own, given no ``Course``, so it looks once here ($ROCMLAB_ROOT,
+    else the working directory); outside a course (a student notebook downloaded alone), the copy
+    the package ships."""
     from ..errors import InputError
-    from ..root import find_root
 
     try:
-        return find_root() / MATRIX_RELATIVE
+        return Course.find().matrix_path
     except InputError as err:
         if PACKAGED_MATRIX.is_file():
             return PACKAGED_MATRIX

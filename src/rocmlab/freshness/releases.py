@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..root import find_root
+from ..course.course import Course
 from . import pins, proposals, pull_request, upstream
 from .matrix import (  # noqa: F401 (re-exported: environments, report, ci/ import them from here)
     MATRIX_RELATIVE,
@@ -100,7 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verify_p.add_argument("--out", type=Path, help="write the report (digests included) as JSON here")
 
 
-def main(*, releases_command: str, root=None, matrix=None, fixtures=None, **options) -> int:
+def needs_course(options: dict) -> bool:
+    """Only to read the course's env/matrix.toml: not with ``--matrix``, nor for ``exit-codes``."""
+    return not options.get("matrix") and options["releases_command"] != "exit-codes"
+
+
+def main(*, releases_command: str, course: Course | None = None, matrix=None, fixtures=None, **options) -> int:
     """Read the matrix (``matrix``, else env/matrix.toml of the course) and run one sub-command.
 
     ``fixtures``: a folder of recorded upstream responses, or ``":recorded:"`` for the
@@ -109,7 +114,7 @@ def main(*, releases_command: str, root=None, matrix=None, fixtures=None, **opti
     if releases_command == "exit-codes":
         print("\n".join(f"{name}={code}" for name, code, _meaning in EXIT_CODES))
         return EXIT_UP_TO_DATE
-    path = Path(matrix) if matrix else find_root(root) / MATRIX_RELATIVE
+    path = Path(matrix) if matrix else course.matrix_path
     loaded = read_matrix(path)
     if releases_command == "show":
         return show(loaded, **options)

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from .. import processes
-from ..course.catalog import PROFILE_NAMES, SMOKE, discover, select
+from ..course.catalog import PROFILE_NAMES, SMOKE
+from ..course.course import Course
 from ..errors import ExitCode, InputError
-from ..root import find_root
 from ..sandbox.runs import Limits
 from . import analytics, shards
 from .feedback import stage_feedback
@@ -113,10 +113,10 @@ def main(
     feedback_to: str | None = None,
     seeds: str | None = None,
     unsafe: bool = False,
-    root: str | None = None,
+    course: Course,
 ) -> int:
     processes.exit_on_sigterm()  # finally blocks end the kernels and remove the sandbox
-    root = find_root(root)
+    root = course.root
     # ---- scale-out (grading/shards.py)
     if lab == "merge":
         return shards.merge_command(root, shard_outputs, out, gradebook, submissions, shard, feedback_to)
@@ -124,7 +124,7 @@ def main(
         raise InputError("grade: expected `rocmlab grade LAB --submissions DIR` (OUT folders only with `merge`)")
     part = shards.parse_shard(shard) if shard else None
     # ----
-    lab = select(discover(root), [lab])[0]
+    lab = course.select([lab])[0]
     if jobs < 1:
         raise InputError(f"--jobs: expected a positive number, got {jobs}")
     everyone = submissions = find_submissions(Path(submissions).resolve(), lab.id)

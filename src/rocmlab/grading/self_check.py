@@ -19,13 +19,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course.catalog import LANGUAGES, SMOKE, Lab, Requires, discover
+from ..course.catalog import LANGUAGES, SMOKE, Lab, Requires
+from ..course.course import Course
 from ..course.notebooks import solution_notebook, write_notebook
 from ..course.parameters import INJECTED, notebook_parameters
 from ..course.source import CACHED_ASSETS
 from ..errors import ExitCode, InputError
 from ..execution.papermill_engine import TIMEOUT_ENAME
-from ..root import find_root
 from ..sandbox.limits import Sandbox, is_root
 from ..sandbox.runs import Limits
 from .cells import grading, mark_unrun_tests, shown_message
@@ -180,15 +180,15 @@ def read_learner_notebook(path: Path):
     return nb
 
 
-def find_lab(nb, root: str | None) -> Lab | None:
-    """The notebook's lab in the course repository (``rocmlab.root.find_root``), when there is one
-    (for its profiles): a learner's notebook is checked without it."""
+def find_lab(nb, course: Course | None) -> Lab | None:
+    """The notebook's lab in the course, when there is one (for its profiles): a learner's notebook
+    is checked without it."""
     lab_id = nb.metadata.get("rocmlab", {}).get("id")
-    if not lab_id:
+    if not lab_id or course is None:
         return None
     try:
-        return next((lab for lab in discover(find_root(root)) if lab.id == lab_id), None)
-    except InputError:  # no course here, or another of its labs is broken: check without lab.toml
+        return course.lab(lab_id)
+    except InputError:  # no solutions/ in it, or another of its labs is broken: check without lab.toml
         return None
 
 
@@ -200,22 +200,19 @@ def prepare(nb, keep_params: bool):
     return nb
 
 
-def _sandbox(root: str | None, keep_params: bool) -> Sandbox:
+def _sandbox(course: Course | None, keep_params: bool) -> Sandbox:
     """The grader's sandbox: the course root (when there is one) and the home folder hidden."""
-    try:
-        course = find_root(root)
-        hide, expose = course_view(course)
-    except InputError:
-        course, hide, expose = None, [Path.home()], [model_cache()]
+    root = course.root if course else None
+    hide, expose = course_view(root) if root else ([Path.home()], [model_cache()])
     limits = Limits(memory_mb=0) if keep_params else Limits()
-    return Sandbox(limits, hide=hide, expose=expose, slots=1, env=sandbox_env(course))
+    return Sandbox(limits, hide=hide, expose=expose, slots=1, env=sandbox_env(root))
 
 
 def run_check(
-    path: Path, keep_params: bool = False, root: str | None = None
+    path: Path, keep_params: bool = False, course: Course | None = None
 ) -> tuple[list[VisibleTest], str, FirstError | None]:
     nb = read_learner_notebook(path)
-    lab = find_lab(nb, root)
+    lab = find_lab(nb, course)
     params, timeout_s, cell_timeout_s, requires = {}, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, Requires()
     if lab is not None:
         smoke = lab.profile(SMOKE)
@@ -231,7 +228,7 @@ def run_check(
     prepared = prepare(nb, keep_params)
     kept_injected = frozenset(c.get("id") for c in prepared.cells if INJECTED in c.metadata.get("tags", []))
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
-    sandbox = _sandbox(root, keep_params)
+    sandbox = _sandbox(course, keep_params)
     run = sandbox.new_run(0, cell_timeout_s)
     try:
         data = path.parent / "data"
@@ -291,10 +288,15 @@ def _score(tests: list[VisibleTest]) -> str:
     return f"{sum(t.points for t in tests if t.passed):g} / {sum(t.points for t in tests):g}"
 
 
-def main(*, notebook: str, keep_params: bool = False, root: str | None = None) -> int:
+def needs_course(options: dict) -> bool:
+    """Never: a learner checks her notebook anywhere; in a course, its lab's smoke profile applies."""
+    return False
+
+
+def main(*, notebook: str, course: Course | None = None, keep_params: bool = False) -> int:
     """Exit 0 when every visible test passed, 1 when one failed (2, raised: bad input)."""
     path = Path(notebook).absolute()  # not resolved: a symbolic link is refused, as grading does
-    tests, problem, first = run_check(path, keep_params, root)
+    tests, problem, first = run_check(path, keep_params, course)
     for test in tests:
         verdict = "PASS" if test.passed else "FAIL"
         print(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .. import processes
+from ..course.course import Course
 from ..errors import ExitCode
 from .completion import rule_warning
 from .labs import LANGUAGES, PROFILES
@@ -114,7 +115,7 @@ def main(
     data_dir: str | None = None,
     instructors=("instructor",),
     timeout: float = 120,
-    root: str | None = None,
+    course: Course,
     ssl_cert: str | None = None,
     ssl_key: str | None = None,
     insecure_http: bool = False,
@@ -132,7 +133,7 @@ def main(
         port=(8000 if demo else 443) if port is None else (port or None),
         password=os.environ.get("ROCMLAB_HUB_PASSWORD") or None,
         timeout_s=timeout,
-        root=root,
+        course=course,
         profile=profile,
         progress=lambda message: print(message, file=sys.stderr),
         ssl_cert=ssl_cert,

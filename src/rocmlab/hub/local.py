@@ -18,8 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..course.course import Course
 from ..errors import InputError
-from ..root import find_root
 from . import launch as hub_process
 from . import tls
 from .labs import check_profile, delivered_labs, resolve_labs
@@ -44,6 +44,8 @@ class LocalHub:
 
     ``with LocalHub(...) as hub:`` starts it; leaving the block (or a failed start) stops every
     single-user server, the hub and the proxy, and ends whatever of theirs is left.
+
+    ``course`` is the course it serves, found by the caller (``rocmlab hub``'s command line).
     """
 
     def __init__(
@@ -59,7 +61,7 @@ class LocalHub:
         port: int | None = None,
         password: str | None = None,
         timeout_s: float = 90,
-        root: Path | None = None,
+        course: Course,
         profile: str = "smoke",
         learner_group: str = "rocmlab",
         instructor_group: str = "instructors",
@@ -70,7 +72,7 @@ class LocalHub:
         ssl_key: str | None = None,
         insecure_http: bool = False,
     ):
-        self.root = find_root(root)
+        self.course, self.root = course, course.root
         self.workdir = Path(workdir).resolve()
         self.demo = demo
         self.learners, self.instructors = tuple(learners), tuple(instructors)
@@ -79,7 +81,7 @@ class LocalHub:
         check_profile(profile)
         self.profile = profile
         self.labs = resolve_labs(self.root, lang, labs)
-        self.labs_dir = self.root / "labs" / lang
+        self.labs_dir = course.labs_dir(lang)
         self.ip = "127.0.0.1" if demo else ip
         self.internal_port = hub_process.service_port(demo)  # privileged on a server (rocmlab.hub.loopback)
         self.live_port = hub_process.service_port(demo, [self.internal_port])  # the live service

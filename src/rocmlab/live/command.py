@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 
 from ..course.catalog import PROFILE_NAMES, SMOKE
+from ..course.course import Course
 from ..errors import ExitCode, InputError
 from ..execution.results import write_json_atomic
-from ..root import find_root
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-exit", type=float, metavar="S", help="worker: stop after S seconds without work")
 
 
+def needs_course(options: dict) -> bool:
+    """Only the worker grades, with the course's labs; the queue's commands read its file alone."""
+    return options["action"] == "worker"
+
+
 def main(
     *,
     action: str,
@@ -75,7 +80,7 @@ def main(
     labs: str = "",
     budget: float = 600,
     open_labs: int | None = None,
-    root: str | None = None,
+    course: Course | None = None,
 ) -> int:
     if action == "worker":
         from .worker import worker_main
@@ -87,7 +92,7 @@ def main(
         if open_labs is not None and open_labs < 1:
             raise InputError(f"--open-labs {open_labs}: expected at least 1")
         return worker_main(
-            find_root(root),
+            course.root,
             queue_path=queue,
             service=service,
             token=os.environ.get("ROCMLAB_LIVE_WORKER_TOKEN", ""),

@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from ..course.catalog import GPU, SMOKE, Lab, discover
+from ..course.catalog import GPU, SMOKE, Lab
+from ..course.course import Course
 from ..errors import InputError, LabError
-from ..root import find_root
 from . import history
 from .dashboard import render_dashboard
 from .diff import diff_runs
@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(
     *,
-    root=None,
+    course: Course,
     results=None,
     format: str = "md",
     output=None,
@@ -112,11 +112,11 @@ def main(
     github_summary: bool = False,
     max_gpu_age: float | None = None,
 ) -> int:
-    """The report of the course at ``root``; EXIT_DEAD_MAN when ``max_gpu_age`` finds no recent GPU verification."""
+    """The report of ``course``; EXIT_DEAD_MAN when ``max_gpu_age`` finds no recent GPU verification."""
     if format not in FORMATS:
         raise InputError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
-    root = find_root(root)
-    labs = discover(root)
+    root = course.root
+    labs = course.labs()
     entries, window, problems = read_entries(root)
     context = history.Context.detect(root)
     ledger, ledger_problems = history.read_ledger(root)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..course.course import Course
 from ..errors import ExitCode
-from ..root import find_root
 
 DEFAULT_OUT = "_site"
 
@@ -26,12 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("labs", nargs="*", metavar="LAB", help="labs to include (default: all)")
 
 
-def main(*, labs=(), out=DEFAULT_OUT, hub_url=None, labs_repo=None, labs_branch=None, root=None) -> int:
+def main(*, labs=(), out=DEFAULT_OUT, hub_url=None, labs_repo=None, labs_branch=None, course: Course) -> int:
     from .build import build_site
     from .launch import read_config
 
-    course = find_root(root)
-    launch = read_config(course, hub_url=hub_url, labs_repo=labs_repo, labs_branch=labs_branch)
+    launch = read_config(course.root, hub_url=hub_url, labs_repo=labs_repo, labs_branch=labs_branch)
     out_path = Path(out)
-    build_site(course, out_path if out_path.is_absolute() else Path.cwd() / out_path, launch, labs)
+    build_site(course.root, out_path if out_path.is_absolute() else Path.cwd() / out_path, launch, labs)
     return ExitCode.OK
