@@ -190,7 +190,7 @@ def test_two_threads_building_two_labs_at_once_leave_the_process_in_its_own_fold
         return converted
 
     monkeypatch.setattr(BaseConverter, "convert_notebooks", convert_together)
-    root = two_lab_course(tmp_path, classroom.COURSE)
+    root = classroom.two_lab_course(tmp_path)
     labs = discover(root)
     before, built, stderr = os.getcwd(), {}, sys.stderr
 
@@ -205,17 +205,3 @@ def test_two_threads_building_two_labs_at_once_leave_the_process_in_its_own_fold
         thread.join(timeout=120)
     assert sorted(built) == ["01-grade", "02-grade"] and all(path.is_file() for path in built.values())
     assert os.getcwd() == before and sys.stderr is stderr
-
-
-def two_lab_course(folder: Path, course: Path) -> Path:
-    """A copy of the grading fixture's course with a second lab, ``02-grade``, the first renamed."""
-    import shutil
-
-    root = folder / "course"
-    shutil.copytree(course, root)
-    second = root / "solutions" / "02-grade"
-    shutil.copytree(root / "solutions" / "01-grade", second)
-    for path in second.rglob("*"):
-        if path.is_file() and path.suffix in (".py", ".toml", ".md"):
-            path.write_text(path.read_text(encoding="utf-8").replace("01-grade", "02-grade"), encoding="utf-8")
-    return root
