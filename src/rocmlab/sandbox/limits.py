@@ -161,7 +161,8 @@ class Sandbox:
             mounts.sweep(str(self.base.parent / "rocmlab-sandbox-"))  # left by a grader that was killed
             mounts.share(self.base)
         self.cgroup_limits = kernel_cgroup_limits(self.limits)
-        self.no_cgroup = kernel_cgroups_missing(self.cgroup_limits)  # the grader says it (``isolation``)
+        # the grader says it (``isolation``); two sandboxes of one process name their cgroups apart
+        self.no_cgroup = kernel_cgroups_missing(self.cgroup_limits, self._cgroup_name("probe"))
         hidden = [Path(p).resolve() for p in (hide or [])]
         caches = [c for c in model_caches() if not any(h == c.resolve() or h in c.resolve().parents for h in hidden)]
         self.expose = [*interpreter_paths(), *(expose or []), *caches]
@@ -300,7 +301,7 @@ class Sandbox:
         work = space / "work"
         work.mkdir(mode=0o700)
         uid, gid = self._uid_gid(slot, turn)
-        cgroup = "" if self.no_cgroup else f"{os.getpid()}-{folder.name}"
+        cgroup = "" if self.no_cgroup else self._cgroup_name(folder.name)
         ipc = space / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
         ipc.mkdir(mode=0o700)
         if uid is not None:
@@ -334,6 +335,10 @@ class Sandbox:
         run.space = space if self.own_space else None
         run.cgroup = cgroup
         return run
+
+    def _cgroup_name(self, run: str) -> str:
+        """``<grader pid>-<sandbox>-<run>``: the pid tells a later grader whether it may remove it."""
+        return f"{os.getpid()}-{self.base.name.removeprefix('rocmlab-sandbox-')}-{run}"
 
     def _run_env(self, work: Path, private: Path) -> dict:
         """What a run's worker and kernel are told: its folders, offline model hubs, thread pools,
@@ -454,9 +459,10 @@ def kernel_cgroup_limits(limits: Limits) -> CgroupLimits:
     return CgroupLimits(memory_bytes=memory, tasks=limits.max_processes)
 
 
-def kernel_cgroups_missing(limits: CgroupLimits) -> str:
+def kernel_cgroups_missing(limits: CgroupLimits, probe: str) -> str:
     """Why graded kernels get no cgroup of their own here, and what bounds them instead; "" where
-    they get one (root, and a cgroup with these limits could be made and removed)."""
+    they get one (root, and a cgroup ``probe`` with these limits could be made and removed).
+    Removes first the kernels' cgroups of graders that have ended."""
     instead = "each kernel is bounded by its rlimits alone (address space and file size per process, processes per grader user) and its space's size"
     if not is_root():
         return f"no cgroup per kernel (that needs root): {instead}"
@@ -465,7 +471,6 @@ def kernel_cgroups_missing(limits: CgroupLimits) -> str:
     for name in KERNELS.names():
         if _grader_ended(name):  # left by a grader that was killed
             KERNELS.kill(name)
-    probe = f"{os.getpid()}-probe"
     try:
         KERNELS.create(probe, limits)
     except OSError as exc:
@@ -476,7 +481,7 @@ def kernel_cgroups_missing(limits: CgroupLimits) -> str:
 
 
 def _grader_ended(cgroup: str) -> bool:
-    """Whether the grader that named a kernel's cgroup ``<pid>-<run>`` has ended."""
+    """Whether the grader that named a kernel's cgroup ``<pid>-...`` has ended."""
     pid = cgroup.split("-")[0]
     return pid.isdigit() and not psutil.pid_exists(int(pid))
 
