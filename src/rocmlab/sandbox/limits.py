@@ -437,6 +437,10 @@ class Sandbox:
             server.close()
         for run in [*self._pending.values(), *self._references.values()]:  # made ahead, or a reference's
             run.release()
+        if not self.no_cgroup:  # a run its caller never cleaned up still has one
+            for name in KERNELS.names():
+                if name.startswith(self._cgroup_name("")):
+                    KERNELS.kill(name)
         release_users(self.grader_users)  # sweeps again: only then may another run have them
         if self.own_space:
             mounts.unmount(self.base)
