@@ -53,3 +53,10 @@ def test_the_sandbox_is_named_and_no_sandbox_says_so():
         == "sandbox landlock, a kernel started per learner"
     )
     assert "graded unsandboxed, as this user" in sandbox_text({"backend": "none"})
+    cgroup = {"memory_max_mb": 6144, "pids_max": 256}
+    assert sandbox_text({"backend": "bubblewrap", "forked_kernels": True, "kernel_cgroup": cgroup}) == (
+        "sandbox bubblewrap, kernels forked from a zygote, each in a cgroup of its own (6144 MB, 256 tasks)"
+    )
+    assert sandbox_text({"backend": "landlock", "no_kernel_cgroup": "no cgroup per kernel (that needs root)"}) == (
+        "sandbox landlock, a kernel started per learner, no cgroup per kernel"
+    )

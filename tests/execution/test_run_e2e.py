@@ -15,7 +15,7 @@ import pytest
 from rocmlab.build.verify import verify_lab
 from rocmlab.cli import main
 from rocmlab.course.catalog import discover, select
-from rocmlab.execution.run import local_target, run_lab
+from rocmlab.execution.run import CHECKS_SANDBOX, local_target, run_lab
 from rocmlab.execution.worker import RUN_TAG
 
 pytestmark = pytest.mark.slow
@@ -46,6 +46,7 @@ def test_passing_lab_gets_profile_parameters_and_a_full_record(fixture_course, t
     assert record.status == "passed", record.reason
     saved = json.loads((tmp_path / "local" / "01-pass.json").read_text())
     assert saved["lab_version"] == "1.2.0" and saved["profile"] == "smoke"
+    assert saved["checks_sandbox"] == CHECKS_SANDBOX  # said: rocmlab run's checks are not sandboxed
     assert saved["fingerprint"]["packages"]["papermill"]
     executed = (tmp_path / "local" / "01-pass.ipynb").read_text()
     assert '{\\"result\\": 18}' in executed  # 6 * SCALE with SCALE=3 injected from lab.toml

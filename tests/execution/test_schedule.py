@@ -3,6 +3,7 @@
 import json
 import sys
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -140,11 +141,11 @@ def test_an_interrupted_run_stops_the_prerequisite_and_reraises():
 # ---------------------------------------------------------------- run_labs with fake labs
 
 
-def fake_lab(lab_id, course_model, qc_adapter=False):
+def fake_lab(lab_id, course_model, qc_adapter=False, checks=Path("/nonexistent/checks.py")):
     from rocmlab.course.catalog import Profile, Requires
 
     smoke = Profile("smoke", {}, 60, 60, Requires(course_model=course_model, qc_adapter=qc_adapter))
-    return SimpleNamespace(id=lab_id, version="1.0.0", profiles={"smoke": smoke})
+    return SimpleNamespace(id=lab_id, version="1.0.0", profiles={"smoke": smoke}, checks=checks)
 
 
 class FakeBuild:
@@ -171,7 +172,9 @@ def test_run_labs_builds_the_model_once_before_the_labs_that_declare_it(monkeypa
         return SimpleNamespace(lab=lab.id, status="skipped"), None
 
     monkeypatch.setattr(run, "run_lab", fake_run_lab)
-    labs = [fake_lab("01-free", False), fake_lab("02-model", True)]
+    checks = tmp_path / "checks.py"
+    checks.write_text("", encoding="utf-8")
+    labs = [fake_lab("01-free", False, checks=checks), fake_lab("02-model", True)]
     target = run.Target("local", sys.executable, Fingerprint())
     records = run.run_labs(
         tmp_path, labs, "smoke", target, tmp_path, jobs=2, builds={MODEL_KEY: build}, stream=sys.stderr
@@ -180,6 +183,7 @@ def test_run_labs_builds_the_model_once_before_the_labs_that_declare_it(monkeypa
     assert seen["02-model"] is True
     err = capsys.readouterr().err
     assert "start   model tiny-qwen-zh" in err and "ready   model tiny-qwen-zh" in err
+    assert err.count(f"checks: the labs' hidden checks run {run.CHECKS_SANDBOX}") == 1  # said once, not per lab
 
 
 def test_run_labs_builds_the_adapter_after_the_model_and_holds_only_the_labs_that_declare_it(monkeypatch, tmp_path):

@@ -160,3 +160,48 @@ def test_metadata_schema_checked_once_gives_nbgraders_own_verdicts(monkeypatch, 
     with nbgrader_tools():
         assert [_metadata_error(cell) for cell in cells * 3] == stock * 3
     assert len(checks) == 1
+
+
+def test_two_threads_building_two_labs_at_once_leave_the_process_in_its_own_folder(tmp_path, monkeypatch):
+    """nbgrader's converters chdir the whole process into their course folder and back
+    (nbgrader/converters/base.py, BaseConverter.start). Two at once, held inside that window
+    together here, returned into each other's folder, deleted once its build ended: build
+    --verify's labs side by side ended with exit status 2 (generate_assignment failed) and, as
+    their redirected stderr was never put back, silently. One call into nbgrader at a time: the
+    second waits, both builds succeed and the process stays where it was."""
+    import classroom
+    from nbgrader.converters.base import BaseConverter
+
+    from rocmlab.build.assignments import render_lab
+    from rocmlab.course.catalog import discover
+
+    both_inside, first_built = threading.Barrier(2), threading.Event()
+    convert = BaseConverter.convert_notebooks
+
+    def convert_together(self):
+        try:
+            both_inside.wait(timeout=2)
+        except threading.BrokenBarrierError:  # the other one waits outside: one at a time
+            return convert(self)
+        entered_last = os.path.samefile(os.getcwd(), self.coursedir.root)  # the other's chdir came first
+        converted = convert(self)
+        if entered_last:  # back into the other's folder only after its build removed it
+            first_built.wait(timeout=60)
+        return converted
+
+    monkeypatch.setattr(BaseConverter, "convert_notebooks", convert_together)
+    root = classroom.two_lab_course(tmp_path)
+    labs = discover(root)
+    before, built, stderr = os.getcwd(), {}, sys.stderr
+
+    def build(lab):
+        built[lab.id] = render_lab(root, lab, "en", tmp_path / "release" / lab.id)
+        first_built.set()
+
+    threads = [threading.Thread(target=build, args=(lab,)) for lab in labs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(built) == ["01-grade", "02-grade"] and all(path.is_file() for path in built.values())
+    assert os.getcwd() == before and sys.stderr is stderr

@@ -50,9 +50,10 @@ from test_hub_accounts import (
 from test_hub_e2e import call
 
 from rocmlab.course.course import Course
-from rocmlab.hub import COURSE_ID, HubError, LocalHub, cgroups, exchange, safe_copy
+from rocmlab.hub import COURSE_ID, HubError, LocalHub, exchange, safe_copy
 from rocmlab.hub.exchange_layout import ExchangeOwners, ExchangeRefused, prepare_exchange
 from rocmlab.live.queue import LiveQueue
+from rocmlab.sandbox.cgroups import LEARNERS, join, procs_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.machine_wide]
 BASE = Path("/var/lib")
@@ -582,14 +583,14 @@ def test_a_tmpfs_fill_and_a_cpu_storm_stay_within_the_learners_cgroup(world, hub
     cgroup of the hub's with her memory, CPU and process ceilings, bob's are not in it; filling
     her /tmp stops at its size; a CPU storm in her cgroup runs under her quota."""
     ann, bob = world["names"]["ann"], world["names"]["bob"]
-    if not cgroups.version():
+    if not LEARNERS.version():
         pytest.skip("no cgroup hierarchy with memory, cpu and pids here")
     entry = pwd.getpwnam(ann)
     server = server_process(entry.pw_uid)
-    assert server.pid in cgroups.members(ann)
-    assert server_process(pwd.getpwnam(bob).pw_uid).pid not in cgroups.members(ann)
-    folders = cgroups.folders(ann)
-    if cgroups.version() == 2:
+    assert server.pid in LEARNERS.members(ann)
+    assert server_process(pwd.getpwnam(bob).pw_uid).pid not in LEARNERS.members(ann)
+    folders = LEARNERS.folders(ann)
+    if LEARNERS.version() == 2:
         assert (folders[0] / "cpu.max").read_text().split() == ["50000", "100000"]
         assert (folders[0] / "memory.max").read_text().strip() == str(3 * 2**30)
     else:
@@ -604,7 +605,7 @@ def test_a_tmpfs_fill_and_a_cpu_storm_stay_within_the_learners_cgroup(world, hub
         while not kernels and time.monotonic() < deadline:
             kernels = [p for p in server.children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
             time.sleep(0.5)
-        assert kernels and kernels[0].pid in cgroups.members(ann)  # inherited: nothing of hers is outside
+        assert kernels and kernels[0].pid in LEARNERS.members(ann)  # inherited: nothing of hers is outside
     finally:
         call(base, token, "DELETE", f"api/kernels/{kernel['id']}")
 
@@ -618,20 +619,20 @@ def test_a_tmpfs_fill_and_a_cpu_storm_stay_within_the_learners_cgroup(world, hub
     assert fill.returncode != 0 and "No space left" in fill.stderr, fill.stderr
     subprocess.run([*as_ann, "rm", "-f", "/tmp/fill"], check=True, timeout=30)
 
-    procs = cgroups.procs_files(cgroups.folders(ann))
+    procs = procs_files(LEARNERS.folders(ann))
     storm = subprocess.Popen(  # started in her cgroup, as her kernel's children are
-        [*as_ann, "/usr/bin/python3", "-c", "while True: pass"], preexec_fn=lambda: cgroups.join(procs)
+        [*as_ann, "/usr/bin/python3", "-c", "while True: pass"], preexec_fn=lambda: join(procs)
     )
     try:
-        periods = cgroups.cpu_stat(ann).get("nr_periods", 0)
+        periods = LEARNERS.cpu_stat(ann).get("nr_periods", 0)
         deadline = time.monotonic() + 30
-        while cgroups.cpu_stat(ann).get("nr_periods", 0) == periods and time.monotonic() < deadline:
+        while LEARNERS.cpu_stat(ann).get("nr_periods", 0) == periods and time.monotonic() < deadline:
             time.sleep(0.2)
         assert storm.poll() is None, "the storm did not run"
-        assert storm.pid in cgroups.members(ann)
+        assert storm.pid in LEARNERS.members(ann)
         # counted only under a quota (throttled too where the storm gets more than its half core;
         # on a loaded test machine it may get less, so that count is not asserted)
-        assert cgroups.cpu_stat(ann)["nr_periods"] > periods, "her quota is not in force"
+        assert LEARNERS.cpu_stat(ann)["nr_periods"] > periods, "her quota is not in force"
     finally:
         storm.kill()
         storm.wait(timeout=10)

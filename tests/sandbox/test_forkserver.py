@@ -13,6 +13,7 @@ import nbformat
 import psutil
 import pytest
 
+from rocmlab.sandbox.cgroups import KERNELS
 from rocmlab.sandbox.forkserver import ForkedKernel, fork_kernel
 from rocmlab.sandbox.limits import Sandbox, bubblewrap_works, fork_server_applies, is_root, namespaces_work
 from rocmlab.sandbox.paths import PRIVATE_TEMP
@@ -158,6 +159,8 @@ def test_a_forked_kernel_ends_with_the_worker_that_asked_for_it(backend):
     finally:
         sandbox.close()
     assert not _zygotes_of(sandbox)
+    # its run was never cleaned up: closing the sandbox removed the run's cgroup too
+    assert not [name for name in KERNELS.names() if name.startswith(f"{os.getpid()}-")]
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from rocmlab.execution.papermill_engine import (
     kernel_ready,
 )
 from rocmlab.grading.grader import lab_imports
+from rocmlab.sandbox.entry import in_own_cgroup
 from rocmlab.sandbox.limits import Limits, Sandbox, bubblewrap_works, is_root, thread_budget
 from rocmlab.sandbox.paths import closed_ancestor, closed_ways, split_hidden
 
@@ -56,7 +57,8 @@ def test_a_run_keeps_its_private_files_from_the_kernel(tmp_path):
         assert stat.S_IMODE(launcher.parent.stat().st_mode) == 0o700
         assert "rocmlab.sandbox.entry worker" in launcher.read_text() and "unshare" not in launcher.read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
-        assert spec["argv"][1:5] == ["-P", "-m", "rocmlab.sandbox.entry", "kernel"]  # -P: work folder not on sys.path
+        kernel = spec["argv"][len(in_own_cgroup(policy)) :]  # as root: after joining its own cgroup
+        assert kernel[1:5] == ["-P", "-m", "rocmlab.sandbox.entry", "kernel"]  # -P: work folder not on sys.path
         assert run.env["HOME"] == str(run.work) and run.env["JUPYTER_PATH"].startswith(str(run.private))
         if sandbox.switch_user:
             assert run.work.stat().st_uid == policy["uid"] != 0
@@ -159,13 +161,12 @@ def test_bubblewrap_is_chosen_where_installed_and_wraps_each_kernel():
         assert run.engine_options["ipc_path"].startswith(str(run.folder))
         assert "unshare" not in Path(run.worker.python).read_text()
         spec = json.loads((run.private / "jupyter" / "kernels" / "rocmlab-sandbox" / "kernel.json").read_text())
-        inside = spec["argv"].index("kernel-inside")  # bwrap starts the kernel's entry point itself
-        assert spec["argv"][: len(argv)] == argv and spec["argv"][inside - 3 : inside] == [
-            "-P",
-            "-m",
-            "rocmlab.sandbox.entry",
-        ]
-        assert ["--ro-bind", "{connection_file}", "{connection_file}"] == spec["argv"][len(argv) + 2 : len(argv) + 5]
+        joins = in_own_cgroup(policy)  # as root: bwrap starts in the kernel's own cgroup
+        assert spec["argv"][: len(joins)] == joins and (joins == []) == (sandbox.no_cgroup != "")
+        kernel = spec["argv"][len(joins) :]
+        inside = kernel.index("kernel-inside")  # bwrap starts the kernel's entry point itself
+        assert kernel[: len(argv)] == argv and kernel[inside - 3 : inside] == ["-P", "-m", "rocmlab.sandbox.entry"]
+        assert ["--ro-bind", "{connection_file}", "{connection_file}"] == kernel[len(argv) + 2 : len(argv) + 5]
     finally:
         sandbox.close()
         shutil.rmtree(tmp_path)

@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from rocmlab.grading.preflight import course_view, sandbox_env
+from rocmlab.sandbox.cgroups import KERNELS
 from rocmlab.sandbox.limits import Sandbox, bubblewrap_works, is_root, namespaces_work
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 PLANTED = "ROCMLAB_INSTRUCTOR_SECRET"
+LIMIT_FILES = ("memory.max", "memory.limit_in_bytes", "pids.max")
 
 # (backend, forked): each way a graded kernel starts on this machine
 WAYS = [("bubblewrap", True), ("bubblewrap", False), ("namespaces", True), ("namespaces", False)]
@@ -70,13 +72,17 @@ print(json.dumps(found))
 """
 
 
-def _probe(sandbox, probe: str = PROBE) -> dict:
+def _probe(sandbox, probe: str = PROBE, after=None) -> dict:
+    """What ``probe`` printed (JSON) in a run's kernel; ``after(run)`` is called once the notebook
+    ran, before the run is cleaned up."""
     source = sandbox.base / "probe.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)]), source)
     run = sandbox.new_run(0, 60)
     try:
         executed, outcome = run.execute(source, run.private / "out.ipynb", {}, 60, 120)
         assert outcome.status == "passed", (outcome.reason, executed and executed.cells[0].get("outputs"))
+        if after is not None:
+            after(run)
         return json.loads(executed.cells[0].outputs[0]["text"])
     finally:
         run.cleanup()
@@ -135,3 +141,41 @@ def test_a_readable_copy_of_the_solutions_anywhere_else_is_not_in_the_kernels_vi
     assert found["found"] == [] and not found["course"], found
     assert not {"home", "srv", "mnt", "media", "boot"} & set(found["root"]), found["root"]
     assert all(name.startswith("rocm") for name in found["opt"]), found["opt"]
+
+
+# /proc/self/cgroup: "ID:CONTROLLERS:PATH" per hierarchy (v1), "0::PATH" for the unified one
+# (https://docs.kernel.org/admin-guide/cgroup-v2.html, "Processes"; man 7 cgroups, /proc/pid/cgroup)
+CGROUP_PROBE = """
+import json
+lines = open("/proc/self/cgroup").read().splitlines()
+print(json.dumps({kinds: path for _, kinds, path in (line.split(":", 2) for line in lines)}))
+"""
+
+
+def test_each_kernel_is_in_a_cgroup_of_its_own_with_the_labs_limits_removed_with_its_run(sandbox):
+    """Issue 47: a kernel's memory (tmpfs included) and processes are bounded as a whole, by a
+    cgroup of its own made from the sandbox's limits; it is gone once its run is cleaned up."""
+    if sandbox.no_cgroup:
+        assert sandbox.isolation["no_kernel_cgroup"] == sandbox.no_cgroup  # said, never silent
+        pytest.skip(sandbox.no_cgroup)
+    limits = sandbox.limits
+    assert sandbox.isolation["kernel_cgroup"] == {
+        "memory_max_mb": limits.memory_mb + limits.disk_mb,
+        "pids_max": limits.max_processes,
+    }
+    seen = {}
+
+    def cgroup_files(run):
+        seen["name"], seen["folders"] = run.cgroup, KERNELS.folders(run.cgroup)
+        seen["values"] = {
+            name: (f / name).read_text().strip() for f in seen["folders"] for name in LIMIT_FILES if (f / name).exists()
+        }
+
+    found = _probe(sandbox, CGROUP_PROBE, after=cgroup_files)
+    memory = next(path for kinds, path in found.items() if kinds in ("memory", ""))
+    pids = next(path for kinds, path in found.items() if kinds in ("pids", ""))
+    assert memory == pids == f"/{KERNELS.parent}/{seen['name']}", found
+    expected_memory = str((limits.memory_mb + limits.disk_mb) * 2**20)
+    assert {seen["values"].get(k) for k in ("memory.max", "memory.limit_in_bytes")} - {None} == {expected_memory}
+    assert seen["values"]["pids.max"] == str(limits.max_processes)
+    assert not any(folder.exists() for folder in seen["folders"])  # removed with the run

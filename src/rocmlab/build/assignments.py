@@ -9,9 +9,7 @@ notebook's parameters cell; it never writes into ``labs/``, which holds the smok
 from __future__ import annotations
 
 import ast
-import contextlib
 import filecmp
-import io
 import json
 import shutil
 import tempfile
@@ -23,7 +21,7 @@ from ..course.catalog import HIDDEN_DATA, LANGUAGES, Lab
 from ..course.notebooks import write_notebook
 from ..course.source import MARKERS, for_language, read_notebook
 from ..errors import LabError
-from ..grading.nbgrader_compat import nbgrader_config, nbgrader_tools
+from ..grading.nbgrader_compat import nbgrader_config, running_nbgrader
 
 LEAK_MARKERS = tuple(marker.removeprefix("### ") for pair in MARKERS.values() for marker in pair)  # however commented
 
@@ -42,18 +40,12 @@ def _generate_student(root: Path, lab: Lab, nb, dest: Path) -> None:
         config = nbgrader_config(root, course)
         coursedir = CourseDirectory(config=config)
         api = NbGraderAPI(coursedir=coursedir, config=config)
-        with _quiet_nbgrader():
+        with running_nbgrader():
             result = api.generate_assignment(lab.id, force=True, create=True)
         if not result["success"]:
             log = (result.get("log") or "") + (result.get("error") or "")
             raise LabError(f"{lab.source}: nbgrader generate_assignment failed:\n{log.strip()[-2000:]}")
         shutil.copytree(course / "release" / lab.id, dest)
-
-
-@contextlib.contextmanager
-def _quiet_nbgrader():
-    with nbgrader_tools(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        yield
 
 
 def _solution_lines(nb) -> set[str]:

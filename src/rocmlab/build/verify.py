@@ -232,6 +232,11 @@ def sandbox_text(isolation: dict) -> str:
     if backend == "none":
         return "sandbox none (no bubblewrap, root or Landlock here): graded unsandboxed, as this user"
     kernels = "kernels forked from a zygote" if isolation.get("forked_kernels") else "a kernel started per learner"
+    cgroup = isolation.get("kernel_cgroup")
+    if cgroup:
+        kernels += f", each in a cgroup of its own ({cgroup['memory_max_mb']} MB, {cgroup['pids_max']} tasks)"
+    elif isolation.get("no_kernel_cgroup"):
+        kernels += ", no cgroup per kernel"
     return f"sandbox {backend}, {kernels}"
 
 

@@ -100,6 +100,7 @@ class Record(RunResult):
 
     notebook: str = ""
     student: bool = False
+    checks_sandbox: str = ""  # where the lab's hidden checks ran (``run.CHECKS_SANDBOX``); "" without checks
     schema: int = SCHEMA
 
 

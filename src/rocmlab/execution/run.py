@@ -198,6 +198,7 @@ def run_lab(
             shutil.copyfile(env_dir / f"{lab.id}.ipynb", env_dir / kept)
         runs.append((outcome, kept))
     record = _record(lab, profile.name, target, started, runs, student)
+    record.checks_sandbox = CHECKS_SANDBOX if lab.checks.is_file() else ""
     write_record(record, record_path)
     return record, runs[-1][0]
 
@@ -251,6 +252,12 @@ def judge_checks(outcome: Outcome) -> None:
 def _clear_repeat_notebooks(env_dir: Path, lab: Lab) -> None:
     for old in env_dir.glob(f"{lab.id}.run*.ipynb"):
         old.unlink()
+
+
+# rocmlab run executes the course's own notebook (solution or student version) as the user who runs
+# it, and the harness asks that notebook's kernel, in the run's own worker; grading a learner
+# (rocmlab grade, build --verify, the live workers) is sandboxed (rocmlab.sandbox.limits).
+CHECKS_SANDBOX = "unsandboxed, as this user, in the notebook's own kernel"
 
 
 def _record(lab: Lab, profile: str, target: Target, started: str, runs: list, student: bool) -> Record:
@@ -332,6 +339,8 @@ def run_labs(
     that needs them starts the moment the last one it needs is ready.
     """
     progress = Progress(len(labs) * repeat, stream)
+    if any(lab.checks.is_file() for lab in labs):
+        progress.note("checks", f"the labs' hidden checks run {CHECKS_SANDBOX} (rocmlab grade sandboxes them)")
     if builds is None:
         builds = asset_builds(target.python, progress.note)
     stopping = Stopping(builds)

@@ -232,7 +232,7 @@ class ClassGrader:
             self._open.close()
             raise
         self.plan = Plan(root, lab, profile, self.sandbox, sources, checks, ahead=ahead)
-        self.closed = False
+        self.closed = self._said_no_cgroup = False
 
     def __enter__(self) -> ClassGrader:
         return self
@@ -267,6 +267,9 @@ class ClassGrader:
                 + ("" if self.sandbox.switch_user else "; kernels run as this user")
                 + "; time, memory, process and output limits still apply"
             )
+        if self.sandbox.no_cgroup and not self._said_no_cgroup:  # once per grader (the live worker's: many calls)
+            progress(f"note: {self.sandbox.no_cgroup}")
+            self._said_no_cgroup = True
         pool = ThreadPoolExecutor(max_workers=self.jobs)
         try:
             return grade_in_sandbox(self.plan, self.course, submissions, self.jobs, pool, progress)

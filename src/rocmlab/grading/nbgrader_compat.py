@@ -250,10 +250,18 @@ def shared_gradebook_engines() -> Iterator[None]:
             yield
 
 
+# nbgrader changes the whole process while it runs: its converters (generate_assignment, autograde)
+# chdir into the course folder and back (nbgrader/converters/base.py, ``BaseConverter.start``), and
+# ``warnings.catch_warnings`` swaps the process's filters. Two graders' calls at once in one process
+# (build --verify's labs, the live worker's open graders) returned each other's folder, or one
+# already deleted (FileNotFoundError: generate_assignment failed), so one call at a time.
+_ONE_CALL_AT_A_TIME = threading.RLock()
+
+
 @contextlib.contextmanager
 def running_nbgrader() -> Iterator[None]:
-    """Around one call into nbgrader: ``nbgrader_tools``, and nbgrader's own SQLAlchemy session
-    warnings silenced (``warnings.catch_warnings``: call it from one thread at a time)."""
-    with nbgrader_tools(), warnings.catch_warnings():
+    """Around one call into nbgrader, one such call in the process at a time: ``nbgrader_tools``,
+    and nbgrader's own SQLAlchemy session warnings silenced."""
+    with _ONE_CALL_AT_A_TIME, nbgrader_tools(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="nbgrader")
         yield

@@ -39,7 +39,8 @@ from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from jupyterhub.traitlets import ByteSpecification
 from traitlets import Bool, Float, Integer, List, Unicode
 
-from . import cgroups, loopback
+from ..sandbox.cgroups import LEARNERS, Limits, join, procs_files
+from . import loopback
 from .delivery import as_user, deliver_as_user, deliver_lab
 from .exchange_layout import ExchangeOwners, ensure_learner
 from .labs import COURSE_ID
@@ -253,14 +254,14 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
                 "rocmlab: %s stay shared: the home, course or exchange is inside", ", ".join(sorted(shared))
             )
 
-        procs = cgroups.procs_files(self.make_cgroup())
+        procs = procs_files(self.make_cgroup())
         options = tmpfs_options(self.tmpfs_size())
         render_nodes, render_folder = self.render_folder_view() if paths else ([], "")
 
         def preexec():
             limit_resources(memory, processes)
             if procs:  # into the learner's cgroup before anything of theirs runs
-                cgroups.join(procs)
+                join(procs)
             if paths and private_tmp(paths, options) and render_nodes:
                 show_only(render_nodes, render_folder)  # /dev/dri: their slice's nodes only
             if switch_user:
@@ -374,14 +375,14 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
             and self.account_is_the_learners_own
             and self.scope_limits().properties()
             and not systemd_runs_here()
-            and cgroups.version()
+            and LEARNERS.version()
         )
 
     def make_cgroup(self) -> list:
         if not self.cgroup_wanted():
             return []
         limits = self.scope_limits()
-        made = cgroups.create(self.user.name, cgroups.Limits(limits.memory_bytes, limits.cpu_percent, limits.tasks))
+        made = LEARNERS.create(self.user.name, Limits(limits.memory_bytes, limits.cpu_percent, limits.tasks))
         self.log.info("rocmlab: the server of %s runs in the cgroup %s (%s)", self.user.name, made[0], limits)
         return made
 
@@ -406,8 +407,8 @@ class CourseSpawner(SliceHolder, LocalProcessSpawner):
             from ..processes import kill_user
 
             loop = asyncio.get_running_loop()
-            if cgroups.version() and not systemd_runs_here():  # the whole cgroup at once, then any stragglers
-                await loop.run_in_executor(None, cgroups.kill, self.user.name)
+            if LEARNERS.version() and not systemd_runs_here():  # the whole cgroup at once, then any stragglers
+                await loop.run_in_executor(None, LEARNERS.kill, self.user.name)
             await loop.run_in_executor(None, kill_user, owner[0])
             self.log.info("rocmlab: ended the processes of %s with their server", self.user.name)
         self.give_back_slices()  # after its processes ended: an open render node stays open until then

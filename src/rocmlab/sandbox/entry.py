@@ -376,10 +376,23 @@ def kernel_argv(policy: dict, policy_path: str, connection_file: str) -> list[st
     modules this entry point imports while it still runs with the grader's rights."""
     entry = [sys.executable, "-P", "-m", "rocmlab.sandbox.entry"]
     if not policy.get("bwrap"):
-        return [*entry, "kernel", policy_path, connection_file]
+        return [*in_own_cgroup(policy), *entry, "kernel", policy_path, connection_file]
     # ipykernel polls its parent's pid, which its own PID namespace cannot see: --die-with-parent instead
     argv = [*policy["bwrap"], "--unsetenv", "JPY_PARENT_PID", "--ro-bind", connection_file, connection_file]
-    return [*argv, *entry, "kernel-inside", policy_path, connection_file]
+    return [*in_own_cgroup(policy), *argv, *entry, "kernel-inside", policy_path, connection_file]
+
+
+# Writes "0" (this process) into each cgroup.procs file named before "--", then execs the rest:
+# bwrap and all it starts are in the kernel's cgroup, which is no longer visible inside bwrap's view.
+JOIN_THEN_EXEC = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 1; shift; done; shift; exec "$@"'
+
+
+def in_own_cgroup(policy: dict) -> list[str]:
+    """The command line's prefix that puts a kernel started on its own into its cgroup (a forked
+    kernel joins through descriptors its worker passes, ``rocmlab.sandbox.forkserver``)."""
+    if not policy.get("cgroup") or policy.get("forked"):
+        return []
+    return ["/bin/sh", "-c", JOIN_THEN_EXEC, "rocmlab-cgroup", *policy["cgroup"], "--"]
 
 
 def main(argv: list[str]) -> int:

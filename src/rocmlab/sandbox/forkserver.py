@@ -46,10 +46,12 @@ from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Integer, Unicode
 
 from ..processes import die_with_parent
+from .cgroups import join_through
 from .entry import enter_slot_view, kernel_entry, load_kernel
 
 PROVISIONER_NAME = "rocmlab-fork"
 CONNECT_TIMEOUT_S = 60
+MAX_CGROUP_FILES = 4  # cgroup v1: one cgroup.procs per controller (memory, pids, freezer)
 REQUEST = {"policy": str, "connection_file": str, "env": dict, "cwd": str}  # what a worker sends
 CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x04000000, 0x08000000, 0x20000000, 0x40000000
 
@@ -133,11 +135,14 @@ class ForkedKernel:
         self.send_signal(signal.SIGTERM)
 
 
-def fork_kernel(socket_path: str, zygote: int, request: dict, timeout_s: float = CONNECT_TIMEOUT_S) -> ForkedKernel:
+def fork_kernel(
+    socket_path: str, zygote: int, request: dict, cgroup: list[int] = (), timeout_s: float = CONNECT_TIMEOUT_S
+) -> ForkedKernel:
     """Ask the slot's zygote for a kernel, waiting while it still loads its modules; a clear error
     at once when it has ended. ``zygote``: its pid (its ``bwrap``'s), or 0 where the worker cannot
     see it (the namespace fallback's worker has a PID namespace of its own): then a zygote that
-    ended before it listened shows as the timeout."""
+    ended before it listened shows as the timeout. ``cgroup``: descriptors of the kernel's own
+    cgroup's ``cgroup.procs`` files, which the kernel writes itself into before anything else."""
     deadline = time.monotonic() + timeout_s
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with _closed_on_error(conn):
@@ -153,7 +158,7 @@ def fork_kernel(socket_path: str, zygote: int, request: dict, timeout_s: float =
                         f"the kernel fork server at {socket_path} did not start in {timeout_s} s"
                     ) from None
                 time.sleep(0.02)
-        conn.sendall(json.dumps(request).encode() + b"\n")
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], list(cgroup))
         message, fds, _flags, _addr = socket.recv_fds(conn, 4096, 1)
         if not fds:
             raise RuntimeError(
@@ -193,11 +198,20 @@ class ForkProvisioner(LocalProvisioner):
         env = {k: v for k, v in kwargs["env"].items() if k != "JPY_PARENT_PID"}  # ipykernel's parent is not us
         policy, connection_file = cmd[-2:]
         self.cwd = str(kwargs.get("cwd") or os.getcwd())  # papermill changes folder instead
-        self.process = fork_kernel(
-            self.socket,
-            self.zygote,
-            {"policy": policy, "connection_file": connection_file, "env": env, "cwd": self.cwd},
-        )
+        cgroup = [
+            os.open(path, os.O_WRONLY)
+            for path in json.loads(Path(policy).read_text(encoding="utf-8")).get("cgroup", [])
+        ]
+        try:
+            self.process = fork_kernel(
+                self.socket,
+                self.zygote,
+                {"policy": policy, "connection_file": connection_file, "env": env, "cwd": self.cwd},
+                cgroup,
+            )
+        finally:
+            for fd in cgroup:
+                os.close(fd)
         self.pid, self.pgid = self.process.pid, None  # signals go through the pidfd
         return self.connection_info
 
@@ -230,23 +244,35 @@ def serve_forks(socket_path: str) -> int:
                 _answer(server, conn)
 
 
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A worker's request line, and the descriptors sent with it (its kernel's cgroup)."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, MAX_CGROUP_FILES)
+    while data and not data.endswith(b"\n"):
+        more = conn.recv(1 << 16)
+        if not more:
+            break
+        data += more
+    return json.loads(data), fds
+
+
 def _answer(server: socket.socket, conn: socket.socket) -> None:
+    cgroup = []
     try:
-        with conn.makefile("rb") as lines:
-            request = json.loads(lines.readline())
+        request, cgroup = _receive(conn)
         wrong = [key for key, kind in REQUEST.items() if not isinstance(request.get(key), kind)]
         if wrong:
             raise ValueError(f"expected {', '.join(f'{k} ({REQUEST[k].__name__})' for k in wrong)}")
         peer_pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
         worker = os.pidfd_open(peer_pid)
     except (OSError, ValueError, AttributeError) as exc:
+        _close_all(cgroup)
         conn.sendall(f"bad request: {exc}".encode())
         return
     if os.fork() == 0:
         code = 1
         try:
             server.close()
-            code = forked_kernel(request, worker, conn)
+            code = forked_kernel(request, worker, conn, cgroup)
         except BaseException as exc:  # noqa: BLE001 (a failed start: said in the log and to the worker)
             traceback.print_exc()
             with contextlib.suppress(OSError):
@@ -256,11 +282,19 @@ def _answer(server: socket.socket, conn: socket.socket) -> None:
             sys.stderr.flush()
             os._exit(code)
     os.close(worker)
+    _close_all(cgroup)
 
 
-def forked_kernel(request: dict, worker: int, conn: socket.socket) -> int:
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def forked_kernel(request: dict, worker: int, conn: socket.socket, cgroup: list[int] = ()) -> int:
     """In the zygote's child: new namespaces, and the kernel as PID 1 of them, whose pid and pidfd
-    go to the worker (a SIGKILL to it ends everything in its namespace); this process waits."""
+    go to the worker (a SIGKILL to it ends everything in its namespace); this process waits.
+    The kernel first joins its own cgroup through ``cgroup``'s descriptors (this process stays in
+    the zygote's: a kernel killed for its memory never takes its watcher along)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     die_with_parent(signal.SIGKILL)
@@ -269,10 +303,14 @@ def forked_kernel(request: dict, worker: int, conn: socket.socket) -> int:
         raise OSError(ctypes.get_errno(), "cannot give the kernel its own namespaces")
     kernel = os.fork()
     if kernel:
+        _close_all(cgroup)
         pidfd = os.pidfd_open(kernel)
         with conn:
             socket.send_fds(conn, [json.dumps({"pid": kernel}).encode()], [pidfd])
             return _watch(kernel, pidfd, worker, conn)
+    for fd in cgroup:
+        join_through(fd)
+    _close_all(cgroup)
     conn.close()
     os.close(worker)
     die_with_parent(signal.SIGKILL)

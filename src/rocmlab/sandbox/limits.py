@@ -50,11 +50,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+
 from .. import processes
 from ..errors import InputError
 from ..processes import is_root
 from . import bubblewrap, landlock, mounts
 from .bubblewrap import bubblewrap_works
+from .cgroups import KERNELS, procs_files
+from .cgroups import Limits as CgroupLimits
 from .entry import PREIMPORTABLE, kernel_argv
 from .grader_users import UnsafeLockFolder, claim_users, release_users
 from .paths import (
@@ -156,6 +160,9 @@ class Sandbox:
         if self.own_space:
             mounts.sweep(str(self.base.parent / "rocmlab-sandbox-"))  # left by a grader that was killed
             mounts.share(self.base)
+        self.cgroup_limits = kernel_cgroup_limits(self.limits)
+        # the grader says it (``isolation``); two sandboxes of one process name their cgroups apart
+        self.no_cgroup = kernel_cgroups_missing(self.cgroup_limits, self._cgroup_name("probe"))
         hidden = [Path(p).resolve() for p in (hide or [])]
         caches = [c for c in model_caches() if not any(h == c.resolve() or h in c.resolve().parents for h in hidden)]
         self.expose = [*interpreter_paths(), *(expose or []), *caches]
@@ -181,6 +188,10 @@ class Sandbox:
             "unprivileged_user": self.switch_user,
             "grader_users": [user.name for user in self.grader_users],
             "forked_kernels": bool(self.fork_servers),
+            "kernel_cgroup": None
+            if self.no_cgroup
+            else {"memory_max_mb": self.cgroup_limits.memory_bytes // 2**20, "pids_max": self.cgroup_limits.tasks},
+            "no_kernel_cgroup": self.no_cgroup,
             **({"landlock_abi": version} if self.backend == "landlock" else {}),
             "limits": asdict(self.limits),
             "problems": self.problems,
@@ -290,6 +301,7 @@ class Sandbox:
         work = space / "work"
         work.mkdir(mode=0o700)
         uid, gid = self._uid_gid(slot, turn)
+        cgroup = "" if self.no_cgroup else self._cgroup_name(folder.name)
         ipc = space / "ipc"  # bubblewrap: the kernel's Unix sockets, which it creates
         ipc.mkdir(mode=0o700)
         if uid is not None:
@@ -301,6 +313,8 @@ class Sandbox:
         policy.temp = mounts.temp_folders(space) if self.own_space else {}
         policy.preimport = self.preimport
         policy.expose = [str(p) for p in self.expose]
+        if cgroup:
+            policy.cgroup = procs_files(KERNELS.create(cgroup, self.cgroup_limits))
         policy_path = private / "policy.json"
         if self._forks(slot):
             policy.forked = {
@@ -319,7 +333,12 @@ class Sandbox:
             options["ipc_path"] = str(ipc / "k")  # Unix sockets in the run's folder
         run = Run(folder, private, work, self.workers[slot], env, uid, options, cell_timeout_s)
         run.space = space if self.own_space else None
+        run.cgroup = cgroup
         return run
+
+    def _cgroup_name(self, run: str) -> str:
+        """``<grader pid>-<sandbox>-<run>``: the pid tells a later grader whether it may remove it."""
+        return f"{os.getpid()}-{self.base.name.removeprefix('rocmlab-sandbox-')}-{run}"
 
     def _run_env(self, work: Path, private: Path) -> dict:
         """What a run's worker and kernel are told: its folders, offline model hubs, thread pools,
@@ -417,8 +436,11 @@ class Sandbox:
         for server in self.fork_servers:
             server.close()
         for run in [*self._pending.values(), *self._references.values()]:  # made ahead, or a reference's
-            if run.space is not None:
-                mounts.unmount(run.space)
+            run.release()
+        if not self.no_cgroup:  # a run its caller never cleaned up still has one
+            for name in KERNELS.names():
+                if name.startswith(self._cgroup_name("")):
+                    KERNELS.kill(name)
         release_users(self.grader_users)  # sweeps again: only then may another run have them
         if self.own_space:
             mounts.unmount(self.base)
@@ -431,6 +453,41 @@ def fork_server_applies(backend: str, switch_user: bool) -> bool:
     grader user. Elsewhere (an instructor without root, Landlock, one learner's check) each kernel
     is a process of its own."""
     return backend in ("bubblewrap", "namespaces") and switch_user and is_root()
+
+
+def kernel_cgroup_limits(limits: Limits) -> CgroupLimits:
+    """A kernel's own cgroup: its memory is what its processes may map together (``memory_mb``)
+    and what it may write into its run's own tmpfs (``disk_mb``, charged to whoever writes it);
+    its tasks, the grader user's ``max_processes``. 0: no memory ceiling, as ``memory_mb``."""
+    memory = (limits.memory_mb + limits.disk_mb) * 2**20 if limits.memory_mb else 0
+    return CgroupLimits(memory_bytes=memory, tasks=limits.max_processes)
+
+
+def kernel_cgroups_missing(limits: CgroupLimits, probe: str) -> str:
+    """Why graded kernels get no cgroup of their own here, and what bounds them instead; "" where
+    they get one (root, and a cgroup ``probe`` with these limits could be made and removed).
+    Removes first the kernels' cgroups of graders that have ended."""
+    instead = "each kernel is bounded by its rlimits alone (address space and file size per process, processes per grader user) and its space's size"
+    if not is_root():
+        return f"no cgroup per kernel (that needs root): {instead}"
+    if not KERNELS.version():
+        return f"no cgroup per kernel (no cgroup hierarchy with {' and '.join(KERNELS.controllers)} under {KERNELS.root}): {instead}"
+    for name in KERNELS.names():
+        if _grader_ended(name):  # left by a grader that was killed
+            KERNELS.kill(name)
+    try:
+        KERNELS.create(probe, limits)
+    except OSError as exc:
+        return f"no cgroup per kernel (cannot write one under {KERNELS.root}: {exc}): {instead}"
+    finally:
+        KERNELS.kill(probe)
+    return ""
+
+
+def _grader_ended(cgroup: str) -> bool:
+    """Whether the grader that named a kernel's cgroup ``<pid>-...`` has ended."""
+    pid = cgroup.split("-")[0]
+    return pid.isdigit() and not psutil.pid_exists(int(pid))
 
 
 def model_caches() -> list[Path]:

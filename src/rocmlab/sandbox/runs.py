@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import processes
+from .cgroups import KERNELS
+from .mounts import unmount
 
 if TYPE_CHECKING:
     from ..execution.worker import Worker
@@ -63,6 +65,7 @@ class Policy:
     landlock: dict = field(default_factory=dict)  # landlock: the kernel's "read", "write" and "devices" paths
     environment: list | None = None  # the variables the kernel keeps (``kernel_variables``); None: all
     temp: dict = field(default_factory=dict)  # each private temp folder -> its folder in the run's own space
+    cgroup: list = field(default_factory=list)  # the kernel's own cgroup: the ``cgroup.procs`` files it joins
 
 
 # What a kernel keeps of the environment it is started with, besides what its run sets
@@ -114,6 +117,7 @@ class Run:
     cell_timeout_s: int = 0
     upcoming: Run | None = None  # the slot's next run, whose kernel the worker starts during this one
     space: Path | None = None  # the run's own size-limited tmpfs (as root), unmounted after it
+    cgroup: str = ""  # the kernel's own cgroup (``cgroups.KERNELS``), killed and removed after it
 
     def kernel_spec(self):
         """What the worker needs to start this run's kernel ahead of its notebook."""
@@ -161,10 +165,14 @@ class Run:
             return None, outcome
 
     def cleanup(self) -> None:
+        self.release()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def release(self) -> None:
+        """End what the run's kernel left running, then give back its cgroup and its own space."""
+        if self.cgroup:
+            KERNELS.kill(self.cgroup)
         if self.uid is not None:
             processes.kill_user(self.uid)
         if self.space is not None:
-            from .mounts import unmount
-
             unmount(self.space)
-        shutil.rmtree(self.folder, ignore_errors=True)
