@@ -119,7 +119,7 @@ def test_rocmlab_hub_refuses_a_bad_worker_count_before_anything_starts(monkeypat
     monkeypatch.setattr(command, "LocalHub", lambda *a, **k: pytest.fail("started"))
     monkeypatch.setenv("ROCMLAB_LIVE_WORKERS", "many")
     with pytest.raises(SettingsError, match="ROCMLAB_LIVE_WORKERS='many'"):
-        command.main(data_dir=str(tmp_path))
+        command.main(data_dir=str(tmp_path), course=Course(REPO))
 
 
 @pytest.mark.parametrize(("value", "said"), [("0", "the hub runs no grading workers"), ("3", "3 worker(s)")])
@@ -133,5 +133,5 @@ def test_rocmlab_hub_says_at_start_how_many_workers_it_runs(monkeypatch, tmp_pat
     monkeypatch.setattr(command, "rule_warning", stop)  # the next thing `rocmlab hub` says, before it starts
     monkeypatch.setenv("ROCMLAB_LIVE_WORKERS", value)
     with pytest.raises(Stop):
-        command.main(data_dir=str(tmp_path))
+        command.main(data_dir=str(tmp_path), course=Course(REPO))
     assert said in capsys.readouterr().err
