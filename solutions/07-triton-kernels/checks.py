@@ -386,18 +386,22 @@ def rmsnorm_strides(learner, variant):
     zh="rmsnorm 与模型自带的 RMSNorm 模块一致",
 )
 def rmsnorm_model(learner, variant, reference):
-    setup = (
+    """A module's weight and epsilon, and its output, from the reference kernel's model: the learner's
+    kernel is asked for rmsnorm on those inputs only."""
+    module = (
         "_mods = [m for m in model.modules() if type(m).__name__.endswith('RMSNorm')]\n"
         "_m = _mods[i % len(_mods)]\n"
-        "_h = h.to(device)\n"
+        "with torch.no_grad():\n"
+        "    _out = _m(h.to(device)).float().cpu()\n"
     )
-    mine = setup + "with torch.no_grad():\n    _out = rmsnorm(_h, _m.weight, _m.variance_epsilon)\n"
-    stock = setup + "with torch.no_grad():\n    _out = _m(_h).float().cpu()\n"
     hidden = reference.eval("int(model.config.hidden_size)")
     for i in (0, variant.random.randint(1, 100)):
         h = torch.randn(3, hidden, generator=variant.torch())
-        got = _tensor(learner.eval("_out", setup=mine, h=h, i=i), "rmsnorm")
-        _close(got, _tensor(reference.eval("_out", setup=stock, h=h, i=i), "module").to(got.dtype), 1e-5, f"module {i}")
+        weight, eps, want = reference.eval(
+            "(_m.weight.detach().cpu(), float(_m.variance_epsilon), _out)", setup=module, h=h, i=i
+        )
+        got = _tensor(learner.eval("rmsnorm(h.to(device), w.to(device), eps)", h=h, w=weight, eps=eps), "rmsnorm")
+        _close(got, _tensor(want, "module").to(got.dtype), 1e-5, f"module {i}")
 
 
 @check(
@@ -444,45 +448,48 @@ def swiglu_shapes(learner, variant):
 
 # ---------------------------------------------------------------- 4 · the model swap
 
+# The learner's kernel is asked for logits only, on inputs made here: the prompts' token ids (from
+# the reference kernel's tokenizer) and, as "marked" kernels, rmsnorm / swiglu scaled by factors
+# drawn here, the k-th call of each by its own factor. A swap that calls each kernel once per
+# module's forward, looked up by name when called, gives the stock model's logits with each
+# RMSNorm / MLP output scaled the same way, which the reference kernel computes with hooks on its
+# own stock model; a swap left in place after the block gives marked logits where stock ones are
+# due. No count, flag or module listing the kernel computes for itself is evidence.
 MODEL_SETUP = """
 _ns = get_ipython().user_ns
 _real = (_ns["rmsnorm"], _ns["swiglu"])
-_calls = {"rmsnorm": 0, "swiglu": 0}
-def _counting_rmsnorm(x, weight, eps):
-    _calls["rmsnorm"] += 1
-    return _real[0](x, weight, eps)
-def _counting_swiglu(gate, up):
-    _calls["swiglu"] += 1
-    return _real[1](gate, up)
+def _marked(real, scales):
+    calls = [0]
+    def kernel(*args):
+        calls[0] += 1
+        return real(*args) * scales[(calls[0] - 1) % len(scales)]
+    return kernel
+def _bind(kernels):
+    _ns["rmsnorm"], _ns["swiglu"] = kernels
 def _logits():
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS).to(device)
     with torch.no_grad():
-        return model(**batch).logits.float()
+        return model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
 _stock = _logits()
-_ns["rmsnorm"], _ns["swiglu"] = _counting_rmsnorm, _counting_swiglu
+with triton_kernels_in(model) as _counts:
+    _counts = dict(_counts)
+    _swapped = _logits()
 try:
-    with triton_kernels_in(model) as _counts:
-        _counts = dict(_counts)
-        _swapped = _logits()
-finally:
-    _ns["rmsnorm"], _ns["swiglu"] = _real
-def _not_restored(m):  # an instance forward other than the class's own, bound to m: restored by value counts
-    f = vars(m).get("forward")
-    return f is not None and not (getattr(f, "__func__", None) is type(m).forward and getattr(f, "__self__", None) is m)
-_left_after = sum(_not_restored(m) for m in model.modules())
-_after = _logits()
-_raised_inside = False
-try:
+    _bind((_marked(_real[0], norm_scales), _marked(_real[1], mlp_scales)))
     with triton_kernels_in(model):
-        raise KeyError("check")
-except KeyError:
-    _raised_inside = True
-_left_after_raise = sum(_not_restored(m) for m in model.modules())
-_after_raise = _logits()
+        _in_marked = _logits()
+    _bind((_marked(_real[0], norm_scales), _marked(_real[1], mlp_scales)))
+    _after = _logits()
+    _raised_inside = False
+    try:
+        with triton_kernels_in(model):
+            raise KeyError("check")
+    except KeyError:
+        _raised_inside = True
+    _after_raise = _logits()
+finally:
+    _bind(_real)
 """
-MODEL_RESULT = (
-    "(_counts, dict(_calls), _stock, _swapped, _left_after, _after, _raised_inside, _left_after_raise, _after_raise)"
-)
+MODEL_RESULT = "(_counts, _stock, _swapped, _in_marked, _after, _raised_inside, _after_raise)"
 
 
 # the stock model's side, asked of the reference kernel (the solution's model, never the
@@ -490,26 +497,51 @@ MODEL_RESULT = (
 STOCK_SETUP = """
 _kinds = {"rmsnorm": sum(type(m).__name__.endswith("RMSNorm") for m in model.modules()),
           "mlp": sum(type(m).__name__.endswith("MLP") for m in model.modules())}
-_batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS).to(device)
-with torch.no_grad():
-    _stock = model(**_batch).logits.float().cpu()
+_batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS)
+def _logits():
+    with torch.no_grad():
+        return model(**_batch.to(device)).logits.float().cpu()
+def _scaling(scales):
+    calls = [0]
+    def hook(module, args, output):
+        calls[0] += 1
+        return output * scales[(calls[0] - 1) % len(scales)]
+    return hook
+_stock = _logits()
+_norm_hook, _mlp_hook = _scaling(norm_scales), _scaling(mlp_scales)  # one count per kind, in call order
+_hooks = [m.register_forward_hook(_norm_hook if type(m).__name__.endswith("RMSNorm") else _mlp_hook)
+          for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "MLP"))]
+try:
+    _marked = _logits()
+finally:
+    for _h in _hooks:
+        _h.remove()
+_ids, _mask = _batch["input_ids"].cpu(), _batch["attention_mask"].cpu()
 """
 STOCK_TOL = 1e-5  # the learner's stock model against the reference's: the same weights and code
 
 
+def _scales(rnd):
+    """Factors far enough from 1 and from each other that a call out of place moves the logits."""
+    return [round(rnd.choice([rnd.uniform(0.4, 0.7), rnd.uniform(1.4, 2.5)]), 3) for _ in range(rnd.randint(3, 5))]
+
+
 def _model_run(learner, variant, reference):
-    """The learner's run of the swap, and the reference kernel's stock model on the same prompts."""
+    """The learner's run of the swap, and the reference kernel's stock and marked model on the same inputs."""
     reports = reference.eval("[r['description'] for r in lab.load_qc_reports('eval')]")
     picked = variant.random.choice([str(r) for r in reports])
     prompts = [
         "复检：" + picked,
         "来料检验：外壳" + variant.random.choice(["划伤", "变形", "色差"]),
     ]  # the second is padded
-    kinds, stock = reference.eval("(_kinds, _stock)", setup=STOCK_SETUP, prompts=prompts)
-    names = ("counts", "calls", "stock", "swapped", "left", "after", "raised_inside", "left_raise", "after_raise")
-    got = learner.eval(MODEL_RESULT, setup=MODEL_SETUP, prompts=prompts)
+    scales = {"norm_scales": _scales(variant.random), "mlp_scales": _scales(variant.random)}
+    kinds, stock, marked, ids, mask = reference.eval(
+        "(_kinds, _stock, _marked, _ids, _mask)", setup=STOCK_SETUP, prompts=prompts, **scales
+    )
+    names = ("counts", "stock", "swapped", "in_marked", "after", "raised_inside", "after_raise")
+    got = learner.eval(MODEL_RESULT, setup=MODEL_SETUP, ids=ids, mask=mask, **scales)
     assert isinstance(got, tuple) and len(got) == len(names), "the swap's results"
-    return {"kinds": kinds, "reference": stock, **dict(zip(names, got, strict=True))}
+    return {"kinds": kinds, "reference": stock, "marked": marked, **dict(zip(names, got, strict=True))}
 
 
 def _near(got, stock, tol, what):
@@ -522,6 +554,7 @@ def _near(got, stock, tol, what):
     points=0.5,
     en="triton_kernels_in yields the numbers of RMSNorm and MLP modules swapped",
     zh="triton_kernels_in 给出换掉的 RMSNorm 与 MLP 模块数",
+    counts_with="model_calls",
 )
 def model_counts(learner, variant, reference):
     run = _model_run(learner, variant, reference)
@@ -537,10 +570,7 @@ def model_counts(learner, variant, reference):
 )
 def model_calls(learner, variant, reference):
     run = _model_run(learner, variant, reference)
-    kinds = run["kinds"]
-    assert run["calls"] == {"rmsnorm": kinds["rmsnorm"], "swiglu": kinds["mlp"]}, (
-        f"calls {run['calls']}, modules {kinds}"
-    )
+    _near(run["in_marked"], run["marked"], 1e-3, "logits with each call of rmsnorm / swiglu scaled by its own factor")
 
 
 @check(
@@ -548,6 +578,7 @@ def model_calls(learner, variant, reference):
     points=1,
     en="logits inside the block match the stock model within 1e-3 × (1 + max |stock logit|)",
     zh="块内的 logits 与原模型相差不超过 1e-3 × (1 + 原 logits 最大绝对值)",
+    counts_with="model_calls",
 )
 def model_logits(learner, variant, reference):
     run = _model_run(learner, variant, reference)
@@ -559,14 +590,17 @@ def model_logits(learner, variant, reference):
     points=1,
     en="every module is restored on leaving the block, also when the block raises",
     zh="离开 with 块时（包括块内抛出异常时）每个模块都恢复原样",
+    counts_with="model_calls",
 )
 def model_restored(learner, variant, reference):
     run = _model_run(learner, variant, reference)
     stock = _tensor(run["stock"], "logits")
     _near(stock, run["reference"], STOCK_TOL, "the notebook's model before the block")
-    assert run["left"] == 0 and torch.equal(_tensor(run["after"], "logits"), stock), "not restored after the block"
-    assert run["raised_inside"] and run["left_raise"] == 0, "not restored after a raise"
-    assert torch.equal(_tensor(run["after_raise"], "logits"), stock), "not restored after a raise"
+    _near(run["after"], run["reference"], STOCK_TOL, "after the block, with rmsnorm / swiglu rebound (not restored)")
+    assert run["raised_inside"], "the block's KeyError did not reach the caller"
+    _near(
+        run["after_raise"], run["reference"], STOCK_TOL, "after a raise, with rmsnorm / swiglu rebound (not restored)"
+    )
 
 
 # ---------------------------------------------------------------- 5 · lanes, wave32, configs
