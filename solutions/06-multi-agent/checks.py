@@ -10,15 +10,119 @@ import math
 import random
 
 from rocmlab.harness import check, mistake
-from rocmlab.lab.agents import explain_trace_difference
+from rocmlab.lab.agent_trace import Trace, TraceEvent, explain_trace_difference
 
 STAGES = ("detect", "localize", "retrieve", "report")
-# The course's virtual clock and trace, bound in each request's own names: a learner who rebinds
-# `run_async` or `Trace` in the notebook (an elapsed time of 0, a trace that records nothing)
-# changes nothing a check reads. (What the kernel's packages hold is the kernel's: any answer of a
-# kernel can still lie, and every rule below compares it with inputs and expectations made here.)
-COURSE_HELPERS = "from rocmlab.lab.agents import Trace, run_async\n"
+# The course's virtual clock and trace, and the scaffolding the notebook gives (its stages, items,
+# failure script, retry policy, delivery schedule and the seeded golden run), are bound in each
+# request's own names from the code below: a learner who rebinds `run_async`, `Trace`, `toy_stage`,
+# `scripted`, `golden_run` or `FAILURES` in the notebook (an elapsed time of 0, stages that never
+# wait, a golden run that forges its trace) changes nothing a check reads. Only the learner's answer
+# functions and classes (run_pipeline, call_with_retries, Runtime, ...) run on these inputs, and the
+# trace's rows are put in canonical order here. (What the kernel's packages hold is the kernel's:
+# any answer of a kernel can still lie, and every rule below compares it with inputs and
+# expectations made here.)
+COURSE_HELPERS = """
+import asyncio
+import dataclasses
+from rocmlab.lab.agents import Trace, run_async
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    fn: object
+    workers: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    timeout_s: float = 0.010
+    max_attempts: int = 3
+    base_s: float = 0.002
+    jitter: float = 0.5
+    seed: int = 0
+
+
+def toy_stage(name, ms, workers=1):
+    async def fn(payload):
+        await asyncio.sleep(ms / 1000)
+        return {**payload, "path": payload.get("path", []) + [name]}
+
+    return Stage(name, fn, workers)
+
+
+def toy_stages(workers=1, ms=(1.0, 2.0, 1.0, 3.0)):
+    return [toy_stage(n, t, workers) for n, t in zip(("detect", "localize", "retrieve", "report"), ms)]
+
+
+def toy_items(n):
+    return [(f"m{i:03d}", {"id": f"m{i:03d}", "path": []}) for i in range(n)]
+
+
+def scripted(stage, script):
+    calls, plan = {}, script.get(stage.name, {})
+
+    async def fn(payload):
+        msg_id = payload["id"]
+        calls[msg_id] = calls.get(msg_id, 0) + 1
+        outcomes = plan.get(msg_id, [])
+        outcome = outcomes[calls[msg_id] - 1] if calls[msg_id] <= len(outcomes) else "ok"
+        if outcome == "hang":
+            await asyncio.sleep(3600)
+        if outcome.startswith("error:"):
+            raise RuntimeError(outcome[len("error:"):])
+        return await stage.fn(payload)
+
+    return Stage(stage.name, fn, stage.workers)
+
+
+async def deliver(runtime, schedule):
+    loop = asyncio.get_running_loop()
+    for t_ms, msg_id in schedule:
+        wait = t_ms / 1000 - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await runtime.submit(msg_id, {"id": msg_id, "path": []})
+
+
+def golden_run(seed, workers, queue_size, schedule):
+    stages = [scripted(s, FAILURES) for s in toy_stages(workers)]
+    trace = Trace()
+
+    async def main():
+        rt = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
+        rt.start()
+        await deliver(rt, schedule)
+        await rt.shutdown()
+        return rt
+
+    return run_async(main), trace
+"""
 EVENTS = "[[e.t, e.msg_id, e.stage, e.event, e.attempt, e.info] for e in __trace.events]"
+
+# The lab's data/failure_script.json (a test keeps them equal): the notebook's FAILURES, which a
+# learner may rebind or edit, is never read.
+FAILURES = {
+    "detect": {
+        "m002": ["error:传感器离线", "ok"],
+        "m009": ["hang", "hang", "hang"],
+        "m015": ["error:输入损坏", "error:输入损坏", "error:输入损坏"],
+        "m027": ["hang", "error:传感器离线"],
+    },
+    "localize": {
+        "m004": ["hang", "ok"],
+        "m011": ["error:内存不足", "hang", "ok"],
+        "m036": ["error:内存不足", "error:内存不足", "hang"],
+    },
+    "retrieve": {"m006": ["hang", "hang", "error:索引不可用"], "m017": ["error:索引重建中"], "m044": ["hang"]},
+    "report": {
+        "m001": ["error:JSON 无效", "ok"],
+        "m013": ["hang", "hang", "hang"],
+        "m023": ["error:模型过载", "hang", "ok"],
+        "m031": ["hang", "hang", "hang"],
+    },
+}
 
 
 def in_flight_peak(events, enter="admit", leave=("done",)):
@@ -155,6 +259,7 @@ def retry_backoff(learner, variant):
         msg_id, attempt = f"x{rng.randint(0, 99)}", rng.randint(1, 6)
         got = learner.eval(
             "backoff_delay(RetryPolicy(seed=__s, base_s=__b, jitter=__j), __m, __a)",
+            setup=COURSE_HELPERS,
             __s=seed,
             __b=base,
             __j=jitter,
@@ -305,15 +410,29 @@ def retry_timeouts(learner, variant):
     zh="trace 与第二条黄金 trace 一致（种子 5、30 条消息、每阶段 1 个 worker、队列容量 1）",
 )
 def runtime_golden(learner, variant):
-    rows = learner.eval(
-        "__trace.rows()", setup="__res, __trace, __sched = golden_run(seed=5, n=30, workers=1, queue_size=1)\n"
+    events = learner.eval(
+        EVENTS,
+        setup=COURSE_HELPERS + "__res, __trace = golden_run(5, 1, 1, __schedule)\n",
+        __schedule=deliveries(30, 5),
+        FAILURES=FAILURES,
     )
     golden = json.loads(HIDDEN_FILES["golden_trace_hidden.json"])  # noqa: F821 (given by the harness)
-    diff = explain_trace_difference(rows, golden)
+    diff = explain_trace_difference(canonical_rows(events), golden)
     assert diff is None, diff
 
 
+def canonical_rows(events):
+    """The rows golden traces compare (``Trace.rows``), made here from the kernel's events."""
+    trace = Trace()
+    trace.events = [
+        TraceEvent(i, t, event, msg_id, stage, attempt, info)
+        for i, (t, msg_id, stage, event, attempt, info) in enumerate(events)
+    ]
+    return trace.rows()
+
+
 def deliveries(n, seed, redeliver_rate=0.3, gap_ms=1.0):
+    """The notebook's ``at_least_once_deliveries``: the broker's schedule, made here."""
     rng = random.Random(seed)
     schedule = []
     for i in range(n):
@@ -334,13 +453,15 @@ def deliveries(n, seed, redeliver_rate=0.3, gap_ms=1.0):
 def runtime_dedupe(learner, variant):
     rng = variant.random
     seed, n, workers, qs = rng.randint(10, 999), rng.randint(10, 30), rng.randint(1, 3), rng.randint(1, 3)
+    schedule = deliveries(n, seed)
     events, reports, dead = learner.eval(
         f"({EVENTS}, sorted(__res.value.reports), [d['id'] for d in __res.value.dead_letters])",
-        setup="__res, __trace, __sched = golden_run(seed=__seed, n=__n, workers=__w, queue_size=__qs)\n",
+        setup=COURSE_HELPERS + "__res, __trace = golden_run(__seed, __w, __qs, __schedule)\n",
         __seed=seed,
-        __n=n,
         __w=workers,
         __qs=qs,
+        __schedule=schedule,
+        FAILURES=FAILURES,
     )
     schedule = deliveries(n, seed)
     ids = sorted({m for _, m in schedule})
@@ -506,7 +627,10 @@ def shutdown_run(learner, variant, early=False):
         "__seed": rng.randint(0, 99),
     }
     out = learner.eval(
-        f"(sorted(__r.value.reports), __r.value.dead_letters, {EVENTS}, __r.leftover_tasks)", setup=SHUTDOWN, **args
+        f"(sorted(__r.value.reports), __r.value.dead_letters, {EVENTS}, __r.leftover_tasks)",
+        setup=SHUTDOWN,
+        FAILURES=FAILURES,
+        **args,
     )
     return args, out
 

@@ -420,12 +420,98 @@ def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefin
 
     forger = {**runtime_ns, "run_pipeline": one_worker_each, "run_async": no_time}
     source = path.read_text(encoding="utf-8")
-    old_design = source.replace(
-        'COURSE_HELPERS = "from rocmlab.lab.agents import Trace, run_async\\n"', 'COURSE_HELPERS = ""'
-    )
+    old_design = source.replace('COURSE_HELPERS = """', 'COURSE_HELPERS = "" and """')  # the learner's names
     assert old_design != source
     (parallel,) = [c for c in load_checks(old_design, str(path), hidden_files(path)) if c.name == "pipeline_parallel"]
     assert run_checks([parallel], Learner(InProcess(forger)), seed=47)[0].passed  # the learner's own clock
     results = {r.name: r for r in run_checks(checks, Learner(InProcess(forger)), seed=47)}
     assert results["pipeline_complete"].passed  # every message still gets through, one at a time
     assert not results["pipeline_parallel"].passed and "virtual time" in results["pipeline_parallel"].detail
+
+
+# A learner without a Runtime who knows how the checks call golden_run, and forges its result: every
+# id admitted once, every redelivery a duplicate, every id reported, with no Runtime run at all.
+FORGED_GOLDEN = """
+from types import SimpleNamespace
+
+class Runtime:
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError
+
+def golden_run(seed, workers, queue_size, schedule):
+    trace, seen = Trace(), set()
+
+    async def record():
+        for _, msg_id in schedule:
+            trace.record("duplicate" if msg_id in seen else "admit", msg_id)
+            seen.add(msg_id)
+
+    run_async(record)
+    return SimpleNamespace(value=SimpleNamespace(reports={m: {} for m in seen}, dead_letters=[])), trace
+"""
+
+
+def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the_notebooks(runtime_ns, code_cells):
+    """The notebook's given scaffolding (stages, golden_run, FAILURES, RetryPolicy) is bound in each
+    request from the checks' own code. Rebinding it passed rules without the answer: stages that
+    never wait made a one-worker pipeline "parallel", and a golden_run that forged its result
+    passed "every redelivery is a duplicate" with no Runtime. Against the checks' own scaffolding
+    neither gains a point over the same learner without the forgery."""
+    from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    source = path.read_text(encoding="utf-8")
+    old_design = source.replace('COURSE_HELPERS = """', 'COURSE_HELPERS = "" and """')  # the learner's names
+    assert old_design != source
+
+    def scores(checks_source, names):
+        checks = load_checks(checks_source, str(path), hidden_files(path))
+        runtime = [c for c in checks if c.grade_id in ("06-pipeline-1", "06-dedupe-1")]
+        return {r.name: r.points for r in run_checks(runtime, Learner(InProcess(dict(names))), seed=47)}
+
+    honest = scores(source, runtime_ns)
+    assert all(honest.values()), honest
+
+    def learner(*later_cells):  # the notebook's names, then the learner's later cells over them
+        return run([*code_cells[: index_of(code_cells, "TAXONOMY = lab.qc_taxonomy()")], *later_cells])
+
+    serial_cell = (
+        "import dataclasses\n"
+        "_real_pipeline = run_pipeline\n"
+        "async def run_pipeline(items, stages, *, queue_size, trace):\n"
+        "    one_each = [dataclasses.replace(s, workers=1) for s in stages]\n"
+        "    return await _real_pipeline(items, one_each, queue_size=queue_size, trace=trace)\n"
+    )
+    no_wait_cell = (
+        "_real_stage = toy_stage\ndef toy_stage(name, ms, workers=1):\n    return _real_stage(name, 0.0, workers)\n"
+    )
+    serial, serial_forged = learner(serial_cell), learner(serial_cell, no_wait_cell)
+    assert scores(old_design, serial_forged)["pipeline_parallel"] > 0  # the learner's stages took no time
+    assert scores(source, serial_forged) == scores(source, serial)
+    assert scores(source, serial)["pipeline_parallel"] == 0
+
+    no_runtime = learner(
+        "class Runtime:\n    def __init__(self, *args, **kwargs):\n        raise NotImplementedError\n"
+    )
+    forged = learner(FORGED_GOLDEN)
+    assert scores(old_design, forged)["runtime_dedupe"] > 0  # the learner's own golden_run
+    assert scores(source, forged) == scores(source, no_runtime)
+    assert sum(scores(source, no_runtime)[n] for n in ("runtime_golden", "runtime_dedupe")) == 0
+
+
+def test_the_checks_failure_script_is_the_labs():
+    """The checks' FAILURES is data/failure_script.json, as the notebook loads it."""
+    from rocmlab.harness import load_checks  # noqa: F401 (the checks module's own names below)
+
+    path = LAB / "checks.py"
+    namespace = {"HIDDEN_FILES": {}, "PARAMETERS": {}}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102
+    assert namespace["FAILURES"] == json.loads((LAB / "data" / "failure_script.json").read_text(encoding="utf-8"))
