@@ -13,7 +13,8 @@ from pathlib import PurePosixPath
 import torch
 import torch.nn.functional as F
 
-from rocmlab.harness import check, mistake
+from rocmlab import course_data
+from rocmlab.harness import check, mistake, own_work
 
 # ---------------------------------------------------------------- kernel-side scaffolding
 
@@ -747,23 +748,23 @@ def elastic_run(learner, variant):
 
 # ---------------------------------------------------------------- exercise 5: the QC fine-tune
 
-# The pieces the lab gives (the tokenizer, qc_messages, qc_answer) tokenize each item here; the
-# learner's build_qc_batch must put them together as the contract says.
-PIECES = (
-    "[(__tok(__tok.apply_chat_template(qc_messages(qc_items[i]), tokenize=False, add_generation_prompt=True),"
-    " add_special_tokens=False)['input_ids'],"
-    " __tok(qc_answer(qc_items[i], __tok), add_special_tokens=False)['input_ids']) for i in __picks]"
-)
-TOKENIZERS = {"course": "ft_tokenizer", "base-like": "base_like"}
+# The pieces the lab gives (the course tokenizer, qc_items, qc_messages, qc_answer) are made here,
+# on the harness's side (rocmlab.course_data, from the run's MODEL and the course's QC reports):
+# the learner's kernel gets the items as data and the notebook's tokenizer to tokenize them with,
+# and its build_qc_batch must put them together as the contract says. Nothing the kernel computes
+# with the notebook's qc_* helpers, which a later cell may rebind, is the expectation.
+TOKENIZERS = {"course": ("ft_tokenizer", False), "base-like": ("base_like", True)}
 
 
 def qc_case(learner, variant, tokenizer="course", cut=None):
-    """(pieces, pad id, the learner's batch) for a few QC items; max_len from `cut`: None pads every
-    row, "answer" cuts inside an answer, "prompt" inside a prompt."""
-    n_items = learner.eval("len(qc_items)")
-    picks = variant.random.sample(range(n_items), variant.random.randint(2, 4))
-    setup = f"__tok = {TOKENIZERS[tokenizer]}\n"
-    pieces, pad = learner.eval(f"({PIECES}, __tok.pad_token_id)", setup=setup, __picks=picks)
+    """(pieces, pad id, max_len, the learner's batch) for a few QC items; max_len from `cut`: None
+    pads every row, "answer" cuts inside an answer, "prompt" inside a prompt."""
+    model, (name, base_like) = PARAMETERS["MODEL"], TOKENIZERS[tokenizer]  # noqa: F821 (the run's, from the harness)
+    with own_work("the QC items and their tokens"):
+        items = course_data.qc_train_items()
+        picked = [items[i] for i in variant.random.sample(range(len(items)), variant.random.randint(2, 4))]
+        pieces = course_data.qc_pieces(model, picked, base_like)
+        pad = course_data.chat_tokenizer(model, base_like).pad_token_id
     lengths = [len(p) + len(a) for p, a in pieces]
     if cut is None:
         max_len = max(lengths) + variant.random.randint(1, 16)
@@ -772,12 +773,7 @@ def qc_case(learner, variant, tokenizer="course", cut=None):
         max_len = variant.random.randint(len(pieces[longest][0]) + 1, lengths[longest] - 1)
     else:
         max_len = variant.random.randint(2, min(len(p) for p, _ in pieces) - 1)
-    batch = learner.eval(
-        "build_qc_batch([qc_items[i] for i in __picks], __tok, __max_len)",
-        setup=setup,
-        __picks=picks,
-        __max_len=max_len,
-    )
+    batch = learner.eval(f"build_qc_batch(__items, {name}, __max_len)", __items=picked, __max_len=max_len)
     return pieces, pad, max_len, batch
 
 
@@ -800,6 +796,7 @@ def learner_rows(batch, i):
     points=0.4,
     en="build_qc_batch returns input_ids, attention_mask and labels as LongTensors of shape (len(items), max_len)",
     zh="build_qc_batch 返回 input_ids、attention_mask、labels，均为形状 (len(items), max_len) 的 LongTensor",
+    counts_with="qc_prompt_answer",  # any stub of the right shape holds it
 )
 def qc_shapes(learner, variant):
     pieces, _, max_len, batch = qc_case(learner, variant, cut=variant.random.choice([None, "answer"]))
@@ -817,16 +814,17 @@ def qc_shapes(learner, variant):
     zh="每一行是对话提示加 qc_answer，不论 eos_token 是什么都以轮次结束符结尾",
 )
 def qc_prompt_answer(learner, variant):
-    end_of_turn_id, eos_ids = learner.eval(
-        "(ft_tokenizer.convert_tokens_to_ids('<|im_end|>'), [ft_tokenizer.eos_token_id, base_like.eos_token_id])"
-    )
+    model = PARAMETERS["MODEL"]  # noqa: F821 (the run's, from the harness)
+    with own_work("the course tokenizer's end of turn"):
+        end_of_turn_id = course_data.chat_tokenizer(model).convert_tokens_to_ids("<|im_end|>")
+        assert end_of_turn_id != course_data.chat_tokenizer(model, True).eos_token_id, "base-like eos is end of turn"
     for tokenizer in ("course", "base-like"):
         pieces, pad, max_len, batch = qc_case(learner, variant, tokenizer)
+        with own_work("the course's answers"):
+            assert all(a[-1] == end_of_turn_id for _, a in pieces), "qc_answer no longer ends with <|im_end|>"
         for i, row in enumerate(expected_rows(pieces, pad, max_len)):
-            assert pieces[i][1][-1] == end_of_turn_id, "the given qc_answer no longer ends with <|im_end|>"
             n = len(pieces[i][0]) + len(pieces[i][1])
             assert learner_rows(batch, i)[0][:n] == row[0][:n], f"{tokenizer} tokenizer, row {i}: input_ids"
-    assert end_of_turn_id != eos_ids[1], "the base-like tokenizer's eos is the end of turn"
 
 
 @check(
@@ -873,6 +871,7 @@ def qc_truncation(learner, variant):
     points=0.5,
     en="every rank of every run in SCALING_RANKS records one finite loss per step",
     zh="SCALING_RANKS 中每次运行的每个 rank 都记录了每步一个有限的损失",
+    counts_with="finetune_throughput",  # a record of losses holds it: the runs are real when their tokens are
 )
 def finetune_losses(learner, variant):
     scaling, steps = PARAMETERS["SCALING_RANKS"], PARAMETERS["FT_STEPS"]  # noqa: F821 (the run's, from the harness)
@@ -895,17 +894,36 @@ def finetune_losses(learner, variant):
 )
 def finetune_throughput(learner, variant):
     runs, throughput = learner.eval("({n: ranks for n, (_, ranks) in ft_runs.items()}, throughput)")
-    steps, batch, max_len = (PARAMETERS[k] for k in ("FT_STEPS", "FT_BATCH", "FT_MAX_LEN"))  # noqa: F821
-    assert isinstance(runs, dict) and sorted(runs) == sorted(PARAMETERS["SCALING_RANKS"]), "a run per rank count"  # noqa: F821
+    scaling = PARAMETERS["SCALING_RANKS"]  # noqa: F821 (the run's, from the harness)
+    assert isinstance(runs, dict) and sorted(runs) == sorted(scaling), "a run per rank count"
     assert isinstance(throughput, dict) and sorted(throughput) == sorted(runs), "throughput for every run"
     for n, ranks in runs.items():
+        with own_work(f"the tokens of the {n}-rank fine-tune"):
+            want = finetune_tokens(n)
         for r, got in enumerate(ranks):
             assert isinstance(got, dict), f"{n} ranks, rank {r}: no result"
             tokens, elapsed = got["tokens"], got["elapsed"]
-            assert type(tokens) is int and (steps - 1) * batch <= tokens <= (steps - 1) * batch * max_len, "tokens"
+            assert type(tokens) is int and tokens == want[r], f"{n} ranks, rank {r}: {tokens} tokens, want {want[r]}"
             assert type(elapsed) is float and 0 < elapsed < 3600, "elapsed"
-        want = sum(g["tokens"] for g in ranks) / max(g["elapsed"] for g in ranks)
-        assert math.isclose(throughput[n], want, rel_tol=1e-9), f"{n} ranks: throughput {throughput[n]} vs {want}"
+        expected = sum(g["tokens"] for g in ranks) / max(g["elapsed"] for g in ranks)
+        assert math.isclose(throughput[n], expected, rel_tol=1e-9), (
+            f"{n} ranks: throughput {throughput[n]} vs {expected}"
+        )
+
+
+def finetune_tokens(world):
+    """The tokens each rank of the notebook's finetune_worker counts from step 1 on, made here: its
+    shard of the step's permutation of the course's QC items, each row's length up to max_len."""
+    p = PARAMETERS  # noqa: F821 (the run's, from the harness)
+    items = course_data.qc_train_items()
+    per_rank, tokens = p["FT_BATCH"], [0] * world
+    for step in range(1, p["FT_STEPS"]):
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(p["SEED"] * 7919 + step))
+        for rank in range(world):
+            mine = order[rank * per_rank : (rank + 1) * per_rank].tolist()
+            pieces = course_data.qc_pieces(p["MODEL"], [items[i] for i in mine])
+            tokens[rank] += sum(min(len(prompt) + len(answer), p["FT_MAX_LEN"]) for prompt, answer in pieces)
+    return tokens
 
 
 # ---------------------------------------------------------------- stretch S1: bucketing
