@@ -128,21 +128,9 @@ def memory_raises(learner, variant):
 
 # ---------------------------------------------------------------- exercise 3: set_prefetch
 
-RECORDER = """
-class _Layer:
-    def __init__(self, index):
-        self.index, self.forward, self.backward = index, None, None
-    def set_modules_to_forward_prefetch(self, modules):
-        self.forward = [m.index for m in modules]
-    def set_modules_to_backward_prefetch(self, modules):
-        self.backward = [m.index for m in modules]
-_layers = [_Layer(i) for i in range(n)]
-set_prefetch(_layers, d)
-"""
-
 
 def prefetch_lists(learner, n, d):
-    return learner.eval("[(l.forward, l.backward) for l in _layers]", setup=RECORDER, n=n, d=d)
+    return learner.run("prefetch_lists", n, d)
 
 
 def prefetch_cases(rng):
@@ -176,12 +164,6 @@ def prefetch_backward(learner, variant):
 
 
 # ---------------------------------------------------------------- exercise 4: rank_loss
-
-GRADIENT_SETUP = """
-_x = logits.clone().requires_grad_()
-_loss = rank_loss(_x, labels, n_global, world)
-(_grad,) = torch.autograd.grad(_loss, _x)
-"""
 
 
 def synthetic(variant, b, t, v):
@@ -244,14 +226,7 @@ def loss_gradient(learner, variant):
         for r in range(world):
             rows = slice(r * per, (r + 1) * per)
             grads.append(
-                learner.eval(
-                    "_grad",
-                    setup=GRADIENT_SETUP,
-                    logits=logits[rows].contiguous(),
-                    labels=labels[rows].contiguous(),
-                    n_global=n_global,
-                    world=world,
-                )
+                learner.run("rank_gradient", logits[rows].contiguous(), labels[rows].contiguous(), n_global, world)
             )
         got = torch.cat([g.double() for g in grads]) / world
         x = logits.clone().requires_grad_()
@@ -621,56 +596,7 @@ def dcp_replay(learner, variant):
         assert e["loss"] == first[e["step"]] or (gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
 
 
-DCP_NETS = """
-import tempfile as _tf
-from pathlib import Path as _P
-_root = _P(_tf.mkdtemp(prefix="lab10-check-", dir="."))  # relative, as a learner may pass it
-torch.manual_seed(seed)
-def _net():
-    return torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
-_src = _net()
-_opt = torch.optim.AdamW(_src.parameters(), lr=0.1)
-def _train_step():
-    _src(torch.randn(4, 5)).sum().backward()
-    _opt.step()
-"""
-
-DCP_SAVE_SETUP = (
-    DCP_NETS
-    + """
-_returned, _complete = [], []
-for _step in steps:
-    _train_step()
-    _returned.append(str(save_checkpoint(_src, _opt, _step, root_form(_root))))
-    _complete.append((_root / f"step-{_step:06d}" / ".metadata").is_file())
-_result = ([str(_P(p).resolve()) for p in _returned], str(_root.resolve()), _complete)
-__import__("shutil").rmtree(_root, ignore_errors=True)
-"""
-)
-
-# the checkpoints are written by the harness's own dcp.save: this check judges load_latest_checkpoint alone
-DCP_LOAD_SETUP = (
-    DCP_NETS
-    + """
-_empty = load_latest_checkpoint(_src, _opt, _root)
-_empty_state = len(_opt.state)
-for _step in steps:
-    _train_step()
-    _ms, _os = get_state_dict(_src, _opt)
-    dcp.save({"model": _ms, "optim": _os}, checkpoint_id=str(_root / f"step-{_step:06d}"))
-_want = {k: v.clone() for k, v in _src.state_dict().items()}
-_want_m = _opt.state_dict()["state"][0]["exp_avg"].clone()
-(_root / f"step-{torn:06d}").mkdir()
-(_root / f"step-{torn:06d}" / "__0_0.distcp").write_bytes(b"torn")
-_dst = _net()
-_dst_opt = torch.optim.AdamW(_dst.parameters(), lr=0.1)
-_loaded = load_latest_checkpoint(_dst, _dst_opt, _root)
-_result = (_empty, _empty_state, _loaded, _want, dict(_dst.state_dict()), _want_m,
-           _dst_opt.state_dict()["state"][0]["exp_avg"].clone())
-__import__("shutil").rmtree(_root, ignore_errors=True)
-"""
-)
-ROOT_FORMS = {"Path": "lambda p: p", "str": "str", "absolute str": "lambda p: str(p.resolve())"}
+ROOT_FORMS = ("Path", "str", "absolute str")  # how the check passes root: in_kernel.ROOT_FORMS
 
 
 @check(
@@ -684,9 +610,7 @@ def dcp_save_path(learner, variant):
     rng = variant.random
     steps = sorted(rng.sample(range(1, 50), 2))
     form = rng.choice(sorted(ROOT_FORMS))
-    returned, root, complete = learner.eval(
-        "_result", setup=f"root_form = {ROOT_FORMS[form]}\n" + DCP_SAVE_SETUP, seed=rng.randint(0, 10**6), steps=steps
-    )
+    returned, root, complete = learner.run("saved_paths", rng.randint(0, 10**6), steps, form)
     assert complete == [True] * len(steps), f"root given as {form}: no .metadata in root/step-{{step:06d}}: {complete}"
     want = [f"{root}/step-{s:06d}" for s in steps]
     assert returned == want, f"root given as {form}: save_checkpoint returned paths that are not root/step-{{step:06d}}"
@@ -722,8 +646,8 @@ def dcp_in_process(learner, variant):
     rng = variant.random
     steps = sorted(rng.sample(range(1, 50), 2))
     torn = steps[-1] + rng.randint(1, 20)
-    empty, empty_state, loaded, want, got, want_m, got_m = learner.eval(
-        "_result", setup=DCP_LOAD_SETUP, seed=rng.randint(0, 10**6), steps=steps, torn=torn
+    empty, empty_state, loaded, want, got, want_m, got_m = learner.run(
+        "loaded_latest", rng.randint(0, 10**6), steps, torn
     )
     assert empty == 0 and empty_state == 0, "no checkpoint: return 0 and change nothing"
     assert loaded == steps[-1], f"loaded step {loaded}, the newest complete one is {steps[-1]}"
@@ -733,51 +657,18 @@ def dcp_in_process(learner, variant):
 
 # ---------------------------------------------------------------- exercise 7: export
 
-EXPORT_SETUP = """
-import tempfile as _tf
-import torch
-import torch.distributed.checkpoint as dcp
-from transformers import AutoModelForCausalLM
-from rocmlab import lab
-from pathlib import Path as _P
-_dir = _P(_tf.mkdtemp(prefix="lab10-export-check-", dir="."))
-_noisy, _ = lab.load_model(model, device="cpu", dtype=torch.float32)
-_base = {k: _noisy.state_dict()[k].clone() for k in keys}
-with torch.no_grad():
-    _g = torch.Generator().manual_seed(seed)
-    for _n, _p in _noisy.named_parameters():
-        _p.add_(noise[_n] if _n in noise else torch.randn(_p.shape, generator=_g, dtype=_p.dtype) * 0.01)
-dcp.save({"model": _noisy.state_dict()}, checkpoint_id=str(_dir / "ckpt"))
-_fresh, _fresh_tok = lab.load_model(model, device="cpu", dtype=torch.float32)
-_out = export_full_model(_dir / "ckpt", _fresh, _fresh_tok, _dir / "out")
-_back = AutoModelForCausalLM.from_pretrained(_dir / "out", dtype=torch.float32).state_dict()
-_result = (str(_out), str(_dir / "out"), type(_out).__name__, sorted(p.name for p in (_dir / "out").iterdir()),
-           _base, {k: _back[k] for k in keys})
-__import__("shutil").rmtree(_dir, ignore_errors=True)
-"""
-
-
 EXPORTED = {}  # one export per grading run, shared by the three export checks (checks.py is loaded per run)
 
 
 def export_run(learner, variant):
     if "run" in EXPORTED:
         return EXPORTED["run"]
-    shapes = learner.eval(
-        "{n: tuple(p.shape) for n, p in __lab.load_model(model, device='cpu', dtype=__torch.float32)[0].named_parameters()}",
-        setup="import torch as __torch\nfrom rocmlab import lab as __lab",
-        model=param("MODEL"),
-    )
+    shapes = learner.run("parameter_shapes", param("MODEL"))
     keys = variant.random.sample(sorted(shapes), min(4, len(shapes)))
     g = variant.torch()
     noise = {k: torch.randn(shapes[k], generator=g) * 0.01 for k in keys}
-    out, want_out, kind, files, base, back = learner.eval(
-        "_result",
-        setup=EXPORT_SETUP,
-        keys=keys,
-        noise=noise,
-        seed=variant.random.randint(0, 10**6),
-        model=param("MODEL"),
+    out, want_out, kind, files, base, back = learner.run(
+        "exported", param("MODEL"), keys, noise, variant.random.randint(0, 10**6)
     )
     EXPORTED["run"] = keys, noise, out, want_out, kind, files, base, back
     return EXPORTED["run"]

@@ -12,7 +12,8 @@ message in both languages that names the rule::
 After the notebook has run in its sandboxed kernel, the harness (in the worker, a process the
 kernel cannot reach) calls each check with a ``Learner``, a narrow channel to that kernel:
 ``eval`` an expression over the learner's names with values the check chose, ``call`` an answer
-function, ``get`` a variable, ``file`` a file of the work folder. The kernel answers with plain
+function, ``get`` a variable, ``file`` a file of the work folder, ``run`` a function of the lab's
+kernel-side module (``in_kernel.py``, ``KernelModule``) over the learner's names. The kernel answers with plain
 data only (``rocmlab.lab.answers``); the check compares it here, with this interpreter's own
 ``==``, numpy and torch, which no learner code has touched. A ``variant`` gives each check
 random inputs from a seed drawn per learner and run, recorded for regrades.
@@ -29,6 +30,7 @@ answers here: differential checking. Anything the reference fails to answer is a
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import json
@@ -55,6 +57,40 @@ NAME = re.compile(r"[A-Za-z_][\w.]*")
 NOTHING = object()  # no answer came (an answer of None is JSON null)
 
 
+KERNEL_MODULE = "in_kernel.py"  # beside checks.py: the lab's kernel-side helpers
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """A lab's kernel-side helpers (``solutions/<lab>/in_kernel.py``): plain functions a check
+    runs in a kernel (``Learner.run``), over a copy of the learner's names, so that a name the
+    module does not define is the notebook's. Its text travels with each request (the worker and
+    the kernel may not see the course); a kernel compiles it once (``rocmlab.lab.answers``)."""
+
+    source: str
+    filename: str
+    functions: frozenset = field(init=False, repr=False)
+
+    def __post_init__(self):
+        try:
+            tree = ast.parse(self.source, self.filename)
+        except SyntaxError as exc:
+            raise ValueError(f"{self.filename}: not Python: {exc}") from exc
+        defined = frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_"))
+        object.__setattr__(self, "functions", defined)
+
+    def request(self, function: str) -> dict:
+        if function not in self.functions:
+            raise GradingError(f"{self.filename} defines no public function {function!r}")
+        return {"run": function, "module": {"source": self.source, "filename": self.filename}}
+
+
+def kernel_module(checks_file: Path) -> KernelModule | None:
+    """The kernel-side module beside ``checks_file``, or None when the lab has none."""
+    path = Path(checks_file).with_name(KERNEL_MODULE)
+    return KernelModule(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else None
+
+
 @dataclass
 class Check:
     grade_id: str
@@ -64,6 +100,7 @@ class Check:
     function: object = field(repr=False, compare=False, default=None)
     counts_with: tuple = ()  # the checks whose rule this one qualifies: it counts only if they pass
     wants_reference: bool = False  # the function takes ``reference`` (the trusted reference kernel)
+    kernel: KernelModule | None = field(repr=False, compare=False, default=None)  # its lab's ``in_kernel.py``
 
 
 def check(grade_id: str, *, points: float, en: str, zh: str, counts_with: str | tuple = ()):
@@ -150,8 +187,9 @@ class LearnerRaised(AssertionError):
 class Learner:
     """The check's view of the learner's kernel: requests out, plain data back."""
 
-    def __init__(self, channel):
+    def __init__(self, channel, kernel: KernelModule | None = None):
         self._channel = channel
+        self.kernel = kernel  # the lab's kernel-side module (``run``); none: the checks' own
         self.requests = 0
         self.answers = 0  # answers that came back, values or exceptions
         self.values = 0  # answers that were values, not exceptions
@@ -170,6 +208,17 @@ class Learner:
         answer = self._ask(expr, setup, values)
         return answer if isinstance(answer, Raised) else None
 
+    def run(self, function: str, *args, **values):
+        """``function(*args, **values)`` of the lab's kernel-side module (``in_kernel.py``), run in
+        the kernel over a copy of the learner's names; its value as plain data. Raises
+        ``LearnerRaised`` if it raised, ``GradingError`` if the module has no such function."""
+        if self.kernel is None:
+            raise GradingError(f"run({function!r}): no {KERNEL_MODULE} came with the checks")
+        answer = self._send({**self.kernel.request(function), "args": encode(tuple(args))}, values)
+        if isinstance(answer, Raised):
+            raise LearnerRaised(answer)
+        return answer
+
     def call(self, function: str, *args, **kwargs):
         """``function(*args, **kwargs)`` in the kernel: the learner's answer to those inputs."""
         if not NAME.fullmatch(function):
@@ -187,8 +236,11 @@ class Learner:
         return self.eval("open(__path, 'rb').read(__limit)", __path=str(path), __limit=int(limit))
 
     def _ask(self, expr: str, setup: str, values: dict):
+        return self._send({"expr": expr, "setup": setup}, values)
+
+    def _send(self, request: dict, values: dict):
         self.requests += 1
-        request = {"expr": expr, "setup": setup, "values": {k: encode(v) for k, v in values.items()}}
+        request = {**request, "values": {k: encode(v) for k, v in values.items()}}
         try:
             reply = self._channel.ask(request)
         except NoAnswer as exc:
@@ -206,22 +258,33 @@ class Reference:
     learner's; anything it does not answer (it raised, timed out, never started) is the grader's
     fault: a ``GradingError``, never a broken rule."""
 
-    def __init__(self, channel=None, unavailable: str = ""):
-        self._asked = Learner(channel) if channel is not None else None
+    def __init__(self, channel=None, unavailable: str = "", kernel: KernelModule | None = None):
+        self._asked = Learner(channel, kernel) if channel is not None else None
         self.unavailable = unavailable or ("" if channel is not None else "no reference kernel for this run")
 
     def eval(self, expr: str, setup: str = "", **values):
-        if self._asked is None:
-            raise GradingError(f"the reference kernel: {self.unavailable}")
-        try:
-            return self._asked.eval(expr, setup, **values)
-        except LearnerRaised as exc:
-            raise GradingError(f"the reference kernel raised {exc.raised.type} on {expr[:80]!r}") from exc
-        except NoAnswer as exc:
-            raise GradingError(f"the reference kernel gave no answer to {expr[:80]!r}: {exc}") from exc
+        return self._answer(expr, lambda asked: asked.eval(expr, setup, **values))
+
+    def run(self, function: str, *args, **values):
+        """The reference solution's answer from the lab's kernel-side ``function`` (``Learner.run``)."""
+        return self._answer(function, lambda asked: asked.run(function, *args, **values))
 
     call = Learner.call  # through this class's eval
     get = Learner.get
+
+    def _answer(self, what: str, ask):
+        if self._asked is None:
+            raise GradingError(f"the reference kernel: {self.unavailable}")
+        try:
+            return ask(self._asked)
+        except LearnerRaised as exc:
+            raise GradingError(f"the reference kernel raised {exc.raised.type} on {what[:80]!r}") from exc
+        except NoAnswer as exc:
+            raise GradingError(f"the reference kernel gave no answer to {what[:80]!r}: {exc}") from exc
+
+    def _take_kernel(self, kernel: KernelModule | None) -> None:
+        if self._asked is not None and self._asked.kernel is None:
+            self._asked.kernel = kernel
 
 
 class Variant:
@@ -359,10 +422,17 @@ def _answer_of(content: dict):
 # ---------------------------------------------------------------- loading and running checks
 
 
-def load_checks(source: str, filename: str, files: dict | None = None, parameters: dict | None = None) -> list[Check]:
+BESIDE = object()  # ``load_checks(kernel=...)``: the ``in_kernel.py`` beside ``filename``, if any
+
+
+def load_checks(
+    source: str, filename: str, files: dict | None = None, parameters: dict | None = None, kernel=BESIDE
+) -> list[Check]:
     """The checks a ``checks.py`` defines, in order. ``files``: the lab's hidden data (name ->
     text), which the checks read as ``HIDDEN_FILES``; ``parameters``: the run's parameters
-    (``lab_parameters``), read as ``PARAMETERS``, never from the learner's namespace."""
+    (``lab_parameters``), read as ``PARAMETERS``, never from the learner's namespace;
+    ``kernel``: the lab's ``KernelModule`` (or None), by default the one beside ``filename``."""
+    kernel = kernel_module(Path(filename)) if kernel is BESIDE else kernel
     namespace = {
         "__name__": "rocmlab_checks",
         "__file__": filename,
@@ -370,7 +440,10 @@ def load_checks(source: str, filename: str, files: dict | None = None, parameter
         "PARAMETERS": dict(parameters or {}),
     }
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
-    return [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
+    checks = [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
+    for item in checks:
+        item.kernel = kernel
+    return checks
 
 
 def problems(checks: list[Check], cell_points: dict[str, float]) -> list[str]:
@@ -418,6 +491,9 @@ def run_checks(
     the checks that take one are given (none: those checks are grading errors)."""
     results, returned = [], {}  # check name -> whether the learner's code returned a value in it
     reference = reference or Reference()
+    kernel = next((c.kernel for c in checks if c.kernel is not None), None)
+    learner.kernel = learner.kernel or kernel
+    reference._take_kernel(kernel)
     for item in checks:
         values_before = learner.values
         detail, error = _verdict(item, learner, seed, reference)
@@ -496,8 +572,13 @@ def run_harness(client, manager, config: dict, reference=None) -> dict:
     course's own notebooks) the run's kernel is its own reference."""
     seed = int(config["seed"])
     try:
+        kernel = config.get("kernel")
         checks = load_checks(
-            config["source"], config.get("filename", "checks.py"), config.get("files"), config.get("parameters")
+            config["source"],
+            config.get("filename", "checks.py"),
+            config.get("files"),
+            config.get("parameters"),
+            KernelModule(kernel["source"], kernel["filename"]) if kernel else None,
         )
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
@@ -571,10 +652,11 @@ def harness_options(
     reference: dict | str | None = None,
 ) -> dict:
     """The engine option that makes a run end with the lab's checks (``papermill_engine``); the
-    checks travel as text, as the worker may not see the course. ``parameters``: the profile's
+    checks and the lab's kernel-side module travel as text, as the worker may not see the course. ``parameters``: the profile's
     (``Profile.parameters``), over the parameters cell's own values. ``reference``: the worker's
     reference kernel (``rocmlab.execution.reference_kernel.reference_options``), or ``OWN_KERNEL``."""
     source = checks_file.read_text(encoding="utf-8")
+    kernel = kernel_module(checks_file)
     probe_timeout_s = min(PROBE_TIMEOUT_S, float(cell_timeout_s))  # a request waits no longer than a cell
     checks = source.count("@check(")
     answers_s = answer_budget_s(checks)
@@ -582,6 +664,7 @@ def harness_options(
     return {
         "source": source,
         "files": hidden_files(checks_file),
+        "kernel": {"source": kernel.source, "filename": kernel.filename} if kernel else None,
         "parameters": lab_parameters(checks_file, parameters),
         "filename": str(checks_file),
         "seed": int(seed),

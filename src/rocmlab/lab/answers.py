@@ -7,6 +7,9 @@ for what JSON lacks (tuples, bytes, numpy arrays and torch tensors as raw ``.npy
 with ``allow_pickle=False``, a raised exception as its type names and message). Anything else
 arrives as its type name only, so it cannot be compared equal to anything.
 
+A check's own kernel-side code is a lab's module of functions (``solutions/<lab>/in_kernel.py``),
+sent by the harness with its requests and compiled once per kernel (``evaluate``'s ``run``).
+
 Whatever the kernel sends is only an answer: learner code may replace ``serve`` or forge the
 message, and the harness still compares the data it received with its own reference.
 """
@@ -14,6 +17,7 @@ message, and the harness still compares the data it received with its own refere
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import math
@@ -247,18 +251,40 @@ def _tensor(data: dict):
 
 # ---------------------------------------------------------------- the kernel's request handler
 
+_COMPILED: dict[str, object] = {}  # a lab's kernel-side module, compiled once per kernel
+
 
 def evaluate(request: dict, names: dict):
-    """The value of ``request["expr"]`` in a copy of the learner's ``names`` with the request's
-    values bound (after its ``setup`` code), or the exception it raised."""
+    """The answer to one request, over a copy of the learner's ``names``: with ``run``, the
+    named function of the lab's kernel-side module (``request["module"]``) called with the
+    request's ``args`` and ``values``; otherwise the value of ``request["expr"]`` with the
+    request's values bound (after its ``setup`` code). Or the exception it raised."""
     scope = dict(names)
-    scope.update({k: decode(v) for k, v in (request.get("values") or {}).items()})
+    values = {k: decode(v) for k, v in (request.get("values") or {}).items()}
     try:
+        if request.get("run"):
+            return encode(_run(request, scope, values))
+        scope.update(values)
         if request.get("setup"):
             exec(request["setup"], scope)  # noqa: S102 (the harness's own probe code, in the learner's kernel)
         return encode(eval(request["expr"], scope))
     except Exception as exc:  # noqa: BLE001 (the learner's error is the answer)
         return encode_raised(exc)
+
+
+def _run(request: dict, scope: dict, values: dict):
+    """``request["run"]`` of the lab's kernel-side module, defined over ``scope`` (the copy of the
+    learner's names, so the module's free names are the notebook's) and called."""
+    module = request["module"]
+    exec(_compiled(module["source"], module["filename"]), scope)  # noqa: S102 (the course's kernel-side module)
+    return scope[request["run"]](*decode(request.get("args") or []), **values)
+
+
+def _compiled(source: str, filename: str):
+    key = hashlib.sha256(f"{filename}\0{source}".encode()).hexdigest()
+    if key not in _COMPILED:
+        _COMPILED[key] = compile(source, filename, "exec")
+    return _COMPILED[key]
 
 
 def serve(request_json: str) -> None:
