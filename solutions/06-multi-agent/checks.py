@@ -14,92 +14,14 @@ from rocmlab.lab.agent_trace import Trace, TraceEvent, explain_trace_difference
 
 STAGES = ("detect", "localize", "retrieve", "report")
 # The course's virtual clock and trace, and the scaffolding the notebook gives (its stages, items,
-# failure script, retry policy, delivery schedule and the seeded golden run), are bound in each
-# request's own names from the code below: a learner who rebinds `run_async`, `Trace`, `toy_stage`,
-# `scripted`, `golden_run` or `FAILURES` in the notebook (an elapsed time of 0, stages that never
-# wait, a golden run that forges its trace) changes nothing a check reads. Only the learner's answer
-# functions and classes (run_pipeline, call_with_retries, Runtime, ...) run on these inputs, and the
-# trace's rows are put in canonical order here. (What the kernel's packages hold is the kernel's:
-# any answer of a kernel can still lie, and every rule below compares it with inputs and
-# expectations made here.)
-COURSE_HELPERS = """
-import asyncio
-import dataclasses
-from rocmlab.lab.agents import Trace, run_async
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    name: str
-    fn: object
-    workers: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-    timeout_s: float = 0.010
-    max_attempts: int = 3
-    base_s: float = 0.002
-    jitter: float = 0.5
-    seed: int = 0
-
-
-def toy_stage(name, ms, workers=1):
-    async def fn(payload):
-        await asyncio.sleep(ms / 1000)
-        return {**payload, "path": payload.get("path", []) + [name]}
-
-    return Stage(name, fn, workers)
-
-
-def toy_stages(workers=1, ms=(1.0, 2.0, 1.0, 3.0)):
-    return [toy_stage(n, t, workers) for n, t in zip(("detect", "localize", "retrieve", "report"), ms)]
-
-
-def toy_items(n):
-    return [(f"m{i:03d}", {"id": f"m{i:03d}", "path": []}) for i in range(n)]
-
-
-def scripted(stage, script):
-    calls, plan = {}, script.get(stage.name, {})
-
-    async def fn(payload):
-        msg_id = payload["id"]
-        calls[msg_id] = calls.get(msg_id, 0) + 1
-        outcomes = plan.get(msg_id, [])
-        outcome = outcomes[calls[msg_id] - 1] if calls[msg_id] <= len(outcomes) else "ok"
-        if outcome == "hang":
-            await asyncio.sleep(3600)
-        if outcome.startswith("error:"):
-            raise RuntimeError(outcome[len("error:"):])
-        return await stage.fn(payload)
-
-    return Stage(stage.name, fn, stage.workers)
-
-
-async def deliver(runtime, schedule):
-    loop = asyncio.get_running_loop()
-    for t_ms, msg_id in schedule:
-        wait = t_ms / 1000 - loop.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        await runtime.submit(msg_id, {"id": msg_id, "path": []})
-
-
-def golden_run(seed, workers, queue_size, schedule):
-    stages = [scripted(s, FAILURES) for s in toy_stages(workers)]
-    trace = Trace()
-
-    async def main():
-        rt = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
-        rt.start()
-        await deliver(rt, schedule)
-        await rt.shutdown()
-        return rt
-
-    return run_async(main), trace
-"""
-EVENTS = "[[e.t, e.msg_id, e.stage, e.event, e.attempt, e.info] for e in __trace.events]"
+# retry policy, delivery schedule, the seeded golden run), are the lab's kernel-side module's
+# (in_kernel.py), which runs over a copy of the learner's names: a learner who rebinds `run_async`,
+# `Trace`, `toy_stage`, `scripted` or `golden_run` in the notebook (an elapsed time of 0, stages
+# that never wait, a golden run that forges its trace) changes nothing a check reads. Only the
+# learner's answer functions and classes (run_pipeline, call_with_retries, Runtime, ...) run on
+# these inputs, and the trace's rows are put in canonical order here. (What the kernel's packages
+# hold is the kernel's: any answer of a kernel can still lie, and every rule below compares it with
+# inputs and expectations made here.)
 
 # The lab's data/failure_script.json (a test keeps them equal): the notebook's FAILURES, which a
 # learner may rebind or edit, is never read.
@@ -148,16 +70,7 @@ def select(events, event=None, msg_id=None, stage=None):
 
 
 def pipeline_run(learner, n, queue_size, workers, ms):
-    return learner.eval(
-        f"(__r.value, {EVENTS}, [q.stats() for q in __r.queues], __r.leftover_tasks, __r.elapsed_s)",
-        setup=COURSE_HELPERS + "__trace = Trace()\n"
-        "__stages = toy_stages(__workers, tuple(__ms))\n"
-        "__r = run_async(lambda: run_pipeline(toy_items(__n), __stages, queue_size=__qs, trace=__trace))\n",
-        __n=n,
-        __qs=queue_size,
-        __workers=workers,
-        __ms=list(ms),
-    )
+    return learner.run("pipeline_run", n, queue_size, workers, list(ms))
 
 
 def pipeline_cases(variant):
@@ -257,42 +170,8 @@ def retry_backoff(learner, variant):
     for _ in range(6):
         seed, base, jitter = rng.randint(0, 999), rng.choice([0.001, 0.002, 0.004, 0.01]), rng.choice([0.0, 0.25, 1.0])
         msg_id, attempt = f"x{rng.randint(0, 99)}", rng.randint(1, 6)
-        got = learner.eval(
-            "backoff_delay(RetryPolicy(seed=__s, base_s=__b, jitter=__j), __m, __a)",
-            setup=COURSE_HELPERS,
-            __s=seed,
-            __b=base,
-            __j=jitter,
-            __m=msg_id,
-            __a=attempt,
-        )
+        got = learner.run("backoff", seed, base, jitter, msg_id, attempt)
         assert type(got) is float and math.isclose(got, backoff(seed, base, jitter, msg_id, attempt)), f"got {got}"
-
-
-RETRIES = (
-    COURSE_HELPERS
-    + """
-__trace = Trace()
-__outcomes = {}
-__policy = RetryPolicy(timeout_s=__timeout, max_attempts=__max, base_s=__base, jitter=__jitter, seed=__seed)
-
-
-async def __one(stage_name, msg_id):
-    stage = scripted(toy_stage(stage_name, 1.0), __script)
-    try:
-        await call_with_retries(stage.fn, {"id": msg_id}, msg_id, stage_name, __policy, __trace)
-        __outcomes[msg_id] = None
-    except DeadLetter as dl:
-        __outcomes[msg_id] = [dl.reason, dl.attempts]
-
-
-async def __main():
-    await asyncio.gather(*(__one(s, m) for s, per in __script.items() for m in per))
-
-
-__r = run_async(__main)
-"""
-)
 
 
 def retry_run(learner, variant):
@@ -308,9 +187,7 @@ def retry_run(learner, variant):
         "__jitter": rng.choice([0.5, 1.0]),
         "__seed": rng.randint(0, 99),
     }
-    outcomes, events, leftover = learner.eval(
-        f"(__outcomes, {EVENTS}, __r.leftover_tasks)", setup=RETRIES, __script=script, **policy
-    )
+    outcomes, events, leftover = learner.run("retries", script, *policy.values())
     return script, policy, outcomes, events, leftover
 
 
@@ -410,12 +287,7 @@ def retry_timeouts(learner, variant):
     zh="trace 与第二条黄金 trace 一致（种子 5、30 条消息、每阶段 1 个 worker、队列容量 1）",
 )
 def runtime_golden(learner, variant):
-    events = learner.eval(
-        EVENTS,
-        setup=COURSE_HELPERS + "__res, __trace = golden_run(5, 1, 1, __schedule)\n",
-        __schedule=deliveries(30, 5),
-        FAILURES=FAILURES,
-    )
+    events, _, _ = learner.run("golden", 5, 1, 1, deliveries(30, 5), FAILURES)
     golden = json.loads(HIDDEN_FILES["golden_trace_hidden.json"])  # noqa: F821 (given by the harness)
     diff = explain_trace_difference(canonical_rows(events), golden)
     assert diff is None, diff
@@ -454,16 +326,7 @@ def runtime_dedupe(learner, variant):
     rng = variant.random
     seed, n, workers, qs = rng.randint(10, 999), rng.randint(10, 30), rng.randint(1, 3), rng.randint(1, 3)
     schedule = deliveries(n, seed)
-    events, reports, dead = learner.eval(
-        f"({EVENTS}, sorted(__res.value.reports), [d['id'] for d in __res.value.dead_letters])",
-        setup=COURSE_HELPERS + "__res, __trace = golden_run(__seed, __w, __qs, __schedule)\n",
-        __seed=seed,
-        __w=workers,
-        __qs=qs,
-        __schedule=schedule,
-        FAILURES=FAILURES,
-    )
-    schedule = deliveries(n, seed)
+    events, reports, dead = learner.run("golden", seed, workers, qs, schedule, FAILURES)
     ids = sorted({m for _, m in schedule})
     assert len(select(events, "duplicate")) == len(schedule) - len(ids), "duplicates recorded"
     for m in ids:
@@ -471,37 +334,10 @@ def runtime_dedupe(learner, variant):
         assert (m in reports) + dead.count(m) == 1, f"{m}: outcomes"
 
 
-DUPLICATE = (
-    COURSE_HELPERS
-    + """
-__trace = Trace()
-__said = []
-
-
-async def __main():
-    rt = Runtime(toy_stages(1, ms=(__ms, __ms, __ms, __ms)), queue_size=2, policy=RetryPolicy(timeout_s=1.0), trace=__trace)
-    rt.start()
-    __said.append(await rt.submit("x", {"id": "x", "path": []}))
-    await asyncio.sleep(__wait)
-    __said.append(await rt.submit("x", {"id": "x", "path": []}))
-    await rt.shutdown()
-    __said.append(await rt.submit("x", {"id": "x", "path": []}))
-    __said.append(await rt.submit("y", {"id": "y", "path": []}))
-    __said.append(await rt.submit("y", {"id": "y", "path": []}))
-    return rt
-
-
-__r = run_async(__main)
-"""
-)
-
-
 def duplicate_run(learner, variant):
     ms = round(variant.random.uniform(2.0, 8.0), 1)
     wait = round(variant.random.uniform(0.5, 3.5) * ms / 1000, 4)
-    return learner.eval(
-        f"(__said, sorted(__r.value.reports), __r.value.dead_letters, {EVENTS})", setup=DUPLICATE, __ms=ms, __wait=wait
-    )
+    return learner.run("duplicate_run", ms, wait)
 
 
 @check(
@@ -535,12 +371,7 @@ def runtime_intake(learner, variant):
 
 
 def rpc_run(learner, n, queue_size):
-    return learner.eval(
-        "(__r.value, [q.stats() for q in __r.queues], __r.leftover_tasks)",
-        setup=COURSE_HELPERS + "__r = run_async(lambda: rpc_pipeline_fixed(__n, __qs), timeout_s=60.0)\n",
-        __n=n,
-        __qs=queue_size,
-    )
+    return learner.run("rpc_run", n, queue_size)
 
 
 def rpc_cases(variant):
@@ -587,34 +418,6 @@ def rpc_no_leftovers(learner, variant):
 
 # ---------------------------------------------------------------- section 5: shutdown
 
-SHUTDOWN = (
-    COURSE_HELPERS
-    + """
-__trace = Trace()
-__ids = [f"m{i:03d}" for i in range(__n)]
-
-
-async def __main():
-    rt = Runtime([scripted(s, FAILURES) for s in toy_stages(__workers)], queue_size=__qs,
-                 policy=RetryPolicy(seed=__seed), trace=__trace)
-    rt.start()
-
-    async def feeder(k):
-        for msg_id in __ids[k::__feeders]:
-            await rt.submit(msg_id, {"id": msg_id, "path": []})
-            await asyncio.sleep(0.0005)
-
-    feeding = [asyncio.create_task(feeder(k), name=f"feeder-{k}") for k in range(__feeders)]
-    await asyncio.sleep(__stop_ms / 1000)
-    await rt.shutdown()
-    await asyncio.gather(*feeding)
-    return rt
-
-
-__r = run_async(__main, timeout_s=600.0)
-"""
-)
-
 
 def shutdown_run(learner, variant, early=False):
     rng = variant.random
@@ -626,12 +429,7 @@ def shutdown_run(learner, variant, early=False):
         "__workers": rng.randint(1, 2),
         "__seed": rng.randint(0, 99),
     }
-    out = learner.eval(
-        f"(sorted(__r.value.reports), __r.value.dead_letters, {EVENTS}, __r.leftover_tasks)",
-        setup=SHUTDOWN,
-        FAILURES=FAILURES,
-        **args,
-    )
+    out = learner.run("shutdown_run", *args.values(), FAILURES)
     return args, out
 
 
@@ -876,7 +674,7 @@ def cycle_found(learner, variant):
         assert is_cycle(graph, learner.call("find_cycle", graph)), f"no valid cycle in a graph of {len(graph)} nodes"
     # a long cycle, built in the kernel
     n = rng.randint(2000, 20000)
-    got = learner.eval("find_cycle(__g)", setup="__g = {i: [i + 1] for i in range(__n)}\n__g[__n - 1] = [0]\n", __n=n)
+    got = learner.run("ring_cycle", n)
     assert isinstance(got, list) and len(got) == n and sorted(got) == list(range(n)), "the long cycle"
     assert all(got[(i + 1) % n] == (got[i] + 1) % n for i in range(n)), "the long cycle's order"
 

@@ -1,30 +1,25 @@
 """Lab 07's hidden checks (Triton kernels), run by the trusted harness (rocmlab.harness).
 
 Inputs are drawn here from the learner's variant and sent to the kernel as CPU tensors; the
-expressions move them to the notebook's `device` (and build non-contiguous views there), and
-every reference is computed here, in float64, with this interpreter's own torch.
+expressions and the lab's kernel-side module (`in_kernel.py`) move them to the notebook's
+`device` (and build non-contiguous views there). Every reference is computed here, in float64,
+with this interpreter's own torch, or, for the course model, asked of the reference kernel.
 """
 
 import torch
 import torch.nn.functional as F
 
+from rocmlab.assets.loaders import load_qc_reports
+from rocmlab.check_compare import assert_close, assert_equal
 from rocmlab.harness import check, mistake
 
 HALF_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 MATMUL_TOL = {torch.float32: 2e-3, torch.float16: 6e-4, torch.bfloat16: 5e-3}
 
 
-def _tensor(got, what):
-    assert isinstance(got, torch.Tensor), f"{what}: expected a tensor, got {type(got).__name__}"
-    return got
-
-
 def _close(got, want, tol, what):
-    _tensor(got, what)
-    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, want {want.dtype}"
-    g, w = got.double(), want.double()
-    assert bool(torch.isclose(g, w, rtol=tol, atol=tol).all()), f"{what}: max |diff| {(g - w).abs().max().item():.3g}"
+    """The dtype's tolerance as both rtol and atol (torch.isclose's rule), with shape and dtype."""
+    assert_close(got, want, rtol=tol, atol=tol, what=what)
 
 
 def _rel(got, want):
@@ -37,16 +32,6 @@ def _compiled(learner):
 
 
 # ---------------------------------------------------------------- 1 · vector add
-
-ADD_SETUP = """
-def _front(v, slack, fill):
-    buf = torch.full((v.numel() + slack,), fill, dtype=v.dtype, device=device)
-    buf[:v.numel()] = v.to(device)
-    return buf[:v.numel()]
-_xv, _yv = _front(x, slack, 0), _front(y, slack, 0)
-_buf = torch.full((x.numel() + slack,), fill, dtype=x.dtype, device=device)
-_ret = vector_add(_xv, _yv, out=_buf[:x.numel()], block=block)
-"""
 
 
 def _add_inputs(variant):
@@ -69,12 +54,12 @@ def _add_inputs(variant):
 )
 def add_values(learner, variant):
     for n, block, dtype, x, y in _add_inputs(variant):
-        buf, ret = learner.eval("(_buf, _ret)", setup=ADD_SETUP, x=x, y=y, slack=block, fill=7, block=block)
+        buf, ret = learner.run("vector_add_into", x, y, block, 7, block)
         want = x + y
-        _close(_tensor(buf, "out")[:n], want, 0, f"out, n={n}, block={block}, {dtype}")
-        _close(_tensor(ret, "returned"), want, 0, f"returned, n={n}, block={block}, {dtype}")
+        assert_equal(buf[:n], want, what=f"out, n={n}, block={block}, {dtype}")
+        assert_equal(ret, want, what=f"returned, n={n}, block={block}, {dtype}")
     x = torch.randn(variant.random.randint(300, 3000), generator=variant.torch())
-    _close(learner.eval("vector_add(x.to(device), x.to(device))", x=x), 2 * x, 0, "default block, new out")
+    assert_equal(learner.eval("vector_add(x.to(device), x.to(device))", x=x), 2 * x, what="default block, new out")
 
 
 @check(
@@ -84,9 +69,11 @@ def add_values(learner, variant):
     zh="vector_add 不写 n 之外的位置（out 之后的哨兵值不变）",
 )
 def add_tail(learner, variant):
-    for n, block, _dtype, x, y in _add_inputs(variant):
-        buf = learner.eval("_buf", setup=ADD_SETUP, x=x, y=y, slack=block, fill=7, block=block)
-        assert bool((_tensor(buf, "buffer")[n:] == 7).all()), f"n={n}, block={block}: wrote past out[:n]"
+    for n, block, dtype, x, y in _add_inputs(variant):
+        buf, _ = learner.run("vector_add_into", x, y, block, 7, block)
+        assert_equal(
+            buf[n:], torch.full((block,), 7, dtype=dtype), what=f"the sentinel after out, n={n}, block={block}"
+        )
 
 
 @check(
@@ -136,16 +123,16 @@ def softmax_strides(learner, variant):
     rows, cols = rnd.randint(5, 12), rnd.choice([96, 128, 200])
     wide = torch.randn(rows, cols, generator=gen)
     lo, hi = rnd.randint(1, 10), rnd.randint(40, cols)
-    views = {
-        "_w[:, lo:hi]": wide[:, lo:hi],
-        "_w.t()": wide.t(),
-        "_w[::2]": wide[::2],
-        "_w.t()[lo:hi, 1:rows - 1]": wide.t()[lo:hi, 1 : rows - 1],
+    views = {  # in_kernel.softmax_of_view builds the same view on the device
+        "columns": wide[:, lo:hi],
+        "transposed": wide.t(),
+        "every other row": wide[::2],
+        "transposed and cut": wide.t()[lo:hi, 1 : rows - 1],
     }
-    for expr, view in views.items():
-        got = learner.eval(f"softmax({expr})", setup="_w = w.to(device)", w=wide, lo=lo, hi=hi, rows=rows)
-        assert _tensor(got, expr).rocmlab_layout["contiguous"], f"{expr}: the result is not contiguous"
-        _close(got, _softmax_ref(view), 1e-5, expr)
+    for name, view in views.items():
+        got = learner.run("softmax_of_view", wide, name, lo, hi, rows)
+        _close(got, _softmax_ref(view), 1e-5, name)
+        assert got.rocmlab_layout["contiguous"], f"{name}: the result is not contiguous"
 
 
 @mistake(
@@ -173,9 +160,8 @@ def softmax_stable(learner, variant):
     gen, rnd = variant.torch(), variant.random
     for dtype in (torch.float32, torch.float16):
         x = (1e4 * torch.randn(rnd.randint(2, 8), rnd.randint(20, 400), generator=gen)).to(dtype)
-        got = _tensor(learner.eval("softmax(x.to(device))", x=x), "softmax")
-        assert bool(torch.isfinite(got.double()).all()), f"{dtype}: inf/nan"
-        _close(got, _softmax_ref(x), HALF_TOL[dtype], f"|x|=1e4 {dtype}")
+        got = learner.eval("softmax(x.to(device))", x=x)
+        _close(got, _softmax_ref(x), HALF_TOL[dtype], f"|x|=1e4 {dtype}")  # an inf or nan fails it
 
 
 # ---------------------------------------------------------------- 2 · traffic
@@ -220,7 +206,9 @@ def traffic_errors(learner, variant):
 
 def _matmul(learner, a_expr, b_expr, values, blocks=None):
     call = f"matmul({a_expr}, {b_expr}" + "".join(f", {k}={v}" for k, v in (blocks or {}).items()) + ")"
-    return _tensor(learner.eval(call, **values), "matmul")
+    got = learner.eval(call, **values)
+    assert isinstance(got, torch.Tensor), f"matmul: expected a tensor, got {type(got).__name__}"
+    return got
 
 
 def _matmul_ok(got, want, dtype, what):
@@ -388,20 +376,12 @@ def rmsnorm_strides(learner, variant):
 def rmsnorm_model(learner, variant, reference):
     """A module's weight and epsilon, and its output, from the reference kernel's model: the learner's
     kernel is asked for rmsnorm on those inputs only."""
-    module = (
-        "_mods = [m for m in model.modules() if type(m).__name__.endswith('RMSNorm')]\n"
-        "_m = _mods[i % len(_mods)]\n"
-        "with torch.no_grad():\n"
-        "    _out = _m(h.to(device)).float().cpu()\n"
-    )
     hidden = reference.eval("int(model.config.hidden_size)")
     for i in (0, variant.random.randint(1, 100)):
         h = torch.randn(3, hidden, generator=variant.torch())
-        weight, eps, want = reference.eval(
-            "(_m.weight.detach().cpu(), float(_m.variance_epsilon), _out)", setup=module, h=h, i=i
-        )
-        got = _tensor(learner.eval("rmsnorm(h.to(device), w.to(device), eps)", h=h, w=weight, eps=eps), "rmsnorm")
-        _close(got, _tensor(want, "module").to(got.dtype), 1e-5, f"module {i}")
+        weight, eps, want = reference.run("rmsnorm_module", h, i)
+        got = learner.eval("rmsnorm(h.to(device), w.to(device), eps)", h=h, w=weight, eps=eps)
+        _close(got, want.to(weight.dtype), 1e-5, f"module {i}")
 
 
 @check(
@@ -448,76 +428,14 @@ def swiglu_shapes(learner, variant):
 
 # ---------------------------------------------------------------- 4 · the model swap
 
-# The learner's kernel is asked for logits only, on inputs made here: the prompts' token ids (from
-# the reference kernel's tokenizer) and, as "marked" kernels, rmsnorm / swiglu scaled by factors
-# drawn here, the k-th call of each by its own factor. A swap that calls each kernel once per
-# module's forward, looked up by name when called, gives the stock model's logits with each
-# RMSNorm / MLP output scaled the same way, which the reference kernel computes with hooks on its
-# own stock model; a swap left in place after the block gives marked logits where stock ones are
-# due. No count, flag or module listing the kernel computes for itself is evidence.
-MODEL_SETUP = """
-_ns = get_ipython().user_ns
-_real = (_ns["rmsnorm"], _ns["swiglu"])
-def _marked(real, scales):
-    calls = [0]
-    def kernel(*args):
-        calls[0] += 1
-        return real(*args) * scales[(calls[0] - 1) % len(scales)]
-    return kernel
-def _bind(kernels):
-    _ns["rmsnorm"], _ns["swiglu"] = kernels
-def _logits():
-    with torch.no_grad():
-        return model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-_stock = _logits()
-with triton_kernels_in(model) as _counts:
-    _counts = dict(_counts)
-    _swapped = _logits()
-try:
-    _bind((_marked(_real[0], norm_scales), _marked(_real[1], mlp_scales)))
-    with triton_kernels_in(model):
-        _in_marked = _logits()
-    _bind((_marked(_real[0], norm_scales), _marked(_real[1], mlp_scales)))
-    _after = _logits()
-    _raised_inside = False
-    try:
-        with triton_kernels_in(model):
-            raise KeyError("check")
-    except KeyError:
-        _raised_inside = True
-    _after_raise = _logits()
-finally:
-    _bind(_real)
-"""
-MODEL_RESULT = "(_counts, _stock, _swapped, _in_marked, _after, _raised_inside, _after_raise)"
-
-
-# the stock model's side, asked of the reference kernel (the solution's model, never the
-# learner's names): what a learner's kernel computes for itself is no reference
-STOCK_SETUP = """
-_kinds = {"rmsnorm": sum(type(m).__name__.endswith("RMSNorm") for m in model.modules()),
-          "mlp": sum(type(m).__name__.endswith("MLP") for m in model.modules())}
-_batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS)
-def _logits():
-    with torch.no_grad():
-        return model(**_batch.to(device)).logits.float().cpu()
-def _scaling(scales):
-    calls = [0]
-    def hook(module, args, output):
-        calls[0] += 1
-        return output * scales[(calls[0] - 1) % len(scales)]
-    return hook
-_stock = _logits()
-_norm_hook, _mlp_hook = _scaling(norm_scales), _scaling(mlp_scales)  # one count per kind, in call order
-_hooks = [m.register_forward_hook(_norm_hook if type(m).__name__.endswith("RMSNorm") else _mlp_hook)
-          for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "MLP"))]
-try:
-    _marked = _logits()
-finally:
-    for _h in _hooks:
-        _h.remove()
-_ids, _mask = _batch["input_ids"].cpu(), _batch["attention_mask"].cpu()
-"""
+# The learner's kernel is asked for logits only (in_kernel.swap_run), on inputs made here: the
+# prompts' token ids (from the reference kernel's tokenizer) and, as "marked" kernels, rmsnorm /
+# swiglu scaled by factors drawn here, the k-th call of each by its own factor. A swap that calls
+# each kernel once per module's forward, looked up by name when called, gives the stock model's
+# logits with each RMSNorm / MLP output scaled the same way, which the reference kernel computes
+# with hooks on its own stock model (in_kernel.stock_model); a swap left in place after the block
+# gives marked logits where stock ones are due. No count, flag or module listing the kernel
+# computes for itself is evidence.
 STOCK_TOL = 1e-5  # the learner's stock model against the reference's: the same weights and code
 
 
@@ -528,25 +446,22 @@ def _scales(rnd):
 
 def _model_run(learner, variant, reference):
     """The learner's run of the swap, and the reference kernel's stock and marked model on the same inputs."""
-    reports = reference.eval("[r['description'] for r in lab.load_qc_reports('eval')]")
-    picked = variant.random.choice([str(r) for r in reports])
+    picked = variant.random.choice([r["description"] for r in load_qc_reports("eval")])
     prompts = [
         "复检：" + picked,
         "来料检验：外壳" + variant.random.choice(["划伤", "变形", "色差"]),
     ]  # the second is padded
-    scales = {"norm_scales": _scales(variant.random), "mlp_scales": _scales(variant.random)}
-    kinds, stock, marked, ids, mask = reference.eval(
-        "(_kinds, _stock, _marked, _ids, _mask)", setup=STOCK_SETUP, prompts=prompts, **scales
-    )
+    norm_scales, mlp_scales = _scales(variant.random), _scales(variant.random)
+    kinds, stock, marked, ids, mask = reference.run("stock_model", prompts, norm_scales, mlp_scales)
     names = ("counts", "stock", "swapped", "in_marked", "after", "raised_inside", "after_raise")
-    got = learner.eval(MODEL_RESULT, setup=MODEL_SETUP, ids=ids, mask=mask, **scales)
+    got = learner.run("swap_run", ids, mask, norm_scales, mlp_scales)
     assert isinstance(got, tuple) and len(got) == len(names), "the swap's results"
     return {"kinds": kinds, "reference": stock, "marked": marked, **dict(zip(names, got, strict=True))}
 
 
 def _near(got, stock, tol, what):
-    diff = (_tensor(got, what).double() - stock.double()).abs().max().item()
-    assert diff <= tol * (1 + stock.abs().max().item()), f"{what}: max |diff| {diff:.3g}"
+    """Within ``tol × (1 + max |stock|)`` everywhere: the lab's model tolerance."""
+    assert_close(got, stock, rtol=0, atol=tol * (1 + stock.abs().max().item()), what=what)
 
 
 @check(
@@ -594,8 +509,7 @@ def model_logits(learner, variant, reference):
 )
 def model_restored(learner, variant, reference):
     run = _model_run(learner, variant, reference)
-    stock = _tensor(run["stock"], "logits")
-    _near(stock, run["reference"], STOCK_TOL, "the notebook's model before the block")
+    _near(run["stock"], run["reference"], STOCK_TOL, "the notebook's model before the block")
     _near(run["after"], run["reference"], STOCK_TOL, "after the block, with rmsnorm / swiglu rebound (not restored)")
     assert run["raised_inside"], "the block's KeyError did not reach the caller"
     _near(

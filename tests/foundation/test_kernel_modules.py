@@ -37,8 +37,6 @@ PENDING = {
     "03-lora-finetune-zh",
     "04-collectives-rccl",
     "05-distributed-training",
-    "06-multi-agent",
-    "07-triton-kernels",
     "08-low-precision",
 }
 

@@ -419,10 +419,8 @@ def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefin
         return dataclasses.replace(real_async(main, **options), elapsed_s=0.0)
 
     forger = {**runtime_ns, "run_pipeline": one_worker_each, "run_async": no_time}
-    source = path.read_text(encoding="utf-8")
-    old_design = source.replace('COURSE_HELPERS = """', 'COURSE_HELPERS = "" and """')  # the learner's names
-    assert old_design != source
-    (parallel,) = [c for c in load_checks(old_design, str(path), hidden_files(path)) if c.name == "pipeline_parallel"]
+    old_design = [c for c in load_checks(*_with_notebook_scaffolding()) if c.name == "pipeline_parallel"]
+    (parallel,) = old_design
     assert run_checks([parallel], Learner(InProcess(forger)), seed=47)[0].passed  # the learner's own clock
     results = {r.name: r for r in run_checks(checks, Learner(InProcess(forger)), seed=47)}
     assert results["pipeline_complete"].passed  # every message still gets through, one at a time
@@ -468,16 +466,14 @@ def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the
             return evaluate(request, self.names)
 
     path = LAB / "checks.py"
-    source = path.read_text(encoding="utf-8")
-    old_design = source.replace('COURSE_HELPERS = """', 'COURSE_HELPERS = "" and """')  # the learner's names
-    assert old_design != source
+    now, old = (path.read_text(encoding="utf-8"), str(path), hidden_files(path)), _with_notebook_scaffolding()
 
-    def scores(checks_source, names):
-        checks = load_checks(checks_source, str(path), hidden_files(path))
+    def scores(design, names):
+        checks = load_checks(*design)
         runtime = [c for c in checks if c.grade_id in ("06-pipeline-1", "06-dedupe-1")]
         return {r.name: r.points for r in run_checks(runtime, Learner(InProcess(dict(names))), seed=47)}
 
-    honest = scores(source, runtime_ns)
+    honest = scores(now, runtime_ns)
     assert all(honest.values()), honest
 
     def learner(*later_cells):  # the notebook's names, then the learner's later cells over them
@@ -494,17 +490,36 @@ def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the
         "_real_stage = toy_stage\ndef toy_stage(name, ms, workers=1):\n    return _real_stage(name, 0.0, workers)\n"
     )
     serial, serial_forged = learner(serial_cell), learner(serial_cell, no_wait_cell)
-    assert scores(old_design, serial_forged)["pipeline_parallel"] > 0  # the learner's stages took no time
-    assert scores(source, serial_forged) == scores(source, serial)
-    assert scores(source, serial)["pipeline_parallel"] == 0
+    assert scores(old, serial_forged)["pipeline_parallel"] > 0  # the learner's stages took no time
+    assert scores(now, serial_forged) == scores(now, serial)
+    assert scores(now, serial)["pipeline_parallel"] == 0
 
     no_runtime = learner(
         "class Runtime:\n    def __init__(self, *args, **kwargs):\n        raise NotImplementedError\n"
     )
     forged = learner(FORGED_GOLDEN)
-    assert scores(old_design, forged)["runtime_dedupe"] > 0  # the learner's own golden_run
-    assert scores(source, forged) == scores(source, no_runtime)
-    assert sum(scores(source, no_runtime)[n] for n in ("runtime_golden", "runtime_dedupe")) == 0
+    assert scores(old, forged)["runtime_dedupe"] > 0  # the learner's own golden_run
+    assert scores(now, forged) == scores(now, no_runtime)
+    assert sum(scores(now, no_runtime)[n] for n in ("runtime_golden", "runtime_dedupe")) == 0
+
+
+def _with_notebook_scaffolding():
+    """``load_checks``' arguments for the checks as they were while the scaffolding, the clock and
+    the trace came from the learner's names: the kernel-side module with its own copies replaced
+    by the notebook's."""
+    from rocmlab.harness import KernelModule, hidden_files
+
+    path, module = LAB / "checks.py", LAB / "in_kernel.py"
+    text = module.read_text(encoding="utf-8")
+    own = "from rocmlab.lab.agents import Trace, run_async\n"
+    assert own in text
+    text = text.replace(own, "") + (
+        "\n_toy_stages, _scripted = toy_stages, scripted\n\n\n"
+        "def golden(seed, workers, queue_size, schedule, failures):\n"
+        "    result, trace = golden_run(seed, workers, queue_size, schedule)\n"
+        "    return _events(trace), sorted(result.value.reports), [d['id'] for d in result.value.dead_letters]\n"
+    )
+    return path.read_text(encoding="utf-8"), str(path), hidden_files(path), None, KernelModule(text, str(module))
 
 
 def test_the_checks_failure_script_is_the_labs():
