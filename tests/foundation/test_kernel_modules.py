@@ -36,7 +36,6 @@ PENDING = {
     "02-llm-inference",
     "03-lora-finetune-zh",
     "04-collectives-rccl",
-    "05-distributed-training",
     "08-low-precision",
 }
 
