@@ -588,31 +588,45 @@ def template_report(p, taxonomy):
     }
 
 
-def e2e(learner):
-    """The end-to-end run's reports, dead letters and leftover tasks from the kernel; the signal
-    ids, their count and the taxonomy as the lab makes them, here (the kernel may rebind them)."""
+E2E_RUN = (
+    f"({{i: {{k: p[k] for k in {E2E_FIELDS}}} for i, p in E2E.value.reports.items()}},"
+    " E2E.value.dead_letters, E2E.leftover_tasks)"
+)
+FINDINGS = ("anomaly", "region", "docs")  # what the course's agents found, the same in every correct run
+
+
+def e2e(learner, reference):
+    """The end-to-end run's reports, dead letters and leftover tasks from the learner's kernel, and
+    the reference kernel's (the solution's run of the same signals); the signal ids, their count and
+    the taxonomy as the lab makes them, here (the kernel may rebind them). ``E2E`` is the notebook's
+    own run: a learner's kernel could set it to anything, so its outcome per signal and the agents'
+    findings must be the reference run's."""
     from rocmlab.assets.loaders import qc_signals, qc_taxonomy
 
-    reports, dead, leftover = learner.eval(
-        f"({{i: {{k: p[k] for k in {E2E_FIELDS}}} for i, p in E2E.value.reports.items()}},"
-        " E2E.value.dead_letters, E2E.leftover_tasks)"
-    )
+    reports, dead, leftover = learner.eval(E2E_RUN)
+    theirs, their_dead, _ = reference.eval(E2E_RUN)
     n, seed = PARAMETERS["N_SIGNALS"], PARAMETERS["SEED"]  # noqa: F821 (the run's, from the harness)
     ids = [s["id"] for s in qc_signals(n, seed=seed, kind="trace")]
-    return reports, dead, leftover, ids, n, qc_taxonomy()
+    want = {"reports": {i: {k: p[k] for k in FINDINGS} for i, p in theirs.items()}}
+    want["dead"] = sorted(d["id"] for d in their_dead)
+    return reports, dead, leftover, ids, n, qc_taxonomy(), want
 
 
 @check(
     "06-e2e-1",
     points=0.5,
-    en="every input signal ends as exactly one report or dead letter, with no task left",
-    zh="每个输入信号最终恰好成为一个报告或一条死信，且不留任务",
+    en="every input signal ends as exactly one report or dead letter, with no task left, "
+    "and the agents' findings are the course pipeline's",
+    zh="每个输入信号最终恰好成为一个报告或一条死信，且不留任务；各智能体的结论与课程流水线的一致",
 )
-def e2e_balance(learner, variant):
-    reports, dead, leftover, ids, n, _ = e2e(learner)
+def e2e_balance(learner, variant, reference):
+    reports, dead, leftover, ids, n, _, want = e2e(learner, reference)
     assert len(ids) == n and n > 0, "signals"
     assert sorted(list(reports) + [d["id"] for d in dead]) == sorted(ids), "outcomes"
     assert leftover == [], f"left {leftover}"
+    assert sorted(d["id"] for d in dead) == want["dead"], "not the reference run's dead letters"
+    for i, p in reports.items():
+        assert {k: p[k] for k in FINDINGS} == want["reports"].get(i), f"{i}: not the course agents' findings"
 
 
 @check(
@@ -622,8 +636,8 @@ def e2e_balance(learner, variant):
     zh="每份报告都符合 schema：合格的 LLM 报告，否则是模板报告",
     counts_with="e2e_balance",
 )
-def e2e_reports(learner, variant):
-    reports, _, _, _, _, taxonomy = e2e(learner)
+def e2e_reports(learner, variant, reference):
+    reports, _, _, _, _, taxonomy, _ = e2e(learner, reference)
     for i, p in reports.items():
         r = p["report"]
         assert p["report_source"] in ("llm", "template"), f"{i}: source {p['report_source']}"

@@ -530,3 +530,57 @@ def test_the_checks_failure_script_is_the_labs():
     namespace = {"HIDDEN_FILES": {}, "PARAMETERS": {}}
     exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102
     assert namespace["FAILURES"] == json.loads((LAB / "data" / "failure_script.json").read_text(encoding="utf-8"))
+
+
+def _e2e_run(findings, dead=()):
+    """An ``E2E`` as the notebook's end-to-end run leaves it: template reports for ``findings``
+    ({id: (anomaly, region, docs)}), a dead letter for each id of ``dead``."""
+    from types import SimpleNamespace
+
+    from rocmlab.assets.loaders import qc_taxonomy
+
+    checks = {"HIDDEN_FILES": {}, "PARAMETERS": {}}
+    exec(compile((LAB / "checks.py").read_text(encoding="utf-8"), "checks.py", "exec"), checks)  # noqa: S102
+    reports = {}
+    for i, (anomaly, region, docs) in findings.items():
+        p = {"anomaly": anomaly, "region": region, "docs": docs}
+        reports[i] = {**p, "report": checks["template_report"](p, qc_taxonomy()), "report_source": "template"}
+    dead_letters = [{"id": i, "stage": "report", "reason": "error: x", "attempts": 3} for i in dead]
+    return SimpleNamespace(value=SimpleNamespace(reports=reports, dead_letters=dead_letters), leftover_tasks=[])
+
+
+def test_the_end_to_end_rules_take_the_agents_findings_from_the_reference_run():
+    """``E2E`` is the notebook's own run, which a later cell may set to anything: every signal a
+    dead letter (nothing to check a report against), or every signal "normal" with its template
+    report. Both held every end-to-end rule while the kernel's run was the only evidence; against
+    the reference kernel's run of the same signals they hold none, and the run itself holds both."""
+    from rocmlab.assets.loaders import qc_signals
+    from rocmlab.harness import Learner, Reference, hidden_files, lab_parameters, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path)
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path), parameters)
+    checks = [c for c in checks if c.grade_id == "06-e2e-1"]
+    ids = [s["id"] for s in qc_signals(parameters["N_SIGNALS"], seed=parameters["SEED"], kind="trace")]
+    kinds = ("spike", "step", "drift")
+    run = _e2e_run({i: (kinds[k % 3], (k, k + 5), [f"doc-{k}"]) for k, i in enumerate(ids)})
+    reference = Reference(InProcess({"E2E": run}))
+
+    def passing(e2e, against=reference):
+        results = run_checks(checks, Learner(InProcess({"E2E": e2e})), seed=47, reference=against)
+        assert not [r.error for r in results if r.error]
+        return [r.name for r in results if r.passed]
+
+    assert passing(run) == ["e2e_balance", "e2e_reports"]
+    for forged in (_e2e_run({}, dead=ids), _e2e_run({i: ("normal", None, []) for i in ids})):
+        # its own run as the reference: the rules as they were, with nothing to compare against
+        assert passing(forged, against=Reference(InProcess({"E2E": forged}))) == ["e2e_balance", "e2e_reports"]
+        assert passing(forged) == []
