@@ -2,7 +2,8 @@
 course's own files: never read from the learner's namespace, where any later cell may rebind it.
 
 A check that needs what a notebook builds from the course (lab 02's ``PROMPTS``: the eval split's
-QC descriptions, tokenized by the run's ``MODEL``; its ``EOS`` and ``PAD``) asks here. The values
+QC descriptions, tokenized by the run's ``MODEL``; its ``EOS`` and ``PAD``; lab 05's QC items and
+the tokens of their chat prompts and answers) asks here. The values
 are the notebook's for an honest learner: the same files, the same tokenizer (``tokenizer.json``
 read by the ``tokenizers`` library that transformers' fast tokenizers wrap), so every rule stays
 the same for them.
