@@ -1,9 +1,9 @@
 """Lab 05's hidden checks, run by the trusted harness (rocmlab.harness) after the notebook.
 
-No check starts a process: the ranks of exercise 1 are threads of the learner's kernel that talk
-through a stand-in for `torch.distributed` (a barrier and a table of tensors); exercises 2 and S2
-get a stand-in for `DDP` with one replica (DDP's own averaging is not what they grade). The
-references are computed here, with this file's code.
+No check starts a process: the lab's kernel-side module (`in_kernel.py`) runs the ranks of
+exercise 1 as threads of the learner's kernel that talk through a stand-in for `torch.distributed`,
+and gives exercises 2 and S2 a stand-in for `DDP` with one replica (DDP's own averaging is not what
+they grade). The references are computed here, with this file's code.
 """
 
 import io
@@ -13,158 +13,8 @@ from pathlib import PurePosixPath
 import torch
 import torch.nn.functional as F
 
-from rocmlab.harness import check, mistake
-
-# ---------------------------------------------------------------- kernel-side scaffolding
-
-# Threads as ranks: `dist` for the learner's functions, served by a barrier in this process.
-RANKS = r"""
-import threading as _threading, types as _types, torch as _torch
-import torch.distributed as _real_dist
-
-
-class _Done:
-    def wait(self, *args, **kwargs):
-        return True
-
-    def is_completed(self):
-        return True
-
-
-class _ThreadDist:
-    ReduceOp = _real_dist.ReduceOp
-
-    def __init__(self, n):
-        self._n, self._barrier, self._slots, self._local = n, _threading.Barrier(n, timeout=20), [None] * n, _threading.local()
-
-    def get_world_size(self, group=None):
-        return self._n
-
-    def get_rank(self, group=None):
-        return self._local.rank
-
-    def is_initialized(self):
-        return True
-
-    def is_available(self):
-        return True
-
-    def barrier(self, *args, **kwargs):
-        self._barrier.wait()
-
-    def _exchange(self, tensor):
-        self._slots[self._local.rank] = tensor.detach().clone()
-        self._barrier.wait()
-        got = list(self._slots)
-        self._barrier.wait()
-        return got
-
-    def broadcast(self, tensor, src=0, group=None, async_op=False, **kwargs):
-        got = self._exchange(tensor)
-        with _torch.no_grad():
-            tensor.copy_(got[src])
-        return _Done() if async_op else None
-
-    def all_reduce(self, tensor, op=_real_dist.ReduceOp.SUM, group=None, async_op=False):
-        got = self._exchange(tensor)
-        total = got[0].clone()
-        for other in got[1:]:
-            if op == _real_dist.ReduceOp.MAX:
-                total = _torch.maximum(total, other)
-            elif op == _real_dist.ReduceOp.MIN:
-                total = _torch.minimum(total, other)
-            elif op == _real_dist.ReduceOp.PRODUCT:
-                total = total * other
-            else:
-                total = total + other
-        if op == _real_dist.ReduceOp.AVG:
-            total = total / self._n
-        with _torch.no_grad():
-            tensor.copy_(total)
-        return _Done() if async_op else None
-
-    def __getattr__(self, name):
-        return getattr(_real_dist, name)
-
-
-def _as_rank_function(function, fake):
-    return _types.FunctionType(function.__code__, {**function.__globals__, "dist": fake}, function.__name__,
-                               function.__defaults__, function.__closure__)
-
-
-def _run_ranks(n, body):
-    fake = _ThreadDist(n)
-    results, errors = [None] * n, []
-
-    def run(rank):
-        fake._local.rank = rank
-        try:
-            results[rank] = body(rank, fake)
-        except BaseException as exc:
-            errors.append(exc)
-            fake._barrier.abort()
-
-    threads = [_threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
-    if any(t.is_alive() for t in threads):
-        raise TimeoutError("a rank did not finish")
-    return results
-
-
-def _mlp(state, frozen_bias):
-    model = _torch.nn.Sequential(_torch.nn.Linear(8, state["0.weight"].shape[0]), _torch.nn.Tanh(),
-                                 _torch.nn.Linear(state["0.weight"].shape[0], 1)).double()
-    model.load_state_dict(state)
-    if frozen_bias:
-        model[0].bias.requires_grad_(False)
-    return model
-
-
-def _state(model):
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-"""
-
-# A stand-in for DDP with one replica: it records how it was built and where forward and backward ran.
-ONE_REPLICA_DDP = r"""
-import contextlib as _contextlib, types as _types, torch as _torch
-
-
-class _OneReplicaDDP(_torch.nn.Module):
-    built = []
-
-    def __init__(self, module, device_ids=None, *args, **kwargs):
-        super().__init__()
-        self.module = module
-        self.sync = True
-        self.log = []
-        _OneReplicaDDP.built.append({"same_module": True, "device_ids": device_ids, "extra": sorted(kwargs)})
-
-    @_contextlib.contextmanager
-    def no_sync(self):
-        before, self.sync = self.sync, False
-        try:
-            yield
-        finally:
-            self.sync = before
-
-    def forward(self, *args, **kwargs):
-        self.log.append(("forward", self.sync))
-        out = self.module(*args, **kwargs)
-        if isinstance(out, _torch.Tensor) and out.requires_grad:
-            out.register_hook(lambda grad: self.log.append(("backward", self.sync)))
-        return out
-
-
-def _with_ddp(function):
-    return _types.FunctionType(function.__code__, {**function.__globals__, "DDP": _OneReplicaDDP},
-                               function.__name__, function.__defaults__, function.__closure__)
-"""
-
+from rocmlab import course_data
+from rocmlab.harness import check, mistake, own_work
 
 # ---------------------------------------------------------------- references (this file's own code)
 
@@ -240,13 +90,7 @@ def scratch_broadcast(learner, variant):
     src = variant.random.randrange(n)
     hidden = variant.random.randint(3, 12)
     states = [mlp_state(gen, hidden) for _ in range(n)]
-    got = learner.eval(
-        "_run_ranks(__n, lambda r, d: (_as_rank_function(broadcast_parameters, d)(__m[r], src=__src), _state(__m[r]))[1])",
-        setup=RANKS + "__m = [_mlp(s, True) for s in __states]",
-        __n=n,
-        __src=src,
-        __states=states,
-    )
+    got = learner.run("broadcast_states", states, src)
     assert isinstance(got, list) and len(got) == n, "one state per rank"
     for r in range(n):
         assert_state(got[r], states[src], f"rank {r} after broadcast from {src}", atol=0.0)
@@ -274,18 +118,7 @@ def scratch_average(learner, variant):
     hidden = variant.random.randint(3, 12)
     state = mlp_state(gen, hidden)
     grads = [{k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in state.items()} for _ in range(n)]
-    got = learner.eval(
-        "_run_ranks(__n, lambda r, d: (_as_rank_function(average_gradients, d)(__m[r]),"
-        " {k: p.grad for k, p in __m[r].named_parameters()})[1])",
-        setup=RANKS
-        + "__m = [_mlp(__state, False) for _ in range(__n)]\n"
-        + "for __mm, __g in zip(__m, __grads):\n"
-        + "    for __k, __p in __mm.named_parameters():\n"
-        + "        __p.grad = __g[__k].clone()\n",
-        __n=n,
-        __state=state,
-        __grads=grads,
-    )
+    got = learner.run("averaged_gradients", state, grads, False)
     mean = {k: sum(g[k] for g in grads) / n for k in state}
     for r in range(n):
         assert_state(got[r], mean, f"rank {r} gradients", atol=1e-12)
@@ -302,18 +135,7 @@ def scratch_skip_frozen(learner, variant):
     n = variant.random.randint(2, 4)
     state = mlp_state(gen, variant.random.randint(3, 12))
     grads = [{k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in state.items()} for _ in range(n)]
-    got = learner.eval(
-        "_run_ranks(__n, lambda r, d: (_as_rank_function(average_gradients, d)(__m[r]),"
-        " {k: p.grad for k, p in __m[r].named_parameters()})[1])",
-        setup=RANKS
-        + "__m = [_mlp(__state, True) for _ in range(__n)]\n"
-        + "for __mm, __g in zip(__m, __grads):\n"
-        + "    for __k, __p in __mm.named_parameters():\n"
-        + "        __p.grad = None if __k == '0.bias' else __g[__k].clone()\n",
-        __n=n,
-        __state=state,
-        __grads=grads,
-    )
+    got = learner.run("averaged_gradients", state, grads, True)
     for r in range(n):
         assert got[r]["0.bias"] is None, f"rank {r}: the frozen bias got a gradient"
         for k in ("0.weight", "2.weight", "2.bias"):
@@ -337,44 +159,13 @@ def scratch_training(learner, variant):
     x, y = regression(gen, 48)
     inits = [mlp_state(gen, hidden) for _ in range(n)]
     batches = [torch.randperm(48, generator=gen)[: n * per_rank].tolist() for _ in range(steps)]
-    body = (
-        "def __train(rank, d):\n"
-        "    model = _mlp(__inits[rank], True)\n"
-        "    _as_rank_function(broadcast_parameters, d)(model)\n"
-        "    opt = _torch.optim.SGD(model.parameters(), lr=__lr)\n"
-        "    avg = _as_rank_function(average_gradients, d)\n"
-        "    for idx in __batches:\n"
-        "        mine = _torch.tensor(idx[rank * __per:(rank + 1) * __per])\n"
-        "        loss = _torch.nn.functional.mse_loss(model(__x[mine]), __y[mine])\n"
-        "        opt.zero_grad()\n"
-        "        loss.backward()\n"
-        "        avg(model)\n"
-        "        opt.step()\n"
-        "    return _state(model)\n"
-    )
-    got = learner.eval(
-        "_run_ranks(__n, __train)",
-        setup=RANKS + body,
-        __n=n,
-        __inits=inits,
-        __lr=lr,
-        __batches=batches,
-        __per=per_rank,
-        __x=x,
-        __y=y,
-    )
+    got = learner.run("scratch_train", inits, lr, batches, per_rank, x, y)
     want = reference_sgd(inits[0], x, y, batches, lr, frozen_bias=True)
     for r in range(n):
         assert_state(got[r], want, f"rank {r} vs single process", atol=1e-12)
 
 
 # ---------------------------------------------------------------- exercise 2: DDP and DistributedSampler
-
-DATASET = (
-    "import torch as _torch\n"
-    "from torch.utils.data import DataLoader as _DataLoader, DistributedSampler as _Sampler, TensorDataset as _TD\n"
-    "__data = _TD(_torch.arange(__x.shape[0]), __x, __y)\n"
-)
 
 
 @check(
@@ -390,16 +181,7 @@ def ddp_loader(learner, variant):
     n = world * per_rank * variant.random.randint(2, 4) + variant.random.choice([0, 0, 1])
     seed = variant.random.randint(0, 10_000)
     x, y = regression(gen, n)
-    got = learner.eval(
-        "[[[b[0].tolist() for b in (__l.sampler.set_epoch(e), __l)[1]] for e in (0, 1)] for __l in __loaders]",
-        setup=DATASET
-        + "__loaders = [make_sharded_loader(__data, __per, r, __world, __seed) for r in range(__world)]\n",
-        __x=x,
-        __y=y,
-        __per=per_rank,
-        __world=world,
-        __seed=seed,
-    )
+    got = learner.run("sharded_orders", x, y, per_rank, world, seed)
     for rank in range(world):
         for epoch in (0, 1):
             want = sampler_order(n, world, rank, seed, epoch)
@@ -419,23 +201,7 @@ def ddp_train(learner, variant, epochs):
     lr = variant.random.choice([0.02, 0.05, 0.1])
     x, y = regression(gen, n)
     state = mlp_state(gen, variant.random.randint(4, 12))
-    got = learner.eval(
-        "(__ret[0], dict(__ret[0].module.state_dict()) if hasattr(__ret[0], 'module') else None, __ret[1],"
-        " list(_OneReplicaDDP.built))",
-        setup=RANKS + DATASET + ONE_REPLICA_DDP + "__loader = _DataLoader(__data, batch_size=__per,"
-        " sampler=_Sampler(__data, num_replicas=__world, rank=__rank, shuffle=True, seed=__seed))\n"
-        + "__model = _mlp(__state, False)\n"
-        + "__ret = tuple(_with_ddp(train_ddp_epochs)(__model, __loader, __epochs, __lr, _torch.device('cpu')))\n",
-        __x=x,
-        __y=y,
-        __per=per_rank,
-        __world=world,
-        __rank=rank,
-        __seed=seed,
-        __lr=lr,
-        __state=state,
-        __epochs=epochs,
-    )
+    got = learner.run("ddp_train", x, y, per_rank, world, rank, seed, lr, state, epochs)
     orders = [sampler_order(n, world, rank, seed, e) for e in range(epochs)]
     return got, orders, (state, x, y, per_rank, lr)
 
@@ -495,45 +261,6 @@ def ddp_trains(learner, variant):
 
 # ---------------------------------------------------------------- exercise 3: atomic checkpoints
 
-SPY = r"""
-import os as _os, stat as _stat, tempfile as _tempfile, shutil as _shutil, torch as _torch
-from pathlib import Path as _Path
-
-__dir = _Path(_tempfile.mkdtemp(prefix="ckpt-check-", dir=_os.getcwd()))
-__target = __dir / __name
-__calls = []
-__real = {"replace": _os.replace, "rename": _os.rename, "fsync": _os.fsync}
-
-
-def __spy(kind):
-    def spy(*args, **kwargs):
-        if kind == "fsync":
-            fd = args[0] if args else kwargs.get("fd")
-            fd = fd if isinstance(fd, int) else fd.fileno()
-            __calls.append(["fsync", _stat.S_ISDIR(_os.fstat(fd).st_mode)])
-        else:
-            __calls.append([kind, [str(a) for a in args]])
-        return __real[kind](*args, **kwargs)
-    return spy
-
-
-def __save(state):
-    _os.replace, _os.rename, _os.fsync = __spy("replace"), __spy("rename"), __spy("fsync")
-    try:
-        save_checkpoint_atomic(state, __target)
-    finally:
-        _os.replace, _os.rename, _os.fsync = __real["replace"], __real["rename"], __real["fsync"]
-
-
-def __listing():
-    return sorted(p.name for p in __dir.iterdir())
-
-
-def __done(value):
-    _shutil.rmtree(__dir, ignore_errors=True)
-    return value
-"""
-
 
 def checkpoint_state(variant):
     gen = variant.torch()
@@ -548,12 +275,7 @@ def loads(data):
 def saved_with_spy(learner, variant):
     name = variant.random.choice(["ckpt.pt", "model-state.pt", "last.ckpt", "step.bin"])
     state = checkpoint_state(variant)
-    got = learner.eval(
-        "__done((__calls, __listing(), __target.read_bytes()))",
-        setup=SPY + "__save(__state)\n",
-        __name=name,
-        __state=state,
-    )
+    got = learner.run("spied_save", name, state)
     return name, state, got
 
 
@@ -599,36 +321,13 @@ def ckpt_one_rename(learner, variant):
 def ckpt_failure(learner, variant):
     name = variant.random.choice(["ckpt.pt", "model-state.pt", "last.ckpt"])
     state = checkpoint_state(variant)
-    raised, before, data, listing = learner.eval(
-        "__done((__raised, __before, __target.read_bytes(), __listing()))",
-        setup=SPY
-        + "__save(__state)\n__before = __target.read_bytes()\n__raised = None\n"
-        + "try:\n    __save({'step': __state['step'] + 1, 'bad': lambda: None})\n"
-        + "except Exception as exc:\n    __raised = type(exc).__name__\n",
-        __name=name,
-        __state=state,
-    )
+    raised, before, data, listing = learner.run("failed_save", name, state)
     assert raised is not None, "a state that cannot be pickled was saved without an error"
     assert data == before, "the failed save changed the old checkpoint"
     assert listing == [name], f"left in the folder: {listing}"
 
 
 # ---------------------------------------------------------------- exercise 4: elastic restart
-
-RESUME = r"""
-import os as _os, tempfile as _tempfile, shutil as _shutil, torch as _torch
-from pathlib import Path as _Path
-
-__dir = _Path(_tempfile.mkdtemp(prefix="resume-check-", dir=_os.getcwd()))
-__path = __dir / "ckpt.pt"
-if __blob is not None:
-    __path.write_bytes(__blob)
-__model = _mlp(__init, False)
-__opt = _torch.optim.SGD(__model.parameters(), lr=0.1, momentum=0.9)
-__step = resume_from_checkpoint(__path, __model, __opt)
-__momentum = [__opt.state[p].get("momentum_buffer") if p in __opt.state else None for p in __model.parameters()]
-_shutil.rmtree(__dir, ignore_errors=True)
-"""
 
 
 def saved_training(variant):
@@ -658,7 +357,7 @@ def saved_training(variant):
 )
 def resume_model(learner, variant):
     blob, step, params, _, init = saved_training(variant)
-    got_step, got_params = learner.eval("(__step, _state(__model))", setup=RANKS + RESUME, __blob=blob, __init=init)
+    got_step, got_params, _ = learner.run("resumed", blob, init)
     assert type(got_step) is int and got_step == step, f"returned {got_step!r}, saved step {step}"
     assert_state(got_params, params, "resumed model", atol=0.0)
 
@@ -671,7 +370,7 @@ def resume_model(learner, variant):
 )
 def resume_momentum(learner, variant):
     blob, _, _, momentum, init = saved_training(variant)
-    got = learner.eval("__momentum", setup=RANKS + RESUME, __blob=blob, __init=init)
+    _, _, got = learner.run("resumed", blob, init)
     assert isinstance(got, list) and len(got) == len(momentum), "one buffer per parameter"
     for g, w in zip(got, momentum):
         assert isinstance(g, torch.Tensor) and torch.equal(g, w), "momentum buffer not restored"
@@ -686,9 +385,7 @@ def resume_momentum(learner, variant):
 )
 def resume_absent(learner, variant):
     init = mlp_state(variant.torch(), variant.random.randint(3, 12))
-    got_step, got_params, momentum = learner.eval(
-        "(__step, _state(__model), __momentum)", setup=RANKS + RESUME, __blob=None, __init=init
-    )
+    got_step, got_params, momentum = learner.run("resumed", None, init)
     assert type(got_step) is int and got_step == 0, f"returned {got_step!r}"
     assert_state(got_params, init, "model without a checkpoint", atol=0.0)
     assert all(m is None for m in momentum), "the optimizer got state"
@@ -747,23 +444,23 @@ def elastic_run(learner, variant):
 
 # ---------------------------------------------------------------- exercise 5: the QC fine-tune
 
-# The pieces the lab gives (the tokenizer, qc_messages, qc_answer) tokenize each item here; the
-# learner's build_qc_batch must put them together as the contract says.
-PIECES = (
-    "[(__tok(__tok.apply_chat_template(qc_messages(qc_items[i]), tokenize=False, add_generation_prompt=True),"
-    " add_special_tokens=False)['input_ids'],"
-    " __tok(qc_answer(qc_items[i], __tok), add_special_tokens=False)['input_ids']) for i in __picks]"
-)
-TOKENIZERS = {"course": "ft_tokenizer", "base-like": "base_like"}
+# The pieces the lab gives (the course tokenizer, qc_items, qc_messages, qc_answer) are made here,
+# on the harness's side (rocmlab.course_data, from the run's MODEL and the course's QC reports):
+# the learner's kernel gets the items as data and the notebook's tokenizer to tokenize them with,
+# and its build_qc_batch must put them together as the contract says. Nothing the kernel computes
+# with the notebook's qc_* helpers, which a later cell may rebind, is the expectation.
+TOKENIZERS = {"course": ("ft_tokenizer", False), "base-like": ("base_like", True)}
 
 
 def qc_case(learner, variant, tokenizer="course", cut=None):
-    """(pieces, pad id, the learner's batch) for a few QC items; max_len from `cut`: None pads every
-    row, "answer" cuts inside an answer, "prompt" inside a prompt."""
-    n_items = learner.eval("len(qc_items)")
-    picks = variant.random.sample(range(n_items), variant.random.randint(2, 4))
-    setup = f"__tok = {TOKENIZERS[tokenizer]}\n"
-    pieces, pad = learner.eval(f"({PIECES}, __tok.pad_token_id)", setup=setup, __picks=picks)
+    """(pieces, pad id, max_len, the learner's batch) for a few QC items; max_len from `cut`: None
+    pads every row, "answer" cuts inside an answer, "prompt" inside a prompt."""
+    model, (name, base_like) = PARAMETERS["MODEL"], TOKENIZERS[tokenizer]  # noqa: F821 (the run's, from the harness)
+    with own_work("the QC items and their tokens"):
+        items = course_data.qc_train_items()
+        picked = [items[i] for i in variant.random.sample(range(len(items)), variant.random.randint(2, 4))]
+        pieces = course_data.qc_pieces(model, picked, base_like)
+        pad = course_data.chat_tokenizer(model, base_like).pad_token_id
     lengths = [len(p) + len(a) for p, a in pieces]
     if cut is None:
         max_len = max(lengths) + variant.random.randint(1, 16)
@@ -772,12 +469,7 @@ def qc_case(learner, variant, tokenizer="course", cut=None):
         max_len = variant.random.randint(len(pieces[longest][0]) + 1, lengths[longest] - 1)
     else:
         max_len = variant.random.randint(2, min(len(p) for p, _ in pieces) - 1)
-    batch = learner.eval(
-        "build_qc_batch([qc_items[i] for i in __picks], __tok, __max_len)",
-        setup=setup,
-        __picks=picks,
-        __max_len=max_len,
-    )
+    batch = learner.eval(f"build_qc_batch(__items, {name}, __max_len)", __items=picked, __max_len=max_len)
     return pieces, pad, max_len, batch
 
 
@@ -800,6 +492,7 @@ def learner_rows(batch, i):
     points=0.4,
     en="build_qc_batch returns input_ids, attention_mask and labels as LongTensors of shape (len(items), max_len)",
     zh="build_qc_batch 返回 input_ids、attention_mask、labels，均为形状 (len(items), max_len) 的 LongTensor",
+    counts_with="qc_prompt_answer",  # any stub of the right shape holds it
 )
 def qc_shapes(learner, variant):
     pieces, _, max_len, batch = qc_case(learner, variant, cut=variant.random.choice([None, "answer"]))
@@ -817,16 +510,17 @@ def qc_shapes(learner, variant):
     zh="每一行是对话提示加 qc_answer，不论 eos_token 是什么都以轮次结束符结尾",
 )
 def qc_prompt_answer(learner, variant):
-    end_of_turn_id, eos_ids = learner.eval(
-        "(ft_tokenizer.convert_tokens_to_ids('<|im_end|>'), [ft_tokenizer.eos_token_id, base_like.eos_token_id])"
-    )
+    model = PARAMETERS["MODEL"]  # noqa: F821 (the run's, from the harness)
+    with own_work("the course tokenizer's end of turn"):
+        end_of_turn_id = course_data.chat_tokenizer(model).convert_tokens_to_ids("<|im_end|>")
+        assert end_of_turn_id != course_data.chat_tokenizer(model, True).eos_token_id, "base-like eos is end of turn"
     for tokenizer in ("course", "base-like"):
         pieces, pad, max_len, batch = qc_case(learner, variant, tokenizer)
+        with own_work("the course's answers"):
+            assert all(a[-1] == end_of_turn_id for _, a in pieces), "qc_answer no longer ends with <|im_end|>"
         for i, row in enumerate(expected_rows(pieces, pad, max_len)):
-            assert pieces[i][1][-1] == end_of_turn_id, "the given qc_answer no longer ends with <|im_end|>"
             n = len(pieces[i][0]) + len(pieces[i][1])
             assert learner_rows(batch, i)[0][:n] == row[0][:n], f"{tokenizer} tokenizer, row {i}: input_ids"
-    assert end_of_turn_id != eos_ids[1], "the base-like tokenizer's eos is the end of turn"
 
 
 @check(
@@ -873,6 +567,7 @@ def qc_truncation(learner, variant):
     points=0.5,
     en="every rank of every run in SCALING_RANKS records one finite loss per step",
     zh="SCALING_RANKS 中每次运行的每个 rank 都记录了每步一个有限的损失",
+    counts_with="finetune_throughput",  # a record of losses holds it: the runs are real when their tokens are
 )
 def finetune_losses(learner, variant):
     scaling, steps = PARAMETERS["SCALING_RANKS"], PARAMETERS["FT_STEPS"]  # noqa: F821 (the run's, from the harness)
@@ -895,37 +590,39 @@ def finetune_losses(learner, variant):
 )
 def finetune_throughput(learner, variant):
     runs, throughput = learner.eval("({n: ranks for n, (_, ranks) in ft_runs.items()}, throughput)")
-    steps, batch, max_len = (PARAMETERS[k] for k in ("FT_STEPS", "FT_BATCH", "FT_MAX_LEN"))  # noqa: F821
-    assert isinstance(runs, dict) and sorted(runs) == sorted(PARAMETERS["SCALING_RANKS"]), "a run per rank count"  # noqa: F821
+    scaling = PARAMETERS["SCALING_RANKS"]  # noqa: F821 (the run's, from the harness)
+    assert isinstance(runs, dict) and sorted(runs) == sorted(scaling), "a run per rank count"
     assert isinstance(throughput, dict) and sorted(throughput) == sorted(runs), "throughput for every run"
     for n, ranks in runs.items():
+        with own_work(f"the tokens of the {n}-rank fine-tune"):
+            want = finetune_tokens(n)
         for r, got in enumerate(ranks):
             assert isinstance(got, dict), f"{n} ranks, rank {r}: no result"
             tokens, elapsed = got["tokens"], got["elapsed"]
-            assert type(tokens) is int and (steps - 1) * batch <= tokens <= (steps - 1) * batch * max_len, "tokens"
+            assert type(tokens) is int and tokens == want[r], f"{n} ranks, rank {r}: {tokens} tokens, want {want[r]}"
             assert type(elapsed) is float and 0 < elapsed < 3600, "elapsed"
-        want = sum(g["tokens"] for g in ranks) / max(g["elapsed"] for g in ranks)
-        assert math.isclose(throughput[n], want, rel_tol=1e-9), f"{n} ranks: throughput {throughput[n]} vs {want}"
+        expected = sum(g["tokens"] for g in ranks) / max(g["elapsed"] for g in ranks)
+        assert math.isclose(throughput[n], expected, rel_tol=1e-9), (
+            f"{n} ranks: throughput {throughput[n]} vs {expected}"
+        )
+
+
+def finetune_tokens(world):
+    """The tokens each rank of the notebook's finetune_worker counts from step 1 on, made here: its
+    shard of the step's permutation of the course's QC items, each row's length up to max_len."""
+    p = PARAMETERS  # noqa: F821 (the run's, from the harness)
+    items = course_data.qc_train_items()
+    per_rank, tokens = p["FT_BATCH"], [0] * world
+    for step in range(1, p["FT_STEPS"]):
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(p["SEED"] * 7919 + step))
+        for rank in range(world):
+            mine = order[rank * per_rank : (rank + 1) * per_rank].tolist()
+            pieces = course_data.qc_pieces(p["MODEL"], [items[i] for i in mine])
+            tokens[rank] += sum(min(len(prompt) + len(answer), p["FT_MAX_LEN"]) for prompt, answer in pieces)
+    return tokens
 
 
 # ---------------------------------------------------------------- stretch S1: bucketing
-
-# A stand-in all_reduce: it records each call's bytes and values, and adds the other ranks'
-# gradients at the same offsets of the flat buffer (calls on consecutive slices).
-BUCKET = r"""
-import torch as _torch
-__sent, __pos = [], [0]
-__others = __others.to(__grads[0].dtype)
-
-
-def __all_reduce(t):
-    __sent.append(t.detach().reshape(-1).clone())
-    t.add_(__others[__pos[0]:__pos[0] + t.numel()].view_as(t))
-    __pos[0] += t.numel()
-
-
-__calls = bucketed_all_reduce_(__grads, __cap, __world, __all_reduce)
-"""
 
 
 def bucket_case(variant):
@@ -943,9 +640,7 @@ def bucket_case(variant):
 
 def bucket_run(learner, variant):
     grads, cap, world, others, size = bucket_case(variant)
-    calls, sent, after = learner.eval(
-        "(__calls, __sent, __grads)", setup=BUCKET, __grads=grads, __cap=cap, __world=world, __others=others
-    )
+    calls, sent, after = learner.run("bucketed", grads, cap, world, others)
     return grads, cap, world, others, size, calls, sent, after
 
 
@@ -1003,11 +698,9 @@ def bucket_bad_cap(learner, variant):
     for dtype, size in (("float64", 8), ("float32", 4)):
         for cap in (size * variant.random.randint(1, 6) + variant.random.randint(1, size - 1), 0):
             raised = learner.raised(
-                "bucketed_all_reduce_([_torch.ones(__n, dtype=getattr(_torch, __dtype))], __cap, 1, lambda t: None)",
-                setup="import torch as _torch",
-                __n=variant.random.randint(2, 9),
-                __dtype=dtype,
-                __cap=cap,
+                "bucketed_all_reduce_([ones], cap, 1, lambda t: None)",
+                ones=torch.ones(variant.random.randint(2, 9), dtype=getattr(torch, dtype)),
+                cap=cap,
             )
             assert raised is not None and raised.is_a("ValueError"), f"{dtype}, cap {cap}: raised {raised}"
 
@@ -1022,21 +715,7 @@ def accumulation_case(learner, variant):
     state = mlp_state(gen, variant.random.randint(3, 10))
     x, y = regression(gen, m * per)
     start_grads = {k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in state.items()}
-    log, grads, params = learner.eval(
-        "(__ddp.log, {k: p.grad for k, p in __ddp.module.named_parameters()}, _state(__ddp.module))",
-        setup=RANKS
-        + ONE_REPLICA_DDP
-        + "__ddp = _OneReplicaDDP(_mlp(__state, False))\n"
-        + "for __k, __p in __ddp.module.named_parameters():\n    __p.grad = __start[__k].clone()\n"
-        + "accumulate_gradients(__ddp, [(__x[i * __per:(i + 1) * __per], __y[i * __per:(i + 1) * __per])"
-        " for i in range(__m)], _torch.nn.functional.mse_loss)\n",
-        __state=state,
-        __start=start_grads,
-        __x=x,
-        __y=y,
-        __per=per,
-        __m=m,
-    )
+    log, grads, params = learner.run("accumulated", state, start_grads, x, y, per, m)
     return m, state, x, y, start_grads, log, grads, params
 
 

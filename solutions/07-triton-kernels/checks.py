@@ -1,52 +1,38 @@
 """Lab 07's hidden checks (Triton kernels), run by the trusted harness (rocmlab.harness).
 
 Inputs are drawn here from the learner's variant and sent to the kernel as CPU tensors; the
-expressions move them to the notebook's `device` (and build non-contiguous views there), and
-every reference is computed here, in float64, with this interpreter's own torch.
+expressions and the lab's kernel-side module (`in_kernel.py`) move them to the notebook's
+`device` (and build non-contiguous views there). Every reference is computed here, in float64,
+with this interpreter's own torch, or, for the course model, asked of the reference kernel.
 """
 
 import torch
 import torch.nn.functional as F
 
+from rocmlab.assets.loaders import load_qc_reports
+from rocmlab.check_compare import assert_close, assert_equal
 from rocmlab.harness import check, mistake
 
 HALF_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 MATMUL_TOL = {torch.float32: 2e-3, torch.float16: 6e-4, torch.bfloat16: 5e-3}
 
 
-def _tensor(got, what):
-    assert isinstance(got, torch.Tensor), f"{what}: expected a tensor, got {type(got).__name__}"
-    return got
-
-
 def _close(got, want, tol, what):
-    _tensor(got, what)
-    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, want {want.dtype}"
-    g, w = got.double(), want.double()
-    assert bool(torch.isclose(g, w, rtol=tol, atol=tol).all()), f"{what}: max |diff| {(g - w).abs().max().item():.3g}"
+    """The dtype's tolerance as both rtol and atol (torch.isclose's rule), with shape and dtype."""
+    assert_close(got, want, rtol=tol, atol=tol, what=what)
 
 
 def _rel(got, want):
     return float((got.double() - want).norm() / want.norm().clamp_min(1e-300))
 
 
-def _compiled(learner):
-    """True when the notebook compiles its kernels (bf16 arithmetic is wrong in Triton's interpreter)."""
-    return learner.eval("str(device.type)") != "cpu"
+def _compiled(answer):
+    """True when the learner's kernel ran on a GPU, read from where an answer tensor lived there
+    (bf16 arithmetic is wrong in Triton's interpreter, which runs on the CPU)."""
+    return not str(answer.rocmlab_layout["device"]).startswith("cpu")
 
 
 # ---------------------------------------------------------------- 1 · vector add
-
-ADD_SETUP = """
-def _front(v, slack, fill):
-    buf = torch.full((v.numel() + slack,), fill, dtype=v.dtype, device=device)
-    buf[:v.numel()] = v.to(device)
-    return buf[:v.numel()]
-_xv, _yv = _front(x, slack, 0), _front(y, slack, 0)
-_buf = torch.full((x.numel() + slack,), fill, dtype=x.dtype, device=device)
-_ret = vector_add(_xv, _yv, out=_buf[:x.numel()], block=block)
-"""
 
 
 def _add_inputs(variant):
@@ -69,12 +55,12 @@ def _add_inputs(variant):
 )
 def add_values(learner, variant):
     for n, block, dtype, x, y in _add_inputs(variant):
-        buf, ret = learner.eval("(_buf, _ret)", setup=ADD_SETUP, x=x, y=y, slack=block, fill=7, block=block)
+        buf, ret = learner.run("vector_add_into", x, y, block, 7, block)
         want = x + y
-        _close(_tensor(buf, "out")[:n], want, 0, f"out, n={n}, block={block}, {dtype}")
-        _close(_tensor(ret, "returned"), want, 0, f"returned, n={n}, block={block}, {dtype}")
+        assert_equal(buf[:n], want, what=f"out, n={n}, block={block}, {dtype}")
+        assert_equal(ret, want, what=f"returned, n={n}, block={block}, {dtype}")
     x = torch.randn(variant.random.randint(300, 3000), generator=variant.torch())
-    _close(learner.eval("vector_add(x.to(device), x.to(device))", x=x), 2 * x, 0, "default block, new out")
+    assert_equal(learner.eval("vector_add(x.to(device), x.to(device))", x=x), 2 * x, what="default block, new out")
 
 
 @check(
@@ -84,9 +70,11 @@ def add_values(learner, variant):
     zh="vector_add 不写 n 之外的位置（out 之后的哨兵值不变）",
 )
 def add_tail(learner, variant):
-    for n, block, _dtype, x, y in _add_inputs(variant):
-        buf = learner.eval("_buf", setup=ADD_SETUP, x=x, y=y, slack=block, fill=7, block=block)
-        assert bool((_tensor(buf, "buffer")[n:] == 7).all()), f"n={n}, block={block}: wrote past out[:n]"
+    for n, block, dtype, x, y in _add_inputs(variant):
+        buf, _ = learner.run("vector_add_into", x, y, block, 7, block)
+        assert_equal(
+            buf[n:], torch.full((block,), 7, dtype=dtype), what=f"the sentinel after out, n={n}, block={block}"
+        )
 
 
 @check(
@@ -136,16 +124,16 @@ def softmax_strides(learner, variant):
     rows, cols = rnd.randint(5, 12), rnd.choice([96, 128, 200])
     wide = torch.randn(rows, cols, generator=gen)
     lo, hi = rnd.randint(1, 10), rnd.randint(40, cols)
-    views = {
-        "_w[:, lo:hi]": wide[:, lo:hi],
-        "_w.t()": wide.t(),
-        "_w[::2]": wide[::2],
-        "_w.t()[lo:hi, 1:rows - 1]": wide.t()[lo:hi, 1 : rows - 1],
+    views = {  # in_kernel.softmax_of_view builds the same view on the device
+        "columns": wide[:, lo:hi],
+        "transposed": wide.t(),
+        "every other row": wide[::2],
+        "transposed and cut": wide.t()[lo:hi, 1 : rows - 1],
     }
-    for expr, view in views.items():
-        got = learner.eval(f"softmax({expr})", setup="_w = w.to(device)", w=wide, lo=lo, hi=hi, rows=rows)
-        assert _tensor(got, expr).rocmlab_layout["contiguous"], f"{expr}: the result is not contiguous"
-        _close(got, _softmax_ref(view), 1e-5, expr)
+    for name, view in views.items():
+        got = learner.run("softmax_of_view", wide, name, lo, hi, rows)
+        _close(got, _softmax_ref(view), 1e-5, name)
+        assert got.rocmlab_layout["contiguous"], f"{name}: the result is not contiguous"
 
 
 @mistake(
@@ -173,9 +161,8 @@ def softmax_stable(learner, variant):
     gen, rnd = variant.torch(), variant.random
     for dtype in (torch.float32, torch.float16):
         x = (1e4 * torch.randn(rnd.randint(2, 8), rnd.randint(20, 400), generator=gen)).to(dtype)
-        got = _tensor(learner.eval("softmax(x.to(device))", x=x), "softmax")
-        assert bool(torch.isfinite(got.double()).all()), f"{dtype}: inf/nan"
-        _close(got, _softmax_ref(x), HALF_TOL[dtype], f"|x|=1e4 {dtype}")
+        got = learner.eval("softmax(x.to(device))", x=x)
+        _close(got, _softmax_ref(x), HALF_TOL[dtype], f"|x|=1e4 {dtype}")  # an inf or nan fails it
 
 
 # ---------------------------------------------------------------- 2 · traffic
@@ -220,7 +207,9 @@ def traffic_errors(learner, variant):
 
 def _matmul(learner, a_expr, b_expr, values, blocks=None):
     call = f"matmul({a_expr}, {b_expr}" + "".join(f", {k}={v}" for k, v in (blocks or {}).items()) + ")"
-    return _tensor(learner.eval(call, **values), "matmul")
+    got = learner.eval(call, **values)
+    assert isinstance(got, torch.Tensor), f"matmul: expected a tensor, got {type(got).__name__}"
+    return got
 
 
 def _matmul_ok(got, want, dtype, what):
@@ -291,11 +280,14 @@ def matmul_strides(learner, variant):
 def matmul_half(learner, variant):
     gen, rnd = variant.torch(), variant.random
     m, k, n = rnd.randint(20, 80), rnd.randint(20, 64), rnd.randint(20, 80)
-    dtypes = [torch.float16] + ([torch.bfloat16] if _compiled(learner) else [])
+    dtypes, compiled = [torch.float16, torch.bfloat16], None
     for dtype in dtypes:
+        if dtype == torch.bfloat16 and not compiled:
+            break
         a, w = torch.randn(m, k, generator=gen).to(dtype), torch.randn(n, k, generator=gen).to(dtype)
         got = _matmul(learner, "a.to(device)", "w.to(device).t()", {"a": a, "w": w}, _blocks(rnd))
         _matmul_ok(got, a.double() @ w.double().t(), dtype, f"{dtype}, B transposed")
+        compiled = _compiled(got)
 
 
 @check(
@@ -386,18 +378,14 @@ def rmsnorm_strides(learner, variant):
     zh="rmsnorm 与模型自带的 RMSNorm 模块一致",
 )
 def rmsnorm_model(learner, variant, reference):
-    setup = (
-        "_mods = [m for m in model.modules() if type(m).__name__.endswith('RMSNorm')]\n"
-        "_m = _mods[i % len(_mods)]\n"
-        "_h = h.to(device)\n"
-    )
-    mine = setup + "with torch.no_grad():\n    _out = rmsnorm(_h, _m.weight, _m.variance_epsilon)\n"
-    stock = setup + "with torch.no_grad():\n    _out = _m(_h).float().cpu()\n"
+    """A module's weight and epsilon, and its output, from the reference kernel's model: the learner's
+    kernel is asked for rmsnorm on those inputs only."""
     hidden = reference.eval("int(model.config.hidden_size)")
     for i in (0, variant.random.randint(1, 100)):
         h = torch.randn(3, hidden, generator=variant.torch())
-        got = _tensor(learner.eval("_out", setup=mine, h=h, i=i), "rmsnorm")
-        _close(got, _tensor(reference.eval("_out", setup=stock, h=h, i=i), "module").to(got.dtype), 1e-5, f"module {i}")
+        weight, eps, want = reference.run("rmsnorm_module", h, i)
+        got = learner.eval("rmsnorm(h.to(device), w.to(device), eps)", h=h, w=weight, eps=eps)
+        _close(got, want.to(weight.dtype), 1e-5, f"module {i}")
 
 
 @check(
@@ -444,77 +432,40 @@ def swiglu_shapes(learner, variant):
 
 # ---------------------------------------------------------------- 4 · the model swap
 
-MODEL_SETUP = """
-_ns = get_ipython().user_ns
-_real = (_ns["rmsnorm"], _ns["swiglu"])
-_calls = {"rmsnorm": 0, "swiglu": 0}
-def _counting_rmsnorm(x, weight, eps):
-    _calls["rmsnorm"] += 1
-    return _real[0](x, weight, eps)
-def _counting_swiglu(gate, up):
-    _calls["swiglu"] += 1
-    return _real[1](gate, up)
-def _logits():
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS).to(device)
-    with torch.no_grad():
-        return model(**batch).logits.float()
-_stock = _logits()
-_ns["rmsnorm"], _ns["swiglu"] = _counting_rmsnorm, _counting_swiglu
-try:
-    with triton_kernels_in(model) as _counts:
-        _counts = dict(_counts)
-        _swapped = _logits()
-finally:
-    _ns["rmsnorm"], _ns["swiglu"] = _real
-def _not_restored(m):  # an instance forward other than the class's own, bound to m: restored by value counts
-    f = vars(m).get("forward")
-    return f is not None and not (getattr(f, "__func__", None) is type(m).forward and getattr(f, "__self__", None) is m)
-_left_after = sum(_not_restored(m) for m in model.modules())
-_after = _logits()
-_raised_inside = False
-try:
-    with triton_kernels_in(model):
-        raise KeyError("check")
-except KeyError:
-    _raised_inside = True
-_left_after_raise = sum(_not_restored(m) for m in model.modules())
-_after_raise = _logits()
-"""
-MODEL_RESULT = (
-    "(_counts, dict(_calls), _stock, _swapped, _left_after, _after, _raised_inside, _left_after_raise, _after_raise)"
-)
-
-
-# the stock model's side, asked of the reference kernel (the solution's model, never the
-# learner's names): what a learner's kernel computes for itself is no reference
-STOCK_SETUP = """
-_kinds = {"rmsnorm": sum(type(m).__name__.endswith("RMSNorm") for m in model.modules()),
-          "mlp": sum(type(m).__name__.endswith("MLP") for m in model.modules())}
-_batch = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True, max_length=MAX_TOKENS).to(device)
-with torch.no_grad():
-    _stock = model(**_batch).logits.float().cpu()
-"""
+# The learner's kernel is asked for logits only (in_kernel.swap_run), on inputs made here: the
+# prompts' token ids (from the reference kernel's tokenizer) and, as "marked" kernels, rmsnorm /
+# swiglu scaled by factors drawn here, the k-th call of each by its own factor. A swap that calls
+# each kernel once per module's forward, looked up by name when called, gives the stock model's
+# logits with each RMSNorm / MLP output scaled the same way, which the reference kernel computes
+# with hooks on its own stock model (in_kernel.stock_model); a swap left in place after the block
+# gives marked logits where stock ones are due. No count, flag or module listing the kernel
+# computes for itself is evidence.
 STOCK_TOL = 1e-5  # the learner's stock model against the reference's: the same weights and code
 
 
+def _scales(rnd):
+    """Factors far enough from 1 and from each other that a call out of place moves the logits."""
+    return [round(rnd.choice([rnd.uniform(0.4, 0.7), rnd.uniform(1.4, 2.5)]), 3) for _ in range(rnd.randint(3, 5))]
+
+
 def _model_run(learner, variant, reference):
-    """The learner's run of the swap, and the reference kernel's stock model on the same prompts."""
-    reports = reference.eval("[r['description'] for r in lab.load_qc_reports('eval')]")
-    picked = variant.random.choice([str(r) for r in reports])
+    """The learner's run of the swap, and the reference kernel's stock and marked model on the same inputs."""
+    picked = variant.random.choice([r["description"] for r in load_qc_reports("eval")])
     prompts = [
         "复检：" + picked,
         "来料检验：外壳" + variant.random.choice(["划伤", "变形", "色差"]),
     ]  # the second is padded
-    kinds, stock = reference.eval("(_kinds, _stock)", setup=STOCK_SETUP, prompts=prompts)
-    names = ("counts", "calls", "stock", "swapped", "left", "after", "raised_inside", "left_raise", "after_raise")
-    got = learner.eval(MODEL_RESULT, setup=MODEL_SETUP, prompts=prompts)
+    norm_scales, mlp_scales = _scales(variant.random), _scales(variant.random)
+    kinds, stock, marked, ids, mask = reference.run("stock_model", prompts, norm_scales, mlp_scales)
+    names = ("counts", "stock", "swapped", "in_marked", "after", "raised_inside", "after_raise")
+    got = learner.run("swap_run", ids, mask, norm_scales, mlp_scales)
     assert isinstance(got, tuple) and len(got) == len(names), "the swap's results"
-    return {"kinds": kinds, "reference": stock, **dict(zip(names, got, strict=True))}
+    return {"kinds": kinds, "reference": stock, "marked": marked, **dict(zip(names, got, strict=True))}
 
 
 def _near(got, stock, tol, what):
-    diff = (_tensor(got, what).double() - stock.double()).abs().max().item()
-    assert diff <= tol * (1 + stock.abs().max().item()), f"{what}: max |diff| {diff:.3g}"
+    """Within ``tol × (1 + max |stock|)`` everywhere: the lab's model tolerance."""
+    assert_close(got, stock, rtol=0, atol=tol * (1 + stock.abs().max().item()), what=what)
 
 
 @check(
@@ -522,6 +473,7 @@ def _near(got, stock, tol, what):
     points=0.5,
     en="triton_kernels_in yields the numbers of RMSNorm and MLP modules swapped",
     zh="triton_kernels_in 给出换掉的 RMSNorm 与 MLP 模块数",
+    counts_with="model_calls",
 )
 def model_counts(learner, variant, reference):
     run = _model_run(learner, variant, reference)
@@ -537,10 +489,7 @@ def model_counts(learner, variant, reference):
 )
 def model_calls(learner, variant, reference):
     run = _model_run(learner, variant, reference)
-    kinds = run["kinds"]
-    assert run["calls"] == {"rmsnorm": kinds["rmsnorm"], "swiglu": kinds["mlp"]}, (
-        f"calls {run['calls']}, modules {kinds}"
-    )
+    _near(run["in_marked"], run["marked"], 1e-3, "logits with each call of rmsnorm / swiglu scaled by its own factor")
 
 
 @check(
@@ -548,6 +497,7 @@ def model_calls(learner, variant, reference):
     points=1,
     en="logits inside the block match the stock model within 1e-3 × (1 + max |stock logit|)",
     zh="块内的 logits 与原模型相差不超过 1e-3 × (1 + 原 logits 最大绝对值)",
+    counts_with="model_calls",
 )
 def model_logits(learner, variant, reference):
     run = _model_run(learner, variant, reference)
@@ -559,14 +509,16 @@ def model_logits(learner, variant, reference):
     points=1,
     en="every module is restored on leaving the block, also when the block raises",
     zh="离开 with 块时（包括块内抛出异常时）每个模块都恢复原样",
+    counts_with="model_calls",
 )
 def model_restored(learner, variant, reference):
     run = _model_run(learner, variant, reference)
-    stock = _tensor(run["stock"], "logits")
-    _near(stock, run["reference"], STOCK_TOL, "the notebook's model before the block")
-    assert run["left"] == 0 and torch.equal(_tensor(run["after"], "logits"), stock), "not restored after the block"
-    assert run["raised_inside"] and run["left_raise"] == 0, "not restored after a raise"
-    assert torch.equal(_tensor(run["after_raise"], "logits"), stock), "not restored after a raise"
+    _near(run["stock"], run["reference"], STOCK_TOL, "the notebook's model before the block")
+    _near(run["after"], run["reference"], STOCK_TOL, "after the block, with rmsnorm / swiglu rebound (not restored)")
+    assert run["raised_inside"], "the block's KeyError did not reach the caller"
+    _near(
+        run["after_raise"], run["reference"], STOCK_TOL, "after a raise, with rmsnorm / swiglu rebound (not restored)"
+    )
 
 
 # ---------------------------------------------------------------- 5 · lanes, wave32, configs

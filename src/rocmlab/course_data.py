@@ -2,7 +2,8 @@
 course's own files: never read from the learner's namespace, where any later cell may rebind it.
 
 A check that needs what a notebook builds from the course (lab 02's ``PROMPTS``: the eval split's
-QC descriptions, tokenized by the run's ``MODEL``; its ``EOS`` and ``PAD``) asks here. The values
+QC descriptions, tokenized by the run's ``MODEL``; its ``EOS`` and ``PAD``; lab 05's QC items and
+the tokens of their chat prompts and answers) asks here. The values
 are the notebook's for an honest learner: the same files, the same tokenizer (``tokenizer.json``
 read by the ``tokenizers`` library that transformers' fast tokenizers wrap), so every rule stays
 the same for them.
@@ -70,3 +71,67 @@ def qc_prompts(model: str) -> tuple[tuple[int, ...], ...]:
     from .assets.loaders import load_qc_reports
 
     return tuple(tuple(token_ids(model, r["description"] + "\n")) for r in load_qc_reports("eval"))
+
+
+# ---------------------------------------------------------------- lab 05: the QC fine-tune's pieces
+
+QC_SYSTEM = "你是工业质检助手。把缺陷描述整理成 JSON 格式的质检报告。"
+BASE_LIKE_EOS = "<|endoftext|>"  # lab 05's base-like tokenizer: eos set to the end-of-document token
+
+
+@cache
+def chat_tokenizer(model: str, base_like: bool = False):
+    """``lab.load_model(model)``'s tokenizer (transformers' fast tokenizer of the model folder, padding
+    with eos where none is set); ``base_like``: lab 05's copy of it with eos the end-of-document token.
+    Used read-only: callers must not change it."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(_model_folder(model))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if base_like:
+        tokenizer.eos_token = BASE_LIKE_EOS
+    return tokenizer
+
+
+@cache
+def qc_train_items() -> tuple[dict, ...]:
+    """Lab 05's ``qc_items``: the train split of the QC reports."""
+    from .assets.loaders import load_qc_reports
+
+    return tuple(load_qc_reports("train"))
+
+
+def qc_messages(item: dict) -> list[dict]:
+    """Lab 05's given ``qc_messages``: the chat prompt for one QC item."""
+    return [{"role": "system", "content": QC_SYSTEM}, {"role": "user", "content": item["description"]}]
+
+
+def end_of_turn(tokenizer) -> str:
+    """Lab 05's given ``end_of_turn``: the token its chat template closes an assistant turn with."""
+    probe = "QC_ANSWER_PROBE"
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "?"}, {"role": "assistant", "content": probe}], tokenize=False
+    )
+    after = text.split(probe, 1)[1].split() if probe in text else []
+    if not after or len(tokenizer(after[0], add_special_tokens=False)["input_ids"]) != 1:
+        raise ValueError(f"the chat template has no single token after an assistant message: {text[-40:]!r}")
+    return after[0]
+
+
+def qc_pieces(model: str, items: list[dict], base_like: bool = False) -> list[tuple[list[int], list[int]]]:
+    """Lab 05's (prompt ids, answer ids) of each item: its chat prompt with the generation prompt,
+    and its report as JSON closed by the template's end of turn (the given ``qc_answer``)."""
+    tokenizer = chat_tokenizer(model, base_like)
+    turn_end = end_of_turn(tokenizer)
+    pieces = []
+    for item in items:
+        prompt = tokenizer.apply_chat_template(qc_messages(item), tokenize=False, add_generation_prompt=True)
+        answer = json.dumps(item["report"], ensure_ascii=False) + turn_end
+        pieces.append(
+            (
+                list(tokenizer(prompt, add_special_tokens=False)["input_ids"]),
+                list(tokenizer(answer, add_special_tokens=False)["input_ids"]),
+            )
+        )
+    return pieces

@@ -195,17 +195,18 @@ class Learner:
         self.values = 0  # answers that were values, not exceptions
         self.unanswered: list[NoAnswer] = []  # requests that got no answer (even if a check caught it)
 
-    def eval(self, expr: str, setup: str = "", **values):
-        """``expr`` evaluated in the kernel over a copy of the learner's names plus ``values``
-        (run ``setup`` first); its value as plain data. Raises ``LearnerRaised`` if it raised."""
-        answer = self._ask(expr, setup, values)
+    def eval(self, expr: str, **values):
+        """``expr`` (one expression) evaluated in the kernel over a copy of the learner's names plus
+        ``values``; its value as plain data. Raises ``LearnerRaised`` if it raised. Code of more than
+        one expression is a function of the lab's ``in_kernel.py``, asked with ``run``."""
+        answer = self._ask(expr, values)
         if isinstance(answer, Raised):
             raise LearnerRaised(answer)
         return answer
 
-    def raised(self, expr: str, setup: str = "", **values) -> Raised | None:
+    def raised(self, expr: str, **values) -> Raised | None:
         """What ``expr`` raised in the kernel, or None when it returned."""
-        answer = self._ask(expr, setup, values)
+        answer = self._ask(expr, values)
         return answer if isinstance(answer, Raised) else None
 
     def run(self, function: str, *args, **values):
@@ -243,8 +244,8 @@ class Learner:
         """The bytes of ``path``, relative to the notebook's work folder, as the kernel reads them."""
         return self.eval("open(__path, 'rb').read(__limit)", __path=str(path), __limit=int(limit))
 
-    def _ask(self, expr: str, setup: str, values: dict):
-        return self._send({"expr": expr, "setup": setup}, values)
+    def _ask(self, expr: str, values: dict):
+        return self._send({"expr": expr}, values)
 
     def _send(self, request: dict, values: dict):
         self.requests += 1
@@ -270,8 +271,8 @@ class Reference:
         self._asked = Learner(channel, kernel) if channel is not None else None
         self.unavailable = unavailable or ("" if channel is not None else "no reference kernel for this run")
 
-    def eval(self, expr: str, setup: str = "", **values):
-        return self._answer(expr, lambda asked: asked.eval(expr, setup, **values))
+    def eval(self, expr: str, **values):
+        return self._answer(expr, lambda asked: asked.eval(expr, **values))
 
     def run(self, function: str, *args, **values):
         """The reference solution's answer from the lab's kernel-side ``function`` (``Learner.run``)."""

@@ -29,13 +29,6 @@ KERNEL_MODULES = sorted(ROOT.glob("solutions/*/in_kernel.py"))
 CHECKS_FILES = sorted(
     [*ROOT.glob("solutions/*/checks.py"), *ROOT.glob("tests/fixtures/**/solutions/*/checks.py")],
 )
-# the labs whose checks.py still sends kernel code as strings, until their owners convert them;
-# the test below fails for a lab in this list that no longer does (strict xfail)
-PENDING = {
-    "05-distributed-training",
-    "06-multi-agent",
-    "07-triton-kernels",
-}
 
 
 class InProcess:
@@ -263,17 +256,7 @@ def test_the_scan_finds_setup_code_and_statements(tmp_path):
     ]
 
 
-@pytest.mark.parametrize(
-    "checks_file",
-    [
-        pytest.param(
-            path,
-            id=path.parent.name,
-            marks=[pytest.mark.xfail(strict=True, reason="not converted yet")] if path.parent.name in PENDING else [],
-        )
-        for path in CHECKS_FILES
-    ],
-)
+@pytest.mark.parametrize("checks_file", [pytest.param(path, id=path.parent.name) for path in CHECKS_FILES])
 def test_no_check_sends_kernel_code_as_a_string(checks_file):
     assert kernel_code_strings(checks_file) == [], "move it into the lab's in_kernel.py and call learner.run"
 

@@ -67,21 +67,87 @@ def test_lab01_gives_full_marks_to_ordered_dicts_and_namedtuples():
         assert sum(r.points for r in results) == full
 
 
-def test_lab07_counts_a_forward_restored_by_reassigning_the_bound_method_as_restored():
-    import re
+LAB07_SWAP = """
+import contextlib
+import torch
 
+
+class TinyRMSNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight, self.variance_epsilon = torch.nn.Parameter(torch.rand(4) + 0.5), 1e-6
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * self.weight
+
+
+class TinyMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = (torch.nn.Linear(4, 4, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TinyModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.norm, self.mlp = torch.nn.Embedding(10, 4), TinyRMSNorm(), TinyMLP()
+
+    def forward(self, input_ids=None, attention_mask=None):
+        return types.SimpleNamespace(logits=self.mlp(self.norm(self.embed(input_ids))))
+
+
+def rmsnorm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def swiglu(gate, up):
+    return torch.nn.functional.silu(gate) * up
+
+
+torch.manual_seed(0)
+model, device = TinyModel(), torch.device("cpu")
+
+
+@contextlib.contextmanager
+def triton_kernels_in(model):
+    saved = {}
+    for module in model.modules():
+        if isinstance(module, (TinyRMSNorm, TinyMLP)):
+            saved[module] = module.forward  # the bound method, put back below by value
+            module.forward = (
+                (lambda m: lambda h: rmsnorm(h, m.weight, m.variance_epsilon))(module)
+                if isinstance(module, TinyRMSNorm)
+                else (lambda m: lambda h: m.down_proj(swiglu(m.gate_proj(h), m.up_proj(h))))(module)
+            )
+    try:
+        yield {"rmsnorm": 1, "mlp": 1}
+    finally:
+        for module, forward in saved.items():
+            if RESTORE:
+                module.forward = forward
+"""
+
+
+def test_lab07_counts_a_forward_restored_by_reassigning_the_bound_method_as_restored():
+    """Lab 07's swap restored by putting each module's bound method back (by value) is restored:
+    the kernels its check rebinds after the block are never called. One left swapped is not."""
+    from unittest import mock
+
+    import IPython
     import torch
 
-    source = LabSource("07-triton-kernels").folder / "checks.py"
-    namespace = {"HIDDEN_FILES": hidden_files(source)}
-    exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), namespace)  # noqa: S102
-    (definition,) = re.findall(r"^def _not_restored\(m\):.*?(?=^\S)", namespace["MODEL_SETUP"], re.S | re.M)
-    exec(definition, namespace)  # noqa: S102
-    swapped = namespace["_not_restored"]
-    kept, restored, replaced, borrowed = (torch.nn.Linear(2, 2) for _ in range(4))
-    saved = restored.forward
-    restored.forward = lambda x: x
-    restored.forward = saved  # the bound method put back: equal to the class's, by value
-    replaced.forward = lambda x: x
-    borrowed.forward = kept.forward  # another module's method
-    assert [swapped(m) for m in (kept, restored, replaced, borrowed)] == [False, False, True, True]
+    folder = LabSource("07-triton-kernels").folder
+    kernel_side = (folder / "in_kernel.py").read_text(encoding="utf-8")
+    ids, mask = torch.tensor([[1, 2, 3]]), torch.ones(1, 3, dtype=torch.long)
+    for restore in (True, False):
+        names = {"types": types, "RESTORE": restore}
+        exec(LAB07_SWAP, names)  # noqa: S102 (the learner's notebook, small)
+        scope = dict(names)
+        exec(compile(kernel_side, "in_kernel.py", "exec"), scope)  # noqa: S102 (over a copy, as the kernel runs it)
+        with mock.patch.object(IPython, "get_ipython", lambda names=names: types.SimpleNamespace(user_ns=names)):
+            _, stock, _, in_marked, after, raised, after_raise = scope["swap_run"](ids, mask, [2.0], [0.5])
+        assert raised and not torch.allclose(in_marked, stock)  # the marked kernels ran inside the block
+        assert torch.equal(after, stock) == restore and torch.equal(after_raise, stock) == restore

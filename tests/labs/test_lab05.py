@@ -424,3 +424,66 @@ def test_the_lab_workers_leave_cleanly_launch_after_launch(notebook, cells, tmp_
         outputs = "\n".join(r.output for r in result.ranks)
         assert result.ok and all(r is not None for r in ranks), f"launch {attempt}: {result.summary()}\n{outputs}"
         assert "terminate called" not in outputs
+
+
+# ---------------------------------------------------------------- the hidden QC checks' evidence (slow)
+
+# A learner whose later cell rebinds the lab's given pieces so that an empty prompt and answer are
+# all there is (no items, no chat prompt, no answer), with a build_qc_batch that pads those: while
+# the checks tokenized the pieces with the kernel's qc_* helpers, its rows were the expected ones.
+EMPTY_PIECES = """
+qc_items = [{"description": "", "report": {}}] * 4
+def qc_messages(item):
+    return []
+def qc_answer(item, tokenizer):
+    return ""
+def build_qc_batch(items, tokenizer, max_len):
+    rows = torch.full((len(items), max_len), tokenizer.pad_token_id, dtype=torch.long)
+    return {"input_ids": rows, "attention_mask": torch.zeros_like(rows), "labels": torch.full_like(rows, -100)}
+"""
+
+
+@pytest.mark.slow
+def test_the_qc_checks_tokenize_the_course_items_on_the_harness_side(notebook, cells, tmp_path):
+    """Cost: transformers' tokenizer of the course model, loaded twice; no model, no launch. The
+    solution's build_qc_batch passes every rule of 05-finetune-1 with the notebook's tokenizers;
+    a learner who rebinds the given qc_items / qc_messages / qc_answer to nothing and pads every
+    row takes none of them: the items and their tokens are the course's, made by the checks."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from rocmlab.assets.tiny_model import model_dir
+    from rocmlab.harness import Learner, hidden_files, lab_parameters, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    def tokenizers():  # as the notebook makes them (lab.load_model's, and a base-like copy)
+        course = AutoTokenizer.from_pretrained(model_dir())
+        course.pad_token = course.pad_token or course.eos_token
+        base = copy.deepcopy(course)
+        base.eos_token = "<|endoftext|>"
+        return {"ft_tokenizer": course, "base_like": base}
+
+    path = LAB / "checks.py"
+    checks = [
+        c
+        for c in load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path), lab_parameters(path))
+        if c.grade_id == "05-finetune-1"
+    ]
+    honest = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
+    honest.update(tokenizers())
+    results = run_checks(checks, Learner(InProcess(honest)), seed=47)
+    assert [(r.name, r.detail, r.error) for r in results if not r.passed] == []
+
+    forger = lab_namespace(notebook, tmp_path)
+    forger.update(tokenizers())
+    SOURCE.run(EMPTY_PIECES, namespace=forger)
+    results = run_checks(checks, Learner(InProcess(forger)), seed=47)
+    assert [r.name for r in results if r.passed] == [] and not [r.error for r in results if r.error]

@@ -419,13 +419,168 @@ def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefin
         return dataclasses.replace(real_async(main, **options), elapsed_s=0.0)
 
     forger = {**runtime_ns, "run_pipeline": one_worker_each, "run_async": no_time}
-    source = path.read_text(encoding="utf-8")
-    old_design = source.replace(
-        'COURSE_HELPERS = "from rocmlab.lab.agents import Trace, run_async\\n"', 'COURSE_HELPERS = ""'
-    )
-    assert old_design != source
-    (parallel,) = [c for c in load_checks(old_design, str(path), hidden_files(path)) if c.name == "pipeline_parallel"]
+    old_design = [c for c in load_checks(*_with_notebook_scaffolding()) if c.name == "pipeline_parallel"]
+    (parallel,) = old_design
     assert run_checks([parallel], Learner(InProcess(forger)), seed=47)[0].passed  # the learner's own clock
     results = {r.name: r for r in run_checks(checks, Learner(InProcess(forger)), seed=47)}
     assert results["pipeline_complete"].passed  # every message still gets through, one at a time
     assert not results["pipeline_parallel"].passed and "virtual time" in results["pipeline_parallel"].detail
+
+
+# A learner without a Runtime who knows how the checks call golden_run, and forges its result: every
+# id admitted once, every redelivery a duplicate, every id reported, with no Runtime run at all.
+FORGED_GOLDEN = """
+from types import SimpleNamespace
+
+class Runtime:
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError
+
+def golden_run(seed, workers, queue_size, schedule):
+    trace, seen = Trace(), set()
+
+    async def record():
+        for _, msg_id in schedule:
+            trace.record("duplicate" if msg_id in seen else "admit", msg_id)
+            seen.add(msg_id)
+
+    run_async(record)
+    return SimpleNamespace(value=SimpleNamespace(reports={m: {} for m in seen}, dead_letters=[])), trace
+"""
+
+
+def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the_notebooks(runtime_ns, code_cells):
+    """The notebook's given scaffolding (stages, golden_run, FAILURES, RetryPolicy) is bound in each
+    request from the checks' own code. Rebinding it passed rules without the answer: stages that
+    never wait made a one-worker pipeline "parallel", and a golden_run that forged its result
+    passed "every redelivery is a duplicate" with no Runtime. Against the checks' own scaffolding
+    neither gains a point over the same learner without the forgery."""
+    from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    now, old = (path.read_text(encoding="utf-8"), str(path), hidden_files(path)), _with_notebook_scaffolding()
+
+    def scores(design, names):
+        checks = load_checks(*design)
+        runtime = [c for c in checks if c.grade_id in ("06-pipeline-1", "06-dedupe-1")]
+        return {r.name: r.points for r in run_checks(runtime, Learner(InProcess(dict(names))), seed=47)}
+
+    honest = scores(now, runtime_ns)
+    assert all(honest.values()), honest
+
+    def learner(*later_cells):  # the notebook's names, then the learner's later cells over them
+        return run([*code_cells[: index_of(code_cells, "TAXONOMY = lab.qc_taxonomy()")], *later_cells])
+
+    serial_cell = (
+        "import dataclasses\n"
+        "_real_pipeline = run_pipeline\n"
+        "async def run_pipeline(items, stages, *, queue_size, trace):\n"
+        "    one_each = [dataclasses.replace(s, workers=1) for s in stages]\n"
+        "    return await _real_pipeline(items, one_each, queue_size=queue_size, trace=trace)\n"
+    )
+    no_wait_cell = (
+        "_real_stage = toy_stage\ndef toy_stage(name, ms, workers=1):\n    return _real_stage(name, 0.0, workers)\n"
+    )
+    serial, serial_forged = learner(serial_cell), learner(serial_cell, no_wait_cell)
+    assert scores(old, serial_forged)["pipeline_parallel"] > 0  # the learner's stages took no time
+    assert scores(now, serial_forged) == scores(now, serial)
+    assert scores(now, serial)["pipeline_parallel"] == 0
+
+    no_runtime = learner(
+        "class Runtime:\n    def __init__(self, *args, **kwargs):\n        raise NotImplementedError\n"
+    )
+    forged = learner(FORGED_GOLDEN)
+    assert scores(old, forged)["runtime_dedupe"] > 0  # the learner's own golden_run
+    assert scores(now, forged) == scores(now, no_runtime)
+    assert sum(scores(now, no_runtime)[n] for n in ("runtime_golden", "runtime_dedupe")) == 0
+
+
+def _with_notebook_scaffolding():
+    """``load_checks``' arguments for the checks as they were while the scaffolding, the clock and
+    the trace came from the learner's names: the kernel-side module with its own copies replaced
+    by the notebook's."""
+    from rocmlab.harness import KernelModule, hidden_files
+
+    path, module = LAB / "checks.py", LAB / "in_kernel.py"
+    text = module.read_text(encoding="utf-8")
+    own = "from rocmlab.lab.agents import Trace, run_async\n"
+    assert own in text
+    text = text.replace(own, "") + (
+        "\n_toy_stages, _scripted = toy_stages, scripted\n\n\n"
+        "def golden(seed, workers, queue_size, schedule, failures):\n"
+        "    result, trace = golden_run(seed, workers, queue_size, schedule)\n"
+        "    return _events(trace), sorted(result.value.reports), [d['id'] for d in result.value.dead_letters]\n"
+    )
+    return path.read_text(encoding="utf-8"), str(path), hidden_files(path), None, KernelModule(text, str(module))
+
+
+def test_the_checks_failure_script_is_the_labs():
+    """The checks' FAILURES is data/failure_script.json, as the notebook loads it."""
+    from rocmlab.harness import load_checks  # noqa: F401 (the checks module's own names below)
+
+    path = LAB / "checks.py"
+    namespace = {"HIDDEN_FILES": {}, "PARAMETERS": {}}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102
+    assert namespace["FAILURES"] == json.loads((LAB / "data" / "failure_script.json").read_text(encoding="utf-8"))
+
+
+def _e2e_run(findings, dead=()):
+    """An ``E2E`` as the notebook's end-to-end run leaves it: template reports for ``findings``
+    ({id: (anomaly, region, docs)}), a dead letter for each id of ``dead``."""
+    from types import SimpleNamespace
+
+    from rocmlab.assets.loaders import qc_taxonomy
+
+    checks = {"HIDDEN_FILES": {}, "PARAMETERS": {}}
+    exec(compile((LAB / "checks.py").read_text(encoding="utf-8"), "checks.py", "exec"), checks)  # noqa: S102
+    reports = {}
+    for i, (anomaly, region, docs) in findings.items():
+        p = {"anomaly": anomaly, "region": region, "docs": docs}
+        reports[i] = {**p, "report": checks["template_report"](p, qc_taxonomy()), "report_source": "template"}
+    dead_letters = [{"id": i, "stage": "report", "reason": "error: x", "attempts": 3} for i in dead]
+    return SimpleNamespace(value=SimpleNamespace(reports=reports, dead_letters=dead_letters), leftover_tasks=[])
+
+
+def test_the_end_to_end_rules_take_the_agents_findings_from_the_reference_run():
+    """``E2E`` is the notebook's own run, which a later cell may set to anything: every signal a
+    dead letter (nothing to check a report against), or every signal "normal" with its template
+    report. Both held every end-to-end rule while the kernel's run was the only evidence; against
+    the reference kernel's run of the same signals they hold none, and the run itself holds both."""
+    from rocmlab.assets.loaders import qc_signals
+    from rocmlab.harness import Learner, Reference, hidden_files, lab_parameters, load_checks, run_checks
+    from rocmlab.lab.answers import evaluate
+
+    class InProcess:
+        def __init__(self, names):
+            self.names = names
+
+        def ask(self, request):
+            return evaluate(request, self.names)
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path)
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path), parameters)
+    checks = [c for c in checks if c.grade_id == "06-e2e-1"]
+    ids = [s["id"] for s in qc_signals(parameters["N_SIGNALS"], seed=parameters["SEED"], kind="trace")]
+    kinds = ("spike", "step", "drift")
+    run = _e2e_run({i: (kinds[k % 3], (k, k + 5), [f"doc-{k}"]) for k, i in enumerate(ids)})
+    reference = Reference(InProcess({"E2E": run}))
+
+    def passing(e2e, against=reference):
+        results = run_checks(checks, Learner(InProcess({"E2E": e2e})), seed=47, reference=against)
+        assert not [r.error for r in results if r.error]
+        return [r.name for r in results if r.passed]
+
+    assert passing(run) == ["e2e_balance", "e2e_reports"]
+    for forged in (_e2e_run({}, dead=ids), _e2e_run({i: ("normal", None, []) for i in ids})):
+        # its own run as the reference: the rules as they were, with nothing to compare against
+        assert passing(forged, against=Reference(InProcess({"E2E": forged}))) == ["e2e_balance", "e2e_reports"]
+        assert passing(forged) == []

@@ -393,6 +393,10 @@ def model_names(notebook, cells):
 
 
 def _graded(names, reference_names, checks):
+    from unittest import mock
+
+    import IPython
+
     from rocmlab.harness import Learner, Reference, run_checks
     from rocmlab.lab.answers import evaluate
 
@@ -403,9 +407,19 @@ def _graded(names, reference_names, checks):
         def ask(self, request):
             return evaluate(request, self.ns)
 
+    # the kernel-side module rebinds the notebook's names in the kernel's user namespace
+    with mock.patch.object(IPython, "get_ipython", lambda: SimpleNamespace(user_ns=names)):
+        results = run_checks(
+            checks, Learner(InProcess(names)), seed=47, reference=Reference(InProcess(reference_names))
+        )
+    return {r.name: r for r in results}
+
+
+def _points():
     return {
-        r.name: r
-        for r in run_checks(checks, Learner(InProcess(names)), seed=47, reference=Reference(InProcess(reference_names)))
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in SOURCE.notebook.cells
+        if "test" in c.metadata.get("tags", [])
     }
 
 
@@ -413,16 +427,12 @@ def _graded(names, reference_names, checks):
 def test_model_checks_take_the_stock_model_from_the_reference_kernel(cells, model_names):
     """Cost: one course-model load per namespace (three), no lab run. The honest learner passes
     every model rule against the reference; the learner whose kernel holds a model of its own
-    passed them all while the stock model was computed in its kernel, and now passes none."""
+    passed them all while the stock model was computed in its kernel, and now passes none of the
+    model rules (its rmsnorm, torch's own, is right on the reference model's weights)."""
     from rocmlab.harness import lab_checks
 
-    points = {
-        c.metadata["grade_id"]: float(c.metadata["points"])
-        for c in SOURCE.notebook.cells
-        if "test" in c.metadata.get("tags", [])
-    }
     checks = [
-        c for c in lab_checks(LAB / "checks.py", points) if c.grade_id == "07-model-1" or c.name == "rmsnorm_model"
+        c for c in lab_checks(LAB / "checks.py", _points()) if c.grade_id == "07-model-1" or c.name == "rmsnorm_model"
     ]
     assert all(c.wants_reference for c in checks)
     reference, honest = model_names(), model_names()
@@ -438,5 +448,41 @@ def test_model_checks_take_the_stock_model_from_the_reference_kernel(cells, mode
     in_its_kernel = _graded(forger, forger, checks)  # the old design: the reference in the learner's kernel
     assert {n for n, r in in_its_kernel.items() if r.passed} >= {"model_counts", "model_calls", "model_logits"}
     against_reference = _graded(forger, reference, checks)
-    assert [n for n, r in against_reference.items() if r.passed] == []
+    # its rmsnorm is right: asked on the reference model's weights, whatever model its kernel holds
+    assert [n for n, r in against_reference.items() if r.passed] == ["rmsnorm_model"]
     assert all(r.error == "" for r in against_reference.values())
+
+
+# a learner who swaps nothing: it yields the right counts and writes them into the counters of any
+# frame above it, so a check that counted calls in its kernel saw one call per module
+COUNTS_WRITER = """
+import sys
+@contextlib.contextmanager
+def triton_kernels_in(model):
+    kinds = {k: sum(type(m).__name__.endswith(s) for m in model.modules()) for k, s in (("rmsnorm", "RMSNorm"), ("mlp", "MLP"))}
+    frame = sys._getframe(1)
+    while frame is not None:
+        calls = frame.f_globals.get("_calls")
+        if isinstance(calls, dict):
+            calls.update(rmsnorm=kinds["rmsnorm"], swiglu=kinds["mlp"])
+        frame = frame.f_back
+    yield kinds
+"""
+
+
+@pytest.mark.slow
+def test_calls_are_judged_by_marked_logits_not_by_counters_in_the_kernel(cells, model_names):
+    """Cost: two course-model loads, no lab run. A swap of nothing gives the stock model's logits
+    inside and after the block and can write any counter its kernel keeps: only kernels marked
+    with the check's own factors tell it apart, and the rules true of doing nothing count with that
+    one. It takes none of the cell's 3 points."""
+    from rocmlab.harness import lab_checks
+
+    checks = [c for c in lab_checks(LAB / "checks.py", _points()) if c.grade_id == "07-model-1"]
+    reference, forger = model_names(), model_names(solution=False)
+    run_cell(COUNTS_WRITER, "a swap of nothing that writes the counters", forger)
+    results = _graded(forger, reference, checks)
+    assert [n for n, r in results.items() if r.passed] == []
+    assert "the largest |diff|" in results["model_calls"].detail  # the marked factors never reached its logits
+    for name in ("model_counts", "model_logits", "model_restored"):  # true of a swap of nothing, alone
+        assert results[name].detail.startswith("counts together with model_calls"), (name, results[name].detail)

@@ -8,12 +8,14 @@ own inputs. The learners answer in this process (``answers.evaluate`` over their
 empty work folder.
 """
 
+import contextlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from rocmlab.assets.loaders import qc_signals
 from rocmlab.course.catalog import SMOKE, parse_lab
 from rocmlab.harness import Learner, hidden_files, lab_parameters, load_checks, run_checks
 from rocmlab.lab.answers import evaluate
@@ -58,6 +60,39 @@ REBOUND = {
     "ft_result": SimpleNamespace(output="exitcode : -9"), "ft_ranks": [{"attempt": 1, "resumed_from": 0}],
 }  # fmt: skip
 REBOUND.update(EQUIV_STEPS=1, eval_records=[{"report": FORGED_REPORT}], tuned_predictions=[json.dumps(FORGED_REPORT)])
+
+
+# Labs 05-07: the pieces, scaffolding and runs the notebook gives, rebound to what a check that read
+# them from the kernel would have taken for evidence: no QC items or prompts, stages that never wait,
+# an empty failure script, a golden run of nothing, an end-to-end run whose every signal is a dead
+# letter, fine-tune records that agree with their own throughput, and a model swap that swaps nothing
+# but reports the stock model's module counts.
+def _no_wait_stage(name, ms, workers=1):
+    async def fn(payload):
+        return {**payload, "path": [*payload.get("path", []), name]}
+
+    return SimpleNamespace(name=name, fn=fn, workers=workers)
+
+
+@contextlib.contextmanager
+def _swap_of_nothing(model):
+    yield {"rmsnorm": 5, "mlp": 2}
+
+
+_E2E_IDS = [s["id"] for s in qc_signals(12, seed=0, kind="trace")]
+REBOUND.update(
+    qc_items=[{"description": "", "report": {}}] * 4, qc_messages=_nothing, qc_answer=lambda item, tokenizer: "",
+    ft_runs={n: (None, [{"losses": [0.5] * 8, "tokens": 28, "elapsed": 1.0}] * n) for n in (1, 2)},
+    throughput={n: 28.0 * n for n in (1, 2)},
+    toy_stage=_no_wait_stage, toy_stages=lambda workers=1, ms=(): [], toy_items=_nothing, FAILURES={},
+    golden_run=lambda *a, **k: (SimpleNamespace(value=SimpleNamespace(reports={}, dead_letters=[])), _Trace(), []),
+    E2E=SimpleNamespace(
+        value=SimpleNamespace(reports={}, dead_letters=[{"id": i, "stage": "report"} for i in _E2E_IDS]),
+        leftover_tasks=[],
+    ),
+    triton_kernels_in=_swap_of_nothing,
+)  # fmt: skip
+
 # metrics.json as the lazy notebook writes it: its tuned scores from the rebound records, a base of 0
 FORGED_METRICS = {
     "model": "tiny-qwen-zh", "world_size": 1, "steps": 0, "losses": [],

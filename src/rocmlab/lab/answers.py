@@ -258,15 +258,13 @@ def evaluate(request: dict, names: dict):
     """The answer to one request, over a copy of the learner's ``names``: with ``run``, the
     named function of the lab's kernel-side module (``request["module"]``) called with the
     request's ``args`` and ``values``; otherwise the value of ``request["expr"]`` with the
-    request's values bound (after its ``setup`` code). Or the exception it raised."""
+    request's values bound. Or the exception it raised."""
     scope = dict(names)
     values = {k: decode(v) for k, v in (request.get("values") or {}).items()}
     try:
         if request.get("run"):
             return encode(_run(request, scope, values))
         scope.update(values)
-        if request.get("setup"):
-            exec(request["setup"], scope)  # noqa: S102 (the harness's own probe code, in the learner's kernel)
         return encode(eval(request["expr"], scope))
     except Exception as exc:  # noqa: BLE001 (the learner's error is the answer)
         return encode_raised(exc)

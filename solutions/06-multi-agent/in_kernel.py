@@ -1,0 +1,209 @@
+"""Lab 06's kernel-side helpers: what a hidden check runs in the learner's kernel (``learner.run``).
+
+Each public function drives the learner's coroutines and classes (``run_pipeline``,
+``call_with_retries``, ``Runtime``, ``rpc_pipeline_fixed``, ``find_cycle``) on the course's
+virtual clock with inputs the check chose, and returns their results and trace events as plain
+data for ``checks.py`` to judge.
+
+The scaffolding the notebook gives (``Stage``, ``toy_stage``, ``scripted``, ``RetryPolicy``,
+``deliver``, ``golden_run``) is defined here again, so that it is this module's, not the
+notebook's: it runs over a copy of the learner's names, and a learner who rebinds those names
+(stages that never wait, a golden run that forges its trace) changes nothing a check reads.
+The failure script comes from the check (``FAILURES`` of ``checks.py``), never from the notebook.
+"""
+
+import asyncio
+import dataclasses
+
+from rocmlab.lab.agents import Trace, run_async
+
+STAGES = ("detect", "localize", "retrieve", "report")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    fn: object
+    workers: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    timeout_s: float = 0.010
+    max_attempts: int = 3
+    base_s: float = 0.002
+    jitter: float = 0.5
+    seed: int = 0
+
+
+def _toy_stage(name, ms, workers=1):
+    async def fn(payload):
+        await asyncio.sleep(ms / 1000)
+        return {**payload, "path": payload.get("path", []) + [name]}
+
+    return Stage(name, fn, workers)
+
+
+def _toy_stages(workers=1, ms=(1.0, 2.0, 1.0, 3.0)):
+    return [_toy_stage(n, t, workers) for n, t in zip(STAGES, ms, strict=True)]
+
+
+def _scripted(stage, script):
+    """``stage`` whose attempt k of a message follows ``script[stage.name][msg_id][k-1]``."""
+    calls, plan = {}, script.get(stage.name, {})
+
+    async def fn(payload):
+        msg_id = payload["id"]
+        calls[msg_id] = calls.get(msg_id, 0) + 1
+        outcomes = plan.get(msg_id, [])
+        outcome = outcomes[calls[msg_id] - 1] if calls[msg_id] <= len(outcomes) else "ok"
+        if outcome == "hang":
+            await asyncio.sleep(3600)
+        if outcome.startswith("error:"):
+            raise RuntimeError(outcome[len("error:") :])
+        return await stage.fn(payload)
+
+    return Stage(stage.name, fn, stage.workers)
+
+
+async def _deliver(runtime, schedule):
+    loop = asyncio.get_running_loop()
+    for t_ms, msg_id in schedule:
+        wait = t_ms / 1000 - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await runtime.submit(msg_id, {"id": msg_id, "path": []})
+
+
+def _events(trace):
+    return [[e.t, e.msg_id, e.stage, e.event, e.attempt, e.info] for e in trace.events]
+
+
+# ---------------------------------------------------------------- exercise 1: run_pipeline
+
+
+def pipeline_run(n, queue_size, workers, ms):
+    """``(results, events, queue stats, leftover tasks, elapsed virtual s)`` of ``run_pipeline``."""
+    trace = Trace()
+    stages = _toy_stages(workers, tuple(ms))
+    items = [(f"m{i:03d}", {"id": f"m{i:03d}", "path": []}) for i in range(n)]
+    result = run_async(lambda: run_pipeline(items, stages, queue_size=queue_size, trace=trace))
+    return result.value, _events(trace), [q.stats() for q in result.queues], result.leftover_tasks, result.elapsed_s
+
+
+# ---------------------------------------------------------------- exercise 2: retries
+
+
+def backoff(seed, base_s, jitter, msg_id, attempt):
+    """``backoff_delay`` for a policy of these values."""
+    return backoff_delay(RetryPolicy(seed=seed, base_s=base_s, jitter=jitter), msg_id, attempt)
+
+
+def retries(script, timeout_s, max_attempts, base_s, jitter, seed):
+    """``(outcomes, events, leftover tasks)`` of ``call_with_retries`` for every message of the
+    scripted stage at once: an outcome is None or ``[reason, attempts]`` of its DeadLetter."""
+    trace, outcomes = Trace(), {}
+    policy = RetryPolicy(timeout_s=timeout_s, max_attempts=max_attempts, base_s=base_s, jitter=jitter, seed=seed)
+
+    async def one(stage_name, msg_id):
+        stage = _scripted(_toy_stage(stage_name, 1.0), script)
+        try:
+            await call_with_retries(stage.fn, {"id": msg_id}, msg_id, stage_name, policy, trace)
+            outcomes[msg_id] = None
+        except DeadLetter as dead:
+            outcomes[msg_id] = [dead.reason, dead.attempts]
+
+    async def main():
+        await asyncio.gather(*(one(s, m) for s, per in script.items() for m in per))
+
+    result = run_async(main)
+    return outcomes, _events(trace), result.leftover_tasks
+
+
+# ---------------------------------------------------------------- exercise 3: Runtime
+
+
+def golden(seed, workers, queue_size, schedule, failures):
+    """``(events, sorted report ids, dead-letter ids)`` of the notebook's golden run, driven here:
+    the learner's Runtime on the scripted toy stages, fed ``schedule``."""
+    stages = [_scripted(s, failures) for s in _toy_stages(workers)]
+    trace = Trace()
+
+    async def main():
+        runtime = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
+        runtime.start()
+        await _deliver(runtime, schedule)
+        await runtime.shutdown()
+        return runtime
+
+    result = run_async(main)
+    return _events(trace), sorted(result.value.reports), [d["id"] for d in result.value.dead_letters]
+
+
+def duplicate_run(ms, wait):
+    """``(what submit said, sorted report ids, dead letters, events)``: x twice, then after
+    shutdown x again and y twice."""
+    trace, said = Trace(), []
+
+    async def main():
+        runtime = Runtime(
+            _toy_stages(1, ms=(ms, ms, ms, ms)), queue_size=2, policy=RetryPolicy(timeout_s=1.0), trace=trace
+        )
+        runtime.start()
+        said.append(await runtime.submit("x", {"id": "x", "path": []}))
+        await asyncio.sleep(wait)
+        said.append(await runtime.submit("x", {"id": "x", "path": []}))
+        await runtime.shutdown()
+        for msg_id in ("x", "y", "y"):
+            said.append(await runtime.submit(msg_id, {"id": msg_id, "path": []}))
+        return runtime
+
+    result = run_async(main)
+    return said, sorted(result.value.reports), result.value.dead_letters, _events(trace)
+
+
+# ---------------------------------------------------------------- exercise 4: the deadlock
+
+
+def rpc_run(n, queue_size):
+    """``(answers, queue stats, leftover tasks)`` of ``rpc_pipeline_fixed``."""
+    result = run_async(lambda: rpc_pipeline_fixed(n, queue_size), timeout_s=60.0)
+    return result.value, [q.stats() for q in result.queues], result.leftover_tasks
+
+
+# ---------------------------------------------------------------- section 5: shutdown
+
+
+def shutdown_run(n, feeders, stop_ms, queue_size, workers, seed, failures):
+    """``(sorted report ids, dead letters, events, leftover tasks)``: ``feeders`` tasks submit n
+    ids while the runtime is shut down after ``stop_ms``."""
+    trace, ids = Trace(), [f"m{i:03d}" for i in range(n)]
+
+    async def main():
+        stages = [_scripted(s, failures) for s in _toy_stages(workers)]
+        runtime = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
+        runtime.start()
+
+        async def feeder(k):
+            for msg_id in ids[k::feeders]:
+                await runtime.submit(msg_id, {"id": msg_id, "path": []})
+                await asyncio.sleep(0.0005)
+
+        feeding = [asyncio.create_task(feeder(k), name=f"feeder-{k}") for k in range(feeders)]
+        await asyncio.sleep(stop_ms / 1000)
+        await runtime.shutdown()
+        await asyncio.gather(*feeding)
+        return runtime
+
+    result = run_async(main, timeout_s=600.0)
+    return sorted(result.value.reports), result.value.dead_letters, _events(trace), result.leftover_tasks
+
+
+# ---------------------------------------------------------------- stretch S1: find_cycle
+
+
+def ring_cycle(n):
+    """``find_cycle`` of the ring 0 → 1 → … → n-1 → 0."""
+    graph = {i: [i + 1] for i in range(n)}
+    graph[n - 1] = [0]
+    return find_cycle(graph)
