@@ -9,6 +9,7 @@ import symtable
 from pathlib import Path
 
 import pytest
+from in_process import InProcess
 
 from rocmlab.harness import (
     GradingError,
@@ -22,23 +23,12 @@ from rocmlab.harness import (
     run_checks,
 )
 from rocmlab.lab import answers
-from rocmlab.lab.answers import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_MODULES = sorted(ROOT.glob("solutions/*/in_kernel.py"))
 CHECKS_FILES = sorted(
     [*ROOT.glob("solutions/*/checks.py"), *ROOT.glob("tests/fixtures/**/solutions/*/checks.py")],
 )
-
-
-class InProcess:
-    """A channel answered by ``evaluate`` over ``names`` in this process, through JSON as on the wire."""
-
-    def __init__(self, names):
-        self.names = names
-
-    def ask(self, request):
-        return evaluate(json.loads(json.dumps(request)), self.names)
 
 
 # ---------------------------------------------------------------- free names are the notebook's

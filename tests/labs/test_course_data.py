@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from in_process import InProcess
 
 from rocmlab import course_data
 from rocmlab.course.catalog import SMOKE, parse_lab
@@ -78,13 +79,6 @@ def test_lab05_elastic_config_beside_the_checks_is_lab_pys():
 
 # ---------------------------------------------------------------- absence counts with presence
 
-
-class InProcess:
-    def __init__(self, names):
-        self.names = names
-
-    def ask(self, request):
-        return evaluate(request, self.names)
 
 
 def _results(lab: str, names: dict, grade_id: str) -> dict:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from in_process import InProcess
 from labsource import LabSource, definitions
 
 SOURCE = LabSource("02-llm-inference")
@@ -383,13 +384,6 @@ def _model_checks(learner_names, reference_names):
     from rocmlab.course.catalog import SMOKE
     from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
     from rocmlab.lab.answers import evaluate
-
-    class InProcess:
-        def __init__(self, names):
-            self.names = names
-
-        def ask(self, request):
-            return evaluate(request, self.names)
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)

@@ -13,6 +13,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from in_process import InProcess
 import torch
 from labsource import LabSource, as_code, student
 
@@ -282,13 +283,6 @@ def _guarded(n, missing):
 def _hang_results(profile, learner_names, reference_names=None):
     from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
     from rocmlab.lab.answers import evaluate
-
-    class InProcess:
-        def __init__(self, names):
-            self.names = names
-
-        def ask(self, request):
-            return evaluate(request, self.names)
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(profile).parameters)

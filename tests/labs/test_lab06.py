@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from in_process import InProcess
 from labsource import LabSource, as_code, student
 
 SOURCE = LabSource("06-multi-agent")
@@ -396,13 +397,6 @@ def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefin
     from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
     from rocmlab.lab.answers import evaluate
 
-    class InProcess:
-        def __init__(self, names):
-            self.names = names
-
-        def ask(self, request):
-            return evaluate(request, self.names)
-
     path = LAB / "checks.py"
     checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path))
     checks = [c for c in checks if c.name in ("pipeline_complete", "pipeline_parallel")]
@@ -457,13 +451,6 @@ def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the
     neither gains a point over the same learner without the forgery."""
     from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
     from rocmlab.lab.answers import evaluate
-
-    class InProcess:
-        def __init__(self, names):
-            self.names = names
-
-        def ask(self, request):
-            return evaluate(request, self.names)
 
     path = LAB / "checks.py"
     now, old = (path.read_text(encoding="utf-8"), str(path), hidden_files(path)), _with_notebook_scaffolding()
@@ -557,13 +544,6 @@ def test_the_end_to_end_rules_take_the_agents_findings_from_the_reference_run():
     from rocmlab.assets.loaders import qc_signals
     from rocmlab.harness import Learner, Reference, hidden_files, lab_parameters, load_checks, run_checks
     from rocmlab.lab.answers import evaluate
-
-    class InProcess:
-        def __init__(self, names):
-            self.names = names
-
-        def ask(self, request):
-            return evaluate(request, self.names)
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path)
