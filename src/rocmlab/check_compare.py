@@ -86,7 +86,7 @@ def _mismatch(got, want, path: str, rule: _Rule) -> str | None:
         return None if ok else f"{path}: got {_short(got)}, expected {want!r}"
     if _is_number(want):
         if not _is_number(got):
-            return f"{_learner(f'expected a number, got {_kind(got)}')}{path}: got {_short(got)}"
+            return f"{learner_says(f'expected a number, got {_kind(got)}', f'应为数值，得到 {_kind(got)}')}{path}: got {_short(got)}"
         return _number_mismatch(got, want, path, rule)
     if isinstance(want, (set, frozenset)):
         ok = isinstance(got, (set, frozenset)) and got == want
@@ -96,7 +96,7 @@ def _mismatch(got, want, path: str, rule: _Rule) -> str | None:
 
 def _mapping_mismatch(got, want: Mapping, path: str, rule: _Rule) -> str | None:
     if not isinstance(got, Mapping):
-        return f"{_learner(f'expected a dict, got {_kind(got)}')}{path}: got {_short(got)}"
+        return f"{learner_says(f'expected a dict, got {_kind(got)}', f'应为 dict，得到 {_kind(got)}')}{path}: got {_short(got)}"
     missing, extra = [k for k in want if k not in got], [k for k in got if k not in want]
     if missing or extra:
         return f"{path}: keys differ: missing {_short(missing)}, unexpected {_short(extra)}"
@@ -110,7 +110,7 @@ def _mapping_mismatch(got, want: Mapping, path: str, rule: _Rule) -> str | None:
 def _sequence_mismatch(got, want, path: str, rule: _Rule) -> str | None:
     kind = tuple if isinstance(want, tuple) else list
     if not isinstance(got, kind):
-        return f"{_learner(f'expected a {kind.__name__}, got {_kind(got)}')}{path}: got {_short(got)}"
+        return f"{learner_says(f'expected a {kind.__name__}, got {_kind(got)}', f'应为 {kind.__name__}，得到 {_kind(got)}')}{path}: got {_short(got)}"
     if len(got) != len(want):
         return f"{path}: {len(got)} items, expected {len(want)}"
     for index, (g, w) in enumerate(zip(got, want)):
@@ -132,12 +132,17 @@ def _number_mismatch(got, want, path: str, rule: _Rule) -> str | None:
 def _array_mismatch(got, want, path: str, rule: _Rule) -> str | None:
     torch_wanted = _is_torch(want)
     if not (_is_torch(got) if torch_wanted else _is_numpy(got)):
-        asked = "a tensor" if torch_wanted else "a numpy array"
-        return f"{_learner(f'expected {asked}, got {_kind(got)}')}{path}: got {_short(got)}"
-    if tuple(got.shape) != tuple(want.shape):
-        return f"{_learner(f'shape {tuple(got.shape)}, expected {tuple(want.shape)}')}{path}: wrong shape"
+        en, zh = ("a tensor", "张量 (tensor)") if torch_wanted else ("a numpy array", "numpy 数组")
+        told = learner_says(f"expected {en}, got {_kind(got)}", f"应为{zh}，得到 {_kind(got)}")
+        return f"{told}{path}: got {_short(got)}"
+    shape, wanted = tuple(got.shape), tuple(want.shape)
+    if shape != wanted:
+        return (
+            f"{learner_says(f'shape {shape}, expected {wanted}', f'形状为 {shape}，应为 {wanted}')}{path}: wrong shape"
+        )
     if rule.dtype and got.dtype != want.dtype:
-        return f"{_learner(f'dtype {got.dtype}, expected {want.dtype}')}{path}: wrong dtype"
+        told = learner_says(f"dtype {got.dtype}, expected {want.dtype}", f"dtype 为 {got.dtype}，应为 {want.dtype}")
+        return f"{told}{path}: wrong dtype"
     return _values_mismatch(_numpy(got), _numpy(want), path, rule)
 
 
@@ -232,9 +237,11 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-def _learner(detail: str) -> str:
-    """A learner-safe detail at the head of a message (``grading.feedback.learner_detail``)."""
-    return f"[[learner: {detail[:118]}]] "
+def learner_says(en: str, zh: str) -> str:
+    """A learner-safe detail in both languages, to begin an assertion's message: the feedback page
+    shows the learner's language (``grading.feedback.learner_detail``); the rest of the message,
+    values and indices, stays the instructor's."""
+    return f"[[learner: {en[:115]} |zh| {zh[:115]}]] "
 
 
 def _short(value, limit: int = 80) -> str:

@@ -72,6 +72,15 @@ def test_a_wrong_kind_shape_or_dtype_is_told_to_the_learner(got, want, learner):
         assert learner_detail("wrong: " + failure(compare, got, want)) == learner
 
 
+def test_the_learner_reads_the_detail_in_the_language_of_their_notebook():
+    message = "wrong: " + failure(assert_close, torch.zeros(2, 3), torch.zeros(3, 2))
+    assert learner_detail(message, "en") == learner_detail(message) == "shape (2, 3), expected (3, 2)"
+    assert learner_detail(message, "zh") == "形状为 (2, 3)，应为 (3, 2)"
+    told = "wrong: " + failure(assert_equal, [1], (1,))
+    assert learner_detail(told, "zh") == "应为 tuple，得到 list"
+    assert learner_detail("wrong: [[learner: format e4m3fnuz]] 0x7F", "zh") == "format e4m3fnuz"  # English only
+
+
 def test_values_and_indices_are_not_told_to_the_learner():
     message = failure(assert_close, torch.tensor([1.0, 9.0]), torch.tensor([1.0, 2.0]), what="scores")
     assert learner_detail("wrong: " + message) == "" and "expected 2.0" in message

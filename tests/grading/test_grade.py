@@ -398,6 +398,29 @@ def test_feedback_shows_a_rule_s_learner_safe_detail_and_marks_a_rule_not_counte
     assert page.count("✗") == 2
 
 
+def test_feedback_shows_a_bilingual_detail_in_the_notebook_s_language(lab):
+    from rocmlab.check_compare import learner_says
+
+    rule = {"en": "scale has the lab's shape", "zh": "scale 的形状与实验要求一致"}
+    detail = "wrong: " + learner_says("shape (2,), expected (3,)", "形状为 (2,)，应为 (3,)") + "scale: wrong shape"
+    for lang, shown, hidden in (
+        ("zh", "形状为 (2,)，应为 (3,)", "expected"),
+        ("en", "shape (2,), expected (3,)", "形状"),
+    ):
+        result = StudentResult("ann", "ann.ipynb", lang=lang, score=0, max_score=1)
+        result.tests = [
+            GradedTest(
+                "01-grade-norm",
+                1,
+                0,
+                False,
+                rules=[{"rule": rule, "points": 0.0, "max_points": 1.0, "passed": False, "detail": detail}],
+            )
+        ]
+        page = feedback_html(lab, result)
+        assert shown in page and hidden not in page and "wrong shape" not in page
+
+
 def test_feedback_labels_optional_exercises_and_scores_the_core_apart(lab):
     result = StudentResult("ann", "ann.ipynb", lang="en", score=3, max_score=6)
     result.tests = [GradedTest("01-grade-sum", 3, 3, True), GradedTest("01-stretch-x-1", 3, 0, False)]

@@ -84,13 +84,18 @@ TEXT = {
 }
 
 
-LEARNER_DETAIL = re.compile(r"wrong: \[\[learner: ([^\[\]\n]{1,120})\]\]")
+LEARNER_DETAIL = re.compile(r"wrong: \[\[learner: ([^\[\]\n]{1,240})\]\]")
+ZH_DETAIL = "|zh|"  # between a learner detail's English and its Chinese (check_compare.learner_says)
 
 
-def learner_detail(detail: str) -> str:
-    """The learner-safe part of a check's detail (what it wrote first as ``[[learner: ...]]``), or ""."""
+def learner_detail(detail: str, lang: str = "en") -> str:
+    """The learner-safe part of a check's detail (what it wrote first as ``[[learner: ...]]``), in
+    ``lang`` where the check wrote that language too (``en |zh| zh``), else as written; or ""."""
     match = LEARNER_DETAIL.match(detail or "")
-    return match.group(1).strip() if match else ""
+    if not match:
+        return ""
+    en, _, zh = match.group(1).partition(ZH_DETAIL)
+    return (zh if lang == "zh" and zh.strip() else en).strip()
 
 
 def _rule_row(rule: dict, lang: str) -> dict:
@@ -100,7 +105,7 @@ def _rule_row(rule: dict, lang: str) -> dict:
         "not_graded": bool(rule.get("grading_error")),
         "pending": not rule["passed"] and detail == ERRORS_ALONE,
         "text": rule["rule"][lang],
-        "shown": "" if rule["passed"] else learner_detail(detail),
+        "shown": "" if rule["passed"] else learner_detail(detail, lang),
         "points": f"{rule['points']:g}/{rule['max_points']:g}",
     }
 
