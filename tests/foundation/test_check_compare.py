@@ -43,9 +43,8 @@ def test_bfloat16_and_float8_compare_by_their_values():
     want = torch.tensor([1.0, -2.5, 448.0])
     assert_close(want.to(torch.bfloat16), want.to(torch.bfloat16), rtol=0, atol=0)
     assert_close(want.to(torch.float8_e4m3fn), want.to(torch.float8_e4m3fn), rtol=0, atol=0)
-    assert "[[learner: dtype torch.bfloat16, expected torch.float32]]" in failure(
-        assert_close, want.to(torch.bfloat16), want
-    )
+    told = "wrong: " + failure(assert_close, want.to(torch.bfloat16), want)
+    assert learner_detail(told) == "dtype torch.bfloat16, expected torch.float32"
     assert_close(want.to(torch.bfloat16), want, rtol=1e-2, dtype=False)
 
 
