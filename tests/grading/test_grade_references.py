@@ -56,7 +56,7 @@ def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
     result = verify_lab(ROOT, lab, tmp_path / "out", lang="zh", mistakes=False)
     backend = way.removesuffix("-per-kernel")
-    assert result.sandbox["backend"] == backend
+    assert result.sandbox["backend"] == backend and result.sandbox["loopback_tcp"] == sandbox.LOOPBACK_TCP[backend]
     assert result.sandbox["forked_kernels"] == sandbox.fork_server_applies(backend, is_root())
     assert result.ok, "\n".join(result.problems)
     (score, max_score), (blank, _) = result.scores["solution"], result.scores["student"]
