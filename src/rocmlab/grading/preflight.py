@@ -102,8 +102,8 @@ def check_sandbox_gives(lab, backend: str) -> None:
         "and connect no TCP socket, so every learner, the reference solution included, would lose those "
         "checks; nobody was graded. Grade it as root, or where bubblewrap works (`apt-get install "
         "bubblewrap`; a container must allow user namespaces), whose kernels get a network namespace of "
-        f"their own with loopback; ${BACKEND_VARIABLE}=bubblewrap or {BACKEND_VARIABLE}=namespaces picks one "
-        "that works here"
+        f"their own with loopback; where a better backend works but another was forced, unset "
+        f"{BACKEND_VARIABLE} or set {BACKEND_VARIABLE}=bubblewrap (or =namespaces, as root)"
     )
 
 
