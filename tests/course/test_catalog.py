@@ -1,12 +1,16 @@
 import json
+import re
+from pathlib import Path
 
 import pytest
 from conftest import GOOD_TOML
 
 from rocmlab import cli
-from rocmlab.course.catalog import LabError, discover, select
+from rocmlab.course.catalog import LOOPBACK_TCP, LabError, discover, select
 from rocmlab.course.listing import main
 from rocmlab.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_toml(make_course, text, lab_id="01-demo"):
@@ -64,6 +68,10 @@ def test_discovers_and_types_a_valid_lab(make_course):
         (
             lambda t: t + "requires = { course_model = true, qc_adapter = 1 }\n",
             "field profiles.smoke.requires.qc_adapter: expected true or false",
+        ),
+        (
+            lambda t: t.replace("minutes = 10", 'minutes = 10\nneeds = ["internet"]'),
+            "expected a list of distinct names among: loopback-tcp",
         ),
     ],
 )
@@ -169,3 +177,24 @@ def test_a_notebook_title_is_its_first_heading_after_any_banner(tmp_path):
     nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "# Lab 09 · Profiling\n"})
     path.write_text(json.dumps(nb), encoding="utf-8")
     assert read_lab_notebook(path).title == "Lab 09 · Profiling"
+
+
+# What starts processes that talk over loopback TCP: rocmlab.lab.launch's torchrun (``lab.run_torchrun``),
+# torchrun itself, or a process group joined from the notebook.
+LAUNCHES_RANKS = re.compile(r"run_torchrun\(|rocmlab\.lab\.launch|\btorchrun\b.*--nproc|init_process_group\(")
+
+
+def test_every_lab_that_launches_ranks_declares_it_needs_loopback_tcp():
+    """Graded on a backend without loopback TCP (Landlock) such a lab would fail every learner;
+    the grader refuses it only when the lab says so (rocmlab.grading.preflight.check_sandbox_gives)."""
+    labs = discover(REPO)
+    launching = [lab.id for lab in labs if LAUNCHES_RANKS.search(lab.source.read_text(encoding="utf-8"))]
+    assert {"04-collectives-rccl", "05-distributed-training", "10-fsdp2"} <= set(launching)
+    undeclared = [lab.id for lab in labs if lab.id in launching and LOOPBACK_TCP not in lab.needs]
+    assert not undeclared, f'these labs launch ranks but their lab.toml lacks needs = ["{LOOPBACK_TCP}"]'
+
+
+def test_needs_is_read_into_the_lab(make_course):
+    text = GOOD_TOML.format(id="01-demo").replace("minutes = 10", 'minutes = 10\nneeds = ["loopback-tcp"]')
+    declared, plain = discover(make_course({"01-demo": (text, None), "02-demo": (None, None)}))
+    assert declared.needs == (LOOPBACK_TCP,) and plain.needs == ()

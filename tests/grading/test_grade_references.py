@@ -13,7 +13,11 @@ graded runs differ most by backend: lab 01 (reads the machine: sysfs, /proc, the
 and lab 10 (its export checks are what a kernel's inconsistent working folder broke, a rename
 across the folder's two mounts). ``ROCMLAB_EVERY_REFERENCE=1`` grades every lab on every backend
 (before a release, or after a change to the sandbox). tests/sandbox/test_kernel_world.py attacks
-the same mechanisms on every backend in seconds."""
+the same mechanisms on every backend in seconds.
+
+A lab whose ranks talk over loopback TCP (``needs = ["loopback-tcp"]``: 04, 05, 10) is not graded on
+Landlock, which gives a kernel no TCP: the grader refuses it, and the tests below (no lab run) attack
+that refusal."""
 
 import os
 from pathlib import Path
@@ -21,12 +25,12 @@ from pathlib import Path
 import pytest
 from conftest import GRADING_WAYS, force_grading_way
 
-from rocmlab.build.verify import verify_lab
-from rocmlab.course.catalog import discover
+from rocmlab.build.verify import verify_lab, verify_labs
+from rocmlab.course.catalog import LOOPBACK_TCP, discover, select
+from rocmlab.errors import CommandFailed
+from rocmlab.sandbox import landlock
 from rocmlab.sandbox import limits as sandbox
 from rocmlab.sandbox.limits import is_root
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = discover(ROOT)
@@ -34,29 +38,75 @@ IN_CI = ("01-", "10-")
 EVERY = os.environ.get("ROCMLAB_EVERY_REFERENCE") == "1"
 ALSO = pytest.mark.skipif(not EVERY, reason="set ROCMLAB_EVERY_REFERENCE=1 (a full run of the lab per backend)")
 OTHER_WAYS = [way for way in GRADING_WAYS if way != "bubblewrap"]  # the default: tests/labs/test_every_lab.py
-# Landlock denies every TCP bind and connect (rocmlab.sandbox.landlock: its net rules name ports, not
-# addresses), so torchrun's rendezvous and gloo on loopback fail: lab 10's reference under Landlock,
-# torchrun exit 1 with both ranks killed. Strict: it fails here the day a Landlock kernel can run them.
-TORCHRUN_LABS = ("04-", "05-", "10-")
+LOOPBACK_LABS = [lab for lab in LABS if LOOPBACK_TCP in lab.needs]
+NEEDS_LANDLOCK = pytest.mark.skipif(
+    landlock.abi() < landlock.SANDBOX_ABI, reason="the Landlock backend needs Landlock ABI 6 (Linux 6.12 or later)"
+)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lab", [pytest.param(lab, marks=() if lab.id.startswith(IN_CI) else ALSO, id=lab.id) for lab in LABS]
 )
 @pytest.mark.parametrize("way", OTHER_WAYS)
-def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score(
-    way, lab, tmp_path, monkeypatch, request
-):
-    if way == "landlock" and lab.id.startswith(TORCHRUN_LABS):
-        if not EVERY:  # a full run of the lab that proves only the known limit
-            pytest.skip("Landlock: no loopback TCP for torchrun's ranks (ROCMLAB_EVERY_REFERENCE=1 runs it, xfail)")
-        request.applymarker(pytest.mark.xfail(strict=True, reason="Landlock: no loopback TCP for torchrun's ranks"))
+def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score(way, lab, tmp_path, monkeypatch):
+    if way == "landlock" and LOOPBACK_TCP in lab.needs:
+        pytest.skip("Landlock gives no loopback TCP: grading refuses the lab (test_landlock_refuses_...)")
     force_grading_way(way, monkeypatch)
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
     result = verify_lab(ROOT, lab, tmp_path / "out", lang="zh", mistakes=False)
     backend = way.removesuffix("-per-kernel")
-    assert result.sandbox["backend"] == backend
+    assert result.sandbox["backend"] == backend and result.sandbox["loopback_tcp"] == sandbox.LOOPBACK_TCP[backend]
     assert result.sandbox["forked_kernels"] == sandbox.fork_server_applies(backend, is_root())
     assert result.ok, "\n".join(result.problems)
     (score, max_score), (blank, _) = result.scores["solution"], result.scores["student"]
     assert score == max_score > 0 and blank == 0, result.scores
+
+
+def assert_refused_for_landlock(message: str, lab_id: str) -> None:
+    assert f"lab {lab_id} cannot be graded on the landlock sandbox backend" in message
+    assert 'needs = ["loopback-tcp"]' in message and "nobody was graded" in message
+    assert "as root" in message and "bubblewrap" in message and "ROCMLAB_SANDBOX=bubblewrap" in message
+
+
+def test_the_labs_whose_ranks_talk_over_loopback_are_04_05_and_10():
+    assert [lab.id for lab in LOOPBACK_LABS] == ["04-collectives-rccl", "05-distributed-training", "10-fsdp2"]
+
+
+@NEEDS_LANDLOCK
+@pytest.mark.parametrize("lab", LOOPBACK_LABS, ids=lambda lab: lab.id)
+def test_landlock_refuses_a_lab_whose_ranks_talk_over_loopback_and_grades_nobody(lab, tmp_path, monkeypatch):
+    """Landlock denies every TCP bind and connect (rocmlab.sandbox.landlock: its net rules name
+    ports, not addresses), so torchrun's rendezvous and gloo would fail for every learner, the
+    reference included (lab 10's reference: torchrun exit 1, both ranks killed): refused instead,
+    before a kernel starts or a gradebook is written."""
+    monkeypatch.setenv(sandbox.BACKEND_VARIABLE, "landlock")
+    out = tmp_path / "out"
+    with pytest.raises(CommandFailed) as refused:
+        verify_lab(ROOT, lab, out, lang="zh", mistakes=False)  # rocmlab grade's own ClassGrader
+    assert_refused_for_landlock(str(refused.value), lab.id)
+    assert not out.exists()  # no gradebook, no grades.csv, no summary.json
+
+
+@NEEDS_LANDLOCK
+def test_build_verify_on_landlock_refuses_before_the_first_lab_is_graded(tmp_path, monkeypatch):
+    monkeypatch.setenv(sandbox.BACKEND_VARIABLE, "landlock")
+    graded = []
+    with pytest.raises(CommandFailed) as refused:
+        verify_labs(ROOT, select(LABS, ["01", "04"]), tmp_path / "out", progress=graded.append)
+    assert_refused_for_landlock(str(refused.value), "04-collectives-rccl")
+    assert graded == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("backend", sandbox.BACKENDS)
+def test_every_backend_says_whether_a_kernel_gets_loopback_tcp(backend):
+    from rocmlab.grading.preflight import check_sandbox_gives
+
+    lab = LOOPBACK_LABS[0]
+    if sandbox.LOOPBACK_TCP[backend]:
+        check_sandbox_gives(lab, backend)
+    else:
+        with pytest.raises(CommandFailed, match=f"lab {lab.id} cannot be graded on the {backend} sandbox"):
+            check_sandbox_gives(lab, backend)
+    check_sandbox_gives(select(LABS, ["01"])[0], backend)  # a lab that needs nothing: every backend
+    assert set(sandbox.LOOPBACK_TCP) == set(sandbox.BACKENDS)

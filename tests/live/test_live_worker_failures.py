@@ -34,6 +34,22 @@ def test_a_worker_without_the_model_cache_refuses_to_start_naming_the_lab_and_th
     assert "sudo --preserve-env=ROCMLAB_CACHE" in message
 
 
+def test_a_worker_on_landlock_refuses_to_start_for_a_lab_whose_ranks_talk_over_loopback(monkeypatch):
+    """Every learner's torchrun ranks would fail there (solutions/04-collectives-rccl/lab.toml's needs)."""
+    from rocmlab.sandbox import landlock
+
+    if landlock.abi() < landlock.SANDBOX_ABI:
+        pytest.skip("the Landlock backend needs Landlock ABI 6 (Linux 6.12 or later)")
+    monkeypatch.setenv("ROCMLAB_SANDBOX", "landlock")
+    root = find_root(None)
+    assert preflight(root, [LAB]) == [LAB]
+    with pytest.raises(CommandFailed) as refused:
+        preflight(root, [LAB, "04"])
+    message = str(refused.value)
+    assert message.startswith("live worker: the worker does not start: lab 04-collectives-rccl cannot be graded")
+    assert "landlock sandbox backend" in message and "ROCMLAB_SANDBOX=bubblewrap" in message
+
+
 def test_the_cli_worker_refuses_before_it_claims_anything(tmp_path, monkeypatch, capsys):
     from rocmlab.live import command as live_command
 

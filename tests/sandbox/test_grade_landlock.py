@@ -58,6 +58,9 @@ def test_a_landlock_kernel_reaches_only_its_work_folder(course, monkeypatch):
     run = box.new_run(0, 30)
     try:
         assert box.isolation["backend"] == "landlock" and box.isolation["network"]
+        assert not box.isolation[
+            "loopback_tcp"
+        ]  # what the tcp-connect attack below proves: labs needing it are refused
         assert box.isolation["landlock_abi"] == landlock.abi() and not box.isolation["unprivileged_user"]
         policy = json.loads((run.private / "policy.json").read_text())
         assert str(run.work) in policy["landlock"]["write"] and str(course) not in policy["landlock"]["read"]

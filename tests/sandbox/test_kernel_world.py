@@ -1,7 +1,8 @@
 """The world a sandboxed kernel sees is consistent and its own (issue 47), on every backend here:
 its working folder, ``.`` and the folder's absolute path are one file system (a rename from one
 spelling to the other works, as safetensors' save does); its environment is an allow-list
-(nothing of the grader's shell leaks in); and so is its view of the machine: a readable copy of
+(nothing of the grader's shell leaks in); its ranks reach each other over loopback TCP, as
+``sandbox.limits.LOOPBACK_TCP`` says; and so is its view of the machine: a readable copy of
 the solutions anywhere outside what the kernel needs is not there."""
 
 import json
@@ -68,6 +69,10 @@ found["tempfile"] = open("from-tmpdir").read()
 found["same_fs"] = os.stat(".").st_dev == os.stat(cwd).st_dev == os.stat(os.environ["HOME"]).st_dev
 found["env"] = sorted(os.environ)
 found["planted"] = {PLANTED!r} in os.environ
+import socket  # torchrun's rendezvous and gloo: a listener and a connection on 127.0.0.1
+with socket.create_server(("127.0.0.1", 0)) as server:
+    with socket.create_connection(server.getsockname(), timeout=5):
+        found["loopback_tcp"] = server.accept()[0].getsockname()[0]
 print(json.dumps(found))
 """
 
@@ -95,6 +100,7 @@ def test_renames_and_temp_files_work_as_on_a_laptop_and_nothing_of_the_grader_le
     assert not found["planted"]
     assert "PWD" not in found["env"] and "OLDPWD" not in found["env"]
     assert {"HOME", "TMPDIR", "PATH", "OMP_NUM_THREADS"} <= set(found["env"])
+    assert sandbox.isolation["loopback_tcp"] and found["loopback_tcp"] == "127.0.0.1"  # labs 04, 05, 10 need it
 
 
 # Where an instructor's machine may hold a readable copy of the solutions: another folder under

@@ -212,7 +212,13 @@ def verify_lab(root: Path, lab: Lab, out: Path, lang: str = "en", mistakes: bool
 def verify_labs(root: Path, labs: list[Lab], out: Path, jobs: int = 1, progress=print) -> list[Verification]:
     """One lab after another, each graded as a class on ``jobs`` slots (two graders' sandboxes at
     once in one process ended it silently with status 2 after a build: found 2026-12-06, not yet
-    understood)."""
+    understood). A lab this machine's sandbox cannot grade stops it before the first lab is graded."""
+    from ..grading.preflight import check_sandbox_gives
+    from ..sandbox.limits import choose_backend
+
+    backend = choose_backend(None)
+    for lab in labs:
+        check_sandbox_gives(lab, backend)
 
     def one(lab: Lab) -> Verification:
         progress(f"verify {lab.id}")

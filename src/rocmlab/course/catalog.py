@@ -18,6 +18,7 @@ PROFILE_NAMES = (SMOKE, GPU, MULTI_GPU)  # the profiles schemas/lab.schema.json 
 LANGUAGES = ("zh", "en")
 COURSE_MODEL = "tiny-qwen-zh"  # the offline model built into the user cache (rocmlab.assets.tiny_model)
 HIDDEN_DATA = "*_hidden.*"  # data files only the hidden checks read: kept from learners' kernels
+LOOPBACK_TCP = "loopback-tcp"  # a lab's ``needs``: its ranks talk over TCP on 127.0.0.1 (schemas/lab.schema.json)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Lab:
     profiles: dict
     folder: Path
     summary: str = ""  # what the learner builds (the README's lab table)
+    needs: tuple = ()  # what its graded run needs of the sandbox (``LOOPBACK_TCP``)
 
     @property
     def source(self) -> Path:
@@ -96,6 +98,7 @@ def parse_lab(folder: Path) -> Lab:
         profiles,
         folder,
         data.get("summary", ""),
+        tuple(data.get("needs", [])),
     )
 
 

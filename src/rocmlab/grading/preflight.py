@@ -1,9 +1,9 @@
 """What must hold before any learner code runs, for ``rocmlab grade`` and ``rocmlab check``:
-the paths a sandboxed kernel sees of the course, and the model cache (the course model, lab 03's
-adapter) readable by its user.
+the paths a sandboxed kernel sees of the course, the model cache (the course model, lab 03's
+adapter) readable by its user, and a sandbox backend that gives the kernel what the lab ``needs``.
 
-A kernel that cannot read the model loses points for every learner, the perfect one included,
-so an unreadable cache stops the run with the command that fixes it.
+A kernel that cannot read the model, or whose ranks cannot reach each other, loses points for
+every learner, the perfect one included, so each stops the run with what fixes it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import os
 import stat
 from pathlib import Path
 
+from ..course.catalog import LOOPBACK_TCP
 from ..errors import CommandFailed
 from ..root import ROOT_VARIABLE
+from ..sandbox.limits import BACKEND_VARIABLE
+from ..sandbox.limits import LOOPBACK_TCP as GIVES_LOOPBACK_TCP
 
 MATRIX = Path("env") / "matrix.toml"
 
@@ -85,6 +88,22 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
         "rocmlab assets build-model",
         other_user,
         rebuild=", or rebuild it with `rocmlab assets build-model --force`, which builds it world-readable",
+    )
+
+
+def check_sandbox_gives(lab, backend: str) -> None:
+    """Raise ``CommandFailed`` when ``lab`` needs loopback TCP (its ``needs``) and the sandbox
+    ``backend`` gives a kernel none: every learner's ranks would fail to rendezvous."""
+    if LOOPBACK_TCP not in lab.needs or GIVES_LOOPBACK_TCP[backend]:
+        return
+    raise CommandFailed(
+        f"lab {lab.id} cannot be graded on the {backend} sandbox backend: its ranks talk over TCP on "
+        f'127.0.0.1 ({lab.folder / "lab.toml"}: needs = ["{LOOPBACK_TCP}"]), and a {backend} kernel may bind '
+        "and connect no TCP socket, so every learner, the reference solution included, would lose those "
+        "checks; nobody was graded. Grade it as root, or where bubblewrap works (`apt-get install "
+        "bubblewrap`; a container must allow user namespaces), whose kernels get a network namespace of "
+        f"their own with loopback; where a better backend works but another was forced, unset "
+        f"{BACKEND_VARIABLE} or set {BACKEND_VARIABLE}=bubblewrap (or =namespaces, as root)"
     )
 
 

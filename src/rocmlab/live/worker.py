@@ -36,9 +36,9 @@ from pathlib import Path
 from .. import processes
 from ..course.catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError, LabError
-from ..grading.preflight import check_adapter_cache, check_model_cache
+from ..grading.preflight import check_adapter_cache, check_model_cache, check_sandbox_gives
 from ..grading.submissions import StudentResult
-from ..sandbox.limits import is_root
+from ..sandbox.limits import choose_backend, is_root
 from .attempted import untouched_in
 from .attempts import Attempt, CheckOutcome, GradeResult
 from .graders import OPEN_LABS, OpenGraders
@@ -57,7 +57,12 @@ def preflight(root: Path, lab_ids, profile: str = SMOKE) -> list[str]:
     before any learner code runs; CommandFailed naming the lab and the fix when one cannot be
     graded here (so that no learner's attempt fails on it)."""
     labs = select(discover(root), list(lab_ids)) if lab_ids else discover(root)
+    backend = choose_backend(None)
     for lab in labs:
+        try:
+            check_sandbox_gives(lab, backend)
+        except CommandFailed as exc:
+            raise CommandFailed(f"live worker: the worker does not start: {exc}") from None
         requirements = lab.profile(profile)
         try:
             check_model_cache(requirements.parameters, other_user=is_root())

@@ -79,6 +79,11 @@ if TYPE_CHECKING:
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("bubblewrap", "namespaces", "landlock", "none")
 BACKEND_VARIABLE = "ROCMLAB_SANDBOX"  # a backend to use instead of the best one here
+# Whether a kernel may bind and connect TCP sockets on 127.0.0.1 (a lab's ``needs = ["loopback-tcp"]``):
+# bubblewrap's ``--unshare-net`` (its network.c brings lo up) and the namespace fallback (its entry
+# brings lo up) give it a network namespace of its own with loopback; Landlock's net rules name ports, not addresses, so loopback cannot be allowed alone and all
+# TCP is denied; without a sandbox it has the machine's.
+LOOPBACK_TCP = {"bubblewrap": True, "namespaces": True, "landlock": False, "none": True}
 # What a Landlock kernel may read besides the interpreter and the exposed paths (one that holds a
 # hidden path is left out), and the GPU device files it may use.
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/opt/rocm")
@@ -183,6 +188,7 @@ class Sandbox:
         return {
             "backend": self.backend,
             "network": confined,  # landlock: TCP; UDP and raw sockets are left to the pod's NetworkPolicy
+            "loopback_tcp": LOOPBACK_TCP[self.backend],
             "private_tmp": confined,
             "hidden_paths": self.hide if confined else [],
             "unprivileged_user": self.switch_user,
