@@ -309,7 +309,8 @@ def main() -> int:
             import measurements
 
             figures = (
-                f"{' and '.join(labs)}, {args.learners} learners within {args.window:g} s, {args.workers} workers: "
+                f"{' and '.join(labs)}, {args.learners} learners within {args.window:g} s, {args.workers} workers, "
+                f"CPU counted from {live_cpu.how}: "
                 f"CPU-s per submission live {per_live:.2f}, batch {per_batch:.2f}, live/batch "
                 f"{per_live / per_batch:.2f}; p50 {p50:.1f} s, p95 {p95:.1f} s; the batch grade of the same "
                 f"{len(batch)} submissions {batch_wall_s:.1f} s."
