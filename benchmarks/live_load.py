@@ -10,8 +10,9 @@ Checks, each printed:
 - the live scores equal a batch ``rocmlab grade LAB --seeds`` of the same submissions.
 
 Prints the CPU seconds per submission of the live workers and of the batch grade, side by side
-(every process each started, sandboxes and kernels included, from the kernel's accounting of
-waited-for children), the batch grade's wall time for the same burst, the load average, p50 and
+(every process each started, sandboxes and kernels included: as root each side's processes are
+in a CPU-accounting cgroup of their own, benchmarks/cpu_accounting.py; elsewhere only waited-for
+children count, which misses the kernels forked from a zygote), the batch grade's wall time for the same burst, the load average, p50 and
 p95 of submit -> result, and ends with exactly one line:
 ``submissions: N graded: N lost: 0 duplicated: 0 p50: X s p95: Y s``. Exit 1 if any check fails.
 
@@ -31,7 +32,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import signal
 import statistics
@@ -43,8 +43,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "submissions"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import classroom  # noqa: E402 (after the sys.path setup)
+from cpu_accounting import CpuGroup, waited_children_cpu_s  # noqa: E402 (after the sys.path setup)
 
 from rocmlab.build.assignments import render_lab  # noqa: E402 (after the sys.path setup)
 from rocmlab.course.catalog import discover, select  # noqa: E402 (after the sys.path setup)
@@ -94,7 +96,7 @@ def real_answers(root: Path, labs: list[str], workdir: Path) -> dict:
     return answers
 
 
-def start_worker(root: Path, queue: Path, log: Path, lease_s: float) -> subprocess.Popen:
+def start_worker(root: Path, queue: Path, log: Path, lease_s: float, cpu: CpuGroup) -> subprocess.Popen:
     with log.open("a") as out:
         return subprocess.Popen(
             [str(BIN / "rocmlab"), "--root", str(root), "live", "worker", "--queue", str(queue)]
@@ -102,6 +104,7 @@ def start_worker(root: Path, queue: Path, log: Path, lease_s: float) -> subproce
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=cpu.join,
         )
 
 
@@ -180,11 +183,11 @@ def logged_results(logs: list[Path]) -> dict[int, int]:
     return seen
 
 
-def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, workdir: Path) -> dict:
+def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, workdir: Path, cpu: CpuGroup) -> dict:
     """(learner, lab) -> score of ``rocmlab grade LAB --seeds`` (the live seeds) of the same submissions."""
     scores = {}
     for lab in labs:
-        cpu_before, graded_before = children_cpu_s(), len(scores)
+        cpu_before, graded_before = cpu.cpu_s(), len(scores)
         seeds = workdir / f"seeds-{lab}.json"
         seeds.write_text(json.dumps(queue.seeds_summary(lab)))
         out = workdir / f"batch-{lab}"
@@ -195,20 +198,15 @@ def batch_scores(root: Path, labs: list[str], queue: LiveQueue, spool: Path, wor
             text=True,
             timeout=3600,
             check=False,
+            preexec_fn=cpu.join,
         )
         if done.returncode != 0:
             raise SystemExit(f"rocmlab grade {lab} failed:\n{done.stderr[-2000:]}")
         for student in json.loads((out / "summary.json").read_text())["students"]:
             scores[(student["student"], lab)] = student["score"]
-        per = (children_cpu_s() - cpu_before) / max(1, len(scores) - graded_before)
+        per = (cpu.cpu_s() - cpu_before) / max(1, len(scores) - graded_before)
         print(f"batch CPU-s per submission of {lab}: {per:.2f}", flush=True)
     return scores
-
-
-def children_cpu_s() -> float:
-    """User and system CPU seconds of every child process waited for so far (and of theirs)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -231,6 +229,7 @@ def main() -> int:
 
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="rocmlab-live-load-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    live_cpu, batch_cpu = CpuGroup("live"), CpuGroup("batch")
     try:
         if args.real:
             root, labs = REPO, list(args.real)
@@ -244,9 +243,11 @@ def main() -> int:
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         queue = LiveQueue(queue_path)
         logs = [workdir / f"worker-{n}.log" for n in range(args.workers + 1)]  # the last: the replacement
-        cpu_before_live = children_cpu_s()
-        workers = [start_worker(root, queue_path, logs[n], args.lease) for n in range(args.workers)]
-        killer = Killer(queue, workers, lambda: start_worker(root, queue_path, logs[-1], args.lease), after=2)
+        print(f"CPU counted from {live_cpu.how}", flush=True)
+        waited_before_live = waited_children_cpu_s()
+        workers = [start_worker(root, queue_path, logs[n], args.lease, live_cpu) for n in range(args.workers)]
+        restart = lambda: start_worker(root, queue_path, logs[-1], args.lease, live_cpu)  # noqa: E731
+        killer = Killer(queue, workers, restart, after=2)
         try:
             started = time.monotonic()
             ids = submit_all(queue, spool, answers, args.learners, args.window, killer.tick)
@@ -254,7 +255,8 @@ def main() -> int:
             wait_until_done(queue, len(ids), args.timeout, killer.tick)
         finally:
             stop_workers(workers)
-        live_cpu_s = children_cpu_s() - cpu_before_live  # the killed worker's orphaned kernels are missed
+            live_cpu.close()  # what the killed worker left running is killed: its CPU so far counts
+        live_cpu_s, live_waited_s = live_cpu.cpu_s(), waited_children_cpu_s() - waited_before_live
         attempts = {a.id: a for a in queue.attempts()}
         graded = [attempts[i] for i in ids if attempts[i].state == "graded"]
         lost = len(ids) - len(graded)
@@ -271,9 +273,13 @@ def main() -> int:
             again = regraded.state == "graded" and regraded.tries == 2
             print(f"attempt {regraded.id} held by the killed worker: {regraded.state}, claimed {regraded.tries} times")
             checks_ok &= again
-        cpu_before_batch, batch_started = children_cpu_s(), time.monotonic()
-        batch = batch_scores(root, labs, queue, spool, workdir)
-        batch_cpu_s, batch_wall_s = children_cpu_s() - cpu_before_batch, time.monotonic() - batch_started
+        waited_before_batch, batch_started = waited_children_cpu_s(), time.monotonic()
+        try:
+            batch = batch_scores(root, labs, queue, spool, workdir, batch_cpu)
+        finally:
+            batch_cpu.close()
+        batch_cpu_s, batch_wall_s = batch_cpu.cpu_s(), time.monotonic() - batch_started
+        batch_waited_s = waited_children_cpu_s() - waited_before_batch
         print(
             f"batch rocmlab grade of the same {len(batch)} submissions (--jobs 2): "
             f"{batch_wall_s:.1f} s; load average at end: {os.getloadavg()[0]:.1f}"
@@ -285,6 +291,11 @@ def main() -> int:
             print(f"  {key}: live {live[key]} batch {batch.get(key)}")
         checks_ok &= not differ
         per_live, per_batch = live_cpu_s / max(1, len(graded)), batch_cpu_s / max(1, len(batch))
+        waited_live, waited_batch = live_waited_s / max(1, len(graded)), batch_waited_s / max(1, len(batch))
+        print(
+            f"CPU-s per submission of the waited-for children alone (kernels forked from a zygote missed): "
+            f"live {waited_live:.2f} batch {waited_batch:.2f}"
+        )
         print(
             f"CPU-s per submission: live {per_live:.2f} batch {per_batch:.2f} "
             f"live/batch {per_live / per_batch if per_batch else float('nan'):.2f}"
@@ -298,7 +309,8 @@ def main() -> int:
             import measurements
 
             figures = (
-                f"{' and '.join(labs)}, {args.learners} learners within {args.window:g} s, {args.workers} workers: "
+                f"{' and '.join(labs)}, {args.learners} learners within {args.window:g} s, {args.workers} workers, "
+                f"CPU counted from {live_cpu.how}: "
                 f"CPU-s per submission live {per_live:.2f}, batch {per_batch:.2f}, live/batch "
                 f"{per_live / per_batch:.2f}; p50 {p50:.1f} s, p95 {p95:.1f} s; the batch grade of the same "
                 f"{len(batch)} submissions {batch_wall_s:.1f} s."
@@ -306,6 +318,8 @@ def main() -> int:
             print(f"recorded in {measurements.record('live', figures)}")
         return 0 if checks_ok else 1
     finally:
+        for group in (live_cpu, batch_cpu):
+            group.close()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 

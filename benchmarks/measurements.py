@@ -44,7 +44,9 @@ SECTIONS = {
         "`python benchmarks/live_load.py --real 01-rocm-setup 07-triton-kernels --learners 10 --window 30 "
         "--record`: a burst of live submissions graded by two workers (one killed mid-grade), then the "
         "same submissions by `rocmlab grade --jobs 2`; CPU-s per submission of each, their ratio, p50 and "
-        "p95 from submit to result, the batch's wall time ([hub.md](hub.md), sizing a live day).",
+        "p95 from submit to result, the batch's wall time ([hub.md](hub.md), sizing a live day). As root each "
+        "side's CPU is counted in a cgroup of its own, kernels included; the 2026-12-06 entry of live/batch "
+        "1.19 and any older counted waited-for children only, which misses every kernel forked from a zygote.",
     ),
     "run_overhead": (
         "`rocmlab run`'s overhead",

@@ -33,13 +33,15 @@ class StandIn:
         self.lab, self.out, self.ahead = lab.id, Path(out), ahead
         self.hidden = [Path(p).resolve() for p in extra_hidden]
         self.closed, self.broken, self.fails, self.graded = False, False, None, []
+        self.asked_ahead = []  # per grade call: whether a kernel was to be started for a next attempt
         StandIn.opened.append(self)
 
     def covers(self, path) -> bool:
         return any(h in Path(path).resolve().parents for h in self.hidden)
 
-    def grade(self, submissions, seeds=None, progress=print):
+    def grade(self, submissions, seeds=None, progress=print, *, ahead=None):
         assert not self.closed
+        self.asked_ahead.append(ahead)
         if self.fails:
             self.closed = True  # as ClassGrader.grade closes itself when it raises
             raise self.fails
@@ -155,7 +157,7 @@ def test_the_worker_closes_its_graders_when_it_stops_also_on_sigterm(stand_in, s
     worker = Worker(queue, ROOT, worker_id="w2", poll_s=0.05, log=lambda _m: None)
     real_grade = StandIn.grade
 
-    def stopped(self, submissions, seeds=None, progress=print):
+    def stopped(self, submissions, seeds=None, progress=print, **_options):
         raise SystemExit(143)  # processes.exit_on_sigterm, mid-grade
 
     StandIn.grade = stopped
@@ -177,6 +179,30 @@ def test_a_worker_grades_its_open_labs_first_and_opens_no_second_grader_while_th
     assert worker.run(max_attempts=1) == 1
     assert queue.latest("cy", LABS[0]).state == "graded" and queue.latest("bo", LABS[2]).state == "queued"
     assert [g.lab for g in stand_in] == [LABS[0]]  # it told the queue what it had open: no grader for 07
+
+
+def test_a_kernel_is_started_ahead_only_while_another_attempt_of_the_lab_waits(stand_in, spool):
+    """A kernel started ahead for nobody is CPU spent for nothing (issue 49: live cost more than
+    batch, which starts none past its last learner): the worker asks for one only while the queue
+    holds another attempt of the same lab."""
+    queue = LiveQueue(spool / "queue.sqlite")
+    for learner in ("ana", "bo"):
+        queue.submit(learner, LABS[0], "t1", str(notebook(spool, learner, LABS[0])))
+    queue.submit("cy", LABS[1], "t1", str(notebook(spool, "cy", LABS[1])))
+    worker = Worker(queue, ROOT, worker_id="w", poll_s=0.05, log=lambda _m: None)
+    assert worker.run(max_attempts=3) == 3
+    by_lab = {g.lab: g.asked_ahead for g in stand_in}
+    assert by_lab == {LABS[0]: [True, False], LABS[1]: [False]}  # bo's waited behind ana's; then none
+
+
+def test_over_the_http_api_a_kernel_is_always_started_ahead(stand_in, spool):
+    """The service's worker API does not say what waits: the worker keeps a kernel ready."""
+    graders = OpenGraders(ROOT, hide=[spool])
+    worker = Worker(object(), ROOT, worker_id="w", hide=[spool], log=lambda _m: None)
+    assert worker.next_waits(LABS[0]) is True
+    graders.grade(LABS[0], "ana", notebook(spool, "ana", LABS[0]), None)
+    assert stand_in[0].asked_ahead == [True]  # OpenGraders' own default
+    graders.close()
 
 
 def test_the_cli_default_of_open_labs_is_the_graders_own():

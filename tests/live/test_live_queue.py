@@ -73,6 +73,22 @@ def test_a_worker_that_dies_between_claim_and_complete_loses_its_attempt_to_the_
         queue.complete(again.id, "w2", result(0.0))  # and nobody records it twice
 
 
+def test_waiting_counts_the_labs_claimable_attempts_only(tmp_path):
+    """What a worker asks before it starts a kernel ahead for a lab's next attempt."""
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    for learner in ("ana", "bo"):
+        queue.submit(learner, "00-test", "t1", f"/s/{learner}")
+    queue.submit("cy", "01-other", "t1", "/s/cy")
+    assert queue.waiting("00-test") == 2 and queue.waiting("01-other") == 1 and queue.waiting("02-none") == 0
+    held = queue.claim("w1", 30, labs=["00-test"])
+    assert held.lab == "00-test" and queue.waiting("00-test") == 1  # held under a live lease: not waiting
+    clock.now += 31
+    assert queue.waiting("00-test") == 2  # its lease ran out: another worker may claim it
+    queue.complete(queue.claim("w2", 30, labs=["00-test"]).id, "w2", result())
+    assert queue.waiting("00-test") == 1
+
+
 def test_a_lease_run_out_but_unclaimed_is_still_held_and_renew_keeps_it(tmp_path):
     clock = Clock()
     queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)

@@ -19,6 +19,7 @@ from rocmlab.grading.submissions import find_submissions
 from rocmlab.live import graders as live_graders
 from rocmlab.live.queue import LiveQueue
 from rocmlab.live.worker import Worker
+from rocmlab.sandbox.limits import Sandbox
 
 pytestmark = pytest.mark.slow
 
@@ -82,11 +83,22 @@ def test_live_scores_equal_the_batch_grade_on_the_same_seeds(tmp_path, base, vis
     queue_class(queue, spool, {"leaker": classroom.answer(base, classroom.SUM_OK + LEAVES)})
     queue_class(queue, spool, {"peeker": classroom.answer(base, PEEKS)})
     queue_class(queue, spool, {"snoop": snooping_answer(base, queue.path)})
-    opened = []
+    opened, ahead_for = [], []
     monkeypatch.setattr(live_graders, "ClassGrader", lambda *a, **k: opened.append(ClassGrader(*a, **k)) or opened[-1])
+    new_run = Sandbox.new_run
+
+    def recording_new_run(sandbox, slot, cell_timeout_s, runs_left=None):
+        run = new_run(sandbox, slot, cell_timeout_s, runs_left)
+        ahead_for.append(run.upcoming is not None)  # a kernel started ahead for a next attempt
+        return run
+
+    monkeypatch.setattr(Sandbox, "new_run", recording_new_run)
     graded = Worker(queue, classroom.COURSE, poll_s=0.2, log=lambda _m: None).run(idle_exit_s=1)
     assert graded == len(expected) + 1
     assert len(opened) == 1 and opened[0].closed  # opened at the first attempt, closed when the worker stopped
+    # every attempt was queued before the first was claimed: a kernel waited for each next one, and
+    # none was started past the last (issue 49: a kernel started for nobody made live cost more than batch)
+    assert ahead_for == [True] * len(expected) + [False]
     leaker, peeker = queue.get(5), queue.get(6)
     assert (leaker.learner, peeker.learner) == ("leaker", "peeker") and leaker.finished_at <= peeker.started_at
     live = {a.learner: a for a in queue.attempts()}

@@ -256,12 +256,18 @@ class ClassGrader:
         self.closed = True
         self._open.close()
 
-    def grade(self, submissions: list[Submission], seeds: dict | None = None, progress=print) -> list[StudentResult]:
+    def grade(
+        self, submissions: list[Submission], seeds: dict | None = None, progress=print, *, ahead: bool | None = None
+    ) -> list[StudentResult]:
         """Each submission run in a job slot, the calling thread recording the results in the
-        gradebook as they come; ``seeds``: learner -> the seed of an earlier grading."""
+        gradebook as they come; ``seeds``: learner -> the seed of an earlier grading; ``ahead``:
+        whether a submission is known to come after these (None: as the grader was opened), so
+        that a kernel is started ahead for it."""
         if self.closed:
             raise RuntimeError(f"the grader of {self.plan.lab.id} is closed")
         self.plan.seeds = dict(seeds or {})
+        if ahead is not None:
+            self.plan.ahead = ahead
         if self.sandbox.backend == "none":
             progress(
                 "warning: --unsafe: no sandbox: no network, PID or mount isolation"

@@ -1,8 +1,9 @@
 """The graders a live worker keeps open: one ``ClassGrader`` per lab (rocmlab.grading.grader), opened
 at the lab's first attempt and used for every attempt after it, so that an attempt costs what one
 learner of a batch ``rocmlab grade`` costs: its sandbox's worker, zygote and gradebook are made
-once, and a kernel is started ahead for the lab's next attempt (issue 49: a whole one-learner
-``rocmlab grade`` per attempt cost 1.64x the CPU of batch grading).
+once, and while another attempt of the lab waits in the queue a kernel is started ahead for it
+(issue 49: a whole one-learner ``rocmlab grade`` per attempt cost 1.64x the CPU of batch grading).
+With none waiting no kernel is started ahead, as a batch starts none past its last learner.
 
 Each attempt still runs in a run of its own (its own kernel, folders, tmpfs and grader user, as
 each learner of a batch grade), and the folders every kernel has covered include the queue's,
@@ -12,7 +13,7 @@ it alone, with its folder covered too, and closed after it.
 A grader whose grading raised (an attempt past its time budget, an error of ours) or whose zygote
 ended is closed and opened anew at the lab's next attempt. At most ``keep`` labs' graders are open
 at once, the least recently used closed first: each holds a worker, a zygote with the lab's heavy
-modules loaded and a kernel started ahead.
+modules loaded and, while the lab has attempts waiting, a kernel started ahead.
 """
 
 from __future__ import annotations
@@ -41,8 +42,13 @@ class OpenGraders:
         self.log = log or (lambda _message: None)
         self._open: OrderedDict[str, tuple[ClassGrader, Path]] = OrderedDict()
 
-    def grade(self, lab_id: str, learner: str, notebook: Path, seed: int | None) -> StudentResult:
-        """Grade ``notebook`` as ``rocmlab grade`` grades that learner, on ``seed`` when given."""
+    def grade(
+        self, lab_id: str, learner: str, notebook: Path, seed: int | None, *, next_waits: bool = True
+    ) -> StudentResult:
+        """Grade ``notebook`` as ``rocmlab grade`` grades that learner, on ``seed`` when given;
+        ``next_waits``: another attempt of the lab waits in the queue, so a kernel is started ahead
+        for it (none is otherwise: a kernel started for nobody costs as much CPU as an attempt's
+        kernel, and the lab's zygote forks one at the next attempt)."""
         seeds = {learner: seed} if seed is not None else None
         submission = [Submission(learner, notebook)]
         grader = self._grader(lab_id)
@@ -55,7 +61,7 @@ class OpenGraders:
                 _end(alone, out)
             return result
         try:
-            (result,) = grader.grade(submission, seeds, progress=_quiet)
+            (result,) = grader.grade(submission, seeds, progress=_quiet, ahead=next_waits)
         except BaseException:
             self._close(lab_id)  # the grader closed itself: its runs may be half done
             raise

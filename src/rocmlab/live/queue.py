@@ -526,6 +526,14 @@ class LiveQueue:
         )
         return attempt_from_row(rows[0]) if rows else None
 
+    def waiting(self, lab: str) -> int:
+        """Attempts of ``lab`` that a worker could claim now (queued, or their lease run out)."""
+        return self._read(
+            "SELECT COUNT(*) FROM attempts WHERE lab = ? AND (state = 'queued' OR (state = 'grading' "
+            "AND lease_until < ?))",
+            (lab, self.clock()),
+        )[0][0]
+
     def counts(self) -> dict[str, int]:
         """Attempts per state (every state named, 0 included)."""
         found = dict(self._read("SELECT state, COUNT(*) FROM attempts GROUP BY state"))

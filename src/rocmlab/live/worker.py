@@ -104,10 +104,10 @@ def grade_result(result: StudentResult, untouched=frozenset()) -> GradeResult:
     )
 
 
-def grade_attempt(graders: OpenGraders, attempt: Attempt, notebook: Path) -> GradeResult:
+def grade_attempt(graders: OpenGraders, attempt: Attempt, notebook: Path, next_waits: bool = True) -> GradeResult:
     """Grade one attempt's notebook as ``rocmlab grade`` grades that learner, on their seed, with the
-    lab's grader kept open by this worker."""
-    result = graders.grade(attempt.lab, attempt.learner, notebook, attempt.seed)
+    lab's grader kept open by this worker; ``next_waits``: another attempt of the lab is queued."""
+    result = graders.grade(attempt.lab, attempt.learner, notebook, attempt.seed, next_waits=next_waits)
     lang = result.lang or attempt.lang
     return grade_result(result, untouched_in(graders.root, attempt.lab, lang, notebook, attempt.learner))
 
@@ -247,7 +247,7 @@ class Worker:
         started = time.monotonic()
         try:
             with Renewer(self.queue, attempt.id, self.worker_id, self.lease_s), budget(self.budget_s):
-                result = grade_attempt(self.graders, attempt, Path(attempt.source))
+                result = grade_attempt(self.graders, attempt, Path(attempt.source), self.next_waits(attempt.lab))
         except (SystemExit, KeyboardInterrupt):
             self.queue.release(attempt.id, self.worker_id)
             raise
@@ -263,6 +263,12 @@ class Worker:
             f"{result.score:g}/{result.max_score:g} ({time.monotonic() - started:.1f}s)"
         )
         return 1
+
+    def next_waits(self, lab: str) -> bool:
+        """Whether another attempt of ``lab`` waits in the queue (then a kernel is started ahead for
+        it). The live service's HTTP API does not say: there one always is."""
+        waiting = getattr(self.queue, "waiting", None)
+        return waiting is None or waiting(lab) > 0
 
     def record_failure(self, attempt: Attempt, exc: Exception) -> int:
         """Fail the attempt; counted only when the learner's notebook caused it (it ran past the
