@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import python_ast
 from .lab.answers import ANSWER_MIME, Raised, decode, encode
 
 PROBE_TIMEOUT_S = 60
@@ -73,7 +74,7 @@ class KernelModule:
 
     def __post_init__(self):
         try:
-            tree = ast.parse(self.source, self.filename)
+            tree = python_ast.parse(self.source, self.filename)
         except SyntaxError as exc:
             raise ValueError(f"{self.filename}: not Python: {exc}") from exc
         defined = frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_"))

@@ -14,6 +14,7 @@ import pytest
 from labsource import HIDDEN_MARKER, SOLUTION_BLOCK, LabSource
 
 from rocmlab.course.catalog import discover
+from rocmlab.course.course import Course
 from rocmlab.errors import InputError
 from rocmlab.site import main as site_main
 from rocmlab.site.build import build_site
@@ -240,7 +241,7 @@ def test_bad_site_config_names_the_field(tmp_path, field, value, message):
 @pytest.mark.slow
 def test_command_builds_the_site(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert site_main(labs=["01"], out="public", root=str(REPO)) == 0
+    assert site_main(labs=["01"], out="public", course=Course(REPO)) == 0
     assert (tmp_path / "public" / "zh" / "01-rocm-setup.html").is_file()
     assert (tmp_path / "public" / "index.html").is_file()
 

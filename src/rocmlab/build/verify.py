@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import python_ast
 from ..course.catalog import Lab
 from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import ExitCode, LabError
@@ -97,7 +98,7 @@ def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: 
 
 def defined_functions(code: str) -> list[str]:
     """The functions a mistake's ``code`` defines at its top level."""
-    return [n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [n.name for n in python_ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def mistake_notebook(lab: Lab, lang: str, item: Mistake):

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from .. import python_ast
 from ..errors import LabError
 
 ANSWER_CELL = re.compile(r"\A# %%[^\n]*tags=\[[^\]]*[\"'](?:solution|test)[\"']|### BEGIN (?:SOLUTION|HIDDEN TESTS)")
@@ -24,7 +25,7 @@ JUPYTEXT_CELL = re.compile(r"^# %%[^\n]*\btags=\[[^\]]*[\"']parameters[\"'][^\n]
 def literal_assignments(source: str) -> dict:
     """``NAME = <literal>`` of ``source``, in order; SyntaxError when it does not parse."""
     values = {}
-    for node in ast.parse(source).body:
+    for node in python_ast.parse(source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 values[node.targets[0].id] = ast.literal_eval(node.value)
@@ -48,7 +49,7 @@ def lab_py_constants(lab_py: Path) -> dict:
     bound twice has no one value); LabError naming the file when it cannot be read."""
     try:
         source = lab_py.read_text(encoding="utf-8")
-        bound = Counter(name for node in ast.parse(source).body for name in _bound_names(node))
+        bound = Counter(name for node in python_ast.parse(source).body for name in _bound_names(node))
     except (OSError, SyntaxError) as exc:
         raise LabError(f"{lab_py}: cannot read its constants: {exc}") from exc
     parameters = lab_py_parameters(lab_py)

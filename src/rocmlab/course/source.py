@@ -15,6 +15,7 @@ import re
 import jupytext
 import nbformat
 
+from .. import python_ast
 from .catalog import LANGUAGES, SMOKE, Lab, LabError
 
 KNOWN_TAGS = {"zh", "en", "parameters", "solution", "test"}
@@ -129,7 +130,7 @@ def _check_graded(lab: Lab, index: int, cell, kind: str) -> str:
 
 def _only_imports(source: str) -> bool:
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except SyntaxError:
         return False
     return all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in tree.body)
@@ -138,7 +139,7 @@ def _only_imports(source: str) -> bool:
 def parameter_names(source: str) -> set[str]:
     """Names assigned at top level in a parameters cell."""
     names = set()
-    for node in ast.parse(source).body:
+    for node in python_ast.parse(source).body:
         targets = (
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .. import python_ast
 from ..course.catalog import HIDDEN_DATA, LANGUAGES, SMOKE, Lab, Profile
 from ..course.notebooks import solution_notebook, write_notebook
 from ..errors import CommandFailed
@@ -106,7 +107,7 @@ def lab_imports(nb) -> list[str]:
         if cell.cell_type != "code" or grading(cell).get("solution"):
             continue
         try:
-            tree = ast.parse(cell.source)
+            tree = python_ast.parse(cell.source)
         except SyntaxError:
             continue
         for node in ast.walk(tree):
