@@ -39,6 +39,7 @@ def inspect_output(outcome: Outcome, output: Path) -> Outcome:
     except (OSError, json.JSONDecodeError):
         return outcome
     code_cells = [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
+    started = [code_index for code_index, (_, c) in enumerate(code_cells) if _papermill(c).get("start_time")]
     for code_index, (index, cell) in enumerate(code_cells):
         error = None
         for out in cell.get("outputs", []):
@@ -47,9 +48,8 @@ def inspect_output(outcome: Outcome, output: Path) -> Outcome:
                 outcome.warnings.extend(find_deprecations(text, index, stream=out.get("name", "stdout")))
             elif out.get("output_type") == "error":
                 error = {"ename": out.get("ename", ""), "evalue": out.get("evalue", "")}
-        meta = cell.get("metadata", {})
-        running = meta.get("papermill", {}).get("status") == "running"
-        grading = meta.get("nbgrader", {})
+        running = _papermill(cell).get("status") == "running"
+        grading = cell.get("metadata", {}).get("nbgrader", {})
         outcome.cells.append(
             {
                 "index": index,
@@ -60,13 +60,20 @@ def inspect_output(outcome: Outcome, output: Path) -> Outcome:
                 "executed": cell.get("execution_count") is not None and not running,
             }
         )
-    _mark_interrupted_cell(outcome)
+    if started:
+        _mark_interrupted_cell(outcome, outcome.cells[started[-1]])
     return outcome
 
 
-def _mark_interrupted_cell(outcome: Outcome) -> None:
+def _papermill(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("papermill") or {}
+
+
+def _mark_interrupted_cell(outcome: Outcome, last_started: dict) -> None:
+    """The last cell papermill started is the one a timeout or a dead kernel stopped. Whether the
+    kernel's execution count reached the client before it died is a race, so it is not asked."""
     if outcome.status not in ("timeout", "crashed"):
         return
-    ran = [c for c in outcome.cells if c["executed"]]
-    if ran and ran[-1]["error"] is None:
-        ran[-1]["error"] = {"ename": outcome.status, "evalue": outcome.reason}
+    last_started["executed"] = True
+    if last_started["error"] is None:
+        last_started["error"] = {"ename": outcome.status, "evalue": outcome.reason}
