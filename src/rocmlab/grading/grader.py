@@ -278,6 +278,7 @@ class ClassGrader:
         if self.sandbox.no_cgroup and not self._said_no_cgroup:  # once per grader (the live worker's: many calls)
             progress(f"note: {self.sandbox.no_cgroup}")
             self._said_no_cgroup = True
+        python_ast.guard_threads()  # the job slots' threads format learners' exceptions (traceback parses)
         pool = ThreadPoolExecutor(max_workers=self.jobs)
         try:
             return grade_in_sandbox(self.plan, self.course, submissions, self.jobs, pool, progress)
