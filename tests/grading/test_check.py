@@ -1,11 +1,24 @@
 """``rocmlab check``: a learner's offline self-check."""
 
+import shutil
+from pathlib import Path
+
 import classroom
 import nbformat
 import pytest
 
 from rocmlab.cli import main
+from rocmlab.course.course import Course
+from rocmlab.errors import CommandFailed
+from rocmlab.grading import self_check
+from rocmlab.grading.preflight import check_learner_sandbox_gives
 from rocmlab.grading.self_check import first_error, prepare
+from rocmlab.sandbox import landlock
+from rocmlab.sandbox import limits as sandbox
+
+NEEDS_LANDLOCK = pytest.mark.skipif(
+    landlock.abi() < landlock.SANDBOX_ABI, reason="the Landlock backend needs Landlock ABI 6 (Linux 6.12 or later)"
+)
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path, capsys):
@@ -215,3 +228,57 @@ def test_a_notebook_s_cache_needs_ignore_what_the_course_does_not_build():
         notebook_cache_needs(nbformat.v4.new_notebook(metadata={"rocmlab": {"cache_needs": "qc_adapter"}})).qc_adapter
         is False
     )
+
+
+# ---- a lab whose ranks need loopback TCP, on a machine whose only sandbox is Landlock ----------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _learner_copy(lab_id: str, lang: str, folder: Path) -> Path:
+    """The course's built notebook of ``lab_id`` in ``lang``, as a learner has it."""
+    built = REPO / "labs" / lang / lab_id / f"{lab_id}.ipynb"
+    folder.mkdir(parents=True)
+    return Path(shutil.copy(built, folder / built.name))
+
+
+class _NoSandbox:
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("the check made a sandbox: it ran before refusing")
+
+
+@pytest.mark.parametrize("lang, says", [("en", "TCP on 127.0.0.1"), ("zh", "127.0.0.1 上的 TCP")])
+def test_check_refuses_a_loopback_lab_up_front_on_landlock_in_the_learners_language(
+    lang, says, tmp_path, monkeypatch, capsys
+):
+    notebook = _learner_copy("04-collectives-rccl", lang, tmp_path / "me")
+    monkeypatch.setattr(self_check, "choose_backend", lambda isolate: "landlock")  # a pod without user namespaces
+    monkeypatch.delenv(sandbox.BACKEND_VARIABLE, raising=False)
+    monkeypatch.setattr(self_check, "Sandbox", _NoSandbox)
+    assert main(["--root", str(REPO), "check", str(notebook)]) == 1
+    err = capsys.readouterr().err
+    assert "04-collectives-rccl" in err and says in err and "Landlock" in err, err
+    assert ("Nothing was run" if lang == "en" else "什么都没有运行") in err
+    assert sandbox.BACKEND_VARIABLE not in err  # nothing forced: no variable to unset
+
+
+@NEEDS_LANDLOCK
+def test_check_with_landlock_forced_names_the_variable_to_unset(tmp_path, monkeypatch, capsys):
+    notebook = _learner_copy("10-fsdp2", "zh", tmp_path / "me")
+    monkeypatch.setenv(sandbox.BACKEND_VARIABLE, "landlock")  # as the grader's preflight tests force it
+    monkeypatch.setattr(self_check, "Sandbox", _NoSandbox)
+    assert main(["--root", str(REPO), "check", str(notebook)]) == 1
+    err = capsys.readouterr().err
+    assert "10-fsdp2" in err and "127.0.0.1 上的 TCP" in err and f"{sandbox.BACKEND_VARIABLE}=landlock" in err, err
+
+
+@pytest.mark.parametrize("backend", sandbox.BACKENDS)
+def test_only_a_backend_without_loopback_stops_the_check_of_a_loopback_lab(backend):
+    course = Course(REPO)
+    loopback, plain = course.lab("05-distributed-training"), course.lab("01-rocm-setup")
+    check_learner_sandbox_gives(plain, backend, "zh")  # a lab that needs nothing: every backend
+    if sandbox.LOOPBACK_TCP[backend]:
+        check_learner_sandbox_gives(loopback, backend, "en")
+    else:
+        with pytest.raises(CommandFailed, match="cannot check lab 05-distributed-training on this machine"):
+            check_learner_sandbox_gives(loopback, backend, "fr")  # a language the course lacks: English

@@ -91,10 +91,15 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
     )
 
 
+def lacks_loopback_tcp(lab, backend: str) -> bool:
+    """Whether ``lab`` needs loopback TCP (its ``needs``) and the sandbox ``backend`` gives a kernel none."""
+    return LOOPBACK_TCP in lab.needs and not GIVES_LOOPBACK_TCP[backend]
+
+
 def check_sandbox_gives(lab, backend: str) -> None:
     """Raise ``CommandFailed`` when ``lab`` needs loopback TCP (its ``needs``) and the sandbox
     ``backend`` gives a kernel none: every learner's ranks would fail to rendezvous."""
-    if LOOPBACK_TCP not in lab.needs or GIVES_LOOPBACK_TCP[backend]:
+    if not lacks_loopback_tcp(lab, backend):
         return
     raise CommandFailed(
         f"lab {lab.id} cannot be graded on the {backend} sandbox backend: its ranks talk over TCP on "
@@ -105,6 +110,42 @@ def check_sandbox_gives(lab, backend: str) -> None:
         f"their own with loopback; where a better backend works but another was forced, unset "
         f"{BACKEND_VARIABLE} or set {BACKEND_VARIABLE}=bubblewrap (or =namespaces, as root)"
     )
+
+
+_LEARNER_NO_LOOPBACK = {
+    "en": (
+        "rocmlab check cannot check lab {lab} on this machine: the lab starts several processes (ranks) "
+        "that talk to each other over TCP on 127.0.0.1, and the sandbox the check uses here ({backend}) "
+        "lets your notebook open no TCP connection, so every test of the ranks would fail whatever your "
+        "code. Nothing was run. Run the notebook itself (Run All) to see its visible tests, or run "
+        "rocmlab check on a machine where bubblewrap works. Your grade is not affected: the lab is graded "
+        "only in a sandbox that gives the ranks their loopback network."
+    ),
+    "zh": (
+        "rocmlab check 无法在这台机器上检查实验 {lab}：该实验会启动多个进程（rank），它们通过 127.0.0.1 上的 "
+        "TCP 互相通信；而这里自检使用的沙箱 {backend} 不允许 notebook 建立任何 TCP 连接，所以无论代码"
+        "对错，rank 相关的测试都会失败。什么都没有运行。请直接在 notebook 中运行全部单元（Run All）查看可见"
+        "测试，或在能使用 bubblewrap 的机器上运行 rocmlab check。这不影响你的成绩：该实验只在给 rank 提供"
+        "回环网络的沙箱中评分。"
+    ),
+}
+_LEARNER_FORCED = {
+    "en": " ({variable}={backend} is set in your environment: unset it to let the check pick a better sandbox.)",
+    "zh": "（你的环境设置了 {variable}={backend}：取消它，自检即可选用更合适的沙箱。）",
+}
+
+
+def check_learner_sandbox_gives(lab, backend: str, lang: str) -> None:
+    """``check_sandbox_gives`` for a learner's self-check: ``CommandFailed`` in the notebook's
+    language (``lang``, "zh" or else English), saying which lab, why its ranks cannot run here,
+    and what the learner can do instead."""
+    if not lacks_loopback_tcp(lab, backend):
+        return
+    lang = lang if lang in _LEARNER_NO_LOOPBACK else "en"
+    message = _LEARNER_NO_LOOPBACK[lang].format(lab=lab.id, backend=backend.capitalize())
+    if os.environ.get(BACKEND_VARIABLE) == backend:
+        message += _LEARNER_FORCED[lang].format(variable=BACKEND_VARIABLE, backend=backend)
+    raise CommandFailed(message)
 
 
 def check_adapter_cache(requires, other_user: bool) -> None:

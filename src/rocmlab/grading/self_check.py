@@ -6,8 +6,10 @@ prints each visible test's result and message and the visible score. When a cell
 before a test did, it names that first failed cell, says whether it is the learner's answer, a
 cell the learner added or a course cell (which the learner did not write), and how to fix it:
 a test failing with ``NameError`` is usually the echo of that earlier failure. The model cache
-is checked for readability before anything runs, as ``rocmlab grade`` does. Exit 0 when every
-visible test passed, 1 when one failed, 2 on bad input.
+is checked for readability before anything runs, as ``rocmlab grade`` does; so is the sandbox:
+a lab whose ranks need loopback TCP is not run on a backend that gives none (Landlock), and the
+learner is told why in the notebook's language. Exit 0 when every visible test passed, 1 when one
+failed or the check could not run, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -26,10 +28,17 @@ from ..course.parameters import INJECTED, notebook_parameters
 from ..course.source import CACHED_ASSETS
 from ..errors import ExitCode, InputError
 from ..execution.papermill_engine import TIMEOUT_ENAME
-from ..sandbox.limits import Sandbox, is_root
+from ..sandbox.limits import Sandbox, choose_backend, is_root
 from ..sandbox.runs import Limits
 from .cells import grading, mark_unrun_tests, shown_message
-from .preflight import check_adapter_cache, check_model_cache, course_view, model_cache, sandbox_env
+from .preflight import (
+    check_adapter_cache,
+    check_learner_sandbox_gives,
+    check_model_cache,
+    course_view,
+    model_cache,
+    sandbox_env,
+)
 from .submissions import read_notebook, safe_text
 
 DEFAULT_TIMEOUT_S = 1800
@@ -200,12 +209,12 @@ def prepare(nb, keep_params: bool):
     return nb
 
 
-def _sandbox(course: Course | None, keep_params: bool) -> Sandbox:
+def _sandbox(course: Course | None, keep_params: bool, backend: str) -> Sandbox:
     """The grader's sandbox: the course root (when there is one) and the home folder hidden."""
     root = course.root if course else None
     hide, expose = course_view(root) if root else ([Path.home()], [model_cache()])
     limits = Limits(memory_mb=0) if keep_params else Limits()
-    return Sandbox(limits, hide=hide, expose=expose, slots=1, env=sandbox_env(root))
+    return Sandbox(limits, hide=hide, expose=expose, slots=1, env=sandbox_env(root), backend=backend)
 
 
 def run_check(
@@ -222,13 +231,16 @@ def run_check(
     elif not keep_params:
         requires = notebook_cache_needs(nb)
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
+    backend = choose_backend(None)
+    if lab is not None:
+        check_learner_sandbox_gives(lab, backend, lang)
     own = notebook_parameters(nb)  # what the notebook runs with where no profile's parameters replace them
     check_model_cache({**own, **params}, other_user=is_root())
     check_adapter_cache(requires, other_user=is_root())
     prepared = prepare(nb, keep_params)
     kept_injected = frozenset(c.get("id") for c in prepared.cells if INJECTED in c.metadata.get("tags", []))
     # the notebook's own (maybe GPU) parameters: no address-space limit, GPU runtimes reserve large ranges
-    sandbox = _sandbox(course, keep_params)
+    sandbox = _sandbox(course, keep_params, backend)
     run = sandbox.new_run(0, cell_timeout_s)
     try:
         data = path.parent / "data"
