@@ -953,7 +953,8 @@ else:
 # %% [markdown] tags=["zh"]
 # ## 8. 运行并读懂 `rocmlab doctor`
 #
-# `rocmlab doctor` 检查操作系统与内核、amdgpu 驱动、ROCm 版本、rocminfo / amd-smi 看到的 GPU、
+# `rocmlab doctor` 检查操作系统与内核、amdgpu 驱动、ROCm 版本、ROCm 内核驱动拓扑（KFD，`/sys/class/kfd`）
+# 与 amd-smi 列出的 GPU、
 # `/dev/kfd` 与 `/dev/dri/renderD*` 的读写权限和 render/video 组、PyTorch 构建与 wheel 的架构列表、
 # 可见设备变量、多 GPU 的 `iommu=pt`、NUMA 自动均衡、易导致挂起的 `NCCL_*` 设置、磁盘空间和模型镜像。
 # 每一项给出 ok / skip / warn / fail、中英文修复建议和文档链接。退出码：0 正常，1 有警告，3 有失败
@@ -963,7 +964,7 @@ else:
 # ## 8. Run and read `rocmlab doctor`
 #
 # `rocmlab doctor` checks the OS and kernel, the amdgpu driver, the ROCm version, the GPUs that
-# rocminfo / amd-smi see, read/write access to `/dev/kfd` and `/dev/dri/renderD*` and the
+# the ROCm kernel driver's topology (KFD, `/sys/class/kfd`) and amd-smi list, read/write access to `/dev/kfd` and `/dev/dri/renderD*` and the
 # render/video groups, the PyTorch build and its wheel's arch list, visible-device variables,
 # `iommu=pt` for multi-GPU, NUMA auto-balancing, `NCCL_*` settings that cause hangs, disk space
 # and the model mirror. Each finding is ok / skip / warn / fail with a fix hint in Chinese and

@@ -3,7 +3,9 @@
 Every probe goes through a ``Machine``: ``LiveMachine`` reads this computer, ``RecordedMachine``
 replays a machine recorded as a folder (``machine.json`` plus command outputs), so the doctor's
 judgement is tested on an MI300X node, a Radeon desktop or a CUDA box without owning one.
-Also here: parsers for the text that ``rocminfo`` and ``amd-smi static`` print.
+Also here: the GPUs of the ROCm kernel driver's topology (``kfd_gpus``) and parsers for what
+``amd-smi`` prints. Nothing here parses ``rocminfo``: lab 01 asks the learner to, and this package
+is importable in the learner's kernel.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
@@ -251,87 +253,50 @@ class RecordedMachine(Machine):
 # ---- parsers -------------------------------------------------------------------------------
 
 
-@dataclass
-class Agent:
-    """One HSA agent from rocminfo."""
-
-    name: str  # "gfx942" for a GPU, the CPU model for a CPU
-    marketing_name: str = ""
-    device_type: str = ""  # "GPU" | "CPU"
-    compute_units: int | None = None
-    wavefront_size: int | None = None
-    isa: list[str] = field(default_factory=list)  # full target ids, e.g. "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"
-
-    @property
-    def gfx(self) -> str:
-        """The target without feature suffixes ("gfx90a")."""
-        return base_target(self.name)
-
-
-_INT = re.compile(r"^\s*(\d+)")
-
-
 def _int(value: str) -> int | None:
-    match = _INT.match(value)
+    match = re.match(r"^\s*(\d+)", value)
     return int(match.group(1)) if match else None
 
 
-def parse_rocminfo(text: str) -> list[Agent]:
-    """All agents in rocminfo output, CPU and GPU, in order.
+def amdsmi_json(text: str, command: str) -> list[dict]:
+    """The devices of an ``amd-smi ... --json`` output: a JSON list of one object per device (a
+    single object is one device); bad JSON is an InputError naming ``command``."""
+    try:
+        devices = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{command}: not JSON ({exc})") from None
+    if isinstance(devices, dict):
+        devices = [devices]
+    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
 
-    rocminfo prints each agent as a block opened by ``Agent N`` between ``*******`` rules, with
-    ``Key: value`` lines; the agent's own ``Name`` comes first, and the ``ISA Info`` section
-    nested below repeats ``Name`` for each ISA, so the first ``Name`` wins.
-    """
-    agents: list[Agent] = []
-    current: Agent | None = None
-    in_isa = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if re.fullmatch(r"Agent \d+", line):
-            current = Agent(name="")
-            agents.append(current)
-            in_isa = False
+
+AMDSMI_ASIC = ["amd-smi", "static", "--asic", "--json"]
+
+
+def parse_amdsmi_asic(text: str) -> list[dict]:
+    """``amd-smi static --asic --json``: one ``{"gpu", "market_name", "device_id",
+    "num_compute_units", "target_graphics_version"}`` per device amd-smi lists. amd-smi writes a
+    list of ``{"gpu": N, "asic": {...}}`` (amdsmi_cli/amdsmi_commands.py, ``static --asic``), where
+    ``device_id`` is a hex string ("0x74a1") and a value it could not read is "N/A"
+    (py-interface/amdsmi_interface.py, ``amdsmi_get_gpu_asic_info``); those become None here."""
+    found = []
+    for device in amdsmi_json(text, " ".join(AMDSMI_ASIC)):
+        asic = device.get("asic")
+        if not isinstance(asic, dict):
             continue
-        if current is None or ":" not in line:
-            continue
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "ISA Info":
-            in_isa = True
-        elif key == "Name" and in_isa:
-            current.isa.append(value)
-        elif key == "Name" and not current.name:
-            current.name = value
-        elif key == "Marketing Name":
-            current.marketing_name = value
-        elif key == "Device Type":
-            current.device_type = value
-        elif key == "Compute Unit":
-            current.compute_units = _int(value)
-        elif key == "Wavefront Size":
-            current.wavefront_size = _int(value)
-    return agents
-
-
-def gpu_agents(text: str) -> list[Agent]:
-    return [a for a in parse_rocminfo(text) if a.device_type.upper() == "GPU"]
-
-
-def parse_amdsmi_static(text: str) -> list[dict]:
-    """GPUs from ``amd-smi static --asic`` text: ``GPU: N`` blocks of indented ``KEY: value``."""
-    gpus: list[dict] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        match = re.fullmatch(r"GPU:\s*(\d+)", line)
-        if match:
-            gpus.append({"gpu": int(match.group(1))})
-            continue
-        if gpus and ":" in line:
-            key, _, value = line.partition(":")
-            if value.strip():
-                gpus[-1][key.strip().lower()] = value.strip()
-    return gpus
+        device_id = str(asic.get("device_id", ""))
+        units = asic.get("num_compute_units")
+        name, target = asic.get("market_name"), asic.get("target_graphics_version")
+        found.append(
+            {
+                "gpu": device.get("gpu"),
+                "market_name": name if isinstance(name, str) and name not in ("", "N/A") else None,
+                "device_id": int(device_id, 16) if re.fullmatch(r"0[xX][0-9a-fA-F]+", device_id) else None,
+                "num_compute_units": units if isinstance(units, int) else None,
+                "target_graphics_version": target if isinstance(target, str) and target.startswith("gfx") else None,
+            }
+        )
+    return found
 
 
 def parse_amdsmi_version(text: str) -> dict:
@@ -542,15 +507,9 @@ def parse_amdsmi_partitions(text: str) -> list[dict]:
     per device amd-smi lists ("N/A" where the GPU has no partitions, as on Radeon). The JSON is a
     list of ``{"gpu": N, "partition": {"compute_partition", "memory_partition", "partition_id"}}``
     (amd-smi's ``static`` command, amdsmi_cli/amdsmi_commands.py); bad JSON is an InputError."""
-    try:
-        devices = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"amd-smi static --partition --json: not JSON ({exc})") from None
-    if isinstance(devices, dict):
-        devices = [devices]
     found = []
-    for device in devices if isinstance(devices, list) else []:
-        part = device.get("partition") if isinstance(device, dict) else None
+    for device in amdsmi_json(text, "amd-smi static --partition --json"):
+        part = device.get("partition")
         if not isinstance(part, dict):
             continue
         found.append(

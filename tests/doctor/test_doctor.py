@@ -80,36 +80,61 @@ def test_every_warning_and_failure_has_bilingual_fix_and_link():
 def test_facts_of_the_mi250x_node_count_gcds():
     facts = report_for("mi250x-rocm57")["facts"]
     assert facts["vendor"] == "amd" and facts["rocm_version"].startswith("5.7.1")
-    assert [g["gfx"] for g in facts["gpus"]] == ["gfx90a"] * 4
-    assert {g["compute_units"] for g in facts["gpus"]} == {110}
+    assert [g["gfx"] for g in facts["gpus"]] == ["gfx90a"] * 4  # one KFD node per GCD
+    assert {(g["compute_units"], g["wavefront_size"]) for g in facts["gpus"]} == {(110, 64)}
+    assert {g["name"] for g in facts["gpus"]} == {"AMD GPU"}  # ROCm 5.7 recorded no amd-smi to name it
 
 
-def test_gpu_list_falls_back_to_amd_smi_when_rocminfo_fails():
-    facts = report_for("no-render-group")["facts"]
-    assert facts["gpus"][0]["name"] == "AMD Instinct MI210" and facts["gpus"][0]["gfx"] == "gfx90a"
+def test_gpus_come_from_the_kfd_topology_named_by_amd_smi():
+    report = report_for("mi300x-node")
+    gpus = report["facts"]["gpus"]
+    assert len(gpus) == 8 and {(g["name"], g["gfx"], g["compute_units"], g["wavefront_size"]) for g in gpus} == {
+        ("AMD Instinct MI300X", "gfx942", 304, 64)
+    }
+    found = next(f for f in report["findings"] if f["check"] == "gpus")
+    assert found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942 304 CU wave64"
 
 
-def test_parse_rocminfo_keeps_agent_name_over_isa_names():
-    text = (MACHINES / "rx7900xtx-desktop" / "rocminfo.txt").read_text()
-    agents = probes.parse_rocminfo(text)
-    assert [a.device_type for a in agents] == ["CPU", "GPU"]
-    gpu = agents[1]
-    assert (gpu.name, gpu.gfx, gpu.compute_units, gpu.wavefront_size) == ("gfx1100", "gfx1100", 96, 32)
-    assert gpu.isa == ["amdgcn-amd-amdhsa--gfx1100", "amdgcn-amd-amdhsa--gfx11-generic"]
-    assert agents[0].wavefront_size is None
+def test_the_topology_lists_the_gpu_a_user_outside_the_render_group_cannot_open():
+    """sysfs is readable by everyone: the GPU is listed (and named) although /dev/kfd is not open to this user."""
+    report = report_for("no-render-group")
+    assert [(g["name"], g["gfx"], g["compute_units"]) for g in report["facts"]["gpus"]] == [
+        ("AMD Instinct MI210", "gfx90a", 104)
+    ]
+    assert statuses(report)["access"] == "fail"
 
 
-def test_parse_rocminfo_mi300x_two_sockets_eight_gpus():
-    agents = probes.parse_rocminfo((MACHINES / "mi300x-node" / "rocminfo.txt").read_text())
-    gpus = [a for a in agents if a.device_type == "GPU"]
-    assert len(agents) == 10 and len(gpus) == 8
-    assert {(a.marketing_name, a.compute_units, a.wavefront_size) for a in gpus} == {("AMD Instinct MI300X", 304, 64)}
+def test_without_the_topology_amd_smi_alone_lists_the_gpus(tmp_path):
+    data = json.loads((MACHINES / "rx7900xtx-desktop" / "machine.json").read_text())
+    data["dirs"].pop("/sys/class/kfd/kfd/topology/nodes")  # no KFD (a container without /sys/class/kfd)
+    (tmp_path / "amd-smi-asic.json").write_text((MACHINES / "rx7900xtx-desktop" / "amd-smi-asic.json").read_text())
+    (tmp_path / "machine.json").write_text(json.dumps(data))
+    facts = doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX)["facts"]
+    assert facts["gpus"] == [
+        {"name": "Radeon RX 7900 XTX", "gfx": "gfx1100", "isa": "gfx1100", "compute_units": 96, "wavefront_size": None}
+    ]
+    del data["commands"]["amd-smi static --asic --json"]
+    (tmp_path / "machine.json").write_text(json.dumps(data))
+    got = statuses(doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX))
+    assert got["gpus"] == "fail"  # amdgpu loaded, nothing lists a GPU: the fix names /dev/kfd and the container flags
 
 
-def test_parse_amdsmi_static_and_version():
-    gpus = probes.parse_amdsmi_static((MACHINES / "mi300x-node" / "amd-smi-static.txt").read_text())
+def test_parse_amdsmi_asic_and_version():
+    gpus = probes.parse_amdsmi_asic((MACHINES / "mi300x-node" / "amd-smi-asic.json").read_text())
     assert len(gpus) == 8 and gpus[7]["gpu"] == 7
-    assert gpus[0]["target_graphics_version"] == "gfx942" and gpus[0]["num_compute_units"] == "304"
+    assert gpus[0] == {
+        "gpu": 0,
+        "market_name": "AMD Instinct MI300X",
+        "device_id": 0x74A1,
+        "num_compute_units": 304,
+        "target_graphics_version": "gfx942",
+    }
+    unread = '[{"gpu": 0, "asic": {"market_name": "N/A", "device_id": "N/A", "num_compute_units": "N/A"}}]'
+    assert probes.parse_amdsmi_asic(unread) == [
+        {"gpu": 0, "market_name": None, "device_id": None, "num_compute_units": None, "target_graphics_version": None}
+    ]
+    with pytest.raises(InputError, match="amd-smi static --asic --json"):
+        probes.parse_amdsmi_asic("GPU: 0\n    ASIC:\n")
     version = probes.parse_amdsmi_version(
         "AMDSMI Tool: 26.2.2+7f | AMDSMI Library version: 26.2.2 | ROCm version: 7.2.4"
     )
@@ -151,8 +176,7 @@ def test_visible_devices(env, visible, problem):
 def test_hidden_gpus_and_bad_override_are_reported(tmp_path):
     data = json.loads((MACHINES / "rx7900xtx-desktop" / "machine.json").read_text())
     data["env"].update({"HIP_VISIBLE_DEVICES": "1", "HSA_OVERRIDE_GFX_VERSION": "gfx1100"})
-    for name in ("rocminfo.txt", "amd-smi-static.txt"):
-        (tmp_path / name).write_text((MACHINES / "rx7900xtx-desktop" / name).read_text())
+    (tmp_path / "amd-smi-asic.json").write_text((MACHINES / "rx7900xtx-desktop" / "amd-smi-asic.json").read_text())
     (tmp_path / "machine.json").write_text(json.dumps(data))
     got = statuses(doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX))
     assert got["visible-devices"] == "warn" and got["hsa-override"] == "fail"
@@ -164,8 +188,7 @@ def test_rocm_version_from_core_layout(tmp_path):
     data["commands"].pop("amd-smi version")
     data["dirs"]["/opt/rocm"] = ["bin", "core-7.14", "lib"]
     data["files"]["/opt/rocm/core-7.14/.info/version"] = "7.14.0\n"
-    for name in ("rocminfo.txt", "amd-smi-static.txt"):
-        (tmp_path / name).write_text((MACHINES / "rx7900xtx-desktop" / name).read_text())
+    (tmp_path / "amd-smi-asic.json").write_text((MACHINES / "rx7900xtx-desktop" / "amd-smi-asic.json").read_text())
     (tmp_path / "machine.json").write_text(json.dumps(data))
     report = doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX)
     assert report["facts"]["rocm_version"] == "7.14.0"

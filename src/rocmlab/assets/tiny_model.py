@@ -157,13 +157,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
 
 
-def perplexity(model, tokenizer, docs, *, seq_len: int = SEQ_LEN * 2) -> float:
-    """Token-level perplexity of ``docs`` (each scored on its own, truncated to seq_len)."""
+def _held_out_perplexity(model, tokenizer, *, seq_len: int = SEQ_LEN * 2) -> float:
+    """Token-level perplexity of the held-out documents (each scored on its own, truncated to
+    seq_len). Private and bound to its own documents: lab 08 asks the learner for a
+    ``perplexity(model, tokenizer, texts)``, and this package is importable in their kernel."""
     import torch
 
     total_nll, total_tokens = 0.0, 0
     with torch.no_grad():
-        for encoding in tokenizer.encode_batch(docs):
+        for encoding in tokenizer.encode_batch(eval_documents()):
             ids = torch.tensor([encoding.ids[:seq_len]])
             if ids.shape[1] < 2:
                 continue
@@ -215,7 +217,7 @@ def build_tiny_model(
     with _deterministic_torch(seed, threads):
         model = make_model(tokenizer.get_vocab_size(), special_ids)
         final_loss = pretrain(model, ids, steps=steps, seed=seed, log=log)
-        eval_ppl = perplexity(model, tokenizer, eval_documents()) if evaluate else None
+        eval_ppl = _held_out_perplexity(model, tokenizer) if evaluate else None
     model.generation_config.eos_token_id = [special_ids["<|im_end|>"], special_ids["<|endoftext|>"]]
     model.generation_config.pad_token_id = special_ids["<|endoftext|>"]
     model.generation_config.bos_token_id = special_ids["<|endoftext|>"]

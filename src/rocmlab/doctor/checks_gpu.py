@@ -116,14 +116,12 @@ def check_gpus(machine, facts, releases):
             )
         ]
     if not facts.gpus:
-        result = machine.run(["rocminfo"])
-        said = (result.stderr or result.stdout).strip().splitlines()[-1:] if result else []
         return [
             Finding(
                 "gpus",
                 "GPUs",
                 "fail",
-                "amdgpu is loaded but rocminfo / amd-smi list no GPU" + (f" ({said[0]})" if said else ""),
+                f"amdgpu is loaded but neither the KFD topology ({probes.KFD_TOPOLOGY}) nor amd-smi lists a GPU",
                 "检查 /dev/kfd 访问权限（见 access 项）、dmesg 中 amdgpu 的报错，以及容器是否传入了 --device /dev/kfd --device /dev/dri。",
                 "Check access to /dev/kfd (see the access finding), amdgpu errors in dmesg, and that a "
                 "container got --device /dev/kfd --device /dev/dri.",

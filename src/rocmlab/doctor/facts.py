@@ -140,32 +140,43 @@ def gather(machine: Machine) -> Facts:
 
 
 def _amd_gpus(machine: Machine) -> tuple[list[dict], str]:
-    result = machine.run(["rocminfo"])
-    if result and result.returncode == 0:
-        agents = probes.gpu_agents(result.stdout)
-        if agents:
-            return [
-                {
-                    "name": a.marketing_name or a.name,
-                    "gfx": a.gfx,
-                    "isa": a.isa[0].rsplit("--", 1)[-1] if a.isa else a.name,
-                    "compute_units": a.compute_units,
-                    "wavefront_size": a.wavefront_size,
-                }
-                for a in agents
-            ], "rocminfo"
-    result = machine.run(["amd-smi", "static", "--asic"])
-    if result and result.returncode == 0:
-        gpus = probes.parse_amdsmi_static(result.stdout)
-        if gpus:
-            return [
-                {
-                    "name": g.get("market_name", "AMD GPU"),
-                    "gfx": base_target(g.get("target_graphics_version", "")),
-                    "isa": g.get("target_graphics_version", ""),
-                    "compute_units": probes._int(g.get("num_compute_units", "")),
-                    "wavefront_size": None,
-                }
-                for g in gpus
-            ], "amd-smi"
-    return [], ""
+    """The AMD GPUs and where they were read: the KFD topology (one entry per device, a compute
+    partition included) named by amd-smi, else amd-smi alone."""
+    asics = _amdsmi_asics(machine)
+    names = {a["device_id"]: a["market_name"] for a in asics if a["device_id"] is not None and a["market_name"]}
+    kfd = probes.kfd_gpus(machine)
+    if kfd:
+        gpus = [
+            {
+                "name": names.get(g.device_id) or "AMD GPU",
+                "gfx": g.gfx,
+                "isa": g.gfx,  # the topology names no target features (sramecc, xnack)
+                "compute_units": g.cus,
+                "wavefront_size": g.wavefront or None,
+            }
+            for g in kfd
+        ]
+        return gpus, "the KFD topology" + (" and amd-smi" if names else "")
+    gpus = [
+        {
+            "name": a["market_name"] or "AMD GPU",
+            "gfx": base_target(a["target_graphics_version"] or ""),
+            "isa": a["target_graphics_version"] or "",
+            "compute_units": a["num_compute_units"],
+            "wavefront_size": None,
+        }
+        for a in asics
+        if a["target_graphics_version"]
+    ]
+    return gpus, "amd-smi" if gpus else ""
+
+
+def _amdsmi_asics(machine: Machine) -> list[dict]:
+    """``amd-smi static --asic --json`` parsed; [] where amd-smi is missing, fails or prints no JSON."""
+    result = machine.run(probes.AMDSMI_ASIC)
+    if result is None or result.returncode != 0:
+        return []
+    try:
+        return probes.parse_amdsmi_asic(result.stdout)
+    except InputError:
+        return []
