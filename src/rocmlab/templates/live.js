@@ -87,9 +87,13 @@ function renderRoom(room) {
   document.getElementById("oldest-wait").textContent = since(room.oldest_wait_s);
   document.getElementById("alive-workers").textContent = room.alive_workers;
   document.getElementById("no-worker").hidden = room.alive_workers > 0;
+  // supervise.worker_states: alive, silent (red: someone should look), ended (grey); an earlier run's are left out
   document.querySelector("#workers tbody").replaceChildren(...room.workers.map(w =>
-    el("tr", {class: w.alive ? "alive" : "dead"},
-      el("td", {}, w.worker), el("td", {class: "num"}, since(w.seen_s)), el("td", {}, w.attempt === null ? "–" : "#" + w.attempt))));
+    el("tr", {class: w.state === "alive" ? "alive" : w.state === "ended" ? "ended" : "dead", "data-state": w.state},
+      el("td", {}, w.worker), el("td", {class: "num"}, since(w.seen_s)), el("td", {}, w.attempt === null ? "–" : "#" + w.attempt),
+      el("td", {}, T["worker_" + w.state] || w.state))));
+  document.getElementById("refused-workers").replaceChildren(...room.refused.map(r =>
+    el("p", {class: "alarm", "data-worker": r.name}, T.worker_refused + " (" + r.name + "): ", el("code", {}, r.message))));
 }
 
 function points(value, max) { return value === null ? "–" : value + (max === null ? "" : " / " + max); }
