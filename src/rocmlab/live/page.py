@@ -318,7 +318,8 @@ def room_state(context: LiveContext, queue, refusals: RefusalStore) -> dict:
     """The queue's room, its workers with their states (rocmlab.live.supervise) and those of an
     earlier run left out, and the hub's workers that refused to start, with why."""
     room = queue.room()
-    room["workers"] = worker_states(room["workers"], now=context.clock(), since=context.started_at, host=context.host)
+    now = queue.clock()  # the clock the queue's ``seen_s`` is measured on
+    room["workers"] = worker_states(room["workers"], now=now, since=context.started_at, host=context.host)
     room["refused"] = refusals.current(host=context.host)
     return room
 
