@@ -122,7 +122,9 @@ def landlock_only(tmp_path):
     return queue, {**os.environ, "ROCMLAB_SANDBOX": "landlock"}
 
 
+@pytest.mark.slow
 def test_a_worker_the_hub_runs_refuses_once_and_waits_instead_of_being_restarted(landlock_only):
+    """About 5 s: the CLI's worker in a process of its own, as JupyterHub starts it."""
     queue, env = landlock_only
     env[supervise.MANAGED_BY_HUB] = "rocmlab-live-worker-1"
     worker = subprocess.Popen(
@@ -150,7 +152,9 @@ def test_a_worker_the_hub_runs_refuses_once_and_waits_instead_of_being_restarted
     assert RefusalStore(queue).current(host=os.uname().nodename) == []  # stopped: no longer shown
 
 
+@pytest.mark.slow
 def test_a_worker_started_by_hand_that_may_not_start_exits_naming_why(landlock_only):
+    """About 8 s (loaded machine): the CLI's worker, as an instructor types it."""
     queue, env = landlock_only
     env.pop(supervise.MANAGED_BY_HUB, None)
     done = subprocess.run(
