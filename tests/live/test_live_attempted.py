@@ -65,6 +65,23 @@ def test_not_attempted_is_neither_failed_nor_a_hint_target_nor_in_the_pass_rate(
     assert CheckOutcome.from_dict({k: v for k, v in ana.checks[1].__dict__.items() if k != "attempted"}).attempted
 
 
+def test_an_exercise_nobody_attempted_has_no_pass_rate_rather_than_zero():
+    """Issue 49's walk: an exercise no learner attempted showed a red "0%" on the instructor's page."""
+
+    def graded(learner, attempted_b):
+        checks = [
+            CheckOutcome("a", "a-rule", True, 1.0, 1.0, {"en": "a"}),
+            CheckOutcome("b", "b-rule", False, 0.0, 1.0, {"en": "b"}, attempted_b),
+        ]
+        return Attempt(id=len(learner), learner=learner, lab=LAB, submitted_at="t", state="graded", checks=checks)
+
+    rows = {row.grade_id: row for row in exercise_rows([graded("ana", False), graded("bob", False)])}
+    assert (rows["b"].graded, rows["b"].passed, rows["b"].not_attempted, rows["b"].pass_rate) == (0, 0, 2, None)
+    assert rows["a"].pass_rate == 1.0
+    attempted_once = {row.grade_id: row for row in exercise_rows([graded("ana", False), graded("bob", True)])}
+    assert attempted_once["b"].pass_rate == 0.0  # one learner tried it and failed: that is a 0 % pass rate
+
+
 def test_the_learners_report_lists_not_attempted_apart():
     from rocmlab.hub.submit import report
 

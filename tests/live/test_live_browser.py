@@ -41,6 +41,8 @@ ROCMINFO = (
     "跳过 CPU 代理，即使名字里带 Radeon（APU）",
 )
 ARCH = ("feature suffixes after the first colon are dropped first", "先去掉第一个冒号后的特性后缀")
+OTHER_LAB = "02-llm-inference"
+REFUSAL = "lab 04-collectives-rccl cannot be graded on the landlock sandbox backend: install bubblewrap"
 HINT_EN = "Split the target at the first ':' before matching: gfx90a:sramecc+:xnack- is gfx90a."
 HINT_ZH = "匹配之前先在第一个 ':' 处截断：gfx90a:sramecc+:xnack- 就是 gfx90a。"
 RULE = f"""
@@ -62,10 +64,23 @@ def checks(backend=True, rocminfo=True, arch=True):
 
 def fill_queue(queue_path, now: float, copies) -> None:
     """What the workers would have left: graded attempts, one grading, one queued. ada's and cy's
-    copies are still in the service's spool (``copies``), the others' are gone."""
+    copies are still in the service's spool (``copies``), the others' are gone. A worker of an
+    earlier run of the hub (its process gone) and one the hub runs that refused to start (issue
+    49's walk); bo's lab 02 attempt left its only exercise as released: nobody attempted it."""
+    import os
+    import subprocess
+
+    from rocmlab.live.attempts import CheckOutcome
     from rocmlab.live.queue import LiveQueue
+    from rocmlab.live.supervise import RefusalStore
 
     queue = LiveQueue(queue_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=10)
+    LiveQueue(queue_path, clock=lambda: now - 1800).claim(f"{os.uname().nodename}-{gone.pid}-earlier", lease_s=60)
+    RefusalStore(queue_path).record("rocmlab-live-worker-2", REFUSAL, host=os.uname().nodename, pid=os.getpid(), at=now)
+    untouched = CheckOutcome("02-kv-1", "02-kv-1-rule", False, 0.0, 1.0, {"en": "kv"}, attempted=False)
+    graded_in(queue, "bo", OTHER_LAB, [untouched], at=now - 500)  # before bo's lab 01: still their current lab
     copies.mkdir()
     for learner in ("ada", "cy"):
         (copies / f"{learner}.ipynb").write_text("{}", encoding="utf-8")
@@ -120,6 +135,10 @@ def check_instructor_page(page) -> None:
     sync_api.expect(page.locator("#grading")).to_have_text("1")  # eve's, by worker-1
     sync_api.expect(page.locator("#alive-workers")).to_have_text("1")
     sync_api.expect(page.locator("#workers tr.alive")).to_contain_text("worker-1")
+    # issue 49's walk: an earlier run's worker and the fixture's `worker-test` (last seen before the
+    # service started) are not today's failing workers; a worker that refused says why
+    sync_api.expect(page.locator("#workers tbody tr")).to_have_count(1)
+    sync_api.expect(page.locator("#refused-workers [data-worker=rocmlab-live-worker-2]")).to_contain_text(REFUSAL)
     sync_api.expect(page.locator("#no-worker")).to_be_hidden()
     learners = page.locator("#learners tbody tr")
     sync_api.expect(learners).to_have_count(7)
@@ -132,6 +151,9 @@ def check_instructor_page(page) -> None:
     rocminfo = page.locator("#exercises tr[data-exercise='01-rocm-setup/01-rocminfo-1']")
     sync_api.expect(rocminfo.locator("[data-rate]")).to_have_text("40%")  # ada, dee of 5 graded learners
     sync_api.expect(rocminfo.locator("ul.failures li")).to_have_text([f"3× {ROCMINFO[0]} / {ROCMINFO[1]}"])
+    untouched = page.locator(f"#exercises tr[data-exercise='{OTHER_LAB}/02-kv-1'] [data-rate]")
+    sync_api.expect(untouched).to_have_text("—")  # nobody attempted it: no red 0 %
+    sync_api.expect(untouched).to_have_class("num rate-none")
 
 
 def regrade_everyone(page, queue_path) -> None:

@@ -196,3 +196,50 @@ def test_the_service_collects_again_at_start_what_was_submitted_while_it_was_awa
     assert len(queue.attempts()) == 2
     learner_submits(exchange, "cy", LAB, "2026-12-02 03:00:00.000001 UTC")
     assert recollect(settings, queue, now=lambda: time.time() + 3600) == []  # older than the window: the instructor's
+
+
+def type_submit(notebook, url: str, learner: str, monkeypatch, capsys, exchange, stamp: str) -> list[str]:
+    """``rocmlab submit NOTEBOOK`` as a learner types it in a terminal of their server (the hub's
+    variables set), read line by line as the terminal shows it. nbgrader's submit is stood in for
+    by what it leaves in the learner's inbound folder (test_live_e2e.py runs the real one)."""
+    from rocmlab.cli import main
+
+    source = json.loads(notebook.read_text(encoding="utf-8"))["cells"][0]["source"]
+    monkeypatch.setenv("ROCMLAB_LIVE_URL", url)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", f"{learner}-token")
+    monkeypatch.setattr(submit, "nbgrader_submit", lambda *_: learner_submits(exchange, learner, LAB, stamp, source))
+    assert main(["submit", str(notebook), "--timeout", "60"]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_submit_prints_at_once_the_result_of_an_attempt_already_graded(room, tmp_path, monkeypatch, capsys):
+    """Issue 49's walk: `rocmlab submit` printed "grading..." for an attempt answered already graded
+    (an unchanged notebook, a resumed submit). The CLI prints the result at once, and says "grading..."
+    only while an attempt waits."""
+    service, worker, exchange = room
+    notebook = tmp_path / "home" / LAB / f"{LAB}.ipynb"
+    notebook.parent.mkdir(parents=True)
+    notebook.write_text(
+        json.dumps({"cells": [{"source": "x = 1"}], "metadata": {"rocmlab": {"id": LAB, "lang": "en"}}}),
+        encoding="utf-8",
+    )
+    first = type_submit(notebook, service.url, "ana", monkeypatch, capsys, exchange, "2026-12-02 03:00:00.000001 UTC")
+    assert first[0].startswith(f"submitted {LAB} (attempt ") and first[1:3] == ["grading...", "score: 2 / 2"]
+    again = type_submit(notebook, service.url, "ana", monkeypatch, capsys, exchange, "2026-12-02 03:05:00.000001 UTC")
+    assert again[0].startswith(f"this submission of {LAB} was already sent") and "grading..." not in again
+    assert again[1] == "score: 2 / 2"
+    # a submit whose answer was lost: by the time the learner types it again, it was graded
+    learner_submits(exchange, "bo", LAB, "2026-12-02 03:10:00.000001 UTC", text="x = 2")
+    status, lost = submit.LiveClient(service.url, "bo-token").call_once("POST", "api/submit", {"lab": LAB})
+    assert status == 201
+    while worker.queue.latest("bo", LAB).state != "graded":
+        time.sleep(0.1)
+    monkeypatch.setattr(submit, "nbgrader_submit", lambda *_: None)  # the same submission, already in the folder
+    from rocmlab.cli import main
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "bo-token")
+    assert main(["submit", str(notebook), "--timeout", "60"]) == 0
+    resumed = capsys.readouterr().out.splitlines()
+    assert resumed[0] == f"submitted {LAB} (attempt {lost['attempt']['id']}); 4 of 5 submissions left this hour"
+    assert resumed[1:] == ["score: 2 / 2", "every rule met"]
+    assert worker.queue.submissions_since("ana", LAB, 0) == 1 and worker.queue.submissions_since("bo", LAB, 0) == 1

@@ -56,8 +56,11 @@ from .safe_copy import (
     UnsafeSubmission,
     as_timestamp,
     descriptor,
+    examine_at,
+    not_owned_by,
     open_dir,
     open_dir_at,
+    submission_at,
     write_at,
 )
 
@@ -212,26 +215,19 @@ class LearnerFolderCollect(ClosedRoot, ExchangeCollect):
                     )
                     continue
                 try:
-                    with descriptor(open_dir_at(fd, name)) as submission:
-                        examined = TreeCopy(uid, **self.limits())
-                        examined.run(submission, None, os.path.join(student, name))
+                    newest = examine_at(fd, name, uid, os.path.join(student, name), **self.limits())
                 except (UnsafeSubmission, OSError) as exc:
                     self.log.warning("not collected: %s/%s (%s)", student, name, exc)
                     continue
-                when = as_timestamp(examined.newest)
+                when = as_timestamp(newest)
                 records.append({"username": student, "filename": name, "timestamp": when, "uid": uid})
         return records
 
     def owned_by_account(self, student: str, uid: int) -> bool:
-        try:
-            expected = pwd.getpwnam(student).pw_uid
-        except KeyError:
-            self.log.warning("not collected: %s is not a user of this machine", student)
-            return False
-        if uid != expected:
-            self.log.warning("not collected: the inbound folder of %s is owned by uid %d", student, uid)
-            return False
-        return True
+        refused = not_owned_by(student, uid)
+        if refused:
+            self.log.warning("not collected: %s", refused)
+        return not refused
 
     def choose(self, records: list[dict]) -> dict:
         newest_first = sorted(records, key=lambda record: record["timestamp"], reverse=True)
@@ -267,11 +263,7 @@ class LearnerFolderCollect(ClosedRoot, ExchangeCollect):
         partial = f"{dest}.rocmlab-partial"
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            with (
-                descriptor(open_dir(self.inbound_path)) as inbound,
-                descriptor(open_dir_at(inbound, student)) as folder,
-                descriptor(open_dir_at(folder, name)) as submission,
-            ):
+            with submission_at(self.inbound_path, student, name) as submission:
                 copy = TreeCopy(record["uid"], **self.limits())
                 copy.run(submission, partial, os.path.join(student, name))
         except (UnsafeSubmission, OSError) as exc:

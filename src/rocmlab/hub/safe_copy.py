@@ -6,7 +6,9 @@ The instructor's collect and feedback release (rocmlab.hub.exchange) and the liv
 collect (rocmlab.live.collect) copy submissions with it: ``TreeCopy`` refuses links, devices,
 FIFOs and entries not owned by the folder's owner (no hard link to someone else's file), keeps
 nbgrader's size limits, and records the newest ctime it saw, the submission's time (which no
-learner can set back); ``write_at`` replaces a file in a learner's folder without following a
+learner can set back); ``examine_at`` (a submission checked through, nothing copied),
+``submission_at`` (a submission's folder opened level by level) and ``not_owned_by`` (a learner's
+folder owned by another account) are the steps both collects take; ``write_at`` replaces a file in a learner's folder without following a
 link planted there.
 """
 
@@ -16,6 +18,7 @@ import contextlib
 import datetime
 import fnmatch
 import os
+import pwd
 import re
 import stat
 
@@ -143,6 +146,32 @@ def copy_without_links(src: str, dest: str, uid: int | None = None, **limits) ->
         copy = TreeCopy(uid, **limits)
         copy.run(fd, dest)
         return copy.newest
+
+
+def examine_at(folder: int, name: str, uid: int, label: str, **limits) -> int:
+    """The newest ctime (ns) in the submission ``name`` of a learner's folder (descriptor ``folder``),
+    every entry checked as ``TreeCopy`` checks it and nothing copied. Raises UnsafeSubmission or OSError."""
+    with descriptor(open_dir_at(folder, name)) as submission:
+        examined = TreeCopy(uid, **limits)
+        examined.run(submission, None, label)
+    return examined.newest
+
+
+@contextlib.contextmanager
+def submission_at(inbound: str, learner: str, name: str):
+    """The descriptor of ``<inbound>/<learner>/<name>``, each level opened without following a link."""
+    with descriptor(open_dir(inbound)) as folders, descriptor(open_dir_at(folders, learner)) as mine:
+        with descriptor(open_dir_at(mine, name)) as submission:
+            yield submission
+
+
+def not_owned_by(learner: str, uid: int) -> str:
+    """Why a learner's folder owned by ``uid`` is not the account ``learner``'s; empty when it is."""
+    try:
+        expected = pwd.getpwnam(learner).pw_uid
+    except KeyError:
+        return f"{learner} is not a user of this machine"
+    return "" if uid == expected else f"the inbound folder of {learner} is owned by uid {uid}, not by {learner}"
 
 
 def as_timestamp(ctime_ns: int) -> datetime.datetime:

@@ -177,13 +177,16 @@ def request_grading(client: LiveClient, lab: str, deadline: float) -> dict:
     return answer
 
 
+FINISHED = ("graded", "failed")
+
+
 def wait_for_grade(client: LiveClient, attempt_id: int, deadline: float, poll_s: float = 1.0) -> dict | None:
     """The attempt once graded or failed; None at ``deadline`` (monotonic)."""
     while time.monotonic() < deadline:
         status, attempt = client.call("GET", f"api/attempts/{attempt_id}", deadline=deadline)
         if status != 200:
             raise CommandFailed(f"attempt {attempt_id}: {attempt.get('error', status)}")
-        if attempt["state"] in ("graded", "failed"):
+        if attempt["state"] in FINISHED:
             return attempt
         time.sleep(poll_s)
     return None
@@ -232,8 +235,11 @@ def main(*, notebook: str, timeout: float = 600, no_wait: bool = False, course=N
     print(text[key].format(lab=lab, id=attempt["id"], remaining=answer["remaining"], limit=answer["limit"]))
     if no_wait:
         return ExitCode.OK
-    print(text["wait"], flush=True)
-    finished = wait_for_grade(client, attempt["id"], deadline)
+    # an unchanged notebook, or a resumed submit, may be answered with an attempt graded already
+    finished = attempt if attempt.get("state") in FINISHED else None
+    if finished is None:
+        print(text["wait"], flush=True)
+        finished = wait_for_grade(client, attempt["id"], deadline)
     if finished is None:
         print(text["slow"].format(timeout=timeout, url=client.url))
         return ExitCode.FAILED

@@ -5,7 +5,8 @@ copy, the groups and the completion rule) and beside nothing that imports it bac
 - the queue: ``queue`` (SQLite in WAL mode: leases, idempotent submits, the rate limit, kept
   seeds), ``attempts`` (what an attempt is), ``tables`` (the service's own tables in its file);
 - grading: ``worker`` (``rocmlab live worker``), ``graders`` (the graders a worker keeps open),
-  ``attempted`` (exercises left as released), ``sizing`` (docs/hub.md's table), ``command`` (the CLI);
+  ``attempted`` (exercises left as released), ``sizing`` (docs/hub.md's table), ``command`` (the CLI),
+  ``supervise`` (the workers' states on the page; a refused worker the hub runs waits, said once);
 - the service the hub manages: ``service`` (routes, submits), ``handlers`` (its settings and base
   handlers), ``worker_api`` (the workers' queue over HTTP), ``collect`` and ``recollect`` (a
   learner's submission copied from the exchange, and again at start);

@@ -14,22 +14,14 @@ and each learner's copies have a quota (``prune_spool``, ``SPOOL_QUOTA_BYTES``).
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..grading import notebook_limits
 from ..grading.submissions import pick_lab_notebook
-from ..hub.safe_copy import (
-    SAFE_NAME,
-    TreeCopy,
-    UnsafeSubmission,
-    as_timestamp,
-    descriptor,
-    open_dir,
-    open_dir_at,
-)
+from ..hub import safe_copy
+from ..hub.safe_copy import UnsafeSubmission, descriptor
 
 MAX_FILE_BYTES = 100 * 2**20  # nbgrader's own defaults (CourseDirectory.max_file_size, max_dir_size)
 MAX_TOTAL_BYTES = 1000 * 2**20
@@ -56,37 +48,29 @@ class Collected:
     notebook: Path  # the notebook of the lab in it
 
 
-def _owner_check(learner: str, uid: int) -> None:
-    try:
-        expected = pwd.getpwnam(learner).pw_uid
-    except KeyError:
-        raise NothingToCollect(f"{learner} is not a user of this machine") from None
-    if uid != expected:
-        raise NothingToCollect(f"the inbound folder of {learner} is owned by uid {uid}, not by {learner}")
-
-
 def newest_submission(inbound: int, learner: str, lab: str, owner_is_account: bool) -> tuple[str, int, int]:
     """(name, newest ctime in ns, owner uid) of the learner's newest submission of ``lab`` in their
     folder under the descriptor ``inbound``; NothingToCollect if there is none that may be collected."""
     try:
-        folder = open_dir_at(inbound, learner)
+        folder = safe_copy.open_dir_at(inbound, learner)
     except UnsafeSubmission as exc:
         raise NothingToCollect(f"no inbound folder of {learner}: {exc}") from None
     with descriptor(folder):
         uid = os.fstat(folder).st_uid
-        if owner_is_account:
-            _owner_check(learner, uid)
+        refused = owner_is_account and safe_copy.not_owned_by(learner, uid)
+        if refused:
+            raise NothingToCollect(refused)
         found = []
         for name in sorted(os.listdir(folder)):
             if not name.startswith(f"{learner}+{lab}+"):  # filed under another name, or another lab
                 continue
             try:
-                with descriptor(open_dir_at(folder, name)) as submission:
-                    examined = TreeCopy(uid, max_file=MAX_FILE_BYTES, max_total=MAX_TOTAL_BYTES)
-                    examined.run(submission, None, name)
+                newest = safe_copy.examine_at(
+                    folder, name, uid, name, max_file=MAX_FILE_BYTES, max_total=MAX_TOTAL_BYTES
+                )
             except (UnsafeSubmission, OSError):
                 continue  # the instructor's collect names it in its log; a live submit skips it
-            found.append((examined.newest, name))
+            found.append((newest, name))
     if not found:
         raise NothingToCollect(f"no submission of {lab} by {learner}: submit it first (nbgrader's Assignment List)")
     newest, name = max(found)
@@ -106,11 +90,11 @@ class Found:
 
 def find_newest(exchange: Path, course_id: str, learner: str, lab: str, *, owner_is_account: bool) -> Found:
     """The learner's newest submission of ``lab``, only examined; NothingToCollect if there is none."""
-    if not SAFE_NAME.fullmatch(learner) or not SAFE_NAME.fullmatch(lab):
+    if not safe_copy.SAFE_NAME.fullmatch(learner) or not safe_copy.SAFE_NAME.fullmatch(lab):
         raise NothingToCollect(f"{learner!r}/{lab!r} cannot name an exchange folder")
-    with descriptor(open_dir(str(Path(exchange) / course_id / "inbound"))) as inbound:
+    with descriptor(safe_copy.open_dir(str(Path(exchange) / course_id / "inbound"))) as inbound:
         name, newest, uid = newest_submission(inbound, learner, lab, owner_is_account)
-    return Found(learner, lab, name, as_timestamp(newest).isoformat(timespec="microseconds"), uid)
+    return Found(learner, lab, name, safe_copy.as_timestamp(newest).isoformat(timespec="microseconds"), uid)
 
 
 def copy_found(exchange: Path, course_id: str, found: Found, spool: Path) -> Collected:
@@ -123,13 +107,12 @@ def copy_found(exchange: Path, course_id: str, found: Found, spool: Path) -> Col
         partial = final.parent / f".partial-{os.getpid()}-{name}"
         partial.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         shutil.rmtree(partial, ignore_errors=True)
-        copy = TreeCopy(found.uid, include=NOTEBOOKS, max_total=MAX_COPY_BYTES)  # one too big: refused below
+        copy = safe_copy.TreeCopy(found.uid, include=NOTEBOOKS, max_total=MAX_COPY_BYTES)  # one too big: refused below
         inbound = Path(exchange) / course_id / "inbound"
         try:
-            with descriptor(open_dir(str(inbound))) as folders, descriptor(open_dir_at(folders, learner)) as mine:
-                with descriptor(open_dir_at(mine, name)) as submission:
-                    copy.run(submission, str(partial), name)
-            if as_timestamp(copy.newest).isoformat(timespec="microseconds") != found.submitted_at:
+            with safe_copy.submission_at(str(inbound), learner, name) as submission:
+                copy.run(submission, str(partial), name)
+            if safe_copy.as_timestamp(copy.newest).isoformat(timespec="microseconds") != found.submitted_at:
                 raise UnsafeSubmission("it changed while it was copied: submit again")
         except (UnsafeSubmission, OSError) as exc:
             shutil.rmtree(partial, ignore_errors=True)

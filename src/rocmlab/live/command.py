@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import processes
 from ..course.catalog import PROFILE_NAMES, SMOKE
 from ..course.course import Course
 from ..errors import ExitCode, InputError
@@ -85,12 +86,14 @@ def main(
     if action == "worker":
         from .worker import worker_main
 
+        labs_given = [lab.strip() for lab in labs.split(",") if lab.strip()]
         if budget <= 0:
             raise InputError(f"--budget {budget:g}: expected a positive number of seconds")
         if lease < 10:
             raise InputError(f"--lease {lease:g}: at least 10 seconds (it is renewed every third of it)")
         if open_labs is not None and open_labs < 1:
             raise InputError(f"--open-labs {open_labs}: expected at least 1")
+        may_start(course.root, labs_given, profile, unsafe, queue)
         return worker_main(
             course.root,
             queue_path=queue,
@@ -102,7 +105,7 @@ def main(
             unsafe=unsafe,
             max_attempts=max_attempts,
             idle_exit_s=idle_exit,
-            labs=[lab.strip() for lab in labs.split(",") if lab.strip()],
+            labs=labs_given,
             budget_s=budget,
             open_labs=open_labs,
         )
@@ -120,3 +123,20 @@ def main(
     write_json_atomic(Path(out), summary)
     print(f"{len(summary['students'])} learner(s)' seeds of {lab}: {out} (rocmlab grade {lab} --seeds {out})")
     return ExitCode.OK
+
+
+def may_start(root: Path, labs: list[str], profile: str, unsafe: bool, queue: str | None) -> None:
+    """Return once the worker may grade here. Started by hand, a worker that may not exits naming
+    why and the fix; one the hub runs (which JupyterHub would start again every 30 s) says it once
+    and waits, checking again (rocmlab.live.supervise)."""
+    from . import supervise
+
+    def check() -> None:
+        supervise.check_may_start(root, labs, profile, unsafe)
+
+    name = os.environ.get(supervise.MANAGED_BY_HUB, "")
+    if not name or not queue or not Path(queue).is_file():
+        check()
+        return
+    processes.exit_on_sigterm()  # the hub's stop ends the wait, and the refusal is removed
+    supervise.hold_until_it_may_start(name, supervise.RefusalStore(Path(queue)), check)

@@ -46,6 +46,7 @@ from . import certificate as cert
 from .handlers import LiveHandler
 from .hints import HintStore, send_hint
 from .regrade import RegradeStore
+from .supervise import RefusalStore, this_service_started, worker_states
 from .view import exercise_rows, learner_rows, progress, stuck_learners
 
 LANGS = ("en", "zh")
@@ -101,6 +102,11 @@ TEXT = {
         "hub_runs_no_workers": "This hub runs no grading workers (ROCMLAB_LIVE_WORKERS=0): submissions wait "
         "until you start `rocmlab live worker` on the hub's machine (docs/hub.md, The live workshop).",
         "heartbeat": "last heartbeat",
+        "worker_state": "state",
+        "worker_alive": "alive",
+        "worker_silent": "no heartbeat: its process still runs, or cannot be seen from here",
+        "worker_ended": "ended",
+        "worker_refused": "A grading worker the hub runs does not start",
         "not_submitted": "not submitted",
         "not_attempted": "not attempted",
         "regrades": "Regrades",
@@ -169,6 +175,11 @@ TEXT = {
         "hub_runs_no_workers": "本 hub 不运行评分进程（ROCMLAB_LIVE_WORKERS=0）：提交会一直等待，"
         "直到你在 hub 所在机器上启动 `rocmlab live worker`（docs/hub.md，“The live workshop”一节）。",
         "heartbeat": "最近心跳",
+        "worker_state": "状态",
+        "worker_alive": "运行中",
+        "worker_silent": "没有心跳：其进程仍在运行，或在本机看不到",
+        "worker_ended": "已结束",
+        "worker_refused": "hub 运行的一个评分进程无法启动",
         "not_submitted": "未提交",
         "not_attempted": "未作答",
         "regrades": "重新评分",
@@ -209,6 +220,9 @@ class LiveContext:
     name_of: object = lambda learner: ""
     regrades: RegradeStore | None = None  # None: beside the queue (``PageHandler.regrades``)
     hub_workers: int | None = None  # the grading workers the hub runs (0: none, a warning); None: not said
+    started_at: float = field(default_factory=this_service_started)  # workers last seen before: an earlier run
+    host: str = field(default_factory=lambda: os.uname().nodename)
+    refusals: RefusalStore | None = None  # None: beside the queue (``PageHandler.refusals``)
 
 
 def context_from_environment(queue_path: Path, environ=None) -> LiveContext:
@@ -300,11 +314,21 @@ def demo_home(data: Path, learner: str) -> tuple[Path, tuple[int, int]]:
 # ------------------------------------------------------------------ data of the pages
 
 
-def instructor_state(context: LiveContext, queue, regrades: RegradeStore) -> dict:
+def room_state(context: LiveContext, queue, refusals: RefusalStore) -> dict:
+    """The queue's room, its workers with their states (rocmlab.live.supervise) and those of an
+    earlier run left out, and the hub's workers that refused to start, with why."""
+    room = queue.room()
+    now = queue.clock()  # the clock the queue's ``seen_s`` is measured on
+    room["workers"] = worker_states(room["workers"], now=now, since=context.started_at, host=context.host)
+    room["refused"] = refusals.current(host=context.host)
+    return room
+
+
+def instructor_state(context: LiveContext, queue, regrades: RegradeStore, refusals: RefusalStore) -> dict:
     attempts = queue.attempts()
     return {
         "now": context.clock(),
-        "room": queue.room(),
+        "room": room_state(context, queue, refusals),
         "hub_workers": context.hub_workers,
         "learners": [asdict(row) for row in learner_rows(attempts, context.clock(), context.roster())],
         "exercises": [
@@ -358,6 +382,13 @@ class PageHandler(LiveHandler):
         return context.regrades
 
     @property
+    def refusals(self) -> RefusalStore:
+        context = self.page_context
+        if context.refusals is None:
+            context.refusals = RefusalStore(self.live.queue_path)
+        return context.refusals
+
+    @property
     def certificates(self) -> cert.CertificateStore:
         context = self.page_context
         if context.store is None:
@@ -391,7 +422,7 @@ class InstructorPage(InstructorOnly):
         token = self.xsrf_token
         self.page(
             "live.html.j2",
-            state=instructor_state(self.page_context, self.queue, self.regrades),
+            state=instructor_state(self.page_context, self.queue, self.regrades, self.refusals),
             poll_ms=POLL_S * 1000,
             xsrf=token.decode() if isinstance(token, bytes) else token,
         )
@@ -406,7 +437,7 @@ class InstructorScript(InstructorOnly):
 
 class InstructorState(InstructorOnly):
     def get(self):
-        self.write_json(instructor_state(self.page_context, self.queue, self.regrades))
+        self.write_json(instructor_state(self.page_context, self.queue, self.regrades, self.refusals))
 
 
 class HintPost(InstructorOnly):

@@ -91,8 +91,9 @@ class ExerciseRow:
     failures: list = field(default_factory=list)  # (message, learners), most common first
 
     @property
-    def pass_rate(self) -> float:
-        return round(self.passed / self.graded, 3) if self.graded else 0.0
+    def pass_rate(self) -> float | None:
+        """Passed over attempted; None when nobody attempted it (not attempted is no failure, so no 0 %)."""
+        return round(self.passed / self.graded, 3) if self.graded else None
 
 
 NOT_SUBMITTED = "not submitted"

@@ -17,7 +17,11 @@ function since(seconds) {
   if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
   return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
 }
-function rateClass(rate) { return rate < 0.5 ? "rate-low" : rate < 0.8 ? "rate-mid" : "rate-high"; }
+function rateClass(rate) {
+  return rate === null ? "rate-none" : rate < 0.5 ? "rate-low" : rate < 0.8 ? "rate-mid" : "rate-high";
+}
+// null: nobody attempted the exercise yet (view.ExerciseRow.pass_rate), which is no failure
+function rateText(rate) { return rate === null ? "—" : Math.round(rate * 100) + "%"; }
 function score(row) { return row.score === null ? "–" : row.score + " / " + row.max_score; }
 
 function renderLearners(rows) {
@@ -56,7 +60,8 @@ function renderExercises(rows) {
     return el("tr", {"data-exercise": key},
       el("td", {}, el("code", {}, row.lab)),
       el("td", {}, el("code", {}, row.grade_id)),
-      el("td", {class: "num " + rateClass(row.pass_rate), "data-rate": row.pass_rate}, Math.round(row.pass_rate * 100) + "%"),
+      el("td", {class: "num " + rateClass(row.pass_rate), "data-rate": row.pass_rate === null ? "" : row.pass_rate,
+        title: row.pass_rate === null ? T.not_attempted + ": " + row.not_attempted : ""}, rateText(row.pass_rate)),
       el("td", {class: "num"}, row.passed + " / " + row.graded),
       el("td", {}, row.failures.length ? el("ul", {class: "failures"}, ...row.failures.map(([message, count]) =>
         el("li", {}, el("span", {class: "count"}, count + "× "), message))) : ""),
@@ -82,9 +87,13 @@ function renderRoom(room) {
   document.getElementById("oldest-wait").textContent = since(room.oldest_wait_s);
   document.getElementById("alive-workers").textContent = room.alive_workers;
   document.getElementById("no-worker").hidden = room.alive_workers > 0;
+  // supervise.worker_states: alive, silent (red: someone should look), ended (grey); an earlier run's are left out
   document.querySelector("#workers tbody").replaceChildren(...room.workers.map(w =>
-    el("tr", {class: w.alive ? "alive" : "dead"},
-      el("td", {}, w.worker), el("td", {class: "num"}, since(w.seen_s)), el("td", {}, w.attempt === null ? "–" : "#" + w.attempt))));
+    el("tr", {class: w.state === "alive" ? "alive" : w.state === "ended" ? "ended" : "dead", "data-state": w.state},
+      el("td", {}, w.worker), el("td", {class: "num"}, since(w.seen_s)), el("td", {}, w.attempt === null ? "–" : "#" + w.attempt),
+      el("td", {}, T["worker_" + w.state] || w.state))));
+  document.getElementById("refused-workers").replaceChildren(...room.refused.map(r =>
+    el("p", {class: "alarm", "data-worker": r.name}, T.worker_refused + " (" + r.name + "): ", el("code", {}, r.message))));
 }
 
 function points(value, max) { return value === null ? "–" : value + (max === null ? "" : " / " + max); }
