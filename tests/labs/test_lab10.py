@@ -650,3 +650,57 @@ def test_a_loader_that_loads_nothing_fails_whatever_its_kernel_makes_agree(
     assert "the restored model state" in forged["dcp_in_process"].detail
     assert "exported parameter" in forged["export_bit_identical"].detail
     assert list(tmp_path.iterdir()) == []  # the checks' folders are removed
+
+
+LAUNCHED_CHECKS = ("shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "equiv_params")
+LAUNCHED_CHECKS += ("dcp_bit_identical",)
+
+
+def _reports_of(shapes, values, world=2):
+    """The ranks' reports of an honest run of ``shapes`` (as the notebook's rank script makes them),
+    its final parameters ``values`` everywhere the run keeps them."""
+    kept = [n for n, s in shapes.items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024]
+    ranks = []
+    for r in range(world):
+        params = {
+            n: {
+                "dtensor": True, "global_shape": list(s), "placements": ["Shard(dim=0)"], "mesh_size": world,
+                "local_shape": [torch.empty(s[0]).chunk(world)[r].shape[0], *s[1:]], "full_equal": True,
+            }
+            for n, s in shapes.items()
+        }  # fmt: skip
+        shards = {n: values[n].chunk(world)[r].clone() for n in kept}
+        layers = len({n.split(".")[2] for n in shapes if n.startswith("model.layers.")})
+        modules = sorted(["<root>"] + [f"model.layers.{i}" for i in range(layers)])
+        original = {n: values[n].clone() for n in kept}
+        report = {"params": params, "shards": shards, "original": original, "fsdp_modules": modules}
+        ranks.append({**report, "n_layers": layers, "final": dict(values)})
+    return {"fsdp_ranks": ranks, "single_params": dict(values), "ft_ranks": [{"snapshot": dict(values)}]}
+
+
+def test_the_launched_runs_reports_are_judged_against_the_models_own_parameters(notebook, tiny_course_data):
+    """Cost: the quick tiny model's files read once, no launch. The shard, equivalence and resume
+    rules take the names, shapes, layer count and values of the model from its files: reports of the
+    model pass; reports of one made-up parameter (every rank agreeing with itself, its shards with
+    its "original", no final parameter) held all six while they were judged against the kernel's
+    own lists and values, and hold none now."""
+    from rocmlab import course_data
+
+    cells = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    checks = [c for c in lab_checks(LAB / "checks.py", cells) if c.name in LAUNCHED_CHECKS]
+    assert sorted(c.name for c in checks) == sorted(LAUNCHED_CHECKS)
+    shapes = course_data.parameter_shapes("tiny-qwen-zh")
+    honest = _reports_of(shapes, course_data.parameters("tiny-qwen-zh", list(shapes)))
+    results = run_checks(checks, Learner(_InProcess(honest)), 5)
+    assert all(r.passed for r in results), {r.name: r.detail for r in results if not r.passed}
+
+    made_up = _reports_of({"model.layers.0.x.weight": (2, 2)}, {"model.layers.0.x.weight": torch.zeros(2, 2)})
+    for rank in made_up["fsdp_ranks"]:
+        rank["final"] = {}
+    made_up.update(single_params={}, ft_ranks=[{"snapshot": {}}])
+    results = run_checks(checks, Learner(_InProcess(made_up)), 5)
+    assert [r.name for r in results if r.passed] == [], {r.name: r.detail for r in results}
