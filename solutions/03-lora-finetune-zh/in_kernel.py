@@ -109,10 +109,9 @@ def merged_parameters(weights, names):
         for name in names:
             module_name, _, leaf = name.rpartition(".")
             module = base.get_submodule(module_name)
+            value = getattr(getattr(module, "base_layer", module), leaf)  # a LoRA layer wraps the plain one
             if leaf == "weight" and hasattr(module, "get_delta_weight"):
-                value = module.base_layer.weight + module.get_delta_weight(peft_model.active_adapter)
-            else:
-                value = base.get_parameter(name)
+                value = value + module.get_delta_weight(peft_model.active_adapter)
             out[name] = value.detach().float().cpu()
         return out
 
