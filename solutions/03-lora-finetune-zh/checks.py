@@ -16,11 +16,12 @@ import math
 import unicodedata
 
 import numpy as np
+import safetensors.torch
 import torch
 import torch.nn.functional as F
 
 from rocmlab.assets.loaders import load_qc_reports
-from rocmlab.check_compare import assert_close, label
+from rocmlab.check_compare import assert_close, label, learner_says
 from rocmlab.harness import check, mistake
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -874,12 +875,24 @@ def merged_logits_match(learner, variant, reference):
     zh="reload_and_merge 返回普通的 PreTrainedModel，不是 PeftModel，没有 lora_ 参数",
     counts_with="merged_logits_match",  # the fresh base, never merged, is plain too
 )
-def merged_is_plain(learner, variant):
+def merged_is_plain(learner, variant, reference):
     mro = learner.eval("[c.__module__ + '.' + c.__qualname__ for c in type(merged_model).__mro__]")
     assert any(name.endswith("modeling_utils.PreTrainedModel") for name in mro), mro[:3]
     assert not any(name.startswith("peft.") for name in mro), mro[:3]
+    # its parameters are the plain model's, by name, and hold the merge: weights drawn here, merged
+    # in the reference kernel's model from the learner's adapter (a PeftModel names them otherwise)
+    plain = reference.run("plain_parameter_names")
     names = learner.eval("[n for n, _ in merged_model.named_parameters()]")
-    assert names and not any("lora_" in n for n in names), "a lora_ parameter is left"
+    assert names == plain, learner_says("not the plain model's parameter names", "参数名与普通模型的不同") + str(
+        names[:3]
+    )
+    lora = [n for n in plain if n.endswith("_proj.weight")]
+    asked = variant.random.sample(lora, min(3, len(lora))) + variant.random.sample(plain, 1)
+    got = learner.run("parameters_of_merged", asked)
+    want = reference.run("merged_parameters", learner_adapter(learner, reference), asked)
+    fp32 = reference.eval("str(DTYPE)") == "torch.float32"
+    rtol, atol = (1e-5, 1e-6) if fp32 else (2**-7, 1e-6)  # bf16: one rounding of the sum apart
+    assert_close(got, want, rtol=rtol, atol=atol, what="merged_model's parameters against base + the adapter's delta")
 
 
 @check(
@@ -887,11 +900,14 @@ def merged_is_plain(learner, variant):
     points=0.25,
     en="the merged model is in eval mode",
     zh="合并后的模型处于 eval 模式",
-    counts_with="merged_logits_match",
+    counts_with=("merged_logits_match", "merged_is_plain"),  # a mode is the kernel's word: it counts with the merge
 )
 def merged_eval_mode(learner, variant):
     modes = learner.eval("[m.training for m in merged_model.modules()]")
     assert modes and not any(modes), "training mode"
+
+
+SAFETENSORS_HEADER_MAX = 2**24  # bytes of the JSON header a saved adapter may have
 
 
 @check(
@@ -901,19 +917,21 @@ def merged_eval_mode(learner, variant):
     zh="保存的适配器里的参数个数等于 peft 的可训练参数个数和 lora_param_count 的结果",
 )
 def saved_adapter(learner, variant, reference):
-    path = learner.eval("str(adapter_file)")
-    head = learner.file(path, limit=8)
-    size = int.from_bytes(head, "little")
-    assert 0 < size < 2**24, "header length"
-    header = json.loads(learner.file(path, limit=8 + size)[8:])
-    itemsize = {"F32": 4, "BF16": 2, "F16": 2}
-    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-    assert tensors and all("lora_" in k for k in tensors), "adapter tensors"
-    saved = sum(math.prod(v["shape"]) for v in tensors.values())
-    payload = sum(math.prod(v["shape"]) * itemsize[v["dtype"]] for v in tensors.values())
-    assert learner.run("file_size", path) == 8 + size + payload, "file size"
     cfg, trainable = reference.eval("(fresh_base.config.to_dict(), peft_model.get_nb_trainable_parameters()[0])")
     want = lora_reference(cfg, PARAMETERS["LORA_R"])  # noqa: F821 (the run's, from the harness)
+    # the whole file, parsed here: its header, tensors and size must agree (safetensors checks it)
+    path = learner.eval("str(adapter_file)")
+    data = learner.file(path, limit=8 + SAFETENSORS_HEADER_MAX + 4 * want + 1)
+    assert isinstance(data, bytes) and len(data) <= 8 + SAFETENSORS_HEADER_MAX + 4 * want, "adapter file size"
+    try:
+        tensors = safetensors.torch.load(data)
+    except Exception as exc:  # noqa: BLE001 (safetensors' own error types vary by version)
+        raise AssertionError(
+            learner_says("adapter_file is not a safetensors file", "adapter_file 不是 safetensors 文件") + str(exc)
+        ) from None
+    shapes = reference.run("adapter_shapes")
+    assert {k: list(v.shape) for k, v in tensors.items()} == shapes, "the saved tensors are not the lab's LoRA"
+    saved = sum(v.numel() for v in tensors.values())
     assert saved == want == trainable, f"{saved} saved, peft trains {trainable}"
     assert learner_count(learner, cfg, PARAMETERS["LORA_R"]) == want, "lora_param_count"  # noqa: F821
 

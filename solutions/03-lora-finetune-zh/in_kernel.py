@@ -4,8 +4,6 @@ without binding is the notebook's: the learner's ``lora_param_count``, ``peft_mo
 ``merged_model``, or in the reference kernel the solution's ``tokenizer``, ``peft_model``,
 ``mean_loss`` and ``dev_samples``. Each returns its answers as plain data; the checks judge them."""
 
-import os
-
 import torch
 from peft import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
@@ -96,6 +94,36 @@ def logits_of_merged(ids):
         return merged_model(input_ids=ids.to(device)).logits.float().cpu()
 
 
+def parameters_of_merged(names):
+    """``merged_model``'s parameters ``names`` (a plain model's names), in float32 on the CPU."""
+    return {name: merged_model.get_parameter(name).detach().float().cpu() for name in names}
+
+
+def merged_parameters(weights, names):
+    """The parameters ``names`` (the plain model's names) of ``peft_model`` carrying the adapter
+    ``weights``, merged: a LoRA layer's weight is its base weight plus peft's delta
+    (``get_delta_weight``), any other parameter is the base model's; float32 on the CPU."""
+
+    def merged():
+        base, out = peft_model.get_base_model(), {}
+        for name in names:
+            module_name, _, leaf = name.rpartition(".")
+            module = base.get_submodule(module_name)
+            value = getattr(getattr(module, "base_layer", module), leaf)  # a LoRA layer wraps the plain one
+            if leaf == "weight" and hasattr(module, "get_delta_weight"):
+                value = value + module.get_delta_weight(peft_model.active_adapter)
+            out[name] = value.detach().float().cpu()
+        return out
+
+    return _with_adapter(weights, merged)
+
+
+def plain_parameter_names():
+    """The parameter names of the lab's model without an adapter (``fresh_base`` before the merge
+    has the same ones as after)."""
+    return [name for name, _ in fresh_base.named_parameters()]
+
+
 def batch_logits(ids, mask):
     """``peft_model``'s logits of a padded batch, as they are (the real batch's loss)."""
     with torch.no_grad():
@@ -105,8 +133,3 @@ def batch_logits(ids, mask):
 def loss_of(logits, labels):
     """The learner's ``causal_lm_loss`` of the logits and labels, on the lab's ``device``."""
     return causal_lm_loss(logits.to(device), labels.to(device)).cpu()
-
-
-def file_size(path):
-    """The size in bytes of the file at ``path``, as the kernel sees it."""
-    return os.path.getsize(path)

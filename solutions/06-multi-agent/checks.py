@@ -5,14 +5,20 @@ Each check runs the learner's coroutine or function in the kernel on the lab's v
 decides here. No check starts a process or a server.
 """
 
+import inspect
 import json
 import math
 import random
 
 from rocmlab.harness import check, mistake
+from rocmlab.lab import agent_trace, agents
 from rocmlab.lab.agent_trace import Trace, TraceEvent, explain_trace_difference
 
 STAGES = ("detect", "localize", "retrieve", "report")
+# The course's clock, queue and trace as this process reads them from the course package: sent
+# with each request, compiled in the kernel by in_kernel.py (a learner's cell may rebind the
+# package's own in the kernel's sys.modules)
+COURSE = {name: inspect.getsource(module) for name, module in (("agent_trace", agent_trace), ("agents", agents))}
 # The course's virtual clock and trace, and the scaffolding the notebook gives (its stages, items,
 # retry policy, delivery schedule, the seeded golden run), are the lab's kernel-side module's
 # (in_kernel.py), which runs over a copy of the learner's names: a learner who rebinds `run_async`,
@@ -70,7 +76,7 @@ def select(events, event=None, msg_id=None, stage=None):
 
 
 def pipeline_run(learner, n, queue_size, workers, ms):
-    return learner.run("pipeline_run", n, queue_size, workers, list(ms))
+    return learner.run("pipeline_run", COURSE, n, queue_size, workers, list(ms))
 
 
 def pipeline_cases(variant):
@@ -103,6 +109,7 @@ def pipeline_complete(learner, variant):
     points=1,
     en="one bounded InstrumentedQueue per stage; messages in flight never exceed capacities + workers",
     zh="每个阶段一个有界的 InstrumentedQueue；在途消息数不超过队列容量之和加 worker 数",
+    counts_with="pipeline_complete",  # queues that carry nothing never overflow
 )
 def pipeline_bounded(learner, variant):
     for n, qs, workers, ms in pipeline_cases(variant)[1:]:
@@ -187,7 +194,7 @@ def retry_run(learner, variant):
         "__jitter": rng.choice([0.5, 1.0]),
         "__seed": rng.randint(0, 99),
     }
-    outcomes, events, leftover = learner.run("retries", script, *policy.values())
+    outcomes, events, leftover = learner.run("retries", COURSE, script, *policy.values())
     return script, policy, outcomes, events, leftover
 
 
@@ -287,7 +294,7 @@ def retry_timeouts(learner, variant):
     zh="trace 与第二条黄金 trace 一致（种子 5、30 条消息、每阶段 1 个 worker、队列容量 1）",
 )
 def runtime_golden(learner, variant):
-    events, _, _ = learner.run("golden", 5, 1, 1, deliveries(30, 5), FAILURES)
+    events, _, _ = learner.run("golden", COURSE, 5, 1, 1, deliveries(30, 5), FAILURES)
     golden = json.loads(HIDDEN_FILES["golden_trace_hidden.json"])  # noqa: F821 (given by the harness)
     diff = explain_trace_difference(canonical_rows(events), golden)
     assert diff is None, diff
@@ -326,7 +333,7 @@ def runtime_dedupe(learner, variant):
     rng = variant.random
     seed, n, workers, qs = rng.randint(10, 999), rng.randint(10, 30), rng.randint(1, 3), rng.randint(1, 3)
     schedule = deliveries(n, seed)
-    events, reports, dead = learner.run("golden", seed, workers, qs, schedule, FAILURES)
+    events, reports, dead = learner.run("golden", COURSE, seed, workers, qs, schedule, FAILURES)
     ids = sorted({m for _, m in schedule})
     assert len(select(events, "duplicate")) == len(schedule) - len(ids), "duplicates recorded"
     for m in ids:
@@ -337,7 +344,7 @@ def runtime_dedupe(learner, variant):
 def duplicate_run(learner, variant):
     ms = round(variant.random.uniform(2.0, 8.0), 1)
     wait = round(variant.random.uniform(0.5, 3.5) * ms / 1000, 4)
-    return learner.run("duplicate_run", ms, wait)
+    return learner.run("duplicate_run", COURSE, ms, wait)
 
 
 @check(
@@ -371,7 +378,7 @@ def runtime_intake(learner, variant):
 
 
 def rpc_run(learner, n, queue_size):
-    return learner.run("rpc_run", n, queue_size)
+    return learner.run("rpc_run", COURSE, n, queue_size)
 
 
 def rpc_cases(variant):
@@ -396,6 +403,7 @@ def rpc_answers(learner, variant):
     points=1,
     en="it uses InstrumentedQueues of capacity at most queue_size",
     zh="它使用容量不超过 queue_size 的 InstrumentedQueue",
+    counts_with="rpc_answers",  # a queue made and never used is bounded too
 )
 def rpc_bounded(learner, variant):
     for n, qs in rpc_cases(variant)[1:]:
@@ -429,7 +437,7 @@ def shutdown_run(learner, variant, early=False):
         "__workers": rng.randint(1, 2),
         "__seed": rng.randint(0, 99),
     }
-    out = learner.run("shutdown_run", *args.values(), FAILURES)
+    out = learner.run("shutdown_run", COURSE, *args.values(), FAILURES)
     return args, out
 
 

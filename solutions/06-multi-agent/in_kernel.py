@@ -10,14 +10,69 @@ The scaffolding the notebook gives (``Stage``, ``toy_stage``, ``scripted``, ``Re
 notebook's: it runs over a copy of the learner's names, and a learner who rebinds those names
 (stages that never wait, a golden run that forges its trace) changes nothing a check reads.
 The failure script comes from the check (``FAILURES`` of ``checks.py``), never from the notebook.
+
+The course's clock, queue and trace (``rocmlab.lab.agents`` and ``agent_trace``) are compiled
+here from the source the check sends with each request (``course``), never taken from the
+package: a learner's cell may rebind ``rocmlab.lab.agents.run_async`` or ``Trace`` in
+``sys.modules`` (no virtual time, no leftover task, a trace of its own). While the learner's code
+runs, its ``InstrumentedQueue`` is this copy's, so the queues it makes are the ones the check sees.
 """
 
 import asyncio
+import builtins
+import contextlib
 import dataclasses
-
-from rocmlab.lab.agents import Trace, run_async
+import sys
+import types
 
 STAGES = ("detect", "localize", "retrieve", "report")
+
+
+def _compiled(name, source, relative):
+    """The module ``name`` made from ``source``, its relative imports served from ``relative``."""
+    module = types.ModuleType(f"rocmlab_check_{name}_{id(source):x}")
+
+    def importer(what, globals=None, locals=None, fromlist=(), level=0):
+        return relative[what] if level else __import__(what, globals, locals, fromlist, level)
+
+    module.__dict__["__builtins__"] = {**vars(builtins), "__import__": importer}
+    sys.modules[module.__name__] = module  # where dataclasses look a class's module up, while it is made
+    try:
+        exec(compile(source, f"<the check's copy of rocmlab/lab/{name}.py>", "exec"), module.__dict__)  # noqa: S102
+    finally:
+        sys.modules.pop(module.__name__, None)
+    return module
+
+
+def _course(course):
+    """The check's copy of the course's ``agents`` module (its clock, queue and ``Trace``)."""
+    trace = _compiled("agent_trace", course["agent_trace"], {})
+    return _compiled("agents", course["agents"], {"agent_trace": trace})
+
+
+def _globals_of(owner):
+    """Where a learner's function (or the methods of a learner's class) look their names up."""
+    if isinstance(owner, type):
+        owner = next((v for v in vars(owner).values() if isinstance(v, types.FunctionType)), None)
+    return getattr(owner, "__globals__", {})
+
+
+@contextlib.contextmanager
+def _queues_of(agents, *functions):
+    """``InstrumentedQueue`` as the learner's ``functions`` find it (their globals, and the
+    package's attribute) bound to ``agents``' own while the block runs, then put back."""
+    places = [g for g in map(_globals_of, functions) if "InstrumentedQueue" in g]
+    package = sys.modules.get("rocmlab.lab.agents")
+    if package is not None:
+        places.append(vars(package))
+    saved = [(place, place.get("InstrumentedQueue")) for place in places]
+    try:
+        for place in places:
+            place["InstrumentedQueue"] = agents.InstrumentedQueue
+        yield agents
+    finally:
+        for place, queue in saved:
+            place["InstrumentedQueue"] = queue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +137,14 @@ def _events(trace):
 # ---------------------------------------------------------------- exercise 1: run_pipeline
 
 
-def pipeline_run(n, queue_size, workers, ms):
+def pipeline_run(course, n, queue_size, workers, ms):
     """``(results, events, queue stats, leftover tasks, elapsed virtual s)`` of ``run_pipeline``."""
-    trace = Trace()
-    stages = _toy_stages(workers, tuple(ms))
-    items = [(f"m{i:03d}", {"id": f"m{i:03d}", "path": []}) for i in range(n)]
-    result = run_async(lambda: run_pipeline(items, stages, queue_size=queue_size, trace=trace))
-    return result.value, _events(trace), [q.stats() for q in result.queues], result.leftover_tasks, result.elapsed_s
+    with _queues_of(_course(course), run_pipeline) as agents:
+        trace = agents.Trace()
+        stages = _toy_stages(workers, tuple(ms))
+        items = [(f"m{i:03d}", {"id": f"m{i:03d}", "path": []}) for i in range(n)]
+        result = agents.run_async(lambda: run_pipeline(items, stages, queue_size=queue_size, trace=trace))
+        return result.value, _events(trace), [q.stats() for q in result.queues], result.leftover_tasks, result.elapsed_s
 
 
 # ---------------------------------------------------------------- exercise 2: retries
@@ -99,104 +155,109 @@ def backoff(seed, base_s, jitter, msg_id, attempt):
     return backoff_delay(RetryPolicy(seed=seed, base_s=base_s, jitter=jitter), msg_id, attempt)
 
 
-def retries(script, timeout_s, max_attempts, base_s, jitter, seed):
+def retries(course, script, timeout_s, max_attempts, base_s, jitter, seed):
     """``(outcomes, events, leftover tasks)`` of ``call_with_retries`` for every message of the
     scripted stage at once: an outcome is None or ``[reason, attempts]`` of its DeadLetter."""
-    trace, outcomes = Trace(), {}
-    policy = RetryPolicy(timeout_s=timeout_s, max_attempts=max_attempts, base_s=base_s, jitter=jitter, seed=seed)
+    with _queues_of(_course(course), call_with_retries) as agents:
+        trace, outcomes = agents.Trace(), {}
+        policy = RetryPolicy(timeout_s=timeout_s, max_attempts=max_attempts, base_s=base_s, jitter=jitter, seed=seed)
 
-    async def one(stage_name, msg_id):
-        stage = _scripted(_toy_stage(stage_name, 1.0), script)
-        try:
-            await call_with_retries(stage.fn, {"id": msg_id}, msg_id, stage_name, policy, trace)
-            outcomes[msg_id] = None
-        except DeadLetter as dead:
-            outcomes[msg_id] = [dead.reason, dead.attempts]
+        async def one(stage_name, msg_id):
+            stage = _scripted(_toy_stage(stage_name, 1.0), script)
+            try:
+                await call_with_retries(stage.fn, {"id": msg_id}, msg_id, stage_name, policy, trace)
+                outcomes[msg_id] = None
+            except DeadLetter as dead:
+                outcomes[msg_id] = [dead.reason, dead.attempts]
 
-    async def main():
-        await asyncio.gather(*(one(s, m) for s, per in script.items() for m in per))
+        async def main():
+            await asyncio.gather(*(one(s, m) for s, per in script.items() for m in per))
 
-    result = run_async(main)
-    return outcomes, _events(trace), result.leftover_tasks
+        result = agents.run_async(main)
+        return outcomes, _events(trace), result.leftover_tasks
 
 
 # ---------------------------------------------------------------- exercise 3: Runtime
 
 
-def golden(seed, workers, queue_size, schedule, failures):
+def golden(course, seed, workers, queue_size, schedule, failures):
     """``(events, sorted report ids, dead-letter ids)`` of the notebook's golden run, driven here:
     the learner's Runtime on the scripted toy stages, fed ``schedule``."""
-    stages = [_scripted(s, failures) for s in _toy_stages(workers)]
-    trace = Trace()
+    with _queues_of(_course(course), Runtime) as agents:
+        stages = [_scripted(s, failures) for s in _toy_stages(workers)]
+        trace = agents.Trace()
 
-    async def main():
-        runtime = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
-        runtime.start()
-        await _deliver(runtime, schedule)
-        await runtime.shutdown()
-        return runtime
+        async def main():
+            runtime = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
+            runtime.start()
+            await _deliver(runtime, schedule)
+            await runtime.shutdown()
+            return runtime
 
-    result = run_async(main)
-    return _events(trace), sorted(result.value.reports), [d["id"] for d in result.value.dead_letters]
+        result = agents.run_async(main)
+        return _events(trace), sorted(result.value.reports), [d["id"] for d in result.value.dead_letters]
 
 
-def duplicate_run(ms, wait):
+def duplicate_run(course, ms, wait):
     """``(what submit said, sorted report ids, dead letters, events)``: x twice, then after
     shutdown x again and y twice."""
-    trace, said = Trace(), []
+    with _queues_of(_course(course), Runtime) as agents:
+        trace, said = agents.Trace(), []
 
-    async def main():
-        runtime = Runtime(
-            _toy_stages(1, ms=(ms, ms, ms, ms)), queue_size=2, policy=RetryPolicy(timeout_s=1.0), trace=trace
-        )
-        runtime.start()
-        said.append(await runtime.submit("x", {"id": "x", "path": []}))
-        await asyncio.sleep(wait)
-        said.append(await runtime.submit("x", {"id": "x", "path": []}))
-        await runtime.shutdown()
-        for msg_id in ("x", "y", "y"):
-            said.append(await runtime.submit(msg_id, {"id": msg_id, "path": []}))
-        return runtime
+        async def main():
+            runtime = Runtime(
+                _toy_stages(1, ms=(ms, ms, ms, ms)), queue_size=2, policy=RetryPolicy(timeout_s=1.0), trace=trace
+            )
+            runtime.start()
+            said.append(await runtime.submit("x", {"id": "x", "path": []}))
+            await asyncio.sleep(wait)
+            said.append(await runtime.submit("x", {"id": "x", "path": []}))
+            await runtime.shutdown()
+            for msg_id in ("x", "y", "y"):
+                said.append(await runtime.submit(msg_id, {"id": msg_id, "path": []}))
+            return runtime
 
-    result = run_async(main)
-    return said, sorted(result.value.reports), result.value.dead_letters, _events(trace)
+        result = agents.run_async(main)
+        return said, sorted(result.value.reports), result.value.dead_letters, _events(trace)
 
 
 # ---------------------------------------------------------------- exercise 4: the deadlock
 
 
-def rpc_run(n, queue_size):
+def rpc_run(course, n, queue_size):
     """``(answers, queue stats, leftover tasks)`` of ``rpc_pipeline_fixed``."""
-    result = run_async(lambda: rpc_pipeline_fixed(n, queue_size), timeout_s=60.0)
-    return result.value, [q.stats() for q in result.queues], result.leftover_tasks
+    with _queues_of(_course(course), rpc_pipeline_fixed) as agents:
+        result = agents.run_async(lambda: rpc_pipeline_fixed(n, queue_size), timeout_s=60.0)
+        return result.value, [q.stats() for q in result.queues], result.leftover_tasks
 
 
 # ---------------------------------------------------------------- section 5: shutdown
 
 
-def shutdown_run(n, feeders, stop_ms, queue_size, workers, seed, failures):
+def shutdown_run(course, n, feeders, stop_ms, queue_size, workers, seed, failures):
     """``(sorted report ids, dead letters, events, leftover tasks)``: ``feeders`` tasks submit n
     ids while the runtime is shut down after ``stop_ms``."""
-    trace, ids = Trace(), [f"m{i:03d}" for i in range(n)]
+    with _queues_of(_course(course), Runtime) as agents:
+        trace, ids = agents.Trace(), [f"m{i:03d}" for i in range(n)]
 
-    async def main():
-        stages = [_scripted(s, failures) for s in _toy_stages(workers)]
-        runtime = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
-        runtime.start()
+        async def main():
+            stages = [_scripted(s, failures) for s in _toy_stages(workers)]
+            runtime = Runtime(stages, queue_size=queue_size, policy=RetryPolicy(seed=seed), trace=trace)
+            runtime.start()
 
-        async def feeder(k):
-            for msg_id in ids[k::feeders]:
-                await runtime.submit(msg_id, {"id": msg_id, "path": []})
-                await asyncio.sleep(0.0005)
+            async def feeder(k):
+                for msg_id in ids[k::feeders]:
+                    await runtime.submit(msg_id, {"id": msg_id, "path": []})
+                    await asyncio.sleep(0.0005)
 
-        feeding = [asyncio.create_task(feeder(k), name=f"feeder-{k}") for k in range(feeders)]
-        await asyncio.sleep(stop_ms / 1000)
-        await runtime.shutdown()
-        await asyncio.gather(*feeding)
-        return runtime
+            feeding = [asyncio.create_task(feeder(k), name=f"feeder-{k}") for k in range(feeders)]
+            await asyncio.sleep(stop_ms / 1000)
+            await runtime.shutdown()
+            await asyncio.gather(*feeding)
+            return runtime
 
-    result = run_async(main, timeout_s=600.0)
-    return sorted(result.value.reports), result.value.dead_letters, _events(trace), result.leftover_tasks
+        result = agents.run_async(main, timeout_s=600.0)
+        return sorted(result.value.reports), result.value.dead_letters, _events(trace), result.leftover_tasks
 
 
 # ---------------------------------------------------------------- stretch S1: find_cycle

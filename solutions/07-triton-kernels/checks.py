@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from rocmlab.assets.loaders import load_qc_reports
-from rocmlab.check_compare import assert_close, assert_equal
+from rocmlab.check_compare import assert_close, assert_equal, learner_says
 from rocmlab.harness import check, mistake
 
 HALF_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
@@ -457,10 +457,11 @@ def _model_run(learner, variant, reference):
     ]  # the second is padded
     norm_scales, mlp_scales = _scales(variant.random), _scales(variant.random)
     kinds, stock, marked, ids, mask = reference.run("stock_model", prompts, norm_scales, mlp_scales)
-    names = ("counts", "stock", "swapped", "in_marked", "after", "raised_inside", "after_raise")
+    names = ("counts", "stock", "swapped", "in_marked", "after")
     got = learner.run("swap_run", ids, mask, norm_scales, mlp_scales)
     assert isinstance(got, tuple) and len(got) == len(names), "the swap's results"
-    return {"kinds": kinds, "reference": stock, "marked": marked, **dict(zip(names, got, strict=True))}
+    marks = {"ids": ids, "mask": mask, "norm_scales": norm_scales, "mlp_scales": mlp_scales}
+    return {"kinds": kinds, "reference": stock, "marked": marked, "marks": marks, **dict(zip(names, got, strict=True))}
 
 
 def _near(got, stock, tol, what):
@@ -515,10 +516,14 @@ def model_restored(learner, variant, reference):
     run = _model_run(learner, variant, reference)
     _near(run["stock"], run["reference"], STOCK_TOL, "the notebook's model before the block")
     _near(run["after"], run["reference"], STOCK_TOL, "after the block, with rmsnorm / swiglu rebound (not restored)")
-    assert run["raised_inside"], "the block's KeyError did not reach the caller"
-    _near(
-        run["after_raise"], run["reference"], STOCK_TOL, "after a raise, with rmsnorm / swiglu rebound (not restored)"
-    )
+    # the block raises a KeyError naming a token drawn here: the kernel's answer must be that exception
+    token = f"rocmlab-check-{variant.random.getrandbits(48):012x}"
+    raised = learner.run_raised("raise_in_block", token)
+    assert raised is not None and raised.is_a("KeyError") and token in raised.message, learner_says(
+        "the block's KeyError did not reach the caller", "块内抛出的 KeyError 没有传到调用者"
+    ) + str(raised)
+    after_raise = learner.run("marked_logits", *run["marks"].values())
+    _near(after_raise, run["reference"], STOCK_TOL, "after a raise, with rmsnorm / swiglu rebound (not restored)")
 
 
 # ---------------------------------------------------------------- 5 · lanes, wave32, configs

@@ -7,6 +7,8 @@ tail, strided views) and call the learner's kernels (``vector_add``, ``softmax``
 read the solution's stock model on the same inputs. ``checks.py`` judges every value.
 """
 
+import contextlib
+
 import IPython
 import torch
 
@@ -107,15 +109,9 @@ def stock_model(prompts, norm_scales, mlp_scales):
 
 
 def swap_run(ids, mask, norm_scales, mlp_scales):
-    """The learner's side: ``(counts, stock, swapped, marked inside, marked after, raised through,
-    marked after a raise)`` logits of the notebook's model. "Marked": the notebook's ``rmsnorm`` /
-    ``swiglu`` rebound, before entering the block, to themselves scaled per call; outside the
-    block a restored model never calls them."""
-    names = IPython.get_ipython().user_ns  # where the notebook's functions look their names up
-    real = (names["rmsnorm"], names["swiglu"])
-
-    def bind(kernels):
-        names["rmsnorm"], names["swiglu"] = kernels
+    """The learner's side: ``(counts, stock, swapped, marked inside, marked after)`` logits of the
+    notebook's model. "Marked": the notebook's ``rmsnorm`` / ``swiglu`` rebound, before entering
+    the block, to themselves scaled per call; outside the block a restored model never calls them."""
 
     def logits():
         with torch.no_grad():
@@ -125,19 +121,37 @@ def swap_run(ids, mask, norm_scales, mlp_scales):
     with triton_kernels_in(model) as counts:
         counts = dict(counts)
         swapped = logits()
-    try:
-        bind((_marked(real[0], norm_scales), _marked(real[1], mlp_scales)))
+    with _marked_kernels(norm_scales, mlp_scales):
         with triton_kernels_in(model):
             in_marked = logits()
-        bind((_marked(real[0], norm_scales), _marked(real[1], mlp_scales)))
-        after = logits()
-        raised_through = False
-        try:
-            with triton_kernels_in(model):
-                raise KeyError("check")
-        except KeyError:
-            raised_through = True
-        after_raise = logits()
+    return counts, stock, swapped, in_marked, marked_logits(ids, mask, norm_scales, mlp_scales)
+
+
+def _names():
+    return IPython.get_ipython().user_ns  # where the notebook's functions look their names up
+
+
+@contextlib.contextmanager
+def _marked_kernels(norm_scales, mlp_scales):
+    """The notebook's ``rmsnorm`` / ``swiglu`` rebound to themselves scaled per call, put back after."""
+    names = _names()
+    real = (names["rmsnorm"], names["swiglu"])
+    names["rmsnorm"], names["swiglu"] = _marked(real[0], norm_scales), _marked(real[1], mlp_scales)
+    try:
+        yield
     finally:
-        bind(real)
-    return counts, stock, swapped, in_marked, after, raised_through, after_raise
+        names["rmsnorm"], names["swiglu"] = real
+
+
+def marked_logits(ids, mask, norm_scales, mlp_scales):
+    """The notebook's model's logits with its ``rmsnorm`` / ``swiglu`` marked: a model restored
+    after the block never calls them, so these are its stock logits."""
+    with _marked_kernels(norm_scales, mlp_scales), torch.no_grad():
+        return model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+
+
+def raise_in_block(token):
+    """``KeyError(token)`` raised inside ``triton_kernels_in(model)``: the check sees whether it
+    reached the caller (its answer is that exception, ``token`` and all), not a flag computed here."""
+    with triton_kernels_in(model):
+        raise KeyError(token)

@@ -10,10 +10,12 @@ import json
 import math
 import re
 from fractions import Fraction
+from pathlib import PurePosixPath
 
 import torch
 import torch.nn.functional as F
 
+from rocmlab import course_data
 from rocmlab.assets.loaders import load_qc_reports
 from rocmlab.check_compare import assert_close, assert_equal, label
 from rocmlab.harness import check, mistake
@@ -269,6 +271,16 @@ def loss_empty_rank(learner, variant):
 ALL_PARAMS = "[{n: dict(p) for n, p in r['params'].items()} for r in fsdp_ranks]"
 
 
+def model_shapes():
+    """``{name: shape}`` of the run's MODEL's parameters, read here from the model's own files
+    (``course_data``): the names and shapes every rank's report must hold, never the kernel's list."""
+    return course_data.parameter_shapes(param("MODEL"))
+
+
+def model_layers():
+    return len({name.split(".")[2] for name in model_shapes() if name.startswith("model.layers.")})
+
+
 @check(
     "10-shard-1",
     points=1,
@@ -279,6 +291,7 @@ def shard_placements(learner, variant):
     world = param("WORLD_SIZE")
     ranks = learner.eval(ALL_PARAMS)
     assert len(ranks) == world and all(ranks), "a rank has no report"
+    assert all(set(params) == set(model_shapes()) for params in ranks), "the reported parameters are not the model's"
     for r, params in enumerate(ranks):
         for name, p in params.items():
             assert p["dtensor"] is True, f"rank {r}, {name}: not a DTensor"
@@ -292,9 +305,12 @@ def shard_placements(learner, variant):
     zh="rank r 的本地形状是沿第 0 维 torch.chunk 的第 r 块",
 )
 def shard_local_shapes(learner, variant):
-    world = param("WORLD_SIZE")
-    for r, params in enumerate(learner.eval(ALL_PARAMS)):
+    world, shapes = param("WORLD_SIZE"), model_shapes()
+    ranks = learner.eval(ALL_PARAMS)
+    assert len(ranks) == world and all(set(params) == set(shapes) for params in ranks), "the model's parameters"
+    for r, params in enumerate(ranks):
         for name, p in params.items():
+            assert p["global_shape"] == list(shapes[name]), f"rank {r}, {name}: global {p['global_shape']}"
             rows = [c.shape[0] for c in torch.empty(p["global_shape"][0]).chunk(world)]
             mine = rows[r] if r < len(rows) else 0
             assert p["local_shape"] == [mine] + p["global_shape"][1:], f"rank {r}, {name}: local {p['local_shape']}"
@@ -307,13 +323,16 @@ def shard_local_shapes(learner, variant):
     zh="各 rank 的分片拼起来逐位等于原参数",
 )
 def shard_join(learner, variant):
-    names = sorted(learner.eval("list(fsdp_ranks[0]['original'])"))
-    assert names, "no layer-0 parameter was kept"
-    world = param("WORLD_SIZE")
-    for name in variant.random.sample(names, min(4, len(names))):
-        original = learner.eval("fsdp_ranks[0]['original'][k]", k=name)
+    # the layer-0 parameters the notebook keeps (at most 64 Ki elements), and their values, from the
+    # model's own files: the kernel's "original" is never compared with the kernel's shards
+    kept = sorted(n for n, s in model_shapes().items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024)
+    assert kept, f"{param('MODEL')}: no layer-0 parameter of at most 64 Ki elements"
+    world, names = param("WORLD_SIZE"), variant.random.sample(kept, min(4, len(kept)))
+    originals = course_data.parameters(param("MODEL"), names)
+    for name in names:
         shards = [learner.eval("fsdp_ranks[r]['shards'][k]", r=r, k=name) for r in range(world)]
-        assert_equal(torch.cat(shards), original, what=label("shards joined", parameter=name))
+        assert all(isinstance(x, torch.Tensor) for x in shards), f"{name}: the shards"
+        assert_equal(torch.cat(shards), originals[name], what=label("shards joined", parameter=name))
     for r, params in enumerate(learner.eval(ALL_PARAMS)):
         for name, p in params.items():
             assert p["full_equal"] is True, f"rank {r}, {name}: the gathered parameter differs"
@@ -327,9 +346,7 @@ def shard_join(learner, variant):
 )
 def shard_modules(learner, variant):
     got = learner.eval("fsdp_ranks[0]['fsdp_modules']")
-    n = learner.eval("fsdp_ranks[0]['n_layers']")
-    assert isinstance(n, int) and n > 0, n
-    assert got == sorted(["<root>"] + [f"model.layers.{i}" for i in range(n)]), got
+    assert got == sorted(["<root>"] + [f"model.layers.{i}" for i in range(model_layers())]), got
 
 
 # ---------------------------------------------------------------- section 3: the schedule
@@ -422,7 +439,9 @@ def equiv_params(learner, variant):
     fsdp_names = learner.eval("sorted(fsdp_ranks[0]['final'])")
     single_names = learner.eval("sorted(single_params)")
     assert fsdp_names == single_names, f"parameter names differ: {sorted(set(fsdp_names) ^ set(single_names))[:5]}"
-    for name in variant.random.sample(fsdp_names, min(6, len(fsdp_names))):
+    model = sorted(model_shapes())  # the names compared are the model's: no parameter, no comparison
+    assert set(model) <= set(fsdp_names), f"the model's {sorted(set(model) - set(fsdp_names))[:3]} are missing"
+    for name in variant.random.sample(model, min(6, len(model))):
         a = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
         b = learner.eval("single_params[k]", k=name)
         worst = float((a.double() - b.double()).abs().max())
@@ -570,8 +589,10 @@ def dcp_resume(learner, variant):
 def dcp_bit_identical(learner, variant):
     names = learner.eval("sorted(fsdp_ranks[0]['final'])")
     assert learner.eval("sorted(ft_ranks[0]['snapshot'] or {})") == names, "the snapshot has other parameters"
+    model = sorted(model_shapes())  # the names compared are the model's: no parameter, no comparison
+    assert set(model) <= set(names), f"the model's {sorted(set(model) - set(names))[:3]} are missing"
     gpu = on_gpu(learner)
-    for name in variant.random.sample(names, min(6, len(names))):
+    for name in variant.random.sample(model, min(6, len(model))):
         a = learner.eval("ft_ranks[0]['snapshot'][k]", k=name)
         b = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
         if gpu:
@@ -610,10 +631,21 @@ def dcp_save_path(learner, variant):
     rng = variant.random
     steps = sorted(rng.sample(range(1, 50), 2))
     form = rng.choice(sorted(ROOT_FORMS))
-    returned, root, complete = learner.run("saved_paths", rng.randint(0, 10**6), steps, form)
+    root = f"lab10-check-{rng.randrange(16**12):012x}"  # a folder of the kernel's work folder, named here
+    returned, complete = learner.run("saved_paths", rng.randint(0, 10**6), steps, form, root)
     assert complete == [True] * len(steps), f"root given as {form}: no .metadata in root/step-{{step:06d}}: {complete}"
-    want = [f"{root}/step-{s:06d}" for s in steps]
-    assert_equal(returned, want, what=label("save_checkpoint's paths (root/step-{step:06d})", root_as=form))
+    want = [PurePosixPath(root, f"step-{s:06d}") for s in steps]
+    assert type(returned) is list and len(returned) == len(want), returned
+    for got, path in zip(returned, want, strict=True):
+        assert is_path_to(got, path), label("save_checkpoint's path (root/step-{step:06d})", root_as=form, got=got)
+
+
+def is_path_to(got, relative: PurePosixPath) -> bool:
+    """``got`` names ``relative`` (a path under the kernel's work folder): as it is, or absolute."""
+    if not isinstance(got, str):
+        return False
+    path = PurePosixPath(got)
+    return path == relative or (path.is_absolute() and path.parts[-len(relative.parts) :] == relative.parts)
 
 
 LOAD_NEWEST_ANY = """
@@ -643,16 +675,34 @@ def load_latest_checkpoint(model, optimizer, root):
     zh="load_latest_checkpoint 恢复最新的完整检查点（跳过没有 .metadata 的目录），没有时返回 0 且不改变任何东西",
 )
 def dcp_in_process(learner, variant):
-    rng = variant.random
+    rng, g = variant.random, variant.torch()
     steps = sorted(rng.sample(range(1, 50), 2))
     torn = steps[-1] + rng.randint(1, 20)
-    empty, empty_state, loaded, want, got, want_m, got_m = learner.run(
-        "loaded_latest", rng.randint(0, 10**6), steps, torn
-    )
-    assert empty == 0 and empty_state == 0, "no checkpoint: return 0 and change nothing"
+    start = net_state(g)
+    saved = [[step, net_state(g), net_moments(g)] for step in steps]
+    empty, empty_state, empty_moments, loaded, got, got_moments = learner.run("loaded_latest", start, saved, torn)
+    assert empty == 0, "no checkpoint: return 0"
+    assert_equal(empty_state, start, what="no checkpoint: the model state (changed)")
+    assert empty_moments == {}, "no checkpoint: the optimizer's state (changed)"
     assert loaded == steps[-1], f"loaded step {loaded}, the newest complete one is {steps[-1]}"
+    _, want, want_moments = saved[-1]
     assert_equal(got, want, what="the restored model state")
-    assert_equal(got_m, want_m, what="the restored optimizer's exp_avg")
+    assert_equal(got_moments, want_moments, what="the restored optimizer's exp_avg and exp_avg_sq")
+
+
+# in_kernel's two-layer net, Linear(5, 3) then Linear(3, 2): the states the check saves are drawn here
+NET_SHAPES = {"0.weight": (3, 5), "0.bias": (3,), "1.weight": (2, 3), "1.bias": (2,)}
+
+
+def net_state(g):
+    return {name: torch.randn(shape, generator=g) for name, shape in NET_SHAPES.items()}
+
+
+def net_moments(g):
+    """AdamW's ``[exp_avg, exp_avg_sq]`` per parameter (the second is never negative)."""
+    return {
+        name: [torch.randn(s, generator=g) * 0.1, torch.rand(s, generator=g) * 0.01] for name, s in NET_SHAPES.items()
+    }
 
 
 # ---------------------------------------------------------------- exercise 7: export
@@ -661,16 +711,23 @@ EXPORTED = {}  # one export per grading run, shared by the three export checks (
 
 
 def export_run(learner, variant):
+    """The export of the course model with noise drawn here on a few parameters, whose values before
+    the noise are read here from the model's own files (``course_data``), never from the kernel."""
     if "run" in EXPORTED:
         return EXPORTED["run"]
-    shapes = learner.run("parameter_shapes", param("MODEL"))
+    shapes = course_data.parameter_shapes(param("MODEL"))
     keys = variant.random.sample(sorted(shapes), min(4, len(shapes)))
     g = variant.torch()
     noise = {k: torch.randn(shapes[k], generator=g) * 0.01 for k in keys}
-    out, want_out, kind, files, base, back = learner.run(
-        "exported", param("MODEL"), keys, noise, variant.random.randint(0, 10**6)
+    out_name = f"export-{variant.random.randrange(16**6):06x}"
+    text = variant.random.choice([r["description"] for r in eval_records()])
+    out, kind, files, back, ids = learner.run(
+        "exported", param("MODEL"), noise, variant.random.randint(0, 10**6), out_name, text
     )
-    EXPORTED["run"] = keys, noise, out, want_out, kind, files, base, back
+    base = course_data.parameters(param("MODEL"), keys)
+    want_ids = course_data.token_ids(param("MODEL"), text)
+    EXPORTED["run"] = {"noise": noise, "base": base, "back": back, "out": out, "out_name": out_name, "kind": kind}
+    EXPORTED["run"].update(files=files, ids=ids, want_ids=want_ids)
     return EXPORTED["run"]
 
 
@@ -681,9 +738,10 @@ def export_run(learner, variant):
     zh="transformers 加载的导出模型与检查点中的参数逐位相同",
 )
 def export_bit_identical(learner, variant):
-    keys, noise, *_, base, back = export_run(learner, variant)
-    for k in keys:
-        assert_equal(back[k], base[k] + noise[k], what=label("exported parameter", name=k))
+    run = export_run(learner, variant)
+    assert isinstance(run["back"], dict) and set(run["back"]) == set(run["noise"]), "the exported parameters"
+    for k, noise in run["noise"].items():
+        assert_equal(run["back"][k], run["base"][k] + noise, what=label("exported parameter", name=k))
 
 
 @check(
@@ -693,8 +751,9 @@ def export_bit_identical(learner, variant):
     zh="out_dir 中有 model.safetensors 和分词器",
 )
 def export_files(learner, variant):
-    files = export_run(learner, variant)[5]
-    assert "model.safetensors" in files and "tokenizer_config.json" in files, files
+    run = export_run(learner, variant)
+    assert "model.safetensors" in run["files"] and "tokenizer_config.json" in run["files"], run["files"]
+    assert run["ids"] == run["want_ids"], "the tokenizer loaded back from out_dir is not the model's"
 
 
 @check(
@@ -704,8 +763,12 @@ def export_files(learner, variant):
     zh="export_full_model 返回 Path(out_dir)",
 )
 def export_returns(learner, variant):
-    _, _, out, want_out, kind, *_ = export_run(learner, variant)
-    assert out == want_out and kind in ("PosixPath", "WindowsPath", "Path"), (out, kind)
+    run = export_run(learner, variant)
+    out, kind = run["out"], run["kind"]
+    # out_dir is the check's folder (a relative path, as a learner may pass one) and the name drawn here
+    parts = PurePosixPath(out).parts if isinstance(out, str) else ()
+    is_out_dir = len(parts) == 2 and parts[0].startswith("lab10-export-check-") and parts[1] == run["out_name"]
+    assert is_out_dir and kind in ("PosixPath", "WindowsPath", "Path"), (out, kind)
 
 
 # ---------------------------------------------------------------- section 7: the fine-tune's metrics

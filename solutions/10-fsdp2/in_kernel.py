@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rocmlab import lab
 
@@ -70,60 +70,83 @@ def _check_folder(prefix):
     return Path(tempfile.mkdtemp(prefix=prefix, dir="."))  # relative, as a learner may pass it
 
 
-def saved_paths(seed, steps, form):
-    """``save_checkpoint`` at each of ``steps``, ``root`` given as ``ROOT_FORMS[form]``: the paths
-    it returned (resolved), the root (resolved), and whether each step's ``.metadata`` exists."""
-    root, trainer = _check_folder("lab10-check-"), _Trainer(seed)
+def saved_paths(seed, steps, form, name):
+    """``save_checkpoint`` at each of ``steps`` into the new folder ``name`` (the check's), ``root``
+    given as ``ROOT_FORMS[form]``: the paths it returned, as it returned them, and whether each
+    step's ``.metadata`` exists."""
+    root, trainer = Path(name), _Trainer(seed)
+    root.mkdir()
     try:
         returned, complete = [], []
         for step in steps:
             trainer.step()
             returned.append(str(save_checkpoint(trainer.model, trainer.optimizer, step, ROOT_FORMS[form](root))))
             complete.append((root / f"step-{step:06d}" / ".metadata").is_file())
-        return [str(Path(p).resolve()) for p in returned], str(root.resolve()), complete
+        return returned, complete
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def loaded_latest(seed, steps, torn):
+def _net(state):
+    """The two-layer net of ``_Trainer`` holding the model ``state`` (``{name: tensor}``), and a
+    fresh AdamW optimizer of it."""
+    model, optimizer = _Trainer.fresh()
+    model.load_state_dict(state)
+    return model, optimizer
+
+
+def _set_moments(model, optimizer, moments):
+    """The optimizer's ``exp_avg`` / ``exp_avg_sq`` of each parameter set to ``moments[name]``
+    (one step taken first, so that the optimizer has its state)."""
+    model(torch.zeros(1, 5)).sum().backward()
+    optimizer.step()
+    for name, p in model.named_parameters():
+        optimizer.state[p]["exp_avg"].copy_(moments[name][0])
+        optimizer.state[p]["exp_avg_sq"].copy_(moments[name][1])
+
+
+def _moments(model, optimizer):
+    return {
+        n: [optimizer.state[p][k].clone() for k in ("exp_avg", "exp_avg_sq")]
+        for n, p in model.named_parameters()
+        if p in optimizer.state
+    }
+
+
+def loaded_latest(start, saved, torn):
     """``load_latest_checkpoint`` on an empty root, then on checkpoints this module's own
-    ``dcp.save`` wrote at ``steps`` beside a torn ``step-{torn}`` folder (no ``.metadata``):
-    (empty's step, empty's optimizer state count, the step loaded, the saved model state, the
-    loaded one, the saved first ``exp_avg``, the loaded one)."""
-    root, trainer = _check_folder("lab10-check-"), _Trainer(seed)
+    ``dcp.save`` wrote, one per ``[step, model state, moments]`` of ``saved`` (the check's tensors),
+    beside a torn ``step-{torn}`` folder (no ``.metadata``); each time into the net holding the
+    model state ``start`` and a fresh optimizer. ``(empty's step, the model state and moments after
+    it, the step loaded, the model state and moments loaded)``: the check compares them with its own."""
+    root = _check_folder("lab10-check-")
     try:
-        empty = load_latest_checkpoint(trainer.model, trainer.optimizer, root)
-        empty_state = len(trainer.optimizer.state)
-        for step in steps:
-            trainer.step()
-            model_state, optim_state = get_state_dict(trainer.model, trainer.optimizer)
+        model, optimizer = _net(start)
+        empty = load_latest_checkpoint(model, optimizer, root)
+        after_empty = dict(model.state_dict()), _moments(model, optimizer)
+        for step, state, moments in saved:
+            model, optimizer = _net(start)
+            _set_moments(model, optimizer, moments)
+            model.load_state_dict(state)
+            model_state, optim_state = get_state_dict(model, optimizer)
             dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(root / f"step-{step:06d}"))
-        want = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-        want_m = trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
         (root / f"step-{torn:06d}").mkdir()
         (root / f"step-{torn:06d}" / "__0_0.distcp").write_bytes(b"torn")
-        model, optimizer = _Trainer.fresh()
+        model, optimizer = _net(start)
         loaded = load_latest_checkpoint(model, optimizer, root)
-        got_m = optimizer.state_dict()["state"][0]["exp_avg"].clone()
-        return empty, empty_state, loaded, want, dict(model.state_dict()), want_m, got_m
+        return empty, *after_empty, loaded, dict(model.state_dict()), _moments(model, optimizer)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def parameter_shapes(model):
-    """``{name: shape}`` of the course model ``model``'s parameters."""
-    loaded, _ = lab.load_model(model, device="cpu", dtype=torch.float32)
-    return {n: tuple(p.shape) for n, p in loaded.named_parameters()}
-
-
-def exported(model, keys, noise, seed):
-    """``export_full_model`` of a DCP checkpoint of ``model`` with ``noise`` added to ``keys``
-    (small seeded noise elsewhere), loaded back by transformers: (what it returned, the out_dir
-    asked, its type's name, the files in out_dir, ``keys``' values before the noise, after)."""
+def exported(model, noise, seed, out_name, text):
+    """``export_full_model`` of a DCP checkpoint of ``model`` with ``noise`` added to its named
+    parameters (small seeded noise elsewhere), into ``out_name`` of a fresh folder: (what it
+    returned, its type's name, the files in out_dir, the noisy parameters as transformers loads
+    them back from out_dir, ``text``'s ids by the tokenizer loaded back from out_dir)."""
     folder = _check_folder("lab10-export-check-")
     try:
         noisy, _ = lab.load_model(model, device="cpu", dtype=torch.float32)
-        base = {k: noisy.state_dict()[k].clone() for k in keys}
         with torch.no_grad():
             generator = torch.Generator().manual_seed(seed)
             for name, p in noisy.named_parameters():
@@ -132,9 +155,10 @@ def exported(model, keys, noise, seed):
                 )
         dcp.save({"model": noisy.state_dict()}, checkpoint_id=str(folder / "ckpt"))
         fresh, fresh_tokenizer = lab.load_model(model, device="cpu", dtype=torch.float32)
-        out = export_full_model(folder / "ckpt", fresh, fresh_tokenizer, folder / "out")
-        back = AutoModelForCausalLM.from_pretrained(folder / "out", dtype=torch.float32).state_dict()
-        files = sorted(p.name for p in (folder / "out").iterdir())
-        return str(out), str(folder / "out"), type(out).__name__, files, base, {k: back[k] for k in keys}
+        out = export_full_model(folder / "ckpt", fresh, fresh_tokenizer, folder / out_name)
+        back = AutoModelForCausalLM.from_pretrained(folder / out_name, dtype=torch.float32).state_dict()
+        files = sorted(p.name for p in (folder / out_name).iterdir())
+        ids = AutoTokenizer.from_pretrained(folder / out_name)(text)["input_ids"]
+        return str(out), type(out).__name__, files, {k: back[k] for k in noise}, ids
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -135,3 +135,42 @@ def qc_pieces(model: str, items: list[dict], base_like: bool = False) -> list[tu
             )
         )
     return pieces
+
+
+# ---------------------------------------------------------------- lab 10: the course model's own weights
+
+
+def _weight_files(model: str) -> list[Path]:
+    files = sorted(_model_folder(model).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model}: no *.safetensors in {_model_folder(model)}")
+    return files
+
+
+@cache
+def parameter_shapes(model: str) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of every tensor the model folder's safetensors files hold (one file or a
+    sharded set): the names ``from_pretrained`` gives those parameters. Read from the headers only."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in _weight_files(model):
+        with safe_open(str(path), framework="pt") as f:
+            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+    return shapes
+
+
+def parameters(model: str, names: list[str]) -> dict:
+    """The tensors ``names`` of the model's files as ``lab.load_model(model, dtype=float32)`` holds
+    them: float32, read from the files here."""
+    import torch
+    from safetensors import safe_open
+
+    found = {}
+    for path in _weight_files(model):
+        with safe_open(str(path), framework="pt") as f:
+            found.update({n: f.get_tensor(n).to(torch.float32) for n in names if n in f.keys()})
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise KeyError(f"{model}: its files hold no tensor {missing[0]!r}")
+    return found

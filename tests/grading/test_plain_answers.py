@@ -7,6 +7,7 @@ import collections
 import functools
 import types
 
+import pytest
 from in_process import InProcess
 from labsource import LabSource, definitions
 
@@ -141,6 +142,9 @@ def test_lab07_counts_a_forward_restored_by_reassigning_the_bound_method_as_rest
         scope = dict(names)
         exec(compile(kernel_side, "in_kernel.py", "exec"), scope)  # noqa: S102 (over a copy, as the kernel runs it)
         with mock.patch.object(IPython, "get_ipython", lambda names=names: types.SimpleNamespace(user_ns=names)):
-            _, stock, _, in_marked, after, raised, after_raise = scope["swap_run"](ids, mask, [2.0], [0.5])
-        assert raised and not torch.allclose(in_marked, stock)  # the marked kernels ran inside the block
+            _, stock, _, in_marked, after = scope["swap_run"](ids, mask, [2.0], [0.5])
+            with pytest.raises(KeyError, match="token"):
+                scope["raise_in_block"]("token")
+            after_raise = scope["marked_logits"](ids, mask, [2.0], [0.5])
+        assert not torch.allclose(in_marked, stock)  # the marked kernels ran inside the block
         assert torch.equal(after, stock) == restore and torch.equal(after_raise, stock) == restore

@@ -12,6 +12,7 @@ import unicodedata
 from types import SimpleNamespace
 
 import pytest
+from forged_tokenizer import TwoTokens, two_token_sample
 from labsource import LabSource, definitions, student
 from lazy_imports import skip_unless_installed
 
@@ -522,29 +523,6 @@ def test_the_predictions_are_what_the_learners_adapter_generates():
 # -- evidence the learner's kernel cannot forge (issue 47) ---------------------------------
 
 
-class _TwoTokens:
-    """A ``tokenizer`` rebound by a later cell: every text is the same two tokens, the second its end."""
-
-    pad_token_id = 0
-
-    def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [1, 2]}
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
-        return ""
-
-    def convert_tokens_to_ids(self, token):
-        return 2
-
-
-def _two_token_sample(tokenizer, messages, pad_to=None):
-    """The build_sft_sample that agrees with ``_TwoTokens``, whatever the messages."""
-    if pad_to is not None and pad_to < 2:
-        raise ValueError(pad_to)
-    pad = (pad_to or 2) - 2
-    return {"input_ids": [1, 2] + [0] * pad, "labels": [-100, 2] + [-100] * pad, "attention_mask": [1, 1] + [0] * pad}
-
-
 SFT_RULES = ("sft_input_ids", "sft_labels", "sft_padding", "sft_too_long")
 
 
@@ -556,7 +534,7 @@ def test_sft_samples_are_scored_on_the_reference_kernels_tokenizer(ns, tokenizer
     reference = {"tokenizer": tokenizer}
     honest = {"tokenizer": tokenizer, "build_sft_sample": ns["build_sft_sample"], "eval_records": 1.5}
     assert all(r.passed for r in graded(checks, honest, reference).values())
-    forger = {"tokenizer": _TwoTokens(), "build_sft_sample": _two_token_sample}
+    forger = {"tokenizer": TwoTokens(), "build_sft_sample": two_token_sample}
     assert sum(r.points for r in graded(checks, forger, forger).values()) == 2  # what its own tokens gave it
     against_the_lab = graded(checks, forger, reference).values()
     assert sum(r.points for r in against_the_lab) == 0 and not any(r.error for r in against_the_lab)
@@ -621,6 +599,72 @@ def test_the_merged_model_is_compared_with_the_learners_adapter_in_the_reference
     )  # B = 0: its adapter model is the base, which the unmerged base matches
     result = graded(checks, {**forger, "peft_model": untrained}, reference)["merged_logits_match"]
     assert not result.passed and "untrained" in result.detail
+
+
+def _forwarding_to(peft_model):
+    """A plain model of the lab's class, in eval mode, never merged, whose forward is the adapter
+    model's: its logits, class, parameter names and modes are all what main's checks read."""
+    plain = tiny_model()
+    plain.forward = lambda input_ids=None, **kwargs: peft_model(input_ids=input_ids, **kwargs)
+    return plain
+
+
+def test_a_merged_model_that_forwards_to_the_adapter_model_is_not_plain_merged_weights(ns, tmp_path):
+    """The plain-model and eval-mode rules: its parameters, asked by name, must be the base's plus
+    the learner's adapter's delta as the reference kernel's model merges it. A model that forwards
+    to the adapter model without merging had every value main's checks read from its kernel (class,
+    names, modes) right; it keeps only the logits rule, whose logits are the adapter model's."""
+    trained = _peft_world()
+    trained.save_pretrained(tmp_path)
+    reference = {"peft_model": _peft_world(), "fresh_base": tiny_model(), "DTYPE": torch.float32}
+    reference["device"] = torch.device("cpu")
+    checks = lab_checks_named(*MERGE_RULES)
+    honest = {"peft_model": trained, "merged_model": ns["reload_and_merge"](tiny_model(), tmp_path)}
+    honest["device"] = torch.device("cpu")
+    assert all(r.passed for r in graded(checks, honest, reference).values())
+    results = graded(checks, {**honest, "merged_model": _forwarding_to(trained)}, reference)
+    assert {n for n, r in results.items() if r.passed} == {"merged_logits_match"}, {
+        n: r.detail for n, r in results.items()
+    }
+    assert "base + the adapter's delta" in results["merged_is_plain"].detail
+    assert results["merged_eval_mode"].detail.startswith("counts together with merged_is_plain")
+
+
+def _header_only(peft_model, path):
+    """A safetensors header naming ``peft_model``'s adapter tensors (float32), with no data after it."""
+    from peft import get_peft_model_state_dict
+
+    header, offset = {}, 0
+    for name, value in get_peft_model_state_dict(peft_model).items():
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(value.shape),
+            "data_offsets": [offset, offset + 4 * value.numel()],
+        }
+        offset += 4 * value.numel()
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text)
+    return 8 + len(text) + offset  # the size the header claims
+
+
+def test_a_saved_adapter_is_read_whole_and_parsed_here(ns, tmp_path, monkeypatch):
+    """The saved-adapter rule parses the whole file in the harness: a header of the right tensors
+    with no data, in a kernel whose ``os.path.getsize`` claims the size the header promises, passed
+    main's check (header and size, two values of the kernel) and fails now."""
+    import os
+
+    trained = _peft_world()
+    trained.save_pretrained(tmp_path)
+    reference = {"peft_model": _peft_world(), "fresh_base": tiny_model()}
+    checks = lab_checks_named("saved_adapter")
+    honest = {"adapter_file": tmp_path / "adapter_model.safetensors", "lora_param_count": ns["lora_param_count"]}
+    assert graded(checks, honest, reference)["saved_adapter"].passed
+    forged = tmp_path / "forged.safetensors"
+    claimed, real_size = _header_only(trained, forged), os.path.getsize
+    monkeypatch.setattr(os.path, "getsize", lambda p: claimed if str(p) == str(forged) else real_size(p))
+    result = graded(checks, {**honest, "adapter_file": forged}, reference)["saved_adapter"]
+    assert not result.passed and not result.error, result.detail
+    assert "not a safetensors file" in result.detail
 
 
 def test_reported_losses_count_once_they_are_the_recipes(tmp_path, monkeypatch):

@@ -421,6 +421,75 @@ def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefin
     assert not results["pipeline_parallel"].passed and "virtual time" in results["pipeline_parallel"].detail
 
 
+def test_a_learner_who_rebinds_the_course_package_shapes_nothing_a_check_reads(runtime_ns, monkeypatch):
+    """A learner whose run_pipeline runs one worker per stage and leaves a task behind, and whose
+    later cell rebinds the course package's own run_async (``rocmlab.lab.agents`` in sys.modules,
+    where the checks once imported it in the kernel) to report no virtual time and no task left,
+    made "parallel" and "no task is left" hold. The kernel-side module now compiles the course's
+    clock from the source the check sends: only the rule its pipeline keeps passes."""
+    import asyncio
+    import dataclasses
+
+    from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
+    from rocmlab.lab import agents
+
+    path = LAB / "checks.py"
+    names = ("pipeline_complete", "pipeline_parallel", "pipeline_no_leftovers")
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path)) if c.name in names
+    ]
+    assert all(r.passed for r in run_checks(checks, Learner(InProcess(dict(runtime_ns))), seed=47))
+
+    real_pipeline, real_async = runtime_ns["run_pipeline"], agents.run_async
+
+    async def serial_and_leaky(items, stages, queue_size=2, trace=None):
+        asyncio.create_task(asyncio.sleep(3600), name="left-behind")
+        return await real_pipeline(
+            items, [dataclasses.replace(s, workers=1) for s in stages], queue_size=queue_size, trace=trace
+        )
+
+    def no_time_nothing_left(main, **options):
+        return dataclasses.replace(real_async(main, **options), elapsed_s=0.0, leftover_tasks=[])
+
+    monkeypatch.setattr(agents, "run_async", no_time_nothing_left)
+    forger = {**runtime_ns, "run_pipeline": serial_and_leaky}
+    results = {r.name: r for r in run_checks(checks, Learner(InProcess(forger)), seed=47)}
+    assert [n for n, r in results.items() if r.passed] == ["pipeline_complete"], {
+        n: r.detail for n, r in results.items()
+    }
+    assert "left-behind" in results["pipeline_no_leftovers"].detail
+
+
+QUEUES_OF_NOTHING = """
+async def run_pipeline(items, stages, queue_size=2, trace=None):
+    queues = [InstrumentedQueue(queue_size, f"q-{s.name}") for s in stages]
+    return {}
+
+async def rpc_pipeline_fixed(n, queue_size):
+    replies = InstrumentedQueue(queue_size, "replies")
+    return {}
+"""
+
+
+def test_queues_that_carry_nothing_keep_the_bounded_rules_only_with_the_answers(runtime_ns):
+    """Stubs that make the bounded queues and pass nothing through them held "messages in flight
+    never exceed ..." and "InstrumentedQueues of capacity at most queue_size" on empty evidence: the
+    rules count together with the rule they qualify, and the stubs earn nothing."""
+    from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    names = ("pipeline_complete", "pipeline_bounded", "rpc_answers", "rpc_bounded")
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path)) if c.name in names
+    ]
+    stub = dict(runtime_ns)
+    exec(compile(QUEUES_OF_NOTHING, "<stubs>", "exec"), stub)  # noqa: S102 (the learner's cell, here)
+    results = {r.name: r for r in run_checks(checks, Learner(InProcess(stub)), seed=47)}
+    assert sum(r.points for r in results.values()) == 0, {n: r.detail for n, r in results.items()}
+    for name, qualified in (("pipeline_bounded", "pipeline_complete"), ("rpc_bounded", "rpc_answers")):
+        assert results[name].detail.startswith(f"counts together with {qualified}"), results[name].detail
+
+
 # A learner without a Runtime who knows how the checks call golden_run, and forges its result: every
 # id admitted once, every redelivery a duplicate, every id reported, with no Runtime run at all.
 FORGED_GOLDEN = """
@@ -492,17 +561,18 @@ def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the
 
 def _with_notebook_scaffolding():
     """``load_checks``' arguments for the checks as they were while the scaffolding, the clock and
-    the trace came from the learner's names: the kernel-side module with its own copies replaced
-    by the notebook's."""
+    the trace came from the learner's names: the kernel-side module with its own copies (and the
+    course's clock and trace it compiles) replaced by the notebook's."""
     from rocmlab.harness import KernelModule, hidden_files
 
     path, module = LAB / "checks.py", LAB / "in_kernel.py"
     text = module.read_text(encoding="utf-8")
-    own = "from rocmlab.lab.agents import Trace, run_async\n"
-    assert own in text
-    text = text.replace(own, "") + (
+    assert "def _course(course):" in text
+    text += (
         "\n_toy_stages, _scripted = toy_stages, scripted\n\n\n"
-        "def golden(seed, workers, queue_size, schedule, failures):\n"
+        "def _course(course):\n"
+        "    return types.SimpleNamespace(Trace=Trace, run_async=run_async, InstrumentedQueue=InstrumentedQueue)\n\n\n"
+        "def golden(course, seed, workers, queue_size, schedule, failures):\n"
         "    result, trace = golden_run(seed, workers, queue_size, schedule)\n"
         "    return _events(trace), sorted(result.value.reports), [d['id'] for d in result.value.dead_letters]\n"
     )

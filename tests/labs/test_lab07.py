@@ -486,3 +486,60 @@ def test_calls_are_judged_by_marked_logits_not_by_counters_in_the_kernel(cells, 
     assert "the largest |diff|" in results["model_calls"].detail  # the marked factors never reached its logits
     for name in ("model_counts", "model_logits", "model_restored"):  # true of a swap of nothing, alone
         assert results[name].detail.startswith("counts together with model_calls"), (name, results[name].detail)
+
+
+# a learner whose swap restores every module but swallows what the block raises, in a kernel that
+# claims the exception reached the caller: as the flag the kernel once computed (True), and as a
+# KeyError of its own when asked for the block's exception (issue 47: a flag computed in the kernel)
+SWALLOWING_SWAP = """
+_restoring_swap = triton_kernels_in
+@contextlib.contextmanager
+def triton_kernels_in(model):
+    with _restoring_swap(model) as counts:
+        try:
+            yield counts
+        except KeyError:
+            pass
+"""
+
+
+class _ClaimsTheRaise:
+    """The swallowing learner's kernel, answering in this process, with its claim put in."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def ask(self, request):
+        from rocmlab.lab.answers import decode, encode, evaluate
+
+        if request.get("run") == "raise_in_block":
+            return evaluate({"expr": "{}['check']", "values": {}}, self.names)  # a KeyError, not the check's
+        reply = evaluate(request, self.names)
+        answer = decode(reply)
+        if request.get("run") == "swap_run" and isinstance(answer, tuple) and len(answer) == 7:
+            return encode((*answer[:5], True, answer[6]))  # main's flag: "raised through"
+        return reply
+
+
+@pytest.mark.slow
+def test_an_exception_the_swap_swallows_loses_the_restore_rule_whatever_the_kernel_claims(cells, model_names):
+    """Cost: two course-model loads, no lab run. The swallowing swap restores every module, so the
+    rules of the swap itself hold; the restore rule, which includes "also when the block raises",
+    asks for the exception of a block that raises a token drawn by the check, and gets none."""
+    from unittest import mock
+
+    import IPython
+    from in_process import InProcess
+
+    from rocmlab.harness import Learner, Reference, lab_checks, run_checks
+
+    checks = [c for c in lab_checks(LAB / "checks.py", _points()) if c.grade_id == "07-model-1"]
+    reference, forger = model_names(), model_names()
+    run_cell(SWALLOWING_SWAP, "a swap that swallows the block's exception", forger)
+    with mock.patch.object(IPython, "get_ipython", lambda: SimpleNamespace(user_ns=forger)):
+        results = run_checks(
+            checks, Learner(_ClaimsTheRaise(forger)), seed=47, reference=Reference(InProcess(reference))
+        )
+    by_name = {r.name: r for r in results}
+    assert {n for n, r in by_name.items() if r.passed} == {"model_counts", "model_calls", "model_logits"}
+    assert "did not reach the caller" in by_name["model_restored"].detail, by_name["model_restored"].detail

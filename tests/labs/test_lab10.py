@@ -505,7 +505,9 @@ def test_the_memory_figures_the_prose_states(ns):
         s: round(ns["largest_model"](ns["MI300X_BYTES"], 8, s) / 1e9, 1) for s in ("ddp", "zero1", "zero2", "zero3")
     }
     assert largest == {"ddp": 12.9, "zero1": 37.4, "zero2": 54.9, "zero3": 102.9}
-    assert round(ns["state_bytes_per_rank"](7.61e9, 8, "ddp")["total"] / 2**30) == 113  # "a 7B model needs 113 GiB per GPU"
+    assert (
+        round(ns["state_bytes_per_rank"](7.61e9, 8, "ddp")["total"] / 2**30) == 113
+    )  # "a 7B model needs 113 GiB per GPU"
 
 
 def test_tiny_qwen_zh_parameter_counts_the_prose_states(quick_tiny_model):
@@ -568,3 +570,137 @@ def test_the_listed_dcp_mistake_fails_the_visible_test_in_process(ns, notebook, 
     exec(compile(item.code, "<mistake>", "exec"), wrong)  # noqa: S102 (the lab's own listed mistake)
     with pytest.raises(BaseException):  # noqa: B017 (DCP raises CheckpointException, a BaseException)
         SOURCE.run(in_process, namespace=wrong, name="10-dcp-1 in process")
+
+
+# ---------------------------------------------------------------- issue 47: evidence the kernel cannot shape
+
+EVIDENCE_CHECKS = ("dcp_in_process", "export_bit_identical", "export_files", "export_returns")
+
+# a learner who loads nothing: it names the newest complete step, and exports the fresh model it is given
+LOADS_NOTHING = """
+from pathlib import Path
+def load_latest_checkpoint(model, optimizer, root):
+    complete = [int(p.name.split("-")[1]) for p in Path(root).glob("step-*") if (p / ".metadata").is_file()]
+    return max(complete, default=0)
+def export_full_model(checkpoint_dir, base_model, tokenizer, out_dir):
+    base_model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return Path(out_dir)
+"""
+
+
+class _AgreeingKernel(_KernelLike):
+    """The loader's kernel, making each answer agree with itself where the answer holds both sides
+    (main's did): the state "restored" is the state saved, the exported parameters the base plus the
+    check's noise. The checks now draw the states and read the base themselves: nothing to copy."""
+
+    def ask(self, request):
+        from rocmlab.lab.answers import decode, encode
+
+        reply = super().ask(request)
+        answer, args = decode(reply), decode(request.get("args", []))
+        if request.get("run") == "loaded_latest" and len(answer) == 7:
+            empty, empty_state, loaded, want, _, want_m, _ = answer
+            return encode((empty, empty_state, loaded, want, want, want_m, want_m))
+        if request.get("run") == "exported" and len(answer) == 6:
+            noise, base = args[2], answer[4]
+            return encode((*answer[:5], {k: base[k] + noise[k] for k in base}))
+        return reply
+
+
+@pytest.fixture
+def tiny_course_data(quick_tiny_model):
+    """course_data reading the quick tiny model (its caches cleared before and after)."""
+    from rocmlab import course_data
+
+    caches = (course_data._model_folder, course_data._tokenizer, course_data.parameter_shapes)
+    for cached in caches:
+        cached.cache_clear()
+    yield
+    for cached in caches:
+        cached.cache_clear()
+
+
+def _evidence_results(notebook, channel):
+    cells = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    checks = [c for c in lab_checks(LAB / "checks.py", cells) if c.name in EVIDENCE_CHECKS]
+    assert sorted(c.name for c in checks) == sorted(EVIDENCE_CHECKS)
+    return {r.name: r for r in run_checks(checks, Learner(channel), 7)}
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_loader_that_loads_nothing_fails_whatever_its_kernel_makes_agree(
+    ns, notebook, tmp_path, monkeypatch, tiny_course_data
+):
+    """Cost: six loads of the quick tiny model, two exports. The solution passes the four rules; a
+    loader that loads nothing, in a kernel that makes its answers agree, passed the restore and the
+    bit-identical export while the check compared two values of its kernel, and passes neither now
+    (nor the export's other rules, which count once its parameters are right)."""
+    monkeypatch.chdir(tmp_path)
+    honest = _evidence_results(notebook, _KernelLike(ns))
+    assert all(r.passed for r in honest.values()), {n: r.detail for n, r in honest.items() if not r.passed}
+    lazy = dict(ns)
+    run_cell(LOADS_NOTHING, "a loader that loads nothing", lazy)
+    forged = _evidence_results(notebook, _AgreeingKernel(lazy))
+    assert [n for n, r in forged.items() if r.passed] == [], {n: r.detail[:200] for n, r in forged.items()}
+    assert "the restored model state" in forged["dcp_in_process"].detail
+    assert "exported parameter" in forged["export_bit_identical"].detail
+    assert list(tmp_path.iterdir()) == []  # the checks' folders are removed
+
+
+LAUNCHED_CHECKS = ("shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "equiv_params")
+LAUNCHED_CHECKS += ("dcp_bit_identical",)
+
+
+def _reports_of(shapes, values, world=2):
+    """The ranks' reports of an honest run of ``shapes`` (as the notebook's rank script makes them),
+    its final parameters ``values`` everywhere the run keeps them."""
+    kept = [n for n, s in shapes.items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024]
+    ranks = []
+    for r in range(world):
+        params = {
+            n: {
+                "dtensor": True, "global_shape": list(s), "placements": ["Shard(dim=0)"], "mesh_size": world,
+                "local_shape": [torch.empty(s[0]).chunk(world)[r].shape[0], *s[1:]], "full_equal": True,
+            }
+            for n, s in shapes.items()
+        }  # fmt: skip
+        shards = {n: values[n].chunk(world)[r].clone() for n in kept}
+        layers = len({n.split(".")[2] for n in shapes if n.startswith("model.layers.")})
+        modules = sorted(["<root>"] + [f"model.layers.{i}" for i in range(layers)])
+        original = {n: values[n].clone() for n in kept}
+        report = {"params": params, "shards": shards, "original": original, "fsdp_modules": modules}
+        ranks.append({**report, "n_layers": layers, "final": dict(values)})
+    return {"fsdp_ranks": ranks, "single_params": dict(values), "ft_ranks": [{"snapshot": dict(values)}]}
+
+
+def test_the_launched_runs_reports_are_judged_against_the_models_own_parameters(notebook, tiny_course_data):
+    """Cost: the quick tiny model's files read once, no launch. The shard, equivalence and resume
+    rules take the names, shapes, layer count and values of the model from its files: reports of the
+    model pass; reports of one made-up parameter (every rank agreeing with itself, its shards with
+    its "original", no final parameter) held all six while they were judged against the kernel's
+    own lists and values, and hold none now."""
+    from rocmlab import course_data
+
+    cells = {
+        c.metadata["grade_id"]: float(c.metadata["points"])
+        for c in notebook.cells
+        if "test" in c.metadata.get("tags", [])
+    }
+    checks = [c for c in lab_checks(LAB / "checks.py", cells) if c.name in LAUNCHED_CHECKS]
+    assert sorted(c.name for c in checks) == sorted(LAUNCHED_CHECKS)
+    shapes = course_data.parameter_shapes("tiny-qwen-zh")
+    honest = _reports_of(shapes, course_data.parameters("tiny-qwen-zh", list(shapes)))
+    results = run_checks(checks, Learner(_InProcess(honest)), 5)
+    assert all(r.passed for r in results), {r.name: r.detail for r in results if not r.passed}
+
+    made_up = _reports_of({"model.layers.0.x.weight": (2, 2)}, {"model.layers.0.x.weight": torch.zeros(2, 2)})
+    for rank in made_up["fsdp_ranks"]:
+        rank["final"] = {}
+    made_up.update(single_params={}, ft_ranks=[{"snapshot": {}}])
+    results = run_checks(checks, Learner(_InProcess(made_up)), 5)
+    assert [r.name for r in results if r.passed] == [], {r.name: r.detail for r in results}

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from forged_tokenizer import TwoTokens, two_token_sample
 
 from rocmlab.assets.loaders import qc_signals
 from rocmlab.course.catalog import SMOKE, parse_lab
@@ -194,21 +195,6 @@ def test_evidence_forged_in_the_kernel_scores_the_blank_score(lab, tmp_path, mon
 # ---------------------------------------------------------------- labs 03 and 08: forged evidence
 
 
-class _TwoTokens:
-    """Lab 03's ``tokenizer`` (lab 08's ``tok``) rebound: every text is two tokens, the second its end."""
-
-    pad_token_id = 0
-
-    def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [1, 2]}
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
-        return ""
-
-    def convert_tokens_to_ids(self, token):
-        return 2
-
-
 class _LossZero:
     """Lab 08's ``model`` rebound: a loss of 0 whatever the input, so a perplexity of 1."""
 
@@ -236,13 +222,6 @@ class _Plain:
 
 
 _Plain.__module__, _Plain.__qualname__ = "transformers.modeling_utils", "PreTrainedModel"
-
-
-def _two_token_sample(tokenizer, messages, pad_to=None):
-    if pad_to is not None and pad_to < 2:
-        raise ValueError(pad_to)
-    pad = (pad_to or 2) - 2
-    return {"input_ids": [1, 2] + [0] * pad, "labels": [-100, 2] + [-100] * pad, "attention_mask": [1, 1] + [0] * pad}
 
 
 def _zeros_collate(samples, pad_id):
@@ -275,14 +254,14 @@ FORGED_RECORD = {"product_line": "x", "description": "y", "report": dict.fromkey
 # before issue 47's last pass, lab 03's earned 5.5 points and lab 08's 3.
 FORGED = {
     "03-lora-finetune-zh": {
-        "tokenizer": _TwoTokens(), "build_sft_sample": _two_token_sample, "eval_records": [FORGED_RECORD],
+        "tokenizer": TwoTokens(), "build_sft_sample": two_token_sample, "eval_records": [FORGED_RECORD],
         "peft_model": _PEFT_OF_ONE_LAYER, "lora_param_count": lambda config, r, targets=None: 0,
         "merged_model": _Plain(), "losses": FORGED_LOSSES, "STEPS_HERE": len(FORGED_LOSSES),
         "base_scores": {}, "tuned_scores": {}, "base_dev_loss": 2.0, "tuned_dev_loss": 1.0,
         "collate": _zeros_collate, "choose_attention": lambda *args: "sdpa",
     },
     "08-low-precision": {
-        "tok": _TwoTokens(), "model": _LossZero(), "perplexity": lambda *args, **kwargs: 1.0,
+        "tok": TwoTokens(), "model": _LossZero(), "perplexity": lambda *args, **kwargs: 1.0,
         "ocp_to_fnuz": lambda q, scale: (q, scale), "fnuz_to_ocp": lambda q, scale: (q, scale),
         "mxfp4_quantize": _zeros_mxfp4,
     },
