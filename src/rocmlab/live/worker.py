@@ -41,7 +41,7 @@ from ..grading.submissions import StudentResult
 from ..sandbox.limits import choose_backend, is_root
 from .attempted import untouched_in
 from .attempts import Attempt, CheckOutcome, GradeResult
-from .graders import OPEN_LABS, OpenGraders
+from .graders import OPEN_LABS, OpenGraders, import_grading_modules
 from .queue import LeaseLost, LiveQueue, new_worker_id
 
 RENEW_FRACTION = 3  # the lease is renewed every lease_s / RENEW_FRACTION seconds
@@ -338,6 +338,7 @@ def worker_main(
     """The CLI's ``rocmlab live worker``."""
     checked = preflight(root, labs, profile)
     print(f"live worker: {len(checked)} lab(s) can be graded here ({', '.join(checked)})", flush=True)
+    import_grading_modules()  # before the first claim: no learner waits for it
     processes.exit_on_sigterm()  # SIGTERM raises SystemExit: the attempt is given back, the sandbox removed
     with tempfile.TemporaryDirectory(prefix="rocmlab-live-worker-") as scratch:
         queue = open_queue(queue_path, service, token, Path(scratch))
