@@ -11,17 +11,26 @@ Checks, each printed:
 
 Prints the CPU seconds per submission of the live workers and of the batch grade, side by side
 (every process each started, sandboxes and kernels included: as root each side's processes are
-in a CPU-accounting cgroup of their own, benchmarks/cpu_accounting.py; elsewhere only waited-for
-children count, which misses the kernels forked from a zygote), the batch grade's wall time for the same burst, the load average, p50 and
-p95 of submit -> result, and ends with exactly one line:
+in a CPU-accounting cgroup of their own, and each worker's in one inside the live side's,
+benchmarks/cpu_accounting.py; elsewhere only waited-for children count, which misses the kernels
+forked from a zygote), twice: with the kill (every live process, the killed worker's lost grading
+and its replacement's start included, which a batch grade never pays) and in the steady state (the
+workers never killed, over the attempts they recorded, against the batch's CPU-s per submission of
+the same labs). As root it also splits each side's CPU by process kind (grading process, sandbox
+worker, zygote, kernel, ...; sampled, so what ended between two samples is shown apart) and says
+what the workers' start-up cost before the burst. Then the batch grade's wall time for the same
+burst, the load average, p50 and p95 of submit -> result, whether p95 is within that wall time, and
+ends with exactly one line:
 ``submissions: N graded: N lost: 0 duplicated: 0 p50: X s p95: Y s``. Exit 1 if any check fails.
+``--no-kill`` kills no worker (the steady state alone; the regrade check is skipped).
 
 The labs are the grading fixture lab (tests/fixtures/submissions) and a copy of it under a second id,
 answered correctly, partly or wrongly in turn. ``--real LAB LAB`` uses two labs of this checkout
 instead, each learner submitting its solution or its unanswered student notebook in turn. The
 learners submit straight into the queue (the live service's collect and HTTP are not timed here).
 
-    .venv/bin/python benchmarks/live_load.py [--learners 60] [--window 120] [--workers 2] [--real LAB LAB] [--record]
+    .venv/bin/python benchmarks/live_load.py [--learners 60] [--window 120] [--workers 2] [--real LAB LAB]
+        [--no-kill] [--record]
 
 ``--record`` adds the figures to docs/measurements.md (section "live") when every check passed.
 """
@@ -191,6 +200,8 @@ def logged_results(logs: list[Path]) -> dict[int, int]:
     """attempt id -> how many workers logged recording its result."""
     seen: dict[int, int] = {}
     for log in logs:
+        if not log.is_file():  # the replacement's, when no worker was killed
+            continue
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith("graded attempt "):
                 attempt_id = int(line.split()[2])
