@@ -208,6 +208,8 @@ class ProcessSampler:
             return "bwrap"
         if _runs_forkserver(seen):
             parent = self._parent(seen)
+            if parent is None:  # its parent ended unseen: a kernel's own child (zygotes live as long as bwrap)
+                return "kernel"
             if not _runs_forkserver(parent):
                 return "zygote"
             return "kernel" if _runs_forkserver(self._parent(parent)) else "fork waiter"

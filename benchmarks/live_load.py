@@ -105,8 +105,9 @@ def real_answers(root: Path, labs: list[str], workdir: Path) -> dict:
     return answers
 
 
-def start_worker(root: Path, queue: Path, log: Path, lease_s: float, cpu: CpuGroup) -> subprocess.Popen:
-    """A ``rocmlab live worker`` in the CPU group ``cpu`` (its own, inside the live side's)."""
+def start_worker(root: Path, queue: Path, log: Path, lease_s: float, cpu: CpuGroup, workers: int) -> subprocess.Popen:
+    """A ``rocmlab live worker`` in the CPU group ``cpu`` (its own, inside the live side's), told
+    how many workers share the machine, as a hub tells its workers (``ROCMLAB_LIVE_WORKERS``)."""
     with log.open("a") as out:
         return subprocess.Popen(
             [str(BIN / "rocmlab"), "--root", str(root), "live", "worker", "--queue", str(queue)]
@@ -115,6 +116,7 @@ def start_worker(root: Path, queue: Path, log: Path, lease_s: float, cpu: CpuGro
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=cpu.join,
+            env={**os.environ, "ROCMLAB_LIVE_WORKERS": str(workers)},
         )
 
 
@@ -302,7 +304,7 @@ def main() -> int:
 
         def start(n: int) -> subprocess.Popen:
             group = CpuGroup(f"worker-{n}", live_cpu)
-            worker = start_worker(root, queue_path, logs[n], args.lease, group)
+            worker = start_worker(root, queue_path, logs[n], args.lease, group, args.workers)
             groups[worker.pid] = group
             return worker
 

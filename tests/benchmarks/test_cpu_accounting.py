@@ -69,6 +69,7 @@ TREE = [  # pid, ppid, cmdline, cpu_s
     (13, 12, ZYGOTE_ARGS, 1.5),
     (14, 13, ZYGOTE_ARGS, 0.01),  # the fork that waits for the kernel
     (15, 14, ZYGOTE_ARGS, 4.0),  # the kernel, PID 1 of its own namespaces
+    (16, 99, ZYGOTE_ARGS, 0.5),  # a child of the kernel's whose parent (99) ended before it was sampled
     (20, 1, f"{BIN} {BIN[:-6]}rocmlab --root /repo grade 01-rocm-setup --submissions /s --jobs 2", 5.0),
 ]
 
@@ -90,6 +91,7 @@ def test_each_process_of_a_worker_is_told_apart_though_bwrap_and_forks_repeat_th
         13: "zygote",
         14: "fork waiter",
         15: "kernel",
+        16: "kernel",
         20: "grading process",
     }
 
@@ -105,8 +107,9 @@ def test_cpu_by_kind_is_split_by_the_tree_each_process_started_in_and_by_time():
         "kernel": 4.0,
     }
     assert sampler.by_kind(tops={20}) == {"grading process": 5.0}
+    assert sampler.by_kind()["kernel"] == 4.5  # with the orphan no tree claims
     assert sampler.by_kind(tops={10}, until=5.0)["kernel"] == 0.0  # the kernel had used nothing by then
-    assert sampler.count("kernel") == 1
+    assert sampler.count("kernel") == 2 and sampler.count("zygote") == 1
 
 
 def test_a_group_inside_another_counts_in_both_and_closes_with_it(tmp_path):
