@@ -46,7 +46,11 @@ SECTIONS = {
         "same submissions by `rocmlab grade --jobs 2`; CPU-s per submission of each, their ratio, p50 and "
         "p95 from submit to result, the batch's wall time ([hub.md](hub.md), sizing a live day). As root each "
         "side's CPU is counted in a cgroup of its own, kernels included; the 2026-12-06 entry of live/batch "
-        "1.19 and any older counted waited-for children only, which misses every kernel forked from a zygote.",
+        "1.19 and any older counted waited-for children only, which misses every kernel forked from a zygote. "
+        'Entries that say "one killed mid-grade" give the ratio twice: with the kill (every live process, the '
+        "killed worker's lost grading and its replacement's start included, which a batch never pays) and in "
+        "the steady state (the workers never killed, each counted in a cgroup of its own, over the attempts "
+        "they recorded, against the batch's CPU-s per submission of the same labs).",
     ),
     "run_overhead": (
         "`rocmlab run`'s overhead",

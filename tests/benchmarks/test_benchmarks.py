@@ -36,7 +36,11 @@ def test_live_load_grades_every_submission_once_and_agrees_with_the_batch_grade(
     assert "live scores equal the batch rocmlab grade: True (8 submissions)" in out
     assert "held by the killed worker: graded, claimed 2 times" in out
     assert "CPU counted from " in out  # a cgroup per side as root, else the waited-for children, said
-    assert re.search(r"CPU-s per submission: live [\d.]+ batch [\d.]+ live/batch [\d.]+", out), out
+    assert re.search(r"CPU-s per submission with the kill .*: live [\d.]+ batch [\d.]+ live/batch [\d.]+", out), out
+    if "a CPU-accounting cgroup" in out:  # as root: each worker's CPU apart, and every process's kind
+        assert re.search(r"in the steady state .*: live [\d.]+ batch [\d.]+ live/batch [\d.]+", out), out
+        assert re.search(r"live CPU-s per submission by process kind .*kernel [\d.]+", out), out
+    assert re.search(r"live p95 within the batch's wall time for the same burst: (True|False)", out), out
     assert re.search(r"batch CPU-s per submission of 01-grade: [\d.]+", out), out
     assert re.search(r"batch rocmlab grade of the same 8 submissions \(--jobs 2\): [\d.]+ s; load average", out), out
     last = out.strip().splitlines()[-1]

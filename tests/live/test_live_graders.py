@@ -8,6 +8,8 @@ grades with the real one."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,3 +212,25 @@ def test_the_cli_default_of_open_labs_is_the_graders_own():
     live_command.add_arguments(parser)
     action = next(a for a in parser._actions if "--open-labs" in a.option_strings)
     assert f"(default {OPEN_LABS})" in action.help
+
+
+def test_a_worker_imports_what_a_grader_needs_before_its_first_claim(tmp_path):
+    """nbgrader is imported at start, so no learner's first attempt waits for it (a fresh process:
+    this one has imported nbgrader already)."""
+    queue = tmp_path / "q.sqlite"
+    LiveQueue(queue)
+    script = f"""
+import sys
+from pathlib import Path
+from rocmlab.live import worker
+assert "nbgrader.apps" not in sys.modules, "imported before the worker started"
+def run(self, **_):
+    print("at the first claim nbgrader is imported:", "nbgrader.apps" in sys.modules)
+    return 0
+worker.Worker.run = run
+worker.worker_main(Path({str(ROOT)!r}), queue_path={str(queue)!r}, service=None, token="",
+    lease_s=10, poll_s=0.1, profile="smoke", unsafe=True, max_attempts=0, idle_exit_s=0, labs=[{LABS[0]!r}])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "at the first claim nbgrader is imported: True" in done.stdout, done.stdout

@@ -1,12 +1,17 @@
 """The live workshop's durable queue: idempotent submit, leases, one result per attempt, several processes."""
 
 import multiprocessing
+import os
 import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from rocmlab.live.attempts import CheckOutcome, GradeResult
-from rocmlab.live.queue import LeaseLost, LiveQueue, QueueError, RateLimited
+from rocmlab.live.queue import LeaseLost, LiveQueue, QueueError, RateLimited, worker_ended_here
 
 
 class Clock:
@@ -421,3 +426,55 @@ def test_a_queue_file_of_an_older_rocmlab_gains_the_workers_labs(tmp_path):
 def test_a_negative_affinity_bound_is_refused(tmp_path):
     with pytest.raises(QueueError, match="affinity_s"):
         LiveQueue(tmp_path / "q.sqlite", affinity_s=-1)
+
+
+def ended_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid
+
+
+def test_an_attempt_held_by_a_worker_of_this_host_that_ended_is_claimable_at_once(tmp_path):
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    attempt = queue.submit("ana", "00-test", "t1", "/s")
+    dead = f"{os.uname().nodename}-{ended_pid()}-0a1b2c"
+    assert queue.claim(dead, 600).id == attempt.id
+    taken = queue.claim("w2", 60)  # no time passed: its lease of 600 s still runs
+    assert (taken.id, taken.worker, taken.tries) == (attempt.id, "w2", 2)
+    with pytest.raises(LeaseLost):
+        queue.complete(attempt.id, dead, result())
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        lambda: f"{os.uname().nodename}-{os.getpid()}-0a1b2c",  # alive, this host
+        lambda: f"another-host-{ended_pid()}-0a1b2c",  # a pod's worker: its pid means nothing here
+        lambda: "w1",  # not a worker id of new_worker_id's form
+    ],
+    ids=["alive-here", "other-host", "other-form"],
+)
+def test_an_attempt_held_by_a_live_or_unknown_worker_waits_for_its_lease(tmp_path, holder):
+    clock = Clock()
+    queue = LiveQueue(tmp_path / "q.sqlite", clock=clock)
+    queue.submit("ana", "00-test", "t1", "/s")
+    assert queue.claim(holder(), 600) is not None
+    assert queue.claim("w2", 60) is None
+    clock.now += 601
+    assert queue.claim("w2", 60).tries == 2
+
+
+def test_a_worker_not_yet_reaped_has_ended_once_it_is_a_zombie():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    worker = f"{os.uname().nodename}-{child.pid}-0a1b2c"
+    try:
+        deadline = time.monotonic() + 60
+        while not worker_ended_here(worker):  # running, then a zombie: its parent has not waited for it
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.05)
+        assert Path(f"/proc/{child.pid}").exists()  # not reaped: os.kill(pid, 0) alone calls it alive
+    finally:
+        child.wait(timeout=60)
+    assert worker_ended_here(worker)

@@ -30,6 +30,17 @@ from ..grading.submissions import StudentResult, Submission
 OPEN_LABS = 3  # graders a worker keeps open: a workshop's room works on one or two labs at a time
 
 
+def import_grading_modules() -> None:
+    """Import what opening any lab's grader imports into this process (nbgrader and nbconvert, about
+    0.5 CPU-s), so that a worker pays it at start, before its first claim, and not while a learner's
+    first attempt waits (a replacement worker's included)."""
+    import nbconvert.preprocessors  # noqa: F401
+    import nbgrader.api
+    import nbgrader.apps
+    import nbgrader.coursedir
+    import nbgrader.preprocessors  # noqa: F401
+
+
 class OpenGraders:
     """One worker's open graders, by lab; ``close`` ends them all."""
 

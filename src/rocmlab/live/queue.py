@@ -385,6 +385,7 @@ class LiveQueue:
         labs = sorted({str(lab) for lab in labs})
         with self._transaction() as db:
             self._seen(db, worker_id, None, now, labs=labs)
+            self._end_leases_of_ended_workers(db, now)
             while True:
                 row = choose(
                     db.execute(CLAIMABLE, {"now": now}).fetchall(),
@@ -413,6 +414,16 @@ class LiveQueue:
                     (row["learner"],),
                 )
                 return attempt_from_row(db.execute("SELECT * FROM attempts WHERE id = ?", (row["id"],)).fetchone())
+
+    @staticmethod
+    def _end_leases_of_ended_workers(db: sqlite3.Connection, now: float) -> None:
+        """End now the leases of attempts whose worker, a process of this host, has ended (killed,
+        crashed): another worker takes the attempt at once rather than when its lease runs out.
+        The claim counts as one of its ``max_tries``, as a lease run out does."""
+        held = db.execute("SELECT id, worker FROM attempts WHERE state = 'grading' AND lease_until >= ?", (now,))
+        for attempt_id, worker in held.fetchall():
+            if worker_ended_here(worker):
+                db.execute("UPDATE attempts SET lease_until = ? WHERE id = ?", (now - 0.001, attempt_id))
 
     def renew(self, attempt_id: int, worker_id: str, lease_s: float) -> None:
         """Extend ``worker_id``'s lease on the attempt to ``lease_s`` from now; LeaseLost if it no longer holds it."""
@@ -592,6 +603,27 @@ def choose(rows: list, *, mine: set[str], elsewhere: set[str], passed_over_until
         if found is not None:
             return found
     return first
+
+
+def worker_ended_here(worker_id: str | None) -> bool:
+    """Whether ``worker_id`` (``new_worker_id``) names a process of this host that has ended or is a
+    zombie. False for a worker of another host (a pod of the Kubernetes deployment, whose claims
+    come through the service) or an id of another form: its lease runs out as before. The workers
+    of this host share the service's PID namespace (the hub starts them), so their pids mean the same."""
+    host, _, rest = (worker_id or "").rpartition("-")[0].rpartition("-")
+    if host != os.uname().nodename or not rest.isdigit():
+        return False
+    try:
+        os.kill(int(rest), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    try:
+        stat = Path(f"/proc/{rest}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] in ("Z", "X")  # state: zombie or dead (proc(5))
 
 
 def new_worker_id() -> str:

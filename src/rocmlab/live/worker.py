@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import shutil
 import signal
 import tarfile
@@ -38,10 +39,11 @@ from ..course.catalog import SMOKE, discover, select
 from ..errors import CommandFailed, InputError, LabError
 from ..grading.preflight import check_adapter_cache, check_model_cache, check_sandbox_gives
 from ..grading.submissions import StudentResult
-from ..sandbox.limits import choose_backend, is_root
+from ..hub.settings import LiveWorkers, usable_cores
+from ..sandbox.limits import THREAD_VARIABLES, choose_backend, is_root
 from .attempted import untouched_in
 from .attempts import Attempt, CheckOutcome, GradeResult
-from .graders import OPEN_LABS, OpenGraders
+from .graders import OPEN_LABS, OpenGraders, import_grading_modules
 from .queue import LeaseLost, LiveQueue, new_worker_id
 
 RENEW_FRACTION = 3  # the lease is renewed every lease_s / RENEW_FRACTION seconds
@@ -75,6 +77,21 @@ def preflight(root: Path, lab_ids, profile: str = SMOKE) -> list[str]:
                 "workers with the course's environment)"
             ) from None
     return [lab.id for lab in labs]
+
+
+def share_threads(environ=None, cores: int | None = None) -> str:
+    """Give each kernel's thread pools (OpenMP, OpenBLAS, MKL) this machine's cores shared among the
+    live workers that run on it (``ROCMLAB_LIVE_WORKERS``, else the hub's default), as a batch
+    ``rocmlab grade --jobs N`` shares them among its N slots; a variable already set is kept. A
+    worker's grader has one slot and would otherwise give each kernel every core: with two workers
+    on two cores, lab 07's torch kernels ran four busy threads on two cores and cost a third more
+    CPU than the batch's (benchmarks/live_load.py). Returns the share."""
+    env = os.environ if environ is None else environ
+    workers = LiveWorkers.from_environment(env, cores).count or 1
+    threads = str(max(1, (cores or usable_cores()) // workers))
+    for name in THREAD_VARIABLES:
+        env.setdefault(name, threads)
+    return threads
 
 
 def grade_result(result: StudentResult, untouched=frozenset()) -> GradeResult:
@@ -338,6 +355,9 @@ def worker_main(
     """The CLI's ``rocmlab live worker``."""
     checked = preflight(root, labs, profile)
     print(f"live worker: {len(checked)} lab(s) can be graded here ({', '.join(checked)})", flush=True)
+    import_grading_modules()  # before the first claim: no learner waits for it
+    threads = share_threads()  # before any grader starts a zygote, whose environment it is
+    print(f"live worker: {threads} thread(s) per kernel ({', '.join(THREAD_VARIABLES)})", flush=True)
     processes.exit_on_sigterm()  # SIGTERM raises SystemExit: the attempt is given back, the sandbox removed
     with tempfile.TemporaryDirectory(prefix="rocmlab-live-worker-") as scratch:
         queue = open_queue(queue_path, service, token, Path(scratch))
