@@ -29,12 +29,19 @@ _CELL_NUMBERS = itertools.count(1)
 
 
 class LabSource:
-    """A lab's ``lab.py`` cells and ``lab.toml``, read once."""
+    """A lab's ``lab.py`` cells and ``lab.toml``, each read once, when a test first asks: the lab
+    test modules make theirs at import, and every pytest-xdist worker imports every test module."""
 
     def __init__(self, lab_id: str):
         self.folder = REPO / "solutions" / lab_id
-        self.lab = parse_lab(self.folder)
-        self.notebook = jupytext.read(self.folder / "lab.py")
+
+    @cached_property
+    def lab(self):
+        return parse_lab(self.folder)
+
+    @cached_property
+    def notebook(self):
+        return jupytext.read(self.folder / "lab.py")
 
     @property
     def cells(self) -> list:
