@@ -363,9 +363,9 @@ def _greedy(reference, prompts, n, eos):
 
 
 def _kv_run(learner, reference, prompt, n, eos):
-    """The learner's KV loop on ``prompt`` (its record, forward input shapes, keys), and the reference's tokens."""
-    got, calls, keys = learner.run("kv_loop", prompt, n, eos)
-    return got, calls, _greedy(reference, [prompt], n, eos)[0], keys
+    """The learner's KV loop on ``prompt`` (its record and keys), and the reference's tokens."""
+    got, keys = learner.run("kv_loop", prompt, n, eos)
+    return got, _greedy(reference, [prompt], n, eos)[0], keys
 
 
 @check(
@@ -379,8 +379,32 @@ def kvloop_greedy(learner, variant, reference):
     eos = _eos()
     for _ in range(2):
         prompt = _prompt(rng)
-        got, _, ref, _ = _kv_run(learner, reference, prompt, rng.randint(4, 12), eos)
+        got, ref, _ = _kv_run(learner, reference, prompt, rng.randint(4, 12), eos)
         assert got.get("tokens") == ref, f"expected {ref}, got {got.get('tokens')!r}"
+
+
+def _scripted_run(learner, rng, n):
+    """The learner's KV loop for ``n`` tokens on a model whose passes answer tokens drawn here: the
+    drawn ``right`` token of each pass only when the pass is the one the rule asks for, its
+    ``wrong`` token otherwise (``_ScriptedModel`` in the kernel). Returns the prompt, the learner's
+    record and the two token lists: the forward passes are judged by the tokens they produced."""
+    model, prompt = _model(), _prompt(rng)
+    eos = _eos()
+    pool = [t for t in range(course_data.vocab_size(model)) if t not in (eos, course_data.pad_id(model))]
+    drawn = rng.sample(pool, 2 * n)
+    right, wrong = drawn[:n], drawn[n:]
+    return prompt, learner.run("kv_loop_scripted", prompt, eos, right, wrong), right, wrong
+
+
+def _passes_as_planned(prompt, got, right, wrong):
+    """Which pass (if any) the learner's tokens show was not the one the rule asks for."""
+    tokens = got.get("tokens") if isinstance(got, dict) else None
+    assert type(tokens) is list, f"tokens {tokens!r}"
+    for k, token in enumerate(tokens[: len(right)]):
+        step = f"the prefill, (1, {len(prompt)})" if k == 0 else f"decode step {k}, (1, 1) on the cache returned before"
+        assert token != wrong[k], f"forward pass {k + 1} was not {step}"
+        assert token == right[k], f"token {k + 1} is not the argmax of forward pass {k + 1}'s last position"
+    assert len(tokens) == len(right), f"{len(tokens)} tokens for max_new_tokens={len(right)}"
 
 
 @check(
@@ -389,13 +413,10 @@ def kvloop_greedy(learner, variant, reference):
     en="one prefill pass over the whole prompt, then one pass of a single token per step (KV cache reused)",
     zh="对整个提示词做一次 prefill，之后每步只输入一个 token（复用 KV cache）",
 )
-def kvloop_shapes(learner, variant, reference):
+def kvloop_shapes(learner, variant):
     rng = variant.random
-    prompt = _prompt(rng)
-    got, calls, _, _ = _kv_run(learner, reference, prompt, rng.randint(4, 10), _eos())
-    tokens = got.get("tokens") or []
-    want = [(1, len(prompt))] + [(1, 1)] * (len(tokens) - 1)
-    assert calls == want, f"forward inputs: expected {want}, got {calls}"
+    prompt, got, right, wrong = _scripted_run(learner, rng, rng.randint(4, 10))
+    _passes_as_planned(prompt, got, right, wrong)
 
 
 @check(
@@ -407,11 +428,11 @@ def kvloop_shapes(learner, variant, reference):
 def kvloop_eos(learner, variant, reference):
     rng = variant.random
     prompt, n = _prompt(rng), 12
-    _, _, free, _ = _kv_run(learner, reference, prompt, n, _eos())
+    _, free, _ = _kv_run(learner, reference, prompt, n, _eos())
     candidates = [i for i, t in enumerate(free) if i >= 1 and free.index(t) == i]
     assert free, "the reference generated nothing"
     stop = free[rng.choice(candidates)] if candidates else free[0]
-    got, _, ref, _ = _kv_run(learner, reference, prompt, n, stop)
+    got, ref, _ = _kv_run(learner, reference, prompt, n, stop)
     assert ref[-1] == stop, "the reference stops at the chosen eos"
     assert got.get("tokens") == ref, f"eos {stop}: expected {ref}, got {got.get('tokens')!r}"
 
@@ -425,7 +446,7 @@ def kvloop_eos(learner, variant, reference):
 def kvloop_record(learner, variant, reference):
     rng = variant.random
     prompt = _prompt(rng)
-    got, _, _, keys = _kv_run(learner, reference, prompt, rng.randint(3, 9), _eos())
+    got, _, keys = _kv_run(learner, reference, prompt, rng.randint(3, 9), _eos())
     assert keys is not None and {"tokens", "prompt_len", "prefill_s", "decode_s", "cache"} <= set(keys), f"keys {keys}"
     tokens, decode = got["tokens"], got["decode_s"]
     assert got["prompt_len"] == len(prompt), f"prompt_len {got['prompt_len']!r}, prompt of {len(prompt)}"
@@ -440,11 +461,10 @@ def kvloop_record(learner, variant, reference):
     en="max_new_tokens = 1 gives one token and no decode step",
     zh="max_new_tokens = 1 时只有一个 token、没有 decode 步",
 )
-def kvloop_one(learner, variant, reference):
-    prompt = _prompt(variant.random)
-    got, calls, ref, _ = _kv_run(learner, reference, prompt, 1, _eos())
-    assert got.get("tokens") == ref and len(ref) == 1, f"expected {ref}, got {got.get('tokens')!r}"
-    assert got.get("decode_s") == [] and calls == [(1, len(prompt))], f"calls {calls}, decode_s {got.get('decode_s')!r}"
+def kvloop_one(learner, variant):
+    prompt, got, right, wrong = _scripted_run(learner, variant.random, 1)
+    _passes_as_planned(prompt, got, right, wrong)
+    assert got.get("decode_s") == [], f"decode_s {got.get('decode_s')!r}"
 
 
 # ---------------------------------------------------------------- 02-kvmem-1 (2 points)

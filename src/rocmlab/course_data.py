@@ -135,3 +135,11 @@ def qc_pieces(model: str, items: list[dict], base_like: bool = False) -> list[tu
             )
         )
     return pieces
+
+
+# ---------------------------------------------------------------- lab 02: token ids a check may draw
+
+
+def vocab_size(model: str) -> int:
+    """How many token ids ``model``'s tokenizer has (``len(tok)``); each is a row of its logits."""
+    return _tokenizer(model).get_vocab_size()

@@ -383,7 +383,6 @@ def model_namespace():
 def _model_checks(learner_names, reference_names):
     from rocmlab.course.catalog import SMOKE
     from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
-    from rocmlab.lab.answers import evaluate
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
@@ -405,3 +404,120 @@ def test_a_forged_ref_model_in_the_learners_kernel_earns_nothing(model_namespace
     whose ``ref_model`` agrees with its own answers scores none of the model's rules."""
     results = _model_checks(_forged_namespace(dict(model_namespace)), dict(model_namespace))
     assert not any(r.points for r in results.values()), [n for n, r in results.items() if r.points]
+
+
+# -- the forward passes are judged by the tokens they produce, not a hook in the learner's kernel --
+
+PASS_CHECKS = ("kvloop_shapes", "kvloop_one")
+
+
+def _pass_checks(learner_names, reference_names):
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in PASS_CHECKS
+    ]
+    assert {c.name for c in checks} == set(PASS_CHECKS)
+    reference = Reference(InProcess(reference_names))
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference)}
+
+
+class _ShapesOfTheRule:
+    """A ``ref_model`` whose forward hooks see the shapes the rule asks for, whatever the loop does:
+    the evidence main's ``kvloop_shapes`` took from the learner's kernel."""
+
+    def __init__(self, model):
+        self.model, self.device, self.config = model, model.device, model.config
+
+    def register_forward_pre_hook(self, record, with_kwargs=False):
+
+        self.record = record
+        return SimpleNamespace(remove=lambda: None)
+
+    def __call__(self, **kwargs):
+        return self.model(**kwargs)
+
+
+def _without_the_cache(names):
+    """The learner's loop recomputes the whole sequence each step (no cache), and its rebound
+    ``ref_model`` reports the planned shapes to any hook."""
+    import torch
+
+    forged = {**names, "ref_model": _ShapesOfTheRule(names["ref_model"])}
+
+    def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
+        ids, tokens = list(prompt_ids), []
+        record = getattr(forged["ref_model"], "record", None)
+        for step in range(max_new_tokens):
+            if record is not None:  # what a hook on the rebound ref_model would have seen
+                record(None, (), {"input_ids": torch.zeros(1, len(prompt_ids) if step == 0 else 1)})
+            logits = m(input_ids=torch.tensor([ids]), use_cache=False).logits
+            tokens.append(int(logits[0, -1].argmax()))
+            ids.append(tokens[-1])
+            if tokens[-1] == eos_token_id:
+                break
+        return {
+            "tokens": tokens,
+            "prompt_len": len(prompt_ids),
+            "prefill_s": 0.1,
+            "decode_s": [0.1] * (len(tokens) - 1),
+            "cache": None,
+        }
+
+    forged["generate_with_kv_cache"] = generate_with_kv_cache
+    return forged  # fmt: skip
+
+
+def _through_generate(names):
+    """The learner's loop calls ``model.generate`` and makes a single pass for the hook to see."""
+    import torch
+
+    def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
+        ids = torch.tensor([prompt_ids])
+        m(input_ids=ids, use_cache=True)
+        out = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False)
+        tokens = out[0, len(prompt_ids) :].tolist()
+        return {
+            "tokens": tokens,
+            "prompt_len": len(prompt_ids),
+            "prefill_s": 0.1,
+            "decode_s": [0.1] * (len(tokens) - 1),
+            "cache": None,
+        }
+
+    return {**names, "generate_with_kv_cache": generate_with_kv_cache}  # fmt: skip
+
+
+def _one_pass_too_many(names):
+    """The solution's loop with one more pass after the last token (the classic off-by-one)."""
+    solution = names["generate_with_kv_cache"]
+
+    def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
+        got = solution(m, prompt_ids, max_new_tokens, eos_token_id=eos_token_id)
+        names["forward"](m, __import__("torch").tensor([got["tokens"][-1:]]), got["cache"])
+        return got
+
+    return {**names, "generate_with_kv_cache": generate_with_kv_cache}
+
+
+def test_the_forward_pass_checks_give_the_solution_full_marks(model_namespace):
+    results = _pass_checks(dict(model_namespace), dict(model_namespace))
+    assert all(r.passed for r in results.values()), {n: r.detail or r.error for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize(
+    ("forge", "failing"),
+    [
+        (_without_the_cache, {"kvloop_shapes"}),  # for one token, one pass over the prompt is the rule
+        (_through_generate, set(PASS_CHECKS)),
+        (_one_pass_too_many, set(PASS_CHECKS)),
+    ],
+)
+def test_a_loop_of_other_passes_earns_nothing_whatever_a_hook_would_see(model_namespace, forge, failing):
+    """Each forward pass answers tokens the check drew, the right one only for the pass the rule
+    asks for: a loop of other passes returns other tokens, whatever its kernel's hooks report."""
+    results = _pass_checks(forge(dict(model_namespace)), dict(model_namespace))
+    assert not any(results[n].points for n in failing), {n: results[n].detail for n in failing if results[n].points}
