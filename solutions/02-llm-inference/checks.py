@@ -1161,27 +1161,63 @@ def results_fingerprint(learner, variant, reference):
     assert (fp["gpu_arch"] is None) == (facts["type"] != "cuda"), f"gpu_arch {fp['gpu_arch']!r} on {facts['type']}"
 
 
+def _replay_arrivals():
+    """Section 6's send times: ``arrival_times(N_REQUESTS, REQUEST_RATE, seed=SEED)``, made here."""
+    p = PARAMETERS  # noqa: F821 (the run's, from the harness)
+    n, rate = p["N_REQUESTS"], p["REQUEST_RATE"]
+    gaps = np.random.default_rng(p["SEED"]).gamma(shape=1.0, scale=1 / rate, size=n - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)]).tolist()
+
+
+def _replay_served(requests, arrivals):
+    """The replay's duration, after checking each request was served first come, first served by
+    one server from its send time: it starts when it is sent or when the one before it ends, its
+    first token comes after a prefill (ttft past that start), and it ends at send time + latency."""
+    free_at = 0.0
+    for i, (r, sent) in enumerate(zip(requests, arrivals, strict=True)):
+        waited = max(sent, free_at) - sent
+        assert r["success"] is True, f"request {i}: success {r['success']!r}"
+        assert r["ttft_s"] > waited, f"request {i}: ttft_s {r['ttft_s']} within its {waited} s in the queue"
+        assert r["latency_s"] >= r["ttft_s"], f"request {i}: latency_s {r['latency_s']} < ttft_s {r['ttft_s']}"
+        free_at = sent + r["latency_s"]
+    return free_at - arrivals[0]
+
+
 @check(
     "02-stretch-results-1",
     points=0.5,
     en="lab02_results.json holds the replayed run: one entry per request, and its totals add up",
     zh="lab02_results.json 记录回放的运行：每个请求一项，总数自洽",
 )
-def results_file(learner, variant):
+def results_file(learner, variant, reference):
     record = json.loads(learner.file("lab02_results.json").decode("utf-8"))
-    traces, duration = learner.get("traces"), learner.get("replay_duration")
-    assert isinstance(traces, list) and len(traces) == PARAMETERS["N_REQUESTS"], "the notebook's replayed traces"  # noqa: F821
     requests, serving = record["requests"], record["serving"]
-    assert len(requests) == len(traces), f"{len(traces)} requests, the file has {len(requests)}"
-    ok = [r for r in requests if r["success"]]
-    assert serving["completed"] == len(ok)
-    assert serving["total_output"] == sum(r["output_len"] for r in ok)
-    assert serving["total_input"] == sum(r["prompt_len"] for r in ok)
+    ran = reference.get("traces")  # the reference's replay: the same prompts, the same greedy tokens
+    assert type(ran) is list and len(ran) == PARAMETERS["N_REQUESTS"], f"the reference's replay: {ran!r}"  # noqa: F821
+    assert isinstance(requests, list) and len(requests) == len(ran), (
+        f"{len(ran)} requests, the file has {len(requests)}"
+    )
+    for i, (r, want) in enumerate(zip(requests, ran, strict=True)):
+        lengths = (r["prompt_len"], r["output_len"])
+        assert lengths == (want["prompt_len"], want["output_len"]), f"request {i}: (prompt_len, output_len) {lengths}"
+    duration = _replay_served(requests, _replay_arrivals())
+    traces = [
+        {
+            "prompt_len": r["prompt_len"],
+            "output_len": r["output_len"],
+            "ttft": r["ttft_s"],
+            "latency": r["latency_s"],
+            "itl": [(r["latency_s"] - r["ttft_s"]) / max(r["output_len"] - 1, 1)] * (r["output_len"] - 1),
+            "success": True,
+        }
+        for r in requests
+    ]
     want = ref_metrics(traces, duration)
     for key in (
         "completed",
         "total_input",
         "total_output",
+        "duration_s",
         "request_throughput",
         "output_throughput",
         "total_token_throughput",
@@ -1189,4 +1225,6 @@ def results_file(learner, variant):
         "mean_tpot_ms",
         "mean_itl_ms",
     ):
-        assert is_close(serving[key], want[key], rtol=1e-6), f"{key}: file {serving[key]!r}, the run gives {want[key]}"
+        assert is_close(serving[key], want[key], rtol=1e-6), (
+            f"{key}: file {serving[key]!r}, its requests give {want[key]}"
+        )

@@ -521,3 +521,66 @@ def test_a_loop_of_other_passes_earns_nothing_whatever_a_hook_would_see(model_na
     asks for: a loop of other passes returns other tokens, whatever its kernel's hooks report."""
     results = _pass_checks(forge(dict(model_namespace)), dict(model_namespace))
     assert not any(results[n].points for n in failing), {n: results[n].detail for n in failing if results[n].points}
+
+
+# -- the results file is judged by the reference's replay and the run's send times (issue 47) ------
+
+
+@pytest.fixture(scope="module")
+def replayed(model_namespace):
+    """The notebook's section 6 (the replay) run with the solution's functions, as the reference
+    kernel ran it: its names, and the record the notebook writes from them."""
+    from rocmlab import course_data
+    from rocmlab.course.catalog import SMOKE
+
+    params = SOURCE.lab.profile(SMOKE).parameters
+    names = dict(model_namespace)
+    names.update(params, SEED=0, REQUEST_RATE=4.0, EOS=course_data.eos_id(params["MODEL"]), json=json, math=math)
+    names["PROMPTS"] = [list(p) for p in course_data.qc_prompts(params["MODEL"])]
+    names["PROFILE"], names["DTYPE"] = "smoke", "float32"
+    SOURCE.run_solutions(defining=("arrival_times", "compute_metrics", "build_results"), namespace=names)
+    SOURCE.run(SOURCE.cell_starting("arrivals = arrival_times(N_REQUESTS"), namespace=names)
+    return names
+
+
+def _results_file(learner_names, reference_names, folder):
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    (check,) = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name == "results_file"
+    ]
+    record = learner_names["build_results"](
+        traces=learner_names["traces"], duration_s=learner_names["replay_duration"], roofline={}, fingerprint={}
+    )
+    (folder / "lab02_results.json").write_text(json.dumps(record), encoding="utf-8")
+    reference = Reference(InProcess(reference_names))
+    (result,) = run_checks([check], Learner(InProcess(learner_names)), 47, reference=reference)
+    return result
+
+
+def _replay_of_nothing(names):
+    """A learner's replay whose every request is one prompt token in, one token out, served at its
+    send time in 1 ms: its traces, duration and file agree with each other, and with no run."""
+    arrivals = names["arrival_times"](names["N_REQUESTS"], names["REQUEST_RATE"], seed=names["SEED"])
+    traces = [
+        {"prompt_len": 1, "output_len": 1, "ttft": 0.001, "itl": [], "latency": 0.001, "success": True}
+        for _ in arrivals
+    ]
+    return {**names, "traces": traces, "replay_duration": float(arrivals[-1]) + 0.001}
+
+
+def test_the_results_file_of_the_replay_gives_full_marks(replayed, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _results_file(dict(replayed), dict(replayed), tmp_path)
+    assert result.passed, result.detail or result.error
+
+
+def test_a_results_file_that_agrees_only_with_the_learners_own_traces_earns_nothing(replayed, tmp_path, monkeypatch):
+    """The lengths come from the reference kernel's replay and the send times from the run's
+    parameters: traces and a file the learner's kernel made up together earn nothing."""
+    monkeypatch.chdir(tmp_path)
+    result = _results_file(_replay_of_nothing(dict(replayed)), dict(replayed), tmp_path)
+    assert not result.points, result.detail
