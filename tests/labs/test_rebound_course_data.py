@@ -298,3 +298,41 @@ def test_forged_evidence_and_stubs_score_the_blank_score(lab, tmp_path, monkeypa
     (tmp_path / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     score, passed, _ = _score(lab, {"torch": torch, **FORGED[lab]})
     assert score == 0, f"{lab}: forged evidence earns {score}: {passed}"
+
+
+# ---------------------------------------------------------------- lab 05: a fine-tune's records made up
+
+
+def _tokens_as_the_course_data_gives(parameters, world):
+    """Each rank's token count from step 1 on, as a learner can make it from the importable
+    ``rocmlab.course_data`` without running a fine-tune."""
+    import torch
+
+    from rocmlab import course_data
+
+    p, items = parameters, course_data.qc_train_items()
+    tokens = [0] * world
+    for step in range(1, p["FT_STEPS"]):
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(p["SEED"] * 7919 + step)).tolist()
+        for rank in range(world):
+            mine = order[rank * p["FT_BATCH"] : (rank + 1) * p["FT_BATCH"]]
+            pieces = course_data.qc_pieces(p["MODEL"], [items[i] for i in mine])
+            tokens[rank] += sum(min(len(a) + len(b), p["FT_MAX_LEN"]) for a, b in pieces)
+    return tokens
+
+
+def test_lab05_finetune_records_made_up_around_exact_tokens_score_the_blank_score(tmp_path, monkeypatch):
+    """Lab 05: ``ft_runs`` whose token counts are exact (made from the course data), whose losses
+    fall nicely and whose throughput agrees with its times, with no run behind them. Main's checks
+    gave it both fine-tune rules (1 point); the grader now recomputes each rank's first loss."""
+    lab = "05-distributed-training"
+    monkeypatch.chdir(tmp_path)
+    parameters = lab_parameters(SOLUTIONS / lab / "checks.py", parse_lab(SOLUTIONS / lab).profile(SMOKE).parameters)
+    runs = {}
+    for world in parameters["SCALING_RANKS"]:
+        losses = [3.0 - 0.25 * step for step in range(parameters["FT_STEPS"])]
+        counts = _tokens_as_the_course_data_gives(parameters, world)
+        runs[world] = (None, [{"losses": losses, "tokens": t, "elapsed": 2.0} for t in counts])
+    throughput = {n: sum(r["tokens"] for r in ranks) / 2.0 for n, (_, ranks) in runs.items()}
+    score, passed, _ = _score(lab, {"ft_runs": runs, "throughput": throughput})
+    assert score == 0, f"{lab}: fine-tune records made up around exact tokens earn {score}: {passed}"
