@@ -367,3 +367,38 @@ def test_a_learners_torch_that_claims_gpus_earns_nothing_for_nccl_ranks(tmp_path
     _ring_files(tmp_path, "nccl")
     result = _joined(_with_gpus(8))
     assert not result.points, result.detail
+
+
+# -- the desync run is launched by the check, under the learner's debug_env("desync") (issue 47) ----
+
+DESYNC_CHECKS = {"desync_reports", "desync_used_the_kit"}
+
+
+def _desync_results(learner_names):
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in DESYNC_CHECKS
+    ]
+    assert {c.name for c in checks} == DESYNC_CHECKS
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47)}
+
+
+@pytest.mark.slow
+def test_the_checks_launch_the_uneven_run_under_the_learners_desync_row(tmp_path, cells, monkeypatch):
+    """Cost: one 2-rank gloo launch of the course's uneven script (about 10 s). The solution's
+    debug_env makes it fail at once with gloo's mismatch report: both rules hold; a debug_env
+    whose desync row lacks DETAIL earns neither, whatever the notebook's own run recorded."""
+    monkeypatch.chdir(tmp_path)
+    write_module(tmp_path, cells, "04-init-sol-1")  # the learner's init_plan.py, in its work folder
+    kit = run_cells(cells["04-stretch-debug-sol-1"])
+    results = _desync_results({"debug_env": kit["debug_env"]})
+    assert all(r.passed for r in results.values()), {n: r.detail or r.error for n, r in results.items() if not r.passed}
+
+    def no_detail(symptom, **kwargs):
+        return {"TORCH_NCCL_DESYNC_DEBUG": "1"} if symptom == "desync" else kit["debug_env"](symptom, **kwargs)
+
+    results = _desync_results({"debug_env": no_detail})
+    assert not any(r.points for r in results.values()), {n: r.detail for n, r in results.items() if r.points}

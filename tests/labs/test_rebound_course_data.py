@@ -140,7 +140,7 @@ def test_rebound_course_data_and_helpers_score_the_blank_score(lab, tmp_path, mo
     assert not [e for e in errors if "rebound" in e], errors
 
 
-# ---------------------------------------------------------------- labs 01 and 02: evidence forged in the kernel
+# ---------------------------------------------------------------- labs 01, 02 and 04: evidence forged in the kernel
 # (lab 04's device count: tests/labs/test_lab04.py, on the multi-gpu profile)
 
 
@@ -173,8 +173,19 @@ class _ForgedModel:
         return SimpleNamespace(remove=lambda: None)
 
 
+def _desync_record():
+    """Lab 04: the notebook's ``desync`` run rebound to what a run under the kit's variables returns
+    (format: lab.run_torchrun's TorchrunResult; the line is torch's ProcessGroupWrapper report)."""
+    line = "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: ..."
+    ranks = [SimpleNamespace(rank=r, returncode=1, output=line) for r in range(2)]
+    return SimpleNamespace(timed_out=False, returncode=1, ranks=ranks, rank=lambda r: ranks[r])
+
+
 FORGED_EVIDENCE = {
     "01-rocm-setup": {"time_per_call": _forges_timing_counters},
+    "04-collectives-rccl": {  # a run that reported a mismatch, though debug_env was never written
+        "desync": _desync_record(), "desync_env": {"TORCH_NCCL_DESYNC_DEBUG": "1", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    },
     "02-llm-inference": {
         "ref_model": _ForgedModel(), "param_count": lambda config: 1234, "kv_cache_bytes": lambda *a, **k: 4096,
         "generate_with_kv_cache": lambda m, p, n, eos_token_id=None: {"tokens": [7] * n, "prompt_len": len(p)},
