@@ -14,7 +14,7 @@ import socket
 import numpy as np
 
 from rocmlab import course_data
-from rocmlab.check_compare import is_close
+from rocmlab.check_compare import is_close, learner_says
 from rocmlab.harness import check, mistake
 
 RTOL = 1e-9  # the references are computed from the same inputs, in float64
@@ -401,9 +401,24 @@ def _passes_as_planned(prompt, got, right, wrong):
     tokens = got.get("tokens") if isinstance(got, dict) else None
     assert type(tokens) is list, f"tokens {tokens!r}"
     for k, token in enumerate(tokens[: len(right)]):
-        step = f"the prefill, (1, {len(prompt)})" if k == 0 else f"decode step {k}, (1, 1) on the cache returned before"
-        assert token != wrong[k], f"forward pass {k + 1} was not {step}"
-        assert token == right[k], f"token {k + 1} is not the argmax of forward pass {k + 1}'s last position"
+        if k == 0:
+            said = learner_says(
+                "the first forward pass was not one pass over the whole prompt, shape (1, prompt length)",
+                "第一次前向不是对整个提示词的一次前向，形状应为 (1, 提示词长度)",
+            )
+        else:
+            said = learner_says(
+                f"decode step {k} did not feed one token, shape (1, 1), with the cache the pass before returned",
+                f"第 {k} 个 decode 步没有只输入一个 token（形状 (1, 1)）并传入上一次前向返回的 cache",
+            )
+        assert token != wrong[k], f"{said}prompt of {len(prompt)}, pass {k + 1}"
+        assert token == right[k], (
+            learner_says(
+                f"token {k + 1} is not the argmax of the last position of forward pass {k + 1}'s logits",
+                f"第 {k + 1} 个 token 不是第 {k + 1} 次前向 logits 最后一个位置的 argmax",
+            )
+            + f"got {token}"
+        )
     assert len(tokens) == len(right), f"{len(tokens)} tokens for max_new_tokens={len(right)}"
 
 

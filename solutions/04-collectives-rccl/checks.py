@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from rocmlab.check_compare import is_close
+from rocmlab.check_compare import is_close, learner_says
 from rocmlab.harness import LearnerRaised, check, mistake, own_work
 
 # ---------------------------------------------------------------- references (instructor only)
@@ -716,7 +716,13 @@ def course_script(name):
 def desync_variables(learner):
     """The learner's ``debug_env("desync")``, the two variables of the kit's row checked."""
     env = env_of(learner, "desync")
-    assert env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", f"TORCH_DISTRIBUTED_DEBUG: {env}"
+    assert env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", (
+        learner_says(
+            "without TORCH_DISTRIBUTED_DEBUG=DETAIL nothing compares the ranks' collectives: the uneven run hangs",
+            "没有 TORCH_DISTRIBUTED_DEBUG=DETAIL，就没有人比较各 rank 的集合操作：不均匀的运行会卡住",
+        )
+        + f"{env}"
+    )
     assert env.get("TORCH_NCCL_DESYNC_DEBUG") == "1", f"TORCH_NCCL_DESYNC_DEBUG: {env}"
     return env
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from rocmlab import course_data
+from rocmlab.check_compare import learner_says
 from rocmlab.harness import check, mistake, own_work
 
 # ---------------------------------------------------------------- references (this file's own code)
@@ -586,7 +587,11 @@ def finetune_losses(learner, variant):
             assert isinstance(losses, list) and len(losses) == steps, f"{n} ranks, rank {r}: {len(losses)} losses"
             assert all(type(v) is float and math.isfinite(v) and v > 0 for v in losses), f"{n} ranks, rank {r}: losses"
             assert math.isclose(losses[0], first[r], rel_tol=FIRST_LOSS_RTOL), (
-                f"{n} ranks, rank {r}: step 0's loss {losses[0]}, the course model's on its shard {first[r]}"
+                learner_says(
+                    "a rank's first loss is not the course model's loss on that rank's first batch",
+                    "某个 rank 的第一个损失不等于课程模型在该 rank 第一个批次上的损失",
+                )
+                + f"{n} ranks, rank {r}: step 0's loss {losses[0]}, the course model's on its shard {first[r]}"
             )
 
 
