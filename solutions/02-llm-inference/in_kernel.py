@@ -11,6 +11,7 @@ rebound ``ref_model`` or patched torch.
 import torch
 
 from rocmlab import lab
+from rocmlab.lab.sse import ScriptedSSEServer
 
 
 def greedy(prompts, n, eos, pad):
@@ -109,8 +110,9 @@ def model_size():
 
 
 def stream(pieces, counts, *, ttft, itl, usage, max_tokens, chat, prompt, prompt_len, path=""):
-    """``stream_completion`` against a scripted SSE server (at ``path`` under its base URL)."""
-    server = lab.ScriptedSSEServer(pieces, tokens_per_piece=counts, ttft_s=ttft, itl_s=itl, usage=usage)
+    """``stream_completion`` against a scripted SSE server (at ``path`` under its base URL): the
+    class from its own module, not the ``lab`` package's attribute, which a cell may rebind."""
+    server = ScriptedSSEServer(pieces, tokens_per_piece=counts, ttft_s=ttft, itl_s=itl, usage=usage)
     server.start()
     try:
         return stream_completion(

@@ -584,3 +584,30 @@ def test_a_results_file_that_agrees_only_with_the_learners_own_traces_earns_noth
     monkeypatch.chdir(tmp_path)
     result = _results_file(_replay_of_nothing(dict(replayed)), dict(replayed), tmp_path)
     assert not result.points, result.detail
+
+
+# -- the scripted server of the stream checks is the checks' own, not the lab package's name -------
+
+STREAM_CHECKS = ("stream_text_usage", "stream_events", "stream_timing", "stream_no_usage", "stream_chat")
+
+
+def test_the_stream_checks_serve_from_their_own_server_whatever_a_cell_rebinds(monkeypatch):
+    """A cell that rebinds ``lab.ScriptedSSEServer`` (to one that hands the check's script to the
+    learner's client) changes nothing: the kernel-side module serves from ``rocmlab.lab.sse``."""
+    import rocmlab.lab
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+
+    class Rebound:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("the check used the rebound lab.ScriptedSSEServer")
+
+    monkeypatch.setattr(rocmlab.lab, "ScriptedSSEServer", Rebound)
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in STREAM_CHECKS
+    ]
+    assert {c.name for c in checks} == set(STREAM_CHECKS)
+    results = run_checks(checks, Learner(InProcess(solution_namespace("stream_completion"))), 47)
+    assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
