@@ -14,7 +14,7 @@ import socket
 import numpy as np
 
 from rocmlab import course_data
-from rocmlab.check_compare import is_close
+from rocmlab.check_compare import is_close, learner_says
 from rocmlab.harness import check, mistake
 
 RTOL = 1e-9  # the references are computed from the same inputs, in float64
@@ -363,9 +363,9 @@ def _greedy(reference, prompts, n, eos):
 
 
 def _kv_run(learner, reference, prompt, n, eos):
-    """The learner's KV loop on ``prompt`` (its record, forward input shapes, keys), and the reference's tokens."""
-    got, calls, keys = learner.run("kv_loop", prompt, n, eos)
-    return got, calls, _greedy(reference, [prompt], n, eos)[0], keys
+    """The learner's KV loop on ``prompt`` (its record and keys), and the reference's tokens."""
+    got, keys = learner.run("kv_loop", prompt, n, eos)
+    return got, _greedy(reference, [prompt], n, eos)[0], keys
 
 
 @check(
@@ -379,8 +379,47 @@ def kvloop_greedy(learner, variant, reference):
     eos = _eos()
     for _ in range(2):
         prompt = _prompt(rng)
-        got, _, ref, _ = _kv_run(learner, reference, prompt, rng.randint(4, 12), eos)
+        got, ref, _ = _kv_run(learner, reference, prompt, rng.randint(4, 12), eos)
         assert got.get("tokens") == ref, f"expected {ref}, got {got.get('tokens')!r}"
+
+
+def _scripted_run(learner, rng, n):
+    """The learner's KV loop for ``n`` tokens on a model whose passes answer tokens drawn here: the
+    drawn ``right`` token of each pass only when the pass is the one the rule asks for, its
+    ``wrong`` token otherwise (``_ScriptedModel`` in the kernel). Returns the prompt, the learner's
+    record and the two token lists: the forward passes are judged by the tokens they produced."""
+    model, prompt = _model(), _prompt(rng)
+    eos = _eos()
+    pool = [t for t in range(course_data.vocab_size(model)) if t not in (eos, course_data.pad_id(model))]
+    drawn = rng.sample(pool, 2 * n)
+    right, wrong = drawn[:n], drawn[n:]
+    return prompt, learner.run("kv_loop_scripted", prompt, eos, right, wrong), right, wrong
+
+
+def _passes_as_planned(prompt, got, right, wrong):
+    """Which pass (if any) the learner's tokens show was not the one the rule asks for."""
+    tokens = got.get("tokens") if isinstance(got, dict) else None
+    assert type(tokens) is list, f"tokens {tokens!r}"
+    for k, token in enumerate(tokens[: len(right)]):
+        if k == 0:
+            said = learner_says(
+                "the first forward pass was not one pass over the whole prompt, shape (1, prompt length)",
+                "第一次前向不是对整个提示词的一次前向，形状应为 (1, 提示词长度)",
+            )
+        else:
+            said = learner_says(
+                f"decode step {k} did not feed one token, shape (1, 1), with the cache the pass before returned",
+                f"第 {k} 个 decode 步没有只输入一个 token（形状 (1, 1)）并传入上一次前向返回的 cache",
+            )
+        assert token != wrong[k], f"{said}prompt of {len(prompt)}, pass {k + 1}"
+        assert token == right[k], (
+            learner_says(
+                f"token {k + 1} is not the argmax of the last position of forward pass {k + 1}'s logits",
+                f"第 {k + 1} 个 token 不是第 {k + 1} 次前向 logits 最后一个位置的 argmax",
+            )
+            + f"got {token}"
+        )
+    assert len(tokens) == len(right), f"{len(tokens)} tokens for max_new_tokens={len(right)}"
 
 
 @check(
@@ -389,13 +428,10 @@ def kvloop_greedy(learner, variant, reference):
     en="one prefill pass over the whole prompt, then one pass of a single token per step (KV cache reused)",
     zh="对整个提示词做一次 prefill，之后每步只输入一个 token（复用 KV cache）",
 )
-def kvloop_shapes(learner, variant, reference):
+def kvloop_shapes(learner, variant):
     rng = variant.random
-    prompt = _prompt(rng)
-    got, calls, _, _ = _kv_run(learner, reference, prompt, rng.randint(4, 10), _eos())
-    tokens = got.get("tokens") or []
-    want = [(1, len(prompt))] + [(1, 1)] * (len(tokens) - 1)
-    assert calls == want, f"forward inputs: expected {want}, got {calls}"
+    prompt, got, right, wrong = _scripted_run(learner, rng, rng.randint(4, 10))
+    _passes_as_planned(prompt, got, right, wrong)
 
 
 @check(
@@ -407,11 +443,11 @@ def kvloop_shapes(learner, variant, reference):
 def kvloop_eos(learner, variant, reference):
     rng = variant.random
     prompt, n = _prompt(rng), 12
-    _, _, free, _ = _kv_run(learner, reference, prompt, n, _eos())
+    _, free, _ = _kv_run(learner, reference, prompt, n, _eos())
     candidates = [i for i, t in enumerate(free) if i >= 1 and free.index(t) == i]
     assert free, "the reference generated nothing"
     stop = free[rng.choice(candidates)] if candidates else free[0]
-    got, _, ref, _ = _kv_run(learner, reference, prompt, n, stop)
+    got, ref, _ = _kv_run(learner, reference, prompt, n, stop)
     assert ref[-1] == stop, "the reference stops at the chosen eos"
     assert got.get("tokens") == ref, f"eos {stop}: expected {ref}, got {got.get('tokens')!r}"
 
@@ -425,7 +461,7 @@ def kvloop_eos(learner, variant, reference):
 def kvloop_record(learner, variant, reference):
     rng = variant.random
     prompt = _prompt(rng)
-    got, _, _, keys = _kv_run(learner, reference, prompt, rng.randint(3, 9), _eos())
+    got, _, keys = _kv_run(learner, reference, prompt, rng.randint(3, 9), _eos())
     assert keys is not None and {"tokens", "prompt_len", "prefill_s", "decode_s", "cache"} <= set(keys), f"keys {keys}"
     tokens, decode = got["tokens"], got["decode_s"]
     assert got["prompt_len"] == len(prompt), f"prompt_len {got['prompt_len']!r}, prompt of {len(prompt)}"
@@ -440,11 +476,10 @@ def kvloop_record(learner, variant, reference):
     en="max_new_tokens = 1 gives one token and no decode step",
     zh="max_new_tokens = 1 时只有一个 token、没有 decode 步",
 )
-def kvloop_one(learner, variant, reference):
-    prompt = _prompt(variant.random)
-    got, calls, ref, _ = _kv_run(learner, reference, prompt, 1, _eos())
-    assert got.get("tokens") == ref and len(ref) == 1, f"expected {ref}, got {got.get('tokens')!r}"
-    assert got.get("decode_s") == [] and calls == [(1, len(prompt))], f"calls {calls}, decode_s {got.get('decode_s')!r}"
+def kvloop_one(learner, variant):
+    prompt, got, right, wrong = _scripted_run(learner, variant.random, 1)
+    _passes_as_planned(prompt, got, right, wrong)
+    assert got.get("decode_s") == [], f"decode_s {got.get('decode_s')!r}"
 
 
 # ---------------------------------------------------------------- 02-kvmem-1 (2 points)
@@ -1141,27 +1176,63 @@ def results_fingerprint(learner, variant, reference):
     assert (fp["gpu_arch"] is None) == (facts["type"] != "cuda"), f"gpu_arch {fp['gpu_arch']!r} on {facts['type']}"
 
 
+def _replay_arrivals():
+    """Section 6's send times: ``arrival_times(N_REQUESTS, REQUEST_RATE, seed=SEED)``, made here."""
+    p = PARAMETERS  # noqa: F821 (the run's, from the harness)
+    n, rate = p["N_REQUESTS"], p["REQUEST_RATE"]
+    gaps = np.random.default_rng(p["SEED"]).gamma(shape=1.0, scale=1 / rate, size=n - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)]).tolist()
+
+
+def _replay_served(requests, arrivals):
+    """The replay's duration, after checking each request was served first come, first served by
+    one server from its send time: it starts when it is sent or when the one before it ends, its
+    first token comes after a prefill (ttft past that start), and it ends at send time + latency."""
+    free_at = 0.0
+    for i, (r, sent) in enumerate(zip(requests, arrivals, strict=True)):
+        waited = max(sent, free_at) - sent
+        assert r["success"] is True, f"request {i}: success {r['success']!r}"
+        assert r["ttft_s"] > waited, f"request {i}: ttft_s {r['ttft_s']} within its {waited} s in the queue"
+        assert r["latency_s"] >= r["ttft_s"], f"request {i}: latency_s {r['latency_s']} < ttft_s {r['ttft_s']}"
+        free_at = sent + r["latency_s"]
+    return free_at - arrivals[0]
+
+
 @check(
     "02-stretch-results-1",
     points=0.5,
     en="lab02_results.json holds the replayed run: one entry per request, and its totals add up",
     zh="lab02_results.json 记录回放的运行：每个请求一项，总数自洽",
 )
-def results_file(learner, variant):
+def results_file(learner, variant, reference):
     record = json.loads(learner.file("lab02_results.json").decode("utf-8"))
-    traces, duration = learner.get("traces"), learner.get("replay_duration")
-    assert isinstance(traces, list) and len(traces) == PARAMETERS["N_REQUESTS"], "the notebook's replayed traces"  # noqa: F821
     requests, serving = record["requests"], record["serving"]
-    assert len(requests) == len(traces), f"{len(traces)} requests, the file has {len(requests)}"
-    ok = [r for r in requests if r["success"]]
-    assert serving["completed"] == len(ok)
-    assert serving["total_output"] == sum(r["output_len"] for r in ok)
-    assert serving["total_input"] == sum(r["prompt_len"] for r in ok)
+    ran = reference.get("traces")  # the reference's replay: the same prompts, the same greedy tokens
+    assert type(ran) is list and len(ran) == PARAMETERS["N_REQUESTS"], f"the reference's replay: {ran!r}"  # noqa: F821
+    assert isinstance(requests, list) and len(requests) == len(ran), (
+        f"{len(ran)} requests, the file has {len(requests)}"
+    )
+    for i, (r, want) in enumerate(zip(requests, ran, strict=True)):
+        lengths = (r["prompt_len"], r["output_len"])
+        assert lengths == (want["prompt_len"], want["output_len"]), f"request {i}: (prompt_len, output_len) {lengths}"
+    duration = _replay_served(requests, _replay_arrivals())
+    traces = [
+        {
+            "prompt_len": r["prompt_len"],
+            "output_len": r["output_len"],
+            "ttft": r["ttft_s"],
+            "latency": r["latency_s"],
+            "itl": [(r["latency_s"] - r["ttft_s"]) / max(r["output_len"] - 1, 1)] * (r["output_len"] - 1),
+            "success": True,
+        }
+        for r in requests
+    ]
     want = ref_metrics(traces, duration)
     for key in (
         "completed",
         "total_input",
         "total_output",
+        "duration_s",
         "request_throughput",
         "output_throughput",
         "total_token_throughput",
@@ -1169,4 +1240,6 @@ def results_file(learner, variant):
         "mean_tpot_ms",
         "mean_itl_ms",
     ):
-        assert is_close(serving[key], want[key], rtol=1e-6), f"{key}: file {serving[key]!r}, the run gives {want[key]}"
+        assert is_close(serving[key], want[key], rtol=1e-6), (
+            f"{key}: file {serving[key]!r}, its requests give {want[key]}"
+        )

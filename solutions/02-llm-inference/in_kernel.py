@@ -11,6 +11,7 @@ rebound ``ref_model`` or patched torch.
 import torch
 
 from rocmlab import lab
+from rocmlab.lab.sse import ScriptedSSEServer
 
 
 def greedy(prompts, n, eos, pad):
@@ -37,23 +38,54 @@ def greedy(prompts, n, eos, pad):
 
 def kv_loop(prompt, n, eos):
     """``generate_with_kv_cache`` on ``prompt``: its record (tokens, prompt_len, prefill_s,
-    decode_s), the input shape of every forward pass it made, and its record's keys."""
-    shapes = []
-
-    def record(module, args, kwargs):
-        ids = kwargs.get("input_ids")
-        if ids is None and args:
-            ids = args[0]
-        shapes.append(None if ids is None else tuple(ids.shape))
-
-    hook = ref_model.register_forward_pre_hook(record, with_kwargs=True)
-    try:
-        got = generate_with_kv_cache(ref_model, prompt, n, eos_token_id=eos)
-    finally:
-        hook.remove()
+    decode_s) and its record's keys."""
+    got = generate_with_kv_cache(ref_model, prompt, n, eos_token_id=eos)
     if not isinstance(got, dict):
-        return got, shapes, None
-    return {k: got[k] for k in ("tokens", "prompt_len", "prefill_s", "decode_s") if k in got}, shapes, sorted(got)
+        return got, None
+    return {k: got[k] for k in ("tokens", "prompt_len", "prefill_s", "decode_s") if k in got}, sorted(got)
+
+
+class _ScriptedModel:
+    """``ref_model`` with each pass's logits written by the check: pass k answers ``right[k]`` at
+    its last position when it is the pass the rule asks for (the whole prompt first, then one token
+    on the cache the previous pass returned), ``wrong[k]`` otherwise and at every other position.
+    A pass after the last token raises. The real model still runs, so the cache is real."""
+
+    def __init__(self, model, prompt_len, right, wrong):
+        self._model, self._prompt_len, self._right, self._wrong = model, prompt_len, right, wrong
+        self._passes, self._cache = 0, None
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        k = self._passes
+        if k >= len(self._right):
+            raise RuntimeError(f"forward pass {k + 1} for {len(self._right)} new tokens: the last token needs none")
+        self._passes += 1
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        given = kwargs.get("past_key_values", kwargs.get("cache"))
+        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else None
+        planned = shape == (1, self._prompt_len) if k == 0 else (shape == (1, 1) and given is self._cache)
+        out = self._model(*args, **kwargs)
+        self._cache = getattr(out, "cache", None) or out.past_key_values
+        logits = torch.zeros(out.logits.shape, dtype=torch.float32, device=out.logits.device)
+        logits[..., self._wrong[k]] = 1.0
+        logits[..., -1, :] = 0.0
+        logits[..., -1, (self._right if planned else self._wrong)[k]] = 1.0
+        out.logits = logits
+        return out
+
+
+def kv_loop_scripted(prompt, eos, right, wrong):
+    """``generate_with_kv_cache`` on ``prompt`` for ``len(right)`` tokens, given ``ref_model``
+    whose passes answer as ``_ScriptedModel`` says: the learner's record, tokens and decode_s."""
+    scripted = _ScriptedModel(ref_model, len(prompt), right, wrong)
+    got = generate_with_kv_cache(scripted, prompt, len(right), eos_token_id=eos)
+    return {k: got[k] for k in ("tokens", "decode_s") if k in got} if isinstance(got, dict) else got
 
 
 def real_cache(prompt):
@@ -78,8 +110,9 @@ def model_size():
 
 
 def stream(pieces, counts, *, ttft, itl, usage, max_tokens, chat, prompt, prompt_len, path=""):
-    """``stream_completion`` against a scripted SSE server (at ``path`` under its base URL)."""
-    server = lab.ScriptedSSEServer(pieces, tokens_per_piece=counts, ttft_s=ttft, itl_s=itl, usage=usage)
+    """``stream_completion`` against a scripted SSE server (at ``path`` under its base URL): the
+    class from its own module, not the ``lab`` package's attribute, which a cell may rebind."""
+    server = ScriptedSSEServer(pieces, tokens_per_piece=counts, ttft_s=ttft, itl_s=itl, usage=usage)
     server.start()
     try:
         return stream_completion(

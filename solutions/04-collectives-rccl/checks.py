@@ -9,11 +9,13 @@ against references computed here.
 import json
 import math
 import re
+import weakref
+from pathlib import Path
 
 import torch
 
-from rocmlab.check_compare import is_close
-from rocmlab.harness import LearnerRaised, check, mistake
+from rocmlab.check_compare import is_close, learner_says
+from rocmlab.harness import LearnerRaised, check, mistake, own_work
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -121,6 +123,14 @@ def ring_records(learner):
     return seed, sizes, records
 
 
+def machine_gpus():
+    """The GPUs the ranks of a learner's run see, counted here: the grader's torch on the same
+    machine, whose GPU devices and ``*_VISIBLE_DEVICES`` the sandbox hands every kernel as they
+    are (``sandbox.paths.GPU_DEVICES``, ``sandbox.runs.SYSTEM_VARIABLES``). Never the learner's
+    kernel, whose torch a cell may patch."""
+    return torch.cuda.device_count()
+
+
 def expected_missing(n_ranks, items=7):
     return {r for r in range(n_ranks) if len(range(r, items, n_ranks)) < len(range(0, items, n_ranks))}
 
@@ -196,13 +206,12 @@ def ring_runs_complete(learner, variant):
     zh="每个 rank 按 init_plan 加入进程组（rank、world size、backend），打招呼的 all-reduce 得到 n(n+1)/2",
 )
 def ring_runs_joined_as_planned(learner, variant):
-    # in a list: a bare None comes back as "no answer" (see the report on the harness)
-    gpus, hip = learner.eval("[__import__('torch').cuda.device_count(), __import__('torch').version.hip]")
+    gpus = machine_gpus()
     for n in ring_world_sizes(learner):
         for rank, data in enumerate(rank_files(learner, "ring", n)):
             assert data is not None, f"{n} ranks: rank {rank} wrote no JSON"
             environ = {"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(n)}
-            want = plan_reference(environ, gpus, hip, 60)
+            want = plan_reference(environ, gpus, None, 60)  # the backend does not depend on the HIP version
             plan = data["plan"]
             assert (plan["rank"], plan["world_size"], plan["backend"]) == (rank, n, want["backend"]), f"{n}: {plan}"
             assert data["hello_sum"] == n * (n + 1) / 2, f"{n} ranks, rank {rank}: hello {data['hello_sum']}"
@@ -685,6 +694,49 @@ def debug_unknown(learner, variant):
 # ---------------------------------------------------------------- 04-stretch-debug-2: the desync run
 
 
+# The desync run is launched again by the check, with the course's own scripts and the variables
+# the learner's debug_env("desync") answers: the notebook's ``desync`` record and ``desync_env`` are
+# names any later cell may rebind. Without DETAIL the uneven run hangs (no mismatch check before
+# the collectives, torch.distributed's TORCH_DISTRIBUTED_DEBUG), so it is not launched to wait out
+# its timeout. One launch per learner, for both rules.
+DESYNC_NAME = re.compile(r"(TORCH|NCCL|GLOO)_[A-Z0-9_]+")  # the run is given only these
+UNEVEN_SCRIPTS = ("train_uneven.py", "dist_common.py")
+UNEVEN_TIMEOUT_S = 50  # below a request's 60 s; DETAIL fails the run at the first mismatched step
+_UNEVEN_RUNS = weakref.WeakKeyDictionary()
+
+
+def course_script(name):
+    """The text of lab.py's given ``%%writefile <name>`` cell, read here from the course."""
+    marker = f"# %%writefile {name}\n"
+    source = Path(__file__).with_name("lab.py").read_text(encoding="utf-8")
+    (cell,) = [c for c in re.split(r"^(?=# %%)", source, flags=re.M) if c.startswith(marker)]
+    return cell[len(marker) :]
+
+
+def desync_variables(learner):
+    """The learner's ``debug_env("desync")``, the two variables of the kit's row checked."""
+    env = env_of(learner, "desync")
+    assert env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", (
+        learner_says(
+            "without TORCH_DISTRIBUTED_DEBUG=DETAIL nothing compares the ranks' collectives: the uneven run hangs",
+            "没有 TORCH_DISTRIBUTED_DEBUG=DETAIL，就没有人比较各 rank 的集合操作：不均匀的运行会卡住",
+        )
+        + f"{env}"
+    )
+    assert env.get("TORCH_NCCL_DESYNC_DEBUG") == "1", f"TORCH_NCCL_DESYNC_DEBUG: {env}"
+    return env
+
+
+def uneven_run(learner):
+    """The uneven run under the learner's desync variables (launched once per learner)."""
+    if learner not in _UNEVEN_RUNS:
+        env = {k: v for k, v in desync_variables(learner).items() if DESYNC_NAME.fullmatch(k)}
+        with own_work("the course's uneven scripts"):
+            scripts = {name: course_script(name) for name in UNEVEN_SCRIPTS}
+        _UNEVEN_RUNS[learner] = learner.run("uneven_run", scripts, env, 2, UNEVEN_TIMEOUT_S)
+    return _UNEVEN_RUNS[learner]
+
+
 @check(
     "04-stretch-debug-2",
     points=0.5,
@@ -692,11 +744,10 @@ def debug_unknown(learner, variant):
     zh="设置 desync 的变量后，不均匀的运行立即报出不一致并失败，而不是卡死",
 )
 def desync_reports(learner, variant):
-    assert learner.eval("desync.timed_out") is False, "timed out"
-    code = learner.eval("desync.returncode")
-    assert type(code) is int and code != 0, f"exit status {code!r}"
-    outputs = learner.eval("[r.output for r in desync.ranks]")
-    assert any(type(o) is str and "mismatch" in o.lower() for o in outputs), "no mismatch report"
+    run = uneven_run(learner)
+    assert run["timed_out"] is False, "timed out"
+    assert type(run["returncode"]) is int and run["returncode"] != 0, f"exit status {run['returncode']!r}"
+    assert any("mismatch" in o.lower() for o in run["outputs"]), "no mismatch report"
 
 
 @check(
@@ -704,9 +755,7 @@ def desync_reports(learner, variant):
     points=0.5,
     en="the desync run uses debug_env('desync'), with TORCH_DISTRIBUTED_DEBUG=DETAIL",
     zh="desync 运行用的是 debug_env('desync')，其中 TORCH_DISTRIBUTED_DEBUG=DETAIL",
+    counts_with="desync_reports",  # the variables alone are debug_env's row, graded in 04-stretch-debug-1
 )
 def desync_used_the_kit(learner, variant):
-    used = learner.get("desync_env")
-    assert type(used) is dict and used.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", used
-    assert used.get("TORCH_NCCL_DESYNC_DEBUG") == "1", used
-    assert used == env_of(learner, "desync"), used
+    desync_variables(learner)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from rocmlab import course_data
+from rocmlab.check_compare import learner_says
 from rocmlab.harness import check, mistake, own_work
 
 # ---------------------------------------------------------------- references (this file's own code)
@@ -562,12 +563,15 @@ def qc_truncation(learner, variant):
             assert learner_rows(batch, i) == list(row), f"cut inside the {cut}, row {i}"
 
 
+FIRST_LOSS_RTOL = 1e-3  # the ranks' float32 forward (one thread, or a GPU) against this process's
+
+
 @check(
     "05-finetune-2",
     points=0.5,
-    en="every rank of every run in SCALING_RANKS records one finite loss per step",
-    zh="SCALING_RANKS 中每次运行的每个 rank 都记录了每步一个有限的损失",
-    counts_with="finetune_throughput",  # a record of losses holds it: the runs are real when their tokens are
+    en="every rank of every run in SCALING_RANKS records one finite loss per step, the first its shard's loss under the course model",
+    zh="SCALING_RANKS 中每次运行的每个 rank 都记录了每步一个有限的损失，第一个是课程模型在该 rank 数据分片上的损失",
+    counts_with="finetune_throughput",  # the runs are real when their tokens are
 )
 def finetune_losses(learner, variant):
     scaling, steps = PARAMETERS["SCALING_RANKS"], PARAMETERS["FT_STEPS"]  # noqa: F821 (the run's, from the harness)
@@ -575,11 +579,20 @@ def finetune_losses(learner, variant):
     assert isinstance(runs, dict) and sorted(runs) == sorted(scaling) and steps >= 2, f"runs for {sorted(runs)}"
     for n, ranks in runs.items():
         assert isinstance(ranks, list) and len(ranks) == n, f"{n} ranks: results"
+        with own_work(f"the first losses of the {n}-rank fine-tune"):
+            first = first_step_losses(n)
         for r, got in enumerate(ranks):
             assert isinstance(got, dict), f"{n} ranks, rank {r}: no result"
             losses = got["losses"]
             assert isinstance(losses, list) and len(losses) == steps, f"{n} ranks, rank {r}: {len(losses)} losses"
             assert all(type(v) is float and math.isfinite(v) and v > 0 for v in losses), f"{n} ranks, rank {r}: losses"
+            assert math.isclose(losses[0], first[r], rel_tol=FIRST_LOSS_RTOL), (
+                learner_says(
+                    "a rank's first loss is not the course model's loss on that rank's first batch",
+                    "某个 rank 的第一个损失不等于课程模型在该 rank 第一个批次上的损失",
+                )
+                + f"{n} ranks, rank {r}: step 0's loss {losses[0]}, the course model's on its shard {first[r]}"
+            )
 
 
 @check(
@@ -587,6 +600,7 @@ def finetune_losses(learner, variant):
     points=0.5,
     en="every rank counts its tokens and time after the warm-up step; throughput is their tokens over the slowest time",
     zh="每个 rank 统计热身步之后的 token 数与时间；吞吐 = token 总数 / 最慢 rank 的时间",
+    counts_with="finetune_losses",  # no grader sees a run's times: its first losses show the run was real
 )
 def finetune_throughput(learner, variant):
     runs, throughput = learner.eval("({n: ranks for n, (_, ranks) in ft_runs.items()}, throughput)")
@@ -620,6 +634,30 @@ def finetune_tokens(world):
             pieces = course_data.qc_pieces(p["MODEL"], [items[i] for i in mine])
             tokens[rank] += sum(min(len(prompt) + len(answer), p["FT_MAX_LEN"]) for prompt, answer in pieces)
     return tokens
+
+
+_FIRST_LOSSES = {}
+
+
+def first_step_losses(world):
+    """Each rank's loss at step 0 of the notebook's ``world``-rank fine-tune, made here: the course
+    model's weights before any update, on the rank's shard of step 0's permutation of the QC items,
+    batched by exercise 1's rules (``expected_rows``) to FT_MAX_LEN."""
+    p = PARAMETERS  # noqa: F821 (the run's, from the harness)
+    key = (p["MODEL"], p["SEED"], p["FT_BATCH"], p["FT_MAX_LEN"], world)
+    if key not in _FIRST_LOSSES:
+        items, model = course_data.qc_train_items(), course_data.causal_lm(p["MODEL"])
+        pad = course_data.chat_tokenizer(p["MODEL"]).pad_token_id
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(p["SEED"] * 7919)).tolist()
+        losses = []
+        for rank in range(world):
+            mine = order[rank * p["FT_BATCH"] : (rank + 1) * p["FT_BATCH"]]
+            rows = expected_rows(course_data.qc_pieces(p["MODEL"], [items[i] for i in mine]), pad, p["FT_MAX_LEN"])
+            ids, mask, labels = (torch.tensor([row[k] for row in rows]) for k in range(3))
+            with torch.no_grad():
+                losses.append(float(model(input_ids=ids, attention_mask=mask, labels=labels).loss))
+        _FIRST_LOSSES[key] = losses
+    return _FIRST_LOSSES[key]
 
 
 # ---------------------------------------------------------------- stretch S1: bucketing

@@ -174,3 +174,22 @@ def parameters(model: str, names: list[str]) -> dict:
     if missing:
         raise KeyError(f"{model}: its files hold no tensor {missing[0]!r}")
     return found
+
+
+# ---------------------------------------------------------------- lab 02: token ids a check may draw
+
+
+def vocab_size(model: str) -> int:
+    """How many token ids ``model``'s tokenizer has (``len(tok)``); each is a row of its logits."""
+    return _tokenizer(model).get_vocab_size()
+
+
+@cache
+def causal_lm(model: str):
+    """``lab.load_model(model, device="cpu", dtype=torch.float32)``'s model: the course's weights as
+    every rank of lab 05's fine-tune starts from them, in eval mode. Used read-only: callers must
+    not train or change it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(_model_folder(model), dtype=torch.float32).eval()

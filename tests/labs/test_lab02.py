@@ -383,7 +383,6 @@ def model_namespace():
 def _model_checks(learner_names, reference_names):
     from rocmlab.course.catalog import SMOKE
     from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
-    from rocmlab.lab.answers import evaluate
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
@@ -405,3 +404,210 @@ def test_a_forged_ref_model_in_the_learners_kernel_earns_nothing(model_namespace
     whose ``ref_model`` agrees with its own answers scores none of the model's rules."""
     results = _model_checks(_forged_namespace(dict(model_namespace)), dict(model_namespace))
     assert not any(r.points for r in results.values()), [n for n, r in results.items() if r.points]
+
+
+# -- the forward passes are judged by the tokens they produce, not a hook in the learner's kernel --
+
+PASS_CHECKS = ("kvloop_shapes", "kvloop_one")
+
+
+def _pass_checks(learner_names, reference_names):
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in PASS_CHECKS
+    ]
+    assert {c.name for c in checks} == set(PASS_CHECKS)
+    reference = Reference(InProcess(reference_names))
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference)}
+
+
+class _ShapesOfTheRule:
+    """A ``ref_model`` whose forward hooks see the shapes the rule asks for, whatever the loop does:
+    the evidence main's ``kvloop_shapes`` took from the learner's kernel."""
+
+    def __init__(self, model):
+        self.model, self.device, self.config = model, model.device, model.config
+
+    def register_forward_pre_hook(self, record, with_kwargs=False):
+
+        self.record = record
+        return SimpleNamespace(remove=lambda: None)
+
+    def __call__(self, **kwargs):
+        return self.model(**kwargs)
+
+
+def _without_the_cache(names):
+    """The learner's loop recomputes the whole sequence each step (no cache), and its rebound
+    ``ref_model`` reports the planned shapes to any hook."""
+    import torch
+
+    forged = {**names, "ref_model": _ShapesOfTheRule(names["ref_model"])}
+
+    def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
+        ids, tokens = list(prompt_ids), []
+        record = getattr(forged["ref_model"], "record", None)
+        for step in range(max_new_tokens):
+            if record is not None:  # what a hook on the rebound ref_model would have seen
+                record(None, (), {"input_ids": torch.zeros(1, len(prompt_ids) if step == 0 else 1)})
+            logits = m(input_ids=torch.tensor([ids]), use_cache=False).logits
+            tokens.append(int(logits[0, -1].argmax()))
+            ids.append(tokens[-1])
+            if tokens[-1] == eos_token_id:
+                break
+        return {
+            "tokens": tokens,
+            "prompt_len": len(prompt_ids),
+            "prefill_s": 0.1,
+            "decode_s": [0.1] * (len(tokens) - 1),
+            "cache": None,
+        }
+
+    forged["generate_with_kv_cache"] = generate_with_kv_cache
+    return forged  # fmt: skip
+
+
+def _through_generate(names):
+    """The learner's loop calls ``model.generate`` and makes a single pass for the hook to see."""
+    import torch
+
+    def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
+        ids = torch.tensor([prompt_ids])
+        m(input_ids=ids, use_cache=True)
+        out = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False)
+        tokens = out[0, len(prompt_ids) :].tolist()
+        return {
+            "tokens": tokens,
+            "prompt_len": len(prompt_ids),
+            "prefill_s": 0.1,
+            "decode_s": [0.1] * (len(tokens) - 1),
+            "cache": None,
+        }
+
+    return {**names, "generate_with_kv_cache": generate_with_kv_cache}  # fmt: skip
+
+
+def _one_pass_too_many(names):
+    """The solution's loop with one more pass after the last token (the classic off-by-one)."""
+    solution = names["generate_with_kv_cache"]
+
+    def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
+        got = solution(m, prompt_ids, max_new_tokens, eos_token_id=eos_token_id)
+        names["forward"](m, __import__("torch").tensor([got["tokens"][-1:]]), got["cache"])
+        return got
+
+    return {**names, "generate_with_kv_cache": generate_with_kv_cache}
+
+
+def test_the_forward_pass_checks_give_the_solution_full_marks(model_namespace):
+    results = _pass_checks(dict(model_namespace), dict(model_namespace))
+    assert all(r.passed for r in results.values()), {n: r.detail or r.error for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize(
+    ("forge", "failing"),
+    [
+        (_without_the_cache, {"kvloop_shapes"}),  # for one token, one pass over the prompt is the rule
+        (_through_generate, set(PASS_CHECKS)),
+        (_one_pass_too_many, set(PASS_CHECKS)),
+    ],
+)
+def test_a_loop_of_other_passes_earns_nothing_whatever_a_hook_would_see(model_namespace, forge, failing):
+    """Each forward pass answers tokens the check drew, the right one only for the pass the rule
+    asks for: a loop of other passes returns other tokens, whatever its kernel's hooks report."""
+    results = _pass_checks(forge(dict(model_namespace)), dict(model_namespace))
+    assert not any(results[n].points for n in failing), {n: results[n].detail for n in failing if results[n].points}
+
+
+# -- the results file is judged by the reference's replay and the run's send times (issue 47) ------
+
+
+@pytest.fixture(scope="module")
+def replayed(model_namespace):
+    """The notebook's section 6 (the replay) run with the solution's functions, as the reference
+    kernel ran it: its names, and the record the notebook writes from them."""
+    from rocmlab import course_data
+    from rocmlab.course.catalog import SMOKE
+
+    params = SOURCE.lab.profile(SMOKE).parameters
+    names = dict(model_namespace)
+    names.update(params, SEED=0, REQUEST_RATE=4.0, EOS=course_data.eos_id(params["MODEL"]), json=json, math=math)
+    names["PROMPTS"] = [list(p) for p in course_data.qc_prompts(params["MODEL"])]
+    names["PROFILE"], names["DTYPE"] = "smoke", "float32"
+    SOURCE.run_solutions(defining=("arrival_times", "compute_metrics", "build_results"), namespace=names)
+    SOURCE.run(SOURCE.cell_starting("arrivals = arrival_times(N_REQUESTS"), namespace=names)
+    return names
+
+
+def _results_file(learner_names, reference_names, folder):
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    (check,) = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name == "results_file"
+    ]
+    record = learner_names["build_results"](
+        traces=learner_names["traces"], duration_s=learner_names["replay_duration"], roofline={}, fingerprint={}
+    )
+    (folder / "lab02_results.json").write_text(json.dumps(record), encoding="utf-8")
+    reference = Reference(InProcess(reference_names))
+    (result,) = run_checks([check], Learner(InProcess(learner_names)), 47, reference=reference)
+    return result
+
+
+def _replay_of_nothing(names):
+    """A learner's replay whose every request is one prompt token in, one token out, served at its
+    send time in 1 ms: its traces, duration and file agree with each other, and with no run."""
+    arrivals = names["arrival_times"](names["N_REQUESTS"], names["REQUEST_RATE"], seed=names["SEED"])
+    traces = [
+        {"prompt_len": 1, "output_len": 1, "ttft": 0.001, "itl": [], "latency": 0.001, "success": True}
+        for _ in arrivals
+    ]
+    return {**names, "traces": traces, "replay_duration": float(arrivals[-1]) + 0.001}
+
+
+def test_the_results_file_of_the_replay_gives_full_marks(replayed, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _results_file(dict(replayed), dict(replayed), tmp_path)
+    assert result.passed, result.detail or result.error
+
+
+def test_a_results_file_that_agrees_only_with_the_learners_own_traces_earns_nothing(replayed, tmp_path, monkeypatch):
+    """The lengths come from the reference kernel's replay and the send times from the run's
+    parameters: traces and a file the learner's kernel made up together earn nothing."""
+    monkeypatch.chdir(tmp_path)
+    result = _results_file(_replay_of_nothing(dict(replayed)), dict(replayed), tmp_path)
+    assert not result.points, result.detail
+
+
+# -- the scripted server of the stream checks is the checks' own, not the lab package's name -------
+
+STREAM_CHECKS = ("stream_text_usage", "stream_events", "stream_timing", "stream_no_usage", "stream_chat")
+
+
+def test_the_stream_checks_serve_from_their_own_server_whatever_a_cell_rebinds(monkeypatch):
+    """A cell that rebinds ``lab.ScriptedSSEServer`` (to one that hands the check's script to the
+    learner's client) changes nothing: the kernel-side module serves from ``rocmlab.lab.sse``."""
+    import rocmlab.lab
+    from rocmlab.course.catalog import SMOKE
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+
+    class Rebound:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("the check used the rebound lab.ScriptedSSEServer")
+
+    monkeypatch.setattr(rocmlab.lab, "ScriptedSSEServer", Rebound)
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile(SMOKE).parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in STREAM_CHECKS
+    ]
+    assert {c.name for c in checks} == set(STREAM_CHECKS)
+    results = run_checks(checks, Learner(InProcess(solution_namespace("stream_completion"))), 47)
+    assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]

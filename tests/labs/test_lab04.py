@@ -13,8 +13,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from in_process import InProcess
 import torch
+from in_process import InProcess
 from labsource import LabSource, as_code, student
 
 from rocmlab.lab import datasheets
@@ -282,7 +282,6 @@ def _guarded(n, missing):
 
 def _hang_results(profile, learner_names, reference_names=None):
     from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
-    from rocmlab.lab.answers import evaluate
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(profile).parameters)
@@ -311,3 +310,95 @@ def test_hang_checks_on_a_machine_sized_run_take_n_ranks_from_the_reference_kern
     assert not any(r.points for r in results), [r.name for r in results if r.points]
     _, results = _hang_results("multi-gpu", {"guarded": _guarded(4, {3})})  # no reference kernel: the grader's fault
     assert all(r.error and not r.detail for r in results), [(r.name, r.detail) for r in results]
+
+
+# -- the ring runs' backend is judged by the GPUs the grader counts, never the learner's torch ------
+
+
+def _ring_files(folder, backend, sizes=(2, 3)):
+    """runs04/ring_ws{n}_rank{r}.json as run_ring.py writes them: each rank's plan and hello sum."""
+    runs = folder / "runs04"
+    runs.mkdir(exist_ok=True)
+    for n in sizes:
+        for rank in range(n):
+            plan = {"rank": rank, "world_size": n, "backend": backend}
+            record = {"plan": plan, "hello_sum": n * (n + 1) / 2, "results": []}
+            (runs / f"ring_ws{n}_rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+def _joined(learner_names):
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters)
+    (check,) = [c for c in checks if c.name == "ring_runs_joined_as_planned"]
+    assert not check.wants_reference
+    (result,) = run_checks([check], Learner(InProcess(learner_names)), 47)
+    return result
+
+
+def _with_gpus(count):
+    """A learner's kernel whose ``torch`` (as ``__import__`` gives it) claims ``count`` GPUs and HIP."""
+    import builtins
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: count), version=SimpleNamespace(hip="7.0.0"))
+    real = builtins.__import__
+
+    def forged_import(name, *args, **kwargs):
+        return fake if name == "torch" else real(name, *args, **kwargs)
+
+    return {"__builtins__": {**vars(builtins), "__import__": forged_import}}
+
+
+def test_ring_runs_on_this_machine_join_with_its_backend(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _ring_files(tmp_path, "nccl" if torch.cuda.device_count() >= 3 else "gloo")
+    result = _joined({})
+    assert result.passed, result.detail or result.error
+
+
+def test_a_learners_torch_that_claims_gpus_earns_nothing_for_nccl_ranks(tmp_path, monkeypatch):
+    """Ranks that report nccl, in a kernel whose torch claims 8 GPUs: the grader counts this
+    machine's GPUs itself (none here, or fewer than the ranks need) and wants gloo."""
+    if torch.cuda.device_count() >= 3:
+        pytest.skip("this machine gives every rank a GPU: nccl is the right backend here")
+    monkeypatch.chdir(tmp_path)
+    _ring_files(tmp_path, "nccl")
+    result = _joined(_with_gpus(8))
+    assert not result.points, result.detail
+
+
+# -- the desync run is launched by the check, under the learner's debug_env("desync") (issue 47) ----
+
+DESYNC_CHECKS = {"desync_reports", "desync_used_the_kit"}
+
+
+def _desync_results(learner_names):
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in DESYNC_CHECKS
+    ]
+    assert {c.name for c in checks} == DESYNC_CHECKS
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47)}
+
+
+@pytest.mark.slow
+def test_the_checks_launch_the_uneven_run_under_the_learners_desync_row(tmp_path, cells, monkeypatch):
+    """Cost: one 2-rank gloo launch of the course's uneven script (about 10 s). The solution's
+    debug_env makes it fail at once with gloo's mismatch report: both rules hold; a debug_env
+    whose desync row lacks DETAIL earns neither, whatever the notebook's own run recorded."""
+    monkeypatch.chdir(tmp_path)
+    write_module(tmp_path, cells, "04-init-sol-1")  # the learner's init_plan.py, in its work folder
+    kit = run_cells(cells["04-stretch-debug-sol-1"])
+    results = _desync_results({"debug_env": kit["debug_env"]})
+    assert all(r.passed for r in results.values()), {n: r.detail or r.error for n, r in results.items() if not r.passed}
+
+    def no_detail(symptom, **kwargs):
+        return {"TORCH_NCCL_DESYNC_DEBUG": "1"} if symptom == "desync" else kit["debug_env"](symptom, **kwargs)
+
+    results = _desync_results({"debug_env": no_detail})
+    assert not any(r.points for r in results.values()), {n: r.detail for n, r in results.items() if r.points}

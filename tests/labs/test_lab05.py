@@ -487,3 +487,71 @@ def test_the_qc_checks_tokenize_the_course_items_on_the_harness_side(notebook, c
     SOURCE.run(EMPTY_PIECES, namespace=forger)
     results = run_checks(checks, Learner(InProcess(forger)), seed=47)
     assert [r.name for r in results if r.passed] == [] and not [r.error for r in results if r.error]
+
+
+# ---------------------------------------------------------------- the fine-tune's records (issue 47)
+
+
+def _finetune_checks():
+    from rocmlab.harness import lab_parameters, load_checks
+
+    path = LAB / "checks.py"
+    parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
+    checks = load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters)
+    return [c for c in checks if c.grade_id == "05-finetune-2"], parameters
+
+
+def _runs_as_the_notebook_records(ns, parameters):
+    """``ft_runs`` as the notebook's finetune_worker records them, step 0 run for real: each rank's
+    first loss is the course model's (lab.load_model, float32) on its shard of the solution's
+    build_qc_batch; its tokens are the attention masks of steps 1 on; later losses and times are
+    a run's that this test does not repeat."""
+    from rocmlab import lab
+
+    p = parameters
+    model, tokenizer = lab.load_model(p["MODEL"], device="cpu", dtype=torch.float32)
+    items = lab.load_qc_reports("train")
+    runs = {}
+    for world in p["SCALING_RANKS"]:
+        ranks = []
+        for rank in range(world):
+            losses, tokens = [], 0
+            for step in range(p["FT_STEPS"]):
+                order = torch.randperm(len(items), generator=torch.Generator().manual_seed(p["SEED"] * 7919 + step))
+                mine = ns["my_shard"](order[: p["FT_BATCH"] * world], rank, world)
+                batch = ns["build_qc_batch"]([items[i] for i in mine.tolist()], tokenizer, p["FT_MAX_LEN"])
+                if step == 0:
+                    with torch.no_grad():
+                        losses.append(float(model(**batch).loss))
+                else:
+                    losses.append(losses[0] * 0.9**step)
+                    tokens += int(batch["attention_mask"].sum())
+            ranks.append({"losses": losses, "tokens": tokens, "elapsed": 2.0 + rank})
+        runs[world] = (None, ranks)
+    throughput = {
+        n: sum(r["tokens"] for r in ranks) / max(r["elapsed"] for r in ranks) for n, (_, ranks) in runs.items()
+    }
+    return runs, throughput
+
+
+@pytest.mark.slow
+def test_the_finetune_records_are_judged_by_their_first_losses(notebook, cells, tmp_path):
+    """Cost: the tiny course model loaded twice and one forward pass per rank (about 5 s). A run's
+    records with the course model's first losses score full marks; the same records with losses
+    made up (tokens, times and throughput left exact) score nothing: the grader recomputes each
+    rank's first loss, and the throughput counts only with the losses."""
+    from in_process import InProcess
+
+    from rocmlab.harness import Learner, run_checks
+
+    checks, parameters = _finetune_checks()
+    ns = lab_namespace(notebook, tmp_path, cells["05-finetune-sol-1"])
+    runs, throughput = _runs_as_the_notebook_records(ns, parameters)
+    results = run_checks(checks, Learner(InProcess({"ft_runs": runs, "throughput": throughput})), seed=47)
+    assert [(r.name, r.detail, r.error) for r in results if not r.passed] == []
+
+    for _, ranks in runs.values():
+        for got in ranks:
+            got["losses"] = [3.0 - 0.25 * step for step in range(len(got["losses"]))]
+    results = run_checks(checks, Learner(InProcess({"ft_runs": runs, "throughput": throughput})), seed=47)
+    assert not any(r.points for r in results), [(r.name, r.detail) for r in results if r.points]

@@ -141,7 +141,7 @@ def test_rebound_course_data_and_helpers_score_the_blank_score(lab, tmp_path, mo
     assert not [e for e in errors if "rebound" in e], errors
 
 
-# ---------------------------------------------------------------- labs 01 and 02: evidence forged in the kernel
+# ---------------------------------------------------------------- labs 01, 02 and 04: evidence forged in the kernel
 # (lab 04's device count: tests/labs/test_lab04.py, on the multi-gpu profile)
 
 
@@ -174,8 +174,19 @@ class _ForgedModel:
         return SimpleNamespace(remove=lambda: None)
 
 
+def _desync_record():
+    """Lab 04: the notebook's ``desync`` run rebound to what a run under the kit's variables returns
+    (format: lab.run_torchrun's TorchrunResult; the line is torch's ProcessGroupWrapper report)."""
+    line = "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: ..."
+    ranks = [SimpleNamespace(rank=r, returncode=1, output=line) for r in range(2)]
+    return SimpleNamespace(timed_out=False, returncode=1, ranks=ranks, rank=lambda r: ranks[r])
+
+
 FORGED_EVIDENCE = {
     "01-rocm-setup": {"time_per_call": _forges_timing_counters},
+    "04-collectives-rccl": {  # a run that reported a mismatch, though debug_env was never written
+        "desync": _desync_record(), "desync_env": {"TORCH_NCCL_DESYNC_DEBUG": "1", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    },
     "02-llm-inference": {
         "ref_model": _ForgedModel(), "param_count": lambda config: 1234, "kv_cache_bytes": lambda *a, **k: 4096,
         "generate_with_kv_cache": lambda m, p, n, eos_token_id=None: {"tokens": [7] * n, "prompt_len": len(p)},
@@ -277,3 +288,41 @@ def test_forged_evidence_and_stubs_score_the_blank_score(lab, tmp_path, monkeypa
     (tmp_path / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     score, passed, _ = _score(lab, {"torch": torch, **FORGED[lab]})
     assert score == 0, f"{lab}: forged evidence earns {score}: {passed}"
+
+
+# ---------------------------------------------------------------- lab 05: a fine-tune's records made up
+
+
+def _tokens_as_the_course_data_gives(parameters, world):
+    """Each rank's token count from step 1 on, as a learner can make it from the importable
+    ``rocmlab.course_data`` without running a fine-tune."""
+    import torch
+
+    from rocmlab import course_data
+
+    p, items = parameters, course_data.qc_train_items()
+    tokens = [0] * world
+    for step in range(1, p["FT_STEPS"]):
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(p["SEED"] * 7919 + step)).tolist()
+        for rank in range(world):
+            mine = order[rank * p["FT_BATCH"] : (rank + 1) * p["FT_BATCH"]]
+            pieces = course_data.qc_pieces(p["MODEL"], [items[i] for i in mine])
+            tokens[rank] += sum(min(len(a) + len(b), p["FT_MAX_LEN"]) for a, b in pieces)
+    return tokens
+
+
+def test_lab05_finetune_records_made_up_around_exact_tokens_score_the_blank_score(tmp_path, monkeypatch):
+    """Lab 05: ``ft_runs`` whose token counts are exact (made from the course data), whose losses
+    fall nicely and whose throughput agrees with its times, with no run behind them. Main's checks
+    gave it both fine-tune rules (1 point); the grader now recomputes each rank's first loss."""
+    lab = "05-distributed-training"
+    monkeypatch.chdir(tmp_path)
+    parameters = lab_parameters(SOLUTIONS / lab / "checks.py", parse_lab(SOLUTIONS / lab).profile(SMOKE).parameters)
+    runs = {}
+    for world in parameters["SCALING_RANKS"]:
+        losses = [3.0 - 0.25 * step for step in range(parameters["FT_STEPS"])]
+        counts = _tokens_as_the_course_data_gives(parameters, world)
+        runs[world] = (None, [{"losses": losses, "tokens": t, "elapsed": 2.0} for t in counts])
+    throughput = {n: sum(r["tokens"] for r in ranks) / 2.0 for n, (_, ranks) in runs.items()}
+    score, passed, _ = _score(lab, {"ft_runs": runs, "throughput": throughput})
+    assert score == 0, f"{lab}: fine-tune records made up around exact tokens earn {score}: {passed}"
