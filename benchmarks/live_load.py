@@ -61,6 +61,7 @@ from rocmlab.build.assignments import render_lab  # noqa: E402 (after the sys.pa
 from rocmlab.course.catalog import discover, select  # noqa: E402 (after the sys.path setup)
 from rocmlab.course.notebooks import solution_notebook, write_notebook  # noqa: E402 (after the sys.path setup)
 from rocmlab.live.queue import LiveQueue  # noqa: E402 (after the sys.path setup)
+from rocmlab.processes import exit_on_sigterm  # noqa: E402 (after the sys.path setup)
 
 BIN = Path(sys.executable).parent
 SECOND_LAB = "02-grade"
@@ -281,6 +282,7 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
     parser.add_argument("--record", action="store_true", help="add the figures to docs/measurements.md")
     args = parser.parse_args()
+    exit_on_sigterm()  # a stopped benchmark ends its workers too (the finally below)
 
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="rocmlab-live-load-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

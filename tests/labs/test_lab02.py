@@ -459,16 +459,21 @@ def _without_the_cache(names):
             ids.append(tokens[-1])
             if tokens[-1] == eos_token_id:
                 break
-        return {
-            "tokens": tokens,
-            "prompt_len": len(prompt_ids),
-            "prefill_s": 0.1,
-            "decode_s": [0.1] * (len(tokens) - 1),
-            "cache": None,
-        }
+        return _made_up_answer(tokens, prompt_ids)
 
     forged["generate_with_kv_cache"] = generate_with_kv_cache
     return forged  # fmt: skip
+
+
+def _made_up_answer(tokens, prompt_ids):
+    """What a forged loop returns around its tokens: made-up timings and no cache."""
+    return {
+        "tokens": tokens,
+        "prompt_len": len(prompt_ids),
+        "prefill_s": 0.1,
+        "decode_s": [0.1] * (len(tokens) - 1),
+        "cache": None,
+    }
 
 
 def _through_generate(names):
@@ -480,13 +485,7 @@ def _through_generate(names):
         m(input_ids=ids, use_cache=True)
         out = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False)
         tokens = out[0, len(prompt_ids) :].tolist()
-        return {
-            "tokens": tokens,
-            "prompt_len": len(prompt_ids),
-            "prefill_s": 0.1,
-            "decode_s": [0.1] * (len(tokens) - 1),
-            "cache": None,
-        }
+        return _made_up_answer(tokens, prompt_ids)
 
     return {**names, "generate_with_kv_cache": generate_with_kv_cache}  # fmt: skip
 

@@ -120,11 +120,7 @@ def test_grade_ids_are_unique_paired_and_solutions_marked(notebook):
             assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
         if "test" in tags:
             assert int(cell.metadata["points"]) > 0 and "HIDDEN TESTS" not in cell.source
-    cells = {
-        c.metadata["grade_id"]: float(c.metadata["points"])
-        for c in notebook.cells
-        if "test" in c.metadata.get("tags", [])
-    }
+    cells = _test_points(notebook)
     assert len(lab_checks(SOURCE.folder / "checks.py", cells)) >= 2 * len(cells)  # points add up per cell
 
 
@@ -416,13 +412,21 @@ class _InProcess:
         return evaluate(request, self.namespace)
 
 
-def _pure_checks(notebook):
-    cells = {
+def _test_points(notebook):
+    """``{grade_id: points}`` of the notebook's test cells."""
+    return {
         c.metadata["grade_id"]: float(c.metadata["points"])
         for c in notebook.cells
         if "test" in c.metadata.get("tags", [])
     }
-    return [c for c in lab_checks(LAB / "checks.py", cells) if c.name in PURE_CHECKS]
+
+
+def _checks_named(notebook, names):
+    return [c for c in lab_checks(LAB / "checks.py", _test_points(notebook)) if c.name in names]
+
+
+def _pure_checks(notebook):
+    return _checks_named(notebook, PURE_CHECKS)
 
 
 @pytest.mark.parametrize("seed", [0, 5])
@@ -443,12 +447,7 @@ DCP_CHECKS = ("dcp_save_path", "dcp_in_process")
 
 
 def _dcp_checks(notebook):
-    cells = {
-        c.metadata["grade_id"]: float(c.metadata["points"])
-        for c in notebook.cells
-        if "test" in c.metadata.get("tags", [])
-    }
-    return [c for c in lab_checks(LAB / "checks.py", cells) if c.name in DCP_CHECKS]
+    return _checks_named(notebook, DCP_CHECKS)
 
 
 class _KernelLike(_InProcess):
@@ -622,12 +621,7 @@ def tiny_course_data(quick_tiny_model):
 
 
 def _evidence_results(notebook, channel):
-    cells = {
-        c.metadata["grade_id"]: float(c.metadata["points"])
-        for c in notebook.cells
-        if "test" in c.metadata.get("tags", [])
-    }
-    checks = [c for c in lab_checks(LAB / "checks.py", cells) if c.name in EVIDENCE_CHECKS]
+    checks = _checks_named(notebook, EVIDENCE_CHECKS)
     assert sorted(c.name for c in checks) == sorted(EVIDENCE_CHECKS)
     return {r.name: r for r in run_checks(checks, Learner(channel), 7)}
 
@@ -686,12 +680,7 @@ def test_the_launched_runs_reports_are_judged_against_the_models_own_parameters(
     own lists and values, and hold none now."""
     from rocmlab import course_data
 
-    cells = {
-        c.metadata["grade_id"]: float(c.metadata["points"])
-        for c in notebook.cells
-        if "test" in c.metadata.get("tags", [])
-    }
-    checks = [c for c in lab_checks(LAB / "checks.py", cells) if c.name in LAUNCHED_CHECKS]
+    checks = _checks_named(notebook, LAUNCHED_CHECKS)
     assert sorted(c.name for c in checks) == sorted(LAUNCHED_CHECKS)
     shapes = course_data.parameter_shapes("tiny-qwen-zh")
     honest = _reports_of(shapes, course_data.parameters("tiny-qwen-zh", list(shapes)))
