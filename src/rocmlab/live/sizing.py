@@ -22,11 +22,12 @@ from pathlib import Path
 from ..markdown_table import splice
 
 START, END = "<!-- live-sizing:start -->", "<!-- live-sizing:end -->"
-# CPU seconds of one live submission, by lab: the per-lab batch figures of `benchmarks/live_load.py
-# --real 01-rocm-setup 07-triton-kernels --learners 10 --window 30` (4.96 and 14.45, every process
-# counted, the kernels included) times its live/batch ratio (1.13), on the 2-core development
-# machine at a load average of 6 to 20 (docs/hub.md, "How fast"; docs/measurements.md).
-CPU_S = {"01-rocm-setup": 5.6, "07-triton-kernels": 16.3}
+# CPU seconds of one live submission, by lab: the mean per-lab batch figures of two idle runs of
+# `benchmarks/live_load.py --real 01-rocm-setup 07-triton-kernels --learners 10 --window 30`
+# (5.05 and 15.14, every process counted, the kernels included) times the larger live/batch ratio
+# of the two, with the kill (1.14), on the 2-core development machine (docs/hub.md, "How fast";
+# docs/measurements.md, 2026-12-06).
+CPU_S = {"01-rocm-setup": 5.8, "07-triton-kernels": 17.3}
 WORKERS_PER_CORE = 1  # a grading keeps a core busy: a second worker on it halves both, adds nothing
 WINDOW_S = 120.0  # the room submits an exercise within about two minutes
 ROOMS = (20, 60, 120)
