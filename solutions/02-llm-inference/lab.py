@@ -389,7 +389,8 @@ plt.show()
 # 个 token 为止，或在生成出 `eos_token_id` 之后立即停止（eos 计入结果）。用 `lab.Timer(m.device)` 分别计时 prefill 和
 # 每个 decode 步。返回字典：`tokens`（新 token 列表）、`prompt_len`、`prefill_s`（秒）、`decode_s`（每个 decode 步一个秒数，
 # 共 `len(tokens) − 1` 个）、`cache`（最后一次前向后的 KV cache）。结果必须与 `model.generate` 的贪心输出逐 token 相同；
-# 隐藏检查会记录每次前向的输入形状：prefill 一次 `(1, 提示词长度)`，之后每步 `(1, 1)`。
+# 隐藏检查会逐次判定每次前向：prefill 一次 `(1, 提示词长度)`，之后每步 `(1, 1)` 并传入上一次前向返回的 cache；
+# 生成最后一个 token 之后不再前向。
 
 # %% [markdown] tags=["en"]
 # ## 3 · A generate loop with a KV cache
@@ -406,8 +407,9 @@ plt.show()
 # generates `eos_token_id` (the eos is included). Time the prefill and each decode step with `lab.Timer(m.device)`.
 # Return a dict: `tokens` (the new ids), `prompt_len`, `prefill_s` (seconds), `decode_s` (one duration per decode
 # step, `len(tokens) − 1` of them) and `cache` (the KV cache after the last pass). The tokens must equal
-# `model.generate`'s greedy output; hidden checks record each forward pass's input shape: the prefill once,
-# `(1, prompt length)`, then `(1, 1)` per step.
+# `model.generate`'s greedy output; hidden checks judge each forward pass: the prefill once,
+# `(1, prompt length)`, then `(1, 1)` per step with the cache the previous pass returned, and no pass after the
+# last token.
 
 # %% tags=["solution"] grade_id="02-kvloop-sol-1"
 def generate_with_kv_cache(m, prompt_ids, max_new_tokens, *, eos_token_id=None):
