@@ -72,9 +72,9 @@ def preflight(root: Path, lab_ids, profile: str = SMOKE) -> list[str]:
         except CommandFailed as exc:
             raise CommandFailed(
                 f"live worker: lab {lab.id} cannot be graded here, so the worker does not start: {exc}. "
-                "If the cache is there, the worker was started without it: `sudo` drops ROCMLAB_CACHE, so run "
-                "`sudo --preserve-env=ROCMLAB_CACHE rocmlab live worker ...` (or start the hub, which runs the "
-                "workers with the course's environment)"
+                "If the cache is there, the worker was started without it: a worker the hub runs has the hub's "
+                "ROCMLAB_CACHE (start the hub with `sudo -E`); one started by hand under `sudo` needs "
+                "`sudo --preserve-env=ROCMLAB_CACHE rocmlab live worker ...`"
             ) from None
     return [lab.id for lab in labs]
 
