@@ -3,16 +3,20 @@
 ``busbw_vs_peak`` (the learner's, the notebook's own name) takes an ``Interconnect`` row, which
 the check cannot send as plain data: these build the row in the kernel and return the learner's
 answer for ``checks.py`` to judge against its reference. ``uneven_run`` launches the course's
-uneven script under the variables the learner's ``debug_env`` answered, never the notebook's
-``desync`` record, which any later cell may rebind.
+uneven script with the learner's ``hang_tools.py`` (the guarded and fixed runs) or under the
+variables the learner's ``debug_env`` answered (the desync run), never reading the notebook's
+``guarded``, ``fixed`` or ``desync`` records, which any later cell may rebind.
 """
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from rocmlab.lab.datasheets import Interconnect, interconnect
 from rocmlab.lab.launch import run_torchrun
+
+LEARNER_MODULES = ("init_plan.py", "hang_tools.py")  # the learner's answers the uneven script imports
 
 
 def peak_of_row(busbw, key, n):
@@ -25,26 +29,53 @@ def peak_of_fabric(busbw, fields, n):
     return busbw_vs_peak(busbw, Interconnect(*fields), n)
 
 
-def uneven_run(scripts, env, nproc, timeout_s):
-    """The uneven run of section 5 launched again by the check: ``scripts`` (the course's
-    ``train_uneven.py`` and ``dist_common.py``, name -> text) beside the learner's ``init_plan.py``
-    in a folder of their own, under ``env``; its outcome and each rank's output."""
-    folder = Path(tempfile.mkdtemp(prefix="uneven-", dir=".")).resolve()
+def uneven_run(scripts, env, nproc, timeout_s, tag="desync", flags=()):
+    """A run of section 5's ``train_uneven.py`` launched again by the check: ``scripts`` (the
+    course's ``train_uneven.py`` and ``dist_common.py``, name -> text) beside the learner's own
+    ``init_plan.py`` and ``hang_tools.py`` in a folder of their own, under ``env``, with ``--tag tag``
+    and ``flags`` (``--guard``, ``--fix``); its outcome, each rank's exit status and output, and the
+    JSON each rank wrote (None where it wrote none)."""
+    if flags and not Path("hang_tools.py").is_file():  # the guard and the fix import it: nothing to launch
+        return {
+            "missing": "hang_tools.py",
+            "timed_out": False,
+            "returncode": None,
+            "returncodes": [],
+            "outputs": [],
+            "records": [],
+        }
+    folder = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=".")).resolve()
     try:
         for name, text in scripts.items():
             (folder / name).write_text(text, encoding="utf-8")
-        if Path("init_plan.py").is_file():
-            shutil.copyfile("init_plan.py", folder / "init_plan.py")
+        for name in LEARNER_MODULES:
+            if Path(name).is_file():
+                shutil.copyfile(name, folder / name)
         (folder / "runs").mkdir()
         run = run_torchrun(
             folder / "train_uneven.py",
             nproc=nproc,
-            args=["--runs", str(folder / "runs"), "--tag", "desync"],
+            args=["--runs", str(folder / "runs"), "--tag", tag, *flags],
             env=env,
             timeout_s=timeout_s,
             cwd=folder,
             show=False,
         )
-        return {"timed_out": run.timed_out, "returncode": run.returncode, "outputs": [r.output for r in run.ranks]}
+        ranks = sorted(run.ranks, key=lambda r: r.rank)
+        return {
+            "timed_out": run.timed_out,
+            "returncode": run.returncode,
+            "returncodes": [r.returncode for r in ranks],
+            "outputs": [r.output for r in ranks],
+            "records": [rank_record(folder / "runs" / f"{tag}_ws{nproc}_rank{rank}.json") for rank in range(nproc)],
+        }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def rank_record(path):
+    """The JSON one rank wrote, or None where it wrote none or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

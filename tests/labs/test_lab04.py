@@ -264,23 +264,56 @@ def test_every_test_cell_is_graded_by_checks_whose_points_add_up():
     assert len({c.name for c in checks}) == len(checks)
 
 
-# -- N_RANKS comes from the run's parameters or the reference kernel, never the learner's (issue 47) --
+# -- the guarded and fixed runs are launched by the check, on N_RANKS from the run's parameters or the
+#    reference kernel, with the learner's hang_tools.py as the only learner input (issue 47) --------
 
-HANG_CHECKS = {"guarded_fails_fast", "guarded_names_missing", "guarded_every_rank_fails"}
-
-
-def _guarded(n, missing):
-    """The guarded run as ``lab.run_torchrun`` returns it: every rank failed, and rank 0 printed
-    gloo's monitoredBarrier line with wait_all_ranks (format: pytorch's
-    torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, ProcessGroupGloo::monitoredBarrier)."""
-    from types import SimpleNamespace
-
-    line = f"[Rank 0]: Ranks {', '.join(map(str, sorted(missing)))} failed to pass monitoredBarrier in 8000 ms"
-    ranks = [SimpleNamespace(returncode=1, output=line if r == 0 else "") for r in range(n)]
-    return SimpleNamespace(ranks=ranks, timed_out=False, returncode=1, rank=lambda i: ranks[i])
+HANG_CHECKS = {"guarded_fails_fast", "guarded_names_missing", "guarded_every_rank_fails", "fixed_runs", "fixed_minimum"}
 
 
-def _hang_results(profile, learner_names, reference_names=None):
+def _launched(n, missing):
+    """What ``in_kernel.uneven_run`` returns for the guarded and fixed runs of a right hang_tools.py on
+    ``n`` ranks: the guarded run failed and rank 0 printed gloo's monitoredBarrier line with
+    wait_all_ranks (format: pytorch's torch/csrc/distributed/c10d/ProcessGroupGloo.cpp,
+    ProcessGroupGloo::monitoredBarrier); the fixed run's ranks wrote train_uneven.py's JSON."""
+    line = f"[Rank 0]: Ranks {', '.join(map(str, sorted(missing)))} failed to pass monitoredBarrier in 5000 ms"
+    guarded = {
+        "timed_out": False,
+        "returncode": 1,
+        "returncodes": [1] * n,
+        "outputs": [line if r == 0 else "" for r in range(n)],
+        "records": [None] * n,
+    }
+    steps = min(len(range(r, 7, n)) for r in range(n))
+    total = float(sum(r + s * n for s in range(steps) for r in range(n)))
+    fixed = {
+        "timed_out": False,
+        "returncode": 0,
+        "returncodes": [0] * n,
+        "outputs": [""] * n,
+        "records": [{"rank": r, "steps": steps, "total": total} for r in range(n)],
+    }
+    return {"guarded": guarded, "fixed": fixed}  # fmt: skip
+
+
+class _Launches:
+    """A learner whose kernel-side launches return ``outcomes`` by tag, recording what was asked."""
+
+    def __init__(self, outcomes):
+        self.outcomes, self.asked = outcomes, []
+
+    def __call__(self, learner):
+        def run(function, scripts, env, nproc, timeout_s, tag, flags):
+            self.asked.append((function, tag, tuple(flags), nproc, sorted(scripts), env))
+            learner.requests, learner.answers, learner.values = (
+                x + 1 for x in (learner.requests, learner.answers, learner.values)
+            )
+            return self.outcomes[tag]  # as the kernel's answer, a value
+
+        learner.run = run
+        return learner
+
+
+def _hang_results(profile, learner_names, reference_names=None, launches=None):
     from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
@@ -290,26 +323,87 @@ def _hang_results(profile, learner_names, reference_names=None):
     ]
     assert {c.name for c in checks} == HANG_CHECKS
     reference = Reference(InProcess(reference_names)) if reference_names is not None else None
-    return checks, run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference)
+    learner = Learner(InProcess(learner_names))
+    if launches is not None:
+        learner = launches(learner)
+    return checks, run_checks(checks, learner, 47, reference=reference)
 
 
-def test_hang_checks_take_n_ranks_from_world_size_without_a_reference_kernel():
-    checks, results = _hang_results("smoke", {"guarded": _guarded(2, {1})})
+def test_hang_checks_launch_each_run_once_on_world_size_ranks_without_a_reference_kernel():
+    launches = _Launches(_launched(2, {1}))
+    checks, results = _hang_results("smoke", {}, launches=launches)
     assert not any(c.wants_reference for c in checks)
     assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
+    scripts = ["dist_common.py", "train_uneven.py"]  # the course's, read from lab.py on the harness side
+    assert launches.asked == [
+        ("uneven_run", "guarded", ("--guard",), 2, scripts, {}),
+        ("uneven_run", "fixed", ("--guard", "--fix"), 2, scripts, {}),
+    ]
 
 
-def test_hang_checks_on_a_machine_sized_run_take_n_ranks_from_the_reference_kernel():
-    """On multi-gpu (WORLD_SIZE 0) a learner whose kernel reports 2 devices, with a guarded run of 2
-    ranks to match, earns nothing where the reference kernel ran 4 ranks on the same machine."""
-    checks, results = _hang_results("multi-gpu", {"guarded": _guarded(4, {3})}, {"N_RANKS": 4})
+def test_hang_checks_on_a_machine_sized_run_launch_the_reference_kernels_n_ranks():
+    """On multi-gpu (WORLD_SIZE 0) a learner whose kernel reports 2 devices, with runs of 2 ranks to
+    match, earns nothing where the reference kernel ran 4 ranks on the same machine: the check
+    launches 4."""
+    launches = _Launches(_launched(4, {3}))
+    checks, results = _hang_results("multi-gpu", {}, {"N_RANKS": 4}, launches)
     assert all(c.wants_reference for c in checks)
     assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
-    forged = {"guarded": _guarded(2, {1}), "torch": SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 2))}
-    _, results = _hang_results("multi-gpu", forged, {"N_RANKS": 4})
+    assert {asked[3] for asked in launches.asked} == {4}
+    claims_two = {"N_RANKS": 2, "torch": SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 2))}
+    _, results = _hang_results("multi-gpu", claims_two, {"N_RANKS": 4}, _Launches(_launched(2, {1})))
     assert not any(r.points for r in results), [r.name for r in results if r.points]
-    _, results = _hang_results("multi-gpu", {"guarded": _guarded(4, {3})})  # no reference kernel: the grader's fault
+    _, results = _hang_results("multi-gpu", {}, launches=_Launches(_launched(4, {3})))  # no reference: the grader's
     assert all(r.error and not r.detail for r in results), [(r.name, r.detail) for r in results]
+
+
+def test_hang_checks_without_hang_tools_in_the_work_folder_launch_nothing_and_fail(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _, results = _hang_results("smoke", {})
+    assert not any(r.points for r in results), [r.name for r in results if r.points]
+    details = {r.name: r.detail for r in results}
+    assert "no hang_tools.py" in details["guarded_fails_fast"] and "no hang_tools.py" in details["fixed_runs"], details
+
+
+def _forged_hang_records(folder, n):
+    """The notebook's ``guarded`` and ``fixed`` runs rebound to what a right hang_tools.py gives
+    (format: lab.run_torchrun's TorchrunResult), and runs04/fixed_*.json written to match."""
+    outcomes = _launched(n, {r for r in range(n) if len(range(r, 7, n)) < len(range(0, 7, n))})
+    records = {}
+    for tag, run in outcomes.items():
+        ranks = [
+            SimpleNamespace(rank=r, returncode=c, output=o)
+            for r, (c, o) in enumerate(zip(run["returncodes"], run["outputs"]))
+        ]
+        records[tag] = SimpleNamespace(
+            timed_out=False,
+            returncode=run["returncode"],
+            ok=run["returncode"] == 0,
+            ranks=ranks,
+            rank=ranks.__getitem__,
+        )
+    runs = folder / "runs04"
+    runs.mkdir(exist_ok=True)
+    for rank, record in enumerate(outcomes["fixed"]["records"]):
+        (runs / f"fixed_ws{n}_rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+    return records
+
+
+@pytest.mark.slow
+def test_the_checks_launch_the_guarded_and_fixed_runs_with_the_learners_hang_tools(tmp_path, cells, monkeypatch):
+    """Cost: four 2-rank gloo launches of the course's uneven script (the solution's guarded run
+    waits out its 5 s barrier; the student version's ranks fail at once). The solution's
+    hang_tools.py earns every rule; the student version, beside forged ``guarded``/``fixed``
+    records and rank files that a right answer would have left, earns none."""
+    monkeypatch.chdir(tmp_path)
+    write_module(tmp_path, cells, "04-init-sol-1")
+    write_module(tmp_path, cells, "04-hang-sol-1")
+    _, results = _hang_results("smoke", {})
+    assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
+
+    write_module(tmp_path, cells, "04-hang-sol-1", empty=True)
+    _, results = _hang_results("smoke", _forged_hang_records(tmp_path, 2))
+    assert not any(r.points for r in results), [(r.name, r.detail) for r in results if r.points]
 
 
 # -- the ring runs' backend is judged by the GPUs the grader counts, never the learner's torch ------

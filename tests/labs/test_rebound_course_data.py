@@ -182,10 +182,24 @@ def _desync_record():
     return SimpleNamespace(timed_out=False, returncode=1, ranks=ranks, rank=lambda r: ranks[r])
 
 
+def _hang_records(n=2):
+    """Lab 04: the notebook's ``guarded`` and ``fixed`` runs rebound to what a right hang_tools.py
+    gives (format: lab.run_torchrun's TorchrunResult; the line is gloo's, from pytorch's
+    torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, ProcessGroupGloo::monitoredBarrier)."""
+    line = "[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 5000 ms"
+    failed = [SimpleNamespace(rank=r, returncode=1, output=line if r == 0 else "") for r in range(n)]
+    passed = [SimpleNamespace(rank=r, returncode=0, output="") for r in range(n)]
+    return {
+        "guarded": SimpleNamespace(timed_out=False, returncode=1, ok=False, ranks=failed, rank=failed.__getitem__),
+        "fixed": SimpleNamespace(timed_out=False, returncode=0, ok=True, ranks=passed, rank=passed.__getitem__),
+    }
+
+
 FORGED_EVIDENCE = {
     "01-rocm-setup": {"time_per_call": _forges_timing_counters},
     "04-collectives-rccl": {  # a run that reported a mismatch, though debug_env was never written
         "desync": _desync_record(), "desync_env": {"TORCH_NCCL_DESYNC_DEBUG": "1", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        **_hang_records(),  # a guarded run stopped by the barrier and a fixed run that passed, with no hang_tools.py
     },
     "02-llm-inference": {
         "ref_model": _ForgedModel(), "param_count": lambda config: 1234, "kv_cache_bytes": lambda *a, **k: 4096,
