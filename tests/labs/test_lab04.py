@@ -391,17 +391,13 @@ def _forged_hang_records(folder, n):
 
 @pytest.mark.slow
 def test_the_checks_launch_the_guarded_and_fixed_runs_with_the_learners_hang_tools(tmp_path, cells, monkeypatch):
-    """Cost: four 2-rank gloo launches of the course's uneven script (the solution's guarded run
-    waits out its 5 s barrier; the student version's ranks fail at once): 32 s to 65 s on the 2-core CI
-    machine, depending on its load. The solution's
-    hang_tools.py earns every rule; the student version, beside forged ``guarded``/``fixed``
-    records and rank files that a right answer would have left, earns none."""
+    """The student version's hang_tools.py, beside forged ``guarded``/``fixed`` records and rank
+    files that a right answer would have left, earns none of the rules: the check judges the two
+    runs it launches (2-rank gloo; the student's ranks fail at once, a few seconds each). That the
+    solution's hang_tools.py earns every rule through the same launches is the real grader's
+    (tests/labs/test_every_lab.py, tests/grading/test_grade_references.py)."""
     monkeypatch.chdir(tmp_path)
     write_module(tmp_path, cells, "04-init-sol-1")
-    write_module(tmp_path, cells, "04-hang-sol-1")
-    _, results = _hang_results("smoke", {})
-    assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
-
     write_module(tmp_path, cells, "04-hang-sol-1", empty=True)
     _, results = _hang_results("smoke", _forged_hang_records(tmp_path, 2))
     assert not any(r.points for r in results), [(r.name, r.detail) for r in results if r.points]
