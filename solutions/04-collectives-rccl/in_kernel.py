@@ -67,13 +67,13 @@ def uneven_run(scripts, env, nproc, timeout_s, tag="desync", flags=()):
             "returncode": run.returncode,
             "returncodes": [r.returncode for r in ranks],
             "outputs": [r.output for r in ranks],
-            "records": [rank_record(folder / "runs" / f"{tag}_ws{nproc}_rank{rank}.json") for rank in range(nproc)],
+            "records": [_rank_record(folder / "runs" / f"{tag}_ws{nproc}_rank{rank}.json") for rank in range(nproc)],
         }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def rank_record(path):
+def _rank_record(path):
     """The JSON one rank wrote, or None where it wrote none or not JSON."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
