@@ -28,7 +28,14 @@ from .cells import cell_points, check_results, grading, read_flags, restore_cell
 from .feedback import feedback_html
 from .gradebook import Course, safe_url
 from .nbgrader_compat import shared_gradebook_engines
-from .preflight import check_adapter_cache, check_model_cache, check_sandbox_gives, course_view, sandbox_env
+from .preflight import (
+    check_adapter_cache,
+    check_model_cache,
+    check_sandbox_gives,
+    course_view,
+    no_sandbox,
+    sandbox_env,
+)
 from .reference import needs_reference, slot_reference
 from .self_check import is_optional
 from .submissions import (
@@ -192,12 +199,7 @@ class ClassGrader:
         profile = lab.profile(profile_name)
         backend = choose_backend(None)
         if backend == "none" and not unsafe:
-            raise CommandFailed(
-                "no sandbox here: learner code would run with your rights, over the gradebook and every "
-                "submission. Install bubblewrap (`apt-get install bubblewrap`), grade as root, or grade "
-                "on a Linux kernel with Landlock ABI 6 (6.12 or later; in a container, a seccomp profile that "
-                "allows its system calls); --unsafe grades anyway"
-            )
+            raise CommandFailed(f"{no_sandbox('the gradebook and every submission')}; --unsafe grades anyway")
         check_sandbox_gives(lab, backend)
         check_model_cache(profile.parameters, other_user=is_root())
         check_adapter_cache(profile.requires, other_user=is_root())

@@ -91,6 +91,17 @@ def check_model_cache(parameters: dict, other_user: bool) -> None:
     )
 
 
+def no_sandbox(at_risk: str) -> str:
+    """Why no grading may start where no sandbox backend works (``choose_backend`` gives "none"):
+    learner code would run with the grader's rights over ``at_risk``; and the fixes."""
+    return (
+        f"no sandbox here: learner code would run with your rights, over {at_risk}. Install bubblewrap "
+        "(`apt-get install bubblewrap`; in a container, allow user namespaces), grade as root, or grade on a "
+        "Linux kernel with Landlock ABI 6 (6.12 or later; in a container, a seccomp profile that allows its "
+        "system calls)"
+    )
+
+
 def lacks_loopback_tcp(lab, backend: str) -> bool:
     """Whether ``lab`` needs loopback TCP (its ``needs``) and the sandbox ``backend`` gives a kernel none."""
     return LOOPBACK_TCP in lab.needs and not GIVES_LOOPBACK_TCP[backend]

@@ -131,22 +131,15 @@ class RefusalStore(QueueTables):
         ]
 
 
-NO_SANDBOX = (
-    "live worker: no sandbox works here, so the worker does not start: every learner's code would run with "
-    "the worker's rights, over the queue and every submission, and each attempt would fail. Install "
-    "bubblewrap (`apt-get install bubblewrap`; in a container, allow user namespaces), start the hub as root, "
-    "or use a Linux kernel with Landlock ABI 6 (6.12 or later)"
-)
-
-
 def check_may_start(root: Path, labs, profile: str, unsafe: bool) -> None:
     """CommandFailed naming why a worker may not grade here, and the fix: no sandbox at all (unless
     ``unsafe``), or a lab its sandbox or caches cannot grade (``worker.preflight``)."""
+    from ..grading.preflight import no_sandbox
     from ..sandbox.limits import choose_backend
     from .worker import preflight
 
     if not unsafe and choose_backend(None) == "none":
-        raise CommandFailed(NO_SANDBOX)
+        raise CommandFailed(f"live worker: the worker does not start: {no_sandbox('the queue and every submission')}")
     preflight(root, labs, profile)
 
 
