@@ -284,7 +284,9 @@ def test_only_a_backend_without_loopback_stops_the_check_of_a_loopback_lab(backe
             check_learner_sandbox_gives(loopback.id, loopback.needs, backend, "fr")  # unknown language: English
 
 
-@pytest.mark.parametrize("lab_id, lang", [("04-collectives-rccl", "zh"), ("05-distributed-training", "en"), ("10-fsdp2", "en")])
+@pytest.mark.parametrize(
+    "lab_id, lang", [("04-collectives-rccl", "zh"), ("05-distributed-training", "en"), ("10-fsdp2", "en")]
+)
 def test_a_loopback_lab_checked_alone_in_an_empty_folder_is_refused_up_front_on_landlock(
     lab_id, lang, tmp_path, monkeypatch, capsys
 ):
