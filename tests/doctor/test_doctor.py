@@ -93,7 +93,7 @@ def test_gpus_come_from_the_kfd_topology_named_by_amd_smi():
         ("AMD Instinct MI300X", "gfx942", 304, 64)
     }
     found = next(f for f in report["findings"] if f["check"] == "gpus")
-    assert found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942 304 CU wave64"
+    assert found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942:sramecc+ 304 CU wave64"
 
 
 def test_the_topology_lists_the_gpu_a_user_outside_the_render_group_cannot_open():
@@ -435,3 +435,20 @@ def test_amd_smi_s_name_comes_first_and_amdgpu_ids_parses_as_libdrm_reads_it():
     assert probes.marketing_name(ids, 0x744C, None) is None
     assert probes.marketing_name(ids, 0x744C, 0xCE) == "AMD Radeon RX 7900 GRE"
     assert probes.marketing_name(ids, 0x1234, None) is None
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in MACHINES.glob("*/machine.json")))
+def test_the_topology_s_features_agree_with_the_isa_the_runtime_gave_torch(name):
+    """Where a recorded machine holds both, what the doctor decides from the topology matches the
+    ``gcnArchName`` ROCr gave torch (the same target, the same set of features, and each feature
+    the doctor decided with the runtime's value); xnack, reported unknown, is the runtime's to say."""
+    report = report_for(name)
+    torch_info = probes.RecordedMachine(MACHINES / name).torch_info() or {}
+    runtime = {d["arch"] for d in torch_info.get("devices", []) if d.get("arch")}
+    if not runtime or not report["facts"]["gpus"]:
+        pytest.skip("records no ROCm torch device or no AMD GPU")
+    for arch in runtime:
+        gpu = next(g for g in report["facts"]["gpus"] if g["gfx"] == probes.base_target(arch))
+        told = probes.target_features(arch)
+        assert set(gpu["features"]) == set(told), (gpu, arch)
+        assert all(told[f] == v for f, v in gpu["features"].items() if v != probes.UNKNOWN), (gpu, arch)

@@ -128,7 +128,7 @@ def check_gpus(machine, facts, releases):
                 DOCS["docker"],
             )
         ]
-    kinds = [f"{g['name']} {g['gfx']} {g['compute_units']} CU wave{g['wavefront_size'] or '?'}" for g in facts.gpus]
+    kinds = [f"{g['name']} {g['isa']} {g['compute_units']} CU wave{g['wavefront_size'] or '?'}" for g in facts.gpus]
     listing = "; ".join(f"{kinds.count(k)} x {k}" for k in dict.fromkeys(kinds))
     findings = [
         Finding("gpus", "GPUs", "ok", f"{len(facts.gpus)} via {facts.gpu_source}: {listing}", doc=DOCS["amdsmi"])
