@@ -93,7 +93,9 @@ def test_gpus_come_from_the_kfd_topology_named_by_amd_smi():
         ("AMD Instinct MI300X", "gfx942", 304, 64)
     }
     found = next(f for f in report["findings"] if f["check"] == "gpus")
-    assert found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942:sramecc+ 304 CU wave64"
+    assert (
+        found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942:sramecc+ 304 CU wave64"
+    )
 
 
 def test_the_topology_lists_the_gpu_a_user_outside_the_render_group_cannot_open():
