@@ -38,7 +38,7 @@ import rocmlab.lab.launch
 def world():
     """What a check launched here would rely on: the launcher, subprocess, json, the work folder."""
     Path("evidence.txt").write_text("checked")
-    time.sleep(1.0)  # a rewriter left running would have struck by now
+    time.sleep(0.3)  # a rewriter left running (every 20 ms) would have struck by now
     ran = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True)
     return {
         "launcher": getattr(rocmlab.lab.launch.run_torchrun, "__qualname__", "?"),
