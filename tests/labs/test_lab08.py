@@ -7,6 +7,7 @@ the solution (they must pass) and then on deliberately wrong implementations, th
 """
 
 import ast
+import functools
 import json
 import math
 
@@ -96,23 +97,37 @@ def small_model():
     return tiny_model()
 
 
-def graded_namespace(ns, tokenizer, model, **replaced):
-    """What the notebook has defined by the time its test cells run, with some functions replaced."""
+@functools.cache
+def eval_texts():
     from rocmlab.assets.loaders import load_qc_reports
 
+    return tuple(r["description"] for r in load_qc_reports("eval"))[:20]
+
+
+# (perplexity, model, tokenizer) -> base_ppl: every graded namespace is built on the module's one
+# model and tokenizer, which no cell changes for good (weights_set restores what it sets); the
+# solution's perplexity of EVAL_TEXTS on them is a forward pass over 20 texts, scored once
+_BASE_PPL = {}
+
+
+def graded_namespace(ns, tokenizer, model, **replaced):
+    """What the notebook has defined by the time its test cells run, with some functions replaced."""
     namespace = dict(ns)
     namespace.update(
         _g=torch.Generator().manual_seed(1),
         model=model,
         tok=tokenizer,
         device=torch.device("cpu"),
-        EVAL_TEXTS=[r["description"] for r in load_qc_reports("eval")][:20],
+        EVAL_TEXTS=list(eval_texts()),
         LINEARS=ns["decoder_linears"](model),
         FP8=torch.float8_e4m3fn,
         GEMM_DTYPE=torch.float8_e4m3fn,
     )
     namespace.update(replaced)
-    namespace["base_ppl"] = namespace["perplexity"](model, tokenizer, namespace["EVAL_TEXTS"])
+    key = (namespace["perplexity"], model, tokenizer)
+    if key not in _BASE_PPL:  # a replaced perplexity is scored as the notebook would score it
+        _BASE_PPL[key] = namespace["perplexity"](model, tokenizer, namespace["EVAL_TEXTS"])
+    namespace["base_ppl"] = _BASE_PPL[key]
     return namespace
 
 
