@@ -105,13 +105,14 @@ def eval_texts():
 
 
 # (perplexity, model, tokenizer) -> base_ppl: every graded namespace is built on the module's one
-# model and tokenizer, which no cell changes for good (weights_set restores what it sets); the
-# solution's perplexity of EVAL_TEXTS on them is a forward pass over 20 texts, scored once
+# model and tokenizer, which no cell changes for good (weights_set restores what it sets); a
+# perplexity of EVAL_TEXTS on them is a forward pass over 20 texts, scored once per function
 _BASE_PPL = {}
 
 
 def graded_namespace(ns, tokenizer, model, **replaced):
-    """What the notebook has defined by the time its test cells run, with some functions replaced."""
+    """What the notebook has defined by the time its test cells run, with some functions replaced
+    (``base_ppl`` aside: only the 08-ppl-1 test cell reads it, and ``run_test_cell`` scores it)."""
     namespace = dict(ns)
     namespace.update(
         _g=torch.Generator().manual_seed(1),
@@ -124,15 +125,20 @@ def graded_namespace(ns, tokenizer, model, **replaced):
         GEMM_DTYPE=torch.float8_e4m3fn,
     )
     namespace.update(replaced)
-    key = (namespace["perplexity"], model, tokenizer)
-    if key not in _BASE_PPL:  # a replaced perplexity is scored as the notebook would score it
-        _BASE_PPL[key] = namespace["perplexity"](model, tokenizer, namespace["EVAL_TEXTS"])
-    namespace["base_ppl"] = _BASE_PPL[key]
     return namespace
 
 
+def base_ppl(namespace):
+    """The notebook's base_ppl: its own perplexity (the solution's or a mistake's) of EVAL_TEXTS."""
+    key = (namespace["perplexity"], namespace["model"], namespace["tok"])
+    if key not in _BASE_PPL:
+        _BASE_PPL[key] = namespace["perplexity"](namespace["model"], namespace["tok"], namespace["EVAL_TEXTS"])
+    return _BASE_PPL[key]
+
+
 def run_test_cell(grade_id, namespace):
-    SOURCE.run(SOURCE.graded[grade_id], namespace=dict(namespace), name=grade_id)
+    namespace = dict(namespace, base_ppl=base_ppl(namespace))
+    SOURCE.run(SOURCE.graded[grade_id], namespace=namespace, name=grade_id)
 
 
 # -- source shape --------------------------------------------------------------------------
