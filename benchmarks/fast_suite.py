@@ -103,7 +103,9 @@ def main(argv=None) -> int:
         f"{load_before:.1f} before and {load_after:.1f} after; {last.strip()}"
     )
     print(totals, *detail, sep="\n")
-    if args.record:
+    if args.record and status not in (0, 1):  # pytest's 2-5: interrupted, an internal or usage error, no tests
+        print(f"not recorded: pytest exited {status}")
+    elif args.record:
         note = f" ({args.note})" if args.note else ""
         print(f"recorded in {measurements.record('fast_suite', f'{totals}{note}; {line}')}")
     return status
