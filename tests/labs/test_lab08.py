@@ -680,7 +680,9 @@ def test_bf16_bytes_are_checked_on_the_model_the_solution_loaded(ns, tokenizer, 
         return right + 2 if config["vocab_size"] == lab_vocab else right
 
     qwen = ns["QWEN25_05B"]
-    fake = type("Fake", (), {"config": _Config(qwen), "parameters": lambda self: iter([torch.zeros(494_032_768)])})()
+    # 494,032,768 parameters as one stride-0 view of a single zero (numel is all the check counts; 2 GB not allocated)
+    params = torch.zeros(1).expand(494_032_768)
+    fake = type("Fake", (), {"config": _Config(qwen), "parameters": lambda self: iter([params])})()
     forger = {**honest, "weight_bytes": weight_bytes, "model": fake}
     its_own = {r.name: r for r in run_checks_of("08-memory-1", forger, seed=2, reference=forger)}
     assert its_own["memory_bf16"].passed
