@@ -2,8 +2,9 @@
 (kept by the grader before the harness's scores replace the test cells' outputs), its flags and
 its checks. The graded runs themselves: tests/build/test_verify_mistakes.py and the slow suite."""
 
-from rocmlab.build.verify import graded_outcome, judge, sandbox_text
+from rocmlab.build.verify import graded_outcome, judge, sandbox_text, slot_jobs
 from rocmlab.grading.submissions import StudentResult
+from rocmlab.harness import check
 
 
 def graded(name, *, test_error=None, other_error=None, check_passed=True, flags=(), status="graded"):
@@ -31,6 +32,35 @@ def test_a_clean_graded_solution_passes_and_its_verdicts_are_the_runs():
         ("t-1", "pass", "fail"),
         ("t-1:scales", "pass", "fail"),
     ]
+
+
+def test_without_the_student_version_the_solution_alone_is_judged():
+    """``verify_lab(student=False)``: a backend's check of the reference (tests/grading/test_grade_references.py)."""
+    solution = graded_outcome(graded("solution"))
+    result = judge("01-demo", solution, solution.reason, None, with_student=False)
+    assert result.ok, result.problems
+    assert [(t.grade_id, t.on_solution, t.on_student) for t in result.tests] == [
+        ("t-1", "pass", "not run"),
+        ("t-1:scales", "pass", "not run"),
+    ]
+    failed = graded_outcome(graded("solution", check_passed=False))
+    assert not judge("01-demo", failed, failed.reason, None, with_student=False).ok
+    assert not judge("01-demo", solution, solution.reason, None).ok  # asked for, the student version must be there
+
+
+def test_a_class_of_a_lab_that_takes_the_reference_kernel_gets_one_slot():
+    """Each slot starts a reference kernel that runs the whole solution: two slots, two runs."""
+
+    @check("t-1", points=1, en="right", zh="对")
+    def plain(answer):
+        return answer == 1
+
+    @check("t-1", points=1, en="as the reference", zh="同参考")
+    def differential(answer, reference):
+        return answer == reference
+
+    plain, differential = plain.rocmlab_check, differential.rocmlab_check
+    assert slot_jobs([plain]) == 2 and slot_jobs([plain, differential]) == 1
 
 
 def test_a_solution_that_raises_anywhere_or_was_flagged_or_failed_a_check_does_not_pass():

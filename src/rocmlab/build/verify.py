@@ -75,7 +75,11 @@ def _verdicts(outcome: Outcome | None) -> dict[str, str]:
     return verdicts
 
 
-def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: Outcome | None) -> Verification:
+def judge(
+    lab_id: str, solution: Outcome | None, solution_reason: str, student: Outcome | None, with_student: bool = True
+) -> Verification:
+    """``with_student=False``: only the solution was graded (``verify_lab(student=False)``), so
+    nothing is asked of the student version."""
     result = Verification(lab_id)
     if solution is None or solution.status != "passed":
         result.problems.append(f"the solution notebook did not pass: {solution_reason or 'skipped'}")
@@ -87,6 +91,8 @@ def judge(lab_id: str, solution: Outcome | None, solution_reason: str, student: 
         result.tests.append(verdict)
         if verdict.on_solution != "pass":
             result.problems.append(f"{grade_id}: expected to pass on the solution, it did {verdict.on_solution!r}")
+        if not with_student:
+            continue
         if verdict.on_student == "pass":
             result.problems.append(
                 f"{grade_id}: passes on the empty student version, so it cannot tell a right answer from none"
@@ -145,12 +151,13 @@ def judge_mistake(item: Mistake, grade_id: str, outcome: Outcome | None) -> tupl
 LEARNERS = ("solution", "student")  # the class ``build --verify`` grades, with a "mistake-K" per listed mistake
 
 
-def write_class(root: Path, lab: Lab, lang: str, listed: list[Mistake], folder: Path) -> Path:
-    """The solution, the built student version and each mistake's notebook, as a class of
-    learners under ``folder/submitted``."""
+def write_class(root: Path, lab: Lab, lang: str, listed: list[Mistake], folder: Path, student: bool = True) -> Path:
+    """The solution, the built student version (unless not ``student``) and each mistake's
+    notebook, as a class of learners under ``folder/submitted``."""
     submitted = folder / "submitted"
     write_notebook(solution_notebook(lab, lang), submitted / "solution.ipynb")
-    shutil.copyfile(render_lab(root, lab, lang, folder / "release"), submitted / "student.ipynb")
+    if student:
+        shutil.copyfile(render_lab(root, lab, lang, folder / "release"), submitted / "student.ipynb")
     for k, item in enumerate(listed, start=1):
         write_notebook(mistake_notebook(lab, lang, item), submitted / f"mistake-{k}.ipynb")
     return submitted
@@ -173,21 +180,32 @@ def graded_outcome(result) -> Outcome:
     return outcome
 
 
-def verify_lab(root: Path, lab: Lab, out: Path, lang: str = "en", mistakes: bool = True, jobs: int = 2) -> Verification:
+def verify_lab(
+    root: Path,
+    lab: Lab,
+    out: Path,
+    lang: str = "en",
+    mistakes: bool = True,
+    jobs: int | None = None,
+    student: bool = True,
+) -> Verification:
     """Grade the class of ``write_class`` with ``rocmlab grade``'s own code, sandbox and mounts
     (``grading.grader.grade_class``; without a sandbox here, unsandboxed, as ``Verification.sandbox``
-    says), into ``out``; judge what each learner's graded run shows."""
+    says), into ``out``; judge what each learner's graded run shows. ``student=False`` grades the
+    solution (and the mistakes) without the student version. ``jobs``: the class's job slots; by
+    default two, or one where the lab's checks take the reference kernel (``slot_jobs``)."""
     from ..grading.grader import grade_class
     from ..grading.submissions import find_submissions
     from ..sandbox.limits import choose_backend
 
     checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, lang)))
+    jobs = slot_jobs(checks) if jobs is None else jobs
     listed = mistakes_of(checks) if mistakes else []
     grade_ids = {c.name: c.grade_id for c in checks}
     for item in listed:  # a broken listing is a build error before anything runs
         mistake_notebook(lab, lang, item)
     with tempfile.TemporaryDirectory(prefix="rocmlab-verify-") as tmp:
-        submitted = write_class(root, lab, lang, listed, Path(tmp))
+        submitted = write_class(root, lab, lang, listed, Path(tmp), student)
         results = grade_class(
             root,
             lab,
@@ -200,7 +218,7 @@ def verify_lab(root: Path, lab: Lab, out: Path, lang: str = "en", mistakes: bool
     graded = {r.student: r for r in results}
     outcomes = {name: graded_outcome(r) for name, r in graded.items()}
     solution = outcomes["solution"]
-    result = judge(lab.id, solution, solution.reason, outcomes["student"])
+    result = judge(lab.id, solution, solution.reason, outcomes.get("student"), with_student=student)
     result.sandbox = json.loads((out / "summary.json").read_text(encoding="utf-8")).get("sandbox") or {}
     result.scores = {name: (r.score, r.max_score) for name, r in graded.items()}
     for k, item in enumerate(listed, start=1):
@@ -208,6 +226,15 @@ def verify_lab(root: Path, lab: Lab, out: Path, lang: str = "en", mistakes: bool
         result.mistakes.append(verdict)
         result.problems += problems
     return result
+
+
+def slot_jobs(checks: list) -> int:
+    """Job slots for a class of a few learners: two, so that the solution and the student version
+    are graded side by side, but one where a check takes the reference kernel: each slot starts its
+    own, which runs the whole solution once more (``grading.reference``)."""
+    from ..grading.reference import needs_reference
+
+    return 1 if needs_reference(checks) else 2
 
 
 def verify_labs(root: Path, labs: list[Lab], out: Path, jobs: int = 1, progress=print) -> list[Verification]:
