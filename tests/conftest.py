@@ -41,6 +41,11 @@ def pytest_configure(config):
         "machine_wide: touches what the whole machine shares (Unix accounts and sweeps of every process "
         "of one, scans of every process or of /tmp): never run beside another such test",
     )
+    config.addinivalue_line(
+        "markers",
+        "runs_a_lab: grades a whole lab of solutions/ (minutes): collected first, so that the slow suite's "
+        "workers start the longest tests first and end on short ones",
+    )
 
 
 def _interpret_triton_without_a_gpu():
@@ -69,6 +74,10 @@ def pytest_configure_node(node):
 
 
 def pytest_collection_modifyitems(config, items):
+    # `--dist loadgroup` hands out the groups with most tests first (the machine-wide one), then
+    # one-test groups in collection order: a lab's grading collected late started last on a
+    # worker while the other had nothing left to do, and set the slow step's end.
+    items.sort(key=lambda item: item.get_closest_marker("runs_a_lab") is None)
     target = getattr(config, "workerinput", {}).get("rocmlab_groups")
     if target:  # written before the worker reports its collection, so before any scheduling
         Path(target).write_text(json.dumps({item.nodeid: _xdist_group(item) for item in items}), encoding="utf-8")

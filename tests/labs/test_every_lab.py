@@ -111,6 +111,7 @@ def test_generated_labs_match_the_sources():
 
 
 @pytest.mark.slow
+@pytest.mark.runs_a_lab
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_zh_solution_passes_and_student_version_fails_every_graded_test(lab, tmp_path, monkeypatch):
     """``rocmlab build --verify``, which grades the zh solution and the built student version as
@@ -118,7 +119,9 @@ def test_zh_solution_passes_and_student_version_fails_every_graded_test(lab, tmp
     kernels forked from a zygote, each learner as a grader user in its own work folder. The
     solution scores full marks and raises nowhere; the student version scores its blank score (0)
     and fails every visible test; every hidden check tells them apart. The other backends grade
-    the same class in tests/grading/test_grade_references.py."""
+    the same class in tests/grading/test_grade_references.py (lab 10 there without its student
+    version, whose only grading in CI is this one). A lab whose checks take the reference kernel
+    is graded on one slot (``verify.slot_jobs``)."""
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
     # The listed mistakes' full runs (one notebook run each) are left to `rocmlab build --verify`: CI's budget has no
     # room for them. CI proves each in process instead (tests/labs/test_lab08.py, test_lab10.py), and the machinery
