@@ -74,9 +74,9 @@ def pytest_configure_node(node):
 
 
 def pytest_collection_modifyitems(config, items):
-    # `--dist loadgroup` hands out the groups with most tests first (the machine-wide one), then
-    # one-test groups in collection order: a lab's grading collected late started last on a
-    # worker while the other had nothing left to do, and set the slow step's end.
+    # `--dist loadgroup` hands out the groups with most tests first (the machine-wide one, the
+    # modules that share a fixture), then one-test groups in collection order: a lab's grading
+    # collected late started last on a worker while the other had nothing left to do.
     items.sort(key=lambda item: item.get_closest_marker("runs_a_lab") is None)
     target = getattr(config, "workerinput", {}).get("rocmlab_groups")
     if target:  # written before the worker reports its collection, so before any scheduling
