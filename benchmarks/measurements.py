@@ -39,6 +39,13 @@ SECTIONS = {
         "CPU-accounting cgroup as root), each worker's share, the costliest test files; the run prints "
         "the costliest tests too. Wall time on a shared machine measures the neighbours: compare CPU-s.",
     ),
+    "verify_cost": (
+        "One lab's grading in the slow suite",
+        "`python benchmarks/verify_cost.py --lab ID [--jobs 2 0] [--solution-only] --record`: the CPU seconds "
+        "(a CPU-accounting cgroup as root, kernels included) of grading a lab's zh solution and student "
+        "version as tests/labs/test_every_lab.py and tests/grading/test_grade_references.py do, by job slots "
+        "(0: `verify_lab`'s choice, one slot where a check takes the reference kernel) and with the solution alone.",
+    ),
     "grading": (
         "Grading speed",
         "`python benchmarks/grade_throughput.py`: a class graded by stock `nbgrader autograde` and by "

@@ -10,7 +10,9 @@ too); ways alternate which goes first each round. The ways: ``--jobs`` slots (th
 ``--solution-only``, a class of the solution alone (``verify_lab(student=False)``). On a shared
 machine compare CPU seconds; wall time measures the neighbours too.
 
-    .venv/bin/python benchmarks/verify_cost.py --lab 02 [--jobs 2 1] [--solution-only] [--rounds 1]
+    .venv/bin/python benchmarks/verify_cost.py --lab 02 [--jobs 2 0] [--solution-only] [--rounds 1] [--record]
+
+``--record`` adds the figures to docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measurements
 from cpu_accounting import CpuGroup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +71,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[0], help="slots per way; 0: verify_lab's choice")
     parser.add_argument("--solution-only", action="store_true", help="also grade the solution alone")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--record", action="store_true", help="add the figures to docs/measurements.md")
+    parser.add_argument("--note", default="", help="what was measured, for the record")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -77,19 +82,23 @@ def main(argv: list[str]) -> int:
         [(args.jobs[0] or None, False)] if args.solution_only else []
     )
     print(f"lab {args.lab}")
-    failed = False
+    failed, figures = False, []
     for round_ in range(args.rounds):
         for jobs, student in ways if round_ % 2 == 0 else list(reversed(ways)):
             load = os.getloadavg()[0]
             cpu, wall, report, how = measure(args.lab, jobs, student)
             what = f"jobs {jobs or 'default'}, {'solution and student' if student else 'solution alone'}"
-            print(
-                f"{what:<40} {cpu:7.1f} CPU-s {wall:7.1f} s wall (load {load:.1f}) scores {report.get('scores')}, each learner's run (s) {report.get('run_s')}"
-            )
+            runs = report.get("run_s")
+            print(f"{what:<40} {cpu:7.1f} CPU-s {wall:7.1f} s wall (load {load:.1f}), each learner's run (s) {runs}")
+            figures.append(f"{what}: {cpu:.1f} CPU-s, {wall:.0f} s wall at load {load:.1f}")
             if not report.get("ok"):
                 print(f"  FAILED: {report.get('problems')}", file=sys.stderr)
                 failed = True
     print(f"CPU counted by {how}")
+    if args.record and not failed:
+        note = f" ({args.note})" if args.note else ""
+        line = f"lab {args.lab}{note}, CPU counted by {how}: " + "; ".join(figures)
+        print(f"recorded in {measurements.record('verify_cost', line)}")
     return 1 if failed else 0
 
 
