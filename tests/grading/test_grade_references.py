@@ -9,15 +9,18 @@ them on each other backend: bubblewrap with a kernel per learner, the namespace 
 forked kernels and with a kernel per learner, and Landlock.
 
 Each grading runs the whole lab once more, so CI grades on the other backends the labs whose
-graded runs differ most by backend: lab 01 (reads the machine: sysfs, /proc, the tools on PATH)
-and lab 10 (its export checks are what a kernel's inconsistent working folder broke, a rename
-across the folder's two mounts). On those backends lab 10 is graded as a class of one, its
-solution: the student version's blank score comes from its missing answers and the checks, which
-run in the harness whatever the sandbox, and costs a second full run of the lab per backend; it is
-graded on the default backend (test_every_lab.py) and, with lab 01, on every backend here.
-``ROCMLAB_EVERY_REFERENCE=1`` grades every lab on every backend, each with its student version
-(before a release, or after a change to the sandbox). tests/sandbox/test_kernel_world.py attacks
-the same mechanisms on every backend in seconds.
+graded runs differ most by backend: lab 01 (reads the machine: sysfs, /proc, the tools on PATH),
+solution and student version on each other backend; and lab 10 (its export checks are what a
+kernel's inconsistent working folder broke, a rename across the folder's two mounts), its
+solution alone on the namespace fallback with a kernel per learner, the way that differs from
+the default in both its backend and how a kernel starts. Lab 10's student version (its blank
+score comes from its missing answers and the checks, which run in the harness whatever the
+sandbox) and its other ways cost a full run of lab 10 each: CI leaves them to the default
+backend (test_every_lab.py) and to tests/sandbox/test_kernel_world.py, which attacks the same
+mechanisms on every way in seconds (renames and temp files across the working folder's
+spellings, loopback TCP between ranks, the environment). ``ROCMLAB_EVERY_REFERENCE=1`` grades
+every lab on every backend, each with its student version (before a release, after a change to
+the sandbox, and weekly in .github/workflows/references.yml).
 
 A lab whose ranks talk over loopback TCP (``needs = ["loopback-tcp"]``: 04, 05, 10) is not graded on
 Landlock, which gives a kernel no TCP: the grader refuses it, and the tests below (no lab run) attack
@@ -38,11 +41,21 @@ from rocmlab.sandbox.limits import is_root
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = discover(ROOT)
-IN_CI = ("01-", "10-")
-STUDENT_IN_CI = ("01-",)  # lab 10's student version: graded on the default backend only (above)
 EVERY = os.environ.get("ROCMLAB_EVERY_REFERENCE") == "1"
 ALSO = pytest.mark.skipif(not EVERY, reason="set ROCMLAB_EVERY_REFERENCE=1 (a full run of the lab per backend)")
 OTHER_WAYS = [way for way in GRADING_WAYS if way != "bubblewrap"]  # the default: tests/labs/test_every_lab.py
+# lab -> the ways CI grades it on, and whether with its student version (the docstring says why)
+IN_CI = {"01-rocm-setup": (OTHER_WAYS, True), "10-fsdp2": (["namespaces-per-kernel"], False)}
+
+
+def in_ci(way: str, lab) -> bool:
+    return way in IN_CI.get(lab.id, ((), False))[0]
+
+
+def with_student(lab) -> bool:
+    return EVERY or IN_CI.get(lab.id, ((), True))[1]
+
+
 LOOPBACK_LABS = [lab for lab in LABS if LOOPBACK_TCP in lab.needs]
 NEEDS_LANDLOCK = pytest.mark.skipif(
     landlock.abi() < landlock.SANDBOX_ABI, reason="the Landlock backend needs Landlock ABI 6 (Linux 6.12 or later)"
@@ -52,15 +65,19 @@ NEEDS_LANDLOCK = pytest.mark.skipif(
 @pytest.mark.slow
 @pytest.mark.runs_a_lab
 @pytest.mark.parametrize(
-    "lab", [pytest.param(lab, marks=() if lab.id.startswith(IN_CI) else ALSO, id=lab.id) for lab in LABS]
+    ("way", "lab"),
+    [
+        pytest.param(way, lab, marks=() if in_ci(way, lab) else ALSO, id=f"{way}-{lab.id}")
+        for way in OTHER_WAYS
+        for lab in LABS
+    ],
 )
-@pytest.mark.parametrize("way", OTHER_WAYS)
 def test_the_reference_scores_full_marks_and_the_student_version_its_blank_score(way, lab, tmp_path, monkeypatch):
     if way == "landlock" and LOOPBACK_TCP in lab.needs:
         pytest.skip("Landlock gives no loopback TCP: grading refuses the lab (test_landlock_refuses_...)")
     force_grading_way(way, monkeypatch)
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
-    student = EVERY or lab.id.startswith(STUDENT_IN_CI)
+    student = with_student(lab)
     result = verify_lab(ROOT, lab, tmp_path / "out", lang="zh", mistakes=False, student=student)
     backend = way.removesuffix("-per-kernel")
     assert result.sandbox["backend"] == backend and result.sandbox["loopback_tcp"] == sandbox.LOOPBACK_TCP[backend]
@@ -77,6 +94,11 @@ def assert_refused_for_landlock(message: str, lab_id: str) -> None:
     assert f"lab {lab_id} cannot be graded on the landlock sandbox backend" in message
     assert 'needs = ["loopback-tcp"]' in message and "nobody was graded" in message
     assert "as root" in message and "bubblewrap" in message and "ROCMLAB_SANDBOX=bubblewrap" in message
+
+
+def test_ci_grades_labs_that_exist_on_ways_that_exist():
+    assert set(IN_CI) <= {lab.id for lab in LABS}
+    assert all(set(ways) <= set(OTHER_WAYS) for ways, _student in IN_CI.values())
 
 
 def test_the_labs_whose_ranks_talk_over_loopback_are_04_05_and_10():

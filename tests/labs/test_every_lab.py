@@ -119,7 +119,7 @@ def test_zh_solution_passes_and_student_version_fails_every_graded_test(lab, tmp
     kernels forked from a zygote, each learner as a grader user in its own work folder. The
     solution scores full marks and raises nowhere; the student version scores its blank score (0)
     and fails every visible test; every hidden check tells them apart. The other backends grade
-    the same class in tests/grading/test_grade_references.py (lab 10 there without its student
+    labs 01 and 10 in tests/grading/test_grade_references.py (lab 10 there without its student
     version, whose only grading in CI is this one). A lab whose checks take the reference kernel
     is graded on one slot (``verify.slot_jobs``)."""
     monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
