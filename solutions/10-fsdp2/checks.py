@@ -1,16 +1,20 @@
 """Lab 10's hidden checks, run by the trusted harness (rocmlab.harness) outside the learner's kernel.
 
 Each check grades one rule that the lab's prose states. Pure functions are called on inputs drawn from
-the learner's seed, with references computed here. The launched runs (torchrun ranks) cannot be redone
-here, so their recorded results are read from the kernel as plain data (events, numbers, tensors) and
-judged here with this file's own arithmetic.
+the learner's seed, with references computed here. The torchrun launches are made again by the
+checks, from a rank script written here with the learner's exercise functions as its only learner
+input; what the ranks saved comes back as plain data (events, numbers, tensors) and is judged here,
+against the model's own files or the trusted reference kernel's single-process run.
 """
 
+import ast
 import json
 import math
+import random
 import re
+import weakref
 from fractions import Fraction
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +22,7 @@ import torch.nn.functional as F
 from rocmlab import course_data
 from rocmlab.assets.loaders import load_qc_reports
 from rocmlab.check_compare import assert_close, assert_equal, label
-from rocmlab.harness import check, mistake
+from rocmlab.harness import GradingError, LearnerRaised, NoAnswer, check, mistake, own_work
 
 
 def param(name):
@@ -27,17 +31,173 @@ def param(name):
     return PARAMETERS[name]  # noqa: F821 (given by the harness)
 
 
-def on_gpu(learner):
-    """The notebook's ``backend_for(WORLD_SIZE) == "nccl"``, decided here from the run's BACKEND and
-    WORLD_SIZE; only the kernel's GPU count is asked, by the check's own code."""
-    if param("BACKEND") != "auto":
-        return param("BACKEND") == "nccl"
-    return learner.eval("__import__('torch').cuda.device_count()") >= param("WORLD_SIZE")
-
-
 def eval_records():
     """The notebook's ``eval_records``: the first N_EVAL reports of the course's eval split."""
     return load_qc_reports("eval")[: param("N_EVAL")]
+
+
+# ---------------------------------------------------------------- the launches the checks make
+
+
+# The equivalence and resume rules judge runs the check launches itself, never the notebook's
+# ``fsdp_ranks``, ``ft_ranks`` or ``ft_log`` (names any later cell may rebind to anything, e.g. the
+# single-process run's own numbers). The rank script is written here: the course's rank code, work
+# functions and header read from lab.py, and, as the only learner input, the source of the exercise
+# functions a launch runs and the notebook's import lines, each parsed here first. The parameters
+# are the run's (``param``); the kernel only starts torchrun with the course's ``run_torchrun`` and
+# hands back what the ranks saved. One launch of each kind per learner, shared by the rules.
+LAUNCH_TIMEOUT_S = 50  # below a request's 60 s (harness.PROBE_TIMEOUT_S)
+LAUNCH_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+_LAUNCHES = weakref.WeakKeyDictionary()
+
+
+def lab_source():
+    return Path(__file__).with_name("lab.py").read_text(encoding="utf-8")
+
+
+def lab_functions(source):
+    """``{name: source}`` of the functions lab.py defines at its top level, and the names of those
+    a learner writes (the ``solution`` cells')."""
+    functions, exercises = {}, set()
+    for cell in re.split(r"^(?=# %%)", source, flags=re.M):
+        for node in ast.parse(cell).body:
+            if isinstance(node, ast.FunctionDef):
+                functions[node.name] = ast.get_source_segment(cell, node)
+                if cell.startswith('# %% tags=["solution"]'):
+                    exercises.add(node.name)
+    return functions, exercises
+
+
+def lab_launch_lists(source):
+    """``{work: [function names]}`` of lab.py's ``launch(name, work, functions, cfg, ...)`` calls."""
+    calls = [
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "launch"
+    ]
+    return {call.args[1].id: [e.id for e in call.args[2].elts] for call in calls}
+
+
+def lab_rank_header(source):
+    """lab.py's course imports (its top-level import statements), ``RANK_HEADER`` as the notebook
+    builds it, and the names of ``RANK_CODE``."""
+    tree = ast.parse(source)
+    imports = [ast.get_source_segment(source, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assigned = {t.id: n for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    values = {}
+    for name in ("REPORT_KEYS", "SYSTEM_PROMPT", "RANK_HEADER"):  # literals and an f-string of the two
+        exec(compile(ast.Module([assigned[name]], []), "lab.py", "exec"), {}, values)  # noqa: S102 (the course's own text)
+    rank_code = [element.id for element in assigned["RANK_CODE"].value.elts]
+    return "\n".join(imports) + "\n", values["RANK_HEADER"], rank_code
+
+
+def learner_function(name, text):
+    """The learner's ``name``, checked here to be one plain ``def name`` (no decorator, nothing else)."""
+    assert isinstance(text, str), f"no source for {name}: is it defined in the notebook?"
+    tree = ast.parse(text)
+    (node,) = tree.body if len(tree.body) == 1 else (None,)
+    assert isinstance(node, ast.FunctionDef) and node.name == name and not node.decorator_list, (
+        f"{name}: not one plain function definition"
+    )
+    return text
+
+
+def learner_imports(text):
+    assert isinstance(text, str) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.parse(text).body)
+    return text
+
+
+def rank_script(learner, work):
+    """The rank script of lab.py's launch of ``work``:
+    the learner's imports, the course's imports and header, the learner's exercise functions, then
+    the course's rank code (defined last, so that it is the course's that the ranks call)."""
+    with own_work("lab.py's rank code"):
+        source = lab_source()
+        course, exercises = lab_functions(source)
+        imports, header, rank_code = lab_rank_header(source)
+        functions = lab_launch_lists(source)[work]
+    mine = [f for f in functions if f in exercises]
+    given = learner.run("rank_inputs", mine)
+    learner_part = [learner_function(name, given["sources"].get(name)) for name in mine]
+    trusted = [course[name] for name in (*rank_code, *(f for f in functions if f not in exercises), work)]
+    main = f"\nif __name__ == '__main__':\n    run_rank({work}, json.loads(sys.argv[1]))\n"
+    return learner_imports(given["imports"]) + imports + header + "\n\n".join(learner_part + trusted) + main
+
+
+def train_cfg():
+    """The notebook's ``TRAIN_CFG``, from the run's parameters."""
+    return {"seed": param("SEED"), "model": param("MODEL"), "lr": param("FT_LR"), "global_batch": param("GLOBAL_BATCH")}
+
+
+def compared_names(variant):
+    """The parameters whose values the launches and the reference hand back (all of them would be
+    16 MB on the smoke model): drawn from the learner's seed, the same for every rule of a run."""
+    names = sorted(model_shapes())
+    return sorted(random.Random(f"{variant.seed}/lab10-launches").sample(names, min(8, len(names))))
+
+
+def launch(learner, variant, work, cfg, max_restarts=0, env=None):
+    """The run of lab.py's ``work`` with the functions of lab.py's launch of it, on ``cfg`` (the check's),
+    the rank script written from the learner's answer (asked by every rule, so that each rule's
+    verdict rests on an answer of its own); one launch per learner and script, shared by the rules."""
+    script = rank_script(learner, work)
+    runs = _LAUNCHES.setdefault(learner, {})
+    if script not in runs:
+        try:
+            runs[script] = in_fresh_kernel(learner).run(
+                "launched", script, cfg, param("WORLD_SIZE"), LAUNCH_TIMEOUT_S, max_restarts,
+                dict(LAUNCH_ENV, **(env or {})), compared_names(variant),
+            )  # fmt: skip
+        except (LearnerRaised, NoAnswer) as exc:  # the same verdict for every rule, without a second launch
+            runs[script] = exc
+    run = runs[script]
+    if isinstance(run, Exception):
+        raise run
+    output = run["output"][-600:] if isinstance(run.get("output"), str) else ""
+    if run.get("timed_out") is True:  # a loaded machine as likely as the learner's code: regrade, not 0
+        raise GradingError(f"the launch of {work} ran past {LAUNCH_TIMEOUT_S} s: …{output[-200:]}")
+    assert run["ok"] is True, f"the launch of {work} with your functions failed: …{output}"
+    assert len(run["ranks"]) == param("WORLD_SIZE") and all(run["ranks"]), "a rank saved no result"
+    return run
+
+
+def fsdp_run(learner, variant):
+    """Sections 2–4's launch (lab.py's ``fsdp_work``): the shard report, the schedules, one DDP
+    backward and the ``EQUIV_STEPS`` AdamW steps of the equivalence run."""
+    cfg = dict(
+        train_cfg(),
+        equiv_steps=param("EQUIV_STEPS"),
+        schedules=LAB_CONSTANTS["SCHEDULES"],  # noqa: F821 (given by the harness)
+        schedule_steps=param("SCHEDULE_STEPS"),
+        backend=param("BACKEND"),
+    )
+    return launch(learner, variant, "fsdp_work", cfg)
+
+
+def resume_run(learner, variant):
+    """Section 6's launch (lab.py's ``finetune_work``) up to the snapshot at ``EQUIV_STEPS``: the
+    last rank SIGKILLed before ``CRASH_AT``, torchrun restarting the group once (the steps after
+    the snapshot are the fine-tune's, which the resume rules do not read)."""
+    steps = param("EQUIV_STEPS")
+    cfg = dict(train_cfg(), steps=steps, every=param("CKPT_EVERY"), crash_at=param("CRASH_AT"), snapshot_at=steps)
+    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    return launch(learner, variant, "finetune_work", dict(cfg, backend=param("BACKEND")), 1, env)
+
+
+def in_fresh_kernel(learner):
+    """Where the launches run: the learner's kernel until the harness gives checks a fresh one."""
+    return learner
+
+
+_SINGLE = {}  # the reference's single-process run, per run of the checks (checks.py is loaded per run)
+
+
+def single_run(reference, variant):
+    """The single-process reference (section 4's ``train_single_process``), run by the trusted
+    reference kernel on the run's parameters: its losses and the ``compared_names`` parameters."""
+    keep = compared_names(variant)
+    key = (json.dumps(train_cfg(), sort_keys=True), param("EQUIV_STEPS"), tuple(keep))
+    if key not in _SINGLE:
+        _SINGLE[key] = reference.run("single_process_run", train_cfg(), param("EQUIV_STEPS"), keep)
+    return _SINGLE[key]
 
 
 # ---------------------------------------------------------------- exercise 1: the memory bill
@@ -268,8 +428,6 @@ def loss_empty_rank(learner, variant):
 
 # ---------------------------------------------------------------- section 2/4: the launch's records
 
-ALL_PARAMS = "[{n: dict(p) for n, p in r['params'].items()} for r in fsdp_ranks]"
-
 
 def model_shapes():
     """``{name: shape}`` of the run's MODEL's parameters, read here from the model's own files
@@ -289,8 +447,7 @@ def model_layers():
 )
 def shard_placements(learner, variant):
     world = param("WORLD_SIZE")
-    ranks = learner.eval(ALL_PARAMS)
-    assert len(ranks) == world and all(ranks), "a rank has no report"
+    ranks = [r["params"] for r in fsdp_run(learner, variant)["ranks"]]
     assert all(set(params) == set(model_shapes()) for params in ranks), "the reported parameters are not the model's"
     for r, params in enumerate(ranks):
         for name, p in params.items():
@@ -306,7 +463,7 @@ def shard_placements(learner, variant):
 )
 def shard_local_shapes(learner, variant):
     world, shapes = param("WORLD_SIZE"), model_shapes()
-    ranks = learner.eval(ALL_PARAMS)
+    ranks = [r["params"] for r in fsdp_run(learner, variant)["ranks"]]
     assert len(ranks) == world and all(set(params) == set(shapes) for params in ranks), "the model's parameters"
     for r, params in enumerate(ranks):
         for name, p in params.items():
@@ -327,13 +484,14 @@ def shard_join(learner, variant):
     # model's own files: the kernel's "original" is never compared with the kernel's shards
     kept = sorted(n for n, s in model_shapes().items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024)
     assert kept, f"{param('MODEL')}: no layer-0 parameter of at most 64 Ki elements"
-    world, names = param("WORLD_SIZE"), variant.random.sample(kept, min(4, len(kept)))
+    names = variant.random.sample(kept, min(4, len(kept)))
     originals = course_data.parameters(param("MODEL"), names)
+    ranks = fsdp_run(learner, variant)["ranks"]
     for name in names:
-        shards = [learner.eval("fsdp_ranks[r]['shards'][k]", r=r, k=name) for r in range(world)]
+        shards = [r["shards"].get(name) for r in ranks]
         assert all(isinstance(x, torch.Tensor) for x in shards), f"{name}: the shards"
         assert_equal(torch.cat(shards), originals[name], what=label("shards joined", parameter=name))
-    for r, params in enumerate(learner.eval(ALL_PARAMS)):
+    for r, params in enumerate(r["params"] for r in ranks):
         for name, p in params.items():
             assert p["full_equal"] is True, f"rank {r}, {name}: the gathered parameter differs"
 
@@ -345,7 +503,7 @@ def shard_join(learner, variant):
     zh="每个解码层和根模型是 FSDPModule，其他模块都不是",
 )
 def shard_modules(learner, variant):
-    got = learner.eval("fsdp_ranks[0]['fsdp_modules']")
+    got = fsdp_run(learner, variant)["ranks"][0]["fsdp_modules"]
     assert got == sorted(["<root>"] + [f"model.layers.{i}" for i in range(model_layers())]), got
 
 
@@ -373,9 +531,10 @@ def backward_counts(events):
     return counts
 
 
-def schedules(learner):
-    runs = learner.eval("[{n: list(s['events']) for n, s in r['schedules'].items()} for r in fsdp_ranks]")
-    return runs, learner.eval("fsdp_ranks[0]['n_layers']")
+def schedules(learner, variant):
+    """Each rank's events per configuration, from the check's launch, and the model's layer count."""
+    ranks = fsdp_run(learner, variant)["ranks"]
+    return [{n: [tuple(e) for e in s["events"]] for n, s in r["schedules"].items()} for r in ranks], model_layers()
 
 
 @check(
@@ -385,7 +544,7 @@ def schedules(learner):
     zh="前向预取深度为 d 时，第 i 层前向前有 min(i + 2 + d, L + 1) 次 all-gather",
 )
 def schedule_forward(learner, variant):
-    runs, layers = schedules(learner)
+    runs, layers = schedules(learner, variant)
     for r, run in enumerate(runs):
         for name, depth in (("default", 0), ("prefetch-1", 1), ("prefetch-2", 2)):
             got, want = forward_counts(run[name]), [min(i + 2 + depth, layers + 1) for i in range(layers)]
@@ -399,7 +558,7 @@ def schedule_forward(learner, variant):
     zh="反向中第 k 次 reduce-scatter 之前至少有 min(k + 1 + d, L) 次 all-gather（默认 d = 0）",
 )
 def schedule_backward(learner, variant):
-    runs, layers = schedules(learner)
+    runs, layers = schedules(learner, variant)
     for r, run in enumerate(runs):
         for name, depth in (("default", 0), ("prefetch-1", 1), ("prefetch-2", 2)):
             got = backward_counts(run[name])
@@ -412,21 +571,30 @@ def schedule_backward(learner, variant):
 # ---------------------------------------------------------------- section 4: equivalence
 
 
+# The learner's FSDP run (the check's launch, ``fsdp_run``) is compared with the single-process run
+# of the trusted reference kernel on the same parameters, at the text's tolerances. Not with the
+# reference's own FSDP run bit for bit, although on CPU the solution's two runs were bit-identical
+# (two launches of fsdp_work on this 2-core machine, gloo: the 8 losses and all 50 parameters equal):
+# the text asks for equivalence with one process, and a rank_loss that sums in another order is as
+# right as the solution's while differing from it in the last bits.
+
+
 @check(
     "10-equiv-1",
     points=1,
     en="each step's FSDP loss (the same on every rank) is within 1e-4 of the single-process loss",
     zh="每步 FSDP 损失（每个 rank 相同）与单进程损失相差不超过 1e-4",
 )
-def equiv_losses(learner, variant):
-    steps = param("EQUIV_STEPS")
-    single, fsdp = learner.get("single_losses"), learner.eval("fsdp_ranks[0]['losses']")
-    assert len(single) == len(fsdp) == steps, f"{len(single)}, {len(fsdp)} losses for {steps} steps"
-    assert all(isinstance(x, float) and math.isfinite(x) for x in fsdp + single)
+def equiv_losses(learner, variant, reference):
+    steps, ranks = param("EQUIV_STEPS"), [r["losses"] for r in fsdp_run(learner, variant)["ranks"]]
+    fsdp = ranks[0]
+    assert len(fsdp) == steps and all(isinstance(x, float) and math.isfinite(x) for x in fsdp), f"losses {fsdp}"
+    assert all(x == fsdp for x in ranks), "the ranks report other losses"
+    with own_work("the reference's single-process run"):
+        single = single_run(reference, variant)["losses"]
+        assert len(single) == steps, f"the reference gave {len(single)} losses"
     worst = max(abs(a - b) for a, b in zip(single, fsdp))
     assert worst <= 1e-4, f"max |Δloss| = {worst:.2e}"
-    ranks = learner.eval("[r['losses'] for r in fsdp_ranks]")
-    assert len(ranks) == param("WORLD_SIZE") and all(x == fsdp for x in ranks), "the ranks report other losses"
 
 
 @check(
@@ -435,16 +603,14 @@ def equiv_losses(learner, variant):
     en="the final parameters are within 1e-3 of the single-process ones",
     zh="最终参数与单进程相差不超过 1e-3",
 )
-def equiv_params(learner, variant):
-    fsdp_names = learner.eval("sorted(fsdp_ranks[0]['final'])")
-    single_names = learner.eval("sorted(single_params)")
-    assert fsdp_names == single_names, f"parameter names differ: {sorted(set(fsdp_names) ^ set(single_names))[:5]}"
-    model = sorted(model_shapes())  # the names compared are the model's: no parameter, no comparison
-    assert set(model) <= set(fsdp_names), f"the model's {sorted(set(model) - set(fsdp_names))[:3]} are missing"
-    for name in variant.random.sample(model, min(6, len(model))):
-        a = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
-        b = learner.eval("single_params[k]", k=name)
-        worst = float((a.double() - b.double()).abs().max())
+def equiv_params(learner, variant, reference):
+    final = fsdp_run(learner, variant)["ranks"][0]["final"]
+    with own_work("the reference's single-process run"):
+        single = single_run(reference, variant)["final"]
+        assert sorted(single) == compared_names(variant), "the reference's parameters"
+    assert sorted(final) == sorted(single), f"the run's final parameters lack {sorted(set(single) - set(final))[:3]}"
+    for name, want in single.items():
+        worst = float((final[name].double() - want.double()).abs().max())
         assert worst <= 1e-3, f"{name}: max |Δ| = {worst:.2e}"
 
 
@@ -455,8 +621,8 @@ def equiv_params(learner, variant):
     zh="损失下降",
 )
 def equiv_falls(learner, variant):
-    losses = learner.eval("fsdp_ranks[0]['losses']")
-    assert losses[-1] < losses[0], losses
+    losses = fsdp_run(learner, variant)["ranks"][0]["losses"]
+    assert len(losses) == param("EQUIV_STEPS") and losses[-1] < losses[0], losses
 
 
 # ---------------------------------------------------------------- exercise 5: communication volume
@@ -540,8 +706,9 @@ def comm_ddp(learner, variant):
 )
 def comm_measured(learner, variant):
     world = param("WORLD_SIZE")
-    numels = learner.eval("fsdp_ranks[0]['schedules']['default']['group_numels']")
-    runs = learner.eval("[{n: list(s['events']) for n, s in r['schedules'].items()} for r in fsdp_ranks]")
+    ranks = fsdp_run(learner, variant)["ranks"]
+    numels = ranks[0]["schedules"]["default"]["group_numels"]
+    runs, _ = schedules(learner, variant)
     share = Fraction(world - 1, world)
     for name, pb, reshard in (("default", 4, True), ("no-reshard", 4, False), ("bf16-params", 2, True)):
         got = learner.call(
@@ -558,12 +725,18 @@ def comm_measured(learner, variant):
                     sent["reduce_scatter"] += share * size[0]
             for key, value in sent.items():
                 assert_bytes(got[key], value, label(f"{key} predicted against measured", rank=r, run=name), 1e-9)
-    buckets = learner.eval("fsdp_ranks[0]['ddp']['bucket_bytes']")
+    buckets = ranks[0]["ddp"]["bucket_bytes"]
     got = learner.call("comm_bytes_per_step", numels, world)["ddp_all_reduce"]
     assert_bytes(got, 2 * share * sum(buckets), "ddp_all_reduce predicted against measured", 1e-9)
 
 
 # ---------------------------------------------------------------- exercise 6: DCP and resuming
+
+
+# The resume rules judge the check's own launch of finetune_work (``resume_run``) against the
+# check's uninterrupted launch (``fsdp_run``): the same learner's code, so bit for bit on CPU. A
+# restart that resumed nothing (load_latest_checkpoint returning 0) replays from step 0 and matches
+# too, so those two rules count only together with the resume rule.
 
 
 @check(
@@ -573,10 +746,11 @@ def comm_measured(learner, variant):
     zh="SIGKILL 之后每个 rank 从最后一个完整检查点恢复",
 )
 def dcp_resume(learner, variant):
-    output = learner.eval("ft_result.output")
-    assert re.search(r"exitcode\s*:\s*-9|Signal 9|SIGKILL", output), "no rank was SIGKILLed on attempt 0"
+    run = resume_run(learner, variant)
+    assert re.search(r"exitcode\s*:\s*-9|Signal 9|SIGKILL", run["output"]), "no rank was SIGKILLed on attempt 0"
     crash, every = param("CRASH_AT"), param("CKPT_EVERY")
-    for r, (attempt, start) in enumerate(learner.eval("[(r['attempt'], r['resumed_from']) for r in ft_ranks]")):
+    for r, rank in enumerate(run["ranks"]):
+        attempt, start = rank["attempt"], rank["resumed_from"]
         assert attempt == 1 and start == (crash // every) * every, f"rank {r}: attempt {attempt}, resumed from {start}"
 
 
@@ -585,17 +759,15 @@ def dcp_resume(learner, variant):
     points=0.75,
     en="the resumed run's parameters match the uninterrupted run (bit for bit on CPU, within 1e-3 on GPUs)",
     zh="恢复后的参数与不中断的运行一致（CPU 上逐位相同，GPU 上相差不超过 1e-3）",
+    counts_with="dcp_resume",
 )
 def dcp_bit_identical(learner, variant):
-    names = learner.eval("sorted(fsdp_ranks[0]['final'])")
-    assert learner.eval("sorted(ft_ranks[0]['snapshot'] or {})") == names, "the snapshot has other parameters"
-    model = sorted(model_shapes())  # the names compared are the model's: no parameter, no comparison
-    assert set(model) <= set(names), f"the model's {sorted(set(model) - set(names))[:3]} are missing"
-    gpu = on_gpu(learner)
-    for name in variant.random.sample(model, min(6, len(model))):
-        a = learner.eval("ft_ranks[0]['snapshot'][k]", k=name)
-        b = learner.eval("fsdp_ranks[0]['final'][k]", k=name)
-        if gpu:
+    resumed, uninterrupted = resume_run(learner, variant), fsdp_run(learner, variant)
+    snapshot, final = resumed["ranks"][0]["snapshot"], uninterrupted["ranks"][0]["final"]
+    assert isinstance(snapshot, dict) and sorted(snapshot) == compared_names(variant), "the snapshot's parameters"
+    for name in compared_names(variant):
+        a, b = snapshot[name], final[name]
+        if resumed["backend"] == "nccl":
             assert float((a.double() - b.double()).abs().max()) <= 1e-3, name
         else:
             assert torch.equal(a, b), f"{name}: max |Δ| = {float((a - b).abs().max()):.2e}"
@@ -606,13 +778,14 @@ def dcp_bit_identical(learner, variant):
     points=0.5,
     en="the replayed steps repeat the first attempt's losses",
     zh="重放的步重复第一次运行的损失",
+    counts_with="dcp_resume",
 )
 def dcp_replay(learner, variant):
-    log = learner.get("ft_log")
-    first = {e["step"]: e["loss"] for e in log if e["attempt"] == 0}
-    replayed = [e for e in log if e["attempt"] == 1 and e["step"] in first]
+    run = resume_run(learner, variant)
+    first = {e["step"]: e["loss"] for e in run["log"] if e["attempt"] == 0}
+    replayed = [e for e in run["log"] if e["attempt"] == 1 and e["step"] in first]
     assert replayed, "no step was replayed after the resume"
-    gpu = on_gpu(learner)
+    gpu = run["backend"] == "nccl"
     for e in replayed:
         assert e["loss"] == first[e["step"]] or (gpu and abs(e["loss"] - first[e["step"]]) <= 1e-4), e
 

@@ -22,7 +22,7 @@ import torch
 from labsource import LabSource, student
 from labsource import definitions as cell_definitions
 
-from rocmlab.harness import Learner, lab_checks, run_checks
+from rocmlab.harness import Learner, kernel_module, lab_checks, run_checks
 from rocmlab.lab.answers import evaluate
 
 SOURCE = LabSource("10-fsdp2")
@@ -646,50 +646,121 @@ def test_a_loader_that_loads_nothing_fails_whatever_its_kernel_makes_agree(
     assert list(tmp_path.iterdir()) == []  # the checks' folders are removed
 
 
-LAUNCHED_CHECKS = ("shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "equiv_params")
-LAUNCHED_CHECKS += ("dcp_bit_identical",)
+# ---------------------------------------------------------------- issue 47: the launches the checks make
+
+LAUNCH_CHECKS = {  # the rules that judge the checks' own launches of fsdp_work and finetune_work
+    "shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "schedule_forward",
+    "schedule_backward", "comm_measured", "equiv_losses", "equiv_params", "equiv_falls", "dcp_resume",
+    "dcp_bit_identical", "dcp_replay",
+}  # fmt: skip
+EQUIVALENCE_CHECKS = {"equiv_losses", "equiv_params", "shard_placements"}  # one launch of fsdp_work
 
 
-def _reports_of(shapes, values, world=2):
-    """The ranks' reports of an honest run of ``shapes`` (as the notebook's rank script makes them),
-    its final parameters ``values`` everywhere the run keeps them."""
-    kept = [n for n, s in shapes.items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024]
-    ranks = []
-    for r in range(world):
-        params = {
-            n: {
-                "dtensor": True, "global_shape": list(s), "placements": ["Shard(dim=0)"], "mesh_size": world,
-                "local_shape": [torch.empty(s[0]).chunk(world)[r].shape[0], *s[1:]], "full_equal": True,
-            }
-            for n, s in shapes.items()
-        }  # fmt: skip
-        shards = {n: values[n].chunk(world)[r].clone() for n in kept}
-        layers = len({n.split(".")[2] for n in shapes if n.startswith("model.layers.")})
-        modules = sorted(["<root>"] + [f"model.layers.{i}" for i in range(layers)])
-        original = {n: values[n].clone() for n in kept}
-        report = {"params": params, "shards": shards, "original": original, "fsdp_modules": modules}
-        ranks.append({**report, "n_layers": layers, "final": dict(values)})
-    return {"fsdp_ranks": ranks, "single_params": dict(values), "ft_ranks": [{"snapshot": dict(values)}]}
+def _checks_globals(notebook):
+    """checks.py's namespace, as the harness loaded it."""
+    return _checks_named(notebook, {"equiv_losses"})[0].function.__globals__
 
 
-def test_the_launched_runs_reports_are_judged_against_the_models_own_parameters(notebook, tiny_course_data):
-    """Cost: the quick tiny model's files read once, no launch. The shard, equivalence and resume
-    rules take the names, shapes, layer count and values of the model from its files: reports of the
-    model pass; reports of one made-up parameter (every rank agreeing with itself, its shards with
-    its "original", no final parameter) held all six while they were judged against the kernel's
-    own lists and values, and hold none now."""
-    from rocmlab import course_data
+def test_every_rule_that_read_the_notebooks_launches_launches_itself(notebook):
+    """No check reads the notebook's launch records (``fsdp_ranks``, ``ft_ranks``, ``ft_log``,
+    ``ft_result``) or its own single-process run (``single_losses``, ``single_params``)."""
+    text = (LAB / "checks.py").read_text(encoding="utf-8")
+    for name in ("fsdp_ranks", "ft_ranks", "ft_log", "ft_result", "single_losses", "single_params"):
+        assert f'"{name}' not in text and f"'{name}" not in text and f"({name}" not in text, name
+    reads = {c.name for c in _checks_named(notebook, LAUNCH_CHECKS)}
+    assert reads == LAUNCH_CHECKS
 
-    checks = _checks_named(notebook, LAUNCHED_CHECKS)
-    assert sorted(c.name for c in checks) == sorted(LAUNCHED_CHECKS)
-    shapes = course_data.parameter_shapes("tiny-qwen-zh")
-    honest = _reports_of(shapes, course_data.parameters("tiny-qwen-zh", list(shapes)))
-    results = run_checks(checks, Learner(_InProcess(honest)), 5)
-    assert all(r.passed for r in results), {r.name: r.detail for r in results if not r.passed}
 
-    made_up = _reports_of({"model.layers.0.x.weight": (2, 2)}, {"model.layers.0.x.weight": torch.zeros(2, 2)})
-    for rank in made_up["fsdp_ranks"]:
-        rank["final"] = {}
-    made_up.update(single_params={}, ft_ranks=[{"snapshot": {}}])
-    results = run_checks(checks, Learner(_InProcess(made_up)), 5)
-    assert [r.name for r in results if r.passed] == [], {r.name: r.detail for r in results}
+def test_the_rank_script_is_the_courses_code_around_the_learners_functions(ns, notebook, tmp_path):
+    """The check writes the rank script: the learner's exercise functions (their source, asked of the
+    kernel) first, then lab.py's rank code and work function, so that a learner's function cannot
+    stand in for the course's; a "source" with anything beside one plain def is refused."""
+    checks = _checks_globals(notebook)
+    learner = Learner(_InProcess(ns), kernel_module(LAB / "checks.py"))
+    for work, exercises in (("fsdp_work", ("shard_model", "set_prefetch", "rank_loss")),
+                            ("finetune_work", ("shard_model", "rank_loss", "save_checkpoint",
+                                               "load_latest_checkpoint"))):  # fmt: skip
+        script = checks["rank_script"](learner, work)
+        tree = ast.parse(script)
+        defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        assert defined[: len(exercises)] == list(exercises) and defined[-1] == work, defined
+        assert len(defined) == len(set(defined)), "a function defined twice"
+        assert script.rstrip().endswith(f"run_rank({work}, json.loads(sys.argv[1]))")
+        path = tmp_path / f"{work}.py"
+        path.write_text(script, encoding="utf-8")
+        compile(script, str(path), "exec")
+    forged = dict(ns)
+    run_cell("def train_step(*args):\n    return 0.0\n", "a forger's train_step", forged)
+    script = checks["rank_script"](Learner(_InProcess(forged), kernel_module(LAB / "checks.py")), "fsdp_work")
+    assert "return 0.0" not in script  # not an exercise: the course's train_step is written, not the kernel's
+    smuggled = _Smuggling(ns, "\ntrain_step = shard_model\n")
+    with pytest.raises(AssertionError, match="not one plain function definition"):
+        checks["rank_script"](Learner(smuggled, kernel_module(LAB / "checks.py")), "fsdp_work")
+
+
+class _Smuggling(_InProcess):
+    """A kernel whose answer to "your functions' source" appends a statement to ``shard_model``'s."""
+
+    def __init__(self, namespace, extra):
+        super().__init__(namespace)
+        self.extra = extra
+
+    def ask(self, request):
+        from rocmlab.lab.answers import decode, encode
+
+        reply = super().ask(request)
+        if request.get("run") == "rank_inputs":
+            answer = decode(reply)
+            answer["sources"]["shard_model"] += self.extra
+            return encode(answer)
+        return reply
+
+
+# the classic mistake of exercise 4: each rank's own token mean, so FSDP averages per-rank means
+PER_RANK_MEAN = """
+def rank_loss(logits, labels, global_label_tokens, world_size):
+    flat = logits[:, :-1].reshape(-1, logits.size(-1)).float()
+    return F.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_copies_of_the_single_run_earn_nothing_without_fsdp(
+    ns, empty, notebook, tmp_path, monkeypatch, tiny_course_data
+):
+    """Cost: about 45 s on 2 cores (three launches of the quick tiny model, two of which stop at the
+    blank ``shard_model``, and the reference's 8 single-process steps). A blank learner whose
+    ``fsdp_ranks``, ``ft_ranks`` and ``ft_log`` are copies of its single-process run (every rank
+    reporting its losses and parameters, the snapshot equal to them, each step replayed exactly)
+    passed the equivalence and resume rules while they compared two values of its kernel; it gets
+    nothing from any rule that reads a launch now. A learner whose rank_loss averages per-rank means
+    fails the equivalence with the reference kernel's single run, whatever its notebook holds."""
+    from rocmlab.harness import Reference
+
+    monkeypatch.chdir(tmp_path)
+    losses, params = ns["train_single_process"](ns["TRAIN_CFG"], ns["EQUIV_STEPS"])
+    copied = {"losses": losses, "final": params, "params": {}, "shards": {}, "fsdp_modules": [], "n_layers": 0}
+    forged = {
+        "fsdp_ranks": [copied, copied],
+        "ft_ranks": [{"attempt": 1, "resumed_from": 4, "snapshot": params, "final": params}] * 2,
+        "ft_log": [{"attempt": a, "step": s, "loss": losses[s]} for a, steps in ((0, range(6)), (1, range(4, 8)))
+                   for s in steps],
+        "single_losses": losses,
+        "single_params": params,
+    }  # fmt: skip
+    reference = Reference(_InProcess(ns))
+    blank = run_checks(
+        _checks_named(notebook, LAUNCH_CHECKS), Learner(_KernelLike(dict(empty, **forged))), 3, reference=reference
+    )
+    assert sorted(r.name for r in blank) == sorted(LAUNCH_CHECKS)
+    assert [(r.name, r.error) for r in blank if r.passed or r.error] == [], {r.name: r.detail[:200] for r in blank}
+    assert all("failed" in r.detail or "raised" in r.detail for r in blank if r.grade_id != "10-dcp-1"), blank
+
+    mean_of_means = dict(ns, **forged)
+    run_cell(PER_RANK_MEAN, "a rank_loss of per-rank means", mean_of_means)
+    checks = _checks_named(notebook, EQUIVALENCE_CHECKS)
+    results = {r.name: r for r in run_checks(checks, Learner(_KernelLike(mean_of_means)), 3, reference=reference)}
+    assert results["shard_placements"].passed and not results["equiv_losses"].error, results
+    assert "max |Δloss|" in results["equiv_losses"].detail, results["equiv_losses"].detail
+    assert list(tmp_path.iterdir()) == []  # the launches' folders are removed
