@@ -26,6 +26,15 @@ course's own data as the solution loads it) takes a third argument, ``reference`
 channel to a second, trusted kernel that ran the lab's solution (``rocmlab.execution.reference_kernel``)
 and never sees learner code. It asks both the same question on the same inputs and compares the
 answers here: differential checking. Anything the reference fails to answer is a ``GradingError``.
+
+A check that must see the learner's work as files, not as the kernel that made them (a launch of
+the course's scripts over the learner's files, e.g. lab 04's torchrun runs), takes ``fresh``: a
+channel like ``Learner.run`` to a fresh kernel (``Fresh``). The checks that take it run after all
+the others; before the fresh kernel starts, the worker shuts the learner's kernel down and ends
+every process of the learner's run (``rocmlab.execution.worker.FreshKernels``). The fresh kernel
+starts in the same sandbox run and work folder and has run none of the learner's cells: a cell that
+patched the course's launcher, ``subprocess`` or ``json``, or a process left to rewrite files,
+cannot touch what it answers.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ CHECK_ALLOWANCE_S = 10  # of the harness's time budget per check
 ANSWER_FLOOR_S = 120
 ANSWER_PER_CHECK_S = 4
 MAX_ANSWER_CHARS = 64 * 2**20
+FRESH_START_S = 60  # of the harness's time budget, for ending the learner's run and starting a fresh kernel
 NAME = re.compile(r"[A-Za-z_][\w.]*")
 NOTHING = object()  # no answer came (an answer of None is JSON null)
 
@@ -101,6 +111,7 @@ class Check:
     function: object = field(repr=False, compare=False, default=None)
     counts_with: tuple = ()  # the checks whose rule this one qualifies: it counts only if they pass
     wants_reference: bool = False  # the function takes ``reference`` (the trusted reference kernel)
+    wants_fresh: bool = False  # the function takes ``fresh`` (a fresh kernel of the learner's run): it runs last
     kernel: KernelModule | None = field(repr=False, compare=False, default=None)  # its lab's ``in_kernel.py``
 
 
@@ -113,8 +124,17 @@ def check(grade_id: str, *, points: float, en: str, zh: str, counts_with: str | 
 
     def mark(function):
         rule = {"en": en, "zh": zh}
-        wants = "reference" in inspect.signature(function).parameters
-        function.rocmlab_check = Check(grade_id, function.__name__, float(points), rule, function, with_, wants)
+        parameters = inspect.signature(function).parameters
+        function.rocmlab_check = Check(
+            grade_id,
+            function.__name__,
+            float(points),
+            rule,
+            function,
+            with_,
+            wants_reference="reference" in parameters,
+            wants_fresh="fresh" in parameters,
+        )
         return function
 
     return mark
@@ -195,6 +215,7 @@ class Learner:
         self.answers = 0  # answers that came back, values or exceptions
         self.values = 0  # answers that were values, not exceptions
         self.unanswered: list[NoAnswer] = []  # requests that got no answer (even if a check caught it)
+        self.closed = ""  # why this kernel takes no more requests (it was shut down for the fresh kernel)
 
     def eval(self, expr: str, **values):
         """``expr`` (one expression) evaluated in the kernel over a copy of the learner's names plus
@@ -248,7 +269,13 @@ class Learner:
     def _ask(self, expr: str, values: dict):
         return self._send({"expr": expr}, values)
 
+    def close(self, why: str) -> None:
+        """Take no more requests: any later one is the check's fault (a ``GradingError``)."""
+        self.closed = why
+
     def _send(self, request: dict, values: dict):
+        if self.closed:
+            raise GradingError(f"asked a kernel after {self.closed}")
         self.requests += 1
         request = {**request, "values": {k: encode(v) for k, v in values.items()}}
         try:
@@ -268,8 +295,9 @@ class Reference:
     learner's; anything it does not answer (it raised, timed out, never started) is the grader's
     fault: a ``GradingError``, never a broken rule."""
 
-    def __init__(self, channel=None, unavailable: str = "", kernel: KernelModule | None = None):
+    def __init__(self, channel=None, unavailable: str = "", kernel: KernelModule | None = None, own: bool = False):
         self._asked = Learner(channel, kernel) if channel is not None else None
+        self.own = own  # the run's own kernel (``OWN_KERNEL``), not a kernel of its own
         self.unavailable = unavailable or ("" if channel is not None else "no reference kernel for this run")
 
     def eval(self, expr: str, **values):
@@ -292,9 +320,58 @@ class Reference:
         except NoAnswer as exc:
             raise GradingError(f"the reference kernel gave no answer to {what[:80]!r}: {exc}") from exc
 
+    def close(self, why: str) -> None:
+        """Take no more requests where the reference is the learner's own kernel (``OWN_KERNEL``),
+        shut down for the fresh kernel; a reference kernel of its own stays."""
+        if self._asked is not None and self.own:
+            self._asked.close(why)
+
     def _take_kernel(self, kernel: KernelModule | None) -> None:
         if self._asked is not None and self._asked.kernel is None:
             self._asked.kernel = kernel
+
+
+class Fresh:
+    """The check's view of a fresh kernel of the learner's run: ``run`` and ``run_raised`` as the
+    learner's (``Learner.run``: the lab's ``in_kernel`` functions, plain data both ways, the same
+    answer budget), in a kernel that starts, at its first request, only after every other check ran,
+    the learner's kernel was shut down and every process of the learner's run ended (``opener``,
+    given by the worker). It has run none of the learner's cells: what it answers comes from the
+    learner's files. Whatever the learner's files do in it (raise, hang) is the learner's; a kernel
+    that does not start is a ``GradingError``."""
+
+    def __init__(self, opener=None, unavailable: str = "", kernel: KernelModule | None = None, before=None):
+        self._opener = opener  # () -> a channel to the fresh kernel (``KernelChannel``)
+        self._before = before  # called before it starts: the learner's kernel is no longer asked
+        self.failed = "" if opener is not None else (unavailable or "no fresh kernel for this run")
+        self.channel = None
+        self.asked = Learner(self, kernel)
+
+    @property
+    def started(self) -> bool:
+        return self.channel is not None
+
+    def run(self, function: str, *args, **values):
+        return self.asked.run(function, *args, **values)
+
+    def run_raised(self, function: str, *args, **values) -> Raised | None:
+        return self.asked.run_raised(function, *args, **values)
+
+    def ask(self, request: dict):  # the channel ``self.asked`` sends through
+        if self.channel is None:
+            self._open()
+        return self.channel.ask(request)
+
+    def _open(self) -> None:
+        if self.failed:
+            raise GradingError(f"the fresh kernel: {self.failed}")
+        if self._before is not None:
+            self._before()
+        try:
+            self.channel = self._opener()
+        except Exception as exc:
+            self.failed = f"it did not start: {type(exc).__name__}: {str(exc)[:300]}"
+            raise GradingError(f"the fresh kernel: {self.failed}") from exc
 
 
 class Variant:
@@ -511,29 +588,49 @@ class CheckResult:
 
 
 def run_checks(
-    checks: list[Check], learner: Learner, seed: int, progress=None, reference: Reference | None = None
+    checks: list[Check],
+    learner: Learner,
+    seed: int,
+    progress=None,
+    reference: Reference | None = None,
+    fresh: Fresh | None = None,
 ) -> list[CheckResult]:
-    """Each check's verdict on the learner's answers; ``reference``: the trusted reference kernel
-    the checks that take one are given (none: those checks are grading errors)."""
-    results, returned = [], {}  # check name -> whether the learner's code returned a value in it
+    """Each check's verdict on the learner's answers, in the lab's order; ``reference``: the trusted
+    reference kernel the checks that take one are given (none: those checks are grading errors);
+    ``fresh``: the fresh kernel the checks that take one are given, which are run after all the
+    others (none: grading errors)."""
+    results, returned = {}, {}  # check name -> its result; whether the learner's code returned a value in it
     reference = reference or Reference()
     kernel = next((c.kernel for c in checks if c.kernel is not None), None)
     learner.kernel = learner.kernel or kernel
     reference._take_kernel(kernel)
-    for item in checks:
-        values_before = learner.values
-        detail, error = _verdict(item, learner, seed, reference)
-        returned[item.name] = learner.values > values_before
-        results.append(CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail, error))
+    fresh = fresh or Fresh()
+    fresh.asked.kernel = fresh.asked.kernel or kernel
+    asked = (learner, fresh.asked)
+    for item in [c for c in checks if not c.wants_fresh] + [c for c in checks if c.wants_fresh]:
+        values_before = _tally(asked)[1]
+        detail, error = _verdict(item, asked, seed, reference, fresh)
+        returned[item.name] = _tally(asked)[1] > values_before
+        results[item.name] = CheckResult(item.grade_id, item.name, item.points, item.points, item.rule, detail, error)
         if progress:
             progress(item, not (detail or error))
-    for result in results:
+    ordered = [results[c.name] for c in checks]
+    for result in ordered:
         if result.detail or result.error:
             result.points = 0.0
-        elif not returned[result.name] and not _works(result.grade_id, results, returned):
+        elif not returned[result.name] and not _works(result.grade_id, ordered, returned):
             result.points, result.detail = 0.0, ERRORS_ALONE
-    _count_qualifiers(checks, results)
-    return results
+    _count_qualifiers(checks, ordered)
+    return ordered
+
+
+def _tally(asked) -> tuple[int, int, int]:
+    """Answers, values and unanswered requests of the kernels a check asks (the learner's, the fresh one)."""
+    return (
+        sum(a.answers for a in asked),
+        sum(a.values for a in asked),
+        sum(len(a.unanswered) for a in asked),
+    )
 
 
 ERRORS_ALONE = "an error rule counts once the exercise returns right answers on valid inputs"
@@ -552,13 +649,17 @@ def _count_qualifiers(checks: list[Check], results: list[CheckResult]) -> None:
                 changed = True
 
 
-def _verdict(item: Check, learner: Learner, seed: int, reference: Reference) -> tuple[str, str]:
+def _verdict(item: Check, asked: tuple, seed: int, reference: Reference, fresh: Fresh) -> tuple[str, str]:
     """(why the learner's answer broke the rule, why the check itself failed); both empty: passed.
-    Only what the learner's kernel answered can break a rule: an exception before any answer of
-    this check came (its setup), or inside ``own_work``, is a grading error."""
-    answers_before, unanswered_before = learner.answers, len(learner.unanswered)
+    Only what a kernel of the learner's run answered (``asked``: the learner's, the fresh one) can
+    break a rule: an exception before any answer of this check came (its setup), or inside
+    ``own_work``, is a grading error."""
+    answers_before, _, unanswered_before = _tally(asked)
+    extra = {"reference": reference} if item.wants_reference else {}
+    if item.wants_fresh:
+        extra["fresh"] = fresh
     try:
-        item.function(learner, Variant(seed, item.name), *([reference] if item.wants_reference else []))
+        item.function(asked[0], Variant(seed, item.name), **extra)
     except AnswerTimeExhausted as exc:
         return str(exc), ""
     except NoAnswer as exc:
@@ -568,15 +669,15 @@ def _verdict(item: Check, learner: Learner, seed: int, reference: Reference) -> 
     except GradingError as exc:
         return "", f"check {item.name}: {str(exc)[:300]}"
     except AssertionError as exc:
-        if learner.answers == answers_before:
+        if _tally(asked)[0] == answers_before:
             return "", f"check {item.name}: its setup failed an assertion: {str(exc)[:200]}"
         return (f"wrong: {str(exc)[:300]}" if str(exc) else "wrong answer"), ""
     except Exception as exc:  # noqa: BLE001 (an answer the check could not use: e.g. Opaque in arithmetic)
-        if learner.answers == answers_before:
+        if _tally(asked)[0] == answers_before:
             return "", f"check {item.name}: its setup raised {type(exc).__name__}: {str(exc)[:200]}"
         return f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}", ""
-    if len(learner.unanswered) > unanswered_before:  # the check caught it; a rule unasked is not kept
-        exc = learner.unanswered[-1]
+    if _tally(asked)[2] > unanswered_before:  # the check caught it; a rule unasked is not kept
+        exc = [*asked[0].unanswered, *asked[1].unanswered][-1]
         return (str(exc) if isinstance(exc, AnswerTimeExhausted) else f"no answer: {exc}"), ""
     return "", ""
 
@@ -590,12 +691,15 @@ def _works(grade_id: str, results: list[CheckResult], returned: dict) -> bool:
 OWN_KERNEL = "own kernel"  # ``harness_options(reference=...)``: the run's notebook is the course's own
 
 
-def run_harness(client, manager, config: dict, reference=None) -> dict:
+def run_harness(client, manager, config: dict, reference=None, fresh=None) -> dict:
     """The worker's entry: load the checks sent with the run, ask the kernel, return the record
     the grader reads (``{"seed", "checks": [...]}``, or ``{"error"}``). ``reference``: a channel
     to the worker's reference kernel, or why there is none (``rocmlab.execution.reference_kernel``);
     with ``config["reference"]`` ``OWN_KERNEL`` (``rocmlab run``: the
-    course's own notebooks) the run's kernel is its own reference."""
+    course's own notebooks) the run's kernel is its own reference. ``fresh``: what starts the run's
+    fresh kernel for the checks that take ``fresh`` (``rocmlab.execution.worker.FreshKernels``:
+    ``open(manager)`` ends the learner's kernel and run, then gives ``(client, manager)`` of a new
+    kernel; ``close()``), or None."""
     seed = int(config["seed"])
     try:
         kernel = config.get("kernel")
@@ -609,26 +713,54 @@ def run_harness(client, manager, config: dict, reference=None) -> dict:
         )
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
+    timeout_s = float(config.get("probe_timeout_s", PROBE_TIMEOUT_S))
     channel = KernelChannel(
-        client,
-        manager,
-        float(config.get("probe_timeout_s", PROBE_TIMEOUT_S)),
-        float(config.get("answer_budget_s", answer_budget_s(len(checks)))),
+        client, manager, timeout_s, float(config.get("answer_budget_s", answer_budget_s(len(checks))))
     )
     learner = Learner(channel)
-    results = run_checks(checks, learner, seed, reference=_reference(client, manager, config, reference))
+    checked = _reference(client, manager, config, reference)
+    fresh_kernel = _fresh(fresh, manager, channel, timeout_s, (learner, checked))
+    try:
+        results = run_checks(checks, learner, seed, reference=checked, fresh=fresh_kernel)
+    finally:
+        if fresh is not None and fresh_kernel.started:
+            fresh.close()
+    spent_s = channel.spent_s + (fresh_kernel.channel.spent_s if fresh_kernel.started else 0.0)
     return {
         "seed": seed,
-        "requests": learner.requests,
-        "answer_s": round(channel.spent_s, 2),
+        "requests": learner.requests + fresh_kernel.asked.requests,
+        "answer_s": round(spent_s, 2),
         "answer_budget_s": channel.budget_s,
+        **({"fresh_start_s": round(fresh.started_s, 2)} if fresh_kernel.started else {}),
         "checks": [_as_dict(r) for r in results],
     }
 
 
+FRESH_CLOSES = "the learner's kernel was shut down for the fresh kernel (ask it before fresh.run)"
+
+
+def _fresh(kernels, manager, channel: KernelChannel, timeout_s: float, closing: tuple) -> Fresh:
+    """The checks' ``fresh``: its kernel, when first asked, has what is left of the learner's answer budget."""
+    if kernels is None:
+        return Fresh(unavailable="this run has no way to start one")
+    learner, reference = closing
+
+    def before():
+        learner.close(FRESH_CLOSES)
+        reference.close(FRESH_CLOSES)
+
+    def opener():
+        client, started = kernels.open(manager)
+        return KernelChannel(client, started, timeout_s, max(0.0, channel.budget_s - channel.spent_s))
+
+    return Fresh(opener, before=before)
+
+
 def _reference(client, manager, config: dict, given) -> Reference:
     if config.get("reference") == OWN_KERNEL:
-        return Reference(KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S))))
+        return Reference(
+            KernelChannel(client, manager, float(config.get("probe_timeout_s", PROBE_TIMEOUT_S))), own=True
+        )
     if isinstance(given, str) or given is None:
         return Reference(unavailable=given or "")
     return Reference(given)
@@ -697,6 +829,7 @@ def harness_options(
     checks = source.count("@check(")
     answers_s = answer_budget_s(checks)
     starting_s = float(reference.get("timeout_s", 0)) if isinstance(reference, dict) else 0.0
+    fresh_s = FRESH_START_S if takes_fresh(source, str(checks_file)) else 0.0
     return {
         "source": source,
         "files": hidden_files(checks_file),
@@ -711,9 +844,17 @@ def harness_options(
         # beyond the notebook's own limit: every answer, a last interrupted request, and the
         # harness's own work per check; past it the worker ends the run and no check counts
         # and, the first time, the reference kernel's run of the solution
-        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks + starting_s,
+        # and, where some check takes ``fresh``, ending the learner's run and starting that kernel
+        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks + starting_s + fresh_s,
         **({"reference": reference} if reference else {}),
     }
+
+
+def takes_fresh(source: str, filename: str = "checks.py") -> bool:
+    """Whether some function of a checks file takes ``fresh`` (read, not run: the worker's budget)."""
+    tree = python_ast.parse(source, filename)
+    functions = (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return any(a.arg == "fresh" for f in functions for a in [*f.args.args, *f.args.kwonlyargs])
 
 
 def lab_checks(checks_file: Path, cell_points: dict[str, float], parameters: dict | None = None) -> list[Check]:

@@ -21,7 +21,8 @@ engine is papermill's nbclient engine with one client class instead of papermill
 - ``harness``: after the last cell, while the kernel still runs, the trusted harness asks it the
   lab's checks (``rocmlab.harness.run_harness``) and writes its record to ``harness["out"]``;
   ``reference``: the worker's reference kernel for those checks, or why there is none
-  (``rocmlab.execution.reference_kernel``).
+  (``rocmlab.execution.reference_kernel``); ``fresh``: what starts the run's fresh kernel for the
+  checks that take one (``rocmlab.execution.worker.FreshKernels``), after the learner's kernel ends.
 - ``cells_done``: a callable, called after the last cell (before the harness): the worker tells
   its parent, whose whole-lab limit then gives way to the harness's own time budget.
 
@@ -112,15 +113,30 @@ class LimitedNotebookClient(PapermillNotebookClient):
 
     cells_done = Any(default_value=None, allow_none=True, help="called after the last cell, before the harness")
 
+    def execute(self, **kwargs):
+        """papermill's ``execute``, with the kernel's ``language_info`` asked right after the cells
+        (``papermill_execute_cells``): by the end of the harness the learner's kernel may have been
+        shut down for a fresh kernel (``rocmlab.harness.Fresh``)."""
+        self.reset_execution_trackers()
+        with self.setup_kernel(**kwargs):
+            self.log.info(f"Executing notebook with kernel: {self.kernel_name}")
+            self.papermill_execute_cells()
+            self.set_widgets_metadata()
+        return self.nb
+
     def papermill_execute_cells(self):
         super().papermill_execute_cells()
+        info = self.wait_for_reply(self.kc.kernel_info())
+        self.nb.metadata["language_info"] = info["content"]["language_info"]
         if self.cells_done is not None:
             self.cells_done()
         if self.harness:
             from ..harness import run_harness
             from .results import write_json_atomic
 
-            record = run_harness(self.kc, self.km, self.harness, getattr(self, "reference", None))
+            record = run_harness(
+                self.kc, self.km, self.harness, getattr(self, "reference", None), getattr(self, "fresh", None)
+            )
             write_json_atomic(Path(self.harness["out"]), record)
 
     def reset_execution_trackers(self) -> None:
@@ -312,6 +328,7 @@ class LimitedEngine(NBClientEngine):
             options["config"] = ipc_config(ipc_path)
         kernel = options.pop("km", None)  # started ahead for this run (rocmlab.execution.worker): this run's alone
         reference = options.pop("reference", None)  # the worker's, kept across runs: never this client's
+        fresh = options.pop("fresh", None)  # starts the run's fresh kernel (rocmlab.execution.worker.FreshKernels)
         client = LimitedNotebookClient(
             nb_man,
             km=kernel,
@@ -326,6 +343,7 @@ class LimitedEngine(NBClientEngine):
         )
         client.owns_km = True  # so that the client ends that kernel after the run, as one it started
         client.reference = reference
+        client.fresh = fresh
         return client.execute()
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -313,6 +314,127 @@ def _kill_kernel(manager) -> None:
             process.kill()
 
 
+FRESH_READY_S = 120  # for a fresh kernel to start and answer kernel_info
+SWEEP_S = 10  # for the learner's run to end: a process forked meanwhile is found on the next round
+
+
+class FreshKernels:
+    """A run's fresh kernel (``rocmlab.harness.Fresh``), started on the harness's first request to
+    it: first the learner's kernel is killed and every process of the learner's run ended
+    (``end_learner_run``), then a kernel starts as the run's own did: the same kernelspec (the
+    sandbox's run: view, limits, user, cgroup, fork server), environment and work folder. The
+    learner's cells never ran in it."""
+
+    def __init__(self, spec: Spec, env: dict, kept, sweep: dict):
+        self.spec, self.env, self.kept, self.sweep = spec, dict(env), kept, dict(sweep or {})
+        self.manager = self.client = None
+        self.started_s = 0.0
+
+    def open(self, learner_manager):
+        from jupyter_core.utils import run_sync
+
+        from .papermill_engine import kernel_ready
+
+        began = time.monotonic()
+        end_learner_run(learner_manager, self.env.get(RUN_TAG, ""), self.kept(), self.sweep)
+        self.manager = _start_kernel(self.spec, self.env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        run_sync(kernel_ready)(self.client, FRESH_READY_S)
+        self.started_s = time.monotonic() - began
+        return self.client, self.manager
+
+    def close(self) -> None:
+        client, manager, self.client, self.manager = self.client, self.manager, None, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.stop_channels()
+        if manager is not None:
+            _kill_kernel(manager)
+            with contextlib.suppress(Exception):
+                from jupyter_core.utils import run_sync
+
+                run_sync(manager.shutdown_kernel)(now=True)
+
+
+class LearnerRunLeft(RuntimeError):
+    """A process of the learner's run outlived the sweep: no fresh kernel starts beside it."""
+
+
+def end_learner_run(manager, tag: str, kept: set[int], sweep: dict) -> None:
+    """Kill the learner's kernel, then every process of the learner's run, by every mark this
+    worker can see: the run's tag in the environment, this worker's descendants (it is a child
+    subreaper: a kernel's orphans, double-forked or not, stay below it) but ``kept`` (the reference
+    kernel, a kernel started ahead for the next run), the run's grader user (``sweep["uid"]``, as
+    root) and the kernel's cgroup (``sweep["cgroup"]``: its ``cgroup.procs`` files). A kernel in
+    its own PID namespace (bubblewrap, a forked kernel) takes that namespace with it. Raises
+    ``LearnerRunLeft`` if something still runs."""
+    from .papermill_engine import kernel_process
+
+    process = kernel_process(manager)
+    if process is not None:
+        with contextlib.suppress(OSError):
+            process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            process.wait(timeout=KILL_GRACE_S)
+    import psutil
+
+    groups = sweep.get("cgroup") or []
+    deadline = time.monotonic() + SWEEP_S
+    while True:
+        _kill_cgroups(groups)
+        found = _learner_processes(tag, kept, sweep.get("uid"))
+        members = _cgroup_members(groups)
+        if not found and not members:
+            return
+        if time.monotonic() > deadline:
+            pids = sorted({p.pid for p in found} | members)
+            raise LearnerRunLeft(f"processes of the learner's run outlived the sweep: {pids}")
+        processes.send(found, signal.SIGKILL)
+        psutil.wait_procs(found, timeout=1.0)
+        if members and not found:  # killed, not yet out of the cgroup
+            time.sleep(0.1)
+
+
+def _learner_processes(tag: str, kept: set[int], uid: int | None) -> list:
+    import psutil
+
+    found = processes.marked(RUN_TAG, tag) if tag else []
+    found += [p for p in processes.descendants(os.getpid(), include_self=False) if p.pid not in kept]
+    if uid is not None and processes.is_root():
+        for proc in psutil.process_iter(["uids"]):
+            with contextlib.suppress(psutil.Error, TypeError):
+                if proc.info["uids"].real == uid and proc.pid != os.getpid():
+                    found.append(proc)
+    return processes.alive(found)
+
+
+def _kill_cgroups(procs_files: list[str]) -> None:
+    """cgroup v2's ``cgroup.kill`` beside each ``cgroup.procs`` (any PID namespace); v1: each member."""
+    for procs in procs_files:
+        kill = Path(procs).with_name("cgroup.kill")
+        try:
+            if kill.exists():
+                kill.write_text("1")
+            else:
+                for pid in _members_of(procs):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, 9)
+        except OSError:
+            continue  # not ours to kill: the other sweeps still apply, and the check below tells
+
+
+def _members_of(procs: str) -> set[int]:
+    try:
+        return {int(x) for x in Path(procs).read_text().split() if int(x) > 0}
+    except (OSError, ValueError):
+        return set()
+
+
+def _cgroup_members(procs_files: list[str]) -> set[int]:
+    return set().union(*(_members_of(p) for p in procs_files)) if procs_files else set()
+
+
 def _reference(spec: Spec, kept) -> dict:
     """The engine option ``reference`` of a run whose harness names a reference kernel: the one
     the worker keeps (``kept``), started as a prestarted kernel is when it is not yet there."""
@@ -322,7 +444,15 @@ def _reference(spec: Spec, kept) -> dict:
     return {"reference": kept.channel_for(options, lambda s, env: _start_kernel(Spec(**s), env))}
 
 
-def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None) -> dict:
+def _fresh(spec: Spec, kept_pids) -> dict:
+    """The engine option ``fresh`` of a run whose harness has checks (``FreshKernels``)."""
+    harness = spec.engine_options.get("harness")
+    if not harness:
+        return {}
+    return {"fresh": FreshKernels(spec, dict(os.environ), kept_pids, harness.get("sweep") or {})}
+
+
+def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None, kept_pids=set) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -348,6 +478,7 @@ def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None) ->
             **({"cells_done": cells_done} if cells_done is not None else {}),
             **spec.engine_options,
             **reference,
+            **_fresh(spec, kept_pids),
         )
         return {"status": "passed"}
     except PapermillExecutionError as exc:
@@ -407,7 +538,12 @@ def serve() -> int:
                 with contextlib.suppress(Exception):  # then that run starts its kernel itself
                     warm[coming.cwd] = _start_kernel(coming, request["prestart"]["env"])
             result = _execute(
-                spec, kernel, reference, cells_done=lambda: _say(answer, CELLS_DONE), began=lambda: _say(answer, BEGAN)
+                spec,
+                kernel,
+                reference,
+                cells_done=lambda: _say(answer, CELLS_DONE),
+                began=lambda: _say(answer, BEGAN),
+                kept_pids=lambda: set().union(*(_kernel_pids(k) for k in [*warm.values(), reference.manager] if k)),
             )
         finally:
             leftovers = processes.descendants(os.getpid(), include_self=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import processes
-from .cgroups import KERNELS
+from .cgroups import KERNELS, procs_files
 from .mounts import unmount
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class Run:
                 python=self.worker.python,
                 kernel_name=KERNEL_NAME,
                 extra_env=self.env,
-                engine_options={**self.engine_options, **({"harness": harness} if harness else {})},
+                engine_options={**self.engine_options, **({"harness": self.swept(harness)} if harness else {})},
             ),
             prestart=self.upcoming.kernel_spec() if self.upcoming else None,
         )
@@ -163,6 +163,12 @@ class Run:
             return nbformat.read(output, as_version=4), outcome
         except (OSError, ValueError):
             return None, outcome
+
+    def swept(self, harness: dict) -> dict:
+        """The harness's options with what ends every process of this run before its fresh kernel
+        starts (``execution.worker.end_learner_run``): the run's grader user and its kernel's cgroup."""
+        cgroup = procs_files(KERNELS.folders(self.cgroup)) if self.cgroup else []
+        return {**harness, "sweep": {"uid": self.uid, "cgroup": cgroup}}
 
     def cleanup(self) -> None:
         self.release()
