@@ -1,13 +1,15 @@
 """Lab 04's hidden checks, run by the trusted harness (rocmlab.harness) after the notebook.
 
 The pure functions (init_plan, bandwidth, busbw_vs_peak, debug_env) are called on inputs drawn
-from the learner's seed. The guarded, fixed and desync runs are launched again by the checks, with
-the course's scripts read from lab.py here and the learner's own files (hang_tools.py, init_plan.py)
-or debug_env answer as the only learner input. The ring runs are not repeated: the JSON files their
-ranks wrote and the launcher's exit codes are read and checked against references computed here.
+from the learner's seed. The ring, guarded, fixed and desync runs are launched again by the checks,
+in a fresh kernel that ran none of the learner's cells (``fresh``, rocmlab.harness.Fresh: the
+learner's kernel, where a cell may have patched the launcher, subprocess or json, is shut down and
+every process it left ended first), with the course's scripts read from lab.py here and the
+learner's own files (ring.py, hang_tools.py, init_plan.py) or debug_env answer as the only learner
+input; the notebook's runs04/ files and run records are never read. What the ranks wrote and the
+launcher's exit codes are checked against references computed here.
 """
 
-import json
 import math
 import re
 import weakref
@@ -16,7 +18,7 @@ from pathlib import Path
 import torch
 
 from rocmlab.check_compare import is_close, learner_says
-from rocmlab.harness import LearnerRaised, check, mistake, own_work
+from rocmlab.harness import LearnerRaised, NoAnswer, check, mistake, own_work
 
 # ---------------------------------------------------------------- references (instructor only)
 
@@ -91,32 +93,72 @@ def rank_input(rank, size, seed):
     return torch.randn(size, generator=generator, dtype=torch.float32)
 
 
-def rank_files(learner, prefix, world_size):
-    """The JSON each rank of one run wrote in runs04/ (None where it is missing or unreadable)."""
-    out = []
-    for rank in range(world_size):
-        try:
-            out.append(json.loads(learner.file(f"runs04/{prefix}_ws{world_size}_rank{rank}.json")))
-        except Exception:  # noqa: BLE001 (a missing file fails the check below, naming the rank)
-            out.append(None)
-    return out
-
-
-def ring_world_sizes(learner):
+def ring_world_sizes():
     sizes = PARAMETERS["RING_WORLD_SIZES"]  # noqa: F821 (the run's, from the harness: not the kernel's)
     assert type(sizes) is list and sizes and 2 in sizes, f"RING_WORLD_SIZES {sizes}"
     assert all(type(n) is int and 2 <= n <= 16 for n in sizes), f"RING_WORLD_SIZES {sizes}"
     return sizes
 
 
-def ring_records(learner):
-    """{n: [rank JSON...]} for every ring run, after checking every rank wrote a complete record."""
+# The ring runs, launched again in the fresh kernel with the course's run_ring.py and dist_common.py
+# and the learner's ring.py and init_plan.py: one launch per world size and learner, shared by the rules.
+RING_SCRIPTS = ("run_ring.py", "dist_common.py")
+RING_TIMEOUT_S = 50  # below a request's 60 s
+_RING_RUNS = weakref.WeakKeyDictionary()
+
+
+def ring_run(fresh, n):
+    """The ring run on ``n`` ranks (launched once per learner; ``recall``ed by the later rules)."""
+    runs = _RING_RUNS.setdefault(fresh, {})
+    if n not in runs:
+        with own_work("the course's ring scripts"):
+            scripts = {name: course_script(name) for name in RING_SCRIPTS}
+        seed, sizes = ring_parameters()
+        return launched_once(runs, n, lambda: fresh.run("ring_run", scripts, n, seed, sizes, RING_TIMEOUT_S))
+    return recalled(fresh, runs[n])
+
+
+def launched_once(runs, key, launch):
+    """``launch()``'s answer, kept in ``runs[key]`` for the later rules; what it raised too (a launch
+    that raised or hung is not launched again: one answer per learner, whatever it was)."""
+    try:
+        runs[key] = launch()
+    except (LearnerRaised, NoAnswer) as exc:
+        runs[key] = exc
+        raise
+    return runs[key]
+
+
+def recalled(asked, kept):
+    """An answer of ``launched_once`` used again by a later rule of the kernel ``asked`` (the
+    learner's, the fresh one): the learner's answer to that rule too."""
+    if isinstance(kept, Exception):
+        raise kept
+    return asked.recall(kept)
+
+
+def ring_parameters():
     seed, sizes = PARAMETERS["SEED"], PARAMETERS["RING_SIZES"]  # noqa: F821 (the run's, from the harness)
     assert type(seed) is int, f"SEED {seed!r}"
     assert type(sizes) is list and len(sizes) >= 3 and any(s % 2 for s in sizes), f"RING_SIZES {sizes}"
+    return seed, sizes
+
+
+def rank_files(fresh, world_size):
+    """The JSON each rank of the ring run on ``world_size`` ranks wrote (None where it wrote none)."""
+    run = ring_run(fresh, world_size)
+    assert not run.get("missing"), f"no {run.get('missing')} in the work folder: nothing to launch"
+    records = run["records"]
+    assert type(records) is list and len(records) == world_size, f"{world_size} ranks: {len(records)} records"
+    return records
+
+
+def ring_records(fresh):
+    """{n: [rank JSON...]} for every ring run, after checking every rank wrote a complete record."""
+    seed, sizes = ring_parameters()
     records = {}
-    for n in ring_world_sizes(learner):
-        ranks = rank_files(learner, "ring", n)
+    for n in ring_world_sizes():
+        ranks = rank_files(fresh, n)
         for rank, data in enumerate(ranks):
             assert data is not None, f"{n} ranks: rank {rank} wrote no JSON"
             assert sorted(r["size"] for r in data["results"]) == sorted(sizes), f"{n} ranks, rank {rank}: sizes"
@@ -193,11 +235,13 @@ def init_plan_timeout(learner, variant):
     en="every rank of every ring run exits 0 and writes its JSON",
     zh="每次 ring 运行的每个 rank 都以 0 退出并写出 JSON",
 )
-def ring_runs_complete(learner, variant):
-    for n in ring_world_sizes(learner):
-        codes = learner.eval("[r.returncode for r in ring_runs[n].ranks]", n=n)
-        assert codes == [0] * n, f"{n} ranks: exit codes {codes}"
-        assert all(data is not None for data in rank_files(learner, "ring", n)), f"{n} ranks: a JSON is missing"
+def ring_runs_complete(learner, variant, fresh):
+    for n in ring_world_sizes():
+        run = ring_run(fresh, n)
+        assert not run.get("missing"), f"no {run.get('missing')} in the work folder: nothing to launch"
+        assert run["timed_out"] is False, f"{n} ranks: timed out"
+        assert run["returncodes"] == [0] * n, f"{n} ranks: exit codes {run['returncodes']}"
+        assert all(data is not None for data in rank_files(fresh, n)), f"{n} ranks: a JSON is missing"
 
 
 @check(
@@ -206,10 +250,10 @@ def ring_runs_complete(learner, variant):
     en="every rank joined as init_plan says (rank, world size, backend) and the hello all-reduce gives n(n+1)/2",
     zh="每个 rank 按 init_plan 加入进程组（rank、world size、backend），打招呼的 all-reduce 得到 n(n+1)/2",
 )
-def ring_runs_joined_as_planned(learner, variant):
+def ring_runs_joined_as_planned(learner, variant, fresh):
     gpus = machine_gpus()
-    for n in ring_world_sizes(learner):
-        for rank, data in enumerate(rank_files(learner, "ring", n)):
+    for n in ring_world_sizes():
+        for rank, data in enumerate(rank_files(fresh, n)):
             assert data is not None, f"{n} ranks: rank {rank} wrote no JSON"
             environ = {"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(n)}
             want = plan_reference(environ, gpus, None, 60)  # the backend does not depend on the HIP version
@@ -227,8 +271,8 @@ def ring_runs_joined_as_planned(learner, variant):
     en="ring_all_reduce leaves every rank with the sum over all ranks (float32, within 1e-5), for every size",
     zh="ring_all_reduce 之后每个 rank 都得到所有 rank 之和（float32，误差 1e-5 以内），每个长度都如此",
 )
-def ring_sums(learner, variant):
-    seed, sizes, records = ring_records(learner)
+def ring_sums(learner, variant, fresh):
+    seed, sizes, records = ring_records(fresh)
     for n, ranks in records.items():
         for size in sizes:
             expected = sum(rank_input(r, size, seed) for r in range(n))
@@ -245,8 +289,8 @@ def ring_sums(learner, variant):
     en="ring_all_reduce reports 2(n-1) exchange steps, steps with an empty chunk included",
     zh="ring_all_reduce 报告 2(n-1) 个交换步，包括空块的那一步",
 )
-def ring_steps(learner, variant):
-    _, sizes, records = ring_records(learner)
+def ring_steps(learner, variant, fresh):
+    _, sizes, records = ring_records(fresh)
     for n, ranks in records.items():
         for rank, data in enumerate(ranks):
             for case in data["results"]:
@@ -259,8 +303,8 @@ def ring_steps(learner, variant):
     en="each rank sends about 2(n-1)/n x N elements, and all ranks together exactly 2(n-1) x N",
     zh="每个 rank 发送约 2(n-1)/n × N 个元素，所有 rank 合计恰好 2(n-1) × N 个",
 )
-def ring_traffic(learner, variant):
-    _, sizes, records = ring_records(learner)
+def ring_traffic(learner, variant, fresh):
+    _, sizes, records = ring_records(fresh)
     for n, ranks in records.items():
         for size in sizes:
             total = 0
@@ -472,25 +516,32 @@ def peak_errors(learner, variant):
 SIZED_BY_DEVICES = not PARAMETERS.get("WORLD_SIZE")  # noqa: F821 (the run's; none given: ask the reference)
 
 
+# asked once per reference: ``rocmlab run``'s reference is its own kernel, shut down for the fresh one
+_N_RANKS = weakref.WeakKeyDictionary()
+
+
 def n_ranks(reference):
-    n = reference.get("N_RANKS") if SIZED_BY_DEVICES else PARAMETERS["WORLD_SIZE"]  # noqa: F821
+    if SIZED_BY_DEVICES and reference not in _N_RANKS:
+        _N_RANKS[reference] = reference.get("N_RANKS")
+    n = _N_RANKS[reference] if SIZED_BY_DEVICES else PARAMETERS["WORLD_SIZE"]  # noqa: F821
     assert type(n) is int and n >= 2, f"N_RANKS {n!r}"
     return n
 
 
 def ranks_check(grade_id, **rule):
-    """``@check`` for a rule about the hang runs' ``n`` ranks. Only where the machine sizes the runs
-    does the check take the reference kernel: elsewhere the lab starts none."""
+    """``@check`` for a rule about the hang runs' ``n`` ranks, launched in the fresh kernel (the
+    rule's function takes it and ``n``). Only where the machine sizes the runs does the check take
+    the reference kernel: elsewhere the lab starts none."""
 
     def mark(function):
         if SIZED_BY_DEVICES:
 
-            def ranks_rule(learner, variant, reference):
-                return function(learner, n_ranks(reference))
+            def ranks_rule(learner, variant, reference, fresh):
+                return function(fresh, n_ranks(reference))
         else:
 
-            def ranks_rule(learner, variant):
-                return function(learner, n_ranks(None))
+            def ranks_rule(learner, variant, fresh):
+                return function(fresh, n_ranks(None))
 
         ranks_rule.__name__ = ranks_rule.__qualname__ = function.__name__
         return check(grade_id, **rule)(ranks_rule)
@@ -508,17 +559,19 @@ HANG_TIMEOUT_S = 50  # below a request's 60 s; the guard (5 s barrier, 20 s grou
 _HANG_RUNS = weakref.WeakKeyDictionary()
 
 
-def hang_run(learner, n, run):
+def hang_run(fresh, n, run):
     """The course's uneven script on ``n`` ranks with the learner's hang_tools.py, tagged and
-    flagged as ``run`` (``GUARDED_RUN`` or ``FIXED_RUN``); launched once per learner."""
+    flagged as ``run`` (``GUARDED_RUN`` or ``FIXED_RUN``), in the fresh kernel; launched once per learner."""
     tag, flags = run
-    runs = _HANG_RUNS.setdefault(learner, {})
-    if (tag, n) not in runs:
+    runs = _HANG_RUNS.setdefault(fresh, {})
+    if (tag, n) in runs:
+        got = recalled(fresh, runs[tag, n])
+    else:
         with own_work("the course's uneven scripts"):
             scripts = {name: course_script(name) for name in UNEVEN_SCRIPTS}
-        runs[tag, n] = learner.run("uneven_run", scripts, {}, n, HANG_TIMEOUT_S, tag, flags)
-    assert not runs[tag, n].get("missing"), f"no {runs[tag, n]['missing']} in the work folder: nothing to launch"
-    return runs[tag, n]
+        got = launched_once(runs, (tag, n), lambda: fresh.run("uneven_run", scripts, {}, n, HANG_TIMEOUT_S, tag, flags))
+    assert not got.get("missing"), f"no {got['missing']} in the work folder: nothing to launch"
+    return got
 
 
 def monitored_barrier_line(run):
@@ -536,8 +589,8 @@ def monitored_barrier_line(run):
     en="the guarded run fails by itself at the monitored barrier, before the launcher's timeout",
     zh="加了保护的运行在 monitored barrier 处自行失败，早于启动器的超时",
 )
-def guarded_fails_fast(learner, n):
-    run = hang_run(learner, n, GUARDED_RUN)
+def guarded_fails_fast(fresh, n):
+    run = hang_run(fresh, n, GUARDED_RUN)
     assert len(run["returncodes"]) == n, f"{len(run['returncodes'])} ranks ran, expected {n}"
     assert run["timed_out"] is False, "timed out"
     code = run["returncode"]
@@ -551,8 +604,8 @@ def guarded_fails_fast(learner, n):
     en="rank 0's monitoredBarrier line names exactly the ranks with fewer items (wait_all_ranks=True)",
     zh="rank 0 的 monitoredBarrier 那一行恰好列出数据较少的那些 rank（wait_all_ranks=True）",
 )
-def guarded_names_missing(learner, n):
-    line = monitored_barrier_line(hang_run(learner, n, GUARDED_RUN))
+def guarded_names_missing(fresh, n):
+    line = monitored_barrier_line(hang_run(fresh, n, GUARDED_RUN))
     missing = {int(x) for x in re.findall(r"\d+", line.split("failed to pass")[0].split("]:")[-1])}
     assert missing == expected_missing(n), f"reported {missing}, expected {expected_missing(n)}: {line}"
 
@@ -563,8 +616,8 @@ def guarded_names_missing(learner, n):
     en="after the monitored barrier fails, every rank of the guarded run ends with a non-zero exit status",
     zh="monitored barrier 失败后，加了保护的运行中每个 rank 都以非零退出码结束",
 )
-def guarded_every_rank_fails(learner, n):
-    run = hang_run(learner, n, GUARDED_RUN)
+def guarded_every_rank_fails(fresh, n):
+    run = hang_run(fresh, n, GUARDED_RUN)
     monitored_barrier_line(run)
     codes = run["returncodes"]
     assert run["timed_out"] is False, "timed out"
@@ -580,8 +633,8 @@ def guarded_every_rank_fails(learner, n):
     en="after the fix every rank exits 0 and all ranks take the same number of steps",
     zh="修好后每个 rank 以 0 退出，所有 rank 的步数相同",
 )
-def fixed_runs(learner, n):
-    run = hang_run(learner, n, FIXED_RUN)
+def fixed_runs(fresh, n):
+    run = hang_run(fresh, n, FIXED_RUN)
     assert run["timed_out"] is False, "timed out"
     assert run["returncodes"] == [0] * n, f"exit codes {run['returncodes']}"
     out = run["records"]
@@ -595,8 +648,8 @@ def fixed_runs(learner, n):
     en="agree_on_steps gives the minimum step count, and the summed gradients match a step-by-step sum",
     zh="agree_on_steps 得到最小的步数，累加的梯度与逐步相加的结果一致",
 )
-def fixed_minimum(learner, n):
-    run = hang_run(learner, n, FIXED_RUN)
+def fixed_minimum(fresh, n):
+    run = hang_run(fresh, n, FIXED_RUN)
     steps = min(len(range(r, 7, n)) for r in range(n))
     total = float(sum(r + s * n for s in range(steps) for r in range(n)))
     assert len(run["records"]) == n, f"{len(run['records'])} rank records, expected {n}"
@@ -610,6 +663,10 @@ def fixed_minimum(learner, n):
 
 def env_of(learner, symptom, **kwargs):
     got = learner.call("debug_env", symptom, **kwargs)
+    return env_checked(symptom, got)
+
+
+def env_checked(symptom, got):
     assert type(got) is dict, f"{symptom}: returned {type(got).__name__}"
     assert all(type(k) is str and type(v) is str for k, v in got.items()), f"{symptom}: keys and values must be str"
     return got
@@ -742,9 +799,17 @@ def course_script(name):
     return cell[len(marker) :]
 
 
+_DESYNC_ENV = weakref.WeakKeyDictionary()
+
+
 def desync_variables(learner):
-    """The learner's ``debug_env("desync")``, the two variables of the kit's row checked."""
-    env = env_of(learner, "desync")
+    """The learner's ``debug_env("desync")``, the two variables of the kit's row checked. Asked once
+    (``desync_used_the_kit`` runs before the fresh kernel's checks) and recalled by ``uneven_run``."""
+    if learner in _DESYNC_ENV:
+        got = recalled(learner, _DESYNC_ENV[learner])
+    else:
+        got = launched_once(_DESYNC_ENV, learner, lambda: learner.call("debug_env", "desync"))
+    env = env_checked("desync", got)
     assert env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL", (
         learner_says(
             "without TORCH_DISTRIBUTED_DEBUG=DETAIL nothing compares the ranks' collectives: the uneven run hangs",
@@ -756,14 +821,14 @@ def desync_variables(learner):
     return env
 
 
-def uneven_run(learner):
-    """The uneven run under the learner's desync variables (launched once per learner)."""
-    if learner not in _UNEVEN_RUNS:
-        env = {k: v for k, v in desync_variables(learner).items() if DESYNC_NAME.fullmatch(k)}
-        with own_work("the course's uneven scripts"):
-            scripts = {name: course_script(name) for name in UNEVEN_SCRIPTS}
-        _UNEVEN_RUNS[learner] = learner.run("uneven_run", scripts, env, 2, UNEVEN_TIMEOUT_S)
-    return _UNEVEN_RUNS[learner]
+def uneven_run(learner, fresh):
+    """The uneven run under the learner's desync variables, in the fresh kernel (launched once per learner)."""
+    if fresh in _UNEVEN_RUNS:
+        return recalled(fresh, _UNEVEN_RUNS[fresh])
+    env = {k: v for k, v in desync_variables(learner).items() if DESYNC_NAME.fullmatch(k)}
+    with own_work("the course's uneven scripts"):
+        scripts = {name: course_script(name) for name in UNEVEN_SCRIPTS}
+    return launched_once(_UNEVEN_RUNS, fresh, lambda: fresh.run("uneven_run", scripts, env, 2, UNEVEN_TIMEOUT_S))
 
 
 @check(
@@ -772,8 +837,8 @@ def uneven_run(learner):
     en="with the desync variables the uneven run fails at once with a mismatch report instead of hanging",
     zh="设置 desync 的变量后，不均匀的运行立即报出不一致并失败，而不是卡死",
 )
-def desync_reports(learner, variant):
-    run = uneven_run(learner)
+def desync_reports(learner, variant, fresh):
+    run = uneven_run(learner, fresh)
     assert run["timed_out"] is False, "timed out"
     assert type(run["returncode"]) is int and run["returncode"] != 0, f"exit status {run['returncode']!r}"
     assert any("mismatch" in o.lower() for o in run["outputs"]), "no mismatch report"

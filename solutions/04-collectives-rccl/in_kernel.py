@@ -4,8 +4,11 @@
 the check cannot send as plain data: these build the row in the kernel and return the learner's
 answer for ``checks.py`` to judge against its reference. ``uneven_run`` launches the course's
 uneven script with the learner's ``hang_tools.py`` (the guarded and fixed runs) or under the
-variables the learner's ``debug_env`` answered (the desync run), never reading the notebook's
-``guarded``, ``fixed`` or ``desync`` records, which any later cell may rebind.
+variables the learner's ``debug_env`` answered (the desync run), and ``ring_run`` the course's ring
+driver with the learner's ``ring.py`` and ``init_plan.py``, never reading the notebook's ``ring_runs``,
+``guarded``, ``fixed`` or ``desync`` records or its runs04/ files, which any later cell may rebind or
+write. The checks run both in a fresh kernel (``rocmlab.harness.Fresh``) that ran none of the
+learner's cells: only module-level imports here, no name of the notebook's.
 """
 
 import json
@@ -16,7 +19,7 @@ from pathlib import Path
 from rocmlab.lab.datasheets import Interconnect, interconnect
 from rocmlab.lab.launch import run_torchrun
 
-LEARNER_MODULES = ("init_plan.py", "hang_tools.py")  # the learner's answers the uneven script imports
+LEARNER_MODULES = ("init_plan.py", "hang_tools.py", "ring.py")  # the learner's answers the course's scripts import
 
 
 def peak_of_row(busbw, key, n):
@@ -36,14 +39,28 @@ def uneven_run(scripts, env, nproc, timeout_s, tag="desync", flags=()):
     and ``flags`` (``--guard``, ``--fix``); its outcome, each rank's exit status and output, and the
     JSON each rank wrote (None where it wrote none)."""
     if flags and not Path("hang_tools.py").is_file():  # the guard and the fix import it: nothing to launch
-        return {
-            "missing": "hang_tools.py",
-            "timed_out": False,
-            "returncode": None,
-            "returncodes": [],
-            "outputs": [],
-            "records": [],
-        }
+        return _nothing_launched("hang_tools.py")
+    return _launch(
+        scripts, "train_uneven.py", lambda runs: ["--runs", str(runs), "--tag", tag, *flags], env, nproc, timeout_s, tag
+    )
+
+
+def ring_run(scripts, nproc, seed, sizes, timeout_s):
+    """Section 2's ring run launched again by the check: ``scripts`` (the course's ``run_ring.py``
+    and ``dist_common.py``) beside the learner's own ``init_plan.py`` and ``ring.py``, on ``nproc``
+    ranks with ``seed`` and ``sizes``; as ``uneven_run``'s."""
+    if not Path("ring.py").is_file():
+        return _nothing_launched("ring.py")
+    args = [str(seed), *(str(size) for size in sizes)]
+    return _launch(scripts, "run_ring.py", lambda runs: [str(runs), *args], {}, nproc, timeout_s, "ring")
+
+
+def _nothing_launched(missing):
+    return {"missing": missing, "timed_out": False, "returncode": None, "returncodes": [], "outputs": [], "records": []}
+
+
+def _launch(scripts, script, args_of, env, nproc, timeout_s, tag):
+    """``script`` of ``scripts`` under torchrun, in a folder of its own with the learner's modules."""
     folder = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=".")).resolve()
     try:
         for name, text in scripts.items():
@@ -53,9 +70,9 @@ def uneven_run(scripts, env, nproc, timeout_s, tag="desync", flags=()):
                 shutil.copyfile(name, folder / name)
         (folder / "runs").mkdir()
         run = run_torchrun(
-            folder / "train_uneven.py",
+            folder / script,
             nproc=nproc,
-            args=["--runs", str(folder / "runs"), "--tag", tag, *flags],
+            args=args_of(folder / "runs"),
             env=env,
             timeout_s=timeout_s,
             cwd=folder,

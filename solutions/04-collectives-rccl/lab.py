@@ -60,15 +60,17 @@
 # **自测与提交**：每个练习下面的测试单元是给你自测的可见检查；随时运行 `rocmlab check <本 notebook>.ipynb` 跑一遍
 # 全部可见测试。做完后在工作坊 hub 上通过 nbgrader 的 Assignments 标签页提交（或等讲师统一收取）。成绩来自隐藏检查：
 # 它们在你的 notebook 之外运行，用按你的种子生成的输入逐条检查每个练习的约定里写明的规则，每条规则单独计分；
-# torchrun 的运行不会重跑，隐藏检查读取你的运行记下的结果。可见测试覆盖了每一类规则，全部通过时隐藏检查通常也会通过。
+# torchrun 的运行由隐藏检查在一个新内核里用课程的脚本和你写的文件（`init_plan.py`、`ring.py`、`hang_tools.py`）重新启动，
+# 不读取你的运行记下的结果。可见测试覆盖了每一类规则，全部通过时隐藏检查通常也会通过。
 
 # %% [markdown] tags=["en"]
 # **Self-check and submit**: the test cell under each exercise holds visible checks for you; run
 # `rocmlab check <this notebook>.ipynb` at any time to run them all. When done, submit through nbgrader's
 # Assignments tab on the workshop hub (or let the instructor collect). The grade comes from hidden checks: they run
 # outside your notebook and test each rule stated in an exercise's contract, one by one, on inputs drawn from your
-# own seed, each rule with its own points; torchrun runs are not repeated, the checks read the results your runs
-# recorded. The visible tests cover every kind of rule, so when they all pass the hidden checks usually do too.
+# own seed, each rule with its own points; the torchrun runs are launched again by the checks, in a fresh kernel, with
+# the course's scripts and the files you wrote (`init_plan.py`, `ring.py`, `hang_tools.py`), not read from what your
+# runs recorded. The visible tests cover every kind of rule, so when they all pass the hidden checks usually do too.
 
 # %% tags=["parameters"]
 PROFILE = "smoke"
@@ -303,7 +305,7 @@ assert (_p["rank"], _p["world_size"], _p["local_rank"], _p["timeout_s"]) == (0, 
 # 3. 返回 `{"sent_elements": int, "received_elements": int, "steps": int}`：本 rank 一共发送、接收的元素个数，以及交换的
 #    步数——2(n−1)，空块的那一步也算一步。
 #
-# 隐藏检查读取驱动脚本记下的结果，用 `RING_WORLD_SIZES` 里的每个 rank 数、`RING_SIZES` 里的每个长度检查：每个 rank 的结果都等于总和（规则 1）、
+# 隐藏检查用你的 `ring.py` 和 `init_plan.py` 重新启动驱动脚本，用 `RING_WORLD_SIZES` 里的每个 rank 数、`RING_SIZES` 里的每个长度检查：每个 rank 的结果都等于总和（规则 1）、
 # 步数为 2(n−1)（规则 3）、每个 rank 发送约 2(n−1)/n · N 个元素（误差不超过 2(n−1)），并且所有 rank 合起来恰好发送
 # 2(n−1) · N 个元素（规则 1、3：每一步每个元素恰好发送一次）。
 
@@ -320,7 +322,8 @@ assert (_p["rank"], _p["world_size"], _p["local_rank"], _p["timeout_s"]) == (0, 
 # 3. return `{"sent_elements": int, "received_elements": int, "steps": int}`: the elements this rank sent and
 #    received in all, and the number of exchange steps, 2(n−1), a step with an empty chunk included.
 #
-# The hidden checks read the results the driver records and check, for every rank count in `RING_WORLD_SIZES` and every length in `RING_SIZES`: every
+# The hidden checks launch the driver again with your `ring.py` and `init_plan.py` and check, for every rank count in
+# `RING_WORLD_SIZES` and every length in `RING_SIZES`: every
 # rank's result equals the sum (rule 1), there are 2(n−1) steps (rule 3), each rank sends about 2(n−1)/n · N
 # elements (within 2(n−1)), and all ranks together send exactly 2(n−1) · N elements (rules 1 and 3: each step
 # sends every element once).

@@ -59,7 +59,7 @@ def world():
     }
 '''
 
-CHECKS = '''
+CHECKS = """
 from rocmlab.harness import check
 
 WORLD = {
@@ -78,7 +78,7 @@ def in_learner_kernel(learner, variant):
     got = learner.run("world")
     assert got["launcher"] == "<lambda>" and got["subprocess"] == "forged" and got["json"] == "forged", got
     assert got["learner_names"] and got["evidence"] != "checked", got  # (the rewriter may be mid-write)
-'''
+"""
 
 
 def run_spec(tmp_path, checks: str, cells: list[str]) -> Spec:

@@ -469,3 +469,99 @@ def test_the_checks_read_the_lab_s_constants_from_lab_py_not_from_the_kernel(tmp
     (tmp_path / "lab.py").write_text("# %%\nOTHER = 1\n")
     with pytest.raises(LabError, match="checks.py: the checks do not load: KeyError: .*no literal constant 'CHOICES'"):
         lab_checks(tmp_path / "checks.py", {"t-1": 1.0})
+
+
+FRESH_CHECKS = """
+from rocmlab.harness import check
+
+@check("t-1", points=1, en="launches", zh="启动")
+def launches(learner, variant, fresh):
+    assert fresh.run("launch", 3) == 6
+
+@check("t-1", points=1, en="doubles", zh="加倍")
+def doubles(learner, variant):
+    assert learner.call("double", 4) == 8
+"""
+FRESH_MODULE = "def launch(n):\n    return double(n)\n"
+
+
+class Opened:
+    """A ``Fresh`` opener over an in-process kernel whose names are ``names``; what happened, in order."""
+
+    def __init__(self, names, log, fails=""):
+        self.names, self.log, self.fails = names, log, fails
+
+    def __call__(self):
+        self.log.append("fresh kernel")
+        if self.fails:
+            raise RuntimeError(self.fails)
+        return InProcess(self.names)
+
+
+class Logged(InProcess):
+    def __init__(self, names, log):
+        super().__init__(names)
+        self.log = log
+
+    def ask(self, request):
+        self.log.append("learner kernel")
+        return super().ask(request)
+
+
+def fresh_checks():
+    from rocmlab.harness import KernelModule
+
+    return load_checks(FRESH_CHECKS, "checks.py", kernel=KernelModule(FRESH_MODULE, "in_kernel.py"), constants={})
+
+
+def test_checks_that_take_fresh_run_after_the_others_and_keep_the_labs_order():
+    from rocmlab.harness import Fresh
+
+    checks = fresh_checks()
+    assert [(c.wants_fresh, c.wants_reference) for c in checks] == [(True, False), (False, False)]
+    log = []
+    fresh = Fresh(Opened({"double": lambda x: 2 * x}, log), before=lambda: log.append("learner closed"))
+    results = run_checks(checks, Learner(Logged({"double": lambda x: 2 * x}, log)), seed=3, fresh=fresh)
+    assert [(r.name, r.passed) for r in results] == [("launches", True), ("doubles", True)]
+    assert log == ["learner kernel", "learner closed", "fresh kernel"]
+    # what the fresh kernel answers, not the learner's kernel, decides the fresh check
+    lying = Fresh(Opened({"double": lambda x: 0}, []))
+    results = run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3, fresh=lying)
+    assert [(r.passed, r.detail.startswith("wrong")) for r in results] == [(False, True), (True, False)]
+
+
+def test_a_lab_without_fresh_checks_opens_no_fresh_kernel():
+    from rocmlab.harness import Fresh
+
+    log = []
+    checks = [c for c in fresh_checks() if not c.wants_fresh]
+    fresh = Fresh(Opened({}, log), before=lambda: log.append("learner closed"))
+    (result,) = run_checks(checks, Learner(InProcess({"double": lambda x: 2 * x})), seed=3, fresh=fresh)
+    assert result.passed and log == [] and not fresh.started
+
+
+def test_a_fresh_kernel_that_does_not_start_is_a_grading_error_and_the_learners_failures_are_theirs():
+    from rocmlab.harness import Fresh
+
+    checks = fresh_checks()
+    learner = {"double": lambda x: 2 * x}
+    for fresh in (None, Fresh(Opened({}, [], fails="bwrap: cannot mount"))):
+        first, second = run_checks(checks, Learner(InProcess(learner)), seed=3, fresh=fresh)
+        assert first.error.startswith("check launches: the fresh kernel: ") and first.detail == "", first
+        assert second.passed
+    raising = Fresh(Opened({"double": lambda x: 1 / 0}, []))  # the learner's files raise in it
+    first, _ = run_checks(checks, Learner(InProcess(learner)), seed=3, fresh=raising)
+    assert first.detail == "your code raised ZeroDivisionError" and first.error == ""
+
+
+def test_a_check_that_asks_the_learners_kernel_once_the_fresh_one_started_is_a_grading_error():
+    from rocmlab.harness import Fresh, KernelModule
+
+    late = FRESH_CHECKS.replace("== 6\n", "== 6\n    learner.call('double', 1)\n")
+
+    checks = load_checks(late, "checks.py", kernel=KernelModule(FRESH_MODULE, "in_kernel.py"), constants={})
+    learner = Learner(InProcess({"double": lambda x: 2 * x}))
+    fresh = Fresh(Opened({"double": lambda x: 2 * x}, []), before=lambda: learner.close("shut down"))
+    first, second = run_checks(checks, learner, seed=3, fresh=fresh)
+    assert "asked a kernel after shut down" in first.error and first.detail == ""
+    assert second.passed  # it ran before the fresh kernel started

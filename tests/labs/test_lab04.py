@@ -314,7 +314,7 @@ class _Launches:
 
 
 def _hang_results(profile, learner_names, reference_names=None, launches=None):
-    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
+    from rocmlab.harness import Fresh, Learner, Reference, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(profile).parameters)
@@ -323,16 +323,16 @@ def _hang_results(profile, learner_names, reference_names=None, launches=None):
     ]
     assert {c.name for c in checks} == HANG_CHECKS
     reference = Reference(InProcess(reference_names)) if reference_names is not None else None
-    learner = Learner(InProcess(learner_names))
+    fresh = Fresh(lambda: InProcess({}))  # a kernel that ran none of the learner's cells
     if launches is not None:
-        learner = launches(learner)
-    return checks, run_checks(checks, learner, 47, reference=reference)
+        launches(fresh.asked)
+    return checks, run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference, fresh=fresh)
 
 
 def test_hang_checks_launch_each_run_once_on_world_size_ranks_without_a_reference_kernel():
     launches = _Launches(_launched(2, {1}))
     checks, results = _hang_results("smoke", {}, launches=launches)
-    assert not any(c.wants_reference for c in checks)
+    assert not any(c.wants_reference for c in checks) and all(c.wants_fresh for c in checks)
     assert all(r.passed for r in results), [(r.name, r.detail or r.error) for r in results if not r.passed]
     scripts = ["dist_common.py", "train_uneven.py"]  # the course's, read from lab.py on the harness side
     assert launches.asked == [
@@ -406,26 +406,33 @@ def test_the_checks_launch_the_guarded_and_fixed_runs_with_the_learners_hang_too
 # -- the ring runs' backend is judged by the GPUs the grader counts, never the learner's torch ------
 
 
-def _ring_files(folder, backend, sizes=(2, 3)):
-    """runs04/ring_ws{n}_rank{r}.json as run_ring.py writes them: each rank's plan and hello sum."""
-    runs = folder / "runs04"
-    runs.mkdir(exist_ok=True)
-    for n in sizes:
-        for rank in range(n):
-            plan = {"rank": rank, "world_size": n, "backend": backend}
-            record = {"plan": plan, "hello_sum": n * (n + 1) / 2, "results": []}
-            (runs / f"ring_ws{n}_rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+def _ring_launches(backend):
+    """What ``in_kernel.ring_run`` answers for each world size: run_ring.py's JSON per rank, with the
+    plan the ranks joined with and the hello sum."""
+
+    def ring_run(function, scripts, n, seed, sizes, timeout_s):
+        assert function == "ring_run" and sorted(scripts) == ["dist_common.py", "run_ring.py"]
+        records = [
+            {"plan": {"rank": r, "world_size": n, "backend": backend}, "hello_sum": n * (n + 1) / 2, "results": []}
+            for r in range(n)
+        ]
+        return {"timed_out": False, "returncode": 0, "returncodes": [0] * n, "outputs": [""] * n, "records": records}
+
+    return ring_run
 
 
-def _joined(learner_names):
-    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+def _joined(learner_names, backend):
+    from rocmlab.harness import Fresh, Learner, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
     checks = load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters)
     (check,) = [c for c in checks if c.name == "ring_runs_joined_as_planned"]
-    assert not check.wants_reference
-    (result,) = run_checks([check], Learner(InProcess(learner_names)), 47)
+    assert not check.wants_reference and check.wants_fresh
+    fresh = Fresh(lambda: InProcess({}))
+    launch = _ring_launches(backend)
+    fresh.asked.run = lambda function, *args: fresh.asked.recall(launch(function, *args))
+    (result,) = run_checks([check], Learner(InProcess(learner_names)), 47, fresh=fresh)
     return result
 
 
@@ -442,21 +449,17 @@ def _with_gpus(count):
     return {"__builtins__": {**vars(builtins), "__import__": forged_import}}
 
 
-def test_ring_runs_on_this_machine_join_with_its_backend(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    _ring_files(tmp_path, "nccl" if torch.cuda.device_count() >= 3 else "gloo")
-    result = _joined({})
+def test_ring_runs_on_this_machine_join_with_its_backend():
+    result = _joined({}, "nccl" if torch.cuda.device_count() >= 3 else "gloo")
     assert result.passed, result.detail or result.error
 
 
-def test_a_learners_torch_that_claims_gpus_earns_nothing_for_nccl_ranks(tmp_path, monkeypatch):
+def test_a_learners_torch_that_claims_gpus_earns_nothing_for_nccl_ranks():
     """Ranks that report nccl, in a kernel whose torch claims 8 GPUs: the grader counts this
     machine's GPUs itself (none here, or fewer than the ranks need) and wants gloo."""
     if torch.cuda.device_count() >= 3:
         pytest.skip("this machine gives every rank a GPU: nccl is the right backend here")
-    monkeypatch.chdir(tmp_path)
-    _ring_files(tmp_path, "nccl")
-    result = _joined(_with_gpus(8))
+    result = _joined(_with_gpus(8), "nccl")
     assert not result.points, result.detail
 
 
@@ -466,7 +469,7 @@ DESYNC_CHECKS = {"desync_reports", "desync_used_the_kit"}
 
 
 def _desync_results(learner_names):
-    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
+    from rocmlab.harness import Fresh, Learner, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
@@ -474,7 +477,8 @@ def _desync_results(learner_names):
         c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in DESYNC_CHECKS
     ]
     assert {c.name for c in checks} == DESYNC_CHECKS
-    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47)}
+    fresh = Fresh(lambda: InProcess({}))  # the launch runs here, in this test's folder
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47, fresh=fresh)}
 
 
 @pytest.mark.slow
@@ -493,3 +497,95 @@ def test_the_checks_launch_the_uneven_run_under_the_learners_desync_row(tmp_path
 
     results = _desync_results({"debug_env": no_detail})
     assert not any(r.points for r in results.values()), {n: r.detail for n, r in results.items() if r.points}
+
+
+# -- the ring runs are launched by the check in a fresh kernel: forged runs04/ files and a patched
+#    launcher in the learner's last cell earn nothing (issue 47) --------------------------------------
+
+RING_CHECKS = {"ring_runs_complete", "ring_runs_joined_as_planned", "ring_sums", "ring_steps", "ring_traffic"}
+
+
+def _forged_ring_records(n, sizes, seed):
+    """runs04/ring_ws{n}_rank{r}.json exactly as run_ring.py writes them for a right ring.py on gloo:
+    the sums, 2(n-1) steps and the elements the solution's chunks send."""
+    dist_common = run_cells(
+        SOURCE.cell_starting("%%writefile dist_common.py")
+        .split("\n", 1)[1]
+        .replace("from init_plan import init_plan", "")
+    )
+    records = []
+    for rank in range(n):
+        results = []
+        for size in sizes:
+            total = sum(dist_common["rank_input"](r, size, seed) for r in range(n)).tolist()
+            chunks = [len(c) for c in torch.tensor_split(torch.arange(size), n)]
+            sent = sum(chunks[(rank - s) % n] for s in range(n - 1)) + sum(
+                chunks[(rank + 1 - s) % n] for s in range(n - 1)
+            )
+            results.append({"size": size, "ring": total, "reference": total, "sent_elements": sent,
+                            "received_elements": sent, "steps": 2 * (n - 1)})  # fmt: skip
+        plan = {"rank": rank, "world_size": n, "local_rank": rank, "backend": "gloo", "label": "gloo", "device": "cpu"}
+        records.append({"plan": plan, "hello_sum": n * (n + 1) / 2, "results": results})
+    return records
+
+
+PATCH_THE_LAUNCHER = """
+import rocmlab.lab.launch
+from types import SimpleNamespace
+_ok = lambda n: SimpleNamespace(ok=True, timed_out=False, returncode=0,
+                                ranks=[SimpleNamespace(rank=r, returncode=0, output="") for r in range(n)])
+rocmlab.lab.launch.run_torchrun = lambda *a, nproc=2, **k: _ok(nproc)
+ring_runs = {n: _ok(n) for n in (2, 3)}
+"""
+
+
+@pytest.mark.slow
+def test_forged_ring_files_and_a_patched_launcher_earn_no_ring_rule(tmp_path, cells):
+    """Cost: two kernels and the two ring launches of the student's ring.py (2 and 3 gloo ranks that
+    fail at import of their answer: about 15-25 s on 2 busy cores). The forged files are what a right
+    ring.py writes (the rules pass on them, judged in process); graded by a real worker, the check
+    launches the course's run_ring.py in a fresh kernel with the learner's ring.py, and no rule holds."""
+    from rocmlab.execution.worker import Spec, Worker
+    from rocmlab.harness import Fresh, Learner, harness_options, lab_parameters, load_checks, run_checks
+
+    path = LAB / "checks.py"
+    smoke = SOURCE.lab.profile("smoke").parameters
+    parameters = lab_parameters(path, smoke)
+    forged = {n: _forged_ring_records(n, parameters["RING_SIZES"], parameters["SEED"]) for n in (2, 3)}
+    work = tmp_path / "work"
+    (work / "runs04").mkdir(parents=True)
+    for n, records in forged.items():
+        for rank, record in enumerate(records):
+            (work / "runs04" / f"ring_ws{n}_rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+    write_module(work, cells, "04-init-sol-1")
+    write_module(work, cells, "04-ring-sol-1", empty=True)
+
+    checks = [
+        c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in RING_CHECKS
+    ]
+    fresh = Fresh(lambda: InProcess({}))
+    answer = {n: {"timed_out": False, "returncode": 0, "returncodes": [0] * n, "records": r} for n, r in forged.items()}
+    fresh.asked.run = lambda function, scripts, n, *rest: fresh.asked.recall(answer[n])
+    assert all(r.passed for r in run_checks(checks, Learner(InProcess({})), 47, fresh=fresh))  # the forgery is right
+
+    notebook = tmp_path / "forger.ipynb"
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PATCH_THE_LAUNCHER)]), str(notebook))
+    spec = Spec(
+        input=str(notebook),
+        output=str(tmp_path / "out" / notebook.name),
+        cwd=str(work),
+        parameters={},
+        cell_timeout_s=60,
+        timeout_s=300,
+        allow_errors=True,
+        engine_options={"harness": harness_options(path, 47, tmp_path / "checks.json", 60, smoke)},
+    )
+    with Worker() as worker:
+        outcome = worker.run(spec)
+    assert outcome.harness and "checks" in outcome.harness, outcome.reason
+    ring = {c["name"]: c for c in outcome.harness["checks"] if c["name"] in RING_CHECKS}
+    assert set(ring) == RING_CHECKS and not any(c["points"] for c in ring.values()), ring
+    assert all(c["detail"] and not c["error"] for c in ring.values()), ring  # the learner's, not the grader's
+    assert "exit codes" in ring["ring_runs_complete"]["detail"], ring  # launched: the student's ring.py fails
+    assert outcome.harness["fresh_start_s"] > 0
