@@ -39,13 +39,14 @@ def eval_records():
 # ---------------------------------------------------------------- the launches the checks make
 
 
-# The equivalence and resume rules judge runs the check launches itself, never the notebook's
-# ``fsdp_ranks``, ``ft_ranks`` or ``ft_log`` (names any later cell may rebind to anything, e.g. the
-# single-process run's own numbers). The rank script is written here: the course's rank code, work
-# functions and header read from lab.py, and, as the only learner input, the source of the exercise
-# functions a launch runs and the notebook's import lines, each parsed here first. The parameters
-# are the run's (``param``); the kernel only starts torchrun with the course's ``run_torchrun`` and
-# hands back what the ranks saved. One launch of each kind per learner, shared by the rules.
+# The shard, schedule, traffic, equivalence and resume rules judge runs the checks launch themselves,
+# never the notebook's ``fsdp_ranks``, ``ft_ranks`` or ``ft_log`` (names any later cell may rebind to
+# anything, e.g. the single-process run's own numbers). The rank script is written here: the course's
+# rank code, work functions and header read from lab.py, and, as the only learner input, the source
+# of the exercise functions a launch runs and the notebook's import lines, each parsed here first.
+# The parameters are the run's (``param``). The launch runs in the fresh kernel (``fresh``), which ran
+# none of the learner's cells: it starts torchrun with the course's ``run_torchrun`` and hands back
+# what the ranks saved. One launch of each kind per learner, shared by the rules.
 LAUNCH_TIMEOUT_S = 50  # below a request's 60 s (harness.PROBE_TIMEOUT_S)
 LAUNCH_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 _LAUNCHES = weakref.WeakKeyDictionary()
@@ -105,8 +106,8 @@ def learner_imports(text):
     return text
 
 
-def rank_script(learner, work):
-    """The rank script of lab.py's launch of ``work``:
+def rank_script(inputs, work):
+    """The rank script of lab.py's launch of ``work``, ``inputs`` being the learner's (``prepared``):
     the learner's imports, the course's imports and header, the learner's exercise functions, then
     the course's rank code (defined last, so that it is the course's that the ranks call)."""
     with own_work("lab.py's rank code"):
@@ -115,11 +116,18 @@ def rank_script(learner, work):
         imports, header, rank_code = lab_rank_header(source)
         functions = lab_launch_lists(source)[work]
     mine = [f for f in functions if f in exercises]
-    given = learner.run("rank_inputs", mine)
-    learner_part = [learner_function(name, given["sources"].get(name)) for name in mine]
+    learner_part = [learner_function(name, inputs["sources"].get(name)) for name in mine]
     trusted = [course[name] for name in (*rank_code, *(f for f in functions if f not in exercises), work)]
     main = f"\nif __name__ == '__main__':\n    run_rank({work}, json.loads(sys.argv[1]))\n"
-    return learner_imports(given["imports"]) + imports + header + "\n\n".join(learner_part + trusted) + main
+    return learner_imports(inputs["imports"]) + imports + header + "\n\n".join(learner_part + trusted) + main
+
+
+def launch_exercises():
+    """The exercise functions lab.py's launches run (the learner's part of their rank scripts)."""
+    with own_work("lab.py's launches"):
+        source = lab_source()
+        _, exercises = lab_functions(source)
+        return sorted({f for functions in lab_launch_lists(source).values() for f in functions if f in exercises})
 
 
 def train_cfg():
@@ -134,23 +142,59 @@ def compared_names(variant):
     return sorted(random.Random(f"{variant.seed}/lab10-launches").sample(names, min(8, len(names))))
 
 
-def launch(learner, variant, work, cfg, max_restarts=0, env=None):
-    """The run of lab.py's ``work`` with the functions of lab.py's launch of it, on ``cfg`` (the check's),
-    the rank script written from the learner's answer (asked by every rule, so that each rule's
-    verdict rests on an answer of its own); one launch per learner and script, shared by the rules."""
-    script = rank_script(learner, work)
-    runs = _LAUNCHES.setdefault(learner, {})
-    if script not in runs:
+# What the launch rules ask of the learner's kernel (its functions' source) and of the reference
+# kernel (the single-process run) is asked by the first of them, before the fresh kernel starts: the
+# harness shuts the learner's kernel (and, under ``rocmlab run``, the reference, which is the same
+# kernel) down then. Each later rule ``recall``s those answers: they are its answers too.
+_PREPARED = weakref.WeakKeyDictionary()
+
+
+def prepared(learner, variant, reference):
+    """``{"inputs": the learner's rank_inputs, "single": the reference's run, or what it raised}``."""
+    if learner in _PREPARED:
+        kept = _PREPARED[learner]
+        learner.recall(kept["inputs"])
+        return kept
+    inputs = learner.run("rank_inputs", launch_exercises())
+    try:
+        single = reference.run("single_process_run", train_cfg(), param("EQUIV_STEPS"), compared_names(variant))
+    except GradingError as exc:  # only the rules that compare with it fail with it
+        single = exc
+    _PREPARED[learner] = {"inputs": inputs, "single": single}
+    return _PREPARED[learner]
+
+
+def single_run(learner, variant, reference):
+    """The single-process reference (section 4's ``train_single_process``), run by the trusted
+    reference kernel on the run's parameters: its losses and the ``compared_names`` parameters."""
+    single = prepared(learner, variant, reference)["single"]
+    if isinstance(single, Exception):
+        raise single
+    with own_work("the reference's single-process run"):
+        assert len(single["losses"]) == param("EQUIV_STEPS"), f"the reference gave {len(single['losses'])} losses"
+        assert sorted(single["final"]) == compared_names(variant), "the reference's parameters"
+    return single
+
+
+def launch(learner, variant, reference, fresh, work, cfg, max_restarts=0, env=None):
+    """The run of lab.py's ``work`` with the functions of lab.py's launch of it, on ``cfg`` (the
+    check's), in the fresh kernel; one launch per learner and script, shared by the rules."""
+    script = rank_script(prepared(learner, variant, reference)["inputs"], work)
+    runs = _LAUNCHES.setdefault(fresh, {})
+    if script in runs:
+        kept = runs[script]
+        if isinstance(kept, Exception):
+            raise kept
+        run = fresh.recall(kept)
+    else:
         try:
-            runs[script] = in_fresh_kernel(learner).run(
+            run = runs[script] = fresh.run(
                 "launched", script, cfg, param("WORLD_SIZE"), LAUNCH_TIMEOUT_S, max_restarts,
                 dict(LAUNCH_ENV, **(env or {})), compared_names(variant),
             )  # fmt: skip
         except (LearnerRaised, NoAnswer) as exc:  # the same verdict for every rule, without a second launch
             runs[script] = exc
-    run = runs[script]
-    if isinstance(run, Exception):
-        raise run
+            raise
     output = run["output"][-600:] if isinstance(run.get("output"), str) else ""
     if run.get("timed_out") is True:  # a loaded machine as likely as the learner's code: regrade, not 0
         raise GradingError(f"the launch of {work} ran past {LAUNCH_TIMEOUT_S} s: …{output[-200:]}")
@@ -159,7 +203,7 @@ def launch(learner, variant, work, cfg, max_restarts=0, env=None):
     return run
 
 
-def fsdp_run(learner, variant):
+def fsdp_run(learner, variant, reference, fresh):
     """Sections 2–4's launch (lab.py's ``fsdp_work``): the shard report, the schedules, one DDP
     backward and the ``EQUIV_STEPS`` AdamW steps of the equivalence run."""
     cfg = dict(
@@ -169,35 +213,18 @@ def fsdp_run(learner, variant):
         schedule_steps=param("SCHEDULE_STEPS"),
         backend=param("BACKEND"),
     )
-    return launch(learner, variant, "fsdp_work", cfg)
+    return launch(learner, variant, reference, fresh, "fsdp_work", cfg)
 
 
-def resume_run(learner, variant):
+def resume_run(learner, variant, reference, fresh):
     """Section 6's launch (lab.py's ``finetune_work``) up to the snapshot at ``EQUIV_STEPS``: the
     last rank SIGKILLed before ``CRASH_AT``, torchrun restarting the group once (the steps after
     the snapshot are the fine-tune's, which the resume rules do not read)."""
     steps = param("EQUIV_STEPS")
     cfg = dict(train_cfg(), steps=steps, every=param("CKPT_EVERY"), crash_at=param("CRASH_AT"), snapshot_at=steps)
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    return launch(learner, variant, "finetune_work", dict(cfg, backend=param("BACKEND")), 1, env)
-
-
-def in_fresh_kernel(learner):
-    """Where the launches run: the learner's kernel until the harness gives checks a fresh one."""
-    return learner
-
-
-_SINGLE = {}  # the reference's single-process run, per run of the checks (checks.py is loaded per run)
-
-
-def single_run(reference, variant):
-    """The single-process reference (section 4's ``train_single_process``), run by the trusted
-    reference kernel on the run's parameters: its losses and the ``compared_names`` parameters."""
-    keep = compared_names(variant)
-    key = (json.dumps(train_cfg(), sort_keys=True), param("EQUIV_STEPS"), tuple(keep))
-    if key not in _SINGLE:
-        _SINGLE[key] = reference.run("single_process_run", train_cfg(), param("EQUIV_STEPS"), keep)
-    return _SINGLE[key]
+    cfg = dict(cfg, backend=param("BACKEND"))
+    return launch(learner, variant, reference, fresh, "finetune_work", cfg, 1, env)
 
 
 # ---------------------------------------------------------------- exercise 1: the memory bill
@@ -445,9 +472,9 @@ def model_layers():
     en="every parameter is a DTensor placed Shard(0) over all ranks",
     zh="每个参数都是在所有 rank 上按 Shard(0) 放置的 DTensor",
 )
-def shard_placements(learner, variant):
+def shard_placements(learner, variant, reference, fresh):
     world = param("WORLD_SIZE")
-    ranks = [r["params"] for r in fsdp_run(learner, variant)["ranks"]]
+    ranks = [r["params"] for r in fsdp_run(learner, variant, reference, fresh)["ranks"]]
     assert all(set(params) == set(model_shapes()) for params in ranks), "the reported parameters are not the model's"
     for r, params in enumerate(ranks):
         for name, p in params.items():
@@ -461,9 +488,9 @@ def shard_placements(learner, variant):
     en="rank r's local shape is the r-th torch.chunk piece along dim 0",
     zh="rank r 的本地形状是沿第 0 维 torch.chunk 的第 r 块",
 )
-def shard_local_shapes(learner, variant):
+def shard_local_shapes(learner, variant, reference, fresh):
     world, shapes = param("WORLD_SIZE"), model_shapes()
-    ranks = [r["params"] for r in fsdp_run(learner, variant)["ranks"]]
+    ranks = [r["params"] for r in fsdp_run(learner, variant, reference, fresh)["ranks"]]
     assert len(ranks) == world and all(set(params) == set(shapes) for params in ranks), "the model's parameters"
     for r, params in enumerate(ranks):
         for name, p in params.items():
@@ -479,14 +506,14 @@ def shard_local_shapes(learner, variant):
     en="the ranks' shards put together equal the original parameter bit for bit",
     zh="各 rank 的分片拼起来逐位等于原参数",
 )
-def shard_join(learner, variant):
+def shard_join(learner, variant, reference, fresh):
     # the layer-0 parameters the notebook keeps (at most 64 Ki elements), and their values, from the
     # model's own files: the kernel's "original" is never compared with the kernel's shards
     kept = sorted(n for n, s in model_shapes().items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024)
     assert kept, f"{param('MODEL')}: no layer-0 parameter of at most 64 Ki elements"
     names = variant.random.sample(kept, min(4, len(kept)))
     originals = course_data.parameters(param("MODEL"), names)
-    ranks = fsdp_run(learner, variant)["ranks"]
+    ranks = fsdp_run(learner, variant, reference, fresh)["ranks"]
     for name in names:
         shards = [r["shards"].get(name) for r in ranks]
         assert all(isinstance(x, torch.Tensor) for x in shards), f"{name}: the shards"
@@ -502,8 +529,8 @@ def shard_join(learner, variant):
     en="every decoder layer and the root are FSDPModules, and no other module is",
     zh="每个解码层和根模型是 FSDPModule，其他模块都不是",
 )
-def shard_modules(learner, variant):
-    got = fsdp_run(learner, variant)["ranks"][0]["fsdp_modules"]
+def shard_modules(learner, variant, reference, fresh):
+    got = fsdp_run(learner, variant, reference, fresh)["ranks"][0]["fsdp_modules"]
     assert got == sorted(["<root>"] + [f"model.layers.{i}" for i in range(model_layers())]), got
 
 
@@ -531,9 +558,9 @@ def backward_counts(events):
     return counts
 
 
-def schedules(learner, variant):
+def schedules(learner, variant, reference, fresh):
     """Each rank's events per configuration, from the check's launch, and the model's layer count."""
-    ranks = fsdp_run(learner, variant)["ranks"]
+    ranks = fsdp_run(learner, variant, reference, fresh)["ranks"]
     return [{n: [tuple(e) for e in s["events"]] for n, s in r["schedules"].items()} for r in ranks], model_layers()
 
 
@@ -543,8 +570,8 @@ def schedules(learner, variant):
     en="with forward prefetch depth d, min(i + 2 + d, L + 1) all-gathers come before layer i's forward",
     zh="前向预取深度为 d 时，第 i 层前向前有 min(i + 2 + d, L + 1) 次 all-gather",
 )
-def schedule_forward(learner, variant):
-    runs, layers = schedules(learner, variant)
+def schedule_forward(learner, variant, reference, fresh):
+    runs, layers = schedules(learner, variant, reference, fresh)
     for r, run in enumerate(runs):
         for name, depth in (("default", 0), ("prefetch-1", 1), ("prefetch-2", 2)):
             got, want = forward_counts(run[name]), [min(i + 2 + depth, layers + 1) for i in range(layers)]
@@ -557,8 +584,8 @@ def schedule_forward(learner, variant):
     en="in backward, at least min(k + 1 + d, L) all-gathers come before the k-th reduce-scatter (d = 0 by default)",
     zh="反向中第 k 次 reduce-scatter 之前至少有 min(k + 1 + d, L) 次 all-gather（默认 d = 0）",
 )
-def schedule_backward(learner, variant):
-    runs, layers = schedules(learner, variant)
+def schedule_backward(learner, variant, reference, fresh):
+    runs, layers = schedules(learner, variant, reference, fresh)
     for r, run in enumerate(runs):
         for name, depth in (("default", 0), ("prefetch-1", 1), ("prefetch-2", 2)):
             got = backward_counts(run[name])
@@ -585,14 +612,12 @@ def schedule_backward(learner, variant):
     en="each step's FSDP loss (the same on every rank) is within 1e-4 of the single-process loss",
     zh="每步 FSDP 损失（每个 rank 相同）与单进程损失相差不超过 1e-4",
 )
-def equiv_losses(learner, variant, reference):
-    steps, ranks = param("EQUIV_STEPS"), [r["losses"] for r in fsdp_run(learner, variant)["ranks"]]
+def equiv_losses(learner, variant, reference, fresh):
+    steps, ranks = param("EQUIV_STEPS"), [r["losses"] for r in fsdp_run(learner, variant, reference, fresh)["ranks"]]
     fsdp = ranks[0]
     assert len(fsdp) == steps and all(isinstance(x, float) and math.isfinite(x) for x in fsdp), f"losses {fsdp}"
     assert all(x == fsdp for x in ranks), "the ranks report other losses"
-    with own_work("the reference's single-process run"):
-        single = single_run(reference, variant)["losses"]
-        assert len(single) == steps, f"the reference gave {len(single)} losses"
+    single = single_run(learner, variant, reference)["losses"]
     worst = max(abs(a - b) for a, b in zip(single, fsdp))
     assert worst <= 1e-4, f"max |Δloss| = {worst:.2e}"
 
@@ -603,11 +628,9 @@ def equiv_losses(learner, variant, reference):
     en="the final parameters are within 1e-3 of the single-process ones",
     zh="最终参数与单进程相差不超过 1e-3",
 )
-def equiv_params(learner, variant, reference):
-    final = fsdp_run(learner, variant)["ranks"][0]["final"]
-    with own_work("the reference's single-process run"):
-        single = single_run(reference, variant)["final"]
-        assert sorted(single) == compared_names(variant), "the reference's parameters"
+def equiv_params(learner, variant, reference, fresh):
+    final = fsdp_run(learner, variant, reference, fresh)["ranks"][0]["final"]
+    single = single_run(learner, variant, reference)["final"]
     assert sorted(final) == sorted(single), f"the run's final parameters lack {sorted(set(single) - set(final))[:3]}"
     for name, want in single.items():
         worst = float((final[name].double() - want.double()).abs().max())
@@ -620,8 +643,8 @@ def equiv_params(learner, variant, reference):
     en="the loss falls",
     zh="损失下降",
 )
-def equiv_falls(learner, variant):
-    losses = fsdp_run(learner, variant)["ranks"][0]["losses"]
+def equiv_falls(learner, variant, reference, fresh):
+    losses = fsdp_run(learner, variant, reference, fresh)["ranks"][0]["losses"]
     assert len(losses) == param("EQUIV_STEPS") and losses[-1] < losses[0], losses
 
 
@@ -704,11 +727,11 @@ def comm_ddp(learner, variant):
     en="the formula agrees with the traffic measured in the launch",
     zh="公式与启动中实测的通信量一致",
 )
-def comm_measured(learner, variant):
+def comm_measured(learner, variant, reference, fresh):
     world = param("WORLD_SIZE")
-    ranks = fsdp_run(learner, variant)["ranks"]
+    ranks = fsdp_run(learner, variant, reference, fresh)["ranks"]
     numels = ranks[0]["schedules"]["default"]["group_numels"]
-    runs, _ = schedules(learner, variant)
+    runs, _ = schedules(learner, variant, reference, fresh)
     share = Fraction(world - 1, world)
     for name, pb, reshard in (("default", 4, True), ("no-reshard", 4, False), ("bf16-params", 2, True)):
         got = learner.call(
@@ -745,8 +768,8 @@ def comm_measured(learner, variant):
     en="after the SIGKILL every rank resumes from the last complete checkpoint",
     zh="SIGKILL 之后每个 rank 从最后一个完整检查点恢复",
 )
-def dcp_resume(learner, variant):
-    run = resume_run(learner, variant)
+def dcp_resume(learner, variant, reference, fresh):
+    run = resume_run(learner, variant, reference, fresh)
     assert re.search(r"exitcode\s*:\s*-9|Signal 9|SIGKILL", run["output"]), "no rank was SIGKILLed on attempt 0"
     crash, every = param("CRASH_AT"), param("CKPT_EVERY")
     for r, rank in enumerate(run["ranks"]):
@@ -761,8 +784,11 @@ def dcp_resume(learner, variant):
     zh="恢复后的参数与不中断的运行一致（CPU 上逐位相同，GPU 上相差不超过 1e-3）",
     counts_with="dcp_resume",
 )
-def dcp_bit_identical(learner, variant):
-    resumed, uninterrupted = resume_run(learner, variant), fsdp_run(learner, variant)
+def dcp_bit_identical(learner, variant, reference, fresh):
+    resumed, uninterrupted = (
+        resume_run(learner, variant, reference, fresh),
+        fsdp_run(learner, variant, reference, fresh),
+    )
     snapshot, final = resumed["ranks"][0]["snapshot"], uninterrupted["ranks"][0]["final"]
     assert isinstance(snapshot, dict) and sorted(snapshot) == compared_names(variant), "the snapshot's parameters"
     for name in compared_names(variant):
@@ -780,8 +806,8 @@ def dcp_bit_identical(learner, variant):
     zh="重放的步重复第一次运行的损失",
     counts_with="dcp_resume",
 )
-def dcp_replay(learner, variant):
-    run = resume_run(learner, variant)
+def dcp_replay(learner, variant, reference, fresh):
+    run = resume_run(learner, variant, reference, fresh)
     first = {e["step"]: e["loss"] for e in run["log"] if e["attempt"] == 0}
     replayed = [e for e in run["log"] if e["attempt"] == 1 and e["step"] in first]
     assert replayed, "no step was replayed after the resume"
