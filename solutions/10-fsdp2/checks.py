@@ -39,7 +39,7 @@ def eval_records():
 # ---------------------------------------------------------------- the launches the checks make
 
 
-# The shard, schedule, traffic, equivalence and resume rules judge runs the checks launch themselves,
+# The shard, schedule, equivalence and resume rules judge runs the checks launch themselves,
 # never the notebook's ``fsdp_ranks``, ``ft_ranks`` or ``ft_log`` (names any later cell may rebind to
 # anything, e.g. the single-process run's own numbers). The rank script is written here: the course's
 # rank code, work functions and header read from lab.py, and, as the only learner input, the source
@@ -102,7 +102,9 @@ def learner_function(name, text):
 
 
 def learner_imports(text):
-    assert isinstance(text, str) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.parse(text).body)
+    assert isinstance(text, str) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.parse(text).body), (
+        "the notebook's import lines hold something other than imports"
+    )
     return text
 
 
@@ -727,11 +729,12 @@ def comm_ddp(learner, variant):
     en="the formula agrees with the traffic measured in the launch",
     zh="公式与启动中实测的通信量一致",
 )
-def comm_measured(learner, variant, reference, fresh):
+def comm_measured(learner, variant):
+    # Still the notebook's launch record: it asks the learner's comm_bytes_per_step about the run's
+    # measured groups, and no kernel of the learner's is asked once the fresh kernel has started.
     world = param("WORLD_SIZE")
-    ranks = fsdp_run(learner, variant, reference, fresh)["ranks"]
-    numels = ranks[0]["schedules"]["default"]["group_numels"]
-    runs, _ = schedules(learner, variant, reference, fresh)
+    numels = learner.eval("fsdp_ranks[0]['schedules']['default']['group_numels']")
+    runs = learner.eval("[{n: list(s['events']) for n, s in r['schedules'].items()} for r in fsdp_ranks]")
     share = Fraction(world - 1, world)
     for name, pb, reshard in (("default", 4, True), ("no-reshard", 4, False), ("bf16-params", 2, True)):
         got = learner.call(
@@ -748,7 +751,7 @@ def comm_measured(learner, variant, reference, fresh):
                     sent["reduce_scatter"] += share * size[0]
             for key, value in sent.items():
                 assert_bytes(got[key], value, label(f"{key} predicted against measured", rank=r, run=name), 1e-9)
-    buckets = ranks[0]["ddp"]["bucket_bytes"]
+    buckets = learner.eval("fsdp_ranks[0]['ddp']['bucket_bytes']")
     got = learner.call("comm_bytes_per_step", numels, world)["ddp_all_reduce"]
     assert_bytes(got, 2 * share * sum(buckets), "ddp_all_reduce predicted against measured", 1e-9)
 
