@@ -33,6 +33,12 @@ SECTIONS = {
         "`CI=true bash .ci/run 2>&1 | tee ci.log`, then `python benchmarks/ci_times.py ci.log --record`: "
         "each step's time (lint, test, site, model, slow) and the total, from a fresh clone.",
     ),
+    "fast_suite": (
+        "The fast suite (`make test`)",
+        "`python benchmarks/fast_suite.py --record`: `make test`'s wall time and CPU seconds in all (a "
+        "CPU-accounting cgroup as root), each worker's share, the costliest test files; the run prints "
+        "the costliest tests too. Wall time on a shared machine measures the neighbours: compare CPU-s.",
+    ),
     "grading": (
         "Grading speed",
         "`python benchmarks/grade_throughput.py`: a class graded by stock `nbgrader autograde` and by "

@@ -118,10 +118,58 @@ def merged_parameters(weights, names):
     return _with_adapter(weights, merged)
 
 
-def plain_parameter_names():
-    """The parameter names of the lab's model without an adapter (``fresh_base`` before the merge
-    has the same ones as after)."""
-    return [name for name, _ in fresh_base.named_parameters()]
+def _names_under(model, modules):
+    """The parameter names under each submodule of ``modules`` ("" is the model), read with
+    ``torch.nn.Module``'s own methods: an instance's ``named_parameters`` may say anything."""
+    module = torch.nn.Module
+    return {m: [n for n, _ in module.named_parameters(module.get_submodule(model, m))] for m in modules}
+
+
+def merged_names_under(modules):
+    """``merged_model``'s parameter names under ``modules`` (a LoRA layer holds ``base_layer``,
+    ``lora_A``, ``lora_B``; the plain layer only ``weight`` and maybe ``bias``)."""
+    return _names_under(merged_model, modules)
+
+
+def plain_names_under(modules):
+    """The same of the lab's model without an adapter (``fresh_base``: the solution's merge unloads
+    its LoRA layers, so it holds the plain layers again)."""
+    return _names_under(fresh_base, modules)
+
+
+def _dropout_sites(model):
+    """``(module, attribute)`` of every dropout rate in ``model``: ``nn.Dropout`` layers' ``p`` and
+    the attention layers' ``attention_dropout`` (transformers' Qwen2 applies it in training mode only)."""
+    sites = []
+    for m in torch.nn.Module.modules(model):
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            sites.append((m, "p"))
+        elif type(getattr(m, "attention_dropout", None)) is float:
+            sites.append((m, "attention_dropout"))
+    return sites
+
+
+def dropout_sites():
+    """How many dropout rates the lab's merged model has (the reference's ``fresh_base``)."""
+    return len(_dropout_sites(fresh_base))
+
+
+def logits_of_merged_under_dropout(ids, p):
+    """``(dropout rates raised, [logits, logits])``: ``merged_model``'s logits of ``ids`` twice,
+    with every dropout rate of the model set to ``p`` for those passes, then put back. In eval
+    mode no dropout applies and both equal the adapter model's; in training mode each pass drops
+    its own random part."""
+    sites = _dropout_sites(merged_model)
+    saved = [getattr(m, name) for m, name in sites]
+    try:
+        for m, name in sites:
+            setattr(m, name, p)
+        with torch.no_grad():
+            passes = [merged_model(input_ids=ids.to(device)).logits.float().cpu() for _ in range(2)]
+    finally:
+        for (m, name), value in zip(sites, saved):
+            setattr(m, name, value)
+    return len(sites), passes
 
 
 def batch_logits(ids, mask):

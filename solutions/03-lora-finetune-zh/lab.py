@@ -1053,7 +1053,8 @@ assert score_predictions(tuned_predictions, EVAL_REFERENCES) == tuned_scores, \
 # `save_pretrained` 只保存适配器：几 MB 而不是整个模型。部署时有两种做法：保留适配器（同一个底座可以
 # 热切换多个适配器），或 `merge_and_unload()` 把 $\frac{\alpha}{r}BA$ 加回 $W$，得到一个普通模型，推理
 # 没有额外开销。合并后的 logits 应与带适配器的模型一致（fp32 下到舍入误差，bf16 下误差更大）。
-# 重新加载必须用 **全新的** 底座：`get_peft_model` 已经原地修改了前面的 `model`。
+# 重新加载必须用 **全新的** 底座：`get_peft_model` 已经原地修改了前面的 `model`。适配器保存在工作目录的
+# `qc-lora-adapter/` 里（和 `metrics.json` 在一起），隐藏检查就读这个位置的文件。
 
 # %% [markdown] tags=["en"]
 # ## 6. Save, reload, merge
@@ -1062,11 +1063,12 @@ assert score_predictions(tuned_predictions, EVAL_REFERENCES) == tuned_scores, \
 # the adapter (one base can hot-swap several adapters) or `merge_and_unload()`, which adds
 # $\frac{\alpha}{r}BA$ back into $W$ and returns a plain model with no inference overhead. The
 # merged logits must match the adapter model (to rounding in fp32; looser in bf16). Reload onto a
-# **fresh** base: `get_peft_model` already changed the earlier `model` in place.
+# **fresh** base: `get_peft_model` already changed the earlier `model` in place. The adapter is saved in
+# `qc-lora-adapter/` in your work folder (beside `metrics.json`); the hidden checks read the file there.
 
 # %%
-ADAPTER_TMP = tempfile.TemporaryDirectory(prefix="lab03-adapter-")   # removed when the kernel exits
-adapter_dir = pathlib.Path(ADAPTER_TMP.name)
+ADAPTER_DIR = "qc-lora-adapter"   # in the work folder, beside metrics.json: the hidden checks read the adapter here
+adapter_dir = pathlib.Path(ADAPTER_DIR)
 peft_model.save_pretrained(adapter_dir)
 adapter_file = adapter_dir / "adapter_model.safetensors"
 print(sorted(p.name for p in adapter_dir.iterdir()), f"{adapter_file.stat().st_size:,} bytes")
@@ -1082,8 +1084,9 @@ with torch.no_grad():
 # 2. 处于 eval 模式；
 # 3. 它的 logits 与带适配器的模型一致：fp32 下误差不超过 1e-4，bf16 下不超过 0.25。
 #
-# 隐藏检查在随机的 token 序列上比较合并后模型与带适配器模型的 logits，检查返回值的类型和 eval 模式，并核对保存的适配器
-# 文件：其中的参数个数等于 peft 的可训练参数个数，也等于第 2 节的 `lora_param_count`。
+# 隐藏检查在随机的 token 序列上比较合并后模型与带适配器模型的 logits；按名字取几个参数，核对它们是底座权重加上适配器的
+# 增量、投影层里不再有 LoRA 层；把各层的 dropout 调高后再前向两次，eval 模式下 logits 不变；并核对 `qc-lora-adapter/`
+# 里保存的适配器文件：其中的参数个数等于 peft 的可训练参数个数，也等于第 2 节的 `lora_param_count`。
 
 # %% [markdown] tags=["en"]
 # **Exercise 7 contract**: `reload_and_merge(base_model, adapter_dir)` loads the adapter saved in `adapter_dir`
@@ -1094,8 +1097,10 @@ with torch.no_grad():
 # 2. in eval mode;
 # 3. whose logits match the adapter model: within 1e-4 in fp32, 0.25 in bf16.
 #
-# The hidden checks compare the merged and the adapter model's logits on random token sequences, check the type of
-# the result and eval mode, and the saved adapter file: its parameter count equals peft's trainable count and
+# The hidden checks compare the merged and the adapter model's logits on random token sequences; ask for some
+# parameters by name and check that they hold the base weight plus the adapter's delta, with no LoRA layer left in the
+# projections; turn the dropout of every layer up and run the model twice, whose logits stay the same in eval mode;
+# and check the adapter file saved in `qc-lora-adapter/`: its parameter count equals peft's trainable count and
 # section 2's `lora_param_count`.
 
 # %% tags=["solution"] grade_id="03-merge-sol-1"

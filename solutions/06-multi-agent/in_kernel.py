@@ -15,7 +15,19 @@ The course's clock, queue and trace (``rocmlab.lab.agents`` and ``agent_trace``)
 here from the source the check sends with each request (``course``), never taken from the
 package: a learner's cell may rebind ``rocmlab.lab.agents.run_async`` or ``Trace`` in
 ``sys.modules`` (no virtual time, no leftover task, a trace of its own). While the learner's code
-runs, its ``InstrumentedQueue`` is this copy's, so the queues it makes are the ones the check sees.
+runs, its ``InstrumentedQueue`` is this copy's, and the package's class registers its queues (and
+those of any subclass of it) with this copy too, so the queues it makes are the ones the check
+sees; their figures are read with this copy's ``stats``, never a subclass's.
+
+After the learner's coroutine returns, the run leaves tasks of its own behind on purpose, named by
+the check (``left``): the leftover list must name exactly those beside the learner's. A kernel
+whose task list was made to say "nothing left" (``asyncio.all_tasks`` rebound) loses them too.
+
+What this module cannot do: it is compiled and run in the learner's process after the notebook,
+so every module, class and builtin it reaches (``asyncio``, ``threading``, ``builtins``) is what
+the learner's cells left there. Its checks are answers to inputs the check draws (the names of
+the tasks left, the stage times that bound the clock), which a blanket rebinding gets wrong; code
+that reads this module's requests and answers them on purpose can still lie.
 """
 
 import asyncio
@@ -60,19 +72,47 @@ def _globals_of(owner):
 @contextlib.contextmanager
 def _queues_of(agents, *functions):
     """``InstrumentedQueue`` as the learner's ``functions`` find it (their globals, and the
-    package's attribute) bound to ``agents``' own while the block runs, then put back."""
-    places = [g for g in map(_globals_of, functions) if "InstrumentedQueue" in g]
+    package's attribute) bound to ``agents``' own while the block runs, and the package's queue
+    registry (``_local``, where its class's ``__init__`` registers a queue: a learner's subclass
+    of it, or a name bound to it before) made ``agents``' own; all put back after."""
+    places = [(g, "InstrumentedQueue", agents.InstrumentedQueue) for g in map(_globals_of, functions)]
+    places = [place for place in places if place[1] in place[0]]
     package = sys.modules.get("rocmlab.lab.agents")
     if package is not None:
-        places.append(vars(package))
-    saved = [(place, place.get("InstrumentedQueue")) for place in places]
+        places.append((vars(package), "InstrumentedQueue", agents.InstrumentedQueue))
+        if hasattr(agents, "_local"):
+            places.append((vars(package), "_local", agents._local))
+    saved = [(place, name, place.get(name)) for place, name, _ in places]
     try:
-        for place in places:
-            place["InstrumentedQueue"] = agents.InstrumentedQueue
+        for place, name, value in places:
+            place[name] = value
         yield agents
     finally:
-        for place, queue in saved:
-            place["InstrumentedQueue"] = queue
+        for place, name, value in reversed(saved):
+            place[name] = value
+
+
+def _stats(agents, queues):
+    """Each queue's figures as ``agents``' own ``InstrumentedQueue.stats`` reads them."""
+    return [agents.InstrumentedQueue.stats(q) for q in queues]
+
+
+def _leaving(main, left):
+    """``main``, and when its coroutine has returned, a task per name of ``left`` that waits for
+    ever: the run's leftovers must name them (the check knows them; the learner's code does not)."""
+
+    async def run():
+        value = await main()
+        loop = asyncio.get_running_loop()
+        for name in left:
+            loop.create_task(_forever(loop.create_future()), name=name)
+        return value
+
+    return run
+
+
+async def _forever(never):
+    await never
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,14 +177,16 @@ def _events(trace):
 # ---------------------------------------------------------------- exercise 1: run_pipeline
 
 
-def pipeline_run(course, n, queue_size, workers, ms):
+def pipeline_run(course, n, queue_size, workers, ms, left):
     """``(results, events, queue stats, leftover tasks, elapsed virtual s)`` of ``run_pipeline``."""
     with _queues_of(_course(course), run_pipeline) as agents:
         trace = agents.Trace()
         stages = _toy_stages(workers, tuple(ms))
         items = [(f"m{i:03d}", {"id": f"m{i:03d}", "path": []}) for i in range(n)]
-        result = agents.run_async(lambda: run_pipeline(items, stages, queue_size=queue_size, trace=trace))
-        return result.value, _events(trace), [q.stats() for q in result.queues], result.leftover_tasks, result.elapsed_s
+        main = _leaving(lambda: run_pipeline(items, stages, queue_size=queue_size, trace=trace), left)
+        result = agents.run_async(main)
+        stats = _stats(agents, result.queues)
+        return result.value, _events(trace), stats, result.leftover_tasks, result.elapsed_s
 
 
 # ---------------------------------------------------------------- exercise 2: retries
@@ -155,7 +197,7 @@ def backoff(seed, base_s, jitter, msg_id, attempt):
     return backoff_delay(RetryPolicy(seed=seed, base_s=base_s, jitter=jitter), msg_id, attempt)
 
 
-def retries(course, script, timeout_s, max_attempts, base_s, jitter, seed):
+def retries(course, script, timeout_s, max_attempts, base_s, jitter, seed, left):
     """``(outcomes, events, leftover tasks)`` of ``call_with_retries`` for every message of the
     scripted stage at once: an outcome is None or ``[reason, attempts]`` of its DeadLetter."""
     with _queues_of(_course(course), call_with_retries) as agents:
@@ -173,7 +215,7 @@ def retries(course, script, timeout_s, max_attempts, base_s, jitter, seed):
         async def main():
             await asyncio.gather(*(one(s, m) for s, per in script.items() for m in per))
 
-        result = agents.run_async(main)
+        result = agents.run_async(_leaving(main, left))
         return outcomes, _events(trace), result.leftover_tasks
 
 
@@ -224,17 +266,17 @@ def duplicate_run(course, ms, wait):
 # ---------------------------------------------------------------- exercise 4: the deadlock
 
 
-def rpc_run(course, n, queue_size):
+def rpc_run(course, n, queue_size, left):
     """``(answers, queue stats, leftover tasks)`` of ``rpc_pipeline_fixed``."""
     with _queues_of(_course(course), rpc_pipeline_fixed) as agents:
-        result = agents.run_async(lambda: rpc_pipeline_fixed(n, queue_size), timeout_s=60.0)
-        return result.value, [q.stats() for q in result.queues], result.leftover_tasks
+        result = agents.run_async(_leaving(lambda: rpc_pipeline_fixed(n, queue_size), left), timeout_s=60.0)
+        return result.value, _stats(agents, result.queues), result.leftover_tasks
 
 
 # ---------------------------------------------------------------- section 5: shutdown
 
 
-def shutdown_run(course, n, feeders, stop_ms, queue_size, workers, seed, failures):
+def shutdown_run(course, n, feeders, stop_ms, queue_size, workers, seed, failures, left):
     """``(sorted report ids, dead letters, events, leftover tasks)``: ``feeders`` tasks submit n
     ids while the runtime is shut down after ``stop_ms``."""
     with _queues_of(_course(course), Runtime) as agents:
@@ -256,7 +298,7 @@ def shutdown_run(course, n, feeders, stop_ms, queue_size, workers, seed, failure
             await asyncio.gather(*feeding)
             return runtime
 
-        result = agents.run_async(main, timeout_s=600.0)
+        result = agents.run_async(_leaving(main, left), timeout_s=600.0)
         return sorted(result.value.reports), result.value.dead_letters, _events(trace), result.leftover_tasks
 
 

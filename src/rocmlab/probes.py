@@ -333,15 +333,6 @@ def target_features(target: str) -> dict[str, str]:
     return features
 
 
-def target_compatible(device: str, built: str) -> bool:
-    """Can code built for ``built`` run on ``device``? Same base target, and no feature that
-    both name with opposite settings (an unnamed feature means the code runs either way)."""
-    if base_target(device) != base_target(built):
-        return False
-    have, need = target_features(device), target_features(built)
-    return all(have.get(name, value) == value for name, value in need.items())
-
-
 def parse_version(text: str | None) -> tuple[int, ...] | None:
     """Leading dotted digits of a version string: ``"6.2.4-120"`` → (6, 2, 4)."""
     if not text:
@@ -467,6 +458,7 @@ class KfdGpu:
     device_id: int
     wavefront: int
     xccs: int
+    capability: int | None = None  # the node's HSA_CAP_* bits; None where the properties lack the line
 
     @property
     def render_node(self) -> str:
@@ -497,6 +489,7 @@ def kfd_gpus(machine: Machine) -> list[KfdGpu]:
                 device_id=props.get("device_id", 0),
                 wavefront=props.get("wave_front_size", 0),
                 xccs=props.get("num_xcc", 1),
+                capability=props.get("capability"),
             )
         )
     return found
@@ -532,3 +525,104 @@ def partition_modes(machine: Machine) -> tuple[str, str] | None:
     modes = {(p["compute"], p["memory"]) for p in parse_amdsmi_partitions(result.stdout)}
     modes = {m for m in modes if "N/A" not in m}
     return sorted(modes)[0] if len(modes) == 1 else None
+
+
+# ---- an agent's ISA: its target features ------------------------------------------------------
+
+# How the ROCr runtime names a GPU agent's ISA ("gfx90a:sramecc+:xnack-"):
+# - which targets have the sramecc and the xnack feature at all: the ISA registry,
+#   ``IsaRegistry::GetSupportedIsas`` in ROCm/rocm-systems projects/rocr-runtime/runtime/hsa-runtime/
+#   core/runtime/isa.cpp (commit aa4a8618ab2c9146a56bbf1f2307d920f11c53bf): a target whose entry says
+#   ``unsupported`` never carries the feature in its name (every gfx10.3, gfx11 and gfx12 target);
+# - sramecc: the ``GpuAgent`` constructor in ROCm/ROCR-Runtime runtime/hsa-runtime/core/runtime/
+#   amd_gpu_agent.cpp (commit c7785a6da1c10c25bc8d527c00b1fe79bfbd84c9; the same lines are in
+#   rocm-systems): on when HSA_ENABLE_SRAMECC is "1", off when "0" (core/util/flag.h), else the KFD
+#   node's ``SRAM_EDCSupport`` capability bit (libhsakmt's ``HSA_CAPABILITY``, hsakmttypes.h), which
+#   is bit 26 of the ``capability`` line of /sys/class/kfd/kfd/topology/nodes/N/properties:
+#   ``HSA_CAP_SRAM_EDCSUPPORTED 0x04000000`` in torvalds/linux include/uapi/linux/kfd_sysfs.h
+#   (commit 550d14e3942c7d93ed3a3f38d6de94673e24988f);
+# - xnack is the process's mode, not the GPU's: the same constructor takes ``xnack_mode``, which
+#   amd_topology.cpp's ``BindXnackMode`` gets from KFD after asking for the mode HSA_XNACK requests
+#   (the driver may refuse). No file of the topology says what a process gets: "unknown".
+SRAMECC_TARGETS = frozenset({"gfx906", "gfx908", "gfx90a", "gfx942", "gfx950"})
+XNACK_TARGETS = frozenset(
+    {"gfx801", "gfx810", "gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a", "gfx942", "gfx950"}
+    | {"gfx1010", "gfx1011", "gfx1012", "gfx1013"}
+)
+FEATURELESS_TARGETS = frozenset(
+    {"gfx700", "gfx701", "gfx702", "gfx802", "gfx803", "gfx805", "gfx90c"}
+    | {f"gfx103{n}" for n in range(7)}
+    | {"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"}
+    | {"gfx1200", "gfx1201", "gfx1250", "gfx1251"}
+)
+HSA_CAP_SRAM_EDCSUPPORTED = 0x04000000
+UNKNOWN = "unknown"
+
+
+def agent_features(gfx: str, capability: int | None, env: dict) -> dict[str, str]:
+    """The target features ROCr names for an agent of target ``gfx`` whose KFD node has the
+    ``capability`` bits, in a process with the environment ``env``: {"sramecc": "+"/"-",
+    "xnack": "unknown"} for the features the target has ("unknown" where the topology does not
+    decide it); {} for a target without features; both unknown for a target the runtime's table
+    above does not list."""
+    if gfx not in SRAMECC_TARGETS | XNACK_TARGETS | FEATURELESS_TARGETS:
+        return {"sramecc": UNKNOWN, "xnack": UNKNOWN}
+    features = {}
+    if gfx in SRAMECC_TARGETS:
+        forced = {"1": "+", "0": "-"}.get(env.get("HSA_ENABLE_SRAMECC", ""))
+        on = None if capability is None else bool(capability & HSA_CAP_SRAM_EDCSUPPORTED)
+        features["sramecc"] = forced or (UNKNOWN if on is None else "+" if on else "-")
+    if gfx in XNACK_TARGETS:
+        features["xnack"] = UNKNOWN
+    return features
+
+
+def isa_name(gfx: str, features: dict[str, str]) -> str:
+    """The agent's ISA as far as it is known: ``gfx942`` with each decided feature
+    (``gfx942:sramecc+``); a feature reported unknown is left out of the name."""
+    return gfx + "".join(f":{name}{value}" for name, value in sorted(features.items()) if value in ("+", "-"))
+
+
+# ---- marketing names: libdrm's amdgpu.ids ----------------------------------------------------
+
+# libdrm ships the table AMD's user-mode drivers name GPUs from (Debian: libdrm-common):
+# "device_id,<tab>revision_id,<tab>product_name" lines in hex, '#' comments and a version line
+# (mesa/drm data/amdgpu.ids). libdrm names a device only where both its PCI device id and its PCI
+# revision match a line, the first that does (``parse_one_line`` in amdgpu/amdgpu_asic_id.c, mesa/drm
+# at 369990d9660a387f618d0eedc341eb285016243b, read through the X11Libre/mirror.fdo.drm mirror).
+# The KFD topology gives the device id; the revision is the PCI device's ``revision`` attribute
+# (Linux Documentation/ABI/testing/sysfs-bus-pci), reached from the node's render minor.
+AMDGPU_IDS = "/usr/share/libdrm/amdgpu.ids"
+
+
+def parse_amdgpu_ids(text: str) -> dict[int, dict[int, str]]:
+    """libdrm's amdgpu.ids → {device id: {revision: name}} (the first line of a pair wins, as in libdrm)."""
+    found: dict[int, dict[int, str]] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split(",")
+        if len(parts) < 3 or not parts[2].strip():
+            continue
+        try:
+            device, revision = int(parts[0], 16), int(parts[1], 16)
+        except ValueError:
+            continue
+        found.setdefault(device, {}).setdefault(revision, parts[2].strip())
+    return found
+
+
+def pci_revision(machine: Machine, render_minor: int) -> int | None:
+    """The PCI revision of the device behind ``/dev/dri/renderD<minor>`` ("0xc0" in sysfs); None when unreadable."""
+    text = (machine.read_file(f"/sys/class/drm/renderD{render_minor}/device/revision") or "").strip()
+    return int(text, 16) if re.fullmatch(r"0[xX][0-9a-fA-F]+", text) else None
+
+
+def marketing_name(ids: dict[int, dict[int, str]], device_id: int, revision: int | None) -> str | None:
+    """The GPU's name in amdgpu.ids: the line of its device id and revision, as libdrm matches it;
+    where the revision is unknown, the name only when every line of the device id gives the same one."""
+    names = ids.get(device_id, {})
+    if revision is not None:
+        return names.get(revision)
+    distinct = set(names.values())
+    return distinct.pop() if len(distinct) == 1 else None

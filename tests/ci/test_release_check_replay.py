@@ -444,6 +444,7 @@ READS_THE_MATRIX = [
 ]
 
 
+@pytest.mark.slow  # a nested pytest of 11 test modules: 14 CPU-s, a tenth of make test
 def test_the_bots_own_edit_for_a_new_series_passes_the_tests_that_read_the_matrix(tmp_path):
     """The bot's --apply output (a new series with its unverified gfx fact, a patched previous entry, the
     regenerated Dockerfiles and sentences), applied to a copy of this repository's matrix, README and docs,

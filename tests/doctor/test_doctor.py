@@ -10,6 +10,7 @@ import tomli_w
 from rocmlab import doctor, probes
 from rocmlab.cli import main
 from rocmlab.course.course import Course
+from rocmlab.doctor import checks_gpu
 from rocmlab.errors import InputError
 
 MACHINES = Path(__file__).parents[1] / "fixtures" / "machines"
@@ -92,7 +93,9 @@ def test_gpus_come_from_the_kfd_topology_named_by_amd_smi():
         ("AMD Instinct MI300X", "gfx942", 304, 64)
     }
     found = next(f for f in report["findings"] if f["check"] == "gpus")
-    assert found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942 304 CU wave64"
+    assert (
+        found["detail"] == "8 via the KFD topology and amd-smi: 8 x AMD Instinct MI300X gfx942:sramecc+ 304 CU wave64"
+    )
 
 
 def test_the_topology_lists_the_gpu_a_user_outside_the_render_group_cannot_open():
@@ -111,7 +114,14 @@ def test_without_the_topology_amd_smi_alone_lists_the_gpus(tmp_path):
     (tmp_path / "machine.json").write_text(json.dumps(data))
     facts = doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX)["facts"]
     assert facts["gpus"] == [
-        {"name": "Radeon RX 7900 XTX", "gfx": "gfx1100", "isa": "gfx1100", "compute_units": 96, "wavefront_size": None}
+        {
+            "name": "Radeon RX 7900 XTX",
+            "gfx": "gfx1100",
+            "isa": "gfx1100",
+            "features": {},
+            "compute_units": 96,
+            "wavefront_size": None,
+        }
     ]
     del data["commands"]["amd-smi static --asic --json"]
     (tmp_path / "machine.json").write_text(json.dumps(data))
@@ -141,41 +151,66 @@ def test_parse_amdsmi_asic_and_version():
     assert version == {"tool": "26.2.2+7f", "library": "26.2.2", "rocm": "7.2.4"}
 
 
-@pytest.mark.parametrize(
-    "device, built, ok",
-    [
-        ("gfx90a:sramecc+:xnack-", "gfx90a", True),
-        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack-", True),
-        ("gfx90a:sramecc+:xnack-", "gfx90a:xnack+", False),
-        ("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-", "gfx942", True),
-        ("gfx1100", "gfx1101", False),
-        ("gfx1201", "gfx120", False),
-    ],
-)
-def test_target_compatible(device, built, ok):
-    assert probes.target_compatible(device, built) is ok
+GFX90A_TOPOLOGY = {"gfx": "gfx90a", "features": {"sramecc": "+", "xnack": "unknown"}}
+GFX1100_TOPOLOGY = {"gfx": "gfx1100", "features": {}}
 
 
 @pytest.mark.parametrize(
-    "env, visible, problem",
+    "gpu, arch_list, verdict",
     [
-        ({}, [0, 1, 2, 3], False),
-        ({"ROCR_VISIBLE_DEVICES": "2,3"}, [2, 3], False),
-        ({"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"}, [3], False),
-        ({"HIP_VISIBLE_DEVICES": "3,0"}, [3, 0], False),
-        ({"CUDA_VISIBLE_DEVICES": "1"}, [1], False),
-        ({"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"}, [], True),
-        ({"HIP_VISIBLE_DEVICES": "0,7,1"}, [0], True),
+        (GFX90A_TOPOLOGY, ["gfx90a"], ("yes", [])),
+        (GFX90A_TOPOLOGY, ["gfx90a:sramecc+"], ("yes", [])),
+        (GFX90A_TOPOLOGY, ["gfx90a:sramecc-"], ("no", [])),  # sramecc is the GPU's: the topology decides it
+        (GFX90A_TOPOLOGY, ["gfx90a:xnack+"], ("per process", ["xnack+"])),  # xnack is the process's
+        (GFX90A_TOPOLOGY, ["gfx90a:xnack+", "gfx90a:xnack-"], ("per process", ["xnack+", "xnack-"])),
+        (GFX90A_TOPOLOGY, ["gfx90a:xnack+", "gfx90a"], ("yes", [])),
+        (GFX90A_TOPOLOGY, ["gfx942", "gfx90"], ("no", [])),
+        (GFX1100_TOPOLOGY, ["gfx110", "gfx1101"], ("no", [])),
+        (GFX1100_TOPOLOGY, ["gfx1100:xnack-"], ("no", [])),  # a target without xnack: no such code object
+        (GFX1100_TOPOLOGY, [], ("no", [])),
     ],
 )
-def test_visible_devices(env, visible, problem):
-    got, problems = doctor.visible_devices(4, env)
-    assert got == visible and bool(problems) is problem
+def test_what_loads_on_a_gpu_of_the_topology(gpu, arch_list, verdict):
+    """ROCr's rule (isa.cpp ``Isa::IsCompatible``) on the doctor's GPU: a feature the topology
+    leaves unknown makes code that names it depend on the process, not fail."""
+    assert checks_gpu.loads_on(gpu, arch_list) == verdict
+
+
+def test_a_wheel_built_for_one_xnack_mode_is_a_warning_naming_hsa_xnack(tmp_path):
+    data = json.loads((MACHINES / "no-render-group" / "machine.json").read_text())
+    data["torch"]["arch_list"] = ["gfx90a:xnack+"]
+    got = report_for_data(tmp_path, data, "no-render-group")
+    found = next(f for f in got["findings"] if f["check"] == "torch-arch")
+    assert found["status"] == "warn" and "xnack+" in found["detail"] and "HSA_XNACK" in found["detail"]
+
+
+def report_for_data(tmp_path, data, like):
+    for extra in (MACHINES / like).iterdir():
+        if extra.name != "machine.json":
+            (tmp_path / extra.name).write_text(extra.read_text())
+    (tmp_path / "machine.json").write_text(json.dumps(data))
+    return doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX)
+
+
+def test_visible_devices_are_what_the_runtime_gave_torch_not_a_rederived_rule(tmp_path):
+    """The doctor reports the variables and the GPUs torch got under them; it has no copy of the
+    runtimes' parsing rules (lab 01's exercise)."""
+    assert not hasattr(doctor, "visible_devices")
+    report = report_for("mi250x-rocm57")  # ROCR_VISIBLE_DEVICES=0,1 and HIP_VISIBLE_DEVICES=1: one GCD
+    found = next(f for f in report["findings"] if f["check"] == "visible-devices")
+    assert found["status"] == "ok" and found["detail"].startswith("torch sees 1 of the 4 GPU(s)")
+    data = json.loads((MACHINES / "mi250x-rocm57" / "machine.json").read_text())
+    data["torch"]["devices"], data["torch"]["available"] = [], False
+    found = next(
+        f for f in report_for_data(tmp_path, data, "mi250x-rocm57")["findings"] if f["check"] == "visible-devices"
+    )
+    assert found["status"] == "warn" and "torch sees none of the 4" in found["detail"]
 
 
 def test_hidden_gpus_and_bad_override_are_reported(tmp_path):
     data = json.loads((MACHINES / "rx7900xtx-desktop" / "machine.json").read_text())
     data["env"].update({"HIP_VISIBLE_DEVICES": "1", "HSA_OVERRIDE_GFX_VERSION": "gfx1100"})
+    data["torch"]["devices"], data["torch"]["available"] = [], False  # HIP's device 1 of one GPU: none left
     (tmp_path / "amd-smi-asic.json").write_text((MACHINES / "rx7900xtx-desktop" / "amd-smi-asic.json").read_text())
     (tmp_path / "machine.json").write_text(json.dumps(data))
     got = statuses(doctor.diagnose(probes.RecordedMachine(tmp_path), matrix=NO_MATRIX))
@@ -311,3 +346,111 @@ def test_python_dash_m_runs_the_command(tmp_path):
         [sys.executable, "-m", "rocmlab.doctor", "--machine", str(tmp_path)], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "machine.json" in bad.stderr
+
+
+# ---- the agent's ISA features (probes.agent_features) and names from libdrm's amdgpu.ids -------------
+
+
+@pytest.mark.parametrize(
+    "name, isa, features",
+    [
+        ("mi300x-node", "gfx942:sramecc+", {"sramecc": "+", "xnack": "unknown"}),  # capability 0xac77a280: bit 26 set
+        ("mi250x-rocm57", "gfx90a:sramecc+", {"sramecc": "+", "xnack": "unknown"}),  # 0x2c77a280
+        ("mi355x-node", "gfx950:sramecc+", {"sramecc": "+", "xnack": "unknown"}),
+        ("rx7900xtx-desktop", "gfx1100", {}),  # ROCr's registry: gfx1100 has neither feature
+        ("strix-halo-apu", "gfx1151", {}),
+    ],
+)
+def test_the_isa_names_the_features_the_topology_decides(name, isa, features):
+    gpus = report_for(name)["facts"]["gpus"]
+    assert {(g["isa"], json.dumps(g["features"], sort_keys=True)) for g in gpus} == {
+        (isa, json.dumps(features, sort_keys=True))
+    }
+
+
+def test_sramecc_follows_the_capability_bit_and_hsa_enable_sramecc():
+    assert probes.agent_features("gfx90a", 0x2C77A280 & ~probes.HSA_CAP_SRAM_EDCSUPPORTED, {}) == {
+        "sramecc": "-",
+        "xnack": "unknown",
+    }
+    assert probes.agent_features("gfx942", 0xAC77A280, {"HSA_ENABLE_SRAMECC": "0"})["sramecc"] == "-"
+    assert probes.agent_features("gfx942", 0, {"HSA_ENABLE_SRAMECC": "1"})["sramecc"] == "+"
+    assert probes.agent_features("gfx942", None, {})["sramecc"] == "unknown"  # no capability line: not guessed
+    assert probes.agent_features("gfx1036", 0xFFFFFFFF, {"HSA_ENABLE_SRAMECC": "1"}) == {}
+    assert probes.agent_features("gfx9999", 0, {}) == {"sramecc": "unknown", "xnack": "unknown"}  # not in the table
+    assert probes.isa_name("gfx90a", {"xnack": "unknown", "sramecc": "-"}) == "gfx90a:sramecc-"
+
+
+LIBDRM_IDS = Path(__file__).parents[1] / "fixtures" / "libdrm" / "amdgpu.ids"
+
+
+def with_amdgpu_ids(tmp_path, like, revisions=None):
+    """The recorded machine ``like`` with libdrm's table installed (an excerpt of mesa/drm's
+    data/amdgpu.ids, tests/fixtures/machines/README.md) and, when given, render minor → PCI revision."""
+    data = json.loads((MACHINES / like / "machine.json").read_text())
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "amdgpu.ids").write_text(LIBDRM_IDS.read_text())
+    data["files"][probes.AMDGPU_IDS] = "@amdgpu.ids"
+    for minor, revision in (revisions or {}).items():
+        data["files"][f"/sys/class/drm/renderD{minor}/device/revision"] = f"{revision:#04x}\n"
+    return report_for_data(tmp_path, data, like)
+
+
+@pytest.mark.parametrize(
+    "like, name",
+    [
+        ("mi300x-spx-nps1", "AMD Instinct MI300X"),
+        ("mi300x-cpx-nps4", "AMD Instinct MI300X"),
+        ("mi355x-node", "AMD Instinct MI355X"),
+        ("mi250x-rocm57", "AMD Instinct MI250X / MI250"),
+    ],
+)
+def test_a_device_id_with_one_name_in_amdgpu_ids_names_the_gpu_without_amd_smi(tmp_path, like, name):
+    report = with_amdgpu_ids(tmp_path, like)
+    assert {g["name"] for g in report["facts"]["gpus"]} == {name}
+    found = next(f for f in report["findings"] if f["check"] == "gpus")
+    assert "via the KFD topology and libdrm's amdgpu.ids" in found["detail"]
+
+
+def test_a_device_id_named_by_revision_needs_the_revision(tmp_path):
+    """0x7550 is an RX 9070 XT, GRE or RX 9070 by its PCI revision (C0, C2, C3): not guessed without it."""
+    assert {g["name"] for g in with_amdgpu_ids(tmp_path / "a", "rx9070-desktop")["facts"]["gpus"]} == {"AMD GPU"}
+    minor = probes.kfd_gpus(probes.RecordedMachine(MACHINES / "rx9070-desktop"))[0].render_minor
+    named = with_amdgpu_ids(tmp_path / "b", "rx9070-desktop", {minor: 0xC3})["facts"]["gpus"]
+    assert {g["name"] for g in named} == {"AMD Radeon RX 9070"}
+    unlisted = with_amdgpu_ids(tmp_path / "c", "rx9070-desktop", {minor: 0xC1})["facts"]["gpus"]
+    assert {g["name"] for g in unlisted} == {"AMD GPU"}  # libdrm names only a listed pair
+    assert {g["name"] for g in with_amdgpu_ids(tmp_path / "d", "strix-halo-apu")["facts"]["gpus"]} == {"AMD GPU"}
+
+
+def test_amd_smi_s_name_comes_first_and_amdgpu_ids_parses_as_libdrm_reads_it():
+    ids = probes.parse_amdgpu_ids(LIBDRM_IDS.read_text())
+    assert ids[0x744C] == {
+        0xC8: "AMD Radeon RX 7900 XTX",
+        0xCC: "AMD Radeon RX 7900 XT",
+        0xCE: "AMD Radeon RX 7900 GRE",
+        0xCF: "AMD Radeon RX 7900M",
+    }
+    assert probes.parse_amdgpu_ids("1.0.0\n# c\nzz,\t00,\tX\n7550,\tC0\n7550,\tC0,\tA\n7550,\tC0,\tB\n") == {
+        0x7550: {0xC0: "A"}
+    }
+    assert probes.marketing_name(ids, 0x744C, None) is None
+    assert probes.marketing_name(ids, 0x744C, 0xCE) == "AMD Radeon RX 7900 GRE"
+    assert probes.marketing_name(ids, 0x1234, None) is None
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in MACHINES.glob("*/machine.json")))
+def test_the_topology_s_features_agree_with_the_isa_the_runtime_gave_torch(name):
+    """Where a recorded machine holds both, what the doctor decides from the topology matches the
+    ``gcnArchName`` ROCr gave torch (the same target, the same set of features, and each feature
+    the doctor decided with the runtime's value); xnack, reported unknown, is the runtime's to say."""
+    report = report_for(name)
+    torch_info = probes.RecordedMachine(MACHINES / name).torch_info() or {}
+    runtime = {d["arch"] for d in torch_info.get("devices", []) if d.get("arch")}
+    if not runtime or not report["facts"]["gpus"]:
+        pytest.skip("records no ROCm torch device or no AMD GPU")
+    for arch in runtime:
+        gpu = next(g for g in report["facts"]["gpus"] if g["gfx"] == probes.base_target(arch))
+        told = probes.target_features(arch)
+        assert set(gpu["features"]) == set(told), (gpu, arch)
+        assert all(told[f] == v for f, v in gpu["features"].items() if v != probes.UNKNOWN), (gpu, arch)

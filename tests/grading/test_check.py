@@ -276,9 +276,46 @@ def test_check_with_landlock_forced_names_the_variable_to_unset(tmp_path, monkey
 def test_only_a_backend_without_loopback_stops_the_check_of_a_loopback_lab(backend):
     course = Course(REPO)
     loopback, plain = course.lab("05-distributed-training"), course.lab("01-rocm-setup")
-    check_learner_sandbox_gives(plain, backend, "zh")  # a lab that needs nothing: every backend
+    check_learner_sandbox_gives(plain.id, plain.needs, backend, "zh")  # a lab that needs nothing: every backend
     if sandbox.LOOPBACK_TCP[backend]:
-        check_learner_sandbox_gives(loopback, backend, "en")
+        check_learner_sandbox_gives(loopback.id, loopback.needs, backend, "en")
     else:
         with pytest.raises(CommandFailed, match="cannot check lab 05-distributed-training on this machine"):
-            check_learner_sandbox_gives(loopback, backend, "fr")  # a language the course lacks: English
+            check_learner_sandbox_gives(loopback.id, loopback.needs, backend, "fr")  # unknown language: English
+
+
+@pytest.mark.parametrize(
+    "lab_id, lang", [("04-collectives-rccl", "zh"), ("05-distributed-training", "en"), ("10-fsdp2", "en")]
+)
+def test_a_loopback_lab_checked_alone_in_an_empty_folder_is_refused_up_front_on_landlock(
+    lab_id, lang, tmp_path, monkeypatch, capsys
+):
+    """The student notebook copied alone into an empty folder, no course anywhere (no --root, no
+    ROCMLAB_ROOT, the working directory outside the checkout): its metadata, written by
+    ``rocmlab build`` from lab.toml's ``needs``, is all the check has, and it refuses before any sandbox."""
+    notebook = _learner_copy(lab_id, lang, tmp_path / "alone")
+    monkeypatch.delenv("ROCMLAB_ROOT", raising=False)
+    monkeypatch.delenv(sandbox.BACKEND_VARIABLE, raising=False)
+    monkeypatch.chdir(notebook.parent)
+    monkeypatch.setattr(self_check, "choose_backend", lambda isolate: "landlock")
+    monkeypatch.setattr(self_check, "Sandbox", _NoSandbox)
+    assert main(["check", notebook.name]) == 1
+    err = capsys.readouterr().err
+    assert lab_id in err and ("TCP on 127.0.0.1" if lang == "en" else "127.0.0.1 上的 TCP") in err, err
+
+
+def test_every_lab_s_notebooks_carry_its_sandbox_needs_and_nothing_else():
+    """What ``rocmlab build`` wrote: each built notebook's ``metadata.rocmlab.needs`` is its lab.toml's."""
+    course = Course(REPO)
+    for lab in course.labs():
+        for lang in ("zh", "en"):
+            nb = nbformat.read(REPO / "labs" / lang / lab.id / f"{lab.id}.ipynb", as_version=4)
+            assert self_check.notebook_needs(nb) == tuple(lab.needs), (lab.id, lang)
+            assert nb.metadata["rocmlab"].get("needs", []) == list(lab.needs), (lab.id, lang)
+
+
+def test_a_notebook_s_sandbox_needs_ignore_what_the_course_does_not_know():
+    nb = nbformat.v4.new_notebook(metadata={"rocmlab": {"needs": ["gpu-direct", "loopback-tcp", {"x": 1}]}})
+    assert self_check.notebook_needs(nb) == ("loopback-tcp",)
+    assert self_check.notebook_needs(nbformat.v4.new_notebook(metadata={"rocmlab": {"needs": "loopback-tcp"}})) == ()
+    assert self_check.notebook_needs(nbformat.v4.new_notebook()) == ()

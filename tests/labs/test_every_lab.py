@@ -1,6 +1,7 @@
 """The rules every lab of solutions/ must satisfy: sources valid, labs/ in step, every graded test
 proven by execution, a row in the README's table, and what the hub's image and profiles need of it."""
 
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -21,6 +22,18 @@ from rocmlab.sandbox.limits import choose_backend, fork_server_applies, is_root
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = discover(ROOT)
+BY_ID = {lab.id: lab for lab in LABS}
+
+
+@functools.cache
+def _solution_notebook(lab_id: str, lang: str):
+    """A lab's solution notebook in ``lang``, read once for this file's tests: they only read it
+    (jupytext parses lab.py for each, 2-4 times per lab and language here)."""
+    return solution_notebook(BY_ID[lab_id], lang)
+
+
+def notebook(lab, lang):
+    return _solution_notebook(lab.id, lang)
 
 
 def test_every_lab_source_is_valid():
@@ -70,7 +83,7 @@ def test_the_hub_image_holds_every_model_the_gpu_profiles_name():
 def test_every_lab_that_needs_the_course_model_says_how_long_it_waits_for_it(lab):
     """Issue 53: a learner without a built model waited minutes on a cell whose text did not say so."""
     for lang in ("zh", "en"):
-        markdown = (c.source for c in solution_notebook(lab, lang).cells if c.cell_type == "markdown")
+        markdown = (c.source for c in notebook(lab, lang).cells if c.cell_type == "markdown")
         prose = " ".join(" ".join(markdown).split())  # a wrapped line is a space
         assert "rocmlab assets build-model" in prose and "ROCMLAB_CACHE" in prose, f"{lab.id} [{lang}]"
         took = r"3–5\s*minutes" if lang == "en" else r"3–5\s*分钟"  # the text may wrap between them
@@ -79,14 +92,14 @@ def test_every_lab_that_needs_the_course_model_says_how_long_it_waits_for_it(lab
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_every_test_cell_is_graded_by_checks_that_add_up_to_its_points(lab):
-    checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, "en")))
+    checks = lab_checks(lab.checks, cell_points(notebook(lab, "en")))
     assert len({c.name for c in checks}) == len(checks), f"{lab.id}: two checks share a name"
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_every_listed_mistake_redefines_an_answer_function(lab):
     """What ``build --verify`` runs for each @mistake builds (the run itself is the slow test below)."""
-    checks = lab_checks(lab.checks, cell_points(solution_notebook(lab, "en")))
+    checks = lab_checks(lab.checks, cell_points(notebook(lab, "en")))
     for item in mistakes_of(checks):
         assert item.rule["en"].strip() and item.rule["zh"].strip(), f"{lab.id}: {item.check}: a mistake needs zh and en"
         mistake_notebook(lab, "zh", item)
@@ -127,7 +140,7 @@ def stated_numbers(lab) -> dict[str, str]:
     """Each number the lab's markdown states (both languages) -> where, for the message."""
     found = {}
     for lang in ("en", "zh"):
-        for index, cell in enumerate(solution_notebook(lab, lang).cells):
+        for index, cell in enumerate(notebook(lab, lang).cells):
             if cell.cell_type == "markdown":
                 for number in prose_numbers(cell.source):
                     found.setdefault(number, f"{lang} markdown cell {index + 1}: {cell.source[:60]!r}")
@@ -169,7 +182,9 @@ def test_prose_numbers_reads_what_a_stale_sentence_would_state():
 def test_prose_numbers_reads_a_whole_number_with_a_unit_and_no_bare_count():
     """A measured figure has a unit (283 s, 60 %, 192 GB, 4×, 5 分钟); a section number, a year, a count of
     things or a model size has none and floods nothing."""
-    measured = "the build took 283 s, 60 % busy, 192 GB, 336 GB/s, 16 B per parameter, 4× faster, 等了 5 分钟，占 30%的时间"
+    measured = (
+        "the build took 283 s, 60 % busy, 192 GB, 336 GB/s, 16 B per parameter, 4× faster, 等了 5 分钟，占 30%的时间"
+    )
     assert prose_numbers(measured) == ["283", "60", "192", "336", "16", "4", "5", "30"]
     counts = "section 6, in 2024, 8 GPUs, a 7B model, 3 UTF-8 bytes, 7 links, exercise 5, 4 × 256 slots, step 400"
     assert prose_numbers(counts) == []

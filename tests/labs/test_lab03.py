@@ -630,6 +630,78 @@ def test_a_merged_model_that_forwards_to_the_adapter_model_is_not_plain_merged_w
     assert results["merged_eval_mode"].detail.startswith("counts together with merged_is_plain")
 
 
+def _lora_left_behind(path):
+    """The adapter in ``path`` merged into the LoRA layers (``merge_adapter``) but never unloaded:
+    the lab's class with a LoRA layer in every projection, whose ``named_parameters`` answers the
+    plain model's names. Main's plain-model rule read its class, those names and its merged weights
+    (``get_parameter`` reaches a LoRA layer's base weight), all right."""
+    from peft import PeftModel
+
+    reloaded = PeftModel.from_pretrained(tiny_model(), path)
+    reloaded.merge_adapter()
+    model = reloaded.get_base_model().eval()
+    plain = [name for name, _ in tiny_model().named_parameters()]
+    model.named_parameters = lambda *args, **kwargs: ((name, model.get_parameter(name)) for name in plain)
+    return model
+
+
+def _merge_world(tmp_path):
+    trained = _peft_world()
+    trained.save_pretrained(tmp_path)
+    reference = {"peft_model": _peft_world(), "fresh_base": tiny_model(), "DTYPE": torch.float32}
+    reference["device"] = torch.device("cpu")
+    return trained, reference
+
+
+def test_the_plain_model_is_what_torch_finds_in_it_not_what_its_instance_says(ns, tmp_path):
+    """A merged model that kept its LoRA layers had main's plain-model rule: its class is the lab's,
+    its weights hold the merge, and its own ``named_parameters`` answered the plain names. The names
+    are read with ``torch.nn.Module``'s methods now, over the whole model and under projections the
+    check draws: the LoRA layers show, and the rule scores 0."""
+    trained, reference = _merge_world(tmp_path)
+    checks = lab_checks_named(*MERGE_RULES)
+    honest = {"peft_model": trained, "merged_model": ns["reload_and_merge"](tiny_model(), tmp_path)}
+    honest["device"] = torch.device("cpu")
+    assert all(r.passed for r in graded(checks, honest, reference).values())
+    left = _lora_left_behind(tmp_path)
+    mro = [c.__module__ + "." + c.__qualname__ for c in type(left).__mro__]
+    assert any(n.endswith("modeling_utils.PreTrainedModel") for n in mro) and not any(
+        n.startswith("peft.") for n in mro
+    )
+    assert not any("lora_" in name for name, _ in left.named_parameters())  # what the instance says
+    results = graded(checks, {**honest, "merged_model": left}, reference)
+    assert results["merged_logits_match"].passed  # its logits are the adapter model's
+    assert results["merged_is_plain"].points == 0 and not results["merged_is_plain"].error
+    assert "not the plain model's parameters" in results["merged_is_plain"].detail
+    assert results["merged_eval_mode"].points == 0
+
+
+def test_eval_mode_is_what_the_model_does_with_dropout_turned_up_not_what_it_reports(ns, tmp_path):
+    """A merged model left in training mode, whose ``modules()`` answers one module in eval mode, had
+    main's eval-mode rule (it read ``m.training`` of ``merged_model.modules()``; the lab's model has a
+    dropout rate of 0, so its logits and weights held the merge rules). The rule now turns every dropout
+    rate up (found with ``torch.nn.Module``'s own ``modules``) and runs the model twice: in training mode
+    the logits are not the adapter model's, and the rule scores 0. Left in training mode without a
+    lie, it fails alike."""
+    from rocmlab.harness import Learner
+
+    trained, reference = _merge_world(tmp_path)
+    checks = lab_checks_named(*MERGE_RULES)
+    honest = {"peft_model": trained, "merged_model": ns["reload_and_merge"](tiny_model(), tmp_path)}
+    honest["device"] = torch.device("cpu")
+    assert all(r.passed for r in graded(checks, honest, reference).values())
+    training = ns["reload_and_merge"](tiny_model(), tmp_path).train()
+    training.modules = lambda: iter([SimpleNamespace(training=False)])
+    forger = {**honest, "merged_model": training}
+    assert Learner(LocalChannel(forger)).eval("[m.training for m in merged_model.modules()]") == [False]
+    results = graded(checks, forger, reference)
+    assert results["merged_logits_match"].passed and results["merged_is_plain"].passed  # rate 0: the merge holds
+    assert results["merged_eval_mode"].points == 0 and not results["merged_eval_mode"].error
+    assert "with dropout" in results["merged_eval_mode"].detail
+    forgot = {**honest, "merged_model": ns["reload_and_merge"](tiny_model(), tmp_path).train()}
+    assert graded(checks, forgot, reference)["merged_eval_mode"].points == 0
+
+
 def _header_only(peft_model, path):
     """A safetensors header naming ``peft_model``'s adapter tensors (float32), with no data after it."""
     from peft import get_peft_model_state_dict
@@ -643,26 +715,57 @@ def _header_only(peft_model, path):
         }
         offset += 4 * value.numel()
     text = json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(len(text).to_bytes(8, "little") + text)
     return 8 + len(text) + offset  # the size the header claims
+
+
+def _saving_world(ns):
+    trained = _peft_world()
+    reference = {"peft_model": _peft_world(), "fresh_base": tiny_model()}
+    honest = {"peft_model": trained, "lora_param_count": ns["lora_param_count"]}
+    return trained, reference, honest
+
+
+def adapter_dir():
+    from rocmlab.harness import lab_constants
+
+    return lab_constants(LAB / "checks.py")["ADAPTER_DIR"]
+
+
+def test_the_saved_adapter_is_read_where_the_lab_saves_it_and_is_the_notebooks(ns, tmp_path, monkeypatch):
+    """Main read the adapter file at the path the kernel's ``adapter_file`` named: a notebook that
+    saved nothing and named another adapter (the course's build in the cache, a classmate's) had the
+    rule. The path is the lab's (``ADAPTER_DIR`` of lab.py, in the work folder), and the file's tensors
+    must be the notebook's adapter: that attack scores 0, as does another adapter saved in its place."""
+    monkeypatch.chdir(tmp_path)
+    trained, reference, honest = _saving_world(ns)
+    checks = lab_checks_named("saved_adapter")
+    elsewhere = tmp_path / "the-course-build"
+    trained.save_pretrained(elsewhere)
+    named = graded(checks, {**honest, "adapter_file": elsewhere / "adapter_model.safetensors"}, reference)
+    assert named["saved_adapter"].points == 0 and not named["saved_adapter"].error, named["saved_adapter"].detail
+    assert "FileNotFoundError" in named["saved_adapter"].detail
+    _peft_world(seed=1).save_pretrained(tmp_path / adapter_dir())  # the lab's LoRA, other weights
+    other = graded(checks, honest, reference)["saved_adapter"]
+    assert other.points == 0 and not other.error and "not the one the notebook evaluated" in other.detail
+    trained.save_pretrained(tmp_path / adapter_dir())
+    assert graded(checks, honest, reference)["saved_adapter"].passed
 
 
 def test_a_saved_adapter_is_read_whole_and_parsed_here(ns, tmp_path, monkeypatch):
     """The saved-adapter rule parses the whole file in the harness: a header of the right tensors
     with no data, in a kernel whose ``os.path.getsize`` claims the size the header promises, passed
-    main's check (header and size, two values of the kernel) and fails now."""
+    an older check (header and size, two values of the kernel) and fails now."""
     import os
 
-    trained = _peft_world()
-    trained.save_pretrained(tmp_path)
-    reference = {"peft_model": _peft_world(), "fresh_base": tiny_model()}
+    monkeypatch.chdir(tmp_path)
+    trained, reference, honest = _saving_world(ns)
     checks = lab_checks_named("saved_adapter")
-    honest = {"adapter_file": tmp_path / "adapter_model.safetensors", "lora_param_count": ns["lora_param_count"]}
-    assert graded(checks, honest, reference)["saved_adapter"].passed
-    forged = tmp_path / "forged.safetensors"
+    forged = tmp_path / adapter_dir() / "adapter_model.safetensors"
     claimed, real_size = _header_only(trained, forged), os.path.getsize
     monkeypatch.setattr(os.path, "getsize", lambda p: claimed if str(p) == str(forged) else real_size(p))
-    result = graded(checks, {**honest, "adapter_file": forged}, reference)["saved_adapter"]
+    result = graded(checks, honest, reference)["saved_adapter"]
     assert not result.passed and not result.error, result.detail
     assert "not a safetensors file" in result.detail
 

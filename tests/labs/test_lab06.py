@@ -395,7 +395,6 @@ def test_the_checks_run_on_the_courses_clock_and_trace_not_on_a_learners_redefin
     import dataclasses
 
     from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
-    from rocmlab.lab.answers import evaluate
 
     path = LAB / "checks.py"
     checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path))
@@ -474,7 +473,8 @@ async def rpc_pipeline_fixed(n, queue_size):
 def test_queues_that_carry_nothing_keep_the_bounded_rules_only_with_the_answers(runtime_ns):
     """Stubs that make the bounded queues and pass nothing through them held "messages in flight
     never exceed ..." and "InstrumentedQueues of capacity at most queue_size" on empty evidence: the
-    rules count together with the rule they qualify, and the stubs earn nothing."""
+    rules count together with the rule they qualify, require the queues to carry the messages, and
+    the stubs earn nothing."""
     from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
 
     path = LAB / "checks.py"
@@ -486,8 +486,178 @@ def test_queues_that_carry_nothing_keep_the_bounded_rules_only_with_the_answers(
     exec(compile(QUEUES_OF_NOTHING, "<stubs>", "exec"), stub)  # noqa: S102 (the learner's cell, here)
     results = {r.name: r for r in run_checks(checks, Learner(InProcess(stub)), seed=47)}
     assert sum(r.points for r in results.values()) == 0, {n: r.detail for n, r in results.items()}
+    by_name = {c.name: c for c in checks}
     for name, qualified in (("pipeline_bounded", "pipeline_complete"), ("rpc_bounded", "rpc_answers")):
-        assert results[name].detail.startswith(f"counts together with {qualified}"), results[name].detail
+        assert by_name[name].counts_with == (qualified,)
+        # and on their own: the queues must carry the messages (puts), which these carry none of
+        assert results[name].detail.startswith("wrong:") and "puts" in results[name].detail, results[name].detail
+
+
+def _checks_named(*names, design=None):
+    from rocmlab.harness import hidden_files, load_checks
+
+    path = LAB / "checks.py"
+    design = design or (path.read_text(encoding="utf-8"), str(path), hidden_files(path))
+    return [c for c in load_checks(*design) if c.name in names]
+
+
+def _scores(checks, names):
+    from rocmlab.harness import Learner, run_checks
+
+    return {r.name: r for r in run_checks(checks, Learner(InProcess(names)), seed=47)}
+
+
+PACKAGE_SUBCLASS = '''
+from rocmlab.lab.agents import InstrumentedQueue as _PackageQueue
+
+
+class LoggedQueue(_PackageQueue):
+    """The package's queue under a class of the learner's, made before the checks bind theirs."""
+'''
+
+# The solution's pipeline over queues that hold 10,000 (a subclass of the package's queue), beside
+# bounded InstrumentedQueues that carry nothing, fed one message at a time: few in flight, and the
+# only queues a check saw were the bounded ones
+ROOMY = """
+async def run_pipeline(items, stages, *, queue_size, trace):
+    shown = [InstrumentedQueue(queue_size, f"q-{s.name}") for s in stages]
+    queues = [LoggedQueue(10_000, f"roomy-{s.name}") for s in stages]
+    results = {}
+
+    async def worker(index):
+        stage, inbox = stages[index], queues[index]
+        while True:
+            msg_id, payload = await inbox.get()
+            trace.record("start", msg_id, stage.name)
+            payload = await stage.fn(payload)
+            trace.record("end", msg_id, stage.name)
+            if index + 1 < len(stages):
+                await queues[index + 1].put((msg_id, payload))
+            else:
+                results[msg_id] = payload
+                trace.record("done", msg_id)
+            inbox.task_done()
+
+    workers = [asyncio.create_task(worker(i)) for i, s in enumerate(stages) for _ in range(s.workers)]
+    for msg_id, payload in items:
+        await queues[0].put((msg_id, payload))
+        trace.record("admit", msg_id)
+        while msg_id not in results:
+            await asyncio.sleep(0.0001)
+    for w in workers:
+        w.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
+    return results
+"""
+
+
+TRAFFIC = '        assert sum(q["puts"] for q in queues) >= n * len(STAGES),'
+
+
+def _without_the_package_registry():
+    """The checks as they were while only the name ``InstrumentedQueue`` was bound to the check's
+    queue: the package's class still registered its queues with the package, and the pipeline's
+    queues needed not carry the messages."""
+    from rocmlab.harness import KernelModule, hidden_files
+
+    path, module = LAB / "checks.py", LAB / "in_kernel.py"
+    checks, text = path.read_text(encoding="utf-8"), module.read_text(encoding="utf-8")
+    assert text.count('if hasattr(agents, "_local"):') == 1 and checks.count(TRAFFIC) == 1
+    text = text.replace('if hasattr(agents, "_local"):', "if False:")
+    checks = checks.replace(TRAFFIC, "        assert True or", 1)
+    return checks, str(path), hidden_files(path), None, KernelModule(text, str(module))
+
+
+def test_the_queues_of_a_subclass_of_the_packages_queue_are_the_ones_the_checks_see(runtime_ns, code_cells):
+    """A queue class that subclasses the package's ``InstrumentedQueue`` (defined before the checks
+    bind the name to theirs) registered its queues with the package, not with the check's run: the
+    solution over such queues lost both bounded rules, and a pipeline over queues of 10,000 beside
+    bounded ones that carry nothing held "bounded" (the roomy queues unseen). The package's registry
+    is the check's while the learner's code runs: the first passes, the second scores 0."""
+    names = ("pipeline_complete", "pipeline_bounded", "rpc_answers", "rpc_bounded")
+    checks, old = _checks_named(*names), _checks_named(*names, design=_without_the_package_registry())
+    subclassed = dict(runtime_ns)
+    for grade_id in ("06-pipeline-sol-1", "06-deadlock-sol-1"):
+        source = by_grade_id(code_cells, grade_id).replace("InstrumentedQueue(", "LoggedQueue(")
+        exec(compile(PACKAGE_SUBCLASS + source, f"<{grade_id} over a subclass>", "exec"), subclassed)  # noqa: S102
+    was = _scores(old, subclassed)
+    assert not was["pipeline_bounded"].passed and not was["rpc_bounded"].passed, "unseen queues"
+    assert all(r.passed for r in _scores(checks, subclassed).values())
+
+    roomy = dict(runtime_ns)
+    exec(compile(PACKAGE_SUBCLASS + ROOMY, "<roomy queues>", "exec"), roomy)  # noqa: S102 (the learner's cell, here)
+    was = _scores(old, roomy)
+    assert was["pipeline_complete"].passed and was["pipeline_bounded"].passed  # the roomy queues unseen
+    now = _scores(checks, roomy)
+    assert now["pipeline_complete"].passed
+    assert now["pipeline_bounded"].points == 0 and "queue" in now["pipeline_bounded"].detail
+
+
+LEAKY = """
+_solution_pipeline = run_pipeline
+
+
+async def run_pipeline(items, stages, *, queue_size, trace):
+    asyncio.create_task(asyncio.sleep(3600), name="left-behind")
+    return await _solution_pipeline(items, stages, queue_size=queue_size, trace=trace)
+"""
+
+
+def test_a_task_list_that_says_nothing_is_left_does_not_list_what_the_check_left(runtime_ns, monkeypatch):
+    """A leaky pipeline in a kernel whose cell rebinds ``asyncio.all_tasks`` to an empty set: the run
+    listed no leftover task, and "no task is left" held (it asked for ``leftover == []``). The run
+    now leaves tasks of the check's own behind, named by the check, once the learner's coroutine
+    has returned, and the list must name exactly those: this one names none, and scores 0."""
+    import asyncio
+    import inspect
+
+    from rocmlab.harness import Learner, kernel_module
+    from rocmlab.lab import agent_trace, agents
+
+    course = {name: inspect.getsource(m) for name, m in (("agent_trace", agent_trace), ("agents", agents))}
+    checks = _checks_named("pipeline_complete", "pipeline_no_leftovers")
+    leaky = dict(runtime_ns)
+    exec(compile(LEAKY, "<a leaky pipeline>", "exec"), leaky)  # noqa: S102 (the learner's cell, here)
+    assert "left-behind" in _scores(checks, leaky)["pipeline_no_leftovers"].detail  # the loop's own list
+    assert all(r.passed for r in _scores(checks, dict(runtime_ns)).values())
+
+    monkeypatch.setattr(asyncio, "all_tasks", lambda loop=None: set())
+    driver = Learner(InProcess(leaky), kernel_module(LAB / "checks.py"))
+    said = driver.run("pipeline_run", course, 5, 2, 1, [1.0, 1.0, 1.0, 1.0], [])
+    assert said[3] == []  # what main's rule read: nothing left
+    results = _scores(checks, leaky)
+    assert results["pipeline_complete"].passed
+    assert results["pipeline_no_leftovers"].points == 0 and not results["pipeline_no_leftovers"].error
+    assert "not the loop's tasks" in results["pipeline_no_leftovers"].detail
+
+
+def test_a_clock_that_never_runs_is_no_measure_of_parallel_work(runtime_ns, monkeypatch):
+    """A pipeline with one worker per stage, in a kernel whose cell rebinds ``asyncio.sleep`` to
+    return at once: no virtual time passed, and "the workers of one stage work in parallel" held
+    (it asked only for less than half the serial time). No run is shorter than one message's path
+    through the stages' times: it scores 0."""
+    import asyncio
+    import dataclasses
+
+    checks = _checks_named("pipeline_complete", "pipeline_parallel")
+    old = _checks_named("pipeline_complete", "pipeline_parallel", design=_with_notebook_scaffolding())
+    assert all(r.passed for r in _scores(checks, dict(runtime_ns)).values())
+    solution = runtime_ns["run_pipeline"]
+
+    async def one_worker_each(items, stages, *, queue_size, trace):
+        one_each = [dataclasses.replace(s, workers=1) for s in stages]
+        return await solution(items, one_each, queue_size=queue_size, trace=trace)
+
+    async def at_once(delay, result=None):
+        return result
+
+    serial = {**runtime_ns, "run_pipeline": one_worker_each}
+    assert not _scores(checks, serial)["pipeline_parallel"].passed  # with a clock that runs
+    monkeypatch.setattr(asyncio, "sleep", at_once)
+    assert _scores(old, serial)["pipeline_parallel"].passed
+    results = _scores(checks, serial)
+    assert results["pipeline_complete"].passed
+    assert results["pipeline_parallel"].points == 0 and "under" in results["pipeline_parallel"].detail
 
 
 # A learner without a Runtime who knows how the checks call golden_run, and forges its result: every
@@ -519,7 +689,6 @@ def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the
     passed "every redelivery is a duplicate" with no Runtime. Against the checks' own scaffolding
     neither gains a point over the same learner without the forgery."""
     from rocmlab.harness import Learner, hidden_files, load_checks, run_checks
-    from rocmlab.lab.answers import evaluate
 
     path = LAB / "checks.py"
     now, old = (path.read_text(encoding="utf-8"), str(path), hidden_files(path)), _with_notebook_scaffolding()
@@ -559,13 +728,20 @@ def test_the_checks_drive_the_learners_code_with_the_courses_scaffolding_not_the
     assert sum(scores(now, no_runtime)[n] for n in ("runtime_golden", "runtime_dedupe")) == 0
 
 
+CLOCK_FLOOR = "    assert isinstance(elapsed, float) and elapsed >= floor - 1e-9,"
+
+
 def _with_notebook_scaffolding():
     """``load_checks``' arguments for the checks as they were while the scaffolding, the clock and
     the trace came from the learner's names: the kernel-side module with its own copies (and the
-    course's clock and trace it compiles) replaced by the notebook's."""
+    course's clock and trace it compiles) replaced by the notebook's, and "parallel" without its
+    floor (a run no shorter than one message's path), which a clock that never runs fails as well."""
     from rocmlab.harness import KernelModule, hidden_files
 
     path, module = LAB / "checks.py", LAB / "in_kernel.py"
+    checks = path.read_text(encoding="utf-8")
+    assert checks.count(CLOCK_FLOOR) == 1
+    checks = checks.replace(CLOCK_FLOOR, "    assert True or", 1)
     text = module.read_text(encoding="utf-8")
     assert "def _course(course):" in text
     text += (
@@ -576,7 +752,7 @@ def _with_notebook_scaffolding():
         "    result, trace = golden_run(seed, workers, queue_size, schedule)\n"
         "    return _events(trace), sorted(result.value.reports), [d['id'] for d in result.value.dead_letters]\n"
     )
-    return path.read_text(encoding="utf-8"), str(path), hidden_files(path), None, KernelModule(text, str(module))
+    return checks, str(path), hidden_files(path), None, KernelModule(text, str(module))
 
 
 def test_the_checks_failure_script_is_the_labs():
@@ -613,7 +789,6 @@ def test_the_end_to_end_rules_take_the_agents_findings_from_the_reference_run():
     the reference kernel's run of the same signals they hold none, and the run itself holds both."""
     from rocmlab.assets.loaders import qc_signals
     from rocmlab.harness import Learner, Reference, hidden_files, lab_parameters, load_checks, run_checks
-    from rocmlab.lab.answers import evaluate
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path)

@@ -9,6 +9,8 @@ empty work folder.
 """
 
 import contextlib
+import copy
+import functools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +20,15 @@ from forged_tokenizer import TwoTokens, two_token_sample
 
 from rocmlab.assets.loaders import qc_signals
 from rocmlab.course.catalog import SMOKE, parse_lab
-from rocmlab.harness import Learner, hidden_files, lab_parameters, load_checks, run_checks
+from rocmlab.harness import (
+    Learner,
+    hidden_files,
+    kernel_module,
+    lab_constants,
+    lab_parameters,
+    load_checks,
+    run_checks,
+)
 from rocmlab.lab.answers import evaluate
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
@@ -116,10 +126,26 @@ def _lab_params():
     return [pytest.param(lab, id=lab[:2]) for lab in LABS]
 
 
-def _score(lab, names):
+@functools.cache
+def _lab_inputs(lab):
+    """What load_checks reads beside a lab's checks.py (its source, hidden files, smoke parameters,
+    kernel-side module, lab.py's constants), read once per lab: parsing lab.py for its parameters and
+    constants was a third of this file's CPU, paid again by each of the 26 tests."""
     path = SOLUTIONS / lab / "checks.py"
     parameters = lab_parameters(path, parse_lab(path.parent).profile(SMOKE).parameters)
-    checks = load_checks(path.read_text(encoding="utf-8"), str(path), hidden_files(path), parameters)
+    return (
+        path,
+        path.read_text(encoding="utf-8"),
+        hidden_files(path),
+        parameters,
+        kernel_module(path),
+        lab_constants(path),
+    )
+
+
+def _score(lab, names):
+    path, source, files, parameters, kernel, constants = copy.deepcopy(_lab_inputs(lab))
+    checks = load_checks(source, str(path), files, parameters, kernel=kernel, constants=constants)
     results = run_checks(checks, Learner(InProcess(names)), 47)
     errors = [f"{r.name}: {r.error}" for r in results if r.error]
     return sum(r.points for r in results), [r.name for r in results if r.passed], errors
@@ -331,7 +357,7 @@ def test_lab05_finetune_records_made_up_around_exact_tokens_score_the_blank_scor
     gave it both fine-tune rules (1 point); the grader now recomputes each rank's first loss."""
     lab = "05-distributed-training"
     monkeypatch.chdir(tmp_path)
-    parameters = lab_parameters(SOLUTIONS / lab / "checks.py", parse_lab(SOLUTIONS / lab).profile(SMOKE).parameters)
+    parameters = copy.deepcopy(_lab_inputs(lab)[3])
     runs = {}
     for world in parameters["SCALING_RANKS"]:
         losses = [3.0 - 0.25 * step for step in range(parameters["FT_STEPS"])]

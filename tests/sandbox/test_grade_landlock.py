@@ -187,3 +187,18 @@ def test_the_kernel_may_write_the_usual_device_files(course, monkeypatch):
         assert {"/dev/null", "/dev/zero", "/dev/urandom"} <= set(view["devices"])
     finally:
         box.close()
+
+
+@pytest.mark.slow
+def test_a_landlock_runs_fresh_kernel_sees_none_of_the_learners_patches_or_processes(course, monkeypatch):
+    """Issue 47 on the backend without root: the learner's kernel keeps the grader's uid, so its
+    run is ended by its tag and the worker's descendants (a subreaper) before the fresh kernel starts."""
+    from test_kernel_world import FRESH_VERDICTS, fresh_attack
+
+    monkeypatch.setattr(sandbox, "is_root", lambda: False)  # a pod's uid: no grader users
+    box = Sandbox(Limits(memory_mb=0), hide=[course], slots=1, backend="landlock")
+    try:
+        record = fresh_attack(box)
+    finally:
+        box.close()
+    assert [(c["name"], c["passed"], c["detail"], c["error"]) for c in record["checks"]] == FRESH_VERDICTS, record

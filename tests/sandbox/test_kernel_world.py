@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fresh_attack import LEARNER, harness
 
 from rocmlab.grading.preflight import course_view, sandbox_env
 from rocmlab.sandbox.cgroups import KERNELS
@@ -185,3 +186,31 @@ def test_each_kernel_is_in_a_cgroup_of_its_own_with_the_labs_limits_removed_with
     assert {seen["values"].get(k) for k in ("memory.max", "memory.limit_in_bytes")} - {None} == {expected_memory}
     assert seen["values"]["pids.max"] == str(limits.max_processes)
     assert not any(folder.exists() for folder in seen["folders"])  # removed with the run
+
+
+def fresh_attack(box) -> dict:
+    """The harness record of a learner who attacks the fresh kernel (``tests/fresh_attack.py``),
+    graded in a run of ``box`` as ``rocmlab grade`` runs it (``Run.execute`` with a harness)."""
+    source = box.base / "attack.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in LEARNER]), source)
+    run = box.new_run(0, 60)
+    try:
+        _, outcome = run.execute(source, run.private / "out.ipynb", {}, 60, 180, harness(str(run.private / "c.json")))
+        assert outcome.status == "passed", outcome.reason
+        return outcome.harness
+    finally:
+        run.cleanup()
+
+
+FRESH_VERDICTS = [("in_fresh_kernel", True, "", ""), ("in_learner_kernel", True, "", "")]
+
+
+def test_the_fresh_kernel_sees_none_of_the_learners_patches_or_processes(sandbox):
+    """Issue 47: in the learner's own sandbox run, after its kernel and every process of its run
+    (the rewriter cleared its environment and left the kernel's session) ended, a fresh kernel
+    started with the run's kernelspec sees the course's launcher, ``subprocess`` and ``json``
+    unpatched and nothing rewriting the work folder; its check ran after the learner's."""
+    record = fresh_attack(sandbox)
+    verdicts = [(c["name"], c["passed"], c["detail"], c["error"]) for c in record["checks"]]
+    assert verdicts == FRESH_VERDICTS, json.dumps(record, indent=1)
+    assert record["fresh_start_s"] > 0

@@ -233,6 +233,8 @@ def for_language(lab: Lab, nb, lang: str) -> nbformat.NotebookNode:
     }
     if needs := cache_needs(lab):
         out.metadata["rocmlab"]["cache_needs"] = needs
+    if lab.needs:  # what its run needs of the sandbox: `rocmlab check` on the notebook alone stops up front
+        out.metadata["rocmlab"]["needs"] = list(lab.needs)
     for index, cell in enumerate(nb.cells):
         tags = cell.metadata.get("tags", [])
         if other & set(tags):

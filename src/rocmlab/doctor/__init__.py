@@ -25,9 +25,8 @@ from .. import probes
 from ..course.course import Course
 from ..probes import Machine
 from .checks_case import check_partition, check_readiness, check_traps
-from .checks_env import check_disk, check_hub, check_iommu, check_nccl, check_numa, check_visible, visible_devices
+from .checks_env import check_disk, check_hub, check_iommu, check_nccl, check_numa, check_visible
 from .checks_gpu import (
-    backend_of_info,
     check_access,
     check_driver,
     check_gpus,
@@ -61,7 +60,6 @@ __all__ = [
     "main",
     "release_for",
     "render_table",
-    "visible_devices",
 ]
 
 CHECKS = [
@@ -119,7 +117,7 @@ def diagnose(machine: Machine | None = None, *, matrix: Path | None = None) -> d
             "gpus": facts.gpus,
             "torch": {
                 "version": torch_info.get("version"),
-                "backend": backend_of_info(facts.torch),
+                "backend": facts.torch_backend,
                 "hip": torch_info.get("hip"),
                 "cuda": torch_info.get("cuda"),
                 "arch_list": torch_info.get("arch_list", []),

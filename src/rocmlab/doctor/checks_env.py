@@ -8,80 +8,65 @@ import re
 from ..probes import parse_version
 from .facts import DOCS, Facts, Finding
 
-
-def visible_devices(count: int, env: dict) -> tuple[list[int], list[str]]:
-    """Physical GPU indices a HIP process sees, and problems found in the variables.
-
-    ``ROCR_VISIBLE_DEVICES`` selects from the physical GPUs; ``HIP_VISIBLE_DEVICES`` (or, when it
-    is unset, ``CUDA_VISIBLE_DEVICES``) then indexes into that selection.
-    """
-    problems = []
-    visible = list(range(count))
-    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-        if name == "HIP_VISIBLE_DEVICES" and name not in env and "CUDA_VISIBLE_DEVICES" in env:
-            name = "CUDA_VISIBLE_DEVICES"
-        if name not in env:
-            continue
-        chosen = []
-        for item in (p.strip() for p in env[name].split(",") if p.strip()):
-            if item.startswith("GPU-"):
-                problems.append(f"{name} uses a UUID ({item}); kept as given")
-                continue
-            if not item.isdigit() or int(item) >= len(visible):
-                problems.append(f"{name}={env[name]!r}: {item!r} is not one of 0..{len(visible) - 1}")
-                break
-            chosen.append(visible[int(item)])
-        visible = chosen
-    return visible, problems
+VISIBLE_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
 def check_visible(machine, facts, releases):
+    """The visible-device variables set, and what they leave: the GPUs the ROCm runtime itself
+    gave torch in the probed process (``collect_torch_info``), against the topology's. The doctor
+    does not re-derive the runtimes' rules (ROCr's and HIP's parsers decide, lab 01 teaches them)."""
     env = machine.env()
-    names = [
-        n
-        for n in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION")
-        if n in env
-    ]
+    set_ = [f"{n}={env[n]}" for n in VISIBLE_VARIABLES if n in env]
     findings = []
-    if facts.vendor == "amd" and facts.gpus:
-        visible, problems = visible_devices(len(facts.gpus), env)
-        if problems or not visible:
-            findings.append(
-                Finding(
-                    "visible-devices",
-                    "Visible-device variables",
-                    "warn",
-                    "; ".join(problems + ([] if visible else ["no GPU left visible"])),
-                    "检查 ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES：HIP 的编号是在 ROCR 选出的设备中重新编号的；不需要时 unset。",
-                    "Check ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES: HIP's indices count within "
-                    "the devices ROCR selected; unset them when not needed.",
-                    DOCS["isolation"],
-                )
-            )
-        else:
-            shown = ", ".join(f"{n}={env[n]}" for n in names if "VISIBLE" in n) or "no variables set"
-            findings.append(
-                Finding(
-                    "visible-devices",
-                    "Visible-device variables",
-                    "ok",
-                    f"physical GPUs {visible} visible ({shown})",
-                    doc=DOCS["isolation"],
-                )
-            )
-    elif any("VISIBLE" in n for n in names):
+    if facts.vendor == "amd" and facts.gpus and set_:
+        findings.append(_visible_finding(facts, ", ".join(set_)))
+    elif set_:
+        findings.append(Finding("visible-devices", "Visible-device variables", "ok", ", ".join(set_)))
+    elif facts.vendor == "amd" and facts.gpus:
         findings.append(
             Finding(
                 "visible-devices",
                 "Visible-device variables",
                 "ok",
-                ", ".join(f"{n}={env[n]}" for n in names if "VISIBLE" in n),
+                f"none set: all {len(facts.gpus)} GPU(s) visible",
+                doc=DOCS["isolation"],
             )
         )
     override = env.get("HSA_OVERRIDE_GFX_VERSION")
     if override is not None:
         findings.append(_override_finding(override, facts))
     return findings or [Finding("visible-devices", "Visible-device variables", "skip", "none set")]
+
+
+def _visible_finding(facts: Facts, shown: str) -> Finding:
+    info = facts.torch or {}
+    if facts.torch_backend != "rocm":
+        return Finding(
+            "visible-devices",
+            "Visible-device variables",
+            "ok",
+            f"{shown}; no ROCm torch here to say which GPUs they leave",
+            doc=DOCS["isolation"],
+        )
+    seen = len(info.get("devices") or [])
+    if seen:
+        return Finding(
+            "visible-devices",
+            "Visible-device variables",
+            "ok",
+            f"torch sees {seen} of the {len(facts.gpus)} GPU(s) of the topology ({shown})",
+            doc=DOCS["isolation"],
+        )
+    return Finding(
+        "visible-devices",
+        "Visible-device variables",
+        "warn",
+        f"torch sees none of the {len(facts.gpus)} GPU(s) of the topology with {shown}",
+        "检查 ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES：HIP 的编号是在 ROCR 选出的设备中重新编号的；不需要时 unset。",
+        "Check ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES: HIP's indices count within the devices ROCR "
+        "selected; unset them when not needed.",
+        DOCS["isolation"],
+    )
 
 
 def _override_finding(value: str, facts: Facts) -> Finding:

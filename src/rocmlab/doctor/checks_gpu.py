@@ -7,7 +7,7 @@ a fix in Chinese and English and a doc link.
 from __future__ import annotations
 
 from .. import probes
-from ..probes import parse_version, target_compatible
+from ..probes import UNKNOWN, base_target, parse_version, target_features
 from .facts import DOCS, OLDEST_TESTED_ROCM, Finding, release_for
 
 
@@ -128,7 +128,7 @@ def check_gpus(machine, facts, releases):
                 DOCS["docker"],
             )
         ]
-    kinds = [f"{g['name']} {g['gfx']} {g['compute_units']} CU wave{g['wavefront_size'] or '?'}" for g in facts.gpus]
+    kinds = [f"{g['name']} {g['isa']} {g['compute_units']} CU wave{g['wavefront_size'] or '?'}" for g in facts.gpus]
     listing = "; ".join(f"{kinds.count(k)} x {k}" for k in dict.fromkeys(kinds))
     findings = [
         Finding("gpus", "GPUs", "ok", f"{len(facts.gpus)} via {facts.gpu_source}: {listing}", doc=DOCS["amdsmi"])
@@ -193,15 +193,9 @@ def check_access(machine, facts, releases):
     return [Finding("access", "Device access", "ok", f"read/write on {', '.join(nodes)}", doc=DOCS["prereq"])]
 
 
-def backend_of_info(info: dict | None) -> str:
-    if not info or not info.get("importable"):
-        return "none"
-    return "rocm" if info.get("hip") else ("cuda" if info.get("cuda") else "cpu")
-
-
 def check_torch(machine, facts, releases):
     info = facts.torch
-    backend = backend_of_info(info)
+    backend = facts.torch_backend
     if backend == "none":
         error = (info or {}).get("error", "not installed")
         return [
@@ -260,13 +254,33 @@ def check_torch(machine, facts, releases):
     ]
 
 
+def loads_on(gpu: dict, arch_list: list[str]) -> tuple[str, list[str]]:
+    """Whether code of a wheel built for ``arch_list`` loads on ``gpu`` (the doctor's GPU, its
+    ``features`` from the topology): ("yes", []), ("no", []), or ("per process", the features the
+    runtime's choice turns on) where only entries naming a feature the topology leaves unknown
+    (xnack: HSA_XNACK) match. The runtime's rule (ROCr's ``Isa::IsCompatible``, isa.cpp): same
+    target, and a feature the code object names equals the agent's."""
+    undecided = set()
+    for entry in arch_list:
+        if base_target(entry) != gpu["gfx"]:
+            continue
+        named = target_features(entry)
+        if any(gpu["features"].get(f) not in (v, UNKNOWN) for f, v in named.items()):
+            continue
+        open_ = {f"{f}{v}" for f, v in named.items() if gpu["features"].get(f) == UNKNOWN}
+        if not open_:
+            return "yes", []
+        undecided |= open_
+    return ("per process", sorted(undecided)) if undecided else ("no", [])
+
+
 def check_torch_arch(machine, facts, releases):
     info = facts.torch or {}
-    backend = backend_of_info(info)
+    backend = facts.torch_backend
     if backend == "rocm" and facts.gpus:
         arch_list = info.get("arch_list") or []
-        targets = {g["isa"] or g["gfx"] for g in facts.gpus}
-        unsupported = sorted(t for t in targets if not any(target_compatible(t, b) for b in arch_list))
+        verdicts = {g["isa"]: loads_on(g, arch_list) for g in facts.gpus}
+        unsupported = sorted(isa for isa, (verdict, _) in verdicts.items() if verdict == "no")
         if unsupported:
             override = machine.env().get("HSA_OVERRIDE_GFX_VERSION")
             return [
@@ -284,12 +298,27 @@ def check_torch_arch(machine, facts, releases):
                     DOCS["pytorch"],
                 )
             ]
+        undecided = sorted({f for verdict, features in verdicts.values() for f in features})
+        if undecided:
+            return [
+                Finding(
+                    "torch-arch",
+                    "Wheel has kernels for the GPU",
+                    "warn",
+                    f"the wheel's kernels for {', '.join(sorted(verdicts))} need {', '.join(undecided)}, which "
+                    f"the process chooses (HSA_XNACK), not the GPU: {arch_list}",
+                    "该 wheel 的内核只适用于特定 xnack 模式：按需设置 HSA_XNACK=1 或 0（驱动可能拒绝），或安装不限定该特性的 wheel。",
+                    "This wheel's kernels need one xnack mode: set HSA_XNACK=1 or 0 to match (the driver may "
+                    "refuse), or install a wheel built without the feature.",
+                    DOCS["pytorch"],
+                )
+            ]
         return [
             Finding(
                 "torch-arch",
                 "Wheel has kernels for the GPU",
                 "ok",
-                f"{', '.join(sorted(targets))} in {arch_list}",
+                f"{', '.join(sorted(verdicts))} in {arch_list}",
                 doc=DOCS["pytorch"],
             )
         ]

@@ -70,9 +70,19 @@ class Facts:
     amd_driver: bool = False
     nvidia_driver: bool = False
     rocm_version: str | None = None
-    gpus: list[dict] = field(default_factory=list)  # {"name", "gfx", "isa", "compute_units", "wavefront_size"}
+    gpus: list[dict] = field(
+        default_factory=list
+    )  # ``_gpu``'s: name, gfx, isa, features, compute_units, wavefront_size
     gpu_source: str = ""
     torch: dict | None = None
+
+    @property
+    def torch_backend(self) -> str:
+        """The torch build the probes found: "none" (not importable), "rocm", "cuda" or "cpu"."""
+        info = self.torch or {}
+        if not info.get("importable"):
+            return "none"
+        return "rocm" if info.get("hip") else "cuda" if info.get("cuda") else "cpu"
 
     @property
     def vendor(self) -> str | None:
@@ -141,34 +151,49 @@ def gather(machine: Machine) -> Facts:
 
 def _amd_gpus(machine: Machine) -> tuple[list[dict], str]:
     """The AMD GPUs and where they were read: the KFD topology (one entry per device, a compute
-    partition included) named by amd-smi, else amd-smi alone."""
+    partition included) named by amd-smi, else by libdrm's amdgpu.ids; else amd-smi alone."""
     asics = _amdsmi_asics(machine)
     names = {a["device_id"]: a["market_name"] for a in asics if a["device_id"] is not None and a["market_name"]}
     kfd = probes.kfd_gpus(machine)
+    env = machine.env()
     if kfd:
-        gpus = [
-            {
-                "name": names.get(g.device_id) or "AMD GPU",
-                "gfx": g.gfx,
-                "isa": g.gfx,  # the topology names no target features (sramecc, xnack)
-                "compute_units": g.cus,
-                "wavefront_size": g.wavefront or None,
-            }
-            for g in kfd
-        ]
-        return gpus, "the KFD topology" + (" and amd-smi" if names else "")
+        ids = probes.parse_amdgpu_ids(machine.read_file(probes.AMDGPU_IDS) or "")
+        gpus, sources = [], ["the KFD topology"]
+        for g in kfd:
+            name = names.get(g.device_id)
+            if name and "amd-smi" not in sources:
+                sources.append("amd-smi")
+            if not name and ids:
+                name = probes.marketing_name(ids, g.device_id, probes.pci_revision(machine, g.render_minor))
+                if name and "libdrm's amdgpu.ids" not in sources:
+                    sources.append("libdrm's amdgpu.ids")
+            gpus.append(_gpu(name, g.gfx, probes.agent_features(g.gfx, g.capability, env), g.cus, g.wavefront or None))
+        return gpus, " and ".join(sources)
     gpus = [
-        {
-            "name": a["market_name"] or "AMD GPU",
-            "gfx": base_target(a["target_graphics_version"] or ""),
-            "isa": a["target_graphics_version"] or "",
-            "compute_units": a["num_compute_units"],
-            "wavefront_size": None,
-        }
+        _gpu(
+            a["market_name"],
+            base_target(a["target_graphics_version"]),
+            probes.agent_features(base_target(a["target_graphics_version"]), None, env),
+            a["num_compute_units"],
+            None,
+        )
         for a in asics
         if a["target_graphics_version"]
     ]
     return gpus, "amd-smi" if gpus else ""
+
+
+def _gpu(name: str | None, gfx: str, features: dict, cus: int | None, wavefront: int | None) -> dict:
+    """One GPU as the report lists it: ``isa`` names the features the machine decides, ``features``
+    all the target has ("unknown" where nothing the doctor reads decides it: xnack, per process)."""
+    return {
+        "name": name or "AMD GPU",
+        "gfx": gfx,
+        "isa": probes.isa_name(gfx, features),
+        "features": features,
+        "compute_units": cus,
+        "wavefront_size": wavefront,
+    }
 
 
 def _amdsmi_asics(machine: Machine) -> list[dict]:

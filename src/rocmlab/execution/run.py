@@ -255,9 +255,12 @@ def _clear_repeat_notebooks(env_dir: Path, lab: Lab) -> None:
 
 
 # rocmlab run executes the course's own notebook (solution or student version) as the user who runs
-# it, and the harness asks that notebook's kernel, in the run's own worker; grading a learner
+# it, and the harness asks that notebook's kernel, in the run's own worker (the checks that take
+# ``fresh``, after it was shut down, a fresh kernel of the same run: rocmlab.harness.Fresh); grading a learner
 # (rocmlab grade, build --verify, the live workers) is sandboxed (rocmlab.sandbox.limits).
-CHECKS_SANDBOX = "unsandboxed, as this user, in the notebook's own kernel"
+CHECKS_SANDBOX = (
+    "unsandboxed, as this user, in the notebook's own kernel (a check that takes fresh: in a fresh kernel after it)"
+)
 
 
 def _record(lab: Lab, profile: str, target: Target, started: str, runs: list, student: bool) -> Record:

@@ -102,15 +102,15 @@ def no_sandbox(at_risk: str) -> str:
     )
 
 
-def lacks_loopback_tcp(lab, backend: str) -> bool:
-    """Whether ``lab`` needs loopback TCP (its ``needs``) and the sandbox ``backend`` gives a kernel none."""
-    return LOOPBACK_TCP in lab.needs and not GIVES_LOOPBACK_TCP[backend]
+def lacks_loopback_tcp(needs, backend: str) -> bool:
+    """Whether a lab's ``needs`` name loopback TCP and the sandbox ``backend`` gives a kernel none."""
+    return LOOPBACK_TCP in needs and not GIVES_LOOPBACK_TCP[backend]
 
 
 def check_sandbox_gives(lab, backend: str) -> None:
     """Raise ``CommandFailed`` when ``lab`` needs loopback TCP (its ``needs``) and the sandbox
     ``backend`` gives a kernel none: every learner's ranks would fail to rendezvous."""
-    if not lacks_loopback_tcp(lab, backend):
+    if not lacks_loopback_tcp(lab.needs, backend):
         return
     raise CommandFailed(
         f"lab {lab.id} cannot be graded on the {backend} sandbox backend: its ranks talk over TCP on "
@@ -146,14 +146,15 @@ _LEARNER_FORCED = {
 }
 
 
-def check_learner_sandbox_gives(lab, backend: str, lang: str) -> None:
-    """``check_sandbox_gives`` for a learner's self-check: ``CommandFailed`` in the notebook's
-    language (``lang``, "zh" or else English), saying which lab, why its ranks cannot run here,
-    and what the learner can do instead."""
-    if not lacks_loopback_tcp(lab, backend):
+def check_learner_sandbox_gives(lab_id: str, needs, backend: str, lang: str) -> None:
+    """``check_sandbox_gives`` for a learner's self-check of lab ``lab_id``, whose ``needs`` come
+    from its lab.toml or, for a notebook checked alone, its metadata: ``CommandFailed`` in the
+    notebook's language (``lang``, "zh" or else English), saying which lab, why its ranks cannot
+    run here, and what the learner can do instead."""
+    if not lacks_loopback_tcp(needs, backend):
         return
     lang = lang if lang in _LEARNER_NO_LOOPBACK else "en"
-    message = _LEARNER_NO_LOOPBACK[lang].format(lab=lab.id, backend=backend.capitalize())
+    message = _LEARNER_NO_LOOPBACK[lang].format(lab=lab_id, backend=backend.capitalize())
     if os.environ.get(BACKEND_VARIABLE) == backend:
         message += _LEARNER_FORCED[lang].format(variable=BACKEND_VARIABLE, backend=backend)
     raise CommandFailed(message)

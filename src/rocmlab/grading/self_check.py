@@ -8,7 +8,8 @@ cell the learner added or a course cell (which the learner did not write), and h
 a test failing with ``NameError`` is usually the echo of that earlier failure. The model cache
 is checked for readability before anything runs, as ``rocmlab grade`` does; so is the sandbox:
 a lab whose ranks need loopback TCP is not run on a backend that gives none (Landlock), and the
-learner is told why in the notebook's language. Exit 0 when every visible test passed, 1 when one
+learner is told why in the notebook's language. What the lab needs comes from its lab.toml, or, for
+a notebook checked alone (no course at hand), from the notebook's metadata, as its cached assets do. Exit 0 when every visible test passed, 1 when one
 failed or the check could not run, 2 on bad input.
 """
 
@@ -21,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course.catalog import LANGUAGES, SMOKE, Lab, Requires
+from ..course.catalog import LANGUAGES, LOOPBACK_TCP, SMOKE, Lab, Requires
 from ..course.course import Course
 from ..course.notebooks import solution_notebook, write_notebook
 from ..course.parameters import INJECTED, notebook_parameters
@@ -166,6 +167,16 @@ def notebook_cache_needs(nb) -> Requires:
     return Requires(**dict.fromkeys(names, True))
 
 
+SANDBOX_NEEDS = (LOOPBACK_TCP,)  # what a lab may need of the sandbox (lab.toml's ``needs``)
+
+
+def notebook_needs(nb) -> tuple[str, ...]:
+    """What a notebook checked alone needs of the sandbox (``metadata.rocmlab.needs``, written by
+    ``rocmlab build`` from lab.toml's ``needs``); unknown names are ignored."""
+    needs = nb.metadata.get("rocmlab", {}).get("needs", [])
+    return tuple(n for n in SANDBOX_NEEDS if isinstance(needs, list) and n in needs)
+
+
 def course_cells(lab: Lab | None, lang: str) -> dict[str, str] | None:
     """The lab's own cells (not answers, not tests) by id, when the course is at hand."""
     if lab is None:
@@ -232,8 +243,8 @@ def run_check(
         requires = notebook_cache_needs(nb)
     lang = nb.metadata.get("rocmlab", {}).get("lang", "en")
     backend = choose_backend(None)
-    if lab is not None:
-        check_learner_sandbox_gives(lab, backend, lang)
+    lab_id = lab.id if lab is not None else str(nb.metadata.get("rocmlab", {}).get("id", path.stem))
+    check_learner_sandbox_gives(lab_id, lab.needs if lab is not None else notebook_needs(nb), backend, lang)
     own = notebook_parameters(nb)  # what the notebook runs with where no profile's parameters replace them
     check_model_cache({**own, **params}, other_user=is_root())
     check_adapter_cache(requires, other_user=is_root())
