@@ -10,7 +10,6 @@ teardown helper the rank scripts rely on. The slow test launches the lab's own r
 from __future__ import annotations
 
 import ast
-import inspect
 import math
 import subprocess
 import sys
@@ -412,6 +411,9 @@ class _InProcess:
     def ask(self, request):
         return evaluate(request, self.namespace)
 
+    def launch(self, request, limit_s):  # ``fresh.launch``: in process, no request is cut
+        return self.ask(request)
+
 
 def _test_points(notebook):
     """``{grade_id: points}`` of the notebook's test cells."""
@@ -652,9 +654,9 @@ def test_a_loader_that_loads_nothing_fails_whatever_its_kernel_makes_agree(
 LAUNCH_CHECKS = {  # the rules that judge the checks' own launches of fsdp_work and finetune_work
     "shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "schedule_forward",
     "schedule_backward", "equiv_losses", "equiv_params", "equiv_falls", "dcp_resume",
-    "dcp_bit_identical", "dcp_replay",
+    "dcp_bit_identical", "dcp_replay", "comm_measured",
 }  # fmt: skip
-EQUIVALENCE_CHECKS = {"equiv_losses", "equiv_params", "shard_placements"}  # one launch of fsdp_work
+EQUIVALENCE_CHECKS = {"equiv_losses", "equiv_params", "shard_placements", "comm_measured"}  # one launch of fsdp_work
 
 
 def _checks_globals(notebook):
@@ -670,11 +672,9 @@ def _patient(checks):
 
 
 def test_every_rule_that_read_the_notebooks_launches_launches_itself(notebook):
-    """No check but the optional comm_measured reads the notebook's launch records (``fsdp_ranks``,
-    ``ft_ranks``, ``ft_log``, ``ft_result``) or its own single-process run (``single_losses``, ``single_params``)."""
+    """No check reads the notebook's launch records (``fsdp_ranks``, ``ft_ranks``, ``ft_log``,
+    ``ft_result``) or its own single-process run (``single_losses``, ``single_params``)."""
     text = (LAB / "checks.py").read_text(encoding="utf-8")
-    measured = inspect.getsource(_checks_globals(notebook)["comm_measured"])  # the one left: see its comment
-    text = text.replace(measured, "")
     for name in ("fsdp_ranks", "ft_ranks", "ft_log", "ft_result", "single_losses", "single_params"):
         assert f'"{name}' not in text and f"'{name}" not in text and f"({name}" not in text, name
     reads = {c.name for c in _checks_named(notebook, LAUNCH_CHECKS)}
@@ -752,7 +752,7 @@ def test_copies_of_the_single_run_do_not_make_fsdp_equal_to_it(ns, notebook, tmp
     reference kernel's single run: the equivalence fails, while the sharding, which it did right,
     passes on the same launch. (The blank learner's launches fail at its stubs: ``rocmlab build
     --verify`` grades the student version, and no check reads those names, as tested above.)"""
-    from rocmlab.harness import Fresh, Reference
+    from rocmlab.harness import Fresh, Reference, launch_allowance
 
     monkeypatch.chdir(tmp_path)
     losses, params = ns["train_single_process"](ns["TRAIN_CFG"], ns["EQUIV_STEPS"])
@@ -768,9 +768,94 @@ def test_copies_of_the_single_run_do_not_make_fsdp_equal_to_it(ns, notebook, tmp
     mean_of_means = dict(ns, **forged)
     run_cell(PER_RANK_MEAN, "a rank_loss of per-rank means", mean_of_means)
     checks = _patient(_checks_named(notebook, EQUIVALENCE_CHECKS))
-    learner, fresh = Learner(_KernelLike(mean_of_means)), Fresh(lambda: _KernelLike({}))  # fresh: none of its cells
+    allowance = launch_allowance((LAB / "checks.py").read_text(encoding="utf-8"))
+    learner = Learner(_KernelLike(mean_of_means))
+    fresh = Fresh(lambda: _KernelLike({}), allowance=allowance)  # fresh: none of its cells
     results = {r.name: r for r in run_checks(checks, learner, 3, reference=Reference(_InProcess(ns)), fresh=fresh)}
     assert results["shard_placements"].passed, results["shard_placements"]
+    assert results["comm_measured"].passed, results["comm_measured"]  # its formula is the solution's
     assert not results["equiv_losses"].passed and not results["equiv_losses"].error, results["equiv_losses"]
     assert "max |Δloss|" in results["equiv_losses"].detail, results["equiv_losses"].detail
     assert list(tmp_path.iterdir()) == []  # the launch's folder is removed
+
+
+class _Launched:
+    """A fresh kernel whose launch of fsdp_work recorded ``schedules`` and ``ddp`` on every rank (the
+    traffic records comm_measured reads); what was asked, in ``log``."""
+
+    def __init__(self, schedules, ddp, log):
+        self.rank = {"schedules": schedules, "ddp": ddp}
+        self.log = log
+
+    def launch(self, request, limit_s):
+        from rocmlab.lab.answers import encode
+
+        self.log.append(("launch", request["run"], limit_s))
+        return encode({"ok": True, "timed_out": False, "output": "", "ranks": [self.rank, self.rank], "log": []})
+
+    def ask(self, request):
+        raise AssertionError(f"comm_measured asked the fresh kernel {request['run']} outside a launch")
+
+
+def _recorded_schedule(numels, param_bytes, reshard):
+    """One step's collectives and layer starts in the order the dispatch recorder sees them (as in
+    test_traffic_formula_and_the_measurement_agree_on_a_recorded_schedule): each group gathered
+    before its forward, the layers gathered again in backward when resharded, all reduce-scattered."""
+    root, layers = numels[0], numels[1:]
+    events = [("all_gather", param_bytes * root)]
+    for i, n in enumerate(layers):
+        events += [("all_gather", param_bytes * n), ("forward", i)]
+    backward = [("all_gather", param_bytes * n) for n in reversed(layers)] if reshard else []
+    scatters = [("reduce_scatter", 4 * n) for n in reversed(layers)] + [("reduce_scatter", 4 * root)]
+    return {"events": events + backward + scatters, "group_numels": list(numels)}
+
+
+def test_comm_measured_asks_the_formula_before_the_launch_and_judges_it_by_the_launchs_traffic(
+    ns, empty, notebook, tiny_course_data
+):
+    """The formula is asked of the learner's kernel before the fresh kernel starts (it is closed
+    then); the launch's own traffic judges it: a formula that forgets the backward re-gather fails,
+    and a launch whose groups are not the model's is a grading error, not the learner's."""
+    from rocmlab.harness import Fresh, Reference, launch_allowance
+
+    (check,) = _checks_named(notebook, {"comm_measured"})
+    numels = check.function.__globals__["comm_numels"]()
+    schedules = {name: _recorded_schedule(numels, pb, reshard) for name, pb, reshard in COMM_RUNS}
+    allowance = launch_allowance((LAB / "checks.py").read_text(encoding="utf-8"))
+
+    def graded(namespace, extra_ddp_bytes=0, groups=schedules):
+        log, ddp_bytes = [], 4 * sum(numels) + extra_ddp_bytes
+        learner = Learner(_InProcess(namespace))
+        fresh = Fresh(lambda: _Launched(groups, {"bucket_bytes": [ddp_bytes]}, log),
+                      before=lambda: (log.append("learner closed"), learner.close("shut down")),
+                      allowance=allowance)  # fmt: skip
+        (result,) = run_checks([check], learner, 3, reference=Reference(unavailable="none here"), fresh=fresh)
+        return result, log
+
+    result, log = graded(ns)
+    assert result.passed, result
+    assert log == ["learner closed", ("launch", "launched", allowance[1])]
+    assert allowance == (2, float(check.function.__globals__["LAUNCH_LIMIT_S"]))
+    forgetful = dict(ns)
+    run_cell(FORGETS_THE_REGATHER, "a formula without the backward re-gather", forgetful)
+    result, _ = graded(forgetful)
+    assert "all_gather_backward predicted against measured" in result.detail and not result.error, result
+    result, _ = graded(ns, extra_ddp_bytes=4096)  # the DDP buckets hold more than the parameters
+    assert "ddp_all_reduce predicted against measured" in result.detail, result
+    result, _ = graded(empty)
+    assert result.detail == "your code raised NotImplementedError" and not result.error
+    other = {name: dict(s, group_numels=[1, *s["group_numels"][1:]]) for name, s in schedules.items()}
+    result, _ = graded(ns, groups=other)
+    assert "the launch's FSDP groups" in result.error and result.detail == "", result
+
+
+COMM_RUNS = (("default", 4, True), ("no-reshard", 4, False), ("bf16-params", 2, True))  # checks.py's
+FORGETS_THE_REGATHER = """
+def comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True):
+    share = (world_size - 1) / world_size
+    total = sum(group_numels)
+    forward = share * total * param_bytes
+    scatter = share * total * reduce_bytes
+    return {"all_gather_forward": forward, "all_gather_backward": 0.0, "reduce_scatter": scatter,
+            "fsdp_total": forward + scatter, "ddp_all_reduce": 2 * share * total * 4}
+"""
