@@ -2,13 +2,17 @@
 
 Each function builds the inputs an exercise's function needs where they live (modules, an
 optimizer, a checkpoint folder), calls the learner's function and returns plain data for
-``checks.py`` to judge. The learner's functions (``set_prefetch``, ``rank_loss``,
-``save_checkpoint``, ``load_latest_checkpoint``, ``export_full_model``) are the notebook's own
-names: this module is run over a copy of them.
+``checks.py`` to judge. ``launched`` starts a rank script the check wrote under torchrun and hands
+back what the ranks saved; ``single_process_run`` is asked of the reference kernel only. The
+learner's functions (``set_prefetch``, ``rank_loss``, ``save_checkpoint``, ``load_latest_checkpoint``,
+``export_full_model``) are the notebook's own names: this module is run over a copy of them.
 """
 
+import inspect
+import json
 import shutil
 import tempfile
+import textwrap
 from pathlib import Path
 
 import torch
@@ -17,6 +21,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rocmlab import lab
+from rocmlab.lab.launch import import_lines, run_torchrun
 
 
 class _Layer:
@@ -162,3 +167,72 @@ def exported(model, noise, seed, out_name, text):
         return str(out), type(out).__name__, files, {k: back[k] for k in noise}, ids
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def single_process_run(cfg, steps, keep):
+    """Section 4's single-process run (the notebook's ``train_single_process``) on the check's
+    ``cfg``: its losses and its final ``keep`` parameters. Asked of the reference kernel, whose
+    ``train_single_process`` is the solution's."""
+    losses, params = train_single_process(cfg, steps)
+    return {"losses": losses, "final": {name: params[name] for name in keep}}
+
+
+def rank_inputs(names):
+    """The learner's part of a rank script: the import lines of every module and imported name the
+    notebook has bound (``rocmlab.lab.launch.import_lines``, as the notebook's ``write_rank_script``
+    writes them) and the source of each function of ``names`` (None where there is none)."""
+    found = {}
+    for name in names:
+        function = globals().get(name)
+        try:
+            found[name] = textwrap.dedent(inspect.getsource(function)) if callable(function) else None
+        except (OSError, TypeError):
+            found[name] = None
+    return {"imports": import_lines(globals()), "sources": found}
+
+
+def launched(script, cfg, nproc, timeout_s, max_restarts=0, env=None, keep=()):
+    """A run of ``script`` (the rank script the check wrote) on ``nproc`` ranks under the course's
+    ``run_torchrun``, in a folder of its own, with ``cfg`` (the check's) completed with the folder's
+    ``out`` and ``ckpt`` and the backend: whether it ended well or timed out, torchrun's output, each rank's result
+    (None where it wrote none; only the ``keep`` parameters of its ``final`` and ``snapshot``) and the
+    lines of the run's ``train_log.jsonl``."""
+    folder = Path(tempfile.mkdtemp(prefix="lab10-launch-check-", dir=".")).resolve()
+    try:
+        backend = cfg["backend"]
+        if backend == "auto":  # the notebook's backend_for: nccl only with one GPU per rank
+            backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= nproc else "gloo"
+        out, ckpt = folder / "out", folder / "finetune" / "checkpoints"
+        ckpt.mkdir(parents=True)
+        (folder / "ranks.py").write_text(script, encoding="utf-8")
+        run = run_torchrun(
+            folder / "ranks.py",
+            nproc=nproc,
+            args=[json.dumps(dict(cfg, out=str(out), ckpt=str(ckpt), backend=backend))],
+            env=env,
+            timeout_s=timeout_s,
+            max_restarts=max_restarts,
+            cwd=folder,
+            show=False,
+        )
+        log = ckpt.parent / "train_log.jsonl"
+        return {
+            "backend": backend,
+            "ok": run.ok,
+            "timed_out": run.timed_out,
+            "output": run.output,
+            "ranks": [_rank_result(out / f"rank{r}.pt", keep) for r in range(nproc)],
+            "log": [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else [],
+        }
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _rank_result(path, keep):
+    if not path.exists():
+        return None
+    result = torch.load(path, weights_only=True)
+    for key in ("final", "snapshot"):
+        if isinstance(result.get(key), dict):
+            result[key] = {name: result[key][name] for name in keep if name in result[key]}
+    return result

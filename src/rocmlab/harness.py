@@ -35,6 +35,18 @@ every process of the learner's run (``rocmlab.execution.worker.FreshKernels``). 
 starts in the same sandbox run and work folder and has run none of the learner's cells: a cell that
 patched the course's launcher, ``subprocess`` or ``json``, or a process left to rewrite files,
 cannot touch what it answers.
+
+A launch of the learner's files (torchrun ranks) can take longer than one request may (``PROBE_TIMEOUT_S``)
+and than the learner's answer budget allows. The check makes it with ``fresh.launch`` instead of
+``fresh.run``: the request gets its own time allowance, outside the answer budget. The lab declares it in
+its ``checks.py`` as two top-level literals, ``LAUNCHES`` (how many launches one learner's run makes) and
+``LAUNCH_LIMIT_S`` (the seconds one launch may take), capped here by ``MAX_LAUNCHES`` and
+``MAX_LAUNCH_S``; they are read from the file's text without running it (``launch_allowance``), and
+the worker's time budget for the run includes them. A launch past its allowance is the learner's
+failure (``LaunchTimeExceeded``): the fresh kernel runs nothing but the learner's files and the
+course's code, and the lab's bound holds its reference's launch several times over, so what runs
+past it is the learner's code hanging or crawling. One launch more than the lab declared is the
+check's fault (a ``GradingError``).
 """
 
 from __future__ import annotations
@@ -64,6 +76,8 @@ ANSWER_FLOOR_S = 120
 ANSWER_PER_CHECK_S = 4
 MAX_ANSWER_CHARS = 64 * 2**20
 FRESH_START_S = 60  # of the harness's time budget, for ending the learner's run and starting a fresh kernel
+MAX_LAUNCHES = 8  # ``fresh.launch``es of one learner's run, whatever the lab declares (``LAUNCHES``)
+MAX_LAUNCH_S = 300  # seconds of one ``fresh.launch``, whatever the lab declares (``LAUNCH_LIMIT_S``)
 NAME = re.compile(r"[A-Za-z_][\w.]*")
 NOTHING = object()  # no answer came (an answer of None is JSON null)
 
@@ -178,6 +192,10 @@ class NoAnswer(Exception):
 
 class AnswerTimeExhausted(NoAnswer):
     """The kernel used up the time it had for all its answers (``answer_budget_s``)."""
+
+
+class LaunchTimeExceeded(NoAnswer):
+    """A ``fresh.launch`` ran past the lab's allowance for one launch: the learner's code hung or crawled."""
 
 
 class GradingError(Exception):
@@ -346,14 +364,42 @@ class Fresh:
     the learner's kernel was shut down and every process of the learner's run ended (``opener``,
     given by the worker). It has run none of the learner's cells: what it answers comes from the
     learner's files. Whatever the learner's files do in it (raise, hang) is the learner's; a kernel
-    that does not start is a ``GradingError``."""
+    that does not start is a ``GradingError``. ``launch``: a request with its own time allowance
+    (``allowance``: ``(launches, seconds each)``, the lab's ``launch_allowance``)."""
 
-    def __init__(self, opener=None, unavailable: str = "", kernel: KernelModule | None = None, before=None):
+    def __init__(
+        self,
+        opener=None,
+        unavailable: str = "",
+        kernel: KernelModule | None = None,
+        before=None,
+        allowance: tuple[int, float] = (0, 0.0),
+    ):
         self._opener = opener  # () -> a channel to the fresh kernel (``KernelChannel``)
         self._before = before  # called before it starts: the learner's kernel is no longer asked
         self.failed = "" if opener is not None else (unavailable or "no fresh kernel for this run")
         self.channel = None
         self.asked = Learner(self, kernel)
+        self.allowance = allowance
+        self.launches = 0
+        self._launch_s = 0.0  # while a launch is asked: its allowance
+
+    def launch(self, function: str, *args, **values):
+        """``run``, with the lab's allowance for one launch as its time limit instead of a request's,
+        charged to no answer budget; past it, ``LaunchTimeExceeded`` (the learner's). At most the
+        lab's ``LAUNCHES`` per run: one more is a ``GradingError``."""
+        count, limit_s = self.allowance
+        if self.launches >= count:
+            raise GradingError(
+                f"launch {self.launches + 1} of this run: its checks.py declares LAUNCHES = {count} "
+                f"(at most {MAX_LAUNCHES}) and LAUNCH_LIMIT_S"
+            )
+        self.launches += 1
+        self._launch_s = limit_s
+        try:
+            return self.asked.run(function, *args, **values)
+        finally:
+            self._launch_s = 0.0
 
     @property
     def started(self) -> bool:
@@ -371,6 +417,8 @@ class Fresh:
     def ask(self, request: dict):  # the channel ``self.asked`` sends through
         if self.channel is None:
             self._open()
+        if self._launch_s:
+            return self.channel.launch(request, self._launch_s)
         return self.channel.ask(request)
 
     def _open(self) -> None:
@@ -423,6 +471,7 @@ class KernelChannel:
     def __init__(self, client, manager=None, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = math.inf):
         self.client, self.manager, self.timeout_s = client, manager, timeout_s
         self.budget_s, self.spent_s = budget_s, 0.0  # the kernel's time for all its answers, and used
+        self.launch_s = 0.0  # time spent in launches (``launch``), outside the budget
         self.broken = ""
 
     def ask(self, request: dict):
@@ -431,16 +480,32 @@ class KernelChannel:
         left = self.budget_s - self.spent_s
         if left <= 0:
             raise AnswerTimeExhausted(self._exhausted())
-        started = time.monotonic()
+        started, timeout_s = time.monotonic(), min(self.timeout_s, left)
+        past = AnswerTimeExhausted(self._exhausted()) if timeout_s < self.timeout_s else None
         try:
-            return self._ask(request, min(self.timeout_s, left))
+            return self._ask(request, timeout_s, past)
         finally:
             self.spent_s += time.monotonic() - started
+
+    def launch(self, request: dict, limit_s: float):
+        """``ask`` with ``limit_s`` (a launch's allowance) as its limit, charged to no answer budget."""
+        if self.broken:
+            raise NoAnswer(self.broken)
+        started = time.monotonic()
+        past = LaunchTimeExceeded(
+            f"the launch ran past its allowance of {limit_s:g} s (the lab's LAUNCH_LIMIT_S): "
+            "your code hung or ran far slower than the reference"
+        )
+        try:
+            return self._ask(request, limit_s, past)
+        finally:
+            self.launch_s += time.monotonic() - started
 
     def _exhausted(self) -> str:
         return f"answer time exhausted: the kernel used the {self.budget_s:g} s it has for all its answers"
 
-    def _ask(self, request: dict, timeout_s: float):
+    def _ask(self, request: dict, timeout_s: float, past: NoAnswer | None = None):
+        """The answer; ``past``: raised when no answer came within ``timeout_s`` and the kernel still serves."""
         code = f'__import__("rocmlab.lab.answers", fromlist=["serve"]).serve({json.dumps(request)!r})'
         msg_id = self.client.execute(code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False)
         answer, done = self._collect(msg_id, time.monotonic() + timeout_s)
@@ -450,8 +515,8 @@ class KernelChannel:
                 self._interrupt()
                 if not self._collect(msg_id, time.monotonic() + RECOVER_S)[1]:
                     self.broken = self.broken or f"the kernel did not answer within {timeout_s:g} s"
-            if not self.broken and timeout_s < self.timeout_s:
-                raise AnswerTimeExhausted(self._exhausted())
+            if not self.broken and past is not None:
+                raise past
             raise NoAnswer(why)
         if answer is NOTHING:
             raise NoAnswer("the kernel finished the request without an answer")
@@ -671,7 +736,7 @@ def _verdict(item: Check, asked: tuple, seed: int, reference: Reference, fresh: 
         extra["fresh"] = fresh
     try:
         item.function(asked[0], Variant(seed, item.name), **extra)
-    except AnswerTimeExhausted as exc:
+    except (AnswerTimeExhausted, LaunchTimeExceeded) as exc:
         return str(exc), ""
     except NoAnswer as exc:
         return f"no answer: {exc}", ""
@@ -689,7 +754,7 @@ def _verdict(item: Check, asked: tuple, seed: int, reference: Reference, fresh: 
         return f"unusable answer: {type(exc).__name__}: {str(exc)[:200]}", ""
     if _tally(asked)[2] > unanswered_before:  # the check caught it; a rule unasked is not kept
         exc = [*asked[0].unanswered, *asked[1].unanswered][-1]
-        return (str(exc) if isinstance(exc, AnswerTimeExhausted) else f"no answer: {exc}"), ""
+        return (str(exc) if isinstance(exc, (AnswerTimeExhausted, LaunchTimeExceeded)) else f"no answer: {exc}"), ""
     return "", ""
 
 
@@ -722,6 +787,7 @@ def run_harness(client, manager, config: dict, reference=None, fresh=None) -> di
             KernelModule(kernel["source"], kernel["filename"]) if kernel else None,
             config.get("constants") or {},
         )
+        allowance = tuple(config.get("launches") or launch_allowance(config["source"], config.get("filename", "")))
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
         return {"seed": seed, "error": f"{config.get('filename')}: {type(exc).__name__}: {exc}", "checks": []}
     timeout_s = float(config.get("probe_timeout_s", PROBE_TIMEOUT_S))
@@ -730,7 +796,7 @@ def run_harness(client, manager, config: dict, reference=None, fresh=None) -> di
     )
     learner = Learner(channel)
     checked = _reference(client, manager, config, reference)
-    fresh_kernel = _fresh(fresh, manager, channel, timeout_s, (learner, checked))
+    fresh_kernel = _fresh(fresh, manager, channel, timeout_s, (learner, checked), allowance)
     try:
         results = run_checks(checks, learner, seed, reference=checked, fresh=fresh_kernel)
     finally:
@@ -743,6 +809,7 @@ def run_harness(client, manager, config: dict, reference=None, fresh=None) -> di
         "answer_s": round(spent_s, 2),
         "answer_budget_s": channel.budget_s,
         **({"fresh_start_s": round(fresh.started_s, 2)} if fresh_kernel.started else {}),
+        **({"launch_s": round(fresh_kernel.channel.launch_s, 2)} if fresh_kernel.launches else {}),
         "checks": [_as_dict(r) for r in results],
     }
 
@@ -750,10 +817,11 @@ def run_harness(client, manager, config: dict, reference=None, fresh=None) -> di
 FRESH_CLOSES = "the learner's kernel was shut down for the fresh kernel (ask it before fresh.run)"
 
 
-def _fresh(kernels, manager, channel: KernelChannel, timeout_s: float, closing: tuple) -> Fresh:
-    """The checks' ``fresh``: its kernel, when first asked, has what is left of the learner's answer budget."""
+def _fresh(kernels, manager, channel: KernelChannel, timeout_s: float, closing: tuple, allowance: tuple) -> Fresh:
+    """The checks' ``fresh``: its kernel, when first asked, has what is left of the learner's answer
+    budget, and ``allowance`` (``launch_allowance``) for its launches."""
     if kernels is None:
-        return Fresh(unavailable="this run has no way to start one")
+        return Fresh(unavailable="this run has no way to start one", allowance=allowance)
     learner, reference = closing
 
     def before():
@@ -764,7 +832,7 @@ def _fresh(kernels, manager, channel: KernelChannel, timeout_s: float, closing: 
         client, started = kernels.open(manager)
         return KernelChannel(client, started, timeout_s, max(0.0, channel.budget_s - channel.spent_s))
 
-    return Fresh(opener, before=before)
+    return Fresh(opener, before=before, allowance=allowance)
 
 
 def _reference(client, manager, config: dict, given) -> Reference:
@@ -841,6 +909,7 @@ def harness_options(
     answers_s = answer_budget_s(checks)
     starting_s = float(reference.get("timeout_s", 0)) if isinstance(reference, dict) else 0.0
     fresh_s = FRESH_START_S if takes_fresh(source, str(checks_file)) else 0.0
+    launches, launch_s = launch_allowance(source, str(checks_file))
     return {
         "source": source,
         "files": hidden_files(checks_file),
@@ -852,11 +921,19 @@ def harness_options(
         "out": str(Path(out).absolute()),  # the worker runs papermill in the notebook's folder
         "probe_timeout_s": float(probe_timeout_s),
         "answer_budget_s": answers_s,
+        "launches": [launches, launch_s],
         # beyond the notebook's own limit: every answer, a last interrupted request, and the
         # harness's own work per check; past it the worker ends the run and no check counts
         # and, the first time, the reference kernel's run of the solution
-        # and, where some check takes ``fresh``, ending the learner's run and starting that kernel
-        "budget_s": answers_s + RECOVER_S + 30 + CHECK_ALLOWANCE_S * checks + starting_s + fresh_s,
+        # and, where some check takes ``fresh``, ending the learner's run and starting that kernel,
+        # and the allowance of the launches the lab declares (each may end in an interrupt)
+        "budget_s": answers_s
+        + RECOVER_S
+        + 30
+        + CHECK_ALLOWANCE_S * checks
+        + starting_s
+        + fresh_s
+        + launches * (launch_s + RECOVER_S),
         **({"reference": reference} if reference else {}),
     }
 
@@ -866,6 +943,31 @@ def takes_fresh(source: str, filename: str = "checks.py") -> bool:
     tree = python_ast.parse(source, filename)
     functions = (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     return any(a.arg == "fresh" for f in functions for a in [*f.args.args, *f.args.kwonlyargs])
+
+
+def launch_allowance(source: str, filename: str = "checks.py") -> tuple[int, float]:
+    """``(launches, seconds each)`` a checks file allows its ``fresh.launch``es: its top-level literals
+    ``LAUNCHES`` and ``LAUNCH_LIMIT_S`` (read, not run: the worker's budget), capped by ``MAX_LAUNCHES``
+    and ``MAX_LAUNCH_S``; ``(0, 0.0)`` where it declares neither. ``LabError`` for one without the other,
+    or a value that is not a positive number."""
+    from .errors import LabError
+
+    declared = {}
+    for node in python_ast.parse(source, filename).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("LAUNCHES", "LAUNCH_LIMIT_S"):
+                try:
+                    declared[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    declared[node.targets[0].id] = None
+    if not declared:
+        return 0, 0.0
+    count, limit_s = declared.get("LAUNCHES"), declared.get("LAUNCH_LIMIT_S")
+    if not (type(count) is int and count > 0):
+        raise LabError(f"{filename}: LAUNCHES must be a positive integer literal (with LAUNCH_LIMIT_S), got {count!r}")
+    if not (type(limit_s) in (int, float) and limit_s > 0):
+        raise LabError(f"{filename}: LAUNCH_LIMIT_S must be a positive number literal (with LAUNCHES), got {limit_s!r}")
+    return min(count, MAX_LAUNCHES), float(min(limit_s, MAX_LAUNCH_S))
 
 
 def lab_checks(checks_file: Path, cell_points: dict[str, float], parameters: dict | None = None) -> list[Check]:

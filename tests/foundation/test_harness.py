@@ -565,3 +565,84 @@ def test_a_check_that_asks_the_learners_kernel_once_the_fresh_one_started_is_a_g
     first, second = run_checks(checks, learner, seed=3, fresh=fresh)
     assert "asked a kernel after shut down" in first.error and first.detail == ""
     assert second.passed  # it ran before the fresh kernel started
+
+
+# ---------------------------------------------------------------- launches: their own time allowance
+
+NAP_MODULE = "def nap(s):\n    import time\n    time.sleep(s)\n    return s\n"
+LAUNCH_CHECKS = """
+from rocmlab.harness import check
+
+LAUNCHES = 1
+LAUNCH_LIMIT_S = 1
+
+@check("t-1", points=1, en="launches", zh="启动")
+def launches(learner, variant, fresh):
+    assert fresh.launch("nap", NAP_S) == NAP_S
+"""
+
+
+def launching_fresh(kernel, allowance, timeout_s=1.0, budget_s=1.0):
+    """A ``Fresh`` whose kernel is the real ``kernel``, with requests of ``timeout_s`` and an answer
+    budget of ``budget_s``, and ``allowance`` for its launches."""
+    from rocmlab.harness import Fresh, KernelModule
+
+    km, kc = kernel
+    channel = KernelChannel(kc, km, timeout_s=timeout_s, budget_s=budget_s)
+    return Fresh(lambda: channel, kernel=KernelModule(NAP_MODULE, "in_kernel.py"), allowance=allowance), channel
+
+
+def test_a_launch_longer_than_a_request_may_take_succeeds_within_its_allowance_and_charges_no_answer_budget(kernel):
+    fresh, channel = launching_fresh(kernel, (2, 10.0))
+    with pytest.raises(NoAnswer):  # the same wait as a request: past the request's 1 s
+        fresh.run("nap", 1.5)
+    spent = channel.spent_s
+    assert fresh.launch("nap", 1.5) == 1.5  # past a request's limit and the whole answer budget
+    assert channel.spent_s == spent and channel.launch_s >= 1.5 and fresh.launches == 1
+
+
+def test_a_launch_past_its_allowance_is_the_learners_failure_with_a_message_that_says_so(kernel):
+    from rocmlab.harness import KernelModule
+
+    checks = load_checks(
+        LAUNCH_CHECKS.replace("NAP_S", "30"), "checks.py", kernel=KernelModule(NAP_MODULE, "x"), constants={}
+    )
+    fresh, channel = launching_fresh(kernel, (1, 1.0), timeout_s=30, budget_s=60)
+    (result,) = run_checks(checks, Learner(InProcess({})), seed=3, fresh=fresh)
+    assert result.error == "" and not result.passed
+    assert result.detail.startswith("the launch ran past its allowance of 1 s (the lab's LAUNCH_LIMIT_S): your code")
+    assert channel.spent_s == 0 and not channel.broken  # interrupted: the kernel serves again
+    assert fresh.run("nap", 0) == 0
+
+
+def test_one_launch_more_than_the_lab_declares_is_a_grading_error(kernel):
+    from rocmlab.harness import KernelModule
+
+    two = LAUNCH_CHECKS.replace("NAP_S", "0") + "    assert fresh.launch('nap', 0) == 0\n"
+    checks = load_checks(two, "checks.py", kernel=KernelModule(NAP_MODULE, "x"), constants={})
+    fresh, _ = launching_fresh(kernel, (1, 5.0))
+    (result,) = run_checks(checks, Learner(InProcess({})), seed=3, fresh=fresh)
+    assert result.detail == "" and "launch 2 of this run: its checks.py declares LAUNCHES = 1" in result.error
+    assert fresh.launches == 1
+
+
+def test_the_launch_allowance_is_read_from_the_checks_file_capped_and_in_the_workers_budget(tmp_path):
+    from rocmlab.errors import LabError
+    from rocmlab.harness import MAX_LAUNCH_S, MAX_LAUNCHES, RECOVER_S, harness_options, launch_allowance
+
+    source = LAUNCH_CHECKS.replace("NAP_S", "0")
+    assert launch_allowance(source) == (1, 1.0)
+    assert launch_allowance(CHECKS) == (0, 0.0)
+    huge = source.replace("LAUNCHES = 1", "LAUNCHES = 1000000").replace("LAUNCH_LIMIT_S = 1", "LAUNCH_LIMIT_S = 1e9")
+    assert launch_allowance(huge) == (MAX_LAUNCHES, MAX_LAUNCH_S)
+    for broken in (source.replace("LAUNCHES = 1\n", ""), source.replace("= 1\n", "= -1\n", 1)):
+        with pytest.raises(LabError, match="checks.py: LAUNCHES must be a positive integer"):
+            launch_allowance(broken, "checks.py")
+    with pytest.raises(LabError, match="LAUNCH_LIMIT_S must be a positive number"):
+        launch_allowance(source.replace("LAUNCH_LIMIT_S = 1", "LAUNCH_LIMIT_S = 'long'"), "checks.py")
+    (tmp_path / "checks.py").write_text(source.replace("LAUNCH_LIMIT_S = 1", "LAUNCH_LIMIT_S = 200"))
+    options = harness_options(tmp_path / "checks.py", 1, tmp_path / "out.json", 30)
+    (tmp_path / "checks.py").write_text(source.replace("LAUNCHES = 1\nLAUNCH_LIMIT_S = 1\n", ""))
+    without = harness_options(tmp_path / "checks.py", 1, tmp_path / "out.json", 30)
+    assert options["launches"] == [1, 200.0] and without["launches"] == [0, 0.0]
+    assert options["budget_s"] - without["budget_s"] == 200 + RECOVER_S

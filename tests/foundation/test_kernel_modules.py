@@ -269,14 +269,14 @@ def test_a_real_kernel_runs_the_module_sent_with_the_request_and_compiles_it_onc
 
 
 def run_names(checks_file: Path) -> set[str]:
-    """The kernel-side functions ``checks_file`` runs by a literal name (``.run("x", ...)``)."""
+    """The kernel-side functions ``checks_file`` runs by a literal name (``.run("x", ...)``, ``fresh.launch("x", ...)``)."""
     tree = ast.parse(checks_file.read_text(encoding="utf-8"))
     return {
         node.args[0].value
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("run", "run_raised")
+        and node.func.attr in ("run", "run_raised", "launch")
         and node.args
         and isinstance(node.args[0], ast.Constant)
         and isinstance(node.args[0].value, str)

@@ -295,6 +295,13 @@ def _launched(n, missing):
     return {"guarded": guarded, "fixed": fixed}  # fmt: skip
 
 
+def _fresh():
+    """A fresh kernel in this process, with the allowance lab 04's checks.py declares for its launches."""
+    from rocmlab.harness import Fresh, launch_allowance
+
+    return Fresh(lambda: InProcess({}), allowance=launch_allowance((LAB / "checks.py").read_text(encoding="utf-8")))
+
+
 class _Launches:
     """A learner whose kernel-side launches return ``outcomes`` by tag, recording what was asked."""
 
@@ -314,7 +321,7 @@ class _Launches:
 
 
 def _hang_results(profile, learner_names, reference_names=None, launches=None):
-    from rocmlab.harness import Fresh, Learner, Reference, lab_parameters, load_checks, run_checks
+    from rocmlab.harness import Learner, Reference, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile(profile).parameters)
@@ -323,7 +330,7 @@ def _hang_results(profile, learner_names, reference_names=None, launches=None):
     ]
     assert {c.name for c in checks} == HANG_CHECKS
     reference = Reference(InProcess(reference_names)) if reference_names is not None else None
-    fresh = Fresh(lambda: InProcess({}))  # a kernel that ran none of the learner's cells
+    fresh = _fresh()  # a kernel that ran none of the learner's cells
     if launches is not None:
         launches(fresh.asked)
     return checks, run_checks(checks, Learner(InProcess(learner_names)), 47, reference=reference, fresh=fresh)
@@ -422,14 +429,14 @@ def _ring_launches(backend):
 
 
 def _joined(learner_names, backend):
-    from rocmlab.harness import Fresh, Learner, lab_parameters, load_checks, run_checks
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
     checks = load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters)
     (check,) = [c for c in checks if c.name == "ring_runs_joined_as_planned"]
     assert not check.wants_reference and check.wants_fresh
-    fresh = Fresh(lambda: InProcess({}))
+    fresh = _fresh()
     launch = _ring_launches(backend)
     fresh.asked.run = lambda function, *args: fresh.asked.recall(launch(function, *args))
     (result,) = run_checks([check], Learner(InProcess(learner_names)), 47, fresh=fresh)
@@ -469,7 +476,7 @@ DESYNC_CHECKS = {"desync_reports", "desync_used_the_kit"}
 
 
 def _desync_results(learner_names):
-    from rocmlab.harness import Fresh, Learner, lab_parameters, load_checks, run_checks
+    from rocmlab.harness import Learner, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     parameters = lab_parameters(path, SOURCE.lab.profile("smoke").parameters)
@@ -477,7 +484,7 @@ def _desync_results(learner_names):
         c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in DESYNC_CHECKS
     ]
     assert {c.name for c in checks} == DESYNC_CHECKS
-    fresh = Fresh(lambda: InProcess({}))  # the launch runs here, in this test's folder
+    fresh = _fresh()  # the launch runs here, in this test's folder
     return {r.name: r for r in run_checks(checks, Learner(InProcess(learner_names)), 47, fresh=fresh)}
 
 
@@ -546,7 +553,7 @@ def test_forged_ring_files_and_a_patched_launcher_earn_no_ring_rule(tmp_path, ce
     ring.py writes (the rules pass on them, judged in process); graded by a real worker, the check
     launches the course's run_ring.py in a fresh kernel with the learner's ring.py, and no rule holds."""
     from rocmlab.execution.worker import Spec, Worker
-    from rocmlab.harness import Fresh, Learner, harness_options, lab_parameters, load_checks, run_checks
+    from rocmlab.harness import Learner, harness_options, lab_parameters, load_checks, run_checks
 
     path = LAB / "checks.py"
     smoke = SOURCE.lab.profile("smoke").parameters
@@ -563,7 +570,7 @@ def test_forged_ring_files_and_a_patched_launcher_earn_no_ring_rule(tmp_path, ce
     checks = [
         c for c in load_checks(path.read_text(encoding="utf-8"), str(path), {}, parameters) if c.name in RING_CHECKS
     ]
-    fresh = Fresh(lambda: InProcess({}))
+    fresh = _fresh()
     answer = {n: {"timed_out": False, "returncode": 0, "returncodes": [0] * n, "records": r} for n, r in forged.items()}
     fresh.asked.run = lambda function, scripts, n, *rest: fresh.asked.recall(answer[n])
     assert all(r.passed for r in run_checks(checks, Learner(InProcess({})), 47, fresh=fresh))  # the forgery is right

@@ -22,7 +22,7 @@ import torch
 from labsource import LabSource, student
 from labsource import definitions as cell_definitions
 
-from rocmlab.harness import Learner, lab_checks, run_checks
+from rocmlab.harness import Learner, kernel_module, lab_checks, run_checks
 from rocmlab.lab.answers import evaluate
 
 SOURCE = LabSource("10-fsdp2")
@@ -411,6 +411,9 @@ class _InProcess:
     def ask(self, request):
         return evaluate(request, self.namespace)
 
+    def launch(self, request, limit_s):  # ``fresh.launch``: in process, no request is cut
+        return self.ask(request)
+
 
 def _test_points(notebook):
     """``{grade_id: points}`` of the notebook's test cells."""
@@ -646,50 +649,236 @@ def test_a_loader_that_loads_nothing_fails_whatever_its_kernel_makes_agree(
     assert list(tmp_path.iterdir()) == []  # the checks' folders are removed
 
 
-LAUNCHED_CHECKS = ("shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "equiv_params")
-LAUNCHED_CHECKS += ("dcp_bit_identical",)
+# ---------------------------------------------------------------- issue 47: the launches the checks make
+
+LAUNCH_CHECKS = {  # the rules that judge the checks' own launches of fsdp_work and finetune_work
+    "shard_placements", "shard_local_shapes", "shard_join", "shard_modules", "schedule_forward",
+    "schedule_backward", "equiv_losses", "equiv_params", "equiv_falls", "dcp_resume",
+    "dcp_bit_identical", "dcp_replay", "comm_measured",
+}  # fmt: skip
+EQUIVALENCE_CHECKS = {"equiv_losses", "equiv_params", "shard_placements", "comm_measured"}  # one launch of fsdp_work
 
 
-def _reports_of(shapes, values, world=2):
-    """The ranks' reports of an honest run of ``shapes`` (as the notebook's rank script makes them),
-    its final parameters ``values`` everywhere the run keeps them."""
-    kept = [n for n, s in shapes.items() if n.startswith("model.layers.0.") and math.prod(s) <= 64 * 1024]
-    ranks = []
-    for r in range(world):
-        params = {
-            n: {
-                "dtensor": True, "global_shape": list(s), "placements": ["Shard(dim=0)"], "mesh_size": world,
-                "local_shape": [torch.empty(s[0]).chunk(world)[r].shape[0], *s[1:]], "full_equal": True,
-            }
-            for n, s in shapes.items()
-        }  # fmt: skip
-        shards = {n: values[n].chunk(world)[r].clone() for n in kept}
-        layers = len({n.split(".")[2] for n in shapes if n.startswith("model.layers.")})
-        modules = sorted(["<root>"] + [f"model.layers.{i}" for i in range(layers)])
-        original = {n: values[n].clone() for n in kept}
-        report = {"params": params, "shards": shards, "original": original, "fsdp_modules": modules}
-        ranks.append({**report, "n_layers": layers, "final": dict(values)})
-    return {"fsdp_ranks": ranks, "single_params": dict(values), "ft_ranks": [{"snapshot": dict(values)}]}
+def _checks_globals(notebook):
+    """checks.py's namespace, as the harness loaded it."""
+    return _checks_named(notebook, {"equiv_losses"})[0].function.__globals__
 
 
-def test_the_launched_runs_reports_are_judged_against_the_models_own_parameters(notebook, tiny_course_data):
-    """Cost: the quick tiny model's files read once, no launch. The shard, equivalence and resume
-    rules take the names, shapes, layer count and values of the model from its files: reports of the
-    model pass; reports of one made-up parameter (every rank agreeing with itself, its shards with
-    its "original", no final parameter) held all six while they were judged against the kernel's
-    own lists and values, and hold none now."""
-    from rocmlab import course_data
+def _patient(checks):
+    """``checks`` with launches that may take 200 s: in process no request is cut at 60 s, and on the
+    shared 2-core machine at load 9 a launch of the quick model ran past the checks' 50 s."""
+    checks[0].function.__globals__["LAUNCH_TIMEOUT_S"] = 200
+    return checks
 
-    checks = _checks_named(notebook, LAUNCHED_CHECKS)
-    assert sorted(c.name for c in checks) == sorted(LAUNCHED_CHECKS)
-    shapes = course_data.parameter_shapes("tiny-qwen-zh")
-    honest = _reports_of(shapes, course_data.parameters("tiny-qwen-zh", list(shapes)))
-    results = run_checks(checks, Learner(_InProcess(honest)), 5)
-    assert all(r.passed for r in results), {r.name: r.detail for r in results if not r.passed}
 
-    made_up = _reports_of({"model.layers.0.x.weight": (2, 2)}, {"model.layers.0.x.weight": torch.zeros(2, 2)})
-    for rank in made_up["fsdp_ranks"]:
-        rank["final"] = {}
-    made_up.update(single_params={}, ft_ranks=[{"snapshot": {}}])
-    results = run_checks(checks, Learner(_InProcess(made_up)), 5)
-    assert [r.name for r in results if r.passed] == [], {r.name: r.detail for r in results}
+def test_every_rule_that_read_the_notebooks_launches_launches_itself(notebook):
+    """No check reads the notebook's launch records (``fsdp_ranks``, ``ft_ranks``, ``ft_log``,
+    ``ft_result``) or its own single-process run (``single_losses``, ``single_params``)."""
+    text = (LAB / "checks.py").read_text(encoding="utf-8")
+    for name in ("fsdp_ranks", "ft_ranks", "ft_log", "ft_result", "single_losses", "single_params"):
+        assert f'"{name}' not in text and f"'{name}" not in text and f"({name}" not in text, name
+    reads = {c.name for c in _checks_named(notebook, LAUNCH_CHECKS)}
+    assert reads == LAUNCH_CHECKS
+
+
+def test_the_rank_script_is_the_courses_code_around_the_learners_functions(ns, notebook, tmp_path):
+    """The check writes the rank script: the learner's exercise functions (their source, asked of the
+    kernel) first, then lab.py's rank code and work function, so that a learner's function cannot
+    stand in for the course's; a "source" with anything beside one plain def is refused."""
+    checks = _checks_globals(notebook)
+
+    def inputs(channel):
+        learner = Learner(channel, kernel_module(LAB / "checks.py"))
+        return learner.run("rank_inputs", checks["launch_exercises"]())
+
+    assert checks["launch_exercises"]() == sorted(
+        ["shard_model", "set_prefetch", "rank_loss", "save_checkpoint", "load_latest_checkpoint"]
+    )
+    for work, exercises in (("fsdp_work", ("shard_model", "set_prefetch", "rank_loss")),
+                            ("finetune_work", ("shard_model", "rank_loss", "save_checkpoint",
+                                               "load_latest_checkpoint"))):  # fmt: skip
+        script = checks["rank_script"](inputs(_InProcess(ns)), work)
+        tree = ast.parse(script)
+        defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        assert defined[: len(exercises)] == list(exercises) and defined[-1] == work, defined
+        assert len(defined) == len(set(defined)), "a function defined twice"
+        assert script.rstrip().endswith(f"run_rank({work}, json.loads(sys.argv[1]))")
+        path = tmp_path / f"{work}.py"
+        path.write_text(script, encoding="utf-8")
+        compile(script, str(path), "exec")
+    forged = dict(ns)
+    run_cell("def train_step(*args):\n    return 0.0\n", "a forger's train_step", forged)
+    script = checks["rank_script"](inputs(_InProcess(forged)), "fsdp_work")
+    assert "return 0.0" not in script  # not an exercise: the course's train_step is written, not the kernel's
+    with pytest.raises(AssertionError, match="not one plain function definition"):
+        checks["rank_script"](inputs(_Smuggling(ns, "\ntrain_step = shard_model\n")), "fsdp_work")
+
+
+class _Smuggling(_InProcess):
+    """A kernel whose answer to "your functions' source" appends a statement to ``shard_model``'s."""
+
+    def __init__(self, namespace, extra):
+        super().__init__(namespace)
+        self.extra = extra
+
+    def ask(self, request):
+        from rocmlab.lab.answers import decode, encode
+
+        reply = super().ask(request)
+        if request.get("run") == "rank_inputs":
+            answer = decode(reply)
+            answer["sources"]["shard_model"] += self.extra
+            return encode(answer)
+        return reply
+
+
+_ONCE = {}
+
+
+def _once(function, args):
+    """``function``, answering ``args`` from ``_ONCE`` (the same deterministic run, made once by the
+    test): the reference's single-process run is the forged copy's, and costs no second run."""
+
+    def answer(*given):
+        key = repr(tuple(given))
+        if key == repr(args) and key in _ONCE:
+            _ONCE["hits"] = _ONCE.get("hits", 0) + 1
+            return _ONCE[key]
+        return function(*given)
+
+    return answer
+
+
+# the classic mistake of exercise 4: each rank's own token mean, so FSDP averages per-rank means
+PER_RANK_MEAN = """
+def rank_loss(logits, labels, global_label_tokens, world_size):
+    flat = logits[:, :-1].reshape(-1, logits.size(-1)).float()
+    return F.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_copies_of_the_single_run_do_not_make_fsdp_equal_to_it(ns, notebook, tmp_path, monkeypatch):
+    """Cost: one launch of fsdp_work on the course model (the quick one would be built again by the
+    ranks, which do not see its fixture) and 8 single-process steps (the reference's run is the forged
+    copy's, ``_once``; 16 before): 84 s (45 CPU-s with its children) measured on the shared 2-core
+    machine at load 9, 137 s before at load 5-6. comm_measured is judged on the same launch. A learner whose rank_loss averages per-rank means (its FSDP
+    run is not the single process's) and whose ``fsdp_ranks``, ``ft_ranks`` and ``ft_log`` are copies
+    of its single-process run passed the equivalence rules while they compared two values of its
+    kernel; the checks now launch its functions themselves, in a fresh kernel, and compare with the
+    reference kernel's single run: the equivalence fails, while the sharding, which it did right,
+    passes on the same launch. (The blank learner's launches fail at its stubs: ``rocmlab build
+    --verify`` grades the student version, and no check reads those names, as tested above.)"""
+    from rocmlab.harness import Fresh, Reference, launch_allowance
+
+    monkeypatch.chdir(tmp_path)
+    losses, params = ns["train_single_process"](ns["TRAIN_CFG"], ns["EQUIV_STEPS"])
+    _ONCE[repr((ns["TRAIN_CFG"], ns["EQUIV_STEPS"]))] = (losses, params)
+    copied = {"losses": losses, "final": params, "params": {}, "shards": {}, "fsdp_modules": [], "n_layers": 0}
+    forged = {
+        "fsdp_ranks": [copied, copied],
+        "ft_ranks": [{"attempt": 1, "resumed_from": 4, "snapshot": params, "final": params}] * 2,
+        "ft_log": [{"attempt": a, "step": s, "loss": losses[s]} for a, steps in ((0, range(6)), (1, range(4, 8)))
+                   for s in steps],
+        "single_losses": losses,
+        "single_params": params,
+    }  # fmt: skip
+    mean_of_means = dict(ns, **forged)
+    run_cell(PER_RANK_MEAN, "a rank_loss of per-rank means", mean_of_means)
+    reference = dict(ns, train_single_process=_once(ns["train_single_process"], (ns["TRAIN_CFG"], ns["EQUIV_STEPS"])))
+    checks = _patient(_checks_named(notebook, EQUIVALENCE_CHECKS))
+    allowance = launch_allowance((LAB / "checks.py").read_text(encoding="utf-8"))
+    learner = Learner(_KernelLike(mean_of_means))
+    fresh = Fresh(lambda: _KernelLike({}), allowance=allowance)  # fresh: none of its cells
+    results = {
+        r.name: r for r in run_checks(checks, learner, 3, reference=Reference(_InProcess(reference)), fresh=fresh)
+    }
+    assert results["shard_placements"].passed, results["shard_placements"]
+    assert _ONCE.get("hits") == 1  # the reference's run was the copy's, not a second one
+    assert results["comm_measured"].passed, results["comm_measured"]  # its formula is the solution's
+    assert not results["equiv_losses"].passed and not results["equiv_losses"].error, results["equiv_losses"]
+    assert "max |Δloss|" in results["equiv_losses"].detail, results["equiv_losses"].detail
+    assert list(tmp_path.iterdir()) == []  # the launch's folder is removed
+
+
+class _Launched:
+    """A fresh kernel whose launch of fsdp_work recorded ``schedules`` and ``ddp`` on every rank (the
+    traffic records comm_measured reads); what was asked, in ``log``."""
+
+    def __init__(self, schedules, ddp, log):
+        self.rank = {"schedules": schedules, "ddp": ddp}
+        self.log = log
+
+    def launch(self, request, limit_s):
+        from rocmlab.lab.answers import encode
+
+        self.log.append(("launch", request["run"], limit_s))
+        return encode({"ok": True, "timed_out": False, "output": "", "ranks": [self.rank, self.rank], "log": []})
+
+    def ask(self, request):
+        raise AssertionError(f"comm_measured asked the fresh kernel {request['run']} outside a launch")
+
+
+def _recorded_schedule(numels, param_bytes, reshard):
+    """One step's collectives and layer starts in the order the dispatch recorder sees them (as in
+    test_traffic_formula_and_the_measurement_agree_on_a_recorded_schedule): each group gathered
+    before its forward, the layers gathered again in backward when resharded, all reduce-scattered."""
+    root, layers = numels[0], numels[1:]
+    events = [("all_gather", param_bytes * root)]
+    for i, n in enumerate(layers):
+        events += [("all_gather", param_bytes * n), ("forward", i)]
+    backward = [("all_gather", param_bytes * n) for n in reversed(layers)] if reshard else []
+    scatters = [("reduce_scatter", 4 * n) for n in reversed(layers)] + [("reduce_scatter", 4 * root)]
+    return {"events": events + backward + scatters, "group_numels": list(numels)}
+
+
+def test_comm_measured_asks_the_formula_before_the_launch_and_judges_it_by_the_launchs_traffic(
+    ns, empty, notebook, tiny_course_data
+):
+    """The formula is asked of the learner's kernel before the fresh kernel starts (it is closed
+    then); the launch's own traffic judges it: a formula that forgets the backward re-gather fails,
+    and a launch whose groups are not the model's is a grading error, not the learner's."""
+    from rocmlab.harness import Fresh, Reference, launch_allowance
+
+    (check,) = _checks_named(notebook, {"comm_measured"})
+    numels = check.function.__globals__["comm_numels"]()
+    schedules = {name: _recorded_schedule(numels, pb, reshard) for name, pb, reshard in COMM_RUNS}
+    allowance = launch_allowance((LAB / "checks.py").read_text(encoding="utf-8"))
+
+    def graded(namespace, extra_ddp_bytes=0, groups=schedules):
+        log, ddp_bytes = [], 4 * sum(numels) + extra_ddp_bytes
+        learner = Learner(_InProcess(namespace))
+        fresh = Fresh(lambda: _Launched(groups, {"bucket_bytes": [ddp_bytes]}, log),
+                      before=lambda: (log.append("learner closed"), learner.close("shut down")),
+                      allowance=allowance)  # fmt: skip
+        (result,) = run_checks([check], learner, 3, reference=Reference(unavailable="none here"), fresh=fresh)
+        return result, log
+
+    result, log = graded(ns)
+    assert result.passed, result
+    assert log == ["learner closed", ("launch", "launched", allowance[1])]
+    assert allowance == (2, float(check.function.__globals__["LAUNCH_LIMIT_S"]))
+    forgetful = dict(ns)
+    run_cell(FORGETS_THE_REGATHER, "a formula without the backward re-gather", forgetful)
+    result, _ = graded(forgetful)
+    assert "all_gather_backward predicted against measured" in result.detail and not result.error, result
+    result, _ = graded(ns, extra_ddp_bytes=4096)  # the DDP buckets hold more than the parameters
+    assert "ddp_all_reduce predicted against measured" in result.detail, result
+    result, _ = graded(empty)
+    assert result.detail == "your code raised NotImplementedError" and not result.error
+    other = {name: dict(s, group_numels=[1, *s["group_numels"][1:]]) for name, s in schedules.items()}
+    result, _ = graded(ns, groups=other)
+    assert "the launch's FSDP groups" in result.error and result.detail == "", result
+
+
+COMM_RUNS = (("default", 4, True), ("no-reshard", 4, False), ("bf16-params", 2, True))  # checks.py's
+FORGETS_THE_REGATHER = """
+def comm_bytes_per_step(group_numels, world_size, param_bytes=4, reduce_bytes=4, reshard_after_forward=True):
+    share = (world_size - 1) / world_size
+    total = sum(group_numels)
+    forward = share * total * param_bytes
+    scatter = share * total * reduce_bytes
+    return {"all_gather_forward": forward, "all_gather_backward": 0.0, "reduce_scatter": scatter,
+            "fsdp_total": forward + scatter, "ddp_all_reduce": 2 * share * total * 4}
+"""
