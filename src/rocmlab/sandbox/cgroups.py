@@ -146,7 +146,8 @@ def kill_all(procs: list[str], timeout_s: float = 10) -> set[int]:
     killed = [folder for folder in folders if _write_if_there(folder / "cgroup.kill", "1")]
     frozen = [] if killed else [folder for folder in folders if _freeze(folder)]
     try:
-        _kill_each(members(procs))
+        if not killed:
+            _kill_each(members(procs))
     finally:
         for folder in frozen:
             _write_if_there(folder / "freezer.state", "THAWED")
