@@ -10,6 +10,7 @@ import nbformat
 import psutil
 import pytest
 from fresh_attack import CHECKS, IN_KERNEL, LEARNER
+from harness_schema import harness_errors
 
 from rocmlab.execution.worker import Spec, Worker
 
@@ -53,6 +54,7 @@ def test_a_fresh_kernel_sees_none_of_the_learners_patches_or_processes_and_runs_
         ("in_learner_kernel", True, "", ""),
     ], json.dumps(record, indent=1)
     assert record["fresh_start_s"] > 0 and record["requests"] == 2
+    assert harness_errors(record) == []
     rewriters = [p for p in psutil.process_iter(["cmdline", "cwd"]) if str(tmp_path) in (p.info["cwd"] or "")]
     assert not rewriters  # the run's sweep ended it
 
@@ -63,3 +65,4 @@ def test_a_lab_without_a_fresh_check_starts_no_extra_kernel(tmp_path):
         record = worker.run(run_spec(tmp_path, learner_only, LEARNER)).harness
     assert [c["name"] for c in record["checks"]] == ["in_learner_kernel"] and record["checks"][0]["passed"]
     assert "fresh_start_s" not in record
+    assert harness_errors(record) == []

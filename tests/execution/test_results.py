@@ -1,7 +1,9 @@
 import dataclasses
 import json
+import time
 
 import pytest
+from harness_schema import harness_errors
 
 from rocmlab.execution import results
 from rocmlab.execution.results import Record, read_record, write_record
@@ -164,3 +166,64 @@ def test_a_record_from_before_repeats_and_student_still_loads(tmp_path):
     path.write_text(json.dumps({**RECORD, "duration_s": 2.0, "reason": "", "failing_cell": None, "warnings": []}))
     record = read_record(path)
     assert record.repeats == [] and record.student is False and record.passed
+
+
+HARNESS_CHECKS = """
+from rocmlab.harness import check
+
+@check("t-1", points=2, en="a fresh kernel launches what the learner's doubles", zh="新内核的结果与学员的加倍一致")
+def agrees(learner, variant, fresh):
+    n = variant.random.randint(1, 9)
+    doubled = learner.call("double", n)  # asked before the fresh kernel closes the learner's
+    assert fresh.run("launch", n) == doubled
+"""
+
+
+class FreshKernel:
+    """A fresh kernel as ``run_harness`` takes one (``rocmlab.execution.worker.FreshKernels``): a real one."""
+
+    started_s = 0.0
+
+    def open(self, learner_manager):
+        from jupyter_client.manager import start_new_kernel
+
+        began = time.monotonic()
+        self.km, self.kc = start_new_kernel()
+        self.started_s = time.monotonic() - began
+        return self.kc, self.km
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def test_what_the_harness_writes_is_what_the_schema_describes():
+    """A real harness run (a learner's kernel and a fresh one) and a broken checks file: each key
+    it writes is described, with the type the schema says; the check verdicts are CheckResult's."""
+    from jupyter_client.manager import start_new_kernel
+
+    from rocmlab.harness import CheckResult, run_harness
+
+    harness = schema("record")["$defs"]["harness"]
+    check_fields = {f.name for f in dataclasses.fields(CheckResult)} | {"passed"}
+    assert set(schema("record")["$defs"]["check"]["properties"]) == check_fields
+    km, kc = start_new_kernel()
+    try:
+        kc.execute_interactive("def double(x):\n    return 2 * x\n", timeout=60)
+        config = {
+            "source": HARNESS_CHECKS,
+            "seed": 3,
+            "probe_timeout_s": 30,
+            "kernel": {"source": "def launch(n):\n    return 2 * n\n", "filename": "in_kernel.py"},
+        }
+        written = run_harness(kc, km, config, fresh=FreshKernel())
+        broken = run_harness(kc, km, {**config, "source": "def ("})
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert [c["passed"] for c in written["checks"]] == [True] and written["requests"] == 2, written
+    assert set(written) == set(harness["properties"]) - {"error"}
+    assert broken["error"] and broken["checks"] == []
+    for record in (written, broken):
+        assert harness_errors(record) == [], record
+    assert harness_errors({**written, "fresh_start": 1.0})  # a key it does not describe

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from fresh_attack import LEARNER, harness
+from harness_schema import harness_errors
 
 from rocmlab.grading.preflight import course_view, sandbox_env
 from rocmlab.sandbox.cgroups import KERNELS
@@ -214,3 +215,4 @@ def test_the_fresh_kernel_sees_none_of_the_learners_patches_or_processes(sandbox
     verdicts = [(c["name"], c["passed"], c["detail"], c["error"]) for c in record["checks"]]
     assert verdicts == FRESH_VERDICTS, json.dumps(record, indent=1)
     assert record["fresh_start_s"] > 0
+    assert harness_errors(record) == []

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,9 @@ from .results import write_json_atomic
 from .schedule import run_by_need
 
 RUN_TAG = "ROCMLAB_RUN_TAG"
+# kills every process of the cgroups whose cgroup.procs files it is given, waiting up to so many
+# seconds; the pids still there (rocmlab.sandbox.cgroups.kill_all, which the sandbox's worker gets)
+KillCgroups = Callable[[list[str], float], set[int]]
 KILL_GRACE_S = 5
 # what the worker says of a run: its reference kernel is up (the lab's limit starts anew: the
 # reference's run of the solution is the grader's time, not the learner's); its cells ended; it ended
@@ -323,10 +327,12 @@ class FreshKernels:
     it: first the learner's kernel is killed and every process of the learner's run ended
     (``end_learner_run``), then a kernel starts as the run's own did: the same kernelspec (the
     sandbox's run: view, limits, user, cgroup, fork server), environment and work folder. The
-    learner's cells never ran in it."""
+    learner's cells never ran in it. ``kill_cgroups``: how the sweep's cgroups are killed
+    (``end_learner_run``)."""
 
-    def __init__(self, spec: Spec, env: dict, kept, sweep: dict):
+    def __init__(self, spec: Spec, env: dict, kept, sweep: dict, kill_cgroups: KillCgroups | None = None):
         self.spec, self.env, self.kept, self.sweep = spec, dict(env), kept, dict(sweep or {})
+        self.kill_cgroups = kill_cgroups
         self.manager = self.client = None
         self.started_s = 0.0
 
@@ -336,7 +342,7 @@ class FreshKernels:
         from .papermill_engine import kernel_ready
 
         began = time.monotonic()
-        end_learner_run(learner_manager, self.env.get(RUN_TAG, ""), self.kept(), self.sweep)
+        end_learner_run(learner_manager, self.env.get(RUN_TAG, ""), self.kept(), self.sweep, self.kill_cgroups)
         self.manager = _start_kernel(self.spec, self.env)
         self.client = self.manager.client()
         self.client.start_channels()
@@ -361,14 +367,15 @@ class LearnerRunLeft(RuntimeError):
     """A process of the learner's run outlived the sweep: no fresh kernel starts beside it."""
 
 
-def end_learner_run(manager, tag: str, kept: set[int], sweep: dict) -> None:
+def end_learner_run(manager, tag: str, kept: set[int], sweep: dict, kill_cgroups: KillCgroups | None = None) -> None:
     """Kill the learner's kernel, then every process of the learner's run, by every mark this
     worker can see: the run's tag in the environment, this worker's descendants (it is a child
     subreaper: a kernel's orphans, double-forked or not, stay below it) but ``kept`` (the reference
     kernel, a kernel started ahead for the next run), the run's grader user (``sweep["uid"]``, as
-    root) and the kernel's cgroup (``sweep["cgroup"]``: its ``cgroup.procs`` files). A kernel in
-    its own PID namespace (bubblewrap, a forked kernel) takes that namespace with it. Raises
-    ``LearnerRunLeft`` if something still runs."""
+    root) and the kernel's cgroup (``sweep["cgroup"]``: its ``cgroup.procs`` files, killed by
+    ``kill_cgroups``, the sandbox's ``rocmlab.sandbox.cgroups.kill_all``). A kernel in its own PID
+    namespace (bubblewrap, a forked kernel) takes that namespace with it. Raises
+    ``LearnerRunLeft`` if something still runs, or if cgroups are named and no way to kill them given."""
     from .papermill_engine import kernel_process
 
     process = kernel_process(manager)
@@ -380,11 +387,12 @@ def end_learner_run(manager, tag: str, kept: set[int], sweep: dict) -> None:
     import psutil
 
     groups = sweep.get("cgroup") or []
+    if groups and kill_cgroups is None:
+        raise LearnerRunLeft(f"the run's cgroups {groups} cannot be swept: this worker was given no way to kill them")
     deadline = time.monotonic() + SWEEP_S
     while True:
-        _kill_cgroups(groups)
+        members = kill_cgroups(groups, 0) if groups else set()
         found = _learner_processes(tag, kept, sweep.get("uid"))
-        members = _cgroup_members(groups)
         if not found and not members:
             return
         if time.monotonic() > deadline:
@@ -409,32 +417,6 @@ def _learner_processes(tag: str, kept: set[int], uid: int | None) -> list:
     return processes.alive(found)
 
 
-def _kill_cgroups(procs_files: list[str]) -> None:
-    """cgroup v2's ``cgroup.kill`` beside each ``cgroup.procs`` (any PID namespace); v1: each member."""
-    for procs in procs_files:
-        kill = Path(procs).with_name("cgroup.kill")
-        try:
-            if kill.exists():
-                kill.write_text("1")
-            else:
-                for pid in _members_of(procs):
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, 9)
-        except OSError:
-            continue  # not ours to kill: the other sweeps still apply, and the check below tells
-
-
-def _members_of(procs: str) -> set[int]:
-    try:
-        return {int(x) for x in Path(procs).read_text().split() if int(x) > 0}
-    except (OSError, ValueError):
-        return set()
-
-
-def _cgroup_members(procs_files: list[str]) -> set[int]:
-    return set().union(*(_members_of(p) for p in procs_files)) if procs_files else set()
-
-
 def _reference(spec: Spec, kept) -> dict:
     """The engine option ``reference`` of a run whose harness names a reference kernel: the one
     the worker keeps (``kept``), started as a prestarted kernel is when it is not yet there."""
@@ -444,15 +426,15 @@ def _reference(spec: Spec, kept) -> dict:
     return {"reference": kept.channel_for(options, lambda s, env: _start_kernel(Spec(**s), env))}
 
 
-def _fresh(spec: Spec, kept_pids) -> dict:
+def _fresh(spec: Spec, kept_pids, kill_cgroups: KillCgroups | None) -> dict:
     """The engine option ``fresh`` of a run whose harness has checks (``FreshKernels``)."""
     harness = spec.engine_options.get("harness")
     if not harness:
         return {}
-    return {"fresh": FreshKernels(spec, dict(os.environ), kept_pids, harness.get("sweep") or {})}
+    return {"fresh": FreshKernels(spec, dict(os.environ), kept_pids, harness.get("sweep") or {}, kill_cgroups)}
 
 
-def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None, kept_pids=set) -> dict:
+def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None, kept_pids=set, kill_cgroups=None) -> dict:
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -478,7 +460,7 @@ def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None, ke
             **({"cells_done": cells_done} if cells_done is not None else {}),
             **spec.engine_options,
             **reference,
-            **_fresh(spec, kept_pids),
+            **_fresh(spec, kept_pids, kill_cgroups),
         )
         return {"status": "passed"}
     except PapermillExecutionError as exc:
@@ -510,9 +492,10 @@ def _execute(spec: Spec, kernel=None, kept=None, cells_done=None, began=None, ke
         return {"status": "crashed", "reason": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
-def serve() -> int:
+def serve(kill_cgroups: KillCgroups | None = None) -> int:
     """The worker's loop: one request path per line on stdin; on stdout ``cells`` when a run's
-    cells have ended (its harness starts) and ``done`` when the run has ended."""
+    cells have ended (its harness starts) and ``done`` when the run has ended. ``kill_cgroups``:
+    how a sandboxed run's cgroups are swept before its fresh kernel (``end_learner_run``)."""
     _become_subreaper()
     processes.die_with_parent()
     answer = os.fdopen(os.dup(1), "w")
@@ -544,6 +527,7 @@ def serve() -> int:
                 cells_done=lambda: _say(answer, CELLS_DONE),
                 began=lambda: _say(answer, BEGAN),
                 kept_pids=lambda: set().union(*(_kernel_pids(k) for k in [*warm.values(), reference.manager] if k)),
+                kill_cgroups=kill_cgroups,
             )
         finally:
             leftovers = processes.descendants(os.getpid(), include_self=False)

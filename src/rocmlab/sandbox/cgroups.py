@@ -16,9 +16,10 @@ Either way a memory hog or a tmpfs fill (tmpfs pages are charged to the memory c
 writes them) or a fork bomb meets its own cgroup's ceiling: the kernel's OOM killer picks a process
 inside it, and a classmate's processes, or the zygote, are in a cgroup of their own.
 
-Clean-up kills the whole cgroup at once: ``cgroup.kill`` on cgroup v2 (Linux 5.14), on v1 the
-freezer (frozen, killed, thawed), so no process forks its way out between a listing and a kill.
-Learners cannot write any of these files (root's, 644).
+Clean-up kills the whole cgroup at once (``kill_all``, also the fresh kernel's sweep of a learner's
+run, rocmlab.execution.worker's ``end_learner_run``): ``cgroup.kill`` on cgroup v2 (Linux 5.14), on
+v1 the freezer (frozen, killed, thawed), so no process forks its way out between a listing and a
+kill. Learners cannot write any of these files (root's, 644).
 
 Both hierarchies are handled: the unified one (cgroup v2, ``/sys/fs/cgroup/cgroup.controllers``)
 and the per-controller one of v1 (``/sys/fs/cgroup/{memory,cpu,pids,freezer}``), which is what the
@@ -101,12 +102,7 @@ class Hierarchy:
         return made
 
     def members(self, name: str) -> set[int]:
-        pids = set()
-        for folder in self.folders(name):
-            procs = folder / "cgroup.procs"
-            if procs.is_file():
-                pids.update(int(line) for line in procs.read_text().split())
-        return pids
+        return members(procs_files(self.folders(name)))
 
     def cpu_stat(self, name: str) -> dict[str, int]:
         """The cgroup's ``cpu.stat``: ``nr_periods`` counts only while a quota is in force
@@ -116,25 +112,11 @@ class Hierarchy:
         return {key: int(value) for key, value in (line.split() for line in lines if line.strip())}
 
     def kill(self, name: str, timeout_s: float = 10) -> None:
-        """End every process in the cgroup at once, then remove it."""
-        kind = self.version()
+        """End every process in the cgroup at once (``kill_all``), then remove it."""
         made = [folder for folder in self.folders(name) if folder.is_dir()]
         if not made:
             return
-        if kind == 2 and (made[0] / "cgroup.kill").exists():
-            _write(made[0] / "cgroup.kill", "1")
-        elif kind == 2:  # before Linux 5.14: killed one by one, until none is left
-            _kill_each(self.members(name))
-        elif kind == 1:
-            freezer = made[-1] if made[-1].parent.parent.name == "freezer" else None
-            if freezer is not None:
-                _write(freezer / "freezer.state", "FROZEN")
-            _kill_each(self.members(name))
-            if freezer is not None:
-                _write(freezer / "freezer.state", "THAWED")  # the killed ones now die
-        deadline = time.monotonic() + timeout_s
-        while self.members(name) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        kill_all(procs_files(made), timeout_s)
         for folder in made:
             try:
                 folder.rmdir()
@@ -151,6 +133,70 @@ def _enable(folder: Path, controllers) -> None:
     wanted = [c for c in controllers if c not in (folder / "cgroup.subtree_control").read_text().split()]
     if wanted:
         _write(folder / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+
+
+def kill_all(procs: list[str], timeout_s: float = 10) -> set[int]:
+    """End every process of the cgroups whose ``cgroup.procs`` files are ``procs`` (a cgroup's one
+    file on v2, or its file in each v1 hierarchy): ``cgroup.kill`` where the kernel has it (v2,
+    Linux 5.14; it reaches every member, in any PID namespace), else each member killed while the
+    v1 freezer holds the cgroup frozen (a process cannot fork between the listing and its kill;
+    the killed die once thawed), else each member killed, listed again and killed until none is
+    left. Waits up to ``timeout_s`` for the members to leave; the pids still listed then."""
+    folders = [Path(path).parent for path in procs]
+    killed = [folder for folder in folders if _write_if_there(folder / "cgroup.kill", "1")]
+    frozen = [] if killed else [folder for folder in folders if _freeze(folder)]
+    try:
+        if not killed:
+            _kill_each(members(procs))
+    finally:
+        for folder in frozen:
+            _write_if_there(folder / "freezer.state", "THAWED")
+    deadline = time.monotonic() + timeout_s
+    while left := members(procs):
+        if time.monotonic() >= deadline:
+            return left
+        _kill_each(left)  # forked before a kill without cgroup.kill or the freezer reached it
+        time.sleep(0.05)
+    return set()
+
+
+def members(procs: list[str]) -> set[int]:
+    """The processes listed in ``procs`` (``cgroup.procs`` files) that this process can see: one in
+    another PID namespace is listed as 0. A cgroup removed has none."""
+    pids: set[int] = set()
+    for path in procs:
+        try:
+            pids.update(int(pid) for pid in Path(path).read_text().split())
+        except (OSError, ValueError):
+            continue
+    pids.discard(0)
+    return pids
+
+
+def _freeze(folder: Path, timeout_s: float = 5) -> bool:
+    """Freeze a v1 freezer cgroup and wait until every task in it is frozen (``FREEZING`` until then)."""
+    state = folder / "freezer.state"
+    if not _write_if_there(state, "FROZEN"):
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if state.read_text().strip() == "FROZEN":
+                break
+        time.sleep(0.01)
+    return True
+
+
+def _write_if_there(path: Path, value: str) -> bool:
+    """Whether ``value`` was written into ``path``: a file this kernel lacks, or one this process
+    may not write (another's cgroup, a removed one), is left to the other ways."""
+    if not path.is_file():
+        return False
+    try:
+        _write(path, value)
+    except OSError:
+        return False
+    return True
 
 
 def _kill_each(pids) -> None:

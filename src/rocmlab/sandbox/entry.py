@@ -216,9 +216,10 @@ def worker_entry(policy: dict) -> int:
     else:
         os.chdir(policy["scratch"])
     from ..execution.worker import block_unused_imports, serve
+    from .cgroups import kill_all
 
     block_unused_imports()
-    return serve()
+    return serve(kill_cgroups=kill_all)
 
 
 def private_temp_folders(
