@@ -14,7 +14,7 @@ import random
 import re
 import weakref
 from fractions import Fraction
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +59,7 @@ _LAUNCHES = weakref.WeakKeyDictionary()
 
 
 def lab_source():
-    return Path(__file__).with_name("lab.py").read_text(encoding="utf-8")
+    return LAB_SOURCE  # noqa: F821 (given by the harness: the worker may not see the course)
 
 
 def lab_functions(source):

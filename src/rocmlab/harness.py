@@ -602,21 +602,26 @@ def load_checks(
     parameters: dict | None = None,
     kernel=BESIDE,
     constants=BESIDE,
+    lab_text=BESIDE,
 ) -> list[Check]:
     """The checks a ``checks.py`` defines, in order. ``files``: the lab's hidden data (name ->
     text), which the checks read as ``HIDDEN_FILES``; ``parameters``: the run's parameters
     (``lab_parameters``), read as ``PARAMETERS``, never from the learner's namespace;
     ``kernel``: the lab's ``KernelModule`` (or None); ``constants``: ``lab.py``'s literal
     constants (``lab_constants``), read as ``LAB_CONSTANTS`` (``CATEGORIES = LAB_CONSTANTS["CATEGORIES"]``:
-    one copy, the notebook's, never the kernel's). By default both are the lab's beside ``filename``."""
+    one copy, the notebook's, never the kernel's); ``lab_text``: ``lab.py``'s text, read as
+    ``LAB_SOURCE`` (the course's scripts a check launches: the worker may not see the course, so a
+    check never reads a file beside it). By default all three are the lab's beside ``filename``."""
     kernel = kernel_module(Path(filename)) if kernel is BESIDE else kernel
     constants = lab_constants(Path(filename)) if constants is BESIDE else constants
+    lab_text = lab_source(Path(filename)) if lab_text is BESIDE else lab_text
     namespace = {
         "__name__": "rocmlab_checks",
         "__file__": filename,
         "HIDDEN_FILES": dict(files or {}),
         "PARAMETERS": dict(parameters or {}),
         "LAB_CONSTANTS": LabConstants(constants or {}),
+        "LAB_SOURCE": lab_text or "",
     }
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own checks file)
     checks = [v.rocmlab_check for v in namespace.values() if isinstance(getattr(v, "rocmlab_check", None), Check)]
@@ -786,6 +791,7 @@ def run_harness(client, manager, config: dict, reference=None, fresh=None) -> di
             config.get("parameters"),
             KernelModule(kernel["source"], kernel["filename"]) if kernel else None,
             config.get("constants") or {},
+            config.get("lab_source") or "",
         )
         allowance = tuple(config.get("launches") or launch_allowance(config["source"], config.get("filename", "")))
     except Exception as exc:  # noqa: BLE001 (a broken checks file grades nothing: say why)
@@ -890,6 +896,12 @@ def lab_constants(checks_file: Path) -> dict:
     return lab_py_constants(lab_py) if lab_py.exists() else {}
 
 
+def lab_source(checks_file: Path) -> str:
+    """The text of the lab's ``lab.py`` beside ``checks_file`` ("" where there is none), for ``LAB_SOURCE``."""
+    lab_py = Path(checks_file).parent / "lab.py"
+    return lab_py.read_text(encoding="utf-8") if lab_py.exists() else ""
+
+
 def harness_options(
     checks_file: Path,
     seed: int,
@@ -915,6 +927,7 @@ def harness_options(
         "files": hidden_files(checks_file),
         "kernel": {"source": kernel.source, "filename": kernel.filename} if kernel else None,
         "constants": lab_constants(checks_file),
+        "lab_source": lab_source(checks_file),
         "parameters": lab_parameters(checks_file, parameters),
         "filename": str(checks_file),
         "seed": int(seed),

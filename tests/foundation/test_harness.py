@@ -3,6 +3,7 @@ what cannot pass for a right answer, variants per seed, and a real kernel that l
 hangs and recovers."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -646,3 +647,40 @@ def test_the_launch_allowance_is_read_from_the_checks_file_capped_and_in_the_wor
     without = harness_options(tmp_path / "checks.py", 1, tmp_path / "out.json", 30)
     assert options["launches"] == [1, 200.0] and without["launches"] == [0, 0.0]
     assert options["budget_s"] - without["budget_s"] == 200 + RECOVER_S
+
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*/checks.py")), ids=lambda p: p.parent.name)
+def test_no_checks_file_reads_a_file_beside_it(path):
+    """A sandboxed worker (the namespace backend) sees no course: what a check needs of the lab
+    travels in the harness's options (``HIDDEN_FILES``, ``LAB_CONSTANTS``, ``LAB_SOURCE``)."""
+    assert "__file__" not in path.read_text(encoding="utf-8"), f"{path}: reads beside itself; use LAB_SOURCE"
+
+
+def test_the_course_scripts_a_check_launches_come_from_the_options_where_the_course_is_hidden(tmp_path):
+    """Lab 04's course scripts and lab 10's rank code are read from ``LAB_SOURCE``: loaded as the
+    worker loads them, under a path that does not exist, they are lab.py's own text."""
+    from rocmlab.harness import harness_options
+
+    lab04, lab10 = SOLUTIONS / "04-collectives-rccl" / "checks.py", SOLUTIONS / "10-fsdp2" / "checks.py"
+    names = {}
+    for path in (lab04, lab10):
+        options = harness_options(path, 1, tmp_path / "out.json", 30)
+        assert options["lab_source"] == path.with_name("lab.py").read_text(encoding="utf-8")
+        hidden = str(tmp_path / "hidden" / path.parent.name / "checks.py")
+        loaded = load_checks(
+            options["source"],
+            hidden,
+            options["files"],
+            options["parameters"],
+            None,
+            options["constants"],
+            options["lab_source"],
+        )
+        names[path] = loaded[0].function.__globals__
+    course_script = names[lab04]["course_script"]
+    for name in names[lab04]["RING_SCRIPTS"]:
+        assert f"# %%writefile {name}\n{course_script(name)}" in lab04.with_name("lab.py").read_text(encoding="utf-8")
+    assert names[lab10]["lab_source"]() == lab10.with_name("lab.py").read_text(encoding="utf-8")
