@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -250,7 +251,30 @@ def test_a_linux_torch_without_its_device_wheel_is_not_proposed(tmp_path):
     }
 
 
-def needs_a_person(tmp_path: Path, folder: Path, reason: str, code: int, open_issue: int | None = 7) -> None:
+# Each finding below is judged twice: in process, where `rocmlab releases check` finds it and writes
+# the reason into the body the script posts (make test); and through the real script, fake `gh` and
+# git remote (the slow step: bash, git and four rocmlab processes per case, about 1 CPU-s each).
+FOUND_BY = ["check", pytest.param("script", marks=pytest.mark.slow)]
+
+
+def needs_a_person(
+    tmp_path: Path, folder: Path, reason: str, code: int, open_issue: int | None = 7, found_by: str = "script"
+) -> None:
+    if found_by == "check":
+        body = tmp_path / "release-check.md"
+        matrix = tmp_path / "matrix.toml"
+        shutil.copy(RECORDED_MATRIX, matrix)
+        found = releases.main(
+            releases_command="check",
+            matrix=matrix,
+            fixtures=folder,
+            body_out=body,
+            today=date.fromisoformat(TODAY),
+            pyproject=ROOT / "pyproject.toml",  # the script's course holds a copy of it beside env/
+        )
+        assert found == code
+        assert reason in body.read_text(encoding="utf-8")
+        return
     repo, remote = course(tmp_path)
     gh, log = fake_gh(tmp_path, open_issue)
     result = run_check(repo, gh, folder)
@@ -270,48 +294,79 @@ def needs_a_person(tmp_path: Path, folder: Path, reason: str, code: int, open_is
     assert recheck == code
 
 
-def test_a_release_without_a_torch_build_keeps_the_issue_open(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_a_release_without_a_torch_build_keeps_the_issue_open(tmp_path, found_by):
     folder = upstream_copy(tmp_path)
     add_release(folder, "therock-10.2", "ROCm Core SDK 10.2.0 Release", "2026-12-04T16:00:00Z")
     no_channel_yet(folder, "10.2")
-    needs_a_person(tmp_path, folder, "- waiting for torch: ROCm 10.2.0 released 2026-12-04", releases.EXIT_NEEDS_PERSON)
+    needs_a_person(
+        tmp_path,
+        folder,
+        "- waiting for torch: ROCm 10.2.0 released 2026-12-04",
+        releases.EXIT_NEEDS_PERSON,
+        found_by=found_by,
+    )
 
 
-def test_a_patch_release_without_its_torch_is_pending_not_patched(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_a_patch_release_without_its_torch_is_pending_not_patched(tmp_path, found_by):
     """7.14.2 is out, no torch +rocm7.14.2 yet: rocm-7.14 is not patched to a ROCm its torch was not built for."""
     folder = upstream_copy(tmp_path)
     add_release(folder, "therock-7.14.2", "ROCm Core SDK 7.14.2 Release", "2026-12-03T16:00:00Z")
     needs_a_person(
-        tmp_path, folder, "- waiting for torch: rocm-7.14: ROCm 7.14.2 released 2026-12-03", releases.EXIT_NEEDS_PERSON
+        tmp_path,
+        folder,
+        "- waiting for torch: rocm-7.14: ROCm 7.14.2 released 2026-12-03",
+        releases.EXIT_NEEDS_PERSON,
+        found_by=found_by,
     )
 
 
-def test_a_major_held_at_the_cap_keeps_the_issue_open(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_a_major_held_at_the_cap_keeps_the_issue_open(tmp_path, found_by):
     folder = upstream_copy(tmp_path)
     add_pypi_release(folder, "transformers", "6.0.0", "2026-12-04")
-    needs_a_person(tmp_path, folder, "- held at a cap: cpu-current: transformers 6.0.0", releases.EXIT_NEEDS_PERSON)
+    needs_a_person(
+        tmp_path,
+        folder,
+        "- held at a cap: cpu-current: transformers 6.0.0",
+        releases.EXIT_NEEDS_PERSON,
+        found_by=found_by,
+    )
 
 
-def test_an_unmarked_major_is_not_a_plain_pin_edit(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_an_unmarked_major_is_not_a_plain_pin_edit(tmp_path, found_by):
     folder = upstream_copy(tmp_path)
     add_pypi_release(folder, "accelerate", "2.0.0", "2026-12-04")
-    needs_a_person(tmp_path, folder, "- unmarked major: cpu-current: accelerate 2.0.0", releases.EXIT_NEEDS_PERSON)
+    needs_a_person(
+        tmp_path,
+        folder,
+        "- unmarked major: cpu-current: accelerate 2.0.0",
+        releases.EXIT_NEEDS_PERSON,
+        found_by=found_by,
+    )
 
 
-def test_an_unreadable_release_keeps_the_issue_open(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_an_unreadable_release_keeps_the_issue_open(tmp_path, found_by):
     folder = upstream_copy(tmp_path)
     add_release(folder, "core-sdk-drop", "Core SDK drop", "2026-12-04T16:00:00Z")
     reason = "- unreadable release: TheRock release tag 'core-sdk-drop'"
-    needs_a_person(tmp_path, folder, reason, releases.EXIT_OFFLINE, open_issue=None)
+    needs_a_person(tmp_path, folder, reason, releases.EXIT_OFFLINE, open_issue=None, found_by=found_by)
 
 
-def test_a_final_release_on_the_older_line_is_not_skipped(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_a_final_release_on_the_older_line_is_not_skipped(tmp_path, found_by):
     folder = upstream_copy(tmp_path)
     add_release(folder, "therock-7.15", "ROCm Core SDK 7.15.0 Release", "2026-12-02T16:00:00Z")
-    needs_a_person(tmp_path, folder, "- not watched: ROCm 7.15.0 (therock-7.15", releases.EXIT_NEEDS_PERSON)
+    needs_a_person(
+        tmp_path, folder, "- not watched: ROCm 7.15.0 (therock-7.15", releases.EXIT_NEEDS_PERSON, found_by=found_by
+    )
 
 
-def test_a_newer_patch_image_of_a_legacy_entry_is_not_skipped(tmp_path):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_a_newer_patch_image_of_a_legacy_entry_is_not_skipped(tmp_path, found_by):
     folder = upstream_copy(tmp_path)
 
     def change(data):
@@ -319,11 +374,18 @@ def test_a_newer_patch_image_of_a_legacy_entry_is_not_skipped(tmp_path):
         data["results"].insert(0, tag)
 
     edit_json(folder / "dockerhub-rocm7.2.json", change)
-    needs_a_person(tmp_path, folder, "rocm-7.2: rocm/pytorch has images of ROCm 7.2.5", releases.EXIT_NEEDS_PERSON)
+    needs_a_person(
+        tmp_path,
+        folder,
+        "rocm-7.2: rocm/pytorch has images of ROCm 7.2.5",
+        releases.EXIT_NEEDS_PERSON,
+        found_by=found_by,
+    )
 
 
 @pytest.mark.parametrize("answer", ["403", "no links"])
-def test_an_unreadable_index_an_entry_installs_from_makes_the_check_partial(tmp_path, answer):
+@pytest.mark.parametrize("found_by", FOUND_BY)
+def test_an_unreadable_index_an_entry_installs_from_makes_the_check_partial(tmp_path, answer, found_by):
     """S3 answers 403 for a path that does not exist, but from whl-next, which rocm-10.1 installs from,
     a 403 or a page without links is a failed source, never an empty index."""
     folder = upstream_copy(tmp_path)
@@ -332,8 +394,9 @@ def test_an_unreadable_index_an_entry_installs_from_makes_the_check_partial(tmp_
     else:
         page = "<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for torch</h1>\n  </body>\n</html>\n"
         (folder / "whl-next-torch.html").write_text(page, encoding="utf-8")
-    needs_a_person(tmp_path, folder, f"- failed source: wheels {NEXT}", releases.EXIT_OFFLINE)
-    assert "partial check" in issue_body(tmp_path)
+    needs_a_person(tmp_path, folder, f"- failed source: wheels {NEXT}", releases.EXIT_OFFLINE, found_by=found_by)
+    if found_by == "script":
+        assert "partial check" in issue_body(tmp_path)
 
 
 # ---------------------------------------------------------------- the bot branch
@@ -362,6 +425,7 @@ def new_series(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # the script's git and gh traffic over two runs, nothing to judge in process: 4 CPU-s
 def test_the_bot_branch_is_never_pushed_over_a_maintainers_commit_and_a_quiet_week_runs_nothing(tmp_path):
     folder = new_series(tmp_path)
     repo, remote = course(tmp_path)
@@ -478,6 +542,7 @@ def test_the_bots_own_edit_for_a_new_series_passes_the_tests_that_read_the_matri
     assert tests.returncode == 0, tests.stdout[-4000:]
 
 
+@pytest.mark.slow  # the script's pull-request comment, through fake gh: 1.3 CPU-s
 def test_without_a_gpu_runner_the_pr_body_says_which_entries_do_not_run(tmp_path):
     folder = new_series(tmp_path)
     repo, _remote = course(tmp_path)

@@ -6,6 +6,7 @@ table between ``<!-- layers:start -->`` and ``<!-- layers:end -->``: the map is 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -53,6 +54,12 @@ def import_graph(src: Path) -> dict[str, set[str]]:
     return graph
 
 
+@functools.cache
+def rocmlab_graph() -> dict[str, set[str]]:
+    """rocmlab's own graph, parsed once for the tests that read it (every module's AST walked)."""
+    return import_graph(SRC)
+
+
 def circles(graph: dict[str, set[str]]) -> list[set[str]]:
     """The strongly connected components of more than one module (Tarjan): each holds a circle."""
     index: dict[str, int] = {}
@@ -97,7 +104,7 @@ def path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 
 def test_no_import_circle_among_rocmlab_modules():
-    graph = import_graph(SRC)
+    graph = rocmlab_graph()
     found = circles(graph)
     assert not found, "import circles: " + "; ".join(" → ".join(path_through(graph, c)) for c in found)
 
@@ -139,7 +146,7 @@ def upward_imports(graph: dict[str, set[str]], table) -> tuple[list[str], list[s
 
 def test_every_module_sits_in_a_layer_and_imports_only_its_own_or_lower_ones():
     table = layers(ARCHITECTURE.read_text(encoding="utf-8"))
-    upward, unplaced = upward_imports(import_graph(SRC), table)
+    upward, unplaced = upward_imports(rocmlab_graph(), table)
     assert not unplaced, f"add these to the layer table of docs/architecture.md: {unplaced}"
     assert not upward, "imports against the layers of docs/architecture.md: " + "; ".join(upward)
 

@@ -10,6 +10,7 @@ imports), read without importing it. Methods are left out: ``Slice.bandwidth()``
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -25,7 +26,8 @@ PACKAGE = Path(rocmlab.__file__).parent
 LAB_IDS = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "solutions").glob("*/lab.py"))
 
 
-def exercise_names(lab_id: str) -> set[str]:
+@functools.cache
+def exercise_names(lab_id: str) -> frozenset[str]:
     names = set()
     for cell in LabSource(lab_id).tagged("solution"):
         tree = ast.parse(as_code(cell.source))  # a cell's IPython magics as comments
@@ -46,6 +48,7 @@ def top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+@functools.cache  # the package's sources do not change during a run; every lab's test reads them
 def package_bindings() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):

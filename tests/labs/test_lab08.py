@@ -506,15 +506,24 @@ class LocalChannel:
         return evaluate(json.loads(json.dumps(request)), self.names)
 
 
+@functools.cache
+def lab_checks():
+    """checks.py's checks, loaded once for the file's tests as the grader loads them once for a class
+    (each load parses lab.py for its constants: 45 loads were a tenth of the file's CPU)."""
+    from rocmlab.harness import load_checks
+
+    path = LAB / "checks.py"
+    return tuple(load_checks(path.read_text(encoding="utf-8"), str(path)))
+
+
 def run_checks_of(grade_id, namespace, seed, reference=None):
     """The checks.py results of one graded cell, run through the harness's Learner against namespace;
     the trusted reference kernel's answers come from ``reference`` (the solution's names), or from
     namespace itself when it is the solution's."""
     from rocmlab import lab
-    from rocmlab.harness import Learner, Reference, load_checks, run_checks
+    from rocmlab.harness import Learner, Reference, run_checks
 
-    path = LAB / "checks.py"
-    checks = [c for c in load_checks(path.read_text(encoding="utf-8"), str(path)) if c.grade_id == grade_id]
+    checks = [c for c in lab_checks() if c.grade_id == grade_id]
     assert checks, f"no check grades {grade_id}"
     trusted = Reference(LocalChannel({"lab": lab, **(namespace if reference is None else reference)}))
     return run_checks(checks, Learner(LocalChannel({"lab": lab, **namespace})), seed, reference=trusted)
@@ -543,10 +552,9 @@ def test_checks_reject_a_known_mistake(ns, tokenizer, small_model, grade_id, nam
 
 def listed_mistakes():
     """The @mistake entries of checks.py: (grade_id, check name, Mistake)."""
-    from rocmlab.harness import load_checks, mistakes_of
+    from rocmlab.harness import mistakes_of
 
-    path = LAB / "checks.py"
-    checks = load_checks(path.read_text(encoding="utf-8"), str(path))
+    checks = lab_checks()
     grade_ids = {c.name: c.grade_id for c in checks}
     return [(grade_ids[m.check], m.check, m) for m in mistakes_of(checks)]
 

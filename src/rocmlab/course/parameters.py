@@ -9,6 +9,8 @@ check or a preflight can rely on, so it is left out.
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import re
 from collections import Counter
 from pathlib import Path
@@ -49,12 +51,25 @@ def lab_py_constants(lab_py: Path) -> dict:
     bound twice has no one value); LabError naming the file when it cannot be read."""
     try:
         source = lab_py.read_text(encoding="utf-8")
-        bound = Counter(name for node in python_ast.parse(source).body for name in _bound_names(node))
+        bound = _bound_once(source)
     except (OSError, SyntaxError) as exc:
         raise LabError(f"{lab_py}: cannot read its constants: {exc}") from exc
     parameters = lab_py_parameters(lab_py)
-    given = literal_assignments(_without_answers(source))
-    return {k: v for k, v in given.items() if bound[k] == 1 and k not in parameters and CONSTANT.fullmatch(k)}
+    given = _given_constants(source)
+    found = {k: v for k, v in given.items() if bound[k] == 1 and k not in parameters and CONSTANT.fullmatch(k)}
+    return copy.deepcopy(found)  # the values are the caller's: a check may change the lists it was given
+
+
+# Each load of a lab's checks reads its lab.py (a grader's class, a live worker's every attempt): the
+# parse of one text is kept, keyed on the text itself, so an edited lab.py is parsed again.
+@functools.lru_cache(maxsize=16)
+def _bound_once(source: str) -> Counter:
+    return Counter(name for node in python_ast.parse(source).body for name in _bound_names(node))
+
+
+@functools.lru_cache(maxsize=16)
+def _given_constants(source: str) -> dict:
+    return literal_assignments(_without_answers(source))
 
 
 def _without_answers(source: str) -> str:
