@@ -171,11 +171,14 @@ def test_a_record_from_before_repeats_and_student_still_loads(tmp_path):
 HARNESS_CHECKS = """
 from rocmlab.harness import check
 
+LAUNCHES = 1
+LAUNCH_LIMIT_S = 30
+
 @check("t-1", points=2, en="a fresh kernel launches what the learner's doubles", zh="新内核的结果与学员的加倍一致")
 def agrees(learner, variant, fresh):
     n = variant.random.randint(1, 9)
     doubled = learner.call("double", n)  # asked before the fresh kernel closes the learner's
-    assert fresh.run("launch", n) == doubled
+    assert fresh.run("launch", n) == doubled == fresh.launch("launch", n)
 """
 
 
@@ -221,7 +224,7 @@ def test_what_the_harness_writes_is_what_the_schema_describes():
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    assert [c["passed"] for c in written["checks"]] == [True] and written["requests"] == 2, written
+    assert [c["passed"] for c in written["checks"]] == [True] and written["requests"] == 3, written
     assert set(written) == set(harness["properties"]) - {"error"}
     assert broken["error"] and broken["checks"] == []
     for record in (written, broken):
