@@ -8,6 +8,7 @@ against the model's own files or the trusted reference kernel's single-process r
 """
 
 import ast
+import functools
 import json
 import math
 import random
@@ -62,6 +63,8 @@ def lab_source():
     return LAB_SOURCE  # noqa: F821 (given by the harness: the worker may not see the course)
 
 
+# lab.py is parsed once per grader process (every launch rule asks); callers only read what these give
+@functools.cache
 def lab_functions(source):
     """``{name: source}`` of the functions lab.py defines at its top level, and the names of those
     a learner writes (the ``solution`` cells')."""
@@ -75,6 +78,7 @@ def lab_functions(source):
     return functions, exercises
 
 
+@functools.cache
 def lab_launch_lists(source):
     """``{work: [function names]}`` of lab.py's ``launch(name, work, functions, cfg, ...)`` calls."""
     calls = [
@@ -83,6 +87,7 @@ def lab_launch_lists(source):
     return {call.args[1].id: [e.id for e in call.args[2].elts] for call in calls}
 
 
+@functools.cache
 def lab_rank_header(source):
     """lab.py's course imports (its top-level import statements), ``RANK_HEADER`` as the notebook
     builds it, and the names of ``RANK_CODE``."""
