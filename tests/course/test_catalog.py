@@ -182,16 +182,23 @@ def test_a_notebook_title_is_its_first_heading_after_any_banner(tmp_path):
 # What starts processes that talk over loopback TCP: rocmlab.lab.launch's torchrun (``lab.run_torchrun``),
 # torchrun itself, or a process group joined from the notebook.
 LAUNCHES_RANKS = re.compile(r"run_torchrun\(|rocmlab\.lab\.launch|\btorchrun\b.*--nproc|init_process_group\(")
+# a server on 127.0.0.1: lab 02's scripted SSE server, lab 06's redis-server on a free port
+OPENS_LOOPBACK = re.compile(r"ScriptedSSEServer\(|\.bind\(\(\"127\.0\.0\.1\"|HTTPServer\(")
 
 
-def test_every_lab_that_launches_ranks_declares_it_needs_loopback_tcp():
+def test_every_lab_that_launches_ranks_or_serves_on_loopback_declares_it_needs_loopback_tcp():
     """Graded on a backend without loopback TCP (Landlock) such a lab would fail every learner;
     the grader refuses it only when the lab says so (rocmlab.grading.preflight.check_sandbox_gives)."""
     labs = discover(REPO)
     launching = [lab.id for lab in labs if LAUNCHES_RANKS.search(lab.source.read_text(encoding="utf-8"))]
     assert {"04-collectives-rccl", "05-distributed-training", "10-fsdp2"} <= set(launching)
+    serving = [lab.id for lab in labs if OPENS_LOOPBACK.search(lab.source.read_text(encoding="utf-8"))]
+    assert {"02-llm-inference", "06-multi-agent"} <= set(serving)
+    launching += serving
     undeclared = [lab.id for lab in labs if lab.id in launching and LOOPBACK_TCP not in lab.needs]
-    assert not undeclared, f'these labs launch ranks but their lab.toml lacks needs = ["{LOOPBACK_TCP}"]'
+    assert not undeclared, (
+        f'these labs launch ranks or serve on 127.0.0.1 but their lab.toml lacks needs = ["{LOOPBACK_TCP}"]'
+    )
 
 
 def test_needs_is_read_into_the_lab(make_course):

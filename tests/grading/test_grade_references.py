@@ -22,7 +22,8 @@ spellings, loopback TCP between ranks, the environment). ``ROCMLAB_EVERY_REFEREN
 every lab on every backend, each with its student version (before a release, after a change to
 the sandbox, and weekly in .github/workflows/references.yml).
 
-A lab whose ranks talk over loopback TCP (``needs = ["loopback-tcp"]``: 04, 05, 10) is not graded on
+A lab that talks over loopback TCP (``needs = ["loopback-tcp"]``: 02 and 06 serve on 127.0.0.1, the ranks
+of 04, 05 and 10 rendezvous there) is not graded on
 Landlock, which gives a kernel no TCP: the grader refuses it, and the tests below (no lab run) attack
 that refusal."""
 
@@ -101,8 +102,14 @@ def test_ci_grades_labs_that_exist_on_ways_that_exist():
     assert all(set(ways) <= set(OTHER_WAYS) for ways, _student in IN_CI.values())
 
 
-def test_the_labs_whose_ranks_talk_over_loopback_are_04_05_and_10():
-    assert [lab.id for lab in LOOPBACK_LABS] == ["04-collectives-rccl", "05-distributed-training", "10-fsdp2"]
+def test_the_labs_that_talk_over_loopback_are_02_04_05_06_and_10():
+    assert [lab.id for lab in LOOPBACK_LABS] == [
+        "02-llm-inference",
+        "04-collectives-rccl",
+        "05-distributed-training",
+        "06-multi-agent",
+        "10-fsdp2",
+    ]
 
 
 @NEEDS_LANDLOCK
